@@ -1,0 +1,49 @@
+"""Canonical JSON: the one encoding used for digests, traces and `--json` output.
+
+Digests must not depend on PYTHONHASHSEED, dict insertion order or the
+platform, so everything that is hashed goes through `to_jsonable` and then
+`canonical_json` (sorted keys, no whitespace).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+import json
+import math
+from typing import Any
+
+
+def to_jsonable(value: Any) -> Any:
+    """Plain JSON data for any model value: dataclasses, named tuples, enums, numpy scalars."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return value
+        return repr(value)  # "nan", "inf", "-inf": JSON has no literal for them
+    if isinstance(value, enum.Enum):
+        return value.name
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return {name: to_jsonable(getattr(value, name)) for name in value._fields}
+    if isinstance(value, dict):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, (frozenset, set)):
+        items = [to_jsonable(v) for v in value]
+        return sorted(items, key=canonical_json)
+    if isinstance(value, (list, tuple)):
+        return [to_jsonable(v) for v in value]
+    if hasattr(value, "tolist"):  # numpy arrays and scalars
+        return to_jsonable(value.tolist())
+    return repr(value)
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(to_jsonable(value), sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
+def digest(value: Any, length: int = 64) -> str:
+    return hashlib.sha256(canonical_json(value).encode("ascii")).hexdigest()[:length]

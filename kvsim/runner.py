@@ -1,0 +1,128 @@
+"""Run one property on one variant and return a plain result record.
+
+Hypothesis does the generation and the shrinking; the runner only wraps the
+property in `@given` (or the generic state machine), applies the settings,
+counts the examples and keeps the last failing case, which is the shrunk one
+because Hypothesis replays the minimal example last.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import hypothesis
+from hypothesis import HealthCheck, Phase, Verbosity, example, given, settings
+from hypothesis.stateful import get_state_machine_test
+
+from .canon import to_jsonable
+from .errors import PropertyViolation
+from .params import resolve
+from .property import KvProperty
+from .registry import REGISTRY
+from .stateful import machine_class
+
+
+@dataclass
+class PropertyResult:
+    property: str
+    model: str
+    variant: str
+    status: str  # "passed", "failed" or "error"
+    examples: int
+    seconds: float
+    counterexample: Any = None
+    message: str = ""
+    replay: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"property": self.property, "model": self.model, "variant": self.variant,
+                "status": self.status, "examples": self.examples, "seconds": round(self.seconds, 4),
+                "counterexample": self.counterexample, "message": self.message, "replay": self.replay}
+
+
+def _settings(max_examples: int, derandomize: bool, database: Any, phases: tuple[Phase, ...],
+              stateful_steps: int) -> settings:
+    return settings(max_examples=max_examples, derandomize=derandomize, database=database, deadline=None,
+                    verbosity=Verbosity.quiet, phases=phases, stateful_step_count=stateful_steps,
+                    suppress_health_check=list(HealthCheck), print_blob=False, report_multiple_bugs=False)
+
+
+def _replay_command(prop: KvProperty, variant: str, seed: int | None, max_examples: int) -> str:
+    cmd = f"kvsim check {prop.model} --variant {variant} --property {prop.name} --max-examples {max_examples}"
+    return cmd + (f" --seed {seed}" if seed is not None else "")
+
+
+def run_property(prop: KvProperty, variant: str = "fixed", *, max_examples: int = 100, seed: int | None = None,
+                 derandomize: bool = False, database: Any = None, use_examples: bool = True,
+                 stateful_steps: int = 30, params: dict[str, Any] | None = None) -> PropertyResult:
+    """Run `prop` on `variant`.
+
+    `seed` fixes Hypothesis' generation (same seed, same examples and same
+    counterexample); without it and without `derandomize` the run is random.
+    `use_examples=False` skips the pinned `@example` cases so a search has to
+    find (and shrink) the counterexample itself, as `kvsim repro` wants.
+    """
+    REGISTRY.model(prop.model).check_variant(variant)
+    phases = tuple(p for p in Phase if p is not Phase.explain and (use_examples or p is not Phase.explicit))
+    config = _settings(max_examples, derandomize and seed is None, database, phases, stateful_steps)
+    record: dict[str, Any] = {"count": 0, "failure": None}
+
+    if prop.kind == "stateful":
+        test = _stateful_test(prop, variant, config, record, params)
+    else:
+        test = _data_test(prop, variant, config, record)
+    if seed is not None:
+        test = hypothesis.seed(seed)(test)
+
+    start = time.perf_counter()
+    status, message = "passed", ""
+    try:
+        test()
+    except PropertyViolation as exc:
+        status, message = "failed", str(exc)
+    except BaseExceptionGroup as group:  # several distinct failures: report the first
+        status, message = "failed", "; ".join(str(e) for e in group.exceptions)
+    except Exception as exc:  # the model itself crashed: a bug in kvsim or the model, say so plainly
+        status, message = "error", f"{type(exc).__name__}: {exc}"
+    seconds = time.perf_counter() - start
+    failure = record["failure"]
+    return PropertyResult(property=prop.name, model=prop.model, variant=variant, status=status,
+                          examples=record["count"], seconds=seconds,
+                          counterexample=failure if status != "passed" else None, message=message,
+                          replay=_replay_command(prop, variant, seed, max_examples) if status != "passed" else "")
+
+
+def _data_test(prop: KvProperty, variant: str, config: settings, record: dict[str, Any]) -> Callable[[], None]:
+    assert prop.fn is not None and prop.strategy is not None
+
+    def check(case: Any) -> None:
+        record["count"] += 1
+        try:
+            prop.fn(case, variant)
+        except PropertyViolation as exc:
+            record["failure"] = {"case": to_jsonable(case), "message": str(exc)}
+            raise
+        except Exception as exc:
+            record["failure"] = {"case": to_jsonable(case), "message": f"{type(exc).__name__}: {exc}"}
+            raise
+
+    test = given(prop.strategy)(check)
+    for case in reversed(prop.examples):
+        test = example(case)(test)
+    return config(test)
+
+
+def _stateful_test(prop: KvProperty, variant: str, config: settings, record: dict[str, Any],
+                   params: dict[str, Any] | None) -> Callable[[], None]:
+    spec = REGISTRY.model(prop.model)
+    assert spec.system is not None, f"model {spec.name} has no transition system"
+    system = spec.system(variant, resolve(spec.params, {**prop.params, **(params or {})}))
+    machine = machine_class(system, record)
+
+    def factory() -> Any:
+        record["count"] += 1
+        return machine()
+
+    return get_state_machine_test(factory, settings=config)

@@ -1,0 +1,187 @@
+"""The seeded discrete-event simulator.
+
+Virtual time only (no wall clock): the clock jumps to the next event, events
+are ordered by (time, sequence number) so ties run in scheduling order, and
+every random choice comes from the one `random.Random(seed)` owned by the
+simulator. An exception raised by an event handler stops the run loudly.
+
+Messages between simulated peers go through a `Channel`, which applies the
+`FaultPlan` (drop, delay, duplicate, reorder, garble) with the simulator's
+generator; peer crashes are scheduled events the model handles.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .errors import ConfigError
+
+FAULT_KINDS = ("drop", "delay", "duplicate", "reorder", "garble", "crash", "timeout")
+
+
+@dataclass(order=True)
+class _Event:
+    time: float
+    seq: int
+    fn: Callable[..., Any] = field(compare=False)
+    args: tuple[Any, ...] = field(compare=False, default=())
+    cancelled: bool = field(compare=False, default=False)
+
+
+class Simulator:
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.now = 0.0
+        self.events_run = 0
+        self._heap: list[_Event] = []
+        self._seq = 0
+        self._stopped = False
+
+    def schedule(self, delay: float, fn: Callable[..., Any], *args: Any) -> _Event:
+        if delay < 0:
+            raise ValueError(f"cannot schedule into the past (delay {delay})")
+        event = _Event(self.now + delay, self._seq, fn, args)
+        self._seq += 1
+        heapq.heappush(self._heap, event)
+        return event
+
+    @staticmethod
+    def cancel(event: _Event) -> None:
+        event.cancelled = True
+
+    def stop(self) -> None:
+        self._stopped = True
+
+    def pending(self) -> int:
+        return sum(1 for e in self._heap if not e.cancelled)
+
+    def run(self, until: float | None = None, max_events: int | None = None) -> None:
+        heap = self._heap
+        while heap and not self._stopped:
+            if until is not None and heap[0].time > until:
+                self.now = until
+                return
+            if max_events is not None and self.events_run >= max_events:
+                return
+            event = heapq.heappop(heap)
+            if event.cancelled:
+                continue
+            self.now = event.time
+            self.events_run += 1
+            event.fn(*event.args)
+
+
+@dataclass(frozen=True)
+class FaultPlan:
+    """Per-message fault probabilities plus scheduled peer crashes.
+
+    Spec syntax (`--faults`): comma-separated `kind=value`, e.g.
+    `drop=0.05,delay=0.1:2.0,duplicate=0.02,reorder=0.1,garble=0.01,crash=prefill0@30`.
+    `delay=P:MAX` delays a message with probability P by up to MAX seconds.
+    """
+
+    drop: float = 0.0
+    delay: float = 0.0
+    max_delay: float = 1.0
+    duplicate: float = 0.0
+    reorder: float = 0.0
+    garble: float = 0.0
+    crashes: tuple[tuple[str, float], ...] = ()
+
+    def __post_init__(self) -> None:
+        for name in ("drop", "delay", "duplicate", "reorder", "garble"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ConfigError(f"--faults {name}", "a probability in [0, 1]", value)
+        if self.max_delay <= 0:
+            raise ConfigError("--faults delay", "a positive maximum delay", self.max_delay)
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        used = [k for k in ("drop", "delay", "duplicate", "reorder", "garble") if getattr(self, k) > 0]
+        return tuple(used + (["crash"] if self.crashes else []))
+
+    def to_spec(self) -> str:
+        parts = []
+        for name in ("drop", "duplicate", "reorder", "garble"):
+            if getattr(self, name):
+                parts.append(f"{name}={getattr(self, name)!r}")
+        if self.delay:
+            parts.append(f"delay={self.delay!r}:{self.max_delay!r}")
+        parts += [f"crash={peer}@{at!r}" for peer, at in self.crashes]
+        return ",".join(parts)
+
+    @classmethod
+    def parse(cls, spec: str | None) -> "FaultPlan":
+        if not spec:
+            return cls()
+        values: dict[str, Any] = {}
+        crashes: list[tuple[str, float]] = []
+        for part in spec.split(","):
+            kind, sep, raw = part.strip().partition("=")
+            if not sep or kind not in FAULT_KINDS or kind == "timeout":
+                raise ConfigError("--faults", f"kind=value with kind one of {', '.join(FAULT_KINDS[:-1])}", part)
+            try:
+                if kind == "crash":
+                    peer, at_sep, at = raw.partition("@")
+                    if not at_sep or not peer:
+                        raise ValueError
+                    crashes.append((peer, float(at)))
+                elif kind == "delay":
+                    prob, _, max_delay = raw.partition(":")
+                    values["delay"] = float(prob)
+                    if max_delay:
+                        values["max_delay"] = float(max_delay)
+                else:
+                    values[kind] = float(raw)
+            except ValueError:
+                expected = {"crash": "PEER@TIME", "delay": "PROBABILITY[:MAX_SECONDS]"}.get(kind, "a probability")
+                raise ConfigError(f"--faults {kind}", expected, raw) from None
+        return cls(crashes=tuple(crashes), **values)
+
+
+class Channel:
+    """A one-way message channel with faults; delivers by calling `deliver(message)`.
+
+    `garble(message, rng)` turns a message into its corrupted form; without it
+    garbling is not possible on this channel.
+    """
+
+    def __init__(self, sim: Simulator, plan: FaultPlan, deliver: Callable[[Any], None], *, latency: float = 0.001,
+                 garble: Callable[[Any, random.Random], Any] | None = None,
+                 on_fault: Callable[[str, Any], None] | None = None) -> None:
+        self.sim, self.plan, self.deliver, self.latency = sim, plan, deliver, latency
+        self.garble_fn = garble
+        self.on_fault = on_fault or (lambda kind, message: None)
+        self.sent = self.delivered = 0
+
+    def send(self, message: Any) -> None:
+        plan, rng = self.plan, self.sim.rng
+        self.sent += 1
+        if plan.drop and rng.random() < plan.drop:
+            self.on_fault("drop", message)
+            return
+        if plan.garble and self.garble_fn is not None and rng.random() < plan.garble:
+            message = self.garble_fn(message, rng)
+            self.on_fault("garble", message)
+        copies = 2 if plan.duplicate and rng.random() < plan.duplicate else 1
+        if copies == 2:
+            self.on_fault("duplicate", message)
+        for _ in range(copies):
+            delay = self.latency
+            if plan.delay and rng.random() < plan.delay:
+                delay += rng.uniform(0.0, plan.max_delay)
+                self.on_fault("delay", message)
+            if plan.reorder and rng.random() < plan.reorder:
+                # hold this message back past the next few latencies so later sends overtake it
+                delay += self.latency * rng.randint(2, 5)
+                self.on_fault("reorder", message)
+            self.sim.schedule(delay, self._arrive, message)
+
+    def _arrive(self, message: Any) -> None:
+        self.delivered += 1
+        self.deliver(message)

@@ -1,0 +1,58 @@
+"""The transition-system contract every control-plane model implements.
+
+A state is hashable and immutable; `enabled` lists actions in a deterministic
+order (faults are actions too); `step` is a pure function. Invariants are
+named checks that return None when they hold and a message when they do not:
+the explorer calls them on every reached state, so they stay exception-free
+in the common case.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Generic, Hashable, Iterable, Protocol, Sequence, TypeVar
+
+S = TypeVar("S", bound=Hashable)
+A = TypeVar("A", bound=Hashable)
+
+
+@dataclass(frozen=True)
+class Invariant(Generic[S]):
+    name: str
+    check: Callable[[S], str | None]
+    doc: str = ""
+
+
+class TransitionSystem(Protocol[S, A]):
+    name: str
+    variant: str
+    invariants: Sequence[Invariant[S]]
+
+    def initial_states(self) -> Iterable[S]: ...
+
+    def enabled(self, state: S) -> Sequence[A]: ...
+
+    def step(self, state: S, action: A) -> S: ...
+
+    def done(self, state: S) -> bool: ...
+
+
+def first_violation(system: TransitionSystem[Any, Any], state: Any) -> tuple[str, str] | None:
+    """(invariant name, message) of the first invariant that fails on `state`."""
+    for inv in system.invariants:
+        message = inv.check(state)
+        if message is not None:
+            return inv.name, message
+    return None
+
+
+def run_actions(system: TransitionSystem[Any, Any], actions: Sequence[Any], initial: Any = None) -> list[Any]:
+    """Apply `actions` from the first initial state; each must be enabled. Returns the visited states."""
+    state = next(iter(system.initial_states())) if initial is None else initial
+    states = [state]
+    for i, action in enumerate(actions):
+        if action not in system.enabled(state):
+            raise ValueError(f"action {i} {action!r} is not enabled in state {state!r}")
+        state = system.step(state, action)
+        states.append(state)
+    return states
