@@ -14,5 +14,3 @@ settings.register_profile("dev", deadline=None, max_examples=1000,
                           suppress_health_check=[HealthCheck.too_slow], print_blob=True)
 settings.load_profile(os.environ.get("KVSIM_PROFILE", "ci"))
 
-# Runs of kvsim.runner.run_property take their example count from this, so the dev profile scales them too.
-EXAMPLES_SCALE = 1 if os.environ.get("KVSIM_PROFILE", "ci") == "ci" else 10
