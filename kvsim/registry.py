@@ -56,12 +56,17 @@ class BugReport:
     summary: str
     status: str = "reproducible"
     max_examples: int = 2000
+    # "hypothesis": run the property through the runner; "explore": exhaustive search of the
+    # model's transition system (with `params`), where `property` names an invariant or the liveness goal
+    driver: str = "hypothesis"
     params: Mapping[str, Any] = field(default_factory=dict)
     note: str = ""
 
     def __post_init__(self) -> None:
         if self.status not in VALID_STATUSES:
             raise ConfigError(f"bug {self.id}.status", f"one of {VALID_STATUSES}", self.status)
+        if self.driver not in ("hypothesis", "explore"):
+            raise ConfigError(f"bug {self.id}.driver", "hypothesis or explore", self.driver)
 
 
 class Registry:
@@ -89,7 +94,7 @@ class Registry:
         if bug.model not in self.models:
             raise ConfigError(f"bug {bug.id}.model", "a registered model", bug.model)
         self.models[bug.model].check_variant(bug.variant)
-        if (bug.model, bug.property) not in self.properties:
+        if bug.driver == "hypothesis" and (bug.model, bug.property) not in self.properties:
             raise ConfigError(f"bug {bug.id}.property", f"a property of model {bug.model}", bug.property)
         self.bugs[bug.id] = bug
         return bug
