@@ -58,7 +58,7 @@ class ExploreResult:
                 "states_per_second": round(self.states_per_second, 1), "bound_hit": self.bound_hit,
                 "hang_states": self.hang_states, "violations": [v.to_json() for v in self.violations]}
 
-    def graph(self) -> nx.DiGraph:
+    def graph(self) -> nx.MultiDiGraph:
         """The explored state graph: nodes carry the state, depth and flags; edges the action."""
         assert self._store is not None
         return self._store.to_graph()
@@ -96,8 +96,8 @@ class _Store:
             sid = self.parent[sid]
         return [to_jsonable(a) for a in reversed(actions)]
 
-    def to_graph(self) -> nx.DiGraph:
-        g = nx.DiGraph()
+    def to_graph(self) -> nx.MultiDiGraph:
+        g = nx.MultiDiGraph()  # two actions may lead to the same successor
         for sid, state in enumerate(self.states):
             g.add_node(sid, state=canonical_json(state), depth=self.depth[sid], done=self.done[sid],
                        violation=self.bad[sid], expanded=self.succ[sid] is not None)

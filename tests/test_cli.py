@@ -1,0 +1,86 @@
+"""The real command in a subprocess: exit codes, JSON keys, errors without tracebacks."""
+
+import pytest
+
+from clihelp import kvsim, kvsim_json
+
+
+def test_list_json_keys():
+    doc = kvsim_json("list")
+    assert {"models", "bugs"} <= set(doc)
+    swa = next(m for m in doc["models"] if m["name"] == "swa-budget")
+    assert swa["variants"] == ["fixed", "pre_af7c62e"] and "resumed_requests_fit_physical_pages" in swa["properties"]
+    bug = next(b for b in doc["bugs"] if b["id"] == "sglang-af7c62e-swa-resume-budget")
+    assert set(bug) >= {"id", "model", "variant", "property", "source", "summary", "status"}
+    assert bug["status"] == "reproducible"
+
+
+def test_check_exit_codes_and_keys():
+    ok = kvsim_json("check", "swa-budget", "--max-examples", "30")
+    assert ok["model"] == "swa-budget" and ok["variant"] == "fixed"
+    assert all(set(r) >= {"property", "status", "examples", "seconds", "counterexample"} for r in ok["results"])
+    assert {r["status"] for r in ok["results"]} == {"passed"}
+    bad = kvsim_json("check", "swa-budget", "--variant", "pre_af7c62e", "--property",
+                     "resumed_requests_fit_physical_pages", "--max-examples", "30", expect=1)
+    (result,) = bad["results"]
+    assert result["status"] == "failed" and result["counterexample"]["case"]["page_size"] == 128
+
+
+def test_repro_single_bug_table():
+    proc = kvsim("repro", "sglang-af7c62e-swa-resume-budget")
+    assert proc.returncode == 0, proc.stderr
+    assert "sglang-af7c62e-swa-resume-budget" in proc.stdout and "1 of 1 bug reports hold" in proc.stdout
+
+
+def test_explore_and_graph(tmp_path):
+    graph = tmp_path / "g.graphml"
+    doc = kvsim_json("explore", "swa-budget", "--graph", str(graph))
+    assert {"model", "variant", "states", "transitions", "depth", "seconds", "states_per_second", "bound_hit",
+            "violations"} <= set(doc)
+    assert doc["violations"] == [] and doc["states"] > 100 and graph.stat().st_size > 0
+    bad = kvsim_json("explore", "swa-budget", "--variant", "pre_af7c62e", expect=1)
+    assert bad["violations"][0]["property"] == "no_failed_allocation"
+    assert bad["violations"][0]["kind"] == "invariant" and bad["violations"][0]["trace"][-1] == ["resume"]
+    bounded = kvsim_json("explore", "swa-budget", "--max-depth", "3")
+    assert bounded["bound_hit"] == "depth"
+
+
+def test_simulate_and_replay_round_trip(tmp_path):
+    trace = tmp_path / "t.jsonl"
+    doc = kvsim_json("simulate", "swa-budget", "--seed", "2", "--param", "requests=40", "--trace", str(trace))
+    assert {"model", "variant", "seed", "events", "sim_time", "digest", "summary"} <= set(doc)
+    assert doc["summary"]["finished"] == 40 and doc["summary"]["leaked_pages"] == {"full": 0, "swa": 0}
+    rep = kvsim_json("replay", str(trace))
+    assert rep == {"trace": str(trace), "steps": rep["steps"], "digest": doc["digest"], "matches": True}
+
+
+def test_simulate_pre_fix_crashes_and_exits_1():
+    doc = kvsim_json("simulate", "swa-budget", "--variant", "pre_af7c62e", "--seed", "0", expect=1)
+    assert doc["summary"]["crashed"] and "KV cache is full" in doc["summary"]["crash"]
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["check", "nope"], "MODEL: expected one of swa-budget"),
+    (["check", "swa-budget", "--variant", "v9"], "--variant: expected one of fixed, pre_af7c62e"),
+    (["check", "swa-budget", "--property", "p9"], "--property: expected one of resumed_requests_fit_physical_pages"),
+    (["repro", "no-such-bug"], "BUG_ID: expected one of sglang-af7c62e-swa-resume-budget"),
+    (["check", "swa-budget", "--max-examples", "0"], "--max-examples: expected an integer >= 1"),
+    (["check", "swa-budget", "--seed", "x"], "--seed: expected an integer"),
+    (["explore", "swa-budget", "--param", "page_size=0"], "--param page_size: expected an integer (>= 1), got 0"),
+    (["explore", "swa-budget", "--param", "bogus=1"], "--param: expected one of page_size"),
+    (["explore", "swa-budget", "--param", "prompts=99,1,1"], "prompts[0] + outputs[0]: expected a request that fits"),
+    (["simulate", "swa-budget", "--faults", "drop=0.5"], "--faults: expected fault kinds model swa-budget supports"),
+    (["simulate", "swa-budget", "--faults", "drop=x"], "--faults drop: expected a probability"),
+    (["explore", "swa-budget", "--graph", "/nonexistent/dir/g.graphml"], "--graph: expected a writable file path"),
+    (["repro"], "one of the arguments bug_id --all is required"),
+    (["frobnicate"], "invalid choice"),
+])
+def test_bad_input_exits_2_with_message_and_no_traceback(args, needle):
+    proc = kvsim(*args)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert needle in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_json_errors_still_exit_2_without_stdout_garbage():
+    proc = kvsim("check", "nope", "--json")
+    assert proc.returncode == 2 and proc.stdout == "" and "MODEL" in proc.stderr

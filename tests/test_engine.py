@@ -1,0 +1,133 @@
+"""The runner, the Hypothesis adapter, the simulator and canonical digests, on toys."""
+
+import pytest
+from hypothesis import strategies as st
+
+from kvsim.canon import canonical_json, digest
+from kvsim.errors import ConfigError, PropertyViolation
+from kvsim.params import ParamSpec, resolve
+from kvsim.property import kv_property
+from kvsim.registry import REGISTRY, ModelSpec
+from kvsim.runner import run_property
+from kvsim.sim import Channel, FaultPlan, Simulator
+from kvsim.stateful import machine_class
+from hypothesis import settings
+from hypothesis.stateful import run_state_machine_as_test
+from toys import Counter
+
+TOY = REGISTRY.add_model(ModelSpec(name="toy-engine", summary="test toy", source="tests", variants=("fixed", "bad")))
+
+
+@kv_property(model="toy-engine", strategy=st.lists(st.integers(0, 100)), examples=[[100, 100]])
+def toy_sum_bounded(case, variant):
+    """The sum stays at most 150 on the bad variant."""
+    if variant == "bad" and sum(case) > 150:
+        raise PropertyViolation(f"sum: expected <= 150, got {sum(case)}")
+
+
+def test_runner_passes_fixed_and_shrinks_failure_on_bad():
+    ok = run_property(toy_sum_bounded, "fixed", max_examples=50, seed=1)
+    assert ok.status == "passed" and ok.examples >= 50 and ok.counterexample is None
+    bad = run_property(toy_sum_bounded, "bad", max_examples=200, seed=1, use_examples=False)
+    assert bad.status == "failed"
+    case = bad.counterexample["case"]
+    assert sum(case) == 151 and len(case) == 2  # shrunk to the boundary
+    assert "expected <= 150, got 151" in bad.message
+    assert bad.replay.startswith("kvsim check toy-engine --variant bad --property toy_sum_bounded")
+
+
+def test_runner_pinned_example_runs_first():
+    bad = run_property(toy_sum_bounded, "bad", max_examples=50, seed=1)
+    assert bad.counterexample["case"] == [100, 100] and bad.examples == 1
+
+
+def test_runner_same_seed_same_counterexample():
+    a = run_property(toy_sum_bounded, "bad", max_examples=200, seed=7, use_examples=False)
+    b = run_property(toy_sum_bounded, "bad", max_examples=200, seed=7, use_examples=False)
+    assert (a.counterexample, a.examples) == (b.counterexample, b.examples)
+
+
+def test_runner_rejects_unknown_variant():
+    with pytest.raises(ConfigError, match="--variant: expected one of fixed, bad"):
+        run_property(toy_sum_bounded, "nope")
+
+
+def test_stateful_adapter_shrinks_to_minimal_action_sequence():
+    record = {}
+    machine = machine_class(Counter(limit=10, bad=3), record)
+    with pytest.raises(PropertyViolation, match="not_bad"):
+        run_state_machine_as_test(machine, settings=settings(max_examples=200, derandomize=True, database=None,
+                                                             deadline=None, stateful_step_count=20))
+    # the minimal way to 3 is inc, inc, inc (inc is always the first enabled action)
+    assert record["failure"]["actions"] == [["inc"], ["inc"], ["inc"]]
+    assert record["failure"]["invariant"] == "not_bad"
+
+
+def test_simulator_orders_ties_by_sequence_and_is_seeded():
+    sim = Simulator(seed=5)
+    seen = []
+    for name in "abc":
+        sim.schedule(1.0, seen.append, name)
+    sim.schedule(0.5, seen.append, "first")
+    sim.run()
+    assert seen == ["first", "a", "b", "c"] and sim.now == 1.0
+    assert Simulator(5).rng.random() == Simulator(5).rng.random() != Simulator(6).rng.random()
+
+
+def test_simulator_cancel_and_until():
+    sim = Simulator(0)
+    seen = []
+    ev = sim.schedule(1.0, seen.append, 1)
+    sim.schedule(2.0, seen.append, 2)
+    sim.schedule(5.0, seen.append, 5)
+    Simulator.cancel(ev)
+    sim.run(until=3.0)
+    assert seen == [2] and sim.now == 3.0
+
+
+def _channel_run(plan: FaultPlan, seed: int = 1, n: int = 200):
+    sim = Simulator(seed)
+    got, faults = [], []
+    ch = Channel(sim, plan, got.append, garble=lambda m, rng: -m, on_fault=lambda k, m: faults.append(k))
+    for i in range(n):
+        sim.schedule(i * 0.001, ch.send, i)
+    sim.run()
+    return got, faults
+
+
+def test_channel_faults_apply():
+    assert _channel_run(FaultPlan())[0] == list(range(200))
+    assert _channel_run(FaultPlan(drop=1.0))[0] == []
+    assert len(_channel_run(FaultPlan(duplicate=1.0))[0]) == 400
+    assert sorted(_channel_run(FaultPlan(garble=1.0))[0]) == sorted(-i for i in range(200))
+    reordered, faults = _channel_run(FaultPlan(reorder=0.3))
+    assert sorted(reordered) == list(range(200)) and reordered != list(range(200)) and "reorder" in faults
+    assert _channel_run(FaultPlan(drop=0.2, delay=0.5)) == _channel_run(FaultPlan(drop=0.2, delay=0.5))
+
+
+def test_fault_spec_parsing_round_trips_and_rejects_garbage():
+    plan = FaultPlan.parse("drop=0.1,delay=0.2:3.0,duplicate=0.05,crash=prefill0@30")
+    assert plan == FaultPlan(drop=0.1, delay=0.2, max_delay=3.0, duplicate=0.05, crashes=(("prefill0", 30.0),))
+    assert FaultPlan.parse(plan.to_spec()) == plan
+    for bad, field in [("drop=2", "--faults drop"), ("explode=1", "--faults"), ("crash=x", "--faults crash"),
+                       ("drop", "--faults")]:
+        with pytest.raises(ConfigError, match=field):
+            FaultPlan.parse(bad)
+
+
+def test_params_resolve_and_errors_name_the_field():
+    specs = (ParamSpec("n", "int", 3, "count", minimum=1), ParamSpec("xs", "ints", (1, 2), "list", minimum=0))
+    assert resolve(specs, ["n=5", "xs=4,5,6"]) == {"n": 5, "xs": (4, 5, 6)}
+    assert resolve(specs, {"xs": [7]}) == {"n": 3, "xs": (7,)}
+    with pytest.raises(ConfigError, match=r"--param n: expected an integer \(>= 1\), got 0"):
+        resolve(specs, ["n=0"])
+    with pytest.raises(ConfigError, match="--param: expected one of n, xs, got 'm'"):
+        resolve(specs, ["m=1"])
+    with pytest.raises(ConfigError, match="--param xs"):
+        resolve(specs, ["xs=a,b"])
+
+
+def test_canonical_json_is_order_free():
+    assert canonical_json({"b": 1, "a": frozenset({"y", "x"})}) == '{"a":["x","y"],"b":1}'
+    assert digest({"a": 1, "b": 2}) == digest({"b": 2, "a": 1})
+    assert canonical_json(float("nan")) == '"nan"'

@@ -1,0 +1,60 @@
+import networkx as nx
+
+from kvsim.explore import explore
+from kvsim.system import run_actions
+from toys import Counter
+
+
+def test_finds_planted_violation_with_shortest_path():
+    result = explore(Counter(limit=10, bad=6))
+    assert [v.property for v in result.violations] == ["not_bad"]
+    v = result.violations[0]
+    assert v.kind == "invariant" and v.state == 6
+    # 0 -inc-> 1 -inc-> 2 -inc-> 3 -double-> 6 is the shortest way (4 steps); the path really leads there
+    assert len(v.trace) == 4
+    assert run_actions(Counter(limit=10, bad=None), [tuple(a) for a in v.trace])[-1] == 6
+
+
+def test_clean_system_reports_counts_and_no_violation():
+    result = explore(Counter(limit=10, bad=None))
+    assert result.violations == [] and result.bound_hit is None
+    assert result.states == 11  # 0..10
+    assert result.depth == 5  # 10 = ((1*2)+1)*2... shortest is inc,inc,double,inc,double (5 steps)
+    assert result.transitions == sum(len(Counter(10, None).enabled(s)) for s in range(11))
+
+
+def test_livelock_is_reported_as_hang_with_path():
+    result = explore(Counter(limit=10, bad=None, trap=True))
+    hang = [v for v in result.violations if v.kind == "hang"]
+    assert len(hang) == 1 and hang[0].property == "reaches_limit"
+    assert hang[0].state == -1 and hang[0].trace == [["inc"], ["inc"], ["trap"]]
+    assert "livelock" in hang[0].message and result.hang_states == 1
+
+
+def test_deadlock_is_reported_as_hang():
+    result = explore(Counter(limit=10, bad=None, deadlock=True))
+    (hang,) = result.violations
+    assert hang.state == -2 and "deadlock" in hang.message
+
+
+def test_bounds_are_reported_and_never_make_false_hangs():
+    by_depth = explore(Counter(limit=10, bad=None), max_depth=2)
+    assert by_depth.bound_hit == "depth" and by_depth.violations == []
+    by_states = explore(Counter(limit=10, bad=None), max_states=4)
+    assert by_states.bound_hit == "states" and by_states.states == 4 and by_states.violations == []
+
+
+def test_graph_has_every_state_and_transition(tmp_path):
+    result = explore(Counter(limit=6, bad=None))
+    g = result.graph()
+    assert g.number_of_nodes() == result.states and g.number_of_edges() == result.transitions
+    path = tmp_path / "g.graphml"
+    nx.write_graphml(g, path)
+    assert nx.read_graphml(path).number_of_nodes() == result.states
+
+
+def test_json_record_has_stable_keys():
+    doc = explore(Counter()).to_json()
+    assert {"model", "variant", "states", "transitions", "depth", "seconds", "states_per_second", "bound_hit",
+            "violations"} <= set(doc)
+    assert set(doc["violations"][0]) >= {"property", "kind", "trace"}

@@ -1,0 +1,83 @@
+import json
+
+import pytest
+
+from kvsim import catalog
+from kvsim.errors import TraceError
+from kvsim.simulate import replay_trace, simulate_model
+from kvsim.trace import read_trace
+from clihelp import kvsim, kvsim_json
+
+SMALL = ["requests=30"]
+
+
+def _record(tmp_path, seed=1, variant="fixed"):
+    spec = catalog.load().model("swa-budget")
+    result = simulate_model(spec, variant, seed, SMALL)
+    path = tmp_path / "run.jsonl"
+    result.recorder.write(str(path))
+    return spec, result, path
+
+
+def test_same_seed_same_digest_and_different_seed_differs(tmp_path):
+    spec = catalog.load().model("swa-budget")
+    a = simulate_model(spec, "fixed", 1, SMALL)
+    b = simulate_model(spec, "fixed", 1, SMALL)
+    c = simulate_model(spec, "fixed", 2, SMALL)
+    assert a.digest == b.digest != c.digest
+    assert a.recorder.lines() == b.recorder.lines()
+
+
+def test_digest_is_the_same_in_subprocesses_under_any_hash_seed():
+    digests = {kvsim_json("simulate", "swa-budget", "--seed", "4", "--param", "requests=30",
+                          env={"PYTHONHASHSEED": h})["digest"] for h in ("0", "1", "12345")}
+    spec = catalog.load().model("swa-budget")
+    assert digests == {simulate_model(spec, "fixed", 4, SMALL).digest}
+
+
+def test_replay_of_recorded_trace_matches(tmp_path):
+    spec, result, path = _record(tmp_path)
+    replay = replay_trace(read_trace(str(path)), spec)
+    assert replay.matches and replay.steps == len(result.recorder.steps) and replay.digest == result.digest
+
+
+def test_replay_of_edited_trace_fails_at_the_edited_line(tmp_path):
+    spec, result, path = _record(tmp_path)
+    lines = path.read_text().splitlines()
+    edited = 7  # 1-based file line of a step
+    row = json.loads(lines[edited - 1])
+    row["t"] += 1.0
+    lines[edited - 1] = json.dumps(row)
+    path.write_text("\n".join(lines) + "\n")
+    replay = replay_trace(read_trace(str(path)), spec)
+    assert not replay.matches and replay.line == edited
+    proc = kvsim("replay", str(path))
+    assert proc.returncode == 1 and f":{edited}: diverged" in proc.stdout
+
+
+@pytest.mark.parametrize("damage, line, reason", [
+    (lambda ls: ls[:-1], None, "truncated"),
+    (lambda ls: ls[:3] + ["{not json"] + ls[4:], 4, "not valid JSON"),
+    (lambda ls: ['{"hello": "world"}'] + ls[1:], 1, "not a kvsim trace"),
+    (lambda ls: [], 1, "empty file"),
+    (lambda ls: ls[:2] + ls[3:], 3, "step number: expected 1, got 2"),
+])
+def test_damaged_traces_raise_trace_error_naming_the_line(tmp_path, damage, line, reason):
+    _, result, path = _record(tmp_path)
+    lines = damage(path.read_text().splitlines())
+    path.write_text("\n".join(lines) + ("\n" if lines else ""))
+    with pytest.raises(TraceError, match=reason) as info:
+        read_trace(str(path))
+    expected_line = line if line is not None else len(lines) + 1
+    assert info.value.line == expected_line
+    proc = kvsim("replay", str(path))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and f":{expected_line}:" in proc.stderr
+
+
+def test_binary_and_missing_files(tmp_path):
+    path = tmp_path / "bin.jsonl"
+    path.write_bytes(b'{"a": 1}\n\xff\xfe')
+    with pytest.raises(TraceError, match="not ASCII"):
+        read_trace(str(path))
+    proc = kvsim("replay", str(tmp_path / "missing.jsonl"))
+    assert proc.returncode == 2 and "cannot read the file" in proc.stderr and "Traceback" not in proc.stderr
