@@ -103,7 +103,8 @@ def resumed_requests_fit_physical_pages(case: ResumeCase, variant: str) -> None:
         c = failed[0]
         raise PropertyViolation(
             f"pages for resumed request {c.rid}: expected <= {c.full_free_after} full and <= {c.swa_free_after} "
-            f"SWA pages free, needed {c.full_pages} and {c.swa_pages} ({result.error})")
+            f"SWA (the free pages), got {c.full_pages} and {c.swa_pages}: admission said yes, _pre_alloc "
+            f"finds the KV cache full")
     pages = [physical_pages(case.fills[rid], case.page_size, case.sliding_window) for rid in result.resumed]
     full, swa = sum(p[0] for p in pages), sum(p[1] for p in pages)
     if full > case.full_free_pages or swa > case.swa_free_pages:
