@@ -72,6 +72,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--faults", default="", metavar="SPEC", help="e.g. drop=0.05,delay=0.1:2.0,crash=peer@30")
     s.add_argument("--trace", metavar="FILE", help="write the JSONL trace here")
     s.add_argument("--param", action="append", default=[], metavar="NAME=VALUE")
+    s.add_argument("--self-check", action="store_true", help="run the seed twice and compare the digests")
 
     rp = sub.add_parser("replay", parents=[common], help="re-run a trace and verify it matches")
     rp.add_argument("trace")
@@ -244,17 +245,25 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise ConfigError("--trace", "a writable file path", args.trace, exc.strerror or "") from None
     doc = result.to_json()
+    deterministic = True
+    if args.self_check:
+        again = simulate_model(spec, args.variant, args.seed, args.param, args.faults or None)
+        deterministic = again.digest == result.digest
+        doc["self_check"] = {"digest": again.digest, "matches": deterministic}
 
     def text() -> str:
         lines = [f"{spec.name} [{args.variant}] seed {args.seed}: {result.events} events, simulated "
                  f"{result.sim_time:.3f} s in {result.seconds:.3f} s", f"digest {result.digest}"]
+        if args.self_check:
+            lines.append(f"self-check: second run digest {doc['self_check']['digest']} "
+                         f"{'matches' if deterministic else 'DIFFERS'}")
         lines += [f"  {k}: {_short(v)}" for k, v in result.summary.items()]
         if args.trace:
             lines.append(f"trace written to {args.trace}")
         return "\n".join(lines)
 
     _emit(args, doc, text)
-    return 1 if result.summary.get("violations") else 0
+    return 1 if result.summary.get("violations") or not deterministic else 0
 
 
 def cmd_replay(args: argparse.Namespace) -> int:

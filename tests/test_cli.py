@@ -84,3 +84,24 @@ def test_bad_input_exits_2_with_message_and_no_traceback(args, needle):
 def test_json_errors_still_exit_2_without_stdout_garbage():
     proc = kvsim("check", "nope", "--json")
     assert proc.returncode == 2 and proc.stdout == "" and "MODEL" in proc.stderr
+
+
+def test_simulate_self_check_runs_the_seed_twice():
+    doc = kvsim_json("simulate", "swa-budget", "--seed", "3", "--param", "requests=20", "--self-check")
+    assert doc["self_check"] == {"digest": doc["digest"], "matches": True}
+
+
+def test_progress_is_written_only_to_a_terminal():
+    import io
+
+    from kvsim.progress import Progress
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+    tty, pipe = Tty(), io.StringIO()
+    for stream in (tty, pipe):
+        p = Progress(2, "check", stream=stream)
+        p.step("first")
+        p.close()
+    assert "check [1/2] first" in tty.getvalue() and pipe.getvalue() == ""
