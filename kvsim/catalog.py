@@ -29,5 +29,5 @@ def listing() -> dict[str, Any]:
                "explore": m.system is not None, "simulate": m.simulate is not None}
               for m in reg.models.values()]
     bugs = [{"id": b.id, "model": b.model, "variant": b.variant, "property": b.property, "source": b.source,
-             "summary": b.summary, "status": b.status} for b in reg.bugs.values()]
+             "summary": b.summary, "status": b.status, "note": b.note} for b in reg.bugs.values()]
     return {"models": models, "bugs": bugs}

@@ -8,6 +8,7 @@ import importlib
 
 _MODULES = (
     "swa_budget",
+    "pd_protocol",
 )
 
 for _name in _MODULES:
