@@ -9,6 +9,7 @@ import importlib
 _MODULES = (
     "swa_budget",
     "pd_protocol",
+    "kv_zeroing",
 )
 
 for _name in _MODULES:

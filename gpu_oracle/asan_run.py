@@ -1,0 +1,71 @@
+"""Child entry point for AddressSanitizer runs (started by `gpu_oracle.asan` with libasan preloaded).
+
+    python -m gpu_oracle.asan_run case FILE|-                       one zeroing case from JSON
+    python -m gpu_oracle.asan_run check NAME --max-examples N [--seed S]   a whole oracle check
+
+Prints one JSON line on success. An out-of-bounds store never gets that far:
+ASan prints its report and exits with `gpu_oracle.asan.ASAN_EXIT_CODE`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+from typing import Any
+
+import numpy as np
+
+
+def run_case(document: dict[str, Any]) -> dict[str, Any]:
+    from models.kv_zeroing import Segment, SegmentTable
+    from models.kv_zeroing_geometry import Arena
+
+    from .zeroing import zero_kv_blocks
+
+    arena = Arena(tuple(document["arena"]["bases"]), tuple(document["arena"]["sizes"]), document["arena"]["size"])
+    raw = document["table"]
+    table = SegmentTable(tuple(Segment(s["addr"], s["block_stride"], s["page"], tuple(s.get("layers", ())))
+                               for s in raw["segments"]), raw["num_blocks"], raw["variant"])
+    memory = np.full(arena.size, document["fill"], dtype=np.uint8)
+    # The arena only carries the bytes in and out; the kernel runs on one malloc per allocation.
+    out = zero_kv_blocks("cpu-shim-asan", memory, table, document["block_ids"],
+                         chunk_width=document.get("chunk_width"), arena=arena)
+    return {"sha256": hashlib.sha256(out.tobytes()).hexdigest(), "zero_bytes": int((out == 0).sum())}
+
+
+def run_check(name: str, max_examples: int, seed: int | None) -> dict[str, Any]:
+    from .checks import CHECKS
+
+    outcome = CHECKS[name].fn("cpu-shim-asan", max_examples, seed)
+    return {"examples": outcome.examples, "status": outcome.status, "message": outcome.message}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gpu_oracle.asan_run")
+    sub = parser.add_subparsers(dest="command", required=True)
+    case = sub.add_parser("case")
+    case.add_argument("file", help="JSON case document, or - for stdin")
+    check = sub.add_parser("check")
+    check.add_argument("name")
+    check.add_argument("--max-examples", type=int, default=50)
+    check.add_argument("--seed", type=int, default=None)
+    args = parser.parse_args(argv)
+
+    from .zeroing import asan_loaded
+
+    if not asan_loaded():
+        print("gpu_oracle.asan_run: libasan is not preloaded; start it through gpu_oracle.asan", file=sys.stderr)
+        return 2
+    if args.command == "case":
+        text = sys.stdin.read() if args.file == "-" else open(args.file).read()
+        result = run_case(json.loads(text))
+    else:
+        result = run_check(args.name, args.max_examples, args.seed)
+    print(json.dumps(result, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""Properties of the kv-zeroing model on both variants, the pinned cases, and the bug report."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kvsim.catalog import load
+from kvsim.errors import PropertyViolation
+from kvsim.runner import run_property
+from properties.kv_zeroing import (DEEPSEEK_V4, LAST_BLOCK_PAGE, NON_UNIFORM_PAGES, OVERLAID_GROUPS, PINNED,
+                                   logical_block_zeroes_its_kernel_blocks, overlaid_groups_get_the_widest_page,
+                                   segments_stay_inside_allocations, zeroing_preserves_other_bytes)
+
+MODEL = "kv-zeroing"
+BUG = "vllm-d6af803-packed-zeroing-stride"
+PROPERTIES = ("zeroed_blocks_are_cleared", "zeroing_preserves_other_bytes", "segments_stay_inside_allocations",
+              "segment_geometry_is_valid", "logical_block_zeroes_its_kernel_blocks",
+              "zeroing_is_idempotent_and_order_free", "dense_layouts_zero_the_same_bytes",
+              "overlaid_groups_get_the_widest_page")
+# Properties the pre-fix planner breaks, and those it keeps (they hold on both variants by design).
+BROKEN_BEFORE_FIX = ("zeroing_preserves_other_bytes", "segments_stay_inside_allocations",
+                     "segment_geometry_is_valid", "logical_block_zeroes_its_kernel_blocks")
+
+
+def test_model_properties_and_bug_are_registered() -> None:
+    registry = load()
+    spec = registry.model(MODEL)
+    assert spec.variants == ("fixed", "pre_d6af803")
+    assert tuple(p.name for p in registry.properties_of(MODEL)) == PROPERTIES
+    assert all(p.doc for p in registry.properties_of(MODEL))
+    bug = registry.bug(BUG)
+    assert (bug.model, bug.variant, bug.property) == (MODEL, "pre_d6af803", "zeroing_preserves_other_bytes")
+    assert "50276" in bug.source and "d6af803" in bug.source
+
+
+@pytest.mark.parametrize("name", PROPERTIES)
+def test_every_property_holds_on_the_fixed_variant(name: str) -> None:
+    result = run_property(load().property(MODEL, name), "fixed", max_examples=40, seed=0)
+    assert result.status == "passed", result.message
+    assert result.examples >= 40
+
+
+@pytest.mark.parametrize("name", BROKEN_BEFORE_FIX)
+def test_hypothesis_finds_the_pre_fix_violation_without_pinned_examples(name: str) -> None:
+    result = run_property(load().property(MODEL, name), "pre_d6af803", max_examples=300, seed=0,
+                          use_examples=False)
+    assert result.status == "failed", f"{name} held on pre_d6af803 over {result.examples} examples"
+    json.dumps(result.counterexample)  # plain JSON, ready for `kvsim repro --json`
+
+
+@pytest.mark.parametrize("name", sorted(set(PROPERTIES) - set(BROKEN_BEFORE_FIX)))
+def test_properties_the_fix_did_not_change_hold_before_it(name: str) -> None:
+    result = run_property(load().property(MODEL, name), "pre_d6af803", max_examples=30, seed=0)
+    assert result.status == "passed", result.message
+
+
+def test_bug_reproduces_minimally_and_the_fix_passes() -> None:
+    registry = load()
+    bug = registry.bug(BUG)
+    prop = registry.property(MODEL, bug.property)
+    before = run_property(prop, bug.variant, max_examples=bug.max_examples, seed=0, use_examples=False)
+    assert before.status == "failed"
+    assert before.seconds < 10  # about 0.2 s here; generous for a loaded CI machine
+    case = before.counterexample["case"]
+    assert len(case["geometry"]["views"]) == 1 and case["block_ids"] == [0]  # shrunk: one layer, one block
+    assert "bytes changed outside blocks [0]: expected 0, got 4" in before.message
+    after = run_property(prop, "fixed", max_examples=100, seed=0, use_examples=False)
+    assert after.status == "passed", after.message
+
+
+def test_pinned_last_block_page_numbers() -> None:
+    with pytest.raises(PropertyViolation, match=r"got 32, 12 of them outside every allocation"):
+        zeroing_preserves_other_bytes(LAST_BLOCK_PAGE, "pre_d6af803")  # 5 foreign words in bounds + 3 past
+    with pytest.raises(PropertyViolation, match=r"got 204 \(12 bytes out of bounds"):
+        segments_stay_inside_allocations(LAST_BLOCK_PAGE, "pre_d6af803")
+    zeroing_preserves_other_bytes(LAST_BLOCK_PAGE, "fixed")
+
+
+def test_pinned_deepseek_v4_numbers() -> None:
+    # Blocks 5 and 99: each old zeroing clears row + 112,320 - 4 x 37,376 = 112,576 foreign bytes.
+    with pytest.raises(PropertyViolation, match=r"got 225152, 112320 of them outside every allocation"):
+        zeroing_preserves_other_bytes(DEEPSEEK_V4, "pre_d6af803")
+    with pytest.raises(PropertyViolation, match=r"got 15088320 \(112320 bytes out of bounds; 3 of 4 segments"):
+        segments_stay_inside_allocations(DEEPSEEK_V4, "pre_d6af803")
+    with pytest.raises(PropertyViolation, match=r"expected 149504, got 262080"):
+        logical_block_zeroes_its_kernel_blocks(DEEPSEEK_V4, "pre_d6af803")
+    segments_stay_inside_allocations(DEEPSEEK_V4, "fixed")
+
+
+def test_pinned_non_uniform_pages_hold_on_both_variants() -> None:
+    for variant in ("fixed", "pre_d6af803"):  # dense buffers: page == stride, the fix changes nothing
+        zeroing_preserves_other_bytes(NON_UNIFORM_PAGES, variant)
+        logical_block_zeroes_its_kernel_blocks(NON_UNIFORM_PAGES, variant)
+
+
+def test_pinned_overlaid_groups() -> None:
+    overlaid_groups_get_the_widest_page(OVERLAID_GROUPS, "fixed")
+    zeroing_preserves_other_bytes(OVERLAID_GROUPS, "fixed")
+    # The old plan covers the widest page too (its page is the whole row) but, from g0's second layer at
+    # 32,768 B, also clears the first half of the next row: blocks 0 and 3 give 2 x 32,768 foreign bytes.
+    overlaid_groups_get_the_widest_page(OVERLAID_GROUPS, "pre_d6af803")
+    with pytest.raises(PropertyViolation, match=r"got 65536, 32768 of them outside every allocation"):
+        zeroing_preserves_other_bytes(OVERLAID_GROUPS, "pre_d6af803")
+
+
+def test_pinned_examples_are_attached() -> None:
+    prop = load().property(MODEL, "zeroing_preserves_other_bytes")
+    assert prop.examples == PINNED
+    result = run_property(prop, "pre_d6af803", max_examples=1, seed=0)  # the first pinned case fails at once
+    assert result.status == "failed" and result.examples == 1
+
+
+def test_strategies_reach_the_shapes_where_the_bug_lives() -> None:
+    from hypothesis import Phase, find, settings
+
+    from models.kv_zeroing import plan_segments as plan
+    from properties.kv_zeroing import zeroing_cases
+
+    def packed_with_offset_and_padding(case) -> bool:  # type: ignore[no-untyped-def]
+        return any(v.offset > 0 and v.block_stride_bytes > v.extent_bytes - (v.shape[0] - 1) * v.block_stride_bytes
+                   for v in case.geometry.views)
+
+    checks = {
+        "a packed layer at an offset, padding in its row": packed_with_offset_and_padding,
+        "virtual block splitting (ratio > 1)": lambda c: any(g.ratio > 1 for g in c.geometry.groups),
+        "several segments": lambda c: len(plan(c.geometry).segments) >= 3,
+        "the last of several blocks": lambda c: 1 < c.geometry.num_blocks == max(c.block_ids) + 1,
+        "several allocations": lambda c: len(c.geometry.allocations) >= 2,
+    }
+    for what, predicate in checks.items():
+        assert find(zeroing_cases(), predicate, settings=settings(max_examples=300, database=None,
+                                                                     phases=(Phase.generate,))), what

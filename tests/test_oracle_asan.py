@@ -1,0 +1,84 @@
+"""The CUDA C zeroing kernel under AddressSanitizer: the pre-fix segment table's out-of-bounds store is caught."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from gpu_oracle import asan, build, discovery
+from gpu_oracle.checks import CHECKS, run_check
+from models.kv_zeroing import plan_segments, zero_blocks
+from models.kv_zeroing_geometry import Arena, KVCacheGeometry
+from models.kv_zeroing_layouts import deepseek_v4_geometry, last_block_page_geometry
+
+pytestmark = pytest.mark.skipif(not discovery.available("cpu-shim-asan"),
+                                reason=f"cpu-shim-asan unavailable: {discovery.probe('cpu-shim-asan')[1]}")
+
+STORE_LINE = next(i for i, line in enumerate((build.KERNEL_DIR / "zero_kv_blocks.cu").read_text().splitlines(), 1)
+                  if "base[offset] = 0;" in line)
+
+
+def _run(geometry: KVCacheGeometry, variant: str, ids: tuple[int, ...]) -> tuple[asan.ChildResult, Arena]:
+    arena = Arena.for_geometry(geometry)
+    return asan.run_case(arena, plan_segments(geometry, variant, arena=arena), ids, fill=0xA5), arena
+
+
+def test_pre_fix_last_block_page_is_a_heap_buffer_overflow_in_the_kernel() -> None:
+    child, _ = _run(last_block_page_geometry(), "pre_d6af803", (3,))
+    assert child.returncode == asan.ASAN_EXIT_CODE and child.output is None
+    assert "ERROR: AddressSanitizer: heap-buffer-overflow" in child.stderr
+    assert f"zero_kv_blocks.cu:{STORE_LINE}" in child.stderr
+    report = child.report
+    assert report is not None
+    assert (report.kind, report.access, report.size) == ("heap-buffer-overflow", "WRITE", 4)
+    assert report.file.endswith("gpu_oracle/kernels/zero_kv_blocks.cu") and report.line == STORE_LINE
+    assert report.function == "zero_kv_blocks"
+    assert report.region == "0 bytes to the right of 192-byte region"  # the first word past the (4, 12) backing
+
+
+def test_pre_fix_deepseek_v4_last_block_overflows_the_allocation() -> None:
+    child, _ = _run(deepseek_v4_geometry(), "pre_d6af803", (99,))
+    assert child.report is not None and child.report.kind == "heap-buffer-overflow"
+    assert child.report.region == "0 bytes to the right of 14976000-byte region"
+    assert child.report.line == STORE_LINE
+
+
+@pytest.mark.parametrize("geometry, ids", [(last_block_page_geometry(), (3,)), (deepseek_v4_geometry(), (5, 99))],
+                         ids=["last-block-page", "deepseek-v4"])
+def test_fixed_table_runs_clean_and_matches_the_reference(geometry, ids) -> None:  # type: ignore[no-untyped-def]
+    child, arena = _run(geometry, "fixed", ids)
+    assert child.clean, child.explain()
+    expected = np.full(arena.size, 0xA5, dtype=np.uint8)
+    zero_blocks(expected, plan_segments(geometry, arena=arena), ids)
+    assert child.output == {"sha256": hashlib.sha256(expected.tobytes()).hexdigest(),
+                            "zero_bytes": int((expected == 0).sum())}
+
+
+def test_checks_run_inside_the_asan_child() -> None:
+    for name in ("zero_kv_blocks.differential", "zero_kv_blocks.sentinel", "zero_kv_blocks.asan_catches_pre_d6af803"):
+        outcome = run_check(CHECKS[name], "cpu-shim-asan", max_examples=30, seed=0)
+        assert outcome.status == "passed", outcome.message
+        assert outcome.examples >= 4
+    assert "heap-buffer-overflow: WRITE of size 4 in zero_kv_blocks at zero_kv_blocks.cu" in outcome.message
+
+
+def test_child_refuses_to_run_without_libasan() -> None:
+    proc = subprocess.run([sys.executable, "-m", "gpu_oracle.asan_run", "case", "-"], input="{}",
+                          capture_output=True, text=True, cwd=asan.REPO_ROOT, timeout=120)
+    assert proc.returncode == 2 and "libasan is not preloaded" in proc.stderr
+
+
+def test_report_parser() -> None:
+    stderr = ("noise\n==7==ERROR: AddressSanitizer: heap-buffer-overflow on address 0x6 at pc 0x1 bp 0x2 sp 0x3\n"
+              "WRITE of size 4 at 0x6 thread T0\n    #0 0x7f in zero_kv_blocks /k/zero_kv_blocks.cu:28\n"
+              "0x6 is located 0 bytes to the right of 192-byte region [0x5,0x6)\n"
+              "SUMMARY: AddressSanitizer: heap-buffer-overflow /k/zero_kv_blocks.cu:28 in zero_kv_blocks\n")
+    report = asan.parse_report(stderr)
+    assert report is not None
+    assert str(report) == ("heap-buffer-overflow: WRITE of size 4 in zero_kv_blocks at zero_kv_blocks.cu:28 "
+                           "(0 bytes to the right of 192-byte region)")
+    assert asan.parse_report("all fine\n") is None
