@@ -27,7 +27,8 @@ class KvProperty:
     doc: str
     kind: str  # "data" or "stateful"
     fn: Callable[[Any, str], None] | None = None
-    strategy: SearchStrategy[Any] | None = None
+    # a strategy, or a function of the model's resolved parameters returning one (`--param backend=mori`)
+    strategy: SearchStrategy[Any] | Callable[[Mapping[str, Any]], SearchStrategy[Any]] | None = None
     examples: tuple[Any, ...] = ()
     # stateful: model parameters for the system the state machine drives
     params: Mapping[str, Any] = field(default_factory=dict)
@@ -42,7 +43,8 @@ def _doc(fn: Callable[..., Any]) -> str:
     return inspect.cleandoc(fn.__doc__ or "").split("\n\n")[0].replace("\n", " ")
 
 
-def kv_property(*, model: str, strategy: SearchStrategy[Any], examples: tuple[Any, ...] | list[Any] = (),
+def kv_property(*, model: str, strategy: SearchStrategy[Any] | Callable[[Mapping[str, Any]], SearchStrategy[Any]],
+                examples: tuple[Any, ...] | list[Any] = (),
                 name: str | None = None) -> Callable[[Callable[[Any, str], None]], KvProperty]:
     """Register `fn(case, variant)` as a property of `model` over cases drawn from `strategy`."""
 

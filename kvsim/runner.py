@@ -15,6 +15,7 @@ from typing import Any, Callable
 import hypothesis
 from hypothesis import HealthCheck, Phase, Verbosity, example, given, settings
 from hypothesis.stateful import get_state_machine_test
+from hypothesis.strategies import SearchStrategy
 
 from .canon import to_jsonable
 from .errors import PropertyViolation
@@ -49,8 +50,12 @@ def _settings(max_examples: int, derandomize: bool, database: Any, phases: tuple
                     suppress_health_check=list(HealthCheck), print_blob=False, report_multiple_bugs=False)
 
 
-def _replay_command(prop: KvProperty, variant: str, seed: int | None, max_examples: int) -> str:
+def _replay_command(prop: KvProperty, variant: str, seed: int | None, max_examples: int,
+                    params: dict[str, Any] | None) -> str:
     cmd = f"kvsim check {prop.model} --variant {variant} --property {prop.name} --max-examples {max_examples}"
+    for name, value in sorted((params or {}).items()):
+        value = ",".join(map(str, value)) if isinstance(value, (tuple, list)) else value
+        cmd += f" --param {name}={value}"
     return cmd + (f" --seed {seed}" if seed is not None else "")
 
 
@@ -72,7 +77,7 @@ def run_property(prop: KvProperty, variant: str = "fixed", *, max_examples: int 
     if prop.kind == "stateful":
         test = _stateful_test(prop, variant, config, record, params)
     else:
-        test = _data_test(prop, variant, config, record)
+        test = _data_test(prop, variant, config, record, params)
     if seed is not None:
         test = hypothesis.seed(seed)(test)
 
@@ -91,11 +96,15 @@ def run_property(prop: KvProperty, variant: str = "fixed", *, max_examples: int 
     return PropertyResult(property=prop.name, model=prop.model, variant=variant, status=status,
                           examples=record["count"], seconds=seconds,
                           counterexample=failure if status != "passed" else None, message=message,
-                          replay=_replay_command(prop, variant, seed, max_examples) if status != "passed" else "")
+                          replay=_replay_command(prop, variant, seed, max_examples, params) if status != "passed" else "")
 
 
-def _data_test(prop: KvProperty, variant: str, config: settings, record: dict[str, Any]) -> Callable[[], None]:
+def _data_test(prop: KvProperty, variant: str, config: settings, record: dict[str, Any],
+               params: dict[str, Any] | None) -> Callable[[], None]:
     assert prop.fn is not None and prop.strategy is not None
+    strategy = prop.strategy
+    if not isinstance(strategy, SearchStrategy):  # a strategy built from the model's parameters
+        strategy = strategy(resolve(REGISTRY.model(prop.model).params, {**prop.params, **(params or {})}))
 
     def check(case: Any) -> None:
         record["count"] += 1
@@ -108,7 +117,7 @@ def _data_test(prop: KvProperty, variant: str, config: settings, record: dict[st
             record["failure"] = {"case": to_jsonable(case), "message": f"{type(exc).__name__}: {exc}"}
             raise
 
-    test = given(prop.strategy)(check)
+    test = given(strategy)(check)
     for case in reversed(prop.examples):
         test = example(case)(test)
     return config(test)
