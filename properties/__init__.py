@@ -7,6 +7,7 @@ Importing this package registers every model, property and bug report with
 import importlib
 
 _MODULES = (
+    "pd_staging",
     "swa_budget",
     "pd_protocol",
     "kv_zeroing",

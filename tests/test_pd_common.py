@@ -1,0 +1,120 @@
+"""pd_common: KVPoll, the two update_status rules, timer defaults, the MIN all-reduce; and their properties."""
+
+import pytest
+
+from kvsim import catalog
+from kvsim.errors import ConfigError, PropertyViolation
+from kvsim.runner import run_property
+from models import pd_common
+from models.pd_common import KVPoll, all_reduce_min, apply_updates, leaves_failed, resurrects, update_status
+from properties.pd_status import FAILED_THEN_STALE, STALE_AFTER_CLEAR, StatusTrace
+
+REG = catalog.load()
+PROPS = {p.name: p for p in REG.properties_of("pd-staging")}
+STATUS_PROPS = ["status_failed_overrides_present", "status_monotone_without_failed", "status_failed_is_terminal",
+                "status_no_resurrection", "all_reduce_min_semantics"]
+F, B, W, T, S = KVPoll.Failed, KVPoll.Bootstrapping, KVPoll.WaitingForInput, KVPoll.Transferring, KVPoll.Success
+
+
+def test_kvpoll_values_are_upstreams():
+    assert [(p.name, int(p)) for p in KVPoll] == [("Failed", 0), ("Bootstrapping", 1), ("WaitingForInput", 2),
+                                                  ("Transferring", 3), ("Success", 4)]
+
+
+def test_timer_defaults():
+    assert pd_common.SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT == 300.0
+    assert pd_common.SGLANG_DISAGGREGATION_WAITING_TIMEOUT == 300.0
+    assert pd_common.SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL == 5.0
+    assert pd_common.SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE == 2
+    assert pd_common.SGLANG_DISAGG_STAGING_POOL_SIZE_MB == 4096
+    assert pd_common.STAGING_WATERMARK_WAIT_S == 0.001
+
+
+@pytest.mark.parametrize("rule", ["common", "mori"])
+def test_rules_agree_on_the_ordinary_path(rule):
+    assert apply_updates(None, [B, W, T, T, S], rule) == [B, W, T, T, S]
+    assert update_status(S, T, rule) == S  # statuses only move forward
+    assert update_status(S, F, rule) == F  # Failed overrides even Success
+    assert update_status(None, F, rule) is None  # a cleared room is never brought back by Failed
+
+
+def test_common_rule_resurrection_hazard():
+    """Stale work recreates a cleared room, and max() lets it overwrite Failed (Failed is the minimum)."""
+    assert update_status(None, S, "common") == S and resurrects(None, S, "common")
+    assert update_status(None, T, "common") == T
+    assert update_status(F, T, "common") == T and leaves_failed(F, T, "common")
+    assert apply_updates(T, [F, S], "common") == [F, S]
+
+
+def test_mori_rule_is_stricter():
+    assert update_status(None, S, "mori") is None and not resurrects(None, S, "mori")
+    assert update_status(None, T, "mori") is None
+    assert update_status(None, B, "mori") == B and update_status(None, W, "mori") == W
+    assert all(update_status(F, s, "mori") == F for s in KVPoll)
+    assert not any(leaves_failed(F, s, "mori") for s in KVPoll)
+
+
+def test_status_properties_pass_on_mori_and_fail_on_common_where_only_mori_promises():
+    """The hazard reproduced: the same property, called on a common-rule case, fails."""
+    PROPS["status_failed_is_terminal"](FAILED_THEN_STALE)
+    PROPS["status_no_resurrection"](STALE_AFTER_CLEAR)
+    with pytest.raises(PropertyViolation, match="expected Failed \\(terminal\\), got Transferring"):
+        PROPS["status_failed_is_terminal"](StatusTrace("common", T, (F, T)))
+    with pytest.raises(PropertyViolation, match="absent room, rule common.*got Success"):
+        PROPS["status_no_resurrection"](StatusTrace("common", None, (S,)))
+
+
+def test_all_reduce_min():
+    assert all_reduce_min([S, S, S]) == S
+    assert all_reduce_min([S, T, S]) == T
+    assert all_reduce_min([S, F, S]) == F
+    assert all_reduce_min([W]) == W
+    with pytest.raises(ConfigError, match="polls"):
+        all_reduce_min([])
+
+
+def test_config_errors_name_the_field():
+    with pytest.raises(ConfigError, match="rule: expected one of common, mori, got 'nixl'"):
+        update_status(None, S, "nixl")
+    with pytest.raises(ConfigError, match="new: expected a KVPoll"):
+        update_status(None, 7)
+    with pytest.raises(ConfigError, match=r"polls\[1\]"):
+        all_reduce_min([S, "Success"])
+    assert update_status(3, 4) == S  # plain ints are accepted as their KVPoll
+
+
+@pytest.mark.parametrize("name", STATUS_PROPS)
+def test_status_properties_hold(name):
+    assert run_property(PROPS[name], "fixed", max_examples=200, seed=0).status == "passed"
+
+
+def _planted(monkeypatch, fn):
+    monkeypatch.setattr(pd_common, "update_status", fn)
+
+
+def test_failed_override_fails_when_failed_is_maxed(monkeypatch):
+    real = update_status
+    _planted(monkeypatch, lambda cur, new, rule="common": max(cur, new) if cur is not None else real(cur, new, rule))
+    result = run_property(PROPS["status_failed_overrides_present"], "fixed", max_examples=300, seed=0)
+    assert result.status == "failed" and "expected Failed" in result.message
+
+
+def test_monotonicity_fails_when_the_last_write_wins(monkeypatch):
+    real = update_status
+    _planted(monkeypatch, lambda cur, new, rule="common": new if cur is not None else real(cur, new, rule))
+    result = run_property(PROPS["status_monotone_without_failed"], "fixed", max_examples=300, seed=0)
+    assert result.status == "failed" and "expected >=" in result.message
+
+
+def test_terminal_and_resurrection_fail_when_mori_uses_the_common_rule(monkeypatch):
+    real = update_status
+    _planted(monkeypatch, lambda cur, new, rule="common": real(cur, new, "common"))
+    for name in ("status_failed_is_terminal", "status_no_resurrection"):
+        result = run_property(PROPS[name], "fixed", max_examples=300, seed=0, use_examples=False)
+        assert result.status == "failed", name
+
+
+def test_all_reduce_property_fails_on_max(monkeypatch):
+    monkeypatch.setattr(pd_common, "all_reduce_min", lambda polls: max(polls))
+    result = run_property(PROPS["all_reduce_min_semantics"], "fixed", max_examples=200, seed=0)
+    assert result.status == "failed"
