@@ -11,6 +11,7 @@ _MODULES = (
     "swa_budget",
     "pd_protocol",
     "kv_zeroing",
+    "mla_chunks",
 )
 
 for _name in _MODULES:
