@@ -95,6 +95,7 @@ class PdProtocol:
             Invariant("no_field_read_before_assignment", lambda s: _dead(s, "uninitialised"),
                       "P7: no control thread reads a manager field before it is assigned"),
             Invariant("success_is_sticky", self._sticky, "P1: a room that concluded Success never turns Failed"),
+            Invariant("failed_is_sticky", self._failed_sticky, "P1: a Failed room never becomes non-Failed"),
             Invariant("no_resurrection", self._no_resurrection, "P2: nothing recreates a cleared room"),
             Invariant("peer_death_fails_unfinished_rooms", self._peer_death,
                       "P5: max_failures missed heartbeats fail every non-Success decode room"),
@@ -240,7 +241,7 @@ class PdProtocol:
     # -- helpers and invariants ----------------------------------------------------------------
     @staticmethod
     def _set_prefill(s: ProtoState, r: int, room: R.PrefillRoom) -> ProtoState:
-        return s._replace(prefill=s.prefill[:r] + (room,) + s.prefill[r + 1:])
+        return s._replace(prefill=s.prefill[:r] + (R.note_failure(room),) + s.prefill[r + 1:])
 
     @staticmethod
     def _set_decode(s: ProtoState, r: int, status: KVPoll) -> ProtoState:
@@ -251,6 +252,13 @@ class PdProtocol:
         for r, room in enumerate(s.prefill):
             if room.succeeded and room.status == KVPoll.Failed:
                 return f"prefill room {r}: concluded Success, expected to stay Success or be cleared, got Failed"
+        return None
+
+    @staticmethod
+    def _failed_sticky(s: ProtoState) -> str | None:
+        for r, room in enumerate(s.prefill):
+            if room.failed and room.status not in (KVPoll.Failed, None):
+                return f"prefill room {r}: was Failed, expected to stay Failed or be cleared, got {room.status.name}"
         return None
 
     @staticmethod

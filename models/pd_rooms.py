@@ -31,9 +31,15 @@ class PrefillRoom(NamedTuple):
     infos: bool  # transfer_infos[room] present
     cleared: bool  # clear() ran for this room (P2 watches what happens after)
     succeeded: bool  # the room concluded Success at some point (P1 watches what happens after)
+    failed: bool = False  # the room was Failed at some point (P1's other half)
 
 
 NEW_PREFILL_ROOM = PrefillRoom(KVPoll.Bootstrapping, False, False, False)
+
+
+def note_failure(room: PrefillRoom) -> PrefillRoom:
+    """Remember that a room was Failed, so a later status that un-fails it is visible."""
+    return room._replace(failed=True) if room.status == KVPoll.Failed and not room.failed else room
 
 
 def on_transfer_info(room: PrefillRoom, backend: str) -> PrefillRoom:
@@ -61,7 +67,7 @@ def worker_step(room: PrefillRoom, last: bool, backend: str, variant: str) -> tu
 
 def clear(room: PrefillRoom) -> PrefillRoom:
     """The scheduler saw a terminal poll: release the pages and pop request_status and transfer_infos."""
-    return PrefillRoom(None, False, True, room.succeeded)
+    return PrefillRoom(None, False, True, room.succeeded, room.failed)
 
 
 def bootstrap_timeout(room: PrefillRoom, backend: str) -> PrefillRoom:

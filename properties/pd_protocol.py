@@ -275,3 +275,19 @@ REGISTRY.add_bug(BugReport(
     status="open upstream",
     note="The reviewer's residual race; the upstream post-fix file assigns _staging_ctx late, as modelled.",
 ))
+
+REGISTRY.add_bug(BugReport(
+    id="sglang-pd-common-failed-not-sticky",
+    model=MODEL,
+    variant="fixed",
+    property="failed_is_sticky",
+    driver="explore",
+    params={"backend": "mooncake"},
+    source="sglang CommonKVManager.update_status (Mooncake, NIXL), as of PR #35281",
+    summary="a TransferInfo that reaches a prefill room after it failed (bootstrap timeout, ABORT) and before "
+            "clear() moves it back to WaitingForInput: update_status takes max(Failed=0, WaitingForInput=2)",
+    status="open upstream",
+    note="From the status rule as the research note states it (section 1.1); whether the TransferInfo handler "
+         "checks for Failed before updating is not in the notes. Mori's rule keeps Failed terminal, so Mori is "
+         "not affected; the window is between the failure and the scheduler's next poll.",
+))
