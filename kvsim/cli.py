@@ -47,8 +47,7 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--property", action="append", help="only this property (repeatable)")
     c.add_argument("--max-examples", type=_positive_int("--max-examples"), default=200)
     c.add_argument("--seed", type=_int("--seed"), default=0)
-    c.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
-                   help="transition-system parameter for stateful properties")
+    _model_params(c)
 
     r = sub.add_parser("repro", parents=[common], help="reproduce bug reports from the seeds")
     group = r.add_mutually_exclusive_group(required=True)
@@ -61,7 +60,7 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--variant", default="fixed")
     e.add_argument("--max-depth", type=_positive_int("--max-depth"))
     e.add_argument("--max-states", type=_positive_int("--max-states"), default=1_000_000)
-    e.add_argument("--param", action="append", default=[], metavar="NAME=VALUE")
+    _model_params(e)
     e.add_argument("--graph", metavar="FILE", help="write the state graph as GraphML")
     e.add_argument("--no-liveness", action="store_true", help="skip the hang search")
 
@@ -71,7 +70,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=_int("--seed"), default=0)
     s.add_argument("--faults", default="", metavar="SPEC", help="e.g. drop=0.05,delay=0.1:2.0,crash=peer@30")
     s.add_argument("--trace", metavar="FILE", help="write the JSONL trace here")
-    s.add_argument("--param", action="append", default=[], metavar="NAME=VALUE")
+    _model_params(s)
     s.add_argument("--self-check", action="store_true", help="run the seed twice and compare the digests")
 
     rp = sub.add_parser("replay", parents=[common], help="re-run a trace and verify it matches")
@@ -81,6 +80,16 @@ def _parser() -> argparse.ArgumentParser:
     o.add_argument("--max-examples", type=_positive_int("--max-examples"), default=50)
     o.add_argument("--seed", type=_int("--seed"), default=0)
     return p
+
+
+def _model_params(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                   help="model parameter (repeatable); `kvsim list --json` and a wrong name list them")
+    p.add_argument("--backend", help="shorthand for --param backend=NAME (PD models)")
+
+
+def _params(args: argparse.Namespace) -> list[str]:
+    return list(args.param) + ([f"backend={args.backend}"] if args.backend is not None else [])
 
 
 def _int(field: str) -> Callable[[str], int]:
@@ -155,7 +164,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     spec = reg.model(args.model)
     spec.check_variant(args.variant)
     props = [reg.property(spec.name, name) for name in args.property] if args.property else reg.properties_of(spec.name)
-    params = resolve(spec.params, args.param) if args.param else None
+    params = resolve(spec.params, _params(args)) if _params(args) else None
     progress = Progress(len(props), "check")
     results = []
     for prop in props:
@@ -207,7 +216,7 @@ def cmd_explore(args: argparse.Namespace) -> int:
     if spec.system is None:
         raise ConfigError("MODEL", f"a model with a transition system ({', '.join(m.name for m in reg.models.values() if m.system)})", spec.name)
     spec.check_variant(args.variant)
-    params = resolve(spec.params, args.param)
+    params = resolve(spec.params, _params(args))
     system = spec.system(args.variant, params)
     progress = Progress(None, "explore")
     result = explore(system, max_depth=args.max_depth, max_states=args.max_states,
@@ -238,7 +247,7 @@ def cmd_explore(args: argparse.Namespace) -> int:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     spec = catalog.load().model(args.model)
-    result = simulate_model(spec, args.variant, args.seed, args.param, args.faults or None)
+    result = simulate_model(spec, args.variant, args.seed, _params(args), args.faults or None)
     if args.trace:
         try:
             result.recorder.write(args.trace)
@@ -247,7 +256,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     doc = result.to_json()
     deterministic = True
     if args.self_check:
-        again = simulate_model(spec, args.variant, args.seed, args.param, args.faults or None)
+        again = simulate_model(spec, args.variant, args.seed, _params(args), args.faults or None)
         deterministic = again.digest == result.digest
         doc["self_check"] = {"digest": again.digest, "matches": deterministic}
 

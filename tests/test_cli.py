@@ -110,3 +110,11 @@ def test_progress_is_written_only_to_a_terminal():
 def test_unknown_names_list_the_valid_ones():
     assert "swa-budget" in kvsim("check", "nope").stderr
     assert "sglang-af7c62e-swa-resume-budget" in kvsim("repro", "no-such-bug").stderr
+
+
+def test_backend_shorthand_reaches_the_model():
+    doc = kvsim_json("simulate", "pd-protocol", "--backend", "mori", "--variant", "pre_35281", "--param",
+                     "requests=30", "--faults", "crash=prefill@5", expect=1)
+    assert doc["summary"]["backend"] == "mori" and doc["summary"]["violations"][0].startswith("P8")
+    bad = kvsim("explore", "pd-protocol", "--backend", "tcp")
+    assert bad.returncode == 2 and "--param backend: expected one of mooncake, nixl, mori" in bad.stderr
