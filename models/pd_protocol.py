@@ -16,8 +16,8 @@ Messages in flight form a multiset, so any of them may be delivered next
 message, duplicate a queued work item (stale work), inject a garbage frame,
 crash the prefill. The clock passing a timeout is an action too.
 
-Invariants: P1 success is sticky, P2 no resurrection, P3 the bootstrap
-thread survives malformed frames, P5 peer death fails the unfinished rooms
+Invariants: P1 success and failure are sticky, P2 no resurrection, P3 the
+bootstrap and decode threads survive malformed frames, P5 peer death fails the unfinished rooms
 after `max_failures` heartbeats, P7 no field read before assignment.
 Liveness (P8 without the clock): every room concludes on both sides.
 """
@@ -31,8 +31,8 @@ from kvsim.errors import ConfigError, check_int
 from kvsim.system import Invariant
 
 from . import pd_rooms as R
-from .pd_common import SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE, KVPoll, update_status
-from .pd_wire import VARIANTS, check_backend, encode_abort, handle_bootstrap
+from .pd_common import SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE, KVPoll
+from .pd_wire import VARIANTS, check_backend, encode_abort, encode_status, handle_bootstrap, handle_decode
 
 ALIVE, UNSTARTED = "alive", "unstarted"
 
@@ -68,6 +68,7 @@ class ProtoState(NamedTuple):
     peer_dead: bool
     hb_fail: int
     faults_left: int
+    decode_thread: str = ALIVE
 
 
 def _add(bag: tuple[tuple, ...], *messages: tuple) -> tuple[tuple, ...]:
@@ -92,6 +93,8 @@ class PdProtocol:
         self.invariants = (
             Invariant("bootstrap_thread_survives_malformed", lambda s: _dead(s, "malformed"),
                       "P3: no frame kills the bootstrap thread"),
+            Invariant("decode_thread_survives_malformed", _decode_dead,
+                      "P3: no frame kills the decode thread"),
             Invariant("no_field_read_before_assignment", lambda s: _dead(s, "uninitialised"),
                       "P7: no control thread reads a manager field before it is assigned"),
             Invariant("success_is_sticky", self._sticky, "P1: a room that concluded Success never turns Failed"),
@@ -130,7 +133,8 @@ class PdProtocol:
                     acts.append(("bootstrap_timeout", r))
             if s.queue:
                 acts.append(("work",))
-        acts += [("deliver_decode", m) for m in dict.fromkeys(s.to_decode)]
+        if s.decode_thread == ALIVE:
+            acts += [("deliver_decode", m) for m in dict.fromkeys(s.to_decode)]
         for r in rooms:
             if s.decode[r] == KVPoll.Bootstrapping:
                 acts.append(("decode_init", r))
@@ -141,9 +145,12 @@ class PdProtocol:
         if s.faults_left:
             acts += [("drop", "prefill", m) for m in dict.fromkeys(s.to_prefill)]
             acts += [("drop", "decode", m) for m in dict.fromkeys(s.to_decode)]
+            acts += [("duplicate", "prefill", m) for m in dict.fromkeys(s.to_prefill)]
+            acts += [("duplicate", "decode", m) for m in dict.fromkeys(s.to_decode)]
             acts += [("duplicate_work", i) for i in range(len(s.queue))]
+            acts.append(("garbage", "decode"))
             if not s.peer_dead:
-                acts += [("garbage",), ("crash_prefill",)]
+                acts += [("garbage", "prefill"), ("crash_prefill",)]
         return acts
 
     def step(self, s: ProtoState, a: tuple) -> ProtoState:
@@ -219,21 +226,24 @@ class PdProtocol:
         return s._replace(registered=True, to_prefill=_add(s.to_prefill, *new))
 
     def _on_decode_message(self, s: ProtoState, m: tuple) -> ProtoState:
-        r, status = m[1], KVPoll(m[2])
-        if s.decode[r] in R.TERMINAL:
-            return s  # the receiver was cleared after its conclusion; late news is dropped
-        return self._set_decode(s, r, update_status(s.decode[r], status, R.status_rule(self.backend)))
+        frames = () if m[0] == "GARBAGE" else encode_status(self.backend, m[1], KVPoll(m[2]))
+        handled = handle_decode(frames, dict(enumerate(s.decode)), self.backend, self.variant)
+        if not handled.alive:
+            return s._replace(decode_thread=f"died on a malformed frame: {handled.reason}")
+        return s._replace(decode=tuple(handled.rooms[r] for r in range(self.config.rooms)))
 
     # -- faults -------------------------------------------------------------------------------
     def _fault(self, s: ProtoState, a: tuple) -> ProtoState:
         kind = a[0]
+        side = "to_prefill" if len(a) > 1 and a[1] == "prefill" else "to_decode"
         if kind == "drop":
-            side = "to_prefill" if a[1] == "prefill" else "to_decode"
             return s._replace(**{side: _remove(getattr(s, side), a[2])})
+        if kind == "duplicate":
+            return s._replace(**{side: _add(getattr(s, side), a[2])})
         if kind == "duplicate_work":
             return s._replace(queue=s.queue + (s.queue[a[1]],))
         if kind == "garbage":
-            return s._replace(to_prefill=_add(s.to_prefill, ("GARBAGE",)))
+            return s._replace(**{side: _add(getattr(s, side), ("GARBAGE",))})
         if kind == "crash_prefill":
             return s._replace(peer_dead=True, to_prefill=(), queue=())
         raise ValueError(f"unknown action {a!r}")
@@ -275,6 +285,10 @@ class PdProtocol:
                 return (f"decode rooms {waiting} after {s.hb_fail} missed heartbeats from a dead prefill: "
                         f"expected Failed, got {[s.decode[r].name for r in waiting]}")
         return None
+
+
+def _decode_dead(s: ProtoState) -> str | None:
+    return f"decode thread: expected alive, got {s.decode_thread}" if s.decode_thread != ALIVE else None
 
 
 def _dead(s: ProtoState, kind: str) -> str | None:

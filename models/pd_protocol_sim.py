@@ -23,9 +23,8 @@ from kvsim.trace import TraceRecorder
 
 from . import pd_rooms as R
 from .pd_common import (SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT, SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL,
-                        SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE, SGLANG_DISAGGREGATION_WAITING_TIMEOUT, KVPoll,
-                        update_status)
-from .pd_wire import BACKENDS, encode_abort, handle_bootstrap
+                        SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE, SGLANG_DISAGGREGATION_WAITING_TIMEOUT, KVPoll)
+from .pd_wire import BACKENDS, encode_abort, encode_status, handle_bootstrap, handle_decode
 
 SIM_PARAMS = (
     ParamSpec("backend", "str", "mooncake", "PD transfer backend", choices=BACKENDS),
@@ -78,7 +77,8 @@ class _Run:
         self.queue: list[tuple[int, int]] = []
         garble = lambda message, rng: ("GARBAGE",)  # noqa: E731  the bytes no longer parse
         self.to_prefill = Channel(sim, faults, self.on_prefill_message, garble=garble, on_fault=self._fault)
-        self.to_decode = Channel(sim, faults, self.on_decode_message, on_fault=self._fault)
+        self.to_decode = Channel(sim, faults, self.on_decode_message, garble=garble, on_fault=self._fault)
+        self.decode_thread = "alive"
 
     def _fault(self, kind: str, message: Any) -> None:
         self.rec.record(self.sim.now, f"fault_{kind}", list(message))
@@ -106,11 +106,24 @@ class _Run:
             self.to_prefill.send(("ABORT", r))
 
     def on_decode_message(self, message: tuple) -> None:
-        _, r, status = message
-        if self.decode[r] not in R.TERMINAL:
-            new = update_status(self.decode[r], KVPoll(status), R.status_rule(self.backend))
-            if new in R.TERMINAL:
-                self._conclude_decode(r, new, "prefill status")
+        if self.decode_thread != "alive":
+            return
+        if message[0] == "GARBAGE":
+            frames, rooms = (), {}
+        else:
+            _, r, status = message
+            frames, rooms = encode_status(self.backend, r, KVPoll(status)), {r: self.decode[r]}
+        handled = handle_decode(frames, rooms, self.backend, self.variant)
+        if not handled.alive:
+            self.decode_thread = f"decode thread: {handled.reason}"
+            self.rec.record(self.sim.now, "thread_died", self.decode_thread)
+            return
+        for r, status in handled.rooms.items():
+            if status != self.decode[r]:
+                if status in R.TERMINAL:
+                    self._conclude_decode(r, status, "prefill status")
+                else:
+                    self.decode[r] = status
 
     def heartbeat(self) -> None:
         if self.prefill_dead_at is not None:
@@ -239,6 +252,8 @@ class _Run:
             violations.append(f"P1: {len(self.flips)} concluded Success rooms turned Failed (first: room {self.flips[0]})")
         if self.thread not in ("alive", "unstarted"):
             violations.append(f"P3/P7: bootstrap thread died ({self.thread})")
+        if self.decode_thread != "alive":
+            violations.append(f"P3: {self.decode_thread} died")
         waits.sort()
         return {
             "violations": violations,
@@ -251,5 +266,6 @@ class _Run:
             "p8_timeout_bound": SGLANG_DISAGGREGATION_WAITING_TIMEOUT,
             "rooms_past_bound": len(late),
             "bootstrap_thread": self.thread,
+            "decode_thread": self.decode_thread,
             "prefill_died_at": self.prefill_dead_at,
         }

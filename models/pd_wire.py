@@ -38,6 +38,7 @@ ABORT_TAG = b"ABORT"
 REGISTRATION_FRAMES = 4
 TRANSFER_INFO_FRAMES = 6
 ABORT_FRAMES = 4
+STATUS_FRAMES = 3
 
 Frames = tuple[bytes, ...]
 
@@ -61,6 +62,11 @@ def encode_transfer_info(backend: str, room: int, required: int = 1) -> Frames:
     return _guarded(backend, [str(room).encode(), b"10.0.0.2", b"17000", b"s0", b"0,1,2", str(required).encode()])
 
 
+def encode_status(backend: str, room: int, status: KVPoll, prefill_rank: int = 0) -> Frames:
+    """The prefill → decode status triple `[room, status, prefill_rank]`."""
+    return _guarded(backend, [str(room).encode(), str(int(status)).encode(), str(prefill_rank).encode()])
+
+
 def encode_abort(room: int) -> Frames:
     return (ABORT_TAG, str(room).encode(), b"10.0.0.2", b"17000")
 
@@ -71,9 +77,10 @@ class MalformedFrame(Exception):
 
 @dataclass(frozen=True)
 class Message:
-    kind: str  # "register", "transfer_info" or "abort"
+    kind: str  # "register", "transfer_info", "abort" or "status"
     room: int | None = None
-    required: int | None = None
+    required: int | None = None  # TransferInfo's required_dst_info_num
+    status: int | None = None  # a status message's KVPoll value
 
 
 def _room(frame: bytes) -> int:
@@ -109,6 +116,21 @@ def parse_guarded(frames: Frames, backend: str) -> Message:
         raise MalformedFrame(f"TransferInfo with {len(frames)} frames, expected {TRANSFER_INFO_FRAMES}")
     required = _room(frames[5])
     return Message("transfer_info", _room(frames[0]), required)
+
+
+def parse_status(frames: Frames, backend: str) -> Message:
+    guard = GUARDS[backend]
+    if guard is not None:
+        if not frames or frames[0] != guard:
+            raise MalformedFrame("missing or foreign guard frame")
+        frames = frames[1:]
+    if len(frames) != STATUS_FRAMES:  # upstream unpacks exactly three values
+        raise MalformedFrame(f"status message with {len(frames)} frames, expected {STATUS_FRAMES}")
+    status = _room(frames[1])
+    if status not in KVPoll._value2member_map_:
+        raise MalformedFrame(f"unknown status {status}")
+    _room(frames[2])
+    return Message("status", _room(frames[0]), status=status)
 
 
 @dataclass(frozen=True)
@@ -147,3 +169,26 @@ def _abort(message: Message, rooms: Mapping[int, KVPoll], backend: str) -> Handl
         return Handled(rooms, True, "abort", "unknown room" if current is None else "room already Success")
     after = update_status(current, KVPoll.Failed, "mori" if backend == "mori" else "common")
     return Handled({**rooms, room: after}, True, "abort")
+
+
+def handle_decode(frames: Frames, rooms: Mapping[int, KVPoll], backend: str, variant: str = "fixed") -> Handled:
+    """One iteration of the decode thread: a prefill status message for a decode room.
+
+    Before the PR the Mooncake decode thread had no `try` (a bad frame, or an
+    unknown message unpacked as a triple, killed it) and the NIXL decode
+    thread indexed `msg[0]` of an empty message; Mori caught errors.
+    """
+    check_backend(backend)
+    frames = tuple(frames)
+    try:
+        if variant == "pre_35281" and backend == "nixl" and not frames:
+            raise IndexError("msg[0] of an empty message")
+        message = parse_status(frames, backend)
+    except (MalformedFrame, IndexError) as exc:
+        dies = variant == "pre_35281" and (backend == "mooncake" or isinstance(exc, IndexError))
+        return Handled(rooms, not dies, "died" if dies else "rejected", str(exc))
+    room, current = message.room, rooms.get(message.room)
+    if current is None or current in (KVPoll.Success, KVPoll.Failed):
+        return Handled(rooms, True, "status", "unknown or concluded room: dropped")
+    rule = "mori" if backend == "mori" else "common"
+    return Handled({**rooms, room: update_status(current, KVPoll(message.status), rule)}, True, "status")

@@ -20,8 +20,8 @@ from models.pd_common import SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE, KVPoll
 from models import pd_protocol_sim
 from models.pd_protocol import PdProtocol, ProtocolConfig
 from models.pd_mori_layout import ATTENTION_KINDS, VARIANTS, Descriptor, LayoutCase, chosen_descriptors
-from models.pd_wire import (ABORT_TAG, BACKENDS, GUARDS, encode_abort, encode_registration, encode_transfer_info,
-                            handle_bootstrap)
+from models.pd_wire import (ABORT_TAG, BACKENDS, GUARDS, encode_abort, encode_registration, encode_status,
+                            encode_transfer_info, handle_bootstrap, handle_decode)
 
 MODEL = "pd-protocol"
 
@@ -122,10 +122,13 @@ REGISTRY.add_bug(BugReport(
 # -- the bootstrap control loop over byte frames (P3, P4) ------------------------------------------
 
 @st.composite
-def garbage_frames(draw: st.DrawFn, backend: str) -> tuple[bytes, ...]:
+def garbage_frames(draw: st.DrawFn, backend: str, loop: str = "bootstrap") -> tuple[bytes, ...]:
     """What a socket can deliver that is not a well-formed message: truncated, wrong tag, bad room, foreign guard."""
-    valid = draw(st.sampled_from([encode_registration(backend), encode_transfer_info(backend, 7),
-                                  encode_abort(7)]))
+    if loop == "bootstrap":
+        valid = draw(st.sampled_from([encode_registration(backend), encode_transfer_info(backend, 7),
+                                      encode_abort(7)]))
+    else:
+        valid = encode_status(backend, 7, KVPoll.Success)
     kind = draw(st.sampled_from(("truncate", "room", "tag", "guard", "empty", "bytes")))
     if kind == "truncate":
         return valid[: draw(st.integers(0, len(valid) - 1))]
@@ -169,6 +172,28 @@ def control_loop_survives_any_frames(case, variant: str) -> None:
 
 def _name(status: KVPoll | None) -> str:
     return "absent" if status is None else status.name
+
+
+def status_traffic(params) -> st.SearchStrategy:
+    backend = params["backend"]
+    good = st.builds(lambda r, v: encode_status(backend, r, v), st.integers(0, 3), st.sampled_from(list(KVPoll)))
+    rooms = st.dictionaries(st.integers(0, 3), st.sampled_from(list(KVPoll)), max_size=4)
+    frames = st.lists(st.one_of(good, garbage_frames(backend, "decode")), min_size=1, max_size=8)
+    return st.tuples(st.just(backend), rooms, frames)
+
+
+@kv_property(model=MODEL, strategy=status_traffic)
+def decode_loop_survives_any_frames(case, variant: str) -> None:
+    """P3 on the decode side: after any byte-level messages the decode thread is alive; a rejected one changes no room."""
+    backend, rooms, messages = case
+    for n, frames in enumerate(messages):
+        handled = handle_decode(frames, rooms, backend, variant)
+        if not handled.alive:
+            raise PropertyViolation(f"{backend} decode thread after message {n} {frames!r}: expected alive, "
+                                    f"got dead ({handled.reason}); no later status reaches any room")
+        if handled.outcome == "rejected" and handled.rooms != rooms:
+            raise PropertyViolation(f"rooms after rejected message {n}: expected unchanged {rooms}, got {handled.rooms}")
+        rooms = handled.rooms
 
 
 def abort_traffic(params) -> st.SearchStrategy:

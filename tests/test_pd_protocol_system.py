@@ -36,8 +36,10 @@ def test_common_rule_finding_is_a_late_transfer_info_after_a_failure():
 
 
 @pytest.mark.parametrize("backend, expected", [
-    ("mooncake", {"no_field_read_before_assignment", "bootstrap_thread_survives_malformed"} | COMMON_RULE_FINDING),
-    ("nixl", {"bootstrap_thread_survives_malformed", "success_is_sticky"} | COMMON_RULE_FINDING),
+    ("mooncake", {"no_field_read_before_assignment", "bootstrap_thread_survives_malformed",
+                  "decode_thread_survives_malformed"} | COMMON_RULE_FINDING),
+    ("nixl", {"bootstrap_thread_survives_malformed", "decode_thread_survives_malformed", "success_is_sticky"}
+     | COMMON_RULE_FINDING),
     ("mori", {"peer_death_fails_unfinished_rooms"}),
 ])
 def test_pre_fix_violations_per_backend(backend, expected):

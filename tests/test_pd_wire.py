@@ -63,3 +63,27 @@ def test_bug_reports_hold():
     for bug_id in ("sglang-pr35281-malformed-kills-loop", "sglang-pr35281-mori-abort-dropped"):
         result = reproduce(REG.bug(bug_id))
         assert result.ok and result.reproduced and result.fixed_passes, bug_id
+
+
+def test_decode_loop_status_messages_and_malformed_frames():
+    from models.pd_wire import encode_status, handle_decode
+    rooms = {0: KVPoll.WaitingForInput, 1: KVPoll.Failed}
+    for backend in BACKENDS:
+        ok = handle_decode(encode_status(backend, 0, KVPoll.Success), rooms, backend, "fixed")
+        assert ok.rooms[0] == KVPoll.Success and ok.alive
+        late = handle_decode(encode_status(backend, 1, KVPoll.Success), rooms, backend, "fixed")
+        assert late.rooms == rooms  # a concluded receiver drops late news
+        for frames in [(), (b"0", b"9", b"0"), (b"x",)]:
+            assert handle_decode(frames, rooms, backend, "fixed").outcome == "rejected"
+    assert not handle_decode((b"0", b"x", b"0"), rooms, "mooncake", "pre_35281").alive
+    assert not handle_decode((), rooms, "nixl", "pre_35281").alive
+    assert handle_decode((b"x",), rooms, "nixl", "pre_35281").alive  # only the empty message is known to kill it
+    assert handle_decode((), rooms, "mori", "pre_35281").alive
+
+
+@pytest.mark.parametrize("backend, fails", [("mooncake", True), ("nixl", True), ("mori", False)])
+def test_decode_loop_property(backend, fails):
+    prop = REG.property("pd-protocol", "decode_loop_survives_any_frames")
+    assert run_property(prop, "fixed", max_examples=150, seed=0, params={"backend": backend}).status == "passed"
+    old = run_property(prop, "pre_35281", max_examples=300, seed=0, params={"backend": backend})
+    assert (old.status == "failed") == fails
