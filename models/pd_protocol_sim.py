@@ -254,6 +254,8 @@ class _Run:
             violations.append(f"P3/P7: bootstrap thread died ({self.thread})")
         if self.decode_thread != "alive":
             violations.append(f"P3: {self.decode_thread} died")
+        slowest = sorted(((at - self.started[r], r, outcome) for r, (at, outcome) in self.concluded.items()),
+                         key=lambda x: (-x[0], x[1]))[:5]
         waits.sort()
         return {
             "violations": violations,
@@ -265,6 +267,7 @@ class _Run:
             "p8_heartbeat_bound": hb_bound + SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL,
             "p8_timeout_bound": SGLANG_DISAGGREGATION_WAITING_TIMEOUT,
             "rooms_past_bound": len(late),
+            "slowest_rooms": [{"room": r, "outcome": o, "seconds": round(w, 6)} for w, r, o in slowest],
             "bootstrap_thread": self.thread,
             "decode_thread": self.decode_thread,
             "prefill_died_at": self.prefill_dead_at,
