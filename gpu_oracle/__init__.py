@@ -6,14 +6,20 @@
 Kernels: `kernels/zero_kv_blocks.cu` (vLLM KVBlockZeroer, d6af803), run by
 CuPy on a GPU and by g++ through `kernels/cuda_cpu_shim.h` on the CPU, with
 and without AddressSanitizer; a torch implementation runs on CPU and CUDA.
+MLA chunked context (vLLM b38e111d): `kernels/gather_mla_context.cu` and
+`kernels/merge_attn_states.cu` on the same backends (`gpu_oracle.mla`), and
+torch `scaled_dot_product_attention` as the full-attention oracle of
+`models.mla_prefill` (`gpu_oracle.mla_prefill_checks`).
 Importing this package registers the checks; it imports neither torch nor
 CuPy until a backend is used.
 """
 
 from . import zeroing_checks  # noqa: F401  (registers the zeroing checks)
+from . import mla_checks, mla_prefill_checks  # noqa: F401,I001  (then the MLA checks, in report order)
 from .discovery import BACKEND_NAMES, backends
 from .checks import CHECKS, CheckOutcome, OracleCheck, oracle_check, oracle_report, run_check
+from .mla import gather_mla_context, merge_attn_states
 from .zeroing import zero_kv_blocks
 
-__all__ = ["BACKEND_NAMES", "CHECKS", "CheckOutcome", "OracleCheck", "backends", "oracle_check", "oracle_report",
-           "run_check", "zero_kv_blocks"]
+__all__ = ["BACKEND_NAMES", "CHECKS", "CheckOutcome", "OracleCheck", "backends", "gather_mla_context",
+           "merge_attn_states", "oracle_check", "oracle_report", "run_check", "zero_kv_blocks"]

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+import numpy as np
+
 from kvsim.canon import to_jsonable
 from kvsim.errors import ConfigError
 from models.kv_zeroing import SegmentTable
@@ -114,7 +116,8 @@ def child_env() -> dict[str, str]:
 def run_child(args: Sequence[str], *, stdin: str | None = None, timeout: float = 300) -> ChildResult:
     """Run `python -m gpu_oracle.asan_run ARGS...` with libasan preloaded."""
     # Build here, not in the child: the compiler must not run with libasan preloaded.
-    build.build_shim("zero_kv_blocks", asan=True)
+    for kernel in build.shim_kernels():
+        build.build_shim(kernel, asan=True)
     proc = subprocess.run([sys.executable, "-m", "gpu_oracle.asan_run", *args], input=stdin, capture_output=True,
                           text=True, env=child_env(), cwd=REPO_ROOT, timeout=timeout)
     output = None
@@ -141,3 +144,22 @@ def run_case(arena: Arena, table: SegmentTable, block_ids: Sequence[int], *, fil
     """
     document = case_document(arena, table, block_ids, fill=fill, chunk_width=chunk_width)
     return run_child(["case", "-"], stdin=json.dumps(document))
+
+
+def gather_case_document(kv_cache: np.ndarray, block_table: np.ndarray, cu_seq_lens: Sequence[int],
+                         token_to_seq: Sequence[int], seq_starts: Sequence[int]) -> dict[str, Any]:
+    """A gather case as JSON: the cache as hex bytes (bit-exact, NaN payloads included) and the metadata."""
+    cache = np.ascontiguousarray(kv_cache)
+    return {"kv_cache": cache.tobytes().hex(), "dtype": cache.dtype.str, "shape": list(cache.shape),
+            "block_table": np.asarray(block_table).tolist(), "cu_seq_lens": [int(x) for x in cu_seq_lens],
+            "token_to_seq": [int(x) for x in token_to_seq], "seq_starts": [int(x) for x in seq_starts]}
+
+
+def run_gather_case(kv_cache: np.ndarray, block_table: np.ndarray, cu_seq_lens: Sequence[int],
+                    token_to_seq: Sequence[int], seq_starts: Sequence[int]) -> ChildResult:
+    """Gather in an ASan child with the metadata as given (no bounds check), every array its own malloc.
+
+    A clean run's output holds the SHA-256 of the workspace bytes; wrong metadata ends in an ASan report.
+    """
+    document = gather_case_document(kv_cache, block_table, cu_seq_lens, token_to_seq, seq_starts)
+    return run_child(["gather", "-"], stdin=json.dumps(document))

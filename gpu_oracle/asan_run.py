@@ -1,6 +1,7 @@
 """Child entry point for AddressSanitizer runs (started by `gpu_oracle.asan` with libasan preloaded).
 
     python -m gpu_oracle.asan_run case FILE|-                       one zeroing case from JSON
+    python -m gpu_oracle.asan_run gather FILE|-                     one MLA context gather from JSON, unchecked
     python -m gpu_oracle.asan_run check NAME --max-examples N [--seed S]   a whole oracle check
 
 Prints one JSON line on success. An out-of-bounds store never gets that far:
@@ -35,6 +36,18 @@ def run_case(document: dict[str, Any]) -> dict[str, Any]:
     return {"sha256": hashlib.sha256(out.tobytes()).hexdigest(), "zero_bytes": int((out == 0).sum())}
 
 
+def run_gather(document: dict[str, Any]) -> dict[str, Any]:
+    from .mla import gather_mla_context
+
+    cache = np.frombuffer(bytes.fromhex(document["kv_cache"]), dtype=np.dtype(document["dtype"]))
+    cache = cache.reshape(document["shape"])
+    # No bounds check: the point is to let wrong metadata reach the kernel and see ASan stop it.
+    rows = gather_mla_context("cpu-shim-asan", cache, np.array(document["block_table"], dtype=np.int64),
+                              document["cu_seq_lens"], document["token_to_seq"], document["seq_starts"],
+                              check_bounds=False)
+    return {"sha256": hashlib.sha256(rows.tobytes()).hexdigest(), "shape": list(rows.shape)}
+
+
 def run_check(name: str, max_examples: int, seed: int | None) -> dict[str, Any]:
     from .checks import CHECKS
 
@@ -47,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     case = sub.add_parser("case")
     case.add_argument("file", help="JSON case document, or - for stdin")
+    gather = sub.add_parser("gather")
+    gather.add_argument("file", help="JSON gather document (gpu_oracle.asan.gather_case_document), or - for stdin")
     check = sub.add_parser("check")
     check.add_argument("name")
     check.add_argument("--max-examples", type=int, default=50)
@@ -58,9 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     if not asan_loaded():
         print("gpu_oracle.asan_run: libasan is not preloaded; start it through gpu_oracle.asan", file=sys.stderr)
         return 2
-    if args.command == "case":
+    if args.command in ("case", "gather"):
         text = sys.stdin.read() if args.file == "-" else open(args.file).read()
-        result = run_case(json.loads(text))
+        result = (run_case if args.command == "case" else run_gather)(json.loads(text))
     else:
         result = run_check(args.name, args.max_examples, args.seed)
     print(json.dumps(result, sort_keys=True))

@@ -126,3 +126,8 @@ def find_nvcc() -> str | None:
 def kernel_files() -> list[Path]:
     """Every CUDA C kernel in the package, for the nvcc compile check."""
     return sorted(KERNEL_DIR.glob("*.cu"))
+
+
+def shim_kernels(kernel_dir: Path = KERNEL_DIR) -> list[str]:
+    """Kernels with a CPU launcher (`NAME.cu` next to `NAME_launch.cpp`), for building ahead of an ASan child."""
+    return sorted(p.stem for p in Path(kernel_dir).glob("*.cu") if (p.parent / f"{p.stem}_launch.cpp").exists())

@@ -1,0 +1,244 @@
+"""gpu_oracle for MLA chunked context: the gather and merge kernels on every CPU backend, their differential checks,
+the torch SDPA end-to-end oracle of models.mla_prefill, and that each check fails on a planted fault."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import gpu_oracle
+from gpu_oracle import asan, build, discovery, mla
+from gpu_oracle.checks import CHECKS, hypothesis_check, run_check
+from gpu_oracle.mla_checks import bad_metadata_cases
+from gpu_oracle.mla_prefill_checks import prefill_cases, sdpa_test
+from kvsim.errors import ConfigError
+from models.mla_attention import gather_context_rows
+from models.mla_attention import merge_attn_states as merge_reference
+
+CPU_BACKENDS = [name for name in ("torch-cpu", "cpu-shim") if discovery.available(name)]
+needs_shim = pytest.mark.skipif(build.find_compiler() is None, reason="no C++ compiler")
+needs_asan = pytest.mark.skipif(not discovery.available("cpu-shim-asan"),
+                                reason=f"cpu-shim-asan unavailable: {discovery.probe('cpu-shim-asan')[1]}")
+
+
+def _line(kernel: str, text: str) -> int:
+    lines = (build.KERNEL_DIR / kernel).read_text().splitlines()
+    return next(i for i, line in enumerate(lines, 1) if text in line)
+
+
+def test_the_nvcc_check_and_the_asan_prebuild_pick_up_the_kernels() -> None:
+    names = {k.name for k in build.kernel_files()}
+    assert {"gather_mla_context.cu", "merge_attn_states.cu", "zero_kv_blocks.cu"} <= names
+    assert build.shim_kernels() == ["gather_mla_context", "merge_attn_states", "zero_kv_blocks"]
+    for kernel in ("gather_mla_context.cu", "merge_attn_states.cu"):  # NVRTC-ready: no includes, no shared memory
+        source = (build.KERNEL_DIR / kernel).read_text()
+        assert "#include" not in source and "__shared__" not in source and "__syncthreads" not in source
+
+
+# --- gather --------------------------------------------------------------------------------------------
+
+def _paged(dtype: str = "float32", pad: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """7 blocks of 4 slots, 6 wide, distinct values, stored with `pad` extra elements per entry."""
+    buffer = np.arange(7 * 4 * (6 + pad)).reshape(7, 4, 6 + pad).astype(dtype)
+    return buffer[:, :, :6], np.array([[3, 1, 5], [6, 2, 0]])
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize("dtype, pad, threads", [("float32", 0, 64), ("float16", 3, 5), ("float64", 1, 1)])
+def test_gather_unaligned_starts_match_the_reference(backend: str, dtype: str, pad: int, threads: int) -> None:
+    kv, table = _paged(dtype, pad)
+    cu, seq, starts = (0, 7, 10), (0,) * 7 + (1,) * 3, (3, 5)  # starts inside blocks: 3 of block 3, 1 of block 2
+    before = kv.copy()
+    got = gpu_oracle.gather_mla_context(backend, kv, table, cu, seq, starts, threads=threads)
+    want = gather_context_rows(kv, table, cu, seq, starts)
+    assert got.dtype == kv.dtype and got.tobytes() == want.tobytes()
+    assert np.array_equal(got[0], kv[3, 3]) and np.array_equal(got[9], kv[2, 3])
+    assert np.array_equal(kv, before)
+    assert gpu_oracle.gather_mla_context(backend, kv, table, (0,), (), ()).shape == (0, 6)
+
+
+@pytest.mark.parametrize("args, field", [
+    ({"cu_seq_lens": (0, 8, 10), "seq_starts": (3, 0)}, "cu_seq_lens"),  # token 7 would read position -1
+    ({"seq_starts": (3, 10)}, "block_table"),  # position 12 needs a fourth column
+    ({"block_table": np.array([[3, 1, 5], [6, 7, 0]])}, "block_table"),  # block 7 of 7
+    ({"token_to_seq": (0,) * 7 + (1, 1, 2)}, "token_to_seq"),
+    ({"kv_cache": np.zeros((7, 4))}, "kv_cache"),
+])
+def test_gather_rejects_metadata_that_would_read_out_of_bounds(args: dict, field: str) -> None:
+    kv, table = _paged()
+    call = {"kv_cache": kv, "block_table": table, "cu_seq_lens": (0, 7, 10), "token_to_seq": (0,) * 7 + (1,) * 3,
+            "seq_starts": (3, 5), **args}
+    with pytest.raises(ConfigError) as info:
+        gpu_oracle.gather_mla_context("torch-cpu", **call)
+    assert info.value.field == field
+
+
+# --- merge -------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+def test_merge_empty_states_give_the_identity_never_nan(backend: str) -> None:
+    inf = np.inf
+    po = np.full((4, 1, 3), 2.0, dtype=np.float32)
+    so = np.full((4, 1, 3), -1.0, dtype=np.float32)
+    pl = np.array([[-inf, inf, 0.5, -inf]], dtype=np.float32)  # +inf is FA2's empty row
+    sl = np.array([[-inf, -inf, -inf, 1.25]], dtype=np.float32)
+    result = gpu_oracle.merge_attn_states(backend, po, pl, so, sl, head_pad=2, token_pad=1, threads=2)
+    assert result.padding_untouched and not np.isnan(result.output).any()
+    assert (result.output[:2] == 0).all() and np.isneginf(result.lse[0, :2]).all()  # (0,-inf) + (0,-inf)
+    assert (result.output[2] == 2.0).all() and result.lse[0, 2] == np.float32(0.5)  # suffix empty: the prefix
+    assert (result.output[3] == -1.0).all() and result.lse[0, 3] == np.float32(1.25)
+    balanced = gpu_oracle.merge_attn_states(backend, po[2:3], pl[:, 2:3], so[2:3], pl[:, 2:3], with_lse=False)
+    assert balanced.lse is None and np.allclose(balanced.output, 0.5)
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+def test_merge_agrees_with_the_float64_reference_on_a_wide_spread(backend: str) -> None:
+    rng = np.random.default_rng(0)
+    po, so = (rng.standard_normal((5, 3, 17)).astype(np.float32) for _ in range(2))
+    pl, sl = ((rng.standard_normal((3, 5)) * 40).astype(np.float32) for _ in range(2))
+    got = gpu_oracle.merge_attn_states(backend, po, pl, so, sl, threads=4)
+    want, want_lse = merge_reference(*(x.astype(np.float64) for x in (po, pl, so, sl)))
+    assert np.abs(got.output - want).max() < 1e-5 and np.abs(got.lse - want_lse).max() < 1e-4
+
+
+# --- the registered checks -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize("check", ["gather_mla_context.differential", "merge_attn_states.differential",
+                                   "mla_prefill.kernels_vs_sdpa"])
+def test_kernel_checks_pass_on_the_cpu_backends(backend: str, check: str) -> None:
+    outcome = run_check(CHECKS[check], backend, max_examples=30, seed=0)
+    assert outcome.status == "passed", outcome.message
+    assert outcome.examples >= 20
+
+
+def test_sdpa_oracle_passes_on_torch_cpu_and_low_precision_is_gpu_only() -> None:
+    outcome = run_check(CHECKS["mla_prefill.sdpa_oracle"], "torch-cpu", max_examples=30, seed=0)
+    assert outcome.status == "passed" and outcome.examples >= 20, outcome.message
+    assert CHECKS["mla_prefill.sdpa_oracle_low_precision"].backends == ("torch-cuda",)
+
+
+@pytest.mark.parametrize("variant", ["pre_b38e111d", "uniform_unmasked"])
+def test_sdpa_oracle_fails_the_pre_fix_variants(variant: str) -> None:
+    """The uniform plans mis-merge a prefill without context that precedes one with it (note 1.7)."""
+    outcome = hypothesis_check(prefill_cases(), sdpa_test("torch-cpu", ("float64",), variant), 300, 0)
+    assert outcome.status == "failed"
+    assert f"{variant} chunked prefill output vs SDPA float64 on cpu" in outcome.message
+    assert '"context_lens":[0,1]' in outcome.message  # shrunk to the context-order case
+
+
+def _mutant(tmp_path: Path, kernel: str, old: str, new: str) -> str:
+    mutant = tmp_path / "kernels"
+    shutil.copytree(build.KERNEL_DIR, mutant)
+    source = (mutant / kernel).read_text()
+    assert old in source
+    (mutant / kernel).write_text(source.replace(old, new))
+    return str(mutant)
+
+
+@needs_shim
+def test_gather_check_catches_a_kernel_that_ignores_seq_starts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                              ) -> None:
+    """The pre-per-request assumption that every request's chunk starts at its position 0."""
+    lib = mla.shim_library(mla.GATHER, False, _mutant(tmp_path, "gather_mla_context.cu",
+                                                     "(long long)seq_starts[b] + ", ""))
+    monkeypatch.setitem(mla.GATHER_BACKENDS, "cpu-shim", lambda launch: mla._gather_shim(launch, False, lib))
+    outcome = run_check(CHECKS["gather_mla_context.differential"], "cpu-shim", max_examples=100, seed=0)
+    assert outcome.status == "failed"
+    assert "workspace bytes of chunk 1 on cpu-shim equal to the reference gather's" in outcome.message
+    outcome = run_check(CHECKS["mla_prefill.kernels_vs_sdpa"], "cpu-shim", max_examples=100, seed=0)
+    assert outcome.status == "failed" and "prefill from the cpu-shim kernels vs SDPA float64" in outcome.message
+
+
+@needs_shim
+def test_merge_check_catches_a_kernel_without_the_empty_state_guard(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    lib = mla.shim_library(mla.MERGE, False, _mutant(tmp_path, "merge_attn_states.cu",
+                                                    "if (m < -3.402823466e+38f) {", "if (false) {"))
+    monkeypatch.setitem(mla.MERGE_BACKENDS, "cpu-shim", lambda launch: mla._merge_shim(launch, False, lib))
+    outcome = run_check(CHECKS["merge_attn_states.differential"], "cpu-shim", max_examples=100, seed=0)
+    assert outcome.status == "failed"
+    assert "NaN in the merged output on cpu-shim: expected none" in outcome.message
+
+
+# --- AddressSanitizer ----------------------------------------------------------------------------------
+
+@needs_asan
+def test_asan_stops_a_gather_fed_wrong_metadata_at_the_faulting_load() -> None:
+    (_, kv, table, *good), (_, _, _, *shifted), (_, _, foreign, *_) = bad_metadata_cases()
+    clean = asan.run_gather_case(kv, table, *good)
+    assert clean.clean and clean.output["shape"] == [13, 6]
+    child = asan.run_gather_case(kv, table, *shifted)
+    assert child.returncode == asan.ASAN_EXIT_CODE and child.output is None and child.report is not None
+    assert (child.report.kind, child.report.access, child.report.size) == ("heap-buffer-overflow", "READ", 4)
+    assert child.report.line == _line("gather_mla_context.cu", "const long long block = block_table[")
+    assert child.report.region == "0 bytes to the right of 16-byte region"  # the 2 x 2 int32 block table
+    child = asan.run_gather_case(kv, foreign, *good)
+    assert child.report is not None and (child.report.access, child.report.size) == ("READ", 1)
+    assert child.report.line == _line("gather_mla_context.cu", "dst[i] = src[i];")
+
+
+@needs_asan
+def test_checks_run_inside_the_asan_child() -> None:
+    for name in ("gather_mla_context.differential", "merge_attn_states.differential", "mla_prefill.kernels_vs_sdpa"):
+        outcome = run_check(CHECKS[name], "cpu-shim-asan", max_examples=25, seed=0)
+        assert outcome.status == "passed" and outcome.examples >= 20, outcome.message
+    outcome = run_check(CHECKS["gather_mla_context.asan_catches_bad_metadata"], "cpu-shim-asan", max_examples=1,
+                        seed=0)
+    assert outcome.status == "passed", outcome.message
+    assert "cu_seq_lens[1] one row early: heap-buffer-overflow: READ of size 4 in gather_mla_context" \
+        in outcome.message
+
+
+# --- the CuPy path, through a stand-in that runs each launch on the CPU shim ---------------------------------
+
+class _DeviceArray:
+    def __init__(self, host: np.ndarray) -> None:
+        self.host = np.ascontiguousarray(host).copy()
+        self.data = types.SimpleNamespace(ptr=self.host.ctypes.data)
+
+
+def _fake_cupy(launches: list) -> types.ModuleType:
+    class RawModule:
+        def __init__(self, code: str) -> None:
+            assert "#include" not in code  # NVRTC compiles the source as is
+
+        def get_function(self, name: str):  # type: ignore[no-untyped-def]
+            def kernel(grid, block, args):  # type: ignore[no-untyped-def]
+                launches.append((name, grid, block, [type(a).__name__ for a in args]))
+                raw = [a.data.ptr if isinstance(a, _DeviceArray) else a.item() for a in args]
+                getattr(mla.shim_library(name), f"kvsim_{name}")(*grid, *block, *raw)
+            return kernel
+
+    module = types.ModuleType("cupy")
+    module.RawModule, module.asarray, module.uint8 = RawModule, _DeviceArray, np.uint8  # type: ignore[attr-defined]
+    module.zeros = lambda shape, dtype: _DeviceArray(np.zeros(shape, dtype))  # type: ignore[attr-defined]
+    module.asnumpy = lambda a: a.host.copy()  # type: ignore[attr-defined]
+    module.cuda = types.SimpleNamespace(  # type: ignore[attr-defined]
+        get_current_stream=lambda: types.SimpleNamespace(synchronize=lambda: None))
+    return module
+
+
+@needs_shim
+def test_cupy_launches_are_well_formed(monkeypatch: pytest.MonkeyPatch) -> None:
+    launches: list = []
+    monkeypatch.setitem(sys.modules, "cupy", _fake_cupy(launches))
+    mla._cupy_function.cache_clear()
+    try:
+        kv, table = _paged("float16", 3)
+        args = (kv, table, (0, 7, 10), (0,) * 7 + (1,) * 3, (3, 5))
+        assert gpu_oracle.gather_mla_context("cupy-cuda", *args).tobytes() == gather_context_rows(*args).tobytes()
+        po, so = np.ones((2, 3, 4), np.float32), np.zeros((2, 3, 4), np.float32)
+        pl, sl = np.zeros((3, 2), np.float32), np.full((3, 2), -np.inf, np.float32)
+        merged = gpu_oracle.merge_attn_states("cupy-cuda", po, pl, so, sl, head_pad=1, threads=3)
+    finally:
+        mla._cupy_function.cache_clear()
+    assert merged.padding_untouched and (merged.output == 1).all() and (merged.lse == 0).all()
+    assert [launch[:3] for launch in launches] == [("gather_mla_context", (10,), (64,)),
+                                                   ("merge_attn_states", (2, 3), (3,))]
+    assert launches[1][3][-4:] == ["int32", "int32", "int64", "int64"]
