@@ -44,8 +44,18 @@ def gather_context_rows(kv_cache: np.ndarray, block_table: np.ndarray, cu_seq_le
     starts = np.asarray(seq_starts, dtype=np.int64)
     if seq.size == 0:
         return np.empty((0, kv_cache.shape[2]), dtype=kv_cache.dtype)
+    table = np.asarray(block_table, dtype=np.int64)
+    # numpy would wrap a negative index silently; the kernel would read foreign memory: both are wrong
+    if seq.min() < 0 or seq.max() >= min(len(cu), len(starts), len(table)):
+        raise ConfigError("token_to_seq", f"request indices in [0, {min(len(cu), len(starts), len(table))})",
+                          (int(seq.min()), int(seq.max())))
     pos = starts[seq] + np.arange(seq.size) - cu[seq]
-    blocks = np.asarray(block_table, dtype=np.int64)[seq, pos // block_size]
+    if pos.min() < 0 or pos.max() // block_size >= table.shape[1]:
+        raise ConfigError("cu_seq_lens/seq_starts", f"positions in [0, {table.shape[1] * block_size})",
+                          (int(pos.min()), int(pos.max())))
+    blocks = table[seq, pos // block_size]
+    if blocks.min() < 0 or blocks.max() >= kv_cache.shape[0]:
+        raise ConfigError("block_table", f"block ids in [0, {kv_cache.shape[0]})", (int(blocks.min()), int(blocks.max())))
     return kv_cache[blocks, pos % block_size]
 
 

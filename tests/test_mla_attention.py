@@ -205,3 +205,20 @@ def test_sdpa_cross_check_can_fail(monkeypatch) -> None:
     real = prefill.attention_with_lse
     monkeypatch.setattr(prefill, "attention_with_lse", lambda q, k, v, scale, causal=False: real(q, k, v, scale))
     assert not np.allclose(full_attention_reference(inputs)[0], want, atol=1e-6)
+
+
+def test_gather_rejects_metadata_that_would_read_out_of_bounds():
+    import numpy as np
+    import pytest as _pytest
+
+    from kvsim.errors import ConfigError
+    from models.mla_attention import gather_context_rows
+    cache = np.arange(4 * 2 * 1, dtype=np.float64).reshape(4, 2, 1)
+    table = np.array([[0, 1]])
+    assert gather_context_rows(cache, table, [0, 3], [0, 0, 0], [0]).ravel().tolist() == [0.0, 1.0, 2.0]
+    with _pytest.raises(ConfigError, match="cu_seq_lens/seq_starts"):
+        gather_context_rows(cache, table, [1, 3], [0, 0, 0], [0])  # position -1 would wrap to the last row
+    with _pytest.raises(ConfigError, match="block_table"):
+        gather_context_rows(cache, np.array([[0, 4]]), [0, 3], [0, 0, 0], [0])
+    with _pytest.raises(ConfigError, match="token_to_seq"):
+        gather_context_rows(cache, table, [0, 3], [0, 0, 1], [0])
