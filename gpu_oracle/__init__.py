@@ -10,16 +10,21 @@ MLA chunked context (vLLM b38e111d): `kernels/gather_mla_context.cu` and
 `kernels/merge_attn_states.cu` on the same backends (`gpu_oracle.mla`), and
 torch `scaled_dot_product_attention` as the full-attention oracle of
 `models.mla_prefill` (`gpu_oracle.mla_prefill_checks`).
+SGLang PD staging (05c7ebf): `kernels/staging_gather_head_slice.cu` and
+`kernels/staging_scatter.cu` against `models.pd_staging_copy` (`gpu_oracle.staging`).
 Importing this package registers the checks; it imports neither torch nor
 CuPy until a backend is used.
 """
 
 from . import zeroing_checks  # noqa: F401  (registers the zeroing checks)
 from . import mla_checks, mla_prefill_checks  # noqa: F401,I001  (then the MLA checks, in report order)
+from . import staging_checks  # noqa: F401,I001  (then the PD staging checks)
 from .discovery import BACKEND_NAMES, backends
 from .checks import CHECKS, CheckOutcome, OracleCheck, oracle_check, oracle_report, run_check
 from .mla import gather_mla_context, merge_attn_states
+from .staging import gather_head_slice, scatter_staging
 from .zeroing import zero_kv_blocks
 
-__all__ = ["BACKEND_NAMES", "CHECKS", "CheckOutcome", "OracleCheck", "backends", "gather_mla_context",
-           "merge_attn_states", "oracle_check", "oracle_report", "run_check", "zero_kv_blocks"]
+__all__ = ["BACKEND_NAMES", "CHECKS", "CheckOutcome", "OracleCheck", "backends", "gather_head_slice",
+           "gather_mla_context", "merge_attn_states", "oracle_check", "oracle_report", "run_check", "scatter_staging",
+           "zero_kv_blocks"]

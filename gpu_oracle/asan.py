@@ -163,3 +163,23 @@ def run_gather_case(kv_cache: np.ndarray, block_table: np.ndarray, cu_seq_lens: 
     """
     document = gather_case_document(kv_cache, block_table, cu_seq_lens, token_to_seq, seq_starts)
     return run_child(["gather", "-"], stdin=json.dumps(document))
+
+
+def staging_case_document(kernel: str, pool: np.ndarray, pages: Sequence[int], params: Any, layout: Any,
+                          staging: np.ndarray, offset: int) -> dict[str, Any]:
+    """A PD staging copy as JSON: pool and staging buffer as hex bytes, the head slice and the slot layout."""
+    pool = np.ascontiguousarray(pool)
+    return {"kernel": kernel, "pool": pool.tobytes().hex(), "dtype": pool.dtype.str, "shape": list(pool.shape),
+            "pages": [int(p) for p in pages], "params": to_jsonable(params), "layout": to_jsonable(layout),
+            "staging": np.ascontiguousarray(staging, dtype=np.uint8).tobytes().hex(), "offset": int(offset)}
+
+
+def run_staging_case(kernel: str, pool: np.ndarray, pages: Sequence[int], params: Any, layout: Any,
+                     staging: np.ndarray, offset: int) -> ChildResult:
+    """Gather (`kernel="gather"`) or scatter one writer in an ASan child, unchecked, the staging buffer its own malloc.
+
+    A clean run's output holds the SHA-256 of the result (the staging buffer or the pool); a layout larger
+    than the buffer ends in an ASan report.
+    """
+    document = staging_case_document(kernel, pool, pages, params, layout, staging, offset)
+    return run_child(["staging", "-"], stdin=json.dumps(document))

@@ -2,6 +2,7 @@
 
     python -m gpu_oracle.asan_run case FILE|-                       one zeroing case from JSON
     python -m gpu_oracle.asan_run gather FILE|-                     one MLA context gather from JSON, unchecked
+    python -m gpu_oracle.asan_run staging FILE|-                    one PD staging gather/scatter from JSON, unchecked
     python -m gpu_oracle.asan_run check NAME --max-examples N [--seed S]   a whole oracle check
 
 Prints one JSON line on success. An out-of-bounds store never gets that far:
@@ -48,6 +49,27 @@ def run_gather(document: dict[str, Any]) -> dict[str, Any]:
     return {"sha256": hashlib.sha256(rows.tobytes()).hexdigest(), "shape": list(rows.shape)}
 
 
+def run_staging(document: dict[str, Any]) -> dict[str, Any]:
+    from models.pd_staging_layout import HeadSliceParams, StagingLayout
+
+    from .staging import gather_head_slice, scatter_staging
+
+    pool = np.frombuffer(bytes.fromhex(document["pool"]), dtype=np.dtype(document["dtype"]))
+    pool = pool.reshape(document["shape"]).copy()
+    staging = np.frombuffer(bytes.fromhex(document["staging"]), dtype=np.uint8).copy()
+    params = HeadSliceParams(**document["params"])
+    raw = document["layout"]
+    lay = StagingLayout(raw["tokens"], raw["num_layers"], raw["head_bytes"], tuple(raw["writer_heads"]))
+    # No bounds check: a layout larger than the slot must reach the kernel, so ASan can stop it.
+    if document["kernel"] == "gather":
+        out = gather_head_slice("cpu-shim-asan", pool, document["pages"], params, lay, staging, document["offset"],
+                                check_bounds=False)
+    else:
+        out = scatter_staging("cpu-shim-asan", pool, staging, document["pages"], params, lay, document["offset"],
+                              check_bounds=False)
+    return {"sha256": hashlib.sha256(out.tobytes()).hexdigest(), "nbytes": int(out.nbytes)}
+
+
 def run_check(name: str, max_examples: int, seed: int | None) -> dict[str, Any]:
     from .checks import CHECKS
 
@@ -62,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     case.add_argument("file", help="JSON case document, or - for stdin")
     gather = sub.add_parser("gather")
     gather.add_argument("file", help="JSON gather document (gpu_oracle.asan.gather_case_document), or - for stdin")
+    staging = sub.add_parser("staging")
+    staging.add_argument("file", help="JSON staging document (gpu_oracle.asan.staging_case_document), or - for stdin")
     check = sub.add_parser("check")
     check.add_argument("name")
     check.add_argument("--max-examples", type=int, default=50)
@@ -73,9 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     if not asan_loaded():
         print("gpu_oracle.asan_run: libasan is not preloaded; start it through gpu_oracle.asan", file=sys.stderr)
         return 2
-    if args.command in ("case", "gather"):
+    if args.command in ("case", "gather", "staging"):
         text = sys.stdin.read() if args.file == "-" else open(args.file).read()
-        result = (run_case if args.command == "case" else run_gather)(json.loads(text))
+        result = {"case": run_case, "gather": run_gather, "staging": run_staging}[args.command](json.loads(text))
     else:
         result = run_check(args.name, args.max_examples, args.seed)
     print(json.dumps(result, sort_keys=True))

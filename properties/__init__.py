@@ -8,6 +8,7 @@ import importlib
 
 _MODULES = (
     "pd_staging",
+    "pd_staging_e2e",
     "swa_budget",
     "pd_protocol",
     "kv_zeroing",

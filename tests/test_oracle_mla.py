@@ -34,7 +34,7 @@ def _line(kernel: str, text: str) -> int:
 def test_the_nvcc_check_and_the_asan_prebuild_pick_up_the_kernels() -> None:
     names = {k.name for k in build.kernel_files()}
     assert {"gather_mla_context.cu", "merge_attn_states.cu", "zero_kv_blocks.cu"} <= names
-    assert build.shim_kernels() == ["gather_mla_context", "merge_attn_states", "zero_kv_blocks"]
+    assert {"gather_mla_context", "merge_attn_states", "zero_kv_blocks"} <= set(build.shim_kernels())
     for kernel in ("gather_mla_context.cu", "merge_attn_states.cu"):  # NVRTC-ready: no includes, no shared memory
         source = (build.KERNEL_DIR / kernel).read_text()
         assert "#include" not in source and "__shared__" not in source and "__syncthreads" not in source

@@ -1,0 +1,228 @@
+"""gpu_oracle for the SGLang PD staging path: gather and scatter kernels on every CPU backend, their differential
+checks against models.pd_staging_copy, the ASan check of the pre-05c7ebf slot overrun, and planted kernel faults."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import gpu_oracle
+from gpu_oracle import asan, build, discovery, staging
+from gpu_oracle.checks import CHECKS, hypothesis_check, run_check
+from gpu_oracle.staging_checks import overrun_cases
+from kvsim.errors import ConfigError
+from models import pd_staging_layout as layout
+from models.pd_staging_copy import gather_head_slice_to_staging, scatter_staging_to_pages
+from models.pd_staging_layout import HeadReshard, compute_staging_layout
+from properties.pd_staging_e2e import LLAMA_CASES, Copies, check_transfer, transfer_cases
+
+CPU_BACKENDS = [name for name in ("torch-cpu", "cpu-shim") if discovery.available(name)]
+needs_shim = pytest.mark.skipif(build.find_compiler() is None, reason="no C++ compiler")
+needs_asan = pytest.mark.skipif(not discovery.available("cpu-shim-asan"),
+                                reason=f"cpu-shim-asan unavailable: {discovery.probe('cpu-shim-asan')[1]}")
+KERNELS = ("staging_gather_head_slice", "staging_scatter")
+CHECK_NAMES = ("staging_gather_head_slice.differential", "staging_scatter.differential")
+
+
+def _line(kernel: str, text: str) -> int:
+    lines = (build.KERNEL_DIR / kernel).read_text().splitlines()
+    return next(i for i, line in enumerate(lines, 1) if text in line)
+
+
+def _writer(res: HeadReshard, decode_rank: int, w: int):  # type: ignore[no-untyped-def]
+    return layout.writers_of_decode_rank(res, decode_rank)[w][1]
+
+
+def _bits(shape: tuple[int, ...], dtype: str, seed: int) -> np.ndarray:
+    n = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    return np.random.default_rng(seed).integers(0, 256, n, dtype=np.uint8).view(dtype).reshape(shape)
+
+
+def test_kernels_are_picked_up_by_nvcc_and_the_asan_prebuild() -> None:
+    names = {k.name for k in build.kernel_files()}
+    assert {f"{k}.cu" for k in KERNELS} <= names
+    assert set(KERNELS) <= set(build.shim_kernels())
+    for kernel in KERNELS:  # NVRTC-ready: no includes, no shared memory, no barriers or warp intrinsics
+        source = (build.KERNEL_DIR / f"{kernel}.cu").read_text()
+        for banned in ("#include", "__shared__", "__syncthreads", "__shfl"):
+            assert banned not in source
+    assert set(CHECK_NAMES) | {"staging_gather_head_slice.asan_catches_slot_overrun"} <= set(CHECKS)
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+def test_llama_pairing_round_trips_through_the_backend(backend: str) -> None:
+    """Prefill TP 4 -> decode TP 2, H = 8: both writers of decode rank 1 gathered, then scattered, bit for bit."""
+    res = HeadReshard(8, 4, 2)
+    slot_layout = compute_staging_layout(res, 1, 3 * 4, 2, 2 * 8)
+    prefill = _bits((2, 2, 5, 4, 2, 8), "float16", 0)  # NaN payloads included
+    decode = _bits((2, 2, 6, 4, 4, 8), "float16", 1)
+    slot = np.zeros(slot_layout.total_bytes, np.uint8)
+    want_slot, want_pool = slot.copy(), decode.copy()
+    for w in range(2):
+        params = _writer(res, 1, w)
+        slot = gpu_oracle.gather_head_slice(backend, prefill, [4, 0, 2], params, slot_layout, slot)
+        gather_head_slice_to_staging(prefill, [4, 0, 2], params, slot_layout, want_slot)
+        decode = gpu_oracle.scatter_staging(backend, decode, slot, [5, 1, 3], params, slot_layout)
+        scatter_staging_to_pages(want_pool, want_slot, [5, 1, 3], params, slot_layout)
+    assert slot.tobytes() == want_slot.tobytes() and decode.tobytes() == want_pool.tobytes()
+    # writer 1 (prefill rank 3) holds global heads 6, 7: local heads 2, 3 of decode rank 1
+    assert np.array_equal(decode[:, :, [5, 1, 3], :, 2:].view(np.uint16), prefill[:, :, [4, 0, 2]].view(np.uint16))
+
+
+def test_backends_refuse_what_the_reference_refuses() -> None:
+    res = HeadReshard(8, 1, 4)
+    lay = compute_staging_layout(res, 0, 4, 1, 2)
+    pool = _bits((1, 2, 3, 2, 8, 1), "float16", 0)
+    with pytest.raises(ConfigError, match="staging"):
+        gpu_oracle.gather_head_slice("torch-cpu", pool, [0, 1], _writer(res, 0, 0), lay, np.zeros(8, np.uint8))
+    with pytest.raises(ConfigError, match="backend"):
+        gpu_oracle.gather_head_slice("tpu", pool, [0, 1], _writer(res, 0, 0), lay)
+    with pytest.raises(ConfigError, match="cpu-shim-asan"):
+        staging.shim_library(staging.GATHER, asan=True)
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize("check", CHECK_NAMES)
+def test_checks_pass_on_the_cpu_backends(backend: str, check: str) -> None:
+    outcome = run_check(CHECKS[check], backend, max_examples=60, seed=0)
+    assert outcome.status == "passed", outcome.message
+    assert outcome.examples >= 60
+
+
+def _kernel_copies(backend: str) -> Copies:
+    return Copies(lambda *a: gpu_oracle.gather_head_slice(backend, *a),
+                  lambda *a: gpu_oracle.scatter_staging(backend, *a))
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+def test_end_to_end_transfer_through_the_kernels_matches_a_single_server(backend: str) -> None:
+    """The e2e property with both copies done by the backend: Llama-3.1-8B cases and random rooms."""
+    for case in LLAMA_CASES:
+        check_transfer(case, "fixed", _kernel_copies(backend))
+    outcome = hypothesis_check(transfer_cases(), lambda case: check_transfer(case, "fixed", _kernel_copies(backend)),
+                               40, 0)
+    assert outcome.status == "passed" and outcome.examples >= 40, outcome.message
+
+
+# --- planted kernel faults ---------------------------------------------------------------------------------
+
+def _mutant(tmp_path: Path, kernel: str, old: str, new: str) -> str:
+    mutant = tmp_path / "kernels"
+    shutil.copytree(build.KERNEL_DIR, mutant)
+    source = (mutant / kernel).read_text()
+    assert old in source
+    (mutant / kernel).write_text(source.replace(old, new))
+    return str(mutant)
+
+
+@needs_shim
+def test_gather_check_catches_a_kernel_that_ignores_the_source_head(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """P_tp <= D_tp picks the decode rank's heads out of the prefill rank's: starting at head 0 is wrong."""
+    lib = staging.shim_library(staging.GATHER, False, _mutant(tmp_path, "staging_gather_head_slice.cu",
+                                                              "+ (long long)src_head_start * head_stride", ""))
+    monkeypatch.setitem(staging.BACKENDS, "cpu-shim", lambda launch: staging._shim(launch, False, lib))
+    outcome = run_check(CHECKS["staging_gather_head_slice.differential"], "cpu-shim", max_examples=200, seed=0)
+    assert outcome.status == "failed"
+    assert "staging bytes after the gather on cpu-shim" in outcome.message
+    assert outcome.examples < 200
+
+
+@needs_shim
+def test_scatter_check_catches_k_and_v_swapped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    lib = staging.shim_library(staging.SCATTER, False, _mutant(tmp_path, "staging_scatter.cu",
+                                                               "const long long which = region / num_layers;",
+                                                               "const long long which = 1 - region / num_layers;"))
+    monkeypatch.setitem(staging.BACKENDS, "cpu-shim", lambda launch: staging._shim(launch, False, lib))
+    outcome = run_check(CHECKS["staging_scatter.differential"], "cpu-shim", max_examples=200, seed=0)
+    assert outcome.status == "failed" and "decode pool after the scatter on cpu-shim" in outcome.message
+
+
+# --- AddressSanitizer -----------------------------------------------------------------------------------------
+
+@needs_asan
+def test_asan_stops_the_pre_fix_multi_slot_send_at_the_faulting_store() -> None:
+    (_, _, pool, pages, params, sent, slot), (_, _, old_pool, old_pages, _, old_sent, _), \
+        (_, _, decode_pool, _, _, _, _) = overrun_cases()
+    clean = asan.run_staging_case("gather", pool, pages, params, sent, slot, 0)
+    assert clean.clean and clean.output["nbytes"] == 1024 == len(slot)  # 16 pages x 16 rows x 2 heads x K, V
+    child = asan.run_staging_case("gather", old_pool, old_pages, params, old_sent, slot, 0)
+    assert child.returncode == asan.ASAN_EXIT_CODE and child.output is None and child.report is not None
+    assert (child.report.kind, child.report.access, child.report.size) == ("heap-buffer-overflow", "WRITE", 1)
+    assert child.report.line == _line("staging_gather_head_slice.cu", "dst[i] = src[")
+    assert child.report.region == "0 bytes to the right of 1024-byte region"  # the slot
+    child = asan.run_staging_case("scatter", decode_pool, old_pages, params, old_sent, slot, 0)
+    assert child.report is not None and (child.report.access, child.report.size) == ("READ", 1)
+    assert child.report.line == _line("staging_scatter.cu", "= src[i];")
+
+
+@needs_asan
+def test_checks_run_inside_the_asan_child() -> None:
+    for name in CHECK_NAMES:
+        outcome = run_check(CHECKS[name], "cpu-shim-asan", max_examples=30, seed=0)
+        assert outcome.status == "passed" and outcome.examples >= 30, outcome.message
+    outcome = run_check(CHECKS["staging_gather_head_slice.asan_catches_slot_overrun"], "cpu-shim-asan",
+                        max_examples=1, seed=0)
+    assert outcome.status == "passed", outcome.message
+    assert ("pre_05c7ebf send 0 (54 pages, chunk 0) gathered into slot 0: heap-buffer-overflow: WRITE of size 1 "
+            "in staging_gather_head_slice") in outcome.message
+
+
+# --- the CuPy path, through a stand-in that runs each launch on the CPU shim ----------------------------------
+
+class _DeviceArray:
+    def __init__(self, host: np.ndarray, base: int = 0) -> None:
+        self.host = host if base else np.ascontiguousarray(host).copy()
+        self.data = types.SimpleNamespace(ptr=self.host.ctypes.data + base)
+        self.base = base
+
+    def __getitem__(self, key: slice) -> "_DeviceArray":
+        assert isinstance(key, slice) and key.stop is None and key.step is None
+        return _DeviceArray(self.host, self.base + key.start)
+
+
+def _fake_cupy(launches: list) -> types.ModuleType:
+    class RawModule:
+        def __init__(self, code: str) -> None:
+            assert "#include" not in code  # NVRTC compiles the source as is
+
+        def get_function(self, name: str):  # type: ignore[no-untyped-def]
+            def kernel(grid, block, args):  # type: ignore[no-untyped-def]
+                launches.append((name, grid, block, [type(a).__name__ for a in args]))
+                raw = [a.data.ptr if isinstance(a, _DeviceArray) else a.item() for a in args]
+                getattr(staging.shim_library(name), f"kvsim_{name}")(*grid, *block, *raw)
+            return kernel
+
+    module = types.ModuleType("cupy")
+    module.RawModule, module.asarray = RawModule, _DeviceArray  # type: ignore[attr-defined]
+    module.asnumpy = lambda a: a.host.copy()  # type: ignore[attr-defined]
+    module.cuda = types.SimpleNamespace(  # type: ignore[attr-defined]
+        get_current_stream=lambda: types.SimpleNamespace(synchronize=lambda: None))
+    return module
+
+
+@needs_shim
+def test_cupy_launches_are_well_formed(monkeypatch: pytest.MonkeyPatch) -> None:
+    launches: list = []
+    monkeypatch.setitem(sys.modules, "cupy", _fake_cupy(launches))
+    staging._cupy_function.cache_clear()
+    res = HeadReshard(8, 4, 2)
+    lay = compute_staging_layout(res, 0, 2 * 2, 3, 4)
+    pool, decode = _bits((3, 2, 4, 2, 2, 2), "float16", 3), _bits((3, 2, 4, 2, 4, 2), "float16", 4)
+    params = _writer(res, 0, 1)
+    try:
+        got = gpu_oracle.gather_head_slice("cupy-cuda", pool, [3, 1], params, lay)
+        pool_after = gpu_oracle.scatter_staging("cupy-cuda", decode, got, [0, 2], params, lay)
+    finally:
+        staging._cupy_function.cache_clear()
+    want = gather_head_slice_to_staging(pool, [3, 1], params, lay)
+    assert got.tobytes() == want.tobytes()
+    assert pool_after.tobytes() == scatter_staging_to_pages(decode.copy(), want, [0, 2], params, lay).tobytes()
+    assert [launch[:3] for launch in launches] == [("staging_gather_head_slice", (4, 6), (128,)),
+                                                   ("staging_scatter", (4, 6), (128,))]
+    assert launches[0][3] == ["_DeviceArray"] * 3 + ["int64"] * 6 + ["int32"] * 5
