@@ -6,8 +6,9 @@ staged-bytes properties (plan + head slicing + slot layout + ring offsets:
 S7 in bytes, and no spurious room failure). The head slicing, slot layout
 and ring properties live in `pd_staging_ring`, the `KVPoll` status-rule
 properties in `pd_status` (same model, `pd-staging`: the status rule is a
-field of the case, not a variant). Only pure functions are covered so far;
-the transition system comes later.
+field of the case, not a variant). The transition system
+(`models.pd_staging`: its invariants, liveness, stateful property and the
+explore-driven bug reports) is registered in `pd_staging_system`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from kvsim.errors import PropertyViolation
 from kvsim.property import kv_property
 from kvsim.registry import REGISTRY, BugReport, ModelSpec
 from models import pd_staging_layout as layout
+from models import pd_staging as pd_staging_system_model
+from models import pd_staging_sim
 from models import pd_staging_plan as plan
 from models.pd_staging_layout import HeadReshard
 from models.pd_staging_plan import VARIANTS, RoomPlan, StagingPlanConfig, cdiv
@@ -34,6 +37,11 @@ REGISTRY.add_model(ModelSpec(
             "(send plan, head slicing, slot layout, ring allocator, KVPoll status rules)",
     source="sglang 05c7ebf (PR #30545)",
     variants=VARIANTS,
+    params=pd_staging_system_model.SYSTEM_PARAMS,
+    system=pd_staging_system_model.build_system,
+    simulate=pd_staging_sim.simulate,
+    sim_params=pd_staging_sim.SIM_PARAMS,
+    fault_kinds=pd_staging_sim.FAULT_KINDS,
 ))
 
 
@@ -369,3 +377,4 @@ REGISTRY.add_bug(BugReport(
 
 # The KVPoll status-rule properties (pd_staging_ring is imported above, for its strategies).
 from properties import pd_status as _pd_status  # noqa: E402,F401
+from properties import pd_staging_system as _pd_staging_system  # noqa: E402,F401

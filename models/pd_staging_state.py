@@ -1,0 +1,74 @@
+"""States of the pd-staging transition system (`models.pd_staging`): immutable, hashable NamedTuples.
+
+Field names follow the upstream maps they stand for (sglang 05c7ebf, PR
+#30545; research note ../shared/research/sglang.md, section 2.2):
+`_staging_outstanding`, `transfer_infos`, `chunk_staging_infos`,
+`_writer_counts`, `_chunk_events`, `remote_watermarks`.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from .pd_common import KVPoll
+from .pd_staging_ring import StagingAllocator
+
+UP, DOWN = 0, 1  # prefill writer -> decode, decode -> prefill writer
+ALLOC_OVERSIZED = -2
+NOT_ALLOCATED = -1
+TERMINAL = (KVPoll.Success, KVPoll.Failed)
+
+
+class Chunk(NamedTuple):
+    """A `TransferKVChunk` on a writer's queue; `counted` is the `staging_counted` flag."""
+
+    room: int
+    chunk_idx: int
+    page_start: int
+    num_pages: int
+    is_last: bool
+    counted: bool = False
+
+
+class PrefillRoom(NamedTuple):
+    status: KVPoll | None  # request_status[room]; None once clear() popped it
+    outstanding: int  # _staging_outstanding[room]; 0 when absent
+    infos: bool  # transfer_infos[room] present (popped by teardown and clear)
+    offsets: tuple  # per chunk_idx: None, or (alloc_id, offset, round, end) from STAGING_RSP
+    outcome: KVPoll | None  # the terminal status clear() saw
+
+
+class DecodeRoom(NamedTuple):
+    status: KVPoll  # what the receiver reports; Success/Failed once concluded
+    registered: bool  # in _room_to_receiver; False after unregister_decode_req
+    infos: tuple[int, ...]  # chunk_staging_infos alloc ids: -1 none (or scattered), -2 oversized
+    counts: tuple  # _writer_counts: per chunk_idx, the arrivals (page_start, num_pages, writer)
+    events: tuple[int, ...]  # _chunk_events: alloc ids of submitted scatters not yet complete
+    success_from: tuple[bool, ...]  # prefill_response_tracker: Success received from each writer
+    all_success: bool  # _staging_all_success
+    rows: tuple[int, ...]  # own suffix rows [D, D + N*ps) x W head slices
+
+
+class StagingState(NamedTuple):
+    batches: tuple[int, ...]  # prefill batches done per room
+    prefill: tuple[tuple[PrefillRoom, ...], ...]  # [writer][room]
+    queues: tuple[tuple[Chunk, ...], ...]  # [writer]
+    watermarks: tuple[tuple[int, int], ...]  # remote_watermarks[session] per writer
+    decode: tuple[DecodeRoom, ...]
+    ring: StagingAllocator
+    memory: tuple[int, ...]  # ring cells
+    owners: tuple[tuple[int, int], ...]  # (alloc_id, room) of live allocations
+    prefix: tuple[int, ...]  # shared radix-prefix rows [0, D) x W
+    chans: tuple[tuple[tuple[tuple, ...], ...], ...]  # [UP or DOWN][writer]: FIFO of messages in flight
+    dead: bool  # the prefill node died
+    faults_left: int
+    flags: tuple[tuple[str, str], ...]  # (invariant, message) seen at a transition
+
+
+def _put(t: tuple, i: int, v) -> tuple:
+    return t[:i] + (v,) + t[i + 1:]
+
+
+def _remove(seq: tuple, item) -> tuple:
+    i = seq.index(item)
+    return seq[:i] + seq[i + 1:]
