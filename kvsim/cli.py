@@ -198,13 +198,14 @@ def cmd_repro(args: argparse.Namespace) -> int:
     doc = {"seed": args.seed, "bugs": [r.to_json() for r in results]}
 
     def text() -> str:
-        rows = [[r.bug.id, r.bug.source, r.bug.status, r.bug.property, r.examples, f"{r.seconds:.3f}",
-                 "yes" if r.reproduced else "NO",
-                 {True: "yes", False: "NO", None: "-"}[r.fixed_passes], _short(r.counterexample, 60)]
+        rows = [[r.bug.id, _short(r.bug.source, 40), r.bug.status, r.bug.property, r.examples, f"{r.seconds:.3f}",
+                 "yes" if r.reproduced else "no", {True: "yes", False: "NO", None: "-"}[r.fixed_passes],
+                 "holds" if r.ok else "BROKEN", _short(r.counterexample, 50) if r.counterexample else ""]
                 for r in results]
         ok = sum(r.ok for r in results)
         return _table(["bug", "upstream source", "status", "property", "examples", "seconds", "reproduced",
-                       "fixed passes", "counterexample"], rows) + f"\n\n{ok} of {len(results)} bug reports hold"
+                       "fixed passes", "verdict", "counterexample"], rows) + \
+            f"\n\n{ok} of {len(results)} bug reports hold"
 
     _emit(args, doc, text)
     return 0 if all(r.ok for r in results) else 1

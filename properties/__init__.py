@@ -6,13 +6,13 @@ Importing this package registers every model, property and bug report with
 
 import importlib
 
-_MODULES = (
-    "pd_staging",
-    "pd_staging_e2e",
+_MODULES = (  # in the order the models were added; the catalog lists them so
     "swa_budget",
-    "pd_protocol",
     "kv_zeroing",
     "mla_chunks",
+    "pd_staging",
+    "pd_staging_e2e",
+    "pd_protocol",
 )
 
 for _name in _MODULES:
