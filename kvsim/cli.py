@@ -164,7 +164,10 @@ def cmd_check(args: argparse.Namespace) -> int:
     spec = reg.model(args.model)
     spec.check_variant(args.variant)
     props = [reg.property(spec.name, name) for name in args.property] if args.property else reg.properties_of(spec.name)
-    params = resolve(spec.params, _params(args)) if _params(args) else None
+    given = _params(args)
+    # validated against the model, but only what the user set travels on (and into the replay line)
+    names = {text.partition("=")[0].strip() for text in given}
+    params = {k: v for k, v in resolve(spec.params, given).items() if k in names} or None
     progress = Progress(len(props), "check")
     results = []
     for prop in props:
