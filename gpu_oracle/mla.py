@@ -16,17 +16,14 @@ compared bit for bit; the merge runs in fp32.
 from __future__ import annotations
 
 import ctypes
-import functools
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
 
-from kvsim.errors import ConfigError, require
+from kvsim.errors import require
 
-from . import build
-from .zeroing import asan_loaded
+from . import build, shim
 
 GATHER, MERGE = "gather_mla_context", "merge_attn_states"
 KERNELS = (GATHER, MERGE)
@@ -39,45 +36,9 @@ _ARGTYPES = {GATHER: [_U, _U, _P, _P, _P, _P, _P, _P, _LL, _LL, _LL, _LL, _I, _I
 
 # --- the CPU shim ------------------------------------------------------------------------------------
 
-@functools.lru_cache(maxsize=8)
 def shim_library(kernel: str, asan: bool = False, kernel_dir: str = str(build.KERNEL_DIR)) -> ctypes.CDLL:
     """The shim build of `kernel` (ASan only inside the preloaded child); `kernel_dir` admits mutants."""
-    if asan and not asan_loaded():
-        raise ConfigError("cpu-shim-asan", "a process started with libasan preloaded "
-                          "(run it through gpu_oracle.asan)", "a plain interpreter")
-    lib = ctypes.CDLL(str(build.build_shim(kernel, asan=asan, kernel_dir=Path(kernel_dir))))
-    entry = getattr(lib, f"kvsim_{kernel}")
-    entry.argtypes, entry.restype = _ARGTYPES[kernel], None
-    lib.kvsim_malloc.argtypes, lib.kvsim_malloc.restype = [ctypes.c_size_t], _P
-    lib.kvsim_free.argtypes, lib.kvsim_free.restype = [_P], None
-    return lib
-
-
-class _Mallocs:
-    """One exact-size malloc per array (the ASan build), copied in and out; freed on exit."""
-
-    def __init__(self, lib: ctypes.CDLL) -> None:
-        self.lib, self.ptrs = lib, []  # type: ignore[var-annotated]
-
-    def put(self, data: np.ndarray) -> int:
-        data = np.ascontiguousarray(data)
-        ptr = self.lib.kvsim_malloc(max(data.nbytes, 1))
-        self.ptrs.append(ptr)
-        ctypes.memmove(ptr, data.ctypes.data, data.nbytes)
-        return ptr
-
-    def __enter__(self) -> "_Mallocs":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for ptr in self.ptrs:
-            self.lib.kvsim_free(ptr)
-
-
-def _read(ptr: int, like: np.ndarray) -> np.ndarray:
-    out = np.empty_like(like)
-    ctypes.memmove(out.ctypes.data, ptr, out.nbytes)
-    return out
+    return shim.load(kernel, tuple(_ARGTYPES[kernel]), asan, kernel_dir)
 
 
 def _span(view: np.ndarray) -> np.ndarray:
@@ -88,11 +49,7 @@ def _span(view: np.ndarray) -> np.ndarray:
     return np.lib.stride_tricks.as_strided(view.view(np.uint8), shape=(end,), strides=(1,)).copy()
 
 
-@functools.lru_cache(maxsize=4)
-def _cupy_function(kernel: str):  # type: ignore[no-untyped-def]
-    import cupy
-
-    return cupy.RawModule(code=(build.KERNEL_DIR / f"{kernel}.cu").read_text()).get_function(kernel)
+_cupy_function = shim.cupy_function
 
 
 # --- gather ------------------------------------------------------------------------------------------
@@ -173,11 +130,11 @@ def _gather_shim(launch: GatherLaunch, asan: bool, lib: ctypes.CDLL | None = Non
         lib.kvsim_gather_mla_context(launch.num_tokens, launch.threads, launch.cache.ctypes.data, out.ctypes.data,
                                      *(a.ctypes.data for a in meta), *launch.scalars())
         return out
-    with _Mallocs(lib) as mem:
+    with shim.Mallocs(lib) as mem:
         cache, dst = mem.put(_span(launch.cache)), mem.put(out)
         lib.kvsim_gather_mla_context(launch.num_tokens, launch.threads, cache, dst, *(mem.put(a) for a in meta),
                                      *launch.scalars())
-        return _read(dst, out)
+        return shim.read(dst, out)
 
 
 def _gather_cupy(launch: GatherLaunch) -> np.ndarray:
@@ -306,11 +263,11 @@ def _merge_shim(launch: MergeLaunch, asan: bool, lib: ctypes.CDLL | None = None)
         lib.kvsim_merge_attn_states(t, h, launch.threads, out.ctypes.data, lse.ctypes.data if launch.with_lse else
                                     None, *(a.ctypes.data for a in ins), *scalars)
         return out, lse
-    with _Mallocs(lib) as mem:
+    with shim.Mallocs(lib) as mem:
         out_ptr, lse_ptr = mem.put(out), mem.put(lse)
         lib.kvsim_merge_attn_states(t, h, launch.threads, out_ptr, lse_ptr if launch.with_lse else None,
                                     *(mem.put(a) for a in ins), *scalars)
-        return _read(out_ptr, out), _read(lse_ptr, lse)
+        return shim.read(out_ptr, out), shim.read(lse_ptr, lse)
 
 
 def _merge_cupy(launch: MergeLaunch) -> tuple[np.ndarray, np.ndarray]:

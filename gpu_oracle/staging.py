@@ -17,20 +17,16 @@ own exact-size malloc, so a writer region that does not fit its slot
 from __future__ import annotations
 
 import ctypes
-import functools
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
 
-from kvsim.errors import ConfigError, check_int, require
+from kvsim.errors import check_int, require
 from models.pd_staging_copy import check_paged_kv
 from models.pd_staging_layout import HeadSliceParams, StagingLayout
 
-from . import build
-from .mla import _Mallocs, _read
-from .zeroing import asan_loaded
+from . import build, shim
 
 GATHER, SCATTER = "staging_gather_head_slice", "staging_scatter"
 KERNELS = (GATHER, SCATTER)
@@ -39,25 +35,12 @@ _LL, _I, _P, _U = ctypes.c_longlong, ctypes.c_int, ctypes.c_void_p, ctypes.c_uin
 _ARGTYPES = [_U, _U, _U, _P, _P, _P, _LL, _LL, _LL, _LL, _LL, _LL, _I, _I, _I, _I, _I]
 
 
-@functools.lru_cache(maxsize=8)
 def shim_library(kernel: str, asan: bool = False, kernel_dir: str = str(build.KERNEL_DIR)) -> ctypes.CDLL:
     """The shim build of `kernel` (ASan only inside the preloaded child); `kernel_dir` admits mutants."""
-    if asan and not asan_loaded():
-        raise ConfigError("cpu-shim-asan", "a process started with libasan preloaded "
-                          "(run it through gpu_oracle.asan)", "a plain interpreter")
-    lib = ctypes.CDLL(str(build.build_shim(kernel, asan=asan, kernel_dir=Path(kernel_dir))))
-    entry = getattr(lib, f"kvsim_{kernel}")
-    entry.argtypes, entry.restype = _ARGTYPES, None
-    lib.kvsim_malloc.argtypes, lib.kvsim_malloc.restype = [ctypes.c_size_t], _P
-    lib.kvsim_free.argtypes, lib.kvsim_free.restype = [_P], None
-    return lib
+    return shim.load(kernel, tuple(_ARGTYPES), asan, kernel_dir)
 
 
-@functools.lru_cache(maxsize=4)
-def _cupy_function(kernel: str):  # type: ignore[no-untyped-def]
-    import cupy
-
-    return cupy.RawModule(code=(build.KERNEL_DIR / f"{kernel}.cu").read_text()).get_function(kernel)
+_cupy_function = shim.cupy_function
 
 
 @dataclass(frozen=True, eq=False)
@@ -151,11 +134,11 @@ def _shim(launch: StagingLaunch, asan: bool, lib: ctypes.CDLL | None = None) -> 
         entry(*launch.grid, launch.threads, pool.ctypes.data, staging.ctypes.data + launch.offset,
               launch.pages.ctypes.data, *launch.scalars())
         return staging, pool
-    with _Mallocs(lib) as mem:
+    with shim.Mallocs(lib) as mem:
         pool_ptr, staging_ptr = mem.put(pool), mem.put(staging)
         entry(*launch.grid, launch.threads, pool_ptr, staging_ptr + launch.offset, mem.put(launch.pages),
               *launch.scalars())
-        return _read(staging_ptr, staging), _read(pool_ptr, pool)
+        return shim.read(staging_ptr, staging), shim.read(pool_ptr, pool)
 
 
 def _cupy(launch: StagingLaunch) -> tuple[np.ndarray, np.ndarray]:

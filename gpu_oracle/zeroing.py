@@ -13,18 +13,16 @@ torch backends clear the same words with one vectorised index per batch.
 from __future__ import annotations
 
 import ctypes
-import functools
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from kvsim.errors import ConfigError, check_int, require
+from kvsim.errors import check_int, require
 from models.kv_zeroing import MAX_BLOCK_SIZE, Segment, SegmentTable, launch_config, write_spans
 from models.kv_zeroing_geometry import Arena
 
-from . import build
+from . import build, shim
 
 KERNEL = "zero_kv_blocks"
 CUDA_GRID_YZ_LIMIT = 65_535
@@ -97,29 +95,12 @@ def _torch(memory: np.ndarray, launch: Launch, device: str) -> np.ndarray:
 
 # --- CPU shim ----------------------------------------------------------------------------------------
 
-def asan_loaded() -> bool:
-    """True when libasan is mapped into this process (only in the preloaded child)."""
-    try:
-        with open("/proc/self/maps") as maps:
-            return "libasan" in maps.read()
-    except OSError:
-        return False
+asan_loaded = shim.asan_loaded  # re-exported: checks and the ASan child ask here
 
 
-@functools.lru_cache(maxsize=4)
 def shim_library(asan: bool = False, kernel_dir: str = str(build.KERNEL_DIR)) -> ctypes.CDLL:
-    if asan and not asan_loaded():
-        raise ConfigError("cpu-shim-asan", "a process started with libasan preloaded "
-                          "(run it through gpu_oracle.asan)", "a plain interpreter")
-    lib = ctypes.CDLL(str(build.build_shim(KERNEL, asan=asan, kernel_dir=Path(kernel_dir))))
     u32, ptr = ctypes.c_uint, ctypes.c_void_p
-    lib.kvsim_zero_kv_blocks.argtypes = [u32, u32, u32, u32, ptr, ptr, ptr, ptr]
-    lib.kvsim_zero_kv_blocks.restype = None
-    lib.kvsim_malloc.argtypes = [ctypes.c_size_t]
-    lib.kvsim_malloc.restype = ptr
-    lib.kvsim_free.argtypes = [ptr]
-    lib.kvsim_free.restype = None
-    return lib
+    return shim.load(KERNEL, (u32, u32, u32, u32, ptr, ptr, ptr, ptr), asan, kernel_dir)
 
 
 def _call(lib: ctypes.CDLL, launch: Launch, absolute: np.ndarray) -> None:
@@ -159,12 +140,11 @@ def _cpu_shim_asan(memory: np.ndarray, launch: Launch, arena: Arena | None) -> n
 
 # --- CuPy --------------------------------------------------------------------------------------------
 
-@functools.lru_cache(maxsize=1)
 def _cupy_kernel():  # type: ignore[no-untyped-def]
-    import cupy
+    return shim.cupy_function(KERNEL)
 
-    source = (build.KERNEL_DIR / f"{KERNEL}.cu").read_text()
-    return cupy.RawModule(code=source).get_function(KERNEL)
+
+_cupy_kernel.cache_clear = shim.cupy_function.cache_clear  # type: ignore[attr-defined]
 
 
 def _cupy(memory: np.ndarray, launch: Launch) -> np.ndarray:

@@ -20,7 +20,7 @@ from typing import NamedTuple
 from kvsim.errors import ConfigError, check_int
 from kvsim.system import Invariant
 
-from .swa_budget import RetractedReq, check_variant, physical_pages, prealloc_required_tokens, resume_retracted_reqs
+from .swa_budget import RetractedReq, check_variant, physical_pages, resume_retracted_reqs
 
 ARRIVE, DECODE, RETRACT, RESUME = "arrive", "decode", "retract", "resume"
 

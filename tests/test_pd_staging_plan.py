@@ -140,6 +140,7 @@ def test_gqa_replication_cases():
     assert [p.dst_head_start for _, p in layout.writers_of_decode_rank(wide, 0)] == [0, 0, 1, 1]
     down = HeadReshard(2, 1, 4)  # D_tp > H: decode ranks 0,1 hold head 0 and 2,3 head 1
     assert [compute_head_slice_params(2, 1, 4, 0, d).src_head_start for d in range(4)] == [0, 0, 1, 1]
+    assert [len(layout.writers_of_decode_rank(down, d)) for d in range(4)] == [1, 1, 1, 1]
     assert [compute_head_slice_params(8, 2, 4, d // 2, d).src_head_start for d in range(4)] == [0, 2, 0, 2]
 
 
