@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import shutil
 import sys
-import types
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from fakecupy import fake_cupy
 
 import gpu_oracle
 from gpu_oracle import asan, build, discovery, mla
@@ -197,37 +198,10 @@ def test_checks_run_inside_the_asan_child() -> None:
 
 # --- the CuPy path, through a stand-in that runs each launch on the CPU shim ---------------------------------
 
-class _DeviceArray:
-    def __init__(self, host: np.ndarray) -> None:
-        self.host = np.ascontiguousarray(host).copy()
-        self.data = types.SimpleNamespace(ptr=self.host.ctypes.data)
-
-
-def _fake_cupy(launches: list) -> types.ModuleType:
-    class RawModule:
-        def __init__(self, code: str) -> None:
-            assert "#include" not in code  # NVRTC compiles the source as is
-
-        def get_function(self, name: str):  # type: ignore[no-untyped-def]
-            def kernel(grid, block, args):  # type: ignore[no-untyped-def]
-                launches.append((name, grid, block, [type(a).__name__ for a in args]))
-                raw = [a.data.ptr if isinstance(a, _DeviceArray) else a.item() for a in args]
-                getattr(mla.shim_library(name), f"kvsim_{name}")(*grid, *block, *raw)
-            return kernel
-
-    module = types.ModuleType("cupy")
-    module.RawModule, module.asarray, module.uint8 = RawModule, _DeviceArray, np.uint8  # type: ignore[attr-defined]
-    module.zeros = lambda shape, dtype: _DeviceArray(np.zeros(shape, dtype))  # type: ignore[attr-defined]
-    module.asnumpy = lambda a: a.host.copy()  # type: ignore[attr-defined]
-    module.cuda = types.SimpleNamespace(  # type: ignore[attr-defined]
-        get_current_stream=lambda: types.SimpleNamespace(synchronize=lambda: None))
-    return module
-
-
 @needs_shim
 def test_cupy_launches_are_well_formed(monkeypatch: pytest.MonkeyPatch) -> None:
     launches: list = []
-    monkeypatch.setitem(sys.modules, "cupy", _fake_cupy(launches))
+    monkeypatch.setitem(sys.modules, "cupy", fake_cupy(launches, mla.shim_library))
     mla._cupy_function.cache_clear()
     try:
         kv, table = _paged("float16", 3)

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import shutil
 import sys
-import types
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from fakecupy import fake_cupy
 
 import gpu_oracle
 from gpu_oracle import asan, build, discovery, staging
@@ -175,41 +176,10 @@ def test_checks_run_inside_the_asan_child() -> None:
 
 # --- the CuPy path, through a stand-in that runs each launch on the CPU shim ----------------------------------
 
-class _DeviceArray:
-    def __init__(self, host: np.ndarray, base: int = 0) -> None:
-        self.host = host if base else np.ascontiguousarray(host).copy()
-        self.data = types.SimpleNamespace(ptr=self.host.ctypes.data + base)
-        self.base = base
-
-    def __getitem__(self, key: slice) -> "_DeviceArray":
-        assert isinstance(key, slice) and key.stop is None and key.step is None
-        return _DeviceArray(self.host, self.base + key.start)
-
-
-def _fake_cupy(launches: list) -> types.ModuleType:
-    class RawModule:
-        def __init__(self, code: str) -> None:
-            assert "#include" not in code  # NVRTC compiles the source as is
-
-        def get_function(self, name: str):  # type: ignore[no-untyped-def]
-            def kernel(grid, block, args):  # type: ignore[no-untyped-def]
-                launches.append((name, grid, block, [type(a).__name__ for a in args]))
-                raw = [a.data.ptr if isinstance(a, _DeviceArray) else a.item() for a in args]
-                getattr(staging.shim_library(name), f"kvsim_{name}")(*grid, *block, *raw)
-            return kernel
-
-    module = types.ModuleType("cupy")
-    module.RawModule, module.asarray = RawModule, _DeviceArray  # type: ignore[attr-defined]
-    module.asnumpy = lambda a: a.host.copy()  # type: ignore[attr-defined]
-    module.cuda = types.SimpleNamespace(  # type: ignore[attr-defined]
-        get_current_stream=lambda: types.SimpleNamespace(synchronize=lambda: None))
-    return module
-
-
 @needs_shim
 def test_cupy_launches_are_well_formed(monkeypatch: pytest.MonkeyPatch) -> None:
     launches: list = []
-    monkeypatch.setitem(sys.modules, "cupy", _fake_cupy(launches))
+    monkeypatch.setitem(sys.modules, "cupy", fake_cupy(launches, staging.shim_library))
     staging._cupy_function.cache_clear()
     res = HeadReshard(8, 4, 2)
     lay = compute_staging_layout(res, 0, 2 * 2, 3, 4)
@@ -225,4 +195,4 @@ def test_cupy_launches_are_well_formed(monkeypatch: pytest.MonkeyPatch) -> None:
     assert pool_after.tobytes() == scatter_staging_to_pages(decode.copy(), want, [0, 2], params, lay).tobytes()
     assert [launch[:3] for launch in launches] == [("staging_gather_head_slice", (4, 6), (128,)),
                                                    ("staging_scatter", (4, 6), (128,))]
-    assert launches[0][3] == ["_DeviceArray"] * 3 + ["int64"] * 6 + ["int32"] * 5
+    assert launches[0][3] == ["DeviceArray[uint8]"] * 2 + ["DeviceArray[int32]"] + ["int64"] * 6 + ["int32"] * 5

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import shutil
 import sys
-import types
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from fakecupy import fake_cupy
 
 import gpu_oracle
 from gpu_oracle import discovery as backends_module
@@ -198,39 +199,11 @@ def test_disabled_backends_are_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
 
 # --- the CuPy path, driven through a stand-in that runs the launch on the CPU shim ------------------------
 
-class _FakeDeviceArray:
-    def __init__(self, host: np.ndarray) -> None:
-        self.host = np.ascontiguousarray(host).copy()
-        self.data = types.SimpleNamespace(ptr=self.host.ctypes.data)
-
-
-def _fake_cupy(calls: list) -> types.ModuleType:
-    lib = zeroing.shim_library(False)
-
-    class RawModule:
-        def __init__(self, code: str) -> None:
-            assert 'extern "C" __global__ void zero_kv_blocks' in code and "#include" not in code  # NVRTC-ready
-
-        def get_function(self, name: str):  # type: ignore[no-untyped-def]
-            def kernel(grid, block, args):  # type: ignore[no-untyped-def]
-                calls.append((grid, block, [a.host.dtype for a in args]))
-                lib.kvsim_zero_kv_blocks(*grid, *block, *(a.data.ptr for a in args))
-            return kernel
-
-    module = types.ModuleType("cupy")
-    module.RawModule = RawModule  # type: ignore[attr-defined]
-    module.asarray = _FakeDeviceArray  # type: ignore[attr-defined]
-    module.asnumpy = lambda a: a.host.copy()  # type: ignore[attr-defined]
-    module.cuda = types.SimpleNamespace(  # type: ignore[attr-defined]
-        get_current_stream=lambda: types.SimpleNamespace(synchronize=lambda: None))
-    return module
-
-
 def test_cupy_backend_launch_is_well_formed(monkeypatch: pytest.MonkeyPatch) -> None:
     if build.find_compiler() is None:
         pytest.skip("the stand-in runs the launch on the CPU shim")
     calls: list = []
-    monkeypatch.setitem(sys.modules, "cupy", _fake_cupy(calls))
+    monkeypatch.setitem(sys.modules, "cupy", fake_cupy(calls, lambda name: zeroing.shim_library(False)))
     zeroing._cupy_kernel.cache_clear()
     try:
         geometry = last_block_page_geometry()
@@ -243,5 +216,4 @@ def test_cupy_backend_launch_is_well_formed(monkeypatch: pytest.MonkeyPatch) -> 
     finally:
         zeroing._cupy_kernel.cache_clear()
     assert np.array_equal(got, expected)
-    assert calls == [((2, 1, 2), (3,), [np.dtype(np.uint64), np.dtype(np.int64), np.dtype(np.int64),
-                                        np.dtype(np.int64)])]
+    assert calls == [("zero_kv_blocks", (2, 1, 2), (3,), ["DeviceArray[uint64]"] + ["DeviceArray[int64]"] * 3)]

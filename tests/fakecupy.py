@@ -1,0 +1,54 @@
+"""A stand-in `cupy` module that runs each kernel launch on the CPU shim.
+
+It checks what the CuPy backends hand to NVRTC and to the launch (source
+without includes, grid, block, argument types) and computes the result with
+the same CUDA C source, so the CuPy code path is exercised on a CPU machine.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Callable
+
+import numpy as np
+
+
+class DeviceArray:
+    def __init__(self, host: np.ndarray, base: int = 0) -> None:
+        self.host = host if base else np.ascontiguousarray(host).copy()
+        self.data = types.SimpleNamespace(ptr=self.host.ctypes.data + base)
+        self.base = base
+
+    def __getitem__(self, key: slice) -> "DeviceArray":  # `buffer[offset:]`, as the staging backend slices
+        assert isinstance(key, slice) and key.stop is None and key.step is None
+        return DeviceArray(self.host, self.base + key.start)
+
+
+def _kind(arg: object) -> str:
+    return f"DeviceArray[{arg.host.dtype}]" if isinstance(arg, DeviceArray) else type(arg).__name__
+
+
+def fake_cupy(launches: list, library: Callable[[str], object]) -> types.ModuleType:
+    """`library(kernel)` returns the shim CDLL whose `kvsim_<kernel>` runs a launch."""
+
+    class RawModule:
+        def __init__(self, code: str) -> None:
+            assert "#include" not in code  # NVRTC compiles the source as is
+            self.code = code
+
+        def get_function(self, name: str):  # type: ignore[no-untyped-def]
+            assert f"__global__ void {name}(" in self.code
+
+            def kernel(grid, block, args):  # type: ignore[no-untyped-def]
+                launches.append((name, tuple(grid), tuple(block), [_kind(a) for a in args]))
+                raw = [a.data.ptr if isinstance(a, DeviceArray) else a.item() for a in args]
+                getattr(library(name), f"kvsim_{name}")(*grid, *block, *raw)
+            return kernel
+
+    module = types.ModuleType("cupy")
+    module.RawModule, module.asarray, module.uint8 = RawModule, DeviceArray, np.uint8  # type: ignore[attr-defined]
+    module.zeros = lambda shape, dtype: DeviceArray(np.zeros(shape, dtype))  # type: ignore[attr-defined]
+    module.asnumpy = lambda a: a.host.copy()  # type: ignore[attr-defined]
+    module.cuda = types.SimpleNamespace(  # type: ignore[attr-defined]
+        get_current_stream=lambda: types.SimpleNamespace(synchronize=lambda: None))
+    return module
