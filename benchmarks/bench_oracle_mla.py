@@ -20,37 +20,8 @@ import numpy as np
 
 import gpu_oracle
 from gpu_oracle import mla
-from gpu_oracle.checks import CHECKS, run_check
 from models.mla_attention import gather_context_rows, merge_attn_states
-
-MLA_CHECKS = [name for name in CHECKS if name.split(".")[0] in ("gather_mla_context", "merge_attn_states",
-                                                                "mla_prefill")]
-
-
-def check_rates(examples: int) -> None:
-    rows = {b["name"]: b for b in gpu_oracle.backends()}
-    for name in MLA_CHECKS:
-        check = CHECKS[name]
-        print(f"{name}, up to {examples} examples, seed 0")
-        for backend in check.backends:
-            if not rows[backend]["available"]:
-                print(f"  {backend:14s} skipped: {rows[backend]['reason']}")
-                continue
-            run_check(check, backend, max_examples=3, seed=1)  # build and warm up
-            start = time.perf_counter()
-            outcome = run_check(check, backend, max_examples=examples, seed=0)
-            seconds = time.perf_counter() - start
-            print(f"  {backend:14s} {outcome.status:6s} {outcome.examples:5d} examples in {seconds:6.2f} s = "
-                  f"{outcome.examples / seconds:7.1f} examples/s")
-
-
-def _best(run, repeats: int = 3) -> float:  # type: ignore[no-untyped-def]
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        best = min(best, time.perf_counter() - start)
-    return best
+from oracle_rates import best_of, check_rates  # benchmarks/oracle_rates.py
 
 
 def throughput(rows: int) -> None:
@@ -71,7 +42,7 @@ def throughput(rows: int) -> None:
             launch = mla.prepare_gather(kv, table, cu, seq, starts)
             runners[name] = lambda name=name, launch=launch: mla.GATHER_BACKENDS[name](launch)
     for name, run in runners.items():
-        seconds = _best(run)
+        seconds = best_of(run)
         print(f"  {name:16s} {seconds * 1e3:8.1f} ms  {nbytes / seconds / 1e9:6.2f} GB/s")
     tokens, heads, dim = min(rows, 8192), 16, 128
     po, so = (rng.standard_normal((tokens, heads, dim)).astype(np.float32) for _ in range(2))
@@ -84,7 +55,7 @@ def throughput(rows: int) -> None:
             launch = mla.prepare_merge(po, pl, so, sl, threads=128)
             runners[name] = lambda name=name, launch=launch: mla.MERGE_BACKENDS[name](launch)
     for name, run in runners.items():
-        seconds = _best(run)
+        seconds = best_of(run)
         print(f"  {name:22s} {seconds * 1e3:8.1f} ms  {elements / seconds / 1e6:8.1f} M elements/s")
 
 
@@ -93,7 +64,7 @@ def main() -> None:
     parser.add_argument("--examples", type=int, default=200)
     parser.add_argument("--rows", type=int, default=65_536)
     args = parser.parse_args()
-    check_rates(args.examples)
+    check_rates(("gather_mla_context", "merge_attn_states", "mla_prefill"), args.examples)
     throughput(args.rows)
 
 

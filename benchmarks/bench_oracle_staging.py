@@ -19,40 +19,12 @@ import time
 import numpy as np
 
 import gpu_oracle
-from gpu_oracle.checks import CHECKS, run_check
 from kvsim import catalog
 from kvsim.runner import run_property
 from models import pd_staging_layout as layout
 from models.pd_staging_copy import gather_head_slice_to_staging, scatter_staging_to_pages
 from models.pd_staging_layout import HeadReshard
-
-STAGING_CHECKS = [name for name in CHECKS if name.split(".")[0] in ("staging_gather_head_slice", "staging_scatter")]
-
-
-def check_rates(examples: int) -> None:
-    rows = {b["name"]: b for b in gpu_oracle.backends()}
-    for name in STAGING_CHECKS:
-        check = CHECKS[name]
-        print(f"{name}, up to {examples} examples, seed 0")
-        for backend in check.backends:
-            if not rows[backend]["available"]:
-                print(f"  {backend:14s} skipped: {rows[backend]['reason']}")
-                continue
-            run_check(check, backend, max_examples=3, seed=1)  # build and warm up
-            start = time.perf_counter()
-            outcome = run_check(check, backend, max_examples=examples, seed=0)
-            seconds = time.perf_counter() - start
-            print(f"  {backend:14s} {outcome.status:6s} {outcome.examples:5d} examples in {seconds:6.2f} s = "
-                  f"{outcome.examples / seconds:7.1f} examples/s")
-
-
-def _best(run, repeats: int = 3) -> float:  # type: ignore[no-untyped-def]
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        best = min(best, time.perf_counter() - start)
-    return best
+from oracle_rates import best_of, check_rates  # benchmarks/oracle_rates.py
 
 
 def throughput(tokens: int) -> None:
@@ -75,7 +47,7 @@ def throughput(tokens: int) -> None:
             runners[name] = (lambda b=name: gpu_oracle.gather_head_slice(b, prefill, src, params, lay),
                              lambda b=name: gpu_oracle.scatter_staging(b, decode, slot, dst, params, lay))
     for name, (gather, scatter) in runners.items():
-        g, s = _best(gather), _best(scatter)
+        g, s = best_of(gather), best_of(scatter)
         print(f"  {name:16s} gather {g * 1e3:8.2f} ms = {nbytes / g / 2**30:6.2f} GiB/s   "
               f"scatter {s * 1e3:8.2f} ms = {nbytes / s / 2**30:6.2f} GiB/s")
 
@@ -94,7 +66,7 @@ def main() -> None:
     parser.add_argument("--property-examples", type=int, default=1000)
     parser.add_argument("--tokens", type=int, default=256)
     args = parser.parse_args()
-    check_rates(args.examples)
+    check_rates(("staging_gather_head_slice", "staging_scatter"), args.examples)
     throughput(args.tokens)
     property_rates(args.property_examples)
 
