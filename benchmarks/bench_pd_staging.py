@@ -7,7 +7,7 @@ rooms (one and two writers), simulated events/s of `kvsim simulate
 pd-staging` on a 1,000-room workload, and seconds to each pd-staging bug
 report's counterexample by `explore` and by Hypothesis (the stateful
 property `staging_invariants` with the report's parameters, seeds 0..4).
-The SimPy side-by-side of the issue is not written yet.
+The SimPy side-by-side is `benchmarks/bench_sim_vs_simpy.py`.
 """
 
 from __future__ import annotations

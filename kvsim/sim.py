@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import heapq
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from .errors import ConfigError
@@ -22,13 +22,11 @@ from .errors import ConfigError
 FAULT_KINDS = ("drop", "delay", "duplicate", "reorder", "garble", "crash", "timeout")
 
 
-@dataclass(order=True)
-class _Event:
-    time: float
-    seq: int
-    fn: Callable[..., Any] = field(compare=False)
-    args: tuple[Any, ...] = field(compare=False, default=())
-    cancelled: bool = field(compare=False, default=False)
+# A scheduled event is the list [time, seq, fn, args]: heapq then orders events in C (time, then the
+# unique sequence number, so fn and args are never compared), where a Python-level __lt__ cost more
+# than the rest of the engine; `cancel` blanks fn in place, and `run` skips such an event.
+_Event = list
+_TIME, _SEQ, _FN, _ARGS = range(4)
 
 
 class Simulator:
@@ -44,35 +42,35 @@ class Simulator:
     def schedule(self, delay: float, fn: Callable[..., Any], *args: Any) -> _Event:
         if delay < 0:
             raise ValueError(f"cannot schedule into the past (delay {delay})")
-        event = _Event(self.now + delay, self._seq, fn, args)
+        event = [self.now + delay, self._seq, fn, args]
         self._seq += 1
         heapq.heappush(self._heap, event)
         return event
 
     @staticmethod
     def cancel(event: _Event) -> None:
-        event.cancelled = True
+        event[_FN] = None
 
     def stop(self) -> None:
         self._stopped = True
 
     def pending(self) -> int:
-        return sum(1 for e in self._heap if not e.cancelled)
+        return sum(1 for e in self._heap if e[_FN] is not None)
 
     def run(self, until: float | None = None, max_events: int | None = None) -> None:
-        heap = self._heap
+        heap, pop = self._heap, heapq.heappop
         while heap and not self._stopped:
-            if until is not None and heap[0].time > until:
+            if until is not None and heap[0][_TIME] > until:
                 self.now = until
                 return
             if max_events is not None and self.events_run >= max_events:
                 return
-            event = heapq.heappop(heap)
-            if event.cancelled:
+            time, _, fn, args = pop(heap)
+            if fn is None:  # cancelled
                 continue
-            self.now = event.time
+            self.now = time
             self.events_run += 1
-            event.fn(*event.args)
+            fn(*args)
 
 
 @dataclass(frozen=True)

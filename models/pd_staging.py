@@ -44,7 +44,7 @@ from .pd_common import KVPoll, update_status
 from .pd_staging_plan import VARIANTS, cdiv, prefill_write_accepted, scatter_token_range, staging_prefix_accepted
 from .pd_staging_ring import StagingAllocator, is_watermark_ready, merge_remote_watermark
 from .pd_staging_state import (ALLOC_OVERSIZED, DOWN, NOT_ALLOCATED, TERMINAL, UP, Chunk, DecodeRoom,  # noqa: F401
-                               PrefillRoom, StagingState, _put, _remove)
+                               PrefillRoom, Rooms, StagingState, _put, _remove)
 
 class PdStaging:
     liveness = "every_room_concludes"
@@ -68,8 +68,10 @@ class PdStaging:
                            False, (data.UNWRITTEN,) * (data.own_rows(c) * w))
         ring = StagingAllocator(c.total_units)
         memory = (data.GARBAGE,) * (ring.total * c.page_size)
-        s = StagingState((0,) * n, ((proom,) * n,) * w, ((),) * w, ((0, 0),) * w, (droom,) * n, ring, memory, (),
-                         data.initial_prefix(c), (((),) * w,) * 2, False, c.fault_budget, ())
+        per_room = Rooms.of  # past 32 rooms (the timed simulation) a tree a step updates without copying every room
+        s = StagingState(per_room((0,) * n), (per_room((proom,) * n),) * w, ((),) * w, ((0, 0),) * w,
+                         per_room((droom,) * n), ring, memory, (), data.initial_prefix(c), (((),) * w,) * 2, False,
+                         c.fault_budget, ())
         if not accepted:  # register_decode_req: _staging_failed, so Failed on the first poll
             for r in range(n):
                 s = self._conclude(s, r, KVPoll.Failed)

@@ -27,7 +27,6 @@ rooms at the end, and the invariants of the system on the final state.
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Any, Mapping
 
 from kvsim.params import ParamSpec
@@ -39,6 +38,7 @@ from .pd_common import (SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL, SGLANG_DISAGGR
                         SGLANG_DISAGGREGATION_WAITING_TIMEOUT, STAGING_WATERMARK_WAIT_S, KVPoll)
 from .pd_staging import DOWN, TERMINAL, UP, PdStaging
 from .pd_staging_ring import is_watermark_ready
+from .pd_staging_state import changed
 
 SIM_PARAMS = (
     ParamSpec("requests", "int", 200, "rooms in the workload", minimum=1, maximum=100_000),
@@ -123,18 +123,21 @@ class _Run:
         self._follow(before, after)
 
     def _follow(self, before: Any, after: Any) -> None:
+        # Only what the step touched is looked at: per-room state is a `Rooms` tree whose untouched
+        # subtrees are shared, so `changed` costs O(touched rooms), not O(rooms), per event.
         now = self.sim.now
         for side in (UP, DOWN):
+            if after.chans[side] is before.chans[side]:
+                continue
             for w in range(self.system.cfg.writers):
                 old, new = before.chans[side][w], after.chans[side][w]
                 if old is new:
                     continue
-                added = sum((Counter(new) - Counter(old)).values())
+                added = _added(old, new)
                 for m in new[len(new) - added:]:  # sends append at the tail
                     self.chans[side][w].send(m)
-        for r, (d0, d1) in enumerate(zip(before.decode, after.decode)):
-            if d0 is d1:
-                continue
+        for r in changed(before.decode, after.decode):
+            d0, d1 = before.decode[r], after.decode[r]
             for aid in d1.events:
                 if aid not in d0.events:
                     self.sim.schedule(self.p["scatter_time"], self._scatter_done, r, aid)
@@ -145,10 +148,10 @@ class _Run:
                 self.concluded[r] = (now, why)
                 self.rec.record(now, "conclude", [r, why])
         for w in range(self.system.cfg.writers):
-            if after.prefill[w] is not before.prefill[w]:
-                for r, p in enumerate(after.prefill[w]):
-                    if p is not before.prefill[w][r] and self.system._poll_concludes(p):
-                        self.apply(("clear", w, r), self.why)  # the scheduler's next poll
+            rooms = after.prefill[w]
+            for r in changed(before.prefill[w], rooms):
+                if self.system._poll_concludes(rooms[r]):
+                    self.apply(("clear", w, r), self.why)  # the scheduler's next poll
             if len(after.queues[w]) > len(before.queues[w]):
                 self._unpark(w)  # a new batch: its chunks may be ready
             self._kick(w)
@@ -256,3 +259,18 @@ class _Run:
             "held_prefill_rooms": len(held),
             "violations": violations,
         }
+
+
+def _added(old: tuple, new: tuple) -> int:
+    """Messages of `new` beyond those of `old`, as multisets (a step takes, duplicates or appends)."""
+    n = len(old)
+    if new[:n] == old:  # only appends: the common case, without counting
+        return len(new) - n
+    rest = list(old)
+    added = 0
+    for m in new:
+        try:
+            rest.remove(m)
+        except ValueError:
+            added += 1
+    return added

@@ -8,7 +8,9 @@ Field names follow the upstream maps they stand for (sglang 05c7ebf, PR
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from itertools import chain, compress
+from operator import is_not
+from typing import Any, Iterator, NamedTuple
 
 from .pd_common import KVPoll
 from .pd_staging_ring import StagingAllocator
@@ -50,7 +52,7 @@ class DecodeRoom(NamedTuple):
 
 
 class StagingState(NamedTuple):
-    batches: tuple[int, ...]  # prefill batches done per room
+    batches: tuple[int, ...]  # prefill batches done per room (a `Rooms` past `Rooms.B` rooms, as below)
     prefill: tuple[tuple[PrefillRoom, ...], ...]  # [writer][room]
     queues: tuple[tuple[Chunk, ...], ...]  # [writer]
     watermarks: tuple[tuple[int, int], ...]  # remote_watermarks[session] per writer
@@ -66,7 +68,111 @@ class StagingState(NamedTuple):
 
 
 def _put(t: tuple, i: int, v) -> tuple:
+    if type(t) is Rooms:
+        return t.set(i, v)
     return t[:i] + (v,) + t[i + 1:]
+
+
+class Rooms:
+    """An immutable per-room sequence that a step updates in O(log32 rooms), not O(rooms).
+
+    The timed simulation holds thousands of rooms in one state; a tuple indexed
+    by room costs a copy of every room per step, and finding the rooms a step
+    touched costs a scan of every room. Here the rooms are the leaves of a
+    32-way tree of tuples: `set` copies one path from the root, untouched
+    subtrees stay shared, so `changed` finds the touched rooms by identity,
+    skipping shared subtrees. Equality and hash are by value (the tree shape
+    depends only on the length). `of` keeps a plain tuple up to `B` rooms, so
+    the small states of explore and Hypothesis are exactly what they were.
+    """
+
+    __slots__ = ("root", "n", "shift")
+    B, BITS, MASK = 32, 5, 31
+
+    def __init__(self, root: tuple, n: int, shift: int) -> None:
+        self.root, self.n, self.shift = root, n, shift
+
+    @classmethod
+    def of(cls, items) -> "tuple | Rooms":
+        items = tuple(items)
+        if len(items) <= cls.B:
+            return items
+        nodes, shift = items, 0
+        while len(nodes) > cls.B:
+            nodes = tuple(nodes[i:i + cls.B] for i in range(0, len(nodes), cls.B))
+            shift += cls.BITS
+        return cls(nodes, len(items), shift)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> Any:
+        if type(i) is not int:
+            return tuple(self)[i]
+        if i < 0:
+            i += self.n
+        if not 0 <= i < self.n:
+            raise IndexError(f"room {i} of {self.n}")
+        node, shift = self.root, self.shift
+        while shift:
+            node = node[(i >> shift) & 31]
+            shift -= 5
+        return node[i & 31]
+
+    def __iter__(self) -> Iterator[Any]:
+        it: Any = iter(self.root)
+        for _ in range(self.shift // self.BITS):
+            it = chain.from_iterable(it)
+        return it
+
+    def set(self, i: int, v: Any) -> "Rooms":
+        if not 0 <= i < self.n:
+            raise IndexError(f"room {i} of {self.n}")
+        root = _set_path(self.root, self.shift, i, v)
+        return self if root is self.root else Rooms(root, self.n, self.shift)
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is Rooms:
+            return self.n == other.n and self.root == other.root
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash((Rooms, self.n, self.root))
+
+    def __repr__(self) -> str:
+        return f"Rooms({list(self)!r})"
+
+    def tolist(self) -> list:  # `kvsim.canon.to_jsonable` writes it as the list of rooms
+        return list(self)
+
+
+def _set_path(node: tuple, shift: int, i: int, v: Any) -> tuple:
+    j = (i >> shift) & 31
+    if shift:
+        v = _set_path(node[j], shift - 5, i, v)
+    if node[j] is v:  # the same room put back: keep the node, so `changed` has nothing to walk
+        return node
+    return node[:j] + (v,) + node[j + 1:]
+
+
+def changed(before: Any, after: Any) -> list[int]:
+    """Indices whose element is not the same object in `after` as in `before` (same length)."""
+    if before is after:
+        return []
+    if type(before) is Rooms and type(after) is Rooms and before.shift == after.shift:
+        out: list[int] = []
+        _diff(before.root, after.root, after.shift, 0, out)
+        return out
+    return list(compress(range(len(after)), map(is_not, before, after)))
+
+
+def _diff(x: tuple, y: tuple, shift: int, base: int, out: list[int]) -> None:
+    differ = compress(range(len(y)), map(is_not, x, y))  # in C: the children not shared
+    if shift:
+        for j in differ:
+            _diff(x[j], y[j], shift - 5, base + (j << shift), out)
+    else:
+        out.extend([base + j for j in differ])
 
 
 def _remove(seq: tuple, item) -> tuple:

@@ -1,0 +1,255 @@
+"""kvsim's simulator against SimPy, side by side in one run (issue 5's last benchmark; not a test).
+
+    python benchmarks/bench_sim_vs_simpy.py [--reps N] [--rooms N] [--timers N] [--horizon T]
+
+Two workloads, each run on both engines, alternating, `--reps` times; the
+median wall time of each is reported as simulated events per second.
+
+1. pd-staging, 1,000 rooms (`kvsim simulate pd-staging --param requests=1000`,
+   variant fixed, seed 0, no faults; and once more with the fixed fault plan
+   `delay=0.05:0.2,duplicate=0.01`). The workload is written once, as the
+   timed driver `models.pd_staging_sim.simulate`: arrivals, prefill batches,
+   transfer workers, channels and timers, every event a
+   `PdStaging.step` action plus its trace record. It is driven once by
+   `kvsim.sim.Simulator` and once by a SimPy `Environment` through a thin
+   adapter (`SimpyClock`) that turns each `schedule(delay, fn, *args)` into
+   a SimPy event, in one of two styles:
+
+   - `simpy-callbacks`: an `env.timeout(delay)` whose callback runs the
+     handler: SimPy's cheapest way to run code at a time, so its best case;
+   - `simpy-processes`: a process per scheduled handler that yields
+     `env.timeout(delay)` and then runs it: SimPy's usual style, where a
+     process step is a generator resume.
+
+   SimPy orders its queue by (time, priority, id) and kvsim by (time,
+   sequence number), so both run the handlers in the same order: the run
+   asserts that every engine produces the same trace digest and runs the
+   same number of handlers, i.e. the same model steps on the same states.
+   **An event is one handler run** (one `Simulator` heap entry popped and
+   run; one SimPy timeout whose callback or process resume runs a handler).
+   SimPy's own queue holds more entries in the process style (each process
+   also has an initialisation and an exit event); those are not counted.
+
+2. no-op engine: `--timers` timers, each re-arming itself after its own fixed
+   delay (drawn once from a seeded generator) until `--horizon`; no model
+   work. kvsim: a handler that calls `schedule` again. SimPy: the same as a
+   timeout callback, and as `--timers` processes looping on
+   `yield env.timeout(d)` (the canonical SimPy loop). An event is one timer
+   firing; the counts are asserted equal. For scale, `bare-heapq` runs the
+   same timers as one inlined `heapq` loop with no engine and no handler
+   call: no heap-ordered engine in CPython can beat it, so the ratio it
+   gets over SimPy bounds the ratio any such engine can get.
+
+The ratio is kvsim events/s over SimPy events/s (issue 5 aims at >= 2).
+On pd-staging it stays near 1 because the engine is a few per cent of an
+event: each event is a model step, its follow-ups and a canonical-JSON,
+SHA-256 trace record (about half of the time), the same work on both
+engines; only the no-op workload compares the engines themselves.
+SimPy is a benchmark-only dependency: `pip install simpy` (4.1.2 tested).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import heapq
+import platform
+import random
+import statistics
+import sys
+import time
+from typing import Any, Callable
+
+try:
+    import simpy
+except ImportError:  # a benchmark-only dependency, not one of kvsim's
+    sys.exit("bench_sim_vs_simpy needs SimPy, which is not installed: pip install simpy  (4.1.2 tested)")
+
+from kvsim import __version__
+from kvsim.params import resolve
+from kvsim.sim import FaultPlan, Simulator
+from kvsim.trace import TraceRecorder
+from models import pd_staging_sim
+
+
+# -- the adapter: kvsim's scheduling seam on a SimPy Environment ---------------------------------------
+
+class SimpyClock:
+    """What the pd-staging driver uses of `Simulator` (`now`, `rng`, `schedule`, `run`), on SimPy."""
+
+    def __init__(self, seed: int, style: str) -> None:
+        self.seed = seed
+        self.rng = random.Random(seed)  # the same generator, drawn in the same order
+        self.env = simpy.Environment()
+        self.events_run = 0
+        self.schedule = self._schedule_callback if style == "callbacks" else self._schedule_process
+
+    @property
+    def now(self) -> float:
+        return self.env.now
+
+    def _schedule_callback(self, delay: float, fn: Callable[..., Any], *args: Any) -> None:
+        def fire(_event: Any) -> None:
+            self.events_run += 1
+            fn(*args)
+
+        self.env.timeout(delay).callbacks.append(fire)
+
+    def _schedule_process(self, delay: float, fn: Callable[..., Any], *args: Any) -> None:
+        self.env.process(self._proc(delay, fn, args))
+
+    def _proc(self, delay: float, fn: Callable[..., Any], args: tuple) -> Any:
+        yield self.env.timeout(delay)
+        self.events_run += 1
+        fn(*args)
+
+    def run(self) -> None:
+        self.env.run()
+
+
+def pd_staging_run(engine: str, params: dict[str, Any], faults: str | None) -> tuple[float, int, str, dict]:
+    """One run of the workload; (seconds, events, digest, summary). Setup, run and summary are all timed."""
+    plan = FaultPlan.parse(faults)
+    recorder = TraceRecorder({"model": "pd-staging", "variant": "fixed", "seed": 0, "params": params,
+                              "faults": plan.to_spec(), "version": __version__})
+    sim: Any = Simulator(0) if engine == "kvsim" else SimpyClock(0, engine.split("-")[1])
+    gc.collect()
+    start = time.perf_counter()
+    summary = pd_staging_sim.simulate(sim, recorder, "fixed", params, plan)
+    seconds = time.perf_counter() - start
+    return seconds, sim.events_run, recorder.digest(), summary
+
+
+# -- the no-op engine workload -------------------------------------------------------------------------
+
+def noop_delays(timers: int) -> list[float]:
+    rng = random.Random(0)
+    return [rng.uniform(0.5, 1.5) for _ in range(timers)]
+
+
+def noop_kvsim(delays: list[float], horizon: float) -> tuple[float, int]:
+    sim = Simulator(0)
+    schedule = sim.schedule
+
+    def tick(d: float) -> None:
+        schedule(d, tick, d)
+
+    for d in delays:
+        schedule(d, tick, d)
+    gc.collect()
+    start = time.perf_counter()
+    sim.run(until=horizon)
+    return time.perf_counter() - start, sim.events_run
+
+
+def noop_simpy_callbacks(delays: list[float], horizon: float) -> tuple[float, int]:
+    env = simpy.Environment()
+    count = [0]
+
+    def arm(d: float) -> None:
+        def tick(_event: Any) -> None:
+            count[0] += 1
+            arm(d)
+
+        env.timeout(d).callbacks.append(tick)
+
+    for d in delays:
+        arm(d)
+    gc.collect()
+    start = time.perf_counter()
+    env.run(until=horizon)
+    return time.perf_counter() - start, count[0]
+
+
+def noop_simpy_processes(delays: list[float], horizon: float) -> tuple[float, int]:
+    env = simpy.Environment()
+    count = [0]
+
+    def timer(d: float) -> Any:
+        while True:
+            yield env.timeout(d)
+            count[0] += 1
+
+    for d in delays:
+        env.process(timer(d))
+    while env.peek() == 0.0:  # start the processes (their initialisation events), outside the timing
+        env.step()
+    gc.collect()
+    start = time.perf_counter()
+    env.run(until=horizon)
+    return time.perf_counter() - start, count[0]
+
+
+def noop_bare_heapq(delays: list[float], horizon: float) -> tuple[float, int]:
+    """No engine at all: the same timers as one inlined heapq loop, no handler call. A floor, not a contender."""
+    heap = [[d, seq, d] for seq, d in enumerate(delays)]
+    heapq.heapify(heap)
+    seq, count = len(heap), 0
+    gc.collect()
+    start = time.perf_counter()
+    while heap[0][0] <= horizon:
+        now, _, d = heapq.heappop(heap)
+        count += 1
+        heapq.heappush(heap, [now + d, seq, d])
+        seq += 1
+    return time.perf_counter() - start, count
+
+
+# -- reporting -----------------------------------------------------------------------------------------
+
+def measure(label: str, engines: dict[str, Callable[[], tuple]], reps: int) -> dict[str, float]:
+    """Run every engine `reps` times, alternating; print and return median events/s per engine."""
+    seconds: dict[str, list[float]] = {e: [] for e in engines}
+    seen: dict[str, tuple] = {}
+    for _ in range(reps):
+        for engine, fn in engines.items():
+            out = fn()
+            seconds[engine].append(out[0])
+            seen[engine] = out[1:]
+    first, ref = next(iter(seen.items()))
+    for engine, got in seen.items():  # the same work on every engine, or the comparison means nothing
+        if got[:2] != ref[:2]:
+            raise SystemExit(f"{label}: {engine} differs from {first}: events/digest {got[:2]} vs {ref[:2]}")
+    events = ref[0]
+    rates = {}
+    print(f"\n== {label}: {events:,d} events per run" + (f", digest {ref[1][:16]}" if len(ref) > 1 else ""))
+    for engine, times in seconds.items():
+        med = statistics.median(times)
+        rates[engine] = events / med
+        print(f"{engine:18s} median {med:7.3f} s  (min {min(times):.3f}, max {max(times):.3f})  "
+              f"{events / med:11,.0f} events/s")
+    for top in ("kvsim", "bare-heapq"):
+        for engine, rate in rates.items():
+            if top in rates and engine.startswith("simpy"):
+                print(f"{'ratio ' + top + ' / ' + engine:38s} {rates[top] / rate:5.2f}x")
+    return rates
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--reps", type=int, default=5, help="repetitions per engine (median reported)")
+    ap.add_argument("--rooms", type=int, default=1000, help="rooms of the pd-staging workload")
+    ap.add_argument("--timers", type=int, default=1000, help="timers of the no-op workload")
+    ap.add_argument("--horizon", type=float, default=500.25, help="virtual seconds of the no-op workload")
+    ap.add_argument("--skip-faults", action="store_true", help="only the fault-free pd-staging run")
+    args = ap.parse_args()
+    print(f"python {platform.python_version()} on {platform.machine()}, simpy {simpy.__version__}, "
+          f"{args.reps} repetitions, median")
+
+    params = resolve(pd_staging_sim.SIM_PARAMS, {"requests": args.rooms})
+    for faults in (None,) if args.skip_faults else (None, "delay=0.05:0.2,duplicate=0.01"):
+        engines = {e: (lambda e=e: pd_staging_run(e, params, faults))
+                   for e in ("kvsim", "simpy-callbacks", "simpy-processes")}
+        measure(f"pd-staging, {args.rooms:,d} rooms, fixed, seed 0, faults {faults or 'none'}", engines, args.reps)
+
+    delays = noop_delays(args.timers)
+    measure(f"no-op engine, {args.timers:,d} self-re-arming timers until t={args.horizon}", {
+        "kvsim": lambda: noop_kvsim(delays, args.horizon),
+        "simpy-callbacks": lambda: noop_simpy_callbacks(delays, args.horizon),
+        "simpy-processes": lambda: noop_simpy_processes(delays, args.horizon),
+        "bare-heapq": lambda: noop_bare_heapq(delays, args.horizon),
+    }, args.reps)
+
+
+if __name__ == "__main__":
+    main()
