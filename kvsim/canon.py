@@ -15,9 +15,20 @@ import math
 from typing import Any
 
 
+_PLAIN = frozenset({type(None), bool, int, str})
+
+
 def to_jsonable(value: Any) -> Any:
     """Plain JSON data for any model value: dataclasses, named tuples, enums, numpy scalars."""
-    if value is None or isinstance(value, (bool, int, str)):
+    kind = type(value)
+    # exact-type fast paths first: this runs once per recorded step and per explored state export
+    if kind in _PLAIN:
+        return value
+    if kind is tuple or kind is list:
+        return [to_jsonable(v) for v in value]
+    if kind is dict:
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, (bool, int, str)):  # subclasses too: an IntEnum stays its integer, as JSON writes it
         return value
     if isinstance(value, float):
         if math.isfinite(value):
@@ -42,7 +53,12 @@ def to_jsonable(value: Any) -> Any:
 
 
 def canonical_json(value: Any) -> str:
-    return json.dumps(to_jsonable(value), sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return dumps(to_jsonable(value))
+
+
+def dumps(jsonable: Any) -> str:
+    """Canonical text of data that is already plain JSON (no second conversion pass)."""
+    return json.dumps(jsonable, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
 
 
 def digest(value: Any, length: int = 64) -> str:

@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from .canon import canonical_json, to_jsonable
+from .canon import canonical_json, dumps, to_jsonable
 from .errors import TraceError
 
 FORMAT = 1
@@ -34,7 +34,7 @@ class TraceRecorder:
     def record(self, t: float, event: str, data: Any = None) -> None:
         line = {"i": len(self.steps), "t": t, "event": event, "data": to_jsonable(data)}
         self.steps.append(line)
-        self._hash.update(b"\n" + canonical_json(line).encode("ascii"))
+        self._hash.update(b"\n" + dumps(line).encode("ascii"))
 
     def digest(self) -> str:
         return self._hash.hexdigest()
