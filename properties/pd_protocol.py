@@ -159,12 +159,16 @@ def frame_traffic(params) -> st.SearchStrategy:
 @kv_property(model=MODEL, strategy=frame_traffic)
 def control_loop_survives_any_frames(case, variant: str) -> None:
     """P3: after any byte-level messages the bootstrap thread is alive, and a rejected message changes no room."""
+    _loop_survives(case, variant, handle_bootstrap, "bootstrap thread", "every later room on this rank stalls")
+
+
+def _loop_survives(case, variant: str, handler, thread: str, consequence: str) -> None:
     backend, rooms, messages = case
     for n, frames in enumerate(messages):
-        handled = handle_bootstrap(frames, rooms, backend, variant)
+        handled = handler(frames, rooms, backend, variant)
         if not handled.alive:
-            raise PropertyViolation(f"{backend} bootstrap thread after message {n} {frames!r}: expected alive, "
-                                    f"got dead ({handled.reason}); every later room on this rank stalls")
+            raise PropertyViolation(f"{backend} {thread} after message {n} {frames!r}: expected alive, "
+                                    f"got dead ({handled.reason}); {consequence}")
         if handled.outcome == "rejected" and handled.rooms != rooms:
             raise PropertyViolation(f"rooms after rejected message {n}: expected unchanged {rooms}, got {handled.rooms}")
         rooms = handled.rooms
@@ -185,15 +189,7 @@ def status_traffic(params) -> st.SearchStrategy:
 @kv_property(model=MODEL, strategy=status_traffic)
 def decode_loop_survives_any_frames(case, variant: str) -> None:
     """P3 on the decode side: after any byte-level messages the decode thread is alive; a rejected one changes no room."""
-    backend, rooms, messages = case
-    for n, frames in enumerate(messages):
-        handled = handle_decode(frames, rooms, backend, variant)
-        if not handled.alive:
-            raise PropertyViolation(f"{backend} decode thread after message {n} {frames!r}: expected alive, "
-                                    f"got dead ({handled.reason}); no later status reaches any room")
-        if handled.outcome == "rejected" and handled.rooms != rooms:
-            raise PropertyViolation(f"rooms after rejected message {n}: expected unchanged {rooms}, got {handled.rooms}")
-        rooms = handled.rooms
+    _loop_survives(case, variant, handle_decode, "decode thread", "no later status reaches any room")
 
 
 def abort_traffic(params) -> st.SearchStrategy:

@@ -3,14 +3,13 @@ the torch SDPA end-to-end oracle of models.mla_prefill, and that each check fail
 
 from __future__ import annotations
 
-import shutil
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from fakecupy import fake_cupy
+from oraclehelp import fake_cupy, mutant_kernels
 
 import gpu_oracle
 from gpu_oracle import asan, build, discovery, mla
@@ -133,20 +132,11 @@ def test_sdpa_oracle_fails_the_pre_fix_variants(variant: str) -> None:
     assert '"context_lens":[0,1]' in outcome.message  # shrunk to the context-order case
 
 
-def _mutant(tmp_path: Path, kernel: str, old: str, new: str) -> str:
-    mutant = tmp_path / "kernels"
-    shutil.copytree(build.KERNEL_DIR, mutant)
-    source = (mutant / kernel).read_text()
-    assert old in source
-    (mutant / kernel).write_text(source.replace(old, new))
-    return str(mutant)
-
-
 @needs_shim
 def test_gather_check_catches_a_kernel_that_ignores_seq_starts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                               ) -> None:
     """The pre-per-request assumption that every request's chunk starts at its position 0."""
-    lib = mla.shim_library(mla.GATHER, False, _mutant(tmp_path, "gather_mla_context.cu",
+    lib = mla.shim_library(mla.GATHER, False, mutant_kernels(tmp_path, "gather_mla_context.cu",
                                                      "(long long)seq_starts[b] + ", ""))
     monkeypatch.setitem(mla.GATHER_BACKENDS, "cpu-shim", lambda launch: mla._gather_shim(launch, False, lib))
     outcome = run_check(CHECKS["gather_mla_context.differential"], "cpu-shim", max_examples=100, seed=0)
@@ -159,7 +149,7 @@ def test_gather_check_catches_a_kernel_that_ignores_seq_starts(tmp_path: Path, m
 @needs_shim
 def test_merge_check_catches_a_kernel_without_the_empty_state_guard(tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    lib = mla.shim_library(mla.MERGE, False, _mutant(tmp_path, "merge_attn_states.cu",
+    lib = mla.shim_library(mla.MERGE, False, mutant_kernels(tmp_path, "merge_attn_states.cu",
                                                     "if (m < -3.402823466e+38f) {", "if (false) {"))
     monkeypatch.setitem(mla.MERGE_BACKENDS, "cpu-shim", lambda launch: mla._merge_shim(launch, False, lib))
     outcome = run_check(CHECKS["merge_attn_states.differential"], "cpu-shim", max_examples=100, seed=0)

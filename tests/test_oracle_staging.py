@@ -3,14 +3,13 @@ checks against models.pd_staging_copy, the ASan check of the pre-05c7ebf slot ov
 
 from __future__ import annotations
 
-import shutil
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from fakecupy import fake_cupy
+from oraclehelp import fake_cupy, mutant_kernels
 
 import gpu_oracle
 from gpu_oracle import asan, build, discovery, staging
@@ -112,20 +111,11 @@ def test_end_to_end_transfer_through_the_kernels_matches_a_single_server(backend
 
 # --- planted kernel faults ---------------------------------------------------------------------------------
 
-def _mutant(tmp_path: Path, kernel: str, old: str, new: str) -> str:
-    mutant = tmp_path / "kernels"
-    shutil.copytree(build.KERNEL_DIR, mutant)
-    source = (mutant / kernel).read_text()
-    assert old in source
-    (mutant / kernel).write_text(source.replace(old, new))
-    return str(mutant)
-
-
 @needs_shim
 def test_gather_check_catches_a_kernel_that_ignores_the_source_head(tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """P_tp <= D_tp picks the decode rank's heads out of the prefill rank's: starting at head 0 is wrong."""
-    lib = staging.shim_library(staging.GATHER, False, _mutant(tmp_path, "staging_gather_head_slice.cu",
+    lib = staging.shim_library(staging.GATHER, False, mutant_kernels(tmp_path, "staging_gather_head_slice.cu",
                                                               "+ (long long)src_head_start * head_stride", ""))
     monkeypatch.setitem(staging.BACKENDS, "cpu-shim", lambda launch: staging._shim(launch, False, lib))
     outcome = run_check(CHECKS["staging_gather_head_slice.differential"], "cpu-shim", max_examples=200, seed=0)
@@ -136,7 +126,7 @@ def test_gather_check_catches_a_kernel_that_ignores_the_source_head(tmp_path: Pa
 
 @needs_shim
 def test_scatter_check_catches_k_and_v_swapped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    lib = staging.shim_library(staging.SCATTER, False, _mutant(tmp_path, "staging_scatter.cu",
+    lib = staging.shim_library(staging.SCATTER, False, mutant_kernels(tmp_path, "staging_scatter.cu",
                                                                "const long long which = region / num_layers;",
                                                                "const long long which = 1 - region / num_layers;"))
     monkeypatch.setitem(staging.BACKENDS, "cpu-shim", lambda launch: staging._shim(launch, False, lib))

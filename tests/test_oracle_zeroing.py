@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fakecupy import fake_cupy
+from oraclehelp import fake_cupy, mutant_kernels
 
 import gpu_oracle
 from gpu_oracle import discovery as backends_module
@@ -140,12 +140,9 @@ def test_differential_check_catches_an_off_by_one_mask_in_the_cuda_source(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     if build.find_compiler() is None:
         pytest.skip("no C++ compiler")
-    mutant = tmp_path / "kernels"
-    shutil.copytree(build.KERNEL_DIR, mutant)
-    source = (mutant / "zero_kv_blocks.cu").read_text()
-    assert "if (word >= seg_page_sizes[seg])" in source
-    (mutant / "zero_kv_blocks.cu").write_text(source.replace("word >= seg_page_sizes", "word > seg_page_sizes"))
-    lib = zeroing.shim_library(False, str(mutant))
+    assert "if (word >= seg_page_sizes[seg])" in (build.KERNEL_DIR / "zero_kv_blocks.cu").read_text()
+    mutant = mutant_kernels(tmp_path, "zero_kv_blocks.cu", "word >= seg_page_sizes", "word > seg_page_sizes")
+    lib = zeroing.shim_library(False, mutant)
     monkeypatch.setitem(zeroing.BACKENDS, "cpu-shim", lambda m, launch, a: zeroing._cpu_shim(m, launch, lib))
     outcome = run_check(CHECKS["zero_kv_blocks.differential"], "cpu-shim", max_examples=100, seed=0)
     assert outcome.status == "failed"

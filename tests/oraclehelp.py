@@ -1,16 +1,31 @@
-"""A stand-in `cupy` module that runs each kernel launch on the CPU shim.
+"""Helpers for the oracle tests: planted kernel faults, and a stand-in `cupy` that runs launches on the CPU shim.
 
-It checks what the CuPy backends hand to NVRTC and to the launch (source
-without includes, grid, block, argument types) and computes the result with
-the same CUDA C source, so the CuPy code path is exercised on a CPU machine.
+The stand-in checks what the CuPy backends hand to NVRTC and to the launch
+(source without includes, grid, block, argument types) and computes the
+result with the same CUDA C source, so the CuPy code path is exercised on a
+CPU machine.
 """
 
 from __future__ import annotations
 
+import shutil
 import types
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
+
+from gpu_oracle import build
+
+
+def mutant_kernels(tmp_path: Path, kernel: str, old: str, new: str) -> str:
+    """A copy of the kernel directory with one planted change in `kernel` (the text must be there)."""
+    mutant = tmp_path / "kernels"
+    shutil.copytree(build.KERNEL_DIR, mutant)
+    source = (mutant / kernel).read_text()
+    assert old in source
+    (mutant / kernel).write_text(source.replace(old, new))
+    return str(mutant)
 
 
 class DeviceArray:
