@@ -75,7 +75,9 @@ from models import pd_staging_sim
 # -- the adapter: kvsim's scheduling seam on a SimPy Environment ---------------------------------------
 
 class SimpyClock:
-    """What the pd-staging driver uses of `Simulator` (`now`, `rng`, `schedule`, `run`), on SimPy."""
+    """What the pd-staging driver uses of `Simulator` (`now`, `rng`, `schedule`, `poisson_arrivals`, `run`), on SimPy."""
+
+    poisson_arrivals = Simulator.poisson_arrivals  # the same draws, scheduled through this class's `schedule`
 
     def __init__(self, seed: int, style: str) -> None:
         self.seed = seed

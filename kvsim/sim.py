@@ -47,6 +47,14 @@ class Simulator:
         heapq.heappush(self._heap, event)
         return event
 
+    def poisson_arrivals(self, count: int, rate: float, fn: Callable[[int], Any]) -> float:
+        """Schedule `fn(0)`, ..., `fn(count - 1)` at Poisson arrival times of `rate` per second; the last time."""
+        t = 0.0
+        for i in range(count):
+            t += self.rng.expovariate(rate)
+            self.schedule(t, fn, i)
+        return t
+
     @staticmethod
     def cancel(event: _Event) -> None:
         event[_FN] = None

@@ -42,10 +42,7 @@ SLACK = 1.0  # seconds of tolerance on the P8 bound (message latency, heartbeat 
 def simulate(sim: Simulator, recorder: TraceRecorder, variant: str, params: Mapping[str, Any],
              faults: FaultPlan) -> dict[str, Any]:
     run = _Run(sim, recorder, variant, params, faults)
-    t = 0.0
-    for r in range(params["requests"]):
-        t += sim.rng.expovariate(params["arrival_rate"])
-        sim.schedule(t, run.arrive, r)
+    sim.poisson_arrivals(params["requests"], params["arrival_rate"], run.arrive)
     for step, name in enumerate(run.init):
         sim.schedule((step + 1) * params["init_step_time"], run.init_step, name)
     for peer, at in faults.crashes:

@@ -60,10 +60,7 @@ FAULT_KINDS = ("drop", "delay", "duplicate", "reorder", "crash")
 def simulate(sim: Simulator, recorder: TraceRecorder, variant: str, params: Mapping[str, Any],
              faults: FaultPlan) -> dict[str, Any]:
     run = _Run(sim, recorder, variant, params, faults)
-    t = 0.0
-    for r in range(params["requests"]):
-        t += sim.rng.expovariate(params["arrival_rate"])
-        sim.schedule(t, run.arrive, r)
+    t = sim.poisson_arrivals(params["requests"], params["arrival_rate"], run.arrive)
     # past this every timer has fired: a room still open then would stay open forever (a hang)
     run.horizon = t + 2 * SGLANG_DISAGGREGATION_WAITING_TIMEOUT + 2 * SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL
     for peer, at in faults.crashes:

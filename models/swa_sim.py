@@ -46,10 +46,7 @@ def simulate(sim: Simulator, recorder: TraceRecorder, variant: str, params: Mapp
                              params["swa_pages"], prompts, outputs, params["reserved_decode_tokens"])
     system = SwaScheduler(config, variant)
     run = _Run(sim, recorder, system)
-    t = 0.0
-    for rid in range(n):
-        t += rng.expovariate(params["arrival_rate"])
-        sim.schedule(t, run.arrive, rid)
+    sim.poisson_arrivals(n, params["arrival_rate"], run.arrive)
     sim.schedule(0.0, run.tick, params["step_time"])
     sim.run()
     return run.summary()
