@@ -18,14 +18,14 @@ import time
 
 import numpy as np
 
-import gpu_oracle
-from gpu_oracle import zeroing
-from gpu_oracle.checks import CHECKS, run_check
-from kvsim.catalog import load
-from kvsim.runner import run_property
-from models.kv_zeroing import plan_segments, zero_blocks
-from models.kv_zeroing_geometry import Arena
-from models.kv_zeroing_layouts import dense_layout
+import kvsim.gpu_oracle as gpu_oracle
+from kvsim.gpu_oracle.kernels.zero_kv_blocks import backends as zeroing
+from kvsim.gpu_oracle.runtime.checks import CHECKS, run_check
+from kvsim.app.catalog import load
+from kvsim.engine.runner import run_property
+from kvsim.models.kv_zeroing.zeroer import plan_segments, zero_blocks
+from kvsim.models.kv_zeroing.geometry import Arena
+from kvsim.models.kv_zeroing.layouts import dense_layout
 
 BUG = "vllm-d6af803-packed-zeroing-stride"
 

@@ -16,12 +16,12 @@ import time
 
 import numpy as np
 
-from kvsim.catalog import load
-from kvsim.runner import run_property
-from models.mla_chunks import (align_mla_chunked_context_workspace_size, mla_chunk_alignment, plan_mla_context_chunks,
+from kvsim.app.catalog import load
+from kvsim.engine.runner import run_property
+from kvsim.models.mla_chunks.planner import (align_mla_chunked_context_workspace_size, mla_chunk_alignment, plan_mla_context_chunks,
                                plan_uniform_context_chunks, round_down)
-from models.mla_dcp import DcpConfig
-from models.mla_metadata import build_mla_chunked_context_metadata, query_start_loc_of
+from kvsim.models.mla_chunks.dcp import DcpConfig
+from kvsim.models.mla_chunks.metadata import build_mla_chunked_context_metadata, query_start_loc_of
 
 MODEL = "mla-chunks"
 BLOCK = 64

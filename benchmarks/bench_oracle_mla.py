@@ -18,9 +18,9 @@ import time
 
 import numpy as np
 
-import gpu_oracle
-from gpu_oracle import mla
-from models.mla_attention import gather_context_rows, merge_attn_states
+import kvsim.gpu_oracle as gpu_oracle
+from kvsim.gpu_oracle.kernels.mla_context import backends as mla
+from kvsim.models.mla_chunks.attention import gather_context_rows, merge_attn_states
 from oracle_rates import best_of, check_rates  # benchmarks/oracle_rates.py
 
 

@@ -18,12 +18,12 @@ import time
 
 import numpy as np
 
-import gpu_oracle
-from kvsim import catalog
-from kvsim.runner import run_property
-from models import pd_staging_layout as layout
-from models.pd_staging_copy import gather_head_slice_to_staging, scatter_staging_to_pages
-from models.pd_staging_layout import HeadReshard
+import kvsim.gpu_oracle as gpu_oracle
+from kvsim.app import catalog
+from kvsim.engine.runner import run_property
+from kvsim.models.pd_staging import layout
+from kvsim.models.pd_staging.copy import gather_head_slice_to_staging, scatter_staging_to_pages
+from kvsim.models.pd_staging.layout import HeadReshard
 from oracle_rates import best_of, check_rates  # benchmarks/oracle_rates.py
 
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import time
 
-from kvsim import catalog
-from kvsim.explore import explore
-from kvsim.repro import reproduce
-from kvsim.simulate import simulate_model
-from models.pd_protocol import PdProtocol, ProtocolConfig
+from kvsim.app import catalog
+from kvsim.engine.explore import explore
+from kvsim.app.repro import reproduce
+from kvsim.app.simulate import simulate_model
+from kvsim.models.pd_protocol.system import PdProtocol, ProtocolConfig
 
 
 def main() -> None:

@@ -16,12 +16,12 @@ import argparse
 import platform
 import time
 
-from kvsim import catalog
-from kvsim.explore import explore
-from kvsim.params import resolve
-from kvsim.runner import run_property
-from kvsim.simulate import simulate_model
-from models.pd_staging import build_system
+from kvsim.app import catalog
+from kvsim.engine.explore import explore
+from kvsim.engine.params import resolve
+from kvsim.engine.runner import run_property
+from kvsim.app.simulate import simulate_model
+from kvsim.models.pd_staging.system import build_system
 
 CONFIGS = {
     "1 room, W=1 (default)": {},

@@ -66,10 +66,10 @@ except ImportError:  # a benchmark-only dependency, not one of kvsim's
     sys.exit("bench_sim_vs_simpy needs SimPy, which is not installed: pip install simpy  (4.1.2 tested)")
 
 from kvsim import __version__
-from kvsim.params import resolve
-from kvsim.sim import FaultPlan, Simulator
-from kvsim.trace import TraceRecorder
-from models import pd_staging_sim
+from kvsim.engine.params import resolve
+from kvsim.engine.sim import FaultPlan, Simulator
+from kvsim.engine.trace import TraceRecorder
+from kvsim.models.pd_staging import sim as pd_staging_sim
 
 
 # -- the adapter: kvsim's scheduling seam on a SimPy Environment ---------------------------------------

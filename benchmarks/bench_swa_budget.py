@@ -13,11 +13,11 @@ import argparse
 import platform
 import time
 
-from kvsim import catalog
-from kvsim.explore import explore
-from kvsim.repro import reproduce
-from kvsim.runner import run_property
-from models.swa_scheduler import SchedulerConfig, SwaScheduler
+from kvsim.app import catalog
+from kvsim.engine.explore import explore
+from kvsim.app.repro import reproduce
+from kvsim.engine.runner import run_property
+from kvsim.models.swa_budget.scheduler import SchedulerConfig, SwaScheduler
 
 CONFIGS = {
     "default (3 requests)": SchedulerConfig(2, 4, 4, 3, (1, 3, 2), (3, 2, 2)),

@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from typing import Callable, Iterable
 
-import gpu_oracle
-from gpu_oracle.checks import CHECKS, run_check
+import kvsim.gpu_oracle as gpu_oracle
+from kvsim.gpu_oracle.runtime.checks import CHECKS, run_check
 
 
 def check_rates(families: Iterable[str], examples: int) -> None:

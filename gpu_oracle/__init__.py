@@ -16,14 +16,15 @@ Importing this package registers the checks; it imports neither torch nor
 CuPy until a backend is used.
 """
 
-from . import zeroing_checks  # noqa: F401  (registers the zeroing checks)
-from . import mla_checks, mla_prefill_checks  # noqa: F401,I001  (then the MLA checks, in report order)
-from . import staging_checks  # noqa: F401,I001  (then the PD staging checks)
-from .discovery import BACKEND_NAMES, backends
-from .checks import CHECKS, CheckOutcome, OracleCheck, oracle_check, oracle_report, run_check
-from .mla import gather_mla_context, merge_attn_states
-from .staging import gather_head_slice, scatter_staging
-from .zeroing import zero_kv_blocks
+from .kernels.zero_kv_blocks import checks as zeroing_checks  # noqa: F401  registers the zeroing checks
+from .kernels.mla_context import checks as mla_checks  # noqa: F401,I001  then the MLA checks, in report order
+from .kernels.mla_context import prefill_checks as mla_prefill_checks
+from .kernels.staging import checks as staging_checks  # noqa: F401,I001  then the PD staging checks
+from .runtime.discovery import BACKEND_NAMES, backends
+from .runtime.checks import CHECKS, CheckOutcome, OracleCheck, oracle_check, oracle_report, run_check
+from .kernels.mla_context.backends import gather_mla_context, merge_attn_states
+from .kernels.staging.backends import gather_head_slice, scatter_staging
+from .kernels.zero_kv_blocks.backends import zero_kv_blocks
 
 __all__ = ["BACKEND_NAMES", "CHECKS", "CheckOutcome", "OracleCheck", "backends", "gather_head_slice",
            "gather_mla_context", "merge_attn_states", "oracle_check", "oracle_report", "run_check", "scatter_staging",

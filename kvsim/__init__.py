@@ -2,6 +2,6 @@
 
 __version__ = "0.1.0"
 
-from .errors import ConfigError, KvsimError, PropertyViolation, TraceError  # noqa: E402
+from .engine.errors import ConfigError, KvsimError, PropertyViolation, TraceError  # noqa: E402
 
 __all__ = ["ConfigError", "KvsimError", "PropertyViolation", "TraceError", "__version__"]

@@ -7,12 +7,12 @@ Importing this package registers every model, property and bug report with
 import importlib
 
 _MODULES = (  # in the order the models were added; the catalog lists them so
-    "swa_budget",
-    "kv_zeroing",
-    "mla_chunks",
-    "pd_staging",
-    "pd_staging_e2e",
-    "pd_protocol",
+    "swa_budget.resume",
+    "kv_zeroing.zeroer",
+    "mla_chunks.bugs",
+    "pd_staging.plan",
+    "pd_staging.e2e",
+    "pd_protocol.protocol",
 )
 
 for _name in _MODULES:

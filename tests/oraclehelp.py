@@ -15,16 +15,17 @@ from typing import Callable
 
 import numpy as np
 
-from gpu_oracle import build
+from kvsim.gpu_oracle.runtime import build
 
 
 def mutant_kernels(tmp_path: Path, kernel: str, old: str, new: str) -> str:
     """A copy of the kernel directory with one planted change in `kernel` (the text must be there)."""
     mutant = tmp_path / "kernels"
     shutil.copytree(build.KERNEL_DIR, mutant)
-    source = (mutant / kernel).read_text()
+    path = build.kernel_source(kernel.removesuffix(".cu"), mutant)
+    source = path.read_text()
     assert old in source
-    (mutant / kernel).write_text(source.replace(old, new))
+    path.write_text(source.replace(old, new))
     return str(mutant)
 
 

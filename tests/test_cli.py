@@ -94,7 +94,7 @@ def test_simulate_self_check_runs_the_seed_twice():
 def test_progress_is_written_only_to_a_terminal():
     import io
 
-    from kvsim.progress import Progress
+    from kvsim.engine.progress import Progress
 
     class Tty(io.StringIO):
         def isatty(self):

@@ -3,14 +3,14 @@
 import pytest
 from hypothesis import strategies as st
 
-from kvsim.canon import canonical_json, digest
-from kvsim.errors import ConfigError, PropertyViolation
-from kvsim.params import ParamSpec, resolve
-from kvsim.property import kv_property
-from kvsim.registry import REGISTRY, ModelSpec
-from kvsim.runner import run_property
-from kvsim.sim import Channel, FaultPlan, Simulator
-from kvsim.stateful import machine_class
+from kvsim.engine.canon import canonical_json, digest
+from kvsim.engine.errors import ConfigError, PropertyViolation
+from kvsim.engine.params import ParamSpec, resolve
+from kvsim.engine.property import kv_property
+from kvsim.engine.registry import REGISTRY, ModelSpec
+from kvsim.engine.runner import run_property
+from kvsim.engine.sim import Channel, FaultPlan, Simulator
+from kvsim.engine.stateful import machine_class
 from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 from toys import Counter

@@ -1,7 +1,7 @@
 import networkx as nx
 
-from kvsim.explore import explore
-from kvsim.system import run_actions
+from kvsim.engine.explore import explore
+from kvsim.engine.system import run_actions
 from toys import Counter
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kvsim.canon import to_jsonable
-from kvsim.errors import ConfigError
-from models.kv_zeroing import (KVBlockZeroer, LaunchConfig, Segment, SegmentTable, launch_config, plan_segments,
+from kvsim.engine.canon import to_jsonable
+from kvsim.engine.errors import ConfigError
+from kvsim.models.kv_zeroing.zeroer import (KVBlockZeroer, LaunchConfig, Segment, SegmentTable, launch_config, plan_segments,
                                write_spans, zero_blocks)
-from models.kv_zeroing_geometry import Arena, KVCacheGeometry, KVCacheGroup, KVView, owned_bytes
-from models.kv_zeroing_layouts import (deepseek_v4_geometry, dense_layout, last_block_page_geometry,
+from kvsim.models.kv_zeroing.geometry import Arena, KVCacheGeometry, KVCacheGroup, KVView, owned_bytes
+from kvsim.models.kv_zeroing.layouts import (deepseek_v4_geometry, dense_layout, last_block_page_geometry,
                                        non_uniform_pages_geometry, overlaid_groups_geometry, packed_layout,
                                        with_mamba_state)
 

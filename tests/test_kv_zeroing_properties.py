@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from kvsim.catalog import load
-from kvsim.errors import PropertyViolation
-from kvsim.runner import run_property
-from properties.kv_zeroing import (DEEPSEEK_V4, LAST_BLOCK_PAGE, NON_UNIFORM_PAGES, OVERLAID_GROUPS, PINNED,
+from kvsim.app.catalog import load
+from kvsim.engine.errors import PropertyViolation
+from kvsim.engine.runner import run_property
+from kvsim.properties.kv_zeroing.zeroer import (DEEPSEEK_V4, LAST_BLOCK_PAGE, NON_UNIFORM_PAGES, OVERLAID_GROUPS, PINNED,
                                    logical_block_zeroes_its_kernel_blocks, overlaid_groups_get_the_widest_page,
                                    segments_stay_inside_allocations, zeroing_preserves_other_bytes)
 
@@ -115,8 +115,8 @@ def test_pinned_examples_are_attached() -> None:
 def test_strategies_reach_the_shapes_where_the_bug_lives() -> None:
     from hypothesis import Phase, find, settings
 
-    from models.kv_zeroing import plan_segments as plan
-    from properties.kv_zeroing import zeroing_cases
+    from kvsim.models.kv_zeroing.zeroer import plan_segments as plan
+    from kvsim.properties.kv_zeroing.zeroer import zeroing_cases
 
     def packed_with_offset_and_padding(case) -> bool:  # type: ignore[no-untyped-def]
         return any(v.offset > 0 and v.block_stride_bytes > v.extent_bytes - (v.shape[0] - 1) * v.block_stride_bytes

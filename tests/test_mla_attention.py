@@ -8,12 +8,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kvsim.errors import ConfigError
-from models.mla_attention import (attention_with_lse, gather_context_rows, init_mla_context_partial,
+from kvsim.engine.errors import ConfigError
+from kvsim.models.mla_chunks.attention import (attention_with_lse, gather_context_rows, init_mla_context_partial,
                                   mask_empty_context, merge_attn_states, run_prefill_context_chunk)
-from models.mla_prefill import (MlaShape, chunked_prefill_attention, full_attention_reference,
+from kvsim.models.mla_chunks.prefill import (MlaShape, chunked_prefill_attention, full_attention_reference,
                                 make_mla_prefill_inputs, up_project)
-from properties.mla_chunks_cases import BACKEND_CASE, KIMI_K3_SHAPE
+from kvsim.properties.mla_chunks.cases import BACKEND_CASE, KIMI_K3_SHAPE
 
 torch = pytest.importorskip("torch")
 
@@ -198,7 +198,7 @@ def test_backend_correctness_batch_at_deepseek_r1_tp16_dims(nope, v_dim) -> None
 
 def test_sdpa_cross_check_can_fail(monkeypatch) -> None:
     """Planted mutation: a reference that forgets the causal mask on the new tokens disagrees with SDPA."""
-    import models.mla_prefill as prefill
+    from kvsim.models.mla_chunks import prefill
 
     inputs = make_mla_prefill_inputs((16, 3), (3, 2), MlaShape(), seed=5)
     want = sdpa_full_attention(inputs, torch.float64)
@@ -211,8 +211,8 @@ def test_gather_rejects_metadata_that_would_read_out_of_bounds():
     import numpy as np
     import pytest as _pytest
 
-    from kvsim.errors import ConfigError
-    from models.mla_attention import gather_context_rows
+    from kvsim.engine.errors import ConfigError
+    from kvsim.models.mla_chunks.attention import gather_context_rows
     cache = np.arange(4 * 2 * 1, dtype=np.float64).reshape(4, 2, 1)
     table = np.array([[0, 1]])
     assert gather_context_rows(cache, table, [0, 3], [0, 0, 0], [0]).ravel().tolist() == [0.0, 1.0, 2.0]

@@ -7,11 +7,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kvsim.errors import ConfigError, PropertyViolation
-from models.mla_dcp import (DcpConfig, dcp_global_position, dcp_local_index, dcp_local_positions, dcp_rank_of,
+from kvsim.engine.errors import ConfigError, PropertyViolation
+from kvsim.models.mla_chunks.dcp import (DcpConfig, dcp_global_position, dcp_local_index, dcp_local_positions, dcp_rank_of,
                             get_dcp_local_seq_lens, reorg_kvcache, reorg_kvcache_by_chunk_index, reorg_source_rows)
-from properties.mla_chunks_cases import case
-from properties.mla_chunks_dcp import check_dcp_coverage, check_dcp_reorg, rank_buffers
+from kvsim.properties.mla_chunks.cases import case
+from kvsim.properties.mla_chunks.dcp import check_dcp_coverage, check_dcp_reorg, rank_buffers
 
 layouts = st.tuples(st.integers(1, 8), st.integers(1, 8)).map(lambda t: DcpConfig(*t))
 
@@ -77,7 +77,7 @@ def test_reorg_asserts_name_both_numbers() -> None:
 
 def test_reorg_check_catches_the_old_form_on_the_new_plan(monkeypatch) -> None:
     """Planted mutation: the fixed variant calling the chunk-index form loses requests 1-2 of [3000, 200, 200]."""
-    import models.mla_prefill as prefill
+    from kvsim.models.mla_chunks import prefill
 
     c = case([3000, 200, 200], block_size=128, dcp_world_size=2, dcp_interleave=64)
     md = c.metadata("fixed")

@@ -7,18 +7,18 @@ import dataclasses
 
 import pytest
 
-import models.mla_metadata as metadata_module
-from kvsim.catalog import load
-from kvsim.errors import ConfigError, PropertyViolation
-from kvsim.runner import run_property
-from models.mla_chunks import (ContextChunkPlan, align_mla_chunked_context_workspace_size,
+from kvsim.models.mla_chunks import metadata as metadata_module
+from kvsim.app.catalog import load
+from kvsim.engine.errors import ConfigError, PropertyViolation
+from kvsim.engine.runner import run_property
+from kvsim.models.mla_chunks.planner import (ContextChunkPlan, align_mla_chunked_context_workspace_size,
                                chunked_context_workspace_size, determine_chunked_prefill_workspace_size,
                                plan_mla_context_chunks, variant_behaviour)
-from models.mla_dcp import DcpConfig
-from models.mla_metadata import (AccumulateOp, build_context_metadata, build_mla_chunked_context_metadata,
+from kvsim.models.mla_chunks.dcp import DcpConfig
+from kvsim.models.mla_chunks.metadata import (AccumulateOp, build_context_metadata, build_mla_chunked_context_metadata,
                                  mla_accumulation_schedule, query_start_loc_of)
-from properties.mla_chunks_cases import CONTINUATION_CASE, MlaChunkCase, TAIL_SPLIT_CASE, case
-from properties.mla_chunks_plan import (check_accumulation_schedule, check_continuation, check_exact_tiling,
+from kvsim.properties.mla_chunks.cases import CONTINUATION_CASE, MlaChunkCase, TAIL_SPLIT_CASE, case
+from kvsim.properties.mla_chunks.plan import (check_accumulation_schedule, check_continuation, check_exact_tiling,
                                         check_no_empty_spans, check_token_bookkeeping, chunk_count_lower_bound,
                                         chunk_count_upper_bound, context_runs)
 

@@ -7,16 +7,16 @@ import json
 
 import pytest
 
-from kvsim.catalog import load
-from kvsim.errors import PropertyViolation
-from kvsim.repro import reproduce
-from kvsim.runner import run_property
-from properties.mla_chunks_cases import (BACKEND_CASE, CONTEXT_ORDER_CASE, DCP_MISALIGNED_CASE, KIMI_K3_CASE,
+from kvsim.app.catalog import load
+from kvsim.engine.errors import PropertyViolation
+from kvsim.app.repro import reproduce
+from kvsim.engine.runner import run_property
+from kvsim.properties.mla_chunks.cases import (BACKEND_CASE, CONTEXT_ORDER_CASE, DCP_MISALIGNED_CASE, KIMI_K3_CASE,
                                          TILING_CASES, case)
-from properties.mla_chunks_dcp import dcp_ranks_cover_each_span_exactly, dcp_reorg_matches_chunk_spans
-from properties.mla_chunks_numeric import (chunked_prefill_matches_full_attention,
+from kvsim.properties.mla_chunks.dcp import dcp_ranks_cover_each_span_exactly, dcp_reorg_matches_chunk_spans
+from kvsim.properties.mla_chunks.numeric import (chunked_prefill_matches_full_attention,
                                            context_partial_matches_context_attention)
-from properties.mla_chunks_plan import chunk_count_within_alignment_slack
+from kvsim.properties.mla_chunks.plan import chunk_count_within_alignment_slack
 
 MODEL = "mla-chunks"
 PLAN = ("chunks_tile_every_context_row_once", "chunks_have_no_empty_spans", "chunks_fit_the_row_budget",

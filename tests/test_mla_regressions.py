@@ -5,18 +5,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kvsim.errors import ConfigError, PropertyViolation
-from models.mla_attention import init_mla_context_partial
-from models.mla_chunks import align_mla_chunked_context_workspace_size, plan_uniform_context_chunks
-from models.mla_dcp import DcpConfig, get_dcp_local_seq_lens, reorg_kvcache, reorg_kvcache_by_chunk_index
-from models.mla_metadata import (build_mla_chunked_context_metadata, build_uniform_chunked_context_metadata,
+from kvsim.engine.errors import ConfigError, PropertyViolation
+from kvsim.models.mla_chunks.attention import init_mla_context_partial
+from kvsim.models.mla_chunks.planner import align_mla_chunked_context_workspace_size, plan_uniform_context_chunks
+from kvsim.models.mla_chunks.dcp import DcpConfig, get_dcp_local_seq_lens, reorg_kvcache, reorg_kvcache_by_chunk_index
+from kvsim.models.mla_chunks.metadata import (build_mla_chunked_context_metadata, build_uniform_chunked_context_metadata,
                                  mla_accumulation_schedule, query_start_loc_of)
-from models.mla_prefill import make_mla_prefill_inputs, suffix_attention
-from properties.mla_chunks_cases import (BACKEND_CASE, CONTEXT_ORDER_CASE, CONTINUATION_CASE, DCP_BUDGET_CASE,
+from kvsim.models.mla_chunks.prefill import make_mla_prefill_inputs, suffix_attention
+from kvsim.properties.mla_chunks.cases import (BACKEND_CASE, CONTEXT_ORDER_CASE, CONTINUATION_CASE, DCP_BUDGET_CASE,
                                          DCP_MISALIGNED_CASE, DCP_UNALIGNED_PREFIX_CASE, KIMI_K3_CASE, NO_CONTEXT_CASE,
                                          PERF_CASE, RFC_CASE, SKIPPED_CASE, TAIL_SPLIT_CASE, MlaChunkCase, case)
-from properties.mla_chunks_dcp import rank_buffers
-from properties.mla_chunks_numeric import chunked_prefill_matches_full_attention, run_case
+from kvsim.properties.mla_chunks.dcp import rank_buffers
+from kvsim.properties.mla_chunks.numeric import chunked_prefill_matches_full_attention, run_case
 
 
 def new_plan(c: MlaChunkCase):

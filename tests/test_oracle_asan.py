@@ -9,16 +9,18 @@ import sys
 import numpy as np
 import pytest
 
-from gpu_oracle import asan, build, discovery
-from gpu_oracle.checks import CHECKS, run_check
-from models.kv_zeroing import plan_segments, zero_blocks
-from models.kv_zeroing_geometry import Arena, KVCacheGeometry
-from models.kv_zeroing_layouts import deepseek_v4_geometry, last_block_page_geometry
+from kvsim.gpu_oracle.runtime import asan
+from kvsim.gpu_oracle.runtime import build
+from kvsim.gpu_oracle.runtime import discovery
+from kvsim.gpu_oracle.runtime.checks import CHECKS, run_check
+from kvsim.models.kv_zeroing.zeroer import plan_segments, zero_blocks
+from kvsim.models.kv_zeroing.geometry import Arena, KVCacheGeometry
+from kvsim.models.kv_zeroing.layouts import deepseek_v4_geometry, last_block_page_geometry
 
 pytestmark = pytest.mark.skipif(not discovery.available("cpu-shim-asan"),
                                 reason=f"cpu-shim-asan unavailable: {discovery.probe('cpu-shim-asan')[1]}")
 
-STORE_LINE = next(i for i, line in enumerate((build.KERNEL_DIR / "zero_kv_blocks.cu").read_text().splitlines(), 1)
+STORE_LINE = next(i for i, line in enumerate(build.kernel_source("zero_kv_blocks").read_text().splitlines(), 1)
                   if "base[offset] = 0;" in line)
 
 
@@ -67,8 +69,8 @@ def test_checks_run_inside_the_asan_child() -> None:
 
 
 def test_child_refuses_to_run_without_libasan() -> None:
-    proc = subprocess.run([sys.executable, "-m", "gpu_oracle.asan_run", "case", "-"], input="{}",
-                          capture_output=True, text=True, cwd=asan.REPO_ROOT, timeout=120)
+    proc = subprocess.run([sys.executable, "-m", "kvsim.gpu_oracle.runtime.asan_run", "case", "-"], input="{}",
+                          capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "libasan is not preloaded" in proc.stderr
 
 

@@ -11,14 +11,17 @@ import pytest
 
 from oraclehelp import fake_cupy, mutant_kernels
 
-import gpu_oracle
-from gpu_oracle import asan, build, discovery, mla
-from gpu_oracle.checks import CHECKS, hypothesis_check, run_check
-from gpu_oracle.mla_checks import bad_metadata_cases
-from gpu_oracle.mla_prefill_checks import prefill_cases, sdpa_test
-from kvsim.errors import ConfigError
-from models.mla_attention import gather_context_rows
-from models.mla_attention import merge_attn_states as merge_reference
+import kvsim.gpu_oracle as gpu_oracle
+from kvsim.gpu_oracle.runtime import asan
+from kvsim.gpu_oracle.runtime import build
+from kvsim.gpu_oracle.runtime import discovery
+from kvsim.gpu_oracle.kernels.mla_context import backends as mla
+from kvsim.gpu_oracle.runtime.checks import CHECKS, hypothesis_check, run_check
+from kvsim.gpu_oracle.kernels.mla_context.checks import bad_metadata_cases
+from kvsim.gpu_oracle.kernels.mla_context.prefill_checks import prefill_cases, sdpa_test
+from kvsim.engine.errors import ConfigError
+from kvsim.models.mla_chunks.attention import gather_context_rows
+from kvsim.models.mla_chunks.attention import merge_attn_states as merge_reference
 
 CPU_BACKENDS = [name for name in ("torch-cpu", "cpu-shim") if discovery.available(name)]
 needs_shim = pytest.mark.skipif(build.find_compiler() is None, reason="no C++ compiler")
@@ -27,7 +30,7 @@ needs_asan = pytest.mark.skipif(not discovery.available("cpu-shim-asan"),
 
 
 def _line(kernel: str, text: str) -> int:
-    lines = (build.KERNEL_DIR / kernel).read_text().splitlines()
+    lines = build.kernel_source(kernel.removesuffix(".cu")).read_text().splitlines()
     return next(i for i, line in enumerate(lines, 1) if text in line)
 
 
@@ -36,7 +39,7 @@ def test_the_nvcc_check_and_the_asan_prebuild_pick_up_the_kernels() -> None:
     assert {"gather_mla_context.cu", "merge_attn_states.cu", "zero_kv_blocks.cu"} <= names
     assert {"gather_mla_context", "merge_attn_states", "zero_kv_blocks"} <= set(build.shim_kernels())
     for kernel in ("gather_mla_context.cu", "merge_attn_states.cu"):  # NVRTC-ready: no includes, no shared memory
-        source = (build.KERNEL_DIR / kernel).read_text()
+        source = build.kernel_source(kernel.removesuffix(".cu")).read_text()
         assert "#include" not in source and "__shared__" not in source and "__syncthreads" not in source
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_oracle import build
+from kvsim.gpu_oracle.runtime import build
 
 NVCC = build.find_nvcc()
 KERNELS = build.kernel_files()

@@ -11,15 +11,18 @@ import pytest
 
 from oraclehelp import fake_cupy, mutant_kernels
 
-import gpu_oracle
-from gpu_oracle import asan, build, discovery, staging
-from gpu_oracle.checks import CHECKS, hypothesis_check, run_check
-from gpu_oracle.staging_checks import overrun_cases
-from kvsim.errors import ConfigError
-from models import pd_staging_layout as layout
-from models.pd_staging_copy import gather_head_slice_to_staging, scatter_staging_to_pages
-from models.pd_staging_layout import HeadReshard, compute_staging_layout
-from properties.pd_staging_e2e import LLAMA_CASES, Copies, check_transfer, transfer_cases
+import kvsim.gpu_oracle as gpu_oracle
+from kvsim.gpu_oracle.runtime import asan
+from kvsim.gpu_oracle.runtime import build
+from kvsim.gpu_oracle.runtime import discovery
+from kvsim.gpu_oracle.kernels.staging import backends as staging
+from kvsim.gpu_oracle.runtime.checks import CHECKS, hypothesis_check, run_check
+from kvsim.gpu_oracle.kernels.staging.checks import overrun_cases
+from kvsim.engine.errors import ConfigError
+from kvsim.models.pd_staging import layout
+from kvsim.models.pd_staging.copy import gather_head_slice_to_staging, scatter_staging_to_pages
+from kvsim.models.pd_staging.layout import HeadReshard, compute_staging_layout
+from kvsim.properties.pd_staging.e2e import LLAMA_CASES, Copies, check_transfer, transfer_cases
 
 CPU_BACKENDS = [name for name in ("torch-cpu", "cpu-shim") if discovery.available(name)]
 needs_shim = pytest.mark.skipif(build.find_compiler() is None, reason="no C++ compiler")
@@ -30,7 +33,7 @@ CHECK_NAMES = ("staging_gather_head_slice.differential", "staging_scatter.differ
 
 
 def _line(kernel: str, text: str) -> int:
-    lines = (build.KERNEL_DIR / kernel).read_text().splitlines()
+    lines = build.kernel_source(kernel.removesuffix(".cu")).read_text().splitlines()
     return next(i for i, line in enumerate(lines, 1) if text in line)
 
 
@@ -48,7 +51,7 @@ def test_kernels_are_picked_up_by_nvcc_and_the_asan_prebuild() -> None:
     assert {f"{k}.cu" for k in KERNELS} <= names
     assert set(KERNELS) <= set(build.shim_kernels())
     for kernel in KERNELS:  # NVRTC-ready: no includes, no shared memory, no barriers or warp intrinsics
-        source = (build.KERNEL_DIR / f"{kernel}.cu").read_text()
+        source = build.kernel_source(kernel).read_text()
         for banned in ("#include", "__shared__", "__syncthreads", "__shfl"):
             assert banned not in source
     assert set(CHECK_NAMES) | {"staging_gather_head_slice.asan_catches_slot_overrun"} <= set(CHECKS)

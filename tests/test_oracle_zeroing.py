@@ -11,14 +11,16 @@ import pytest
 
 from oraclehelp import fake_cupy, mutant_kernels
 
-import gpu_oracle
-from gpu_oracle import discovery as backends_module
-from gpu_oracle import build, zeroing
-from gpu_oracle.checks import CHECKS, run_check
-from kvsim.errors import ConfigError
-from models.kv_zeroing import Segment, SegmentTable, plan_segments, zero_blocks
-from models.kv_zeroing_geometry import Arena, KVCacheGeometry
-from models.kv_zeroing_layouts import deepseek_v4_geometry, last_block_page_geometry, non_uniform_pages_geometry
+import kvsim.gpu_oracle as gpu_oracle
+from kvsim.gpu_oracle.runtime import discovery as backends_module
+from kvsim.gpu_oracle.runtime import build
+from kvsim.gpu_oracle.kernels.zero_kv_blocks import backends as zeroing
+from kvsim.gpu_oracle.runtime import checks as gpu_oracle_checks
+from kvsim.gpu_oracle.runtime.checks import CHECKS, run_check
+from kvsim.engine.errors import ConfigError
+from kvsim.models.kv_zeroing.zeroer import Segment, SegmentTable, plan_segments, zero_blocks
+from kvsim.models.kv_zeroing.geometry import Arena, KVCacheGeometry
+from kvsim.models.kv_zeroing.layouts import deepseek_v4_geometry, last_block_page_geometry, non_uniform_pages_geometry
 
 CPU_BACKENDS = [name for name in ("torch-cpu", "cpu-shim") if backends_module.available(name)]
 REPO = Path(__file__).resolve().parent.parent
@@ -76,7 +78,7 @@ def test_a_kernel_that_does_not_compile_is_a_build_error(tmp_path: Path, monkeyp
     monkeypatch.setenv("KVSIM_CACHE_DIR", str(tmp_path / "cache"))
     broken = tmp_path / "kernels"
     shutil.copytree(build.KERNEL_DIR, broken)
-    (broken / "zero_kv_blocks.cu").write_text("extern \"C\" __global__ void zero_kv_blocks( { }\n")
+    build.kernel_source("zero_kv_blocks", broken).write_text("extern \"C\" __global__ void zero_kv_blocks( { }\n")
     with pytest.raises(build.BuildError, match="zero_kv_blocks"):
         build.build_shim("zero_kv_blocks", kernel_dir=broken)
 
@@ -140,7 +142,7 @@ def test_differential_check_catches_an_off_by_one_mask_in_the_cuda_source(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     if build.find_compiler() is None:
         pytest.skip("no C++ compiler")
-    assert "if (word >= seg_page_sizes[seg])" in (build.KERNEL_DIR / "zero_kv_blocks.cu").read_text()
+    assert "if (word >= seg_page_sizes[seg])" in build.kernel_source("zero_kv_blocks").read_text()
     mutant = mutant_kernels(tmp_path, "zero_kv_blocks.cu", "word >= seg_page_sizes", "word > seg_page_sizes")
     lib = zeroing.shim_library(False, mutant)
     monkeypatch.setitem(zeroing.BACKENDS, "cpu-shim", lambda m, launch, a: zeroing._cpu_shim(m, launch, lib))
@@ -188,7 +190,7 @@ def test_oracle_report_runs_every_check_and_skips_what_is_missing() -> None:
 
 def test_disabled_backends_are_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KVSIM_ORACLE_DISABLE", "cpu-shim,cpu-shim-asan")
-    monkeypatch.setattr(gpu_oracle.checks, "CHECKS", {"zero_kv_blocks.sentinel": CHECKS["zero_kv_blocks.sentinel"]})
+    monkeypatch.setattr(gpu_oracle_checks, "CHECKS", {"zero_kv_blocks.sentinel": CHECKS["zero_kv_blocks.sentinel"]})
     report = gpu_oracle.oracle_report(max_examples=5)
     shim = next(c for c in report["checks"] if c["backend"] == "cpu-shim")
     assert shim["status"] == "skipped" and "KVSIM_ORACLE_DISABLE" in shim["message"]

@@ -2,12 +2,12 @@
 
 import pytest
 
-from kvsim import catalog
-from kvsim.errors import ConfigError, PropertyViolation
-from kvsim.runner import run_property
-from models import pd_common
-from models.pd_common import KVPoll, all_reduce_min, apply_updates, leaves_failed, resurrects, update_status
-from properties.pd_status import FAILED_THEN_STALE, STALE_AFTER_CLEAR, StatusTrace
+from kvsim.app import catalog
+from kvsim.engine.errors import ConfigError, PropertyViolation
+from kvsim.engine.runner import run_property
+from kvsim.models.pd_common import status as pd_common
+from kvsim.models.pd_common.status import KVPoll, all_reduce_min, apply_updates, leaves_failed, resurrects, update_status
+from kvsim.properties.pd_staging.status import FAILED_THEN_STALE, STALE_AFTER_CLEAR, StatusTrace
 
 REG = catalog.load()
 PROPS = {p.name: p for p in REG.properties_of("pd-staging")}

@@ -2,11 +2,11 @@
 
 import pytest
 
-from kvsim import catalog
-from kvsim.errors import ConfigError
-from kvsim.repro import reproduce
-from kvsim.runner import run_property
-from models.pd_mori_layout import Descriptor, LayoutCase, chosen_descriptors, select_dst_descriptors
+from kvsim.app import catalog
+from kvsim.engine.errors import ConfigError
+from kvsim.app.repro import reproduce
+from kvsim.engine.runner import run_property
+from kvsim.models.pd_protocol.mori_layout import Descriptor, LayoutCase, chosen_descriptors, select_dst_descriptors
 
 REG = catalog.load()
 P6 = REG.property("pd-protocol", "layout_selects_main_kv")

@@ -2,9 +2,9 @@
 
 import pytest
 
-from kvsim import catalog
-from kvsim.simulate import replay_trace, simulate_model
-from kvsim.trace import read_trace
+from kvsim.app import catalog
+from kvsim.app.simulate import replay_trace, simulate_model
+from kvsim.engine.trace import read_trace
 
 SPEC = catalog.load().model("pd-protocol")
 CRASH = "drop=0.01,garble=0.01,duplicate=0.02,reorder=0.05,crash=prefill@20"

@@ -2,14 +2,14 @@
 
 import pytest
 
-from kvsim import catalog
-from kvsim.explore import explore
-from kvsim.repro import reproduce
-from kvsim.runner import run_property
-from kvsim.system import run_actions
-from models.pd_common import KVPoll
-from models.pd_protocol import PdProtocol, ProtocolConfig
-from models import pd_rooms
+from kvsim.app import catalog
+from kvsim.engine.explore import explore
+from kvsim.app.repro import reproduce
+from kvsim.engine.runner import run_property
+from kvsim.engine.system import run_actions
+from kvsim.models.pd_common.status import KVPoll
+from kvsim.models.pd_protocol.system import PdProtocol, ProtocolConfig
+from kvsim.models.pd_protocol import rooms as pd_rooms
 
 REG = catalog.load()
 

@@ -5,18 +5,18 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from kvsim import catalog
-from kvsim.errors import ConfigError, PropertyViolation
-from kvsim.runner import run_property
-from models import pd_staging_layout as layout
-from models.pd_staging_copy import (decode_scatter_pages, gather_head_slice_to_staging, scatter_staging_to_paged,
+from kvsim.app import catalog
+from kvsim.engine.errors import ConfigError, PropertyViolation
+from kvsim.engine.runner import run_property
+from kvsim.models.pd_staging import layout
+from kvsim.models.pd_staging.copy import (decode_scatter_pages, gather_head_slice_to_staging, scatter_staging_to_paged,
                                     scatter_staging_to_pages, stack_paged_kv)
-from models.pd_staging_layout import HeadReshard, compute_staging_layout
-from properties import pd_staging_e2e as e2e
-from properties.pd_staging import SCENARIO_A, SCENARIO_B
-from properties.pd_staging_e2e import (LLAMA_CASES, LLAMA_COLD, LLAMA_DECODE_HIT, LLAMA_PREFILL_HIT, TransferCase,
+from kvsim.models.pd_staging.layout import HeadReshard, compute_staging_layout
+from kvsim.properties.pd_staging import e2e
+from kvsim.properties.pd_staging.plan import SCENARIO_A, SCENARIO_B
+from kvsim.properties.pd_staging.e2e import (LLAMA_CASES, LLAMA_COLD, LLAMA_DECODE_HIT, LLAMA_PREFILL_HIT, TransferCase,
                                        check_transfer)
-from properties.pd_staging_ring import LLAMA_31_8B
+from kvsim.properties.pd_staging.ring import LLAMA_31_8B
 
 PROP = {p.name: p for p in catalog.load().properties_of("pd-staging")}["decode_kv_matches_single_server"]
 

@@ -4,20 +4,20 @@ from dataclasses import replace
 
 import pytest
 
-from kvsim import catalog
-from kvsim.errors import ConfigError
-from kvsim.repro import reproduce
-from kvsim.runner import run_property
-from models import pd_staging_layout as layout
-from models import pd_staging_plan as plan
-from models import pd_staging_ring as ring_model
-from models.pd_staging_layout import HeadReshard, HeadSliceParams, compute_head_slice_params, compute_staging_layout
-from models.pd_staging_plan import (StagingPlanConfig, StagingReq, compute_grid_segments, full_chunk_pages,
+from kvsim.app import catalog
+from kvsim.engine.errors import ConfigError
+from kvsim.app.repro import reproduce
+from kvsim.engine.runner import run_property
+from kvsim.models.pd_staging import layout
+from kvsim.models.pd_staging import plan
+from kvsim.models.pd_staging import ring as ring_model
+from kvsim.models.pd_staging.layout import HeadReshard, HeadSliceParams, compute_head_slice_params, compute_staging_layout
+from kvsim.models.pd_staging.plan import (StagingPlanConfig, StagingReq, compute_grid_segments, full_chunk_pages,
                                     grid_tokens, prefetch_plan, scatter_token_range, staging_prefix_accepted)
-from models.pd_staging_ring import Allocation, StagingAllocator, is_watermark_ready, merge_remote_watermark
-from properties.pd_staging import (SCENARIO_A, SCENARIO_A_EARLY, SCENARIO_B, SCENARIO_D, STAGED_A_DOWN, STAGED_A_UP,
+from kvsim.models.pd_staging.ring import Allocation, StagingAllocator, is_watermark_ready, merge_remote_watermark
+from kvsim.properties.pd_staging.plan import (SCENARIO_A, SCENARIO_A_EARLY, SCENARIO_B, SCENARIO_D, STAGED_A_DOWN, STAGED_A_UP,
                                    staged_writes)
-from properties.pd_staging_ring import LLAMA_31_8B
+from kvsim.properties.pd_staging.ring import LLAMA_31_8B
 
 REG = catalog.load()
 PROPS = {p.name: p for p in REG.properties_of("pd-staging")}

@@ -1,8 +1,8 @@
 """pd-staging timed simulation: outcomes, timers, leaks, determinism, replay."""
 
-from kvsim import catalog
-from kvsim.simulate import replay_trace, simulate_model
-from kvsim.trace import read_trace
+from kvsim.app import catalog
+from kvsim.app.simulate import replay_trace, simulate_model
+from kvsim.engine.trace import read_trace
 
 SPEC = catalog.load().model("pd-staging")
 

@@ -2,15 +2,15 @@
 
 import pytest
 
-from kvsim import catalog
-from kvsim.explore import explore
-from kvsim.repro import reproduce
-from kvsim.runner import run_property
-from kvsim.system import first_violation, run_actions
-from models import pd_staging_data as data
-from models.pd_common import KVPoll
-from models.pd_staging import DOWN, UP, PdStaging, build_system
-from models.pd_staging_data import StagingSystemConfig as Config
+from kvsim.app import catalog
+from kvsim.engine.explore import explore
+from kvsim.app.repro import reproduce
+from kvsim.engine.runner import run_property
+from kvsim.engine.system import first_violation, run_actions
+from kvsim.models.pd_staging import data
+from kvsim.models.pd_common.status import KVPoll
+from kvsim.models.pd_staging.system import DOWN, UP, PdStaging, build_system
+from kvsim.models.pd_staging.data import StagingSystemConfig as Config
 
 REG = catalog.load()
 PRIORITY = ("deliver", "scatter_done", "batch", "work", "clear")  # no timeouts, no faults

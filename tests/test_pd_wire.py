@@ -2,11 +2,11 @@
 
 import pytest
 
-from kvsim import catalog
-from kvsim.repro import reproduce
-from kvsim.runner import run_property
-from models.pd_common import KVPoll
-from models.pd_wire import BACKENDS, encode_abort, encode_registration, encode_transfer_info, handle_bootstrap
+from kvsim.app import catalog
+from kvsim.app.repro import reproduce
+from kvsim.engine.runner import run_property
+from kvsim.models.pd_common.status import KVPoll
+from kvsim.models.pd_protocol.wire import BACKENDS, encode_abort, encode_registration, encode_transfer_info, handle_bootstrap
 
 REG = catalog.load()
 P3 = REG.property("pd-protocol", "control_loop_survives_any_frames")
@@ -66,7 +66,7 @@ def test_bug_reports_hold():
 
 
 def test_decode_loop_status_messages_and_malformed_frames():
-    from models.pd_wire import encode_status, handle_decode
+    from kvsim.models.pd_protocol.wire import encode_status, handle_decode
     rooms = {0: KVPoll.WaitingForInput, 1: KVPoll.Failed}
     for backend in BACKENDS:
         ok = handle_decode(encode_status(backend, 0, KVPoll.Success), rooms, backend, "fixed")

@@ -2,16 +2,16 @@
 
 import pytest
 
-from kvsim import catalog
-from kvsim.errors import ConfigError
-from kvsim.explore import explore
-from kvsim.repro import reproduce
-from kvsim.runner import run_property
-from models import swa_budget
-from models.swa_budget import (ResumeResult, RetractedReq, physical_pages, prealloc_required_tokens, resume_retracted_reqs,
+from kvsim.app import catalog
+from kvsim.engine.errors import ConfigError
+from kvsim.engine.explore import explore
+from kvsim.app.repro import reproduce
+from kvsim.engine.runner import run_property
+from kvsim.models.swa_budget import resume as swa_budget
+from kvsim.models.swa_budget.resume import (ResumeResult, RetractedReq, physical_pages, prealloc_required_tokens, resume_retracted_reqs,
                                swa_tail_len)
-from models.swa_scheduler import SchedulerConfig, SwaScheduler
-from properties.swa_budget import MINIMAL_CASE, UPSTREAM_CASE, make_system
+from kvsim.models.swa_budget.scheduler import SchedulerConfig, SwaScheduler
+from kvsim.properties.swa_budget.resume import MINIMAL_CASE, UPSTREAM_CASE, make_system
 
 REG = catalog.load()
 PROPS = {p.name: p for p in REG.properties_of("swa-budget")}
@@ -107,7 +107,7 @@ def test_b5_fails_when_rounding_applies_at_page_size_one(monkeypatch):
 
 def test_b1_fails_when_the_swa_check_is_skipped(monkeypatch):
     """Planted mutation: the loop checks only the full budget, as if the SWA budget were unlimited."""
-    import properties.swa_budget as props
+    from kvsim.properties.swa_budget import resume as props
     real = props.resume_retracted_reqs
     unlimited = 10**9
 
@@ -173,7 +173,7 @@ def test_config_errors_name_the_field():
 
 def test_b3_fails_without_head_of_line_blocking(monkeypatch):
     """Planted mutation: a refused request is skipped and later ones are still tried."""
-    import properties.swa_budget as props
+    from kvsim.properties.swa_budget import resume as props
     real = props.resume_retracted_reqs
 
     def skipping(queue, *, full_budget, swa_budget, full_free_pages, swa_free_pages, **kw):

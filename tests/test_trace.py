@@ -2,10 +2,10 @@ import json
 
 import pytest
 
-from kvsim import catalog
-from kvsim.errors import TraceError
-from kvsim.simulate import replay_trace, simulate_model
-from kvsim.trace import read_trace
+from kvsim.app import catalog
+from kvsim.engine.errors import TraceError
+from kvsim.app.simulate import replay_trace, simulate_model
+from kvsim.engine.trace import read_trace
 from clihelp import kvsim, kvsim_json
 
 SMALL = ["requests=30"]

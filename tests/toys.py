@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kvsim.system import Invariant
+from kvsim.engine.system import Invariant
 
 
 class Counter:

@@ -1,0 +1,1 @@
+"""gpu_oracle.kernels.mla_context"""

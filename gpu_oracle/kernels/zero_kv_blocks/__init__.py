@@ -1,0 +1,1 @@
+"""gpu_oracle.kernels.zero_kv_blocks"""

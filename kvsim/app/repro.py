@@ -1,0 +1,75 @@
+"""Reproduce a catalogued bug report: the property fails on its variant, and (for a seed bug) passes on fixed."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from ..engine.explore import explore
+from ..engine.params import resolve
+from ..engine.registry import REGISTRY, BugReport
+from ..engine.runner import run_property
+
+FIXED_CHECK_EXAMPLES = 300
+
+
+@dataclass
+class ReproResult:
+    bug: BugReport
+    reproduced: bool
+    fixed_passes: bool | None  # None for a finding on `fixed` itself
+    examples: int
+    seconds: float
+    counterexample: Any
+    message: str
+
+    def to_json(self) -> dict[str, Any]:
+        b = self.bug
+        return {"id": b.id, "model": b.model, "variant": b.variant, "property": b.property, "source": b.source,
+                "status": b.status, "reproduced": self.reproduced, "fixed_passes": self.fixed_passes,
+                "examples": self.examples, "seconds": round(self.seconds, 4),
+                "counterexample": self.counterexample, "message": self.message}
+
+    @property
+    def ok(self) -> bool:
+        """The catalog entry holds: reproducible bugs fail before and pass after; findings still reproduce."""
+        if self.bug.status == "not reproducible":
+            return not self.reproduced
+        if self.bug.variant == "fixed":
+            return self.reproduced
+        return self.reproduced and bool(self.fixed_passes)
+
+
+def reproduce(bug: BugReport, seed: int = 0) -> ReproResult:
+    if bug.driver == "explore":
+        return _reproduce_by_explore(bug)
+    prop = REGISTRY.property(bug.model, bug.property)
+    found = run_property(prop, bug.variant, max_examples=bug.max_examples, seed=seed, use_examples=False,
+                         params=dict(bug.params))
+    fixed_passes = None
+    if bug.variant != "fixed":
+        fixed = run_property(prop, "fixed", max_examples=FIXED_CHECK_EXAMPLES, seed=seed, params=dict(bug.params))
+        fixed_passes = fixed.status == "passed"
+    return ReproResult(bug, found.status == "failed", fixed_passes, found.examples, found.seconds,
+                       found.counterexample, found.message)
+
+
+def _reproduce_by_explore(bug: BugReport) -> ReproResult:
+    spec = REGISTRY.model(bug.model)
+    assert spec.system is not None, f"bug {bug.id}: model {bug.model} has no transition system"
+    params = resolve(spec.params, dict(bug.params))
+
+    def search(variant: str) -> tuple[Any, float, int]:
+        start = time.perf_counter()
+        result = explore(spec.system(variant, params))
+        hit = next((v for v in result.violations if v.property == bug.property), None)
+        return hit, time.perf_counter() - start, result.states
+
+    hit, seconds, states = search(bug.variant)
+    fixed_passes = None
+    if bug.variant != "fixed":
+        fixed_passes = search("fixed")[0] is None
+    counterexample = {"trace": hit.trace, "kind": hit.kind} if hit else None
+    return ReproResult(bug, hit is not None, fixed_passes, states, seconds, counterexample,
+                       hit.message if hit else "")

@@ -1,0 +1,181 @@
+"""Configuration and KV data of the pd-staging transition system: who holds which (request, token, head).
+
+Follows sglang 05c7ebf (PR #30545) as read in ../shared/research/sglang.md,
+sections 2.3 ("Decode scatter", "Layout of one slot") and 2.5. The bytes are
+tracked, not inferred from flags, so overwrite and loss are seen on data:
+
+- A KV cell is an int. Prefill token ``t`` of room ``r``, head slice ``w``
+  (the slice writer ``w`` owns) is ``value(r, t, w) > 0``; a row of the shared
+  decode radix prefix holds ``prefix_value(t, w) < 0``; a staging ring byte
+  never written since the process started is ``GARBAGE``; a decode suffix row
+  never scattered is ``UNWRITTEN``.
+- The staging ring is one flat tuple of cells. A ring unit is one page of one
+  writer's head slice, ``page_size`` cells; a slot of ``chunk_pages`` pages is
+  ``chunk_pages * W`` units, writer ``w`` at ``w * chunk_pages`` units from its
+  start (writers back to back, as in `compute_staging_layout`).
+- The decode rows of a room are its own suffix pages ``[D, D + N*ps)``; the
+  prefix rows ``[0, D)`` are shared radix pages, one copy for all rooms.
+
+Head slicing itself is checked in `pd_staging_layout`; here each of the W
+writers owns one head slice of the decode rank (W = P_tp / D_tp).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvsim.engine.errors import ConfigError, check_int
+
+from .plan import (StagingPlanConfig, early_send, initial_cursor, prefill_batch_ends,
+                              prefetch_plan, send_batch, snapshot_early_send_prefix_end, SendCall)
+
+GARBAGE = -(10 ** 6)
+UNWRITTEN = 0
+
+FAULT_KINDS = ("drop_req", "drop_rsp", "drop_ready", "drop_status", "drop_wm", "drop_abort",
+               "dup_req", "dup_ready", "reorder", "abort", "peer_death")
+
+
+def value(room: int, token: int, writer: int) -> int:
+    """The prefill's KV for (request, token, head slice)."""
+    return ((room + 1) * 4096 + token) * 4 + writer + 1
+
+
+def prefix_value(token: int, writer: int) -> int:
+    """What a shared radix-prefix row holds: the cached KV of that prompt token (not a request's suffix)."""
+    return -(token * 4 + writer + 1)
+
+
+@dataclass(frozen=True)
+class StagingSystemConfig:
+    """One decode rank, W prefill writer ranks, `rooms` requests of the same geometry."""
+
+    rooms: int = 1
+    writers: int = 1
+    page_size: int = 1
+    chunked_prefill_size: int = 1
+    prompt_len: int = 2
+    decode_prefix_len: int = 0
+    prefill_hit: int = 0
+    ring_units: int = 0  # 0: room for every slot of every room at once
+    faults: tuple[str, ...] = ()
+    fault_budget: int = 1
+    timeouts: bool = True  # the decode waiting timeout and (fixed) the staging completion deadline can pass
+
+    def __post_init__(self) -> None:
+        check_int(self.rooms, "rooms", minimum=1)  # explore keeps to 1-2 (its ParamSpec); the simulation runs many
+        check_int(self.writers, "writers", minimum=1, maximum=2)
+        check_int(self.prompt_len, "prompt_len", minimum=1, maximum=4095)
+        check_int(self.prefill_hit, "prefill_hit", minimum=0, maximum=self.prompt_len - 1)
+        check_int(self.fault_budget, "fault_budget", minimum=0, maximum=3)
+        check_int(self.ring_units, "ring_units", minimum=0)
+        for f in self.faults:
+            if f not in FAULT_KINDS:
+                raise ConfigError("faults", f"a subset of {', '.join(FAULT_KINDS)}", f)
+        self.plan  # validates page size, prefix and chunked-prefill size
+
+    @property
+    def plan(self) -> StagingPlanConfig:
+        return StagingPlanConfig(self.prompt_len, self.decode_prefix_len, self.page_size, self.chunked_prefill_size)
+
+    @property
+    def slot_pages(self) -> tuple[int, ...]:
+        """Pages of slot k, as the prefetch asks for them (`min(F, N - k*F)`)."""
+        p = self.plan
+        return tuple(r.chunk_pages for r in prefetch_plan(p.suffix_pages, p.full_chunk_pages))
+
+    @property
+    def total_units(self) -> int:
+        return self.ring_units or self.rooms * self.writers * sum(self.slot_pages)
+
+    @property
+    def buffer_pages(self) -> int:
+        """Pages of one writer's slice the prefill-local staging buffer holds (#31217: one grid slot).
+
+        W > 1 means P_tp > D_tp: a writer sends all its heads, so F pages fit.
+        W = 1 is modelled as P_tp = D_tp / 4 (step 1's `STAGED_A_UP`, prefill TP 1 -> decode TP 4): the
+        writer sends a quarter of its heads, so 4F pages fit.
+        """
+        f = self.plan.full_chunk_pages
+        return f if self.writers > 1 else 4 * f
+
+
+def send_groups(cfg: StagingSystemConfig, variant: str) -> tuple[tuple[SendCall, ...], ...]:
+    """The `send` calls of each prefill batch of a room, the early send (fixed only) folded into the first."""
+    p = cfg.plan
+    cursor = initial_cursor(p)
+    early: tuple[SendCall, ...] = ()
+    if cfg.prefill_hit:
+        cursor = snapshot_early_send_prefix_end(cursor, cfg.prefill_hit)
+        cursor, early = early_send(p, cursor, True, variant)  # () on pre_05c7ebf: disabled under staging
+    groups = []
+    for i, end in enumerate(prefill_batch_ends(p, cfg.prefill_hit)):
+        cursor, calls = send_batch(p, cursor, end, end == p.prompt_len, variant)
+        groups.append((early + calls) if i == 0 else calls)
+    return tuple(groups)
+
+
+def write_cells(memory: tuple[int, ...], cfg: StagingSystemConfig, room: int, writer: int, offset: int,
+                alloc_pages: int, page_start: int, num_pages: int) -> tuple[int, ...]:
+    """A writer's bulk RDMA of suffix pages `[page_start, +num_pages)` into the slot at ring unit `offset`.
+
+    The bytes go where the slot layout puts this writer, however many pages
+    were sent: an oversized send runs on into the next writer or allocation
+    (clipped at the ring's end, where the pre-fix check refused the write).
+    """
+    ps, d = cfg.page_size, cfg.decode_prefix_len
+    base = (offset + writer * alloc_pages) * ps
+    mem = list(memory)
+    for j in range(num_pages * ps):
+        if base + j < len(mem):
+            mem[base + j] = value(room, d + page_start * ps + j, writer)
+    return tuple(mem)
+
+
+def scatter_cells(memory: tuple[int, ...], cfg: StagingSystemConfig, offset: int, alloc_pages: int,
+                  token_start: int, num_pages: int) -> list[tuple[int, int, int]]:
+    """(row token, head slice, cell) a scatter of `num_pages` pages from the slot at `offset` writes."""
+    ps = cfg.page_size
+    out = []
+    for w in range(cfg.writers):
+        base = (offset + w * alloc_pages) * ps
+        for j in range(num_pages * ps):
+            cell = memory[base + j] if base + j < len(memory) else GARBAGE
+            out.append((token_start + j, w, cell))
+    return out
+
+
+def own_rows(cfg: StagingSystemConfig) -> int:
+    """Tokens of a room's own suffix pages `[D, D + N*ps)`."""
+    return cfg.plan.suffix_pages * cfg.page_size
+
+
+def initial_prefix(cfg: StagingSystemConfig) -> tuple[int, ...]:
+    w = cfg.writers
+    return tuple(prefix_value(t, h) for t in range(cfg.decode_prefix_len) for h in range(w))
+
+
+def row_mismatches(rows: tuple[int, ...], cfg: StagingSystemConfig, room: int,
+                   allow_unwritten: bool) -> list[tuple[int, int, int]]:
+    """(token, head, cell) of the rows [D, L) that do not hold the prefill's KV."""
+    d, w = cfg.decode_prefix_len, cfg.writers
+    bad = []
+    for t in range(d, cfg.prompt_len):
+        for h in range(w):
+            cell = rows[(t - d) * w + h]
+            if cell != value(room, t, h) and not (allow_unwritten and cell == UNWRITTEN):
+                bad.append((t, h, cell))
+    return bad
+
+
+def describe_cell(cell: int) -> str:
+    if cell == GARBAGE:
+        return "stale ring bytes"
+    if cell == UNWRITTEN:
+        return "never written"
+    if cell < 0:
+        t, h = divmod(-cell - 1, 4)
+        return f"prefix token {t} head {h}"
+    r, rest = divmod(cell - 1, 4096 * 4)
+    t, h = divmod(rest, 4)
+    return f"room {r - 1} token {t} head {h}"

@@ -1,0 +1,160 @@
+"""The decode-side staging ring (`StagingAllocator`) and the prefill write gate.
+
+Follows sglang 05c7ebf (PR #30545): `StagingAllocator` (decode side, owned by
+`DecodeStagingHandler`) and the prefill write gate `is_watermark_ready`,
+under `python/sglang/srt/disaggregation/`, as read in the research note
+../shared/research/sglang.md, sections 2.2 and 2.3 ("Ring `assign` and
+`free`", "Prefill write gate"). Unchanged by 05c7ebf, so there is no variant.
+
+The ring overcommits: `assign` wraps to offset 0 of a new round even while
+allocations of the previous round are still live there. Safety comes from
+the prefill side, which writes an allocation of round ``r > 0`` only once the
+decode watermark (round and offset of the oldest live allocation, or the
+head when none is live) says round ``r - 1`` no longer holds data under it.
+
+The empty-ring case keeps the stale head (fixed later by #37166): after
+everything is freed, a wrapping allocation that ends past the old head waits
+for a free that never comes. 05c7ebf behaviour, kept on purpose.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Iterable, Sequence
+
+from kvsim.engine.errors import ConfigError, check_int
+
+Watermark = tuple[int, int]  # (wm_round, wm_tail), compared lexicographically
+
+
+@dataclass(frozen=True)
+class Allocation:
+    alloc_id: int
+    offset: int
+    size: int
+    round: int
+
+    @property
+    def end(self) -> int:
+        return self.offset + self.size
+
+
+def is_watermark_ready(alloc_round: int, end: int, watermark: Watermark) -> bool:
+    """May prefill write an allocation of round `alloc_round` that ends at `end`?
+
+    Round 0 never overwrites anything. Otherwise round ``r - 1`` must be
+    entirely behind the watermark, or the watermark is in round ``r - 1`` at or
+    past `end`.
+    """
+    if alloc_round == 0:
+        return True
+    wm_round, wm_tail = watermark
+    prev = alloc_round - 1
+    return prev < wm_round or (prev == wm_round and end <= wm_tail)
+
+
+def merge_remote_watermark(known: Watermark, received: Watermark) -> Watermark:
+    """`remote_watermarks[session]` only moves forward: a late WATERMARK cannot undo progress."""
+    return max(known, received)
+
+
+@dataclass(frozen=True)
+class StagingAllocator:
+    """Ring of `total` bytes. `allocations` are the live ones in assignment order (`alloc_order`
+    with freed ids dropped: upstream pops freed ids lazily from the front, same oldest-live)."""
+
+    total: int
+    head: int = 0
+    round: int = 0
+    allocations: tuple[Allocation, ...] = ()
+    next_id: int = 0
+    watermark: Watermark = (0, 0)
+
+    def __post_init__(self) -> None:
+        check_int(self.total, "total", minimum=1)
+        check_int(self.head, "head", minimum=0, maximum=self.total)
+
+    def assign(self, size: int) -> tuple[Allocation | None, StagingAllocator]:
+        """Allocate `size` bytes; None (ALLOC_OVERSIZED) only when `size > total`."""
+        check_int(size, "size", minimum=1)
+        if size > self.total:
+            return None, self
+        if size <= self.total - self.head:
+            alloc = Allocation(self.next_id, self.head, size, self.round)
+            head, rnd = self.head + size, self.round
+        else:
+            # overcommit: wrap even if the previous round still holds live data at [0, size)
+            alloc = Allocation(self.next_id, 0, size, self.round + 1)
+            head, rnd = size, self.round + 1
+        return alloc, replace(self, head=head, round=rnd, allocations=self.allocations + (alloc,),
+                              next_id=self.next_id + 1)
+
+    def free(self, alloc_id: int) -> StagingAllocator:
+        """Free a live allocation and move the watermark to the oldest live one (or the head)."""
+        if alloc_id not in self.live_ids:
+            raise ConfigError("alloc_id", f"a live allocation id (one of {list(self.live_ids)})", alloc_id)
+        live = tuple(a for a in self.allocations if a.alloc_id != alloc_id)
+        if live:
+            watermark = (live[0].round, live[0].offset)
+        else:
+            watermark = (self.round, self.head)  # stale head kept (the #37166 hazard)
+        return replace(self, allocations=live, watermark=watermark)
+
+    @property
+    def live_ids(self) -> tuple[int, ...]:
+        return tuple(a.alloc_id for a in self.allocations)
+
+    def get(self, alloc_id: int) -> Allocation:
+        for a in self.allocations:
+            if a.alloc_id == alloc_id:
+                return a
+        raise ConfigError("alloc_id", "a live allocation id", alloc_id)
+
+    def ready(self, alloc: Allocation) -> bool:
+        return is_watermark_ready(alloc.round, alloc.end, self.watermark)
+
+
+@dataclass(frozen=True)
+class RingStep:
+    """One applied op: what it did and the ring after it."""
+
+    op: str  # "assign" or "free"
+    arg: int  # bytes asked, or the id freed
+    alloc: Allocation | None
+    ring: StagingAllocator
+
+
+def apply_ring_ops(ring: StagingAllocator, ops: Iterable[tuple[str, int]]) -> list[RingStep]:
+    """Apply `("assign", size)` and `("free", pick)` ops in turn.
+
+    `pick` selects a live allocation by position, modulo the number live, so
+    any generated sequence is valid; a free with nothing live is skipped.
+    """
+    steps: list[RingStep] = []
+    for op, arg in ops:
+        if op == "assign":
+            alloc, ring = ring.assign(arg)
+            steps.append(RingStep(op, arg, alloc, ring))
+        elif op == "free":
+            if not ring.allocations:
+                continue
+            victim = ring.allocations[arg % len(ring.allocations)]
+            ring = ring.free(victim.alloc_id)
+            steps.append(RingStep(op, victim.alloc_id, victim, ring))
+        else:
+            raise ConfigError("op", "'assign' or 'free'", op)
+    return steps
+
+
+def overlaps(a: Allocation, b: Allocation) -> bool:
+    return a.offset < b.end and b.offset < a.end
+
+
+def unsafe_ready_pairs(ring: StagingAllocator) -> list[tuple[Allocation, Allocation]]:
+    """(ready allocation, older-round live allocation it overlaps): writes the gate lets through into live data."""
+    return [(a, b) for a in ring.allocations if ring.ready(a)
+            for b in ring.allocations if b.round < a.round and overlaps(a, b)]
+
+
+def same_round_overlaps(allocs: Sequence[Allocation]) -> list[tuple[Allocation, Allocation]]:
+    return [(a, b) for i, a in enumerate(allocs) for b in allocs[i + 1:] if a.round == b.round and overlaps(a, b)]

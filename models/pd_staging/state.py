@@ -1,0 +1,180 @@
+"""States of the pd-staging transition system (`models.pd_staging`): immutable, hashable NamedTuples.
+
+Field names follow the upstream maps they stand for (sglang 05c7ebf, PR
+#30545; research note ../shared/research/sglang.md, section 2.2):
+`_staging_outstanding`, `transfer_infos`, `chunk_staging_infos`,
+`_writer_counts`, `_chunk_events`, `remote_watermarks`.
+"""
+
+from __future__ import annotations
+
+from itertools import chain, compress
+from operator import is_not
+from typing import Any, Iterator, NamedTuple
+
+from ..pd_common.status import KVPoll
+from .ring import StagingAllocator
+
+UP, DOWN = 0, 1  # prefill writer -> decode, decode -> prefill writer
+ALLOC_OVERSIZED = -2
+NOT_ALLOCATED = -1
+TERMINAL = (KVPoll.Success, KVPoll.Failed)
+
+
+class Chunk(NamedTuple):
+    """A `TransferKVChunk` on a writer's queue; `counted` is the `staging_counted` flag."""
+
+    room: int
+    chunk_idx: int
+    page_start: int
+    num_pages: int
+    is_last: bool
+    counted: bool = False
+
+
+class PrefillRoom(NamedTuple):
+    status: KVPoll | None  # request_status[room]; None once clear() popped it
+    outstanding: int  # _staging_outstanding[room]; 0 when absent
+    infos: bool  # transfer_infos[room] present (popped by teardown and clear)
+    offsets: tuple  # per chunk_idx: None, or (alloc_id, offset, round, end) from STAGING_RSP
+    outcome: KVPoll | None  # the terminal status clear() saw
+
+
+class DecodeRoom(NamedTuple):
+    status: KVPoll  # what the receiver reports; Success/Failed once concluded
+    registered: bool  # in _room_to_receiver; False after unregister_decode_req
+    infos: tuple[int, ...]  # chunk_staging_infos alloc ids: -1 none (or scattered), -2 oversized
+    counts: tuple  # _writer_counts: per chunk_idx, the arrivals (page_start, num_pages, writer)
+    events: tuple[int, ...]  # _chunk_events: alloc ids of submitted scatters not yet complete
+    success_from: tuple[bool, ...]  # prefill_response_tracker: Success received from each writer
+    all_success: bool  # _staging_all_success
+    rows: tuple[int, ...]  # own suffix rows [D, D + N*ps) x W head slices
+
+
+class StagingState(NamedTuple):
+    batches: tuple[int, ...]  # prefill batches done per room (a `Rooms` past `Rooms.B` rooms, as below)
+    prefill: tuple[tuple[PrefillRoom, ...], ...]  # [writer][room]
+    queues: tuple[tuple[Chunk, ...], ...]  # [writer]
+    watermarks: tuple[tuple[int, int], ...]  # remote_watermarks[session] per writer
+    decode: tuple[DecodeRoom, ...]
+    ring: StagingAllocator
+    memory: tuple[int, ...]  # ring cells
+    owners: tuple[tuple[int, int], ...]  # (alloc_id, room) of live allocations
+    prefix: tuple[int, ...]  # shared radix-prefix rows [0, D) x W
+    chans: tuple[tuple[tuple[tuple, ...], ...], ...]  # [UP or DOWN][writer]: FIFO of messages in flight
+    dead: bool  # the prefill node died
+    faults_left: int
+    flags: tuple[tuple[str, str], ...]  # (invariant, message) seen at a transition
+
+
+def _put(t: tuple, i: int, v) -> tuple:
+    if type(t) is Rooms:
+        return t.set(i, v)
+    return t[:i] + (v,) + t[i + 1:]
+
+
+class Rooms:
+    """An immutable per-room sequence that a step updates in O(log32 rooms), not O(rooms).
+
+    The timed simulation holds thousands of rooms in one state; a tuple indexed
+    by room costs a copy of every room per step, and finding the rooms a step
+    touched costs a scan of every room. Here the rooms are the leaves of a
+    32-way tree of tuples: `set` copies one path from the root, untouched
+    subtrees stay shared, so `changed` finds the touched rooms by identity,
+    skipping shared subtrees. Equality and hash are by value (the tree shape
+    depends only on the length). `of` keeps a plain tuple up to `B` rooms, so
+    the small states of explore and Hypothesis are exactly what they were.
+    """
+
+    __slots__ = ("root", "n", "shift")
+    B, BITS, MASK = 32, 5, 31
+
+    def __init__(self, root: tuple, n: int, shift: int) -> None:
+        self.root, self.n, self.shift = root, n, shift
+
+    @classmethod
+    def of(cls, items) -> "tuple | Rooms":
+        items = tuple(items)
+        if len(items) <= cls.B:
+            return items
+        nodes, shift = items, 0
+        while len(nodes) > cls.B:
+            nodes = tuple(nodes[i:i + cls.B] for i in range(0, len(nodes), cls.B))
+            shift += cls.BITS
+        return cls(nodes, len(items), shift)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> Any:
+        if type(i) is not int:
+            return tuple(self)[i]
+        if i < 0:
+            i += self.n
+        if not 0 <= i < self.n:
+            raise IndexError(f"room {i} of {self.n}")
+        node, shift = self.root, self.shift
+        while shift:
+            node = node[(i >> shift) & 31]
+            shift -= 5
+        return node[i & 31]
+
+    def __iter__(self) -> Iterator[Any]:
+        it: Any = iter(self.root)
+        for _ in range(self.shift // self.BITS):
+            it = chain.from_iterable(it)
+        return it
+
+    def set(self, i: int, v: Any) -> "Rooms":
+        if not 0 <= i < self.n:
+            raise IndexError(f"room {i} of {self.n}")
+        root = _set_path(self.root, self.shift, i, v)
+        return self if root is self.root else Rooms(root, self.n, self.shift)
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is Rooms:
+            return self.n == other.n and self.root == other.root
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash((Rooms, self.n, self.root))
+
+    def __repr__(self) -> str:
+        return f"Rooms({list(self)!r})"
+
+    def tolist(self) -> list:  # `kvsim.canon.to_jsonable` writes it as the list of rooms
+        return list(self)
+
+
+def _set_path(node: tuple, shift: int, i: int, v: Any) -> tuple:
+    j = (i >> shift) & 31
+    if shift:
+        v = _set_path(node[j], shift - 5, i, v)
+    if node[j] is v:  # the same room put back: keep the node, so `changed` has nothing to walk
+        return node
+    return node[:j] + (v,) + node[j + 1:]
+
+
+def changed(before: Any, after: Any) -> list[int]:
+    """Indices whose element is not the same object in `after` as in `before` (same length)."""
+    if before is after:
+        return []
+    if type(before) is Rooms and type(after) is Rooms and before.shift == after.shift:
+        out: list[int] = []
+        _diff(before.root, after.root, after.shift, 0, out)
+        return out
+    return list(compress(range(len(after)), map(is_not, before, after)))
+
+
+def _diff(x: tuple, y: tuple, shift: int, base: int, out: list[int]) -> None:
+    differ = compress(range(len(y)), map(is_not, x, y))  # in C: the children not shared
+    if shift:
+        for j in differ:
+            _diff(x[j], y[j], shift - 5, base + (j << shift), out)
+    else:
+        out.extend([base + j for j in differ])
+
+
+def _remove(seq: tuple, item) -> tuple:
+    i = seq.index(item)
+    return seq[:i] + seq[i + 1:]

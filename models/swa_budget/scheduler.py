@@ -1,0 +1,238 @@
+"""A small decode scheduler over a two-pool (full + SWA) paged allocator.
+
+The transition system behind `kvsim explore swa-budget`: requests arrive and
+are prefilled, decode one token per step, are retracted under memory pressure
+(their KV goes to the CPU and they join the FIFO retracted queue), come back
+through `resume_retracted_reqs` (the behaviour under test, variant-dependent),
+and finish. Page accounting is physical: each running request holds
+`ceil(F / P)` full pages and `ceil(tail(F) / P)` SWA pages.
+
+A failed `_pre_alloc` (the upstream assertion) and a resume result that breaks
+its own contract are recorded in the state as `fault`, so the invariants see
+them as data and the explorer reports the shortest path to them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from kvsim.engine.errors import ConfigError, check_int
+from kvsim.engine.system import Invariant
+
+from .resume import RetractedReq, check_variant, physical_pages, resume_retracted_reqs
+
+ARRIVE, DECODE, RETRACT, RESUME = "arrive", "decode", "retract", "resume"
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    page_size: int
+    sliding_window: int
+    full_pages: int
+    swa_pages: int
+    prompts: tuple[int, ...]
+    outputs: tuple[int, ...]
+    reserved_decode_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        check_int(self.page_size, "page_size", minimum=1)
+        check_int(self.sliding_window, "sliding_window", minimum=1)
+        check_int(self.full_pages, "full_pages", minimum=1)
+        check_int(self.swa_pages, "swa_pages", minimum=1)
+        check_int(self.reserved_decode_tokens, "reserved_decode_tokens", minimum=0)
+        if not self.prompts or len(self.prompts) != len(self.outputs):
+            raise ConfigError("outputs", f"one output length per prompt ({len(self.prompts)})", self.outputs)
+        for rid, (prompt, output) in enumerate(zip(self.prompts, self.outputs)):
+            check_int(prompt, f"prompts[{rid}]", minimum=1)
+            check_int(output, f"outputs[{rid}]", minimum=1)
+            # a request that cannot run alone on an empty machine is rejected upstream
+            # (_check_if_req_exceed_kv_capacity); here it is a configuration error
+            need_full, need_swa = self.peak_pages(prompt + output)
+            full_tokens = self.full_pages * self.page_size
+            if need_full > self.full_pages or need_swa > self.swa_pages or \
+                    prompt + output + self.reserved_decode_tokens > full_tokens:
+                raise ConfigError(f"prompts[{rid}] + outputs[{rid}]",
+                                  f"a request that fits the pools alone ({self.full_pages} full, "
+                                  f"{self.swa_pages} SWA pages of {self.page_size})", prompt + output)
+
+    def peak_pages(self, max_fill: int) -> tuple[int, int]:
+        full = physical_pages(max_fill, self.page_size, self.sliding_window)[0]
+        swa = max(physical_pages(f, self.page_size, self.sliding_window)[1] for f in range(1, max_fill + 1))
+        return full, swa
+
+
+class Running(NamedTuple):
+    rid: int
+    fill: int
+    full_pages: int
+    swa_pages: int
+
+
+class SchedState(NamedTuple):
+    next_arrival: int
+    running: tuple[Running, ...]
+    retracted: tuple[RetractedReq, ...]
+    finished: tuple[int, ...]
+    full_free: int
+    swa_free: int
+    fault: tuple[str, str] | None = None  # (invariant, message) of a failed transition
+
+
+class SwaScheduler:
+    """The transition system; `variant` selects the resume arithmetic."""
+
+    liveness = "every_request_finishes"
+
+    def __init__(self, config: SchedulerConfig, variant: str = "fixed") -> None:
+        self.name = "swa-budget"
+        self.variant = check_variant(variant)
+        self.config = config
+        self.n = len(config.prompts)
+        self.invariants = (
+            Invariant("no_failed_allocation", _fault_check("no_failed_allocation"),
+                      "every _pre_alloc after admission said yes succeeds (B2)"),
+            Invariant("budget_nonnegative", _fault_check("budget_nonnegative"),
+                      "both budgets stay >= 0 after each admission (B1)"),
+            Invariant("retracted_fifo", _fault_check("retracted_fifo"),
+                      "resume takes a FIFO prefix and keeps the rest in order (B3, B6)"),
+            Invariant("pool_conservation", self._conservation,
+                      "free + held pages equal the pool size, in both pools"),
+            Invariant("requests_accounted", self._accounted,
+                      "every request is pending, running, retracted or finished, exactly once"),
+        )
+
+    # -- the contract -------------------------------------------------------------------
+    def initial_states(self) -> tuple[SchedState, ...]:
+        return (SchedState(0, (), (), (), self.config.full_pages, self.config.swa_pages),)
+
+    def done(self, state: SchedState) -> bool:
+        return state.fault is None and len(state.finished) == self.n
+
+    def enabled(self, state: SchedState) -> list[tuple]:
+        if state.fault is not None:
+            return []
+        actions: list[tuple] = []
+        if state.next_arrival < self.n and self._fits_new(state):
+            actions.append((ARRIVE,))
+        if state.running:
+            if self._decode_fits(state):
+                actions.append((DECODE,))
+            else:  # memory pressure: the scheduler must retract someone first
+                actions.extend((RETRACT, r.rid) for r in state.running)
+        if state.retracted:
+            actions.append((RESUME,))
+        return actions
+
+    def step(self, state: SchedState, action: tuple) -> SchedState:
+        kind = action[0]
+        if kind == ARRIVE:
+            return self._arrive(state)
+        if kind == DECODE:
+            return self._decode(state)
+        if kind == RETRACT:
+            return self._retract(state, action[1])
+        if kind == RESUME:
+            return self._resume(state)
+        raise ValueError(f"unknown action {action!r}")
+
+    # -- transitions ----------------------------------------------------------------------
+    def _pages(self, fill: int) -> tuple[int, int]:
+        return physical_pages(fill, self.config.page_size, self.config.sliding_window)
+
+    def _fits_new(self, state: SchedState) -> bool:
+        full, swa = self._pages(self.config.prompts[state.next_arrival])
+        return full <= state.full_free and swa <= state.swa_free
+
+    def _arrive(self, state: SchedState) -> SchedState:
+        rid = state.next_arrival
+        fill = self.config.prompts[rid]
+        full, swa = self._pages(fill)
+        running = state.running + (Running(rid, fill, full, swa),)
+        return state._replace(next_arrival=rid + 1, running=running, full_free=state.full_free - full,
+                              swa_free=state.swa_free - swa)
+
+    def _decode_fits(self, state: SchedState) -> bool:
+        more_full = more_swa = 0
+        for r in state.running:
+            full, swa = self._pages(r.fill + 1)
+            more_full += full - r.full_pages
+            more_swa += max(0, swa - r.swa_pages)
+        return more_full <= state.full_free and more_swa <= state.swa_free
+
+    def _decode(self, state: SchedState) -> SchedState:
+        full_free, swa_free = state.full_free, state.swa_free
+        running: list[Running] = []
+        finished = list(state.finished)
+        for r in state.running:
+            fill = r.fill + 1
+            full, swa = self._pages(fill)
+            full_free -= full - r.full_pages
+            swa_free -= swa - r.swa_pages
+            if fill == self.config.prompts[r.rid] + self.config.outputs[r.rid]:
+                finished.append(r.rid)
+                full_free, swa_free = full_free + full, swa_free + swa
+            else:
+                running.append(Running(r.rid, fill, full, swa))
+        return state._replace(running=tuple(running), finished=tuple(sorted(finished)), full_free=full_free,
+                              swa_free=swa_free)
+
+    def _retract(self, state: SchedState, rid: int) -> SchedState:
+        victim = next(r for r in state.running if r.rid == rid)
+        running = tuple(r for r in state.running if r.rid != rid)
+        return state._replace(running=running, retracted=state.retracted + (RetractedReq(rid, victim.fill),),
+                              full_free=state.full_free + victim.full_pages,
+                              swa_free=state.swa_free + victim.swa_pages)
+
+    def _resume(self, state: SchedState) -> SchedState:
+        cfg = self.config
+        reserve = cfg.reserved_decode_tokens * len(state.running)
+        result = resume_retracted_reqs(
+            state.retracted, full_budget=state.full_free * cfg.page_size - reserve,
+            swa_budget=state.swa_free * cfg.page_size, page_size=cfg.page_size,
+            sliding_window=cfg.sliding_window, full_free_pages=state.full_free, swa_free_pages=state.swa_free,
+            reserved_decode_tokens=cfg.reserved_decode_tokens, variant=self.variant)
+        if result.error is not None:
+            return state._replace(fault=("no_failed_allocation", result.error))
+        k = len(result.resumed)
+        if tuple(r.rid for r in state.retracted[:k]) != result.resumed or result.remaining != state.retracted[k:] \
+                or len(result.alloc_calls) != k:
+            return state._replace(fault=("retracted_fifo", f"resumed {result.resumed} from queue "
+                                         f"{[r.rid for r in state.retracted]}, left {[r.rid for r in result.remaining]}"))
+        negative = [(f, s) for f, s in result.budget_trail if f < 0 or s < 0]
+        if negative:
+            return state._replace(fault=("budget_nonnegative", f"budget after admission: expected >= 0, got {negative[0]}"))
+        running = list(state.running)
+        full_free, swa_free = state.full_free, state.swa_free
+        for req in state.retracted[:k]:
+            full, swa = self._pages(req.fill_len)
+            running.append(Running(req.rid, req.fill_len, full, swa))
+            full_free, swa_free = full_free - full, swa_free - swa
+        return state._replace(running=tuple(running), retracted=result.remaining, full_free=full_free,
+                              swa_free=swa_free)
+
+    # -- invariants ---------------------------------------------------------------------------
+    def _conservation(self, state: SchedState) -> str | None:
+        held_full = sum(r.full_pages for r in state.running)
+        held_swa = sum(r.swa_pages for r in state.running)
+        if state.full_free < 0 or state.full_free + held_full != self.config.full_pages:
+            return f"full pool: free {state.full_free} + held {held_full}: expected {self.config.full_pages}"
+        if state.swa_free < 0 or state.swa_free + held_swa != self.config.swa_pages:
+            return f"SWA pool: free {state.swa_free} + held {held_swa}: expected {self.config.swa_pages}"
+        return None
+
+    def _accounted(self, state: SchedState) -> str | None:
+        seen = list(range(state.next_arrival, self.n)) + [r.rid for r in state.running] + \
+            [r.rid for r in state.retracted] + list(state.finished)
+        if sorted(seen) != list(range(self.n)):
+            return f"request ids across queues: expected each of 0..{self.n - 1} once, got {sorted(seen)}"
+        return None
+
+
+def _fault_check(name: str):
+    def check(state: SchedState) -> str | None:
+        if state.fault is not None and state.fault[0] == name:
+            return state.fault[1]
+        return None
+    check.__name__ = name
+    return check

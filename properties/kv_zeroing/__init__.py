@@ -1,0 +1,1 @@
+"""properties.kv_zeroing"""

@@ -1,0 +1,1 @@
+"""properties.mla_chunks"""

@@ -1,0 +1,54 @@
+"""The `mla-chunks` model in the catalog: MLA chunked context, vLLM b38e111d (PR #50613).
+
+Registers the model, its properties (planner and metadata in `mla_chunks_plan`, DCP in
+`mla_chunks_dcp`, numeric in `mla_chunks_numeric`) and the four bug reports. Strategies and
+the pinned upstream cases are in `mla_chunks_cases`.
+"""
+
+from __future__ import annotations
+
+from kvsim.engine.registry import REGISTRY, BugReport, ModelSpec
+from kvsim.models.mla_chunks.planner import VARIANTS
+
+MODEL = "mla-chunks"
+
+REGISTRY.add_model(ModelSpec(
+    name=MODEL,
+    summary="MLA chunked context: per-request ContextChunk plan, DCP reorg, chunked attention vs full attention",
+    source="vLLM b38e111d (#50613, RFC #50497); mask_empty_context #49294",
+    variants=VARIANTS,
+))
+
+from . import dcp as mla_chunks_dcp  # noqa: E402,F401  registers the properties
+from . import numeric as mla_chunks_numeric
+from . import plan as mla_chunks_plan
+
+BUGS = (
+    BugReport(
+        id="vllm-b38e111d-mla-dcp-misaligned-chunk", model=MODEL, variant="pre_b38e111d",
+        property="dcp_reorg_matches_chunk_spans", source="vLLM b38e111d (#50613); research note vllm.md 1.7.4",
+        summary="uniform DCP chunk size mcc not a multiple of world*interleave: each rank's local chunk "
+                "P = cdiv(mcc, virtual)*interleave covers more global rows than cu_seq_lens says, so reorg_kvcache "
+                "keeps the wrong total (world 2, interleave 64, [1000]*3: 1152 rows vs 960)",
+        max_examples=500),
+    BugReport(
+        id="vllm-b38e111d-mla-context-order", model=MODEL, variant="pre_b38e111d",
+        property="chunked_prefill_matches_full_attention", source="vLLM b38e111d (#50613); vllm.md 1.2, 1.7.3",
+        summary="prefill_tokens_with_context = qsl[n_ctx] assumes context-ful prefills come first: with contexts "
+                "[0, 64] request 1's tokens skip the context merge and the output differs from full attention",
+        max_examples=500),
+    BugReport(
+        id="vllm-b38e111d-mla-chunk-blowup", model=MODEL, variant="pre_b38e111d",
+        property="chunk_count_within_alignment_slack", source="vLLM b38e111d (#50613, RFC #50497); vllm.md 1.7.1",
+        summary="cost: the uniform plan runs cdiv(max ctx, round_down(W / n_ctx, block)) chunks over every prefill, "
+                "beyond the per-run bound ([960, 16x7], W 1024: 8 chunks instead of 2)",
+        max_examples=500),
+    BugReport(
+        id="vllm-49294-mla-empty-span", model=MODEL, variant="uniform_unmasked",
+        property="context_partial_matches_context_attention", source="vLLM #49294 (fixes #49334); vllm.md 1.2, 1.7.2",
+        summary="without mask_empty_context an empty span's backend scratch (NaN output, finite LSE) is merged "
+                "into the context partial and poisons the output",
+        max_examples=500),
+)
+for _bug in BUGS:
+    REGISTRY.add_bug(_bug)

@@ -1,0 +1,181 @@
+"""Cases, strategies and the pinned upstream regressions of the `mla-chunks` model.
+
+A case is the engine configuration plus the batch: context and query lengths, the block
+size, the requested `chunked_prefill_workspace_size` (each variant applies its own lower
+bound), `max_num_seqs`, DCP world size and interleave, `align_chunk_to_block`, and for the
+numeric properties a tensor seed and an MLA shape. Cases are frozen dataclasses, so
+counterexamples come out as plain JSON.
+
+Strategies keep the numbers small where the property is numeric and shrink towards no
+DCP, block 1 and short batches, so Hypothesis finds and shrinks a bug in well under a second.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Sequence
+
+from hypothesis import strategies as st
+
+from kvsim.engine.errors import ConfigError, check_int
+from kvsim.models.mla_chunks.planner import chunked_context_workspace_size, mla_chunk_alignment
+from kvsim.models.mla_chunks.dcp import DcpConfig
+from kvsim.models.mla_chunks.metadata import ContextMetadata, build_context_metadata, query_start_loc_of
+from kvsim.models.mla_chunks.prefill import MlaShape
+
+
+@dataclass(frozen=True)
+class MlaChunkCase:
+    """One batch of prefills under one engine configuration."""
+
+    context_lens: tuple[int, ...]
+    query_lens: tuple[int, ...]
+    block_size: int = 16
+    workspace_size: int = 1024  # requested; variants lower-bound it (upstream tests hand-set it)
+    max_num_seqs: int = 1
+    dcp_world_size: int = 1
+    dcp_interleave: int = 1
+    align_chunk_to_block: bool = True
+    seed: int = 0
+    shape: MlaShape = MlaShape()
+
+    def __post_init__(self) -> None:
+        if not self.context_lens or len(self.context_lens) != len(self.query_lens):
+            raise ConfigError("context_lens/query_lens", "equal, non-zero lengths",
+                              (len(self.context_lens), len(self.query_lens)))
+        for i, c in enumerate(self.context_lens):
+            check_int(c, f"context_lens[{i}]", minimum=0)
+        query_start_loc_of(self.query_lens)
+        check_int(self.block_size, "block_size", minimum=1)
+        check_int(self.workspace_size, "workspace_size", minimum=1)
+        check_int(self.max_num_seqs, "max_num_seqs", minimum=1)
+        if self.dcp_world_size == 1 and self.dcp_interleave != 1:
+            raise ConfigError("dcp_interleave", "1 without DCP (dcp_world_size 1)", self.dcp_interleave)
+        self.dcp  # validates world and interleave
+
+    @property
+    def dcp(self) -> DcpConfig | None:
+        return None if self.dcp_world_size == 1 else DcpConfig(self.dcp_world_size, self.dcp_interleave)
+
+    @property
+    def query_start_loc(self) -> tuple[int, ...]:
+        return query_start_loc_of(self.query_lens)
+
+    @property
+    def split_alignment(self) -> int:
+        """The alignment the per-request plan uses for this configuration."""
+        if self.dcp is None and not self.align_chunk_to_block:
+            return 1
+        return mla_chunk_alignment(self.block_size, self.dcp)
+
+    def workspace(self, variant: str) -> int:
+        return chunked_context_workspace_size(variant, self.workspace_size, self.max_num_seqs, self.block_size,
+                                              self.dcp)
+
+    def metadata(self, variant: str) -> ContextMetadata | None:
+        return build_context_metadata(variant, self.context_lens, self.query_lens, self.workspace_size,
+                                      self.max_num_seqs, self.block_size, dcp=self.dcp,
+                                      align_chunk_to_block=self.align_chunk_to_block)
+
+
+@dataclass(frozen=True)
+class MlaChunkCasePair:
+    """The same batch and tensors under two configurations (metamorphic property)."""
+
+    first: MlaChunkCase
+    second: MlaChunkCase
+
+
+def case(ctx: Sequence[int], q: Sequence[int] | None = None, **kw: Any) -> MlaChunkCase:
+    """A case with query lengths 4 unless given (the upstream tests' default)."""
+    return MlaChunkCase(tuple(ctx), tuple(q if q is not None else [4] * len(ctx)), **kw)
+
+
+# -- pinned upstream cases (research note vllm.md 1.5; block 16, q 4 each unless stated) -----------
+
+TILING_CASES = (  # test_chunks_gather_every_context_row_exactly_once, W 1024
+    case([960] + [16] * 7), case([2048, 320]), case([1024, 1024, 1024]), case([37, 1000, 5]), case([1]))
+CONTINUATION_CASE = case([2048, 32, 32], [3, 5, 7])
+TAIL_SPLIT_CASE = case([768, 512, 512], [3, 5, 7])
+SKIPPED_CASE = case([64, 0, 64, 0])
+NO_CONTEXT_CASE = case([0, 0])
+DCP_BUDGET_CASE = case([3000, 200, 200], block_size=128, dcp_world_size=2, dcp_interleave=64)
+DCP_UNALIGNED_PREFIX_CASE = case([65, 96], [1, 1], block_size=64, workspace_size=128, dcp_world_size=4)
+BACKEND_CASE = case([1536, 512, 0, 64, 80, 0], [32, 8, 8, 16, 16, 8])
+KIMI_K3_CASE = case([200, 48, 32, 0], [8, 4, 6, 5], workspace_size=128)
+PERF_CASE = case([60_000] + [16] * 31, workspace_size=65_536)
+RFC_CASE = case([60_000] + [1_000] * 7, workspace_size=65_536)
+# Note 1.7: the ordering assumption and the DCP split that is not a multiple of world*interleave.
+CONTEXT_ORDER_CASE = case([0, 64])
+DCP_MISALIGNED_CASE = case([1000, 1000, 1000], [1, 1, 1], block_size=64, dcp_world_size=2, dcp_interleave=64)
+
+PLAN_EXAMPLES = (*TILING_CASES, CONTINUATION_CASE, TAIL_SPLIT_CASE, SKIPPED_CASE, NO_CONTEXT_CASE, DCP_BUDGET_CASE,
+                 DCP_UNALIGNED_PREFIX_CASE, BACKEND_CASE, KIMI_K3_CASE, PERF_CASE, RFC_CASE)
+DCP_EXAMPLES = (DCP_BUDGET_CASE, DCP_UNALIGNED_PREFIX_CASE, DCP_MISALIGNED_CASE)
+# Numeric examples: the upstream batches at small dims, Kimi-K3 at its real latent shape.
+KIMI_K3_SHAPE = MlaShape(num_heads=2, kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128)
+NUMERIC_EXAMPLES = (SKIPPED_CASE, CONTINUATION_CASE, TAIL_SPLIT_CASE, CONTEXT_ORDER_CASE,
+                    replace(BACKEND_CASE, seed=42), replace(KIMI_K3_CASE, shape=KIMI_K3_SHAPE),
+                    replace(DCP_BUDGET_CASE, context_lens=(1000, 200, 200), query_lens=(2, 3, 1)),
+                    DCP_UNALIGNED_PREFIX_CASE)
+
+# -- strategies ---------------------------------------------------------------------------------
+
+_DCP_LAYOUTS = ((2, 1), (2, 2), (4, 1), (2, 4), (4, 2))
+_BLOCKS = (1, 2, 4, 8, 16, 32, 64, 128)
+
+
+@st.composite
+def _layout(draw, blocks, dcp: bool | None):
+    """(block, world, interleave): no DCP shrinks first; under DCP the block is a multiple of both."""
+    use_dcp = draw(st.booleans()) if dcp is None else dcp
+    if not use_dcp:
+        return draw(st.sampled_from(blocks)), 1, 1
+    world, interleave = draw(st.sampled_from(_DCP_LAYOUTS))
+    block = draw(st.sampled_from([b for b in blocks if b % world == 0 and b % interleave == 0] or [world * interleave]))
+    return block, world, interleave
+
+
+@st.composite
+def mla_cases(draw, *, max_requests: int = 6, max_context: int = 3000, max_query: int = 8,
+              blocks=_BLOCKS, max_workspace: int = 4096, dcp: bool | None = None,
+              context_first: bool = False) -> MlaChunkCase:
+    """Batches with context-free prefills anywhere (or only after the context-ful ones)."""
+    # about one prefill in four has no context (negative draws clamp to 0; shrinking still ends at 0)
+    context = st.integers(-(max_context // 3), max_context).map(lambda c: max(c, 0))
+    ctx = draw(st.lists(context, min_size=1, max_size=max_requests))
+    if context_first:
+        ctx = sorted(ctx, key=lambda c: c == 0)
+    q = draw(st.lists(st.integers(1, max_query), min_size=len(ctx), max_size=len(ctx)))
+    block, world, interleave = draw(_layout(blocks, dcp))
+    return MlaChunkCase(context_lens=tuple(ctx), query_lens=tuple(q), block_size=block,
+                        workspace_size=draw(st.integers(1, max_workspace)),
+                        max_num_seqs=len(ctx) + draw(st.integers(0, 4)), dcp_world_size=world,
+                        dcp_interleave=interleave, align_chunk_to_block=world > 1 or not draw(st.booleans()),
+                        seed=draw(st.integers(0, 2 ** 16)))
+
+
+def plan_cases() -> st.SearchStrategy[MlaChunkCase]:
+    """Planner-sized batches: up to 6 prefills of up to 3000 context rows, any block, DCP or not."""
+    return mla_cases()
+
+
+def dcp_cases() -> st.SearchStrategy[MlaChunkCase]:
+    """Always DCP (world 2 or 4, interleave 1-4), contexts up to 600 rows, so the reorg checks stay cheap."""
+    return mla_cases(max_context=600, blocks=(2, 4, 8, 16, 32, 64), max_workspace=1024, dcp=True)
+
+
+def numeric_cases(*, dcp: bool | None = None, context_first: bool = False) -> st.SearchStrategy[MlaChunkCase]:
+    """Small batches for the float64 path: up to 4 prefills, 40 context rows, blocks up to 16."""
+    return mla_cases(max_requests=4, max_context=40, max_query=3, blocks=(1, 2, 4, 8, 16), max_workspace=64,
+                     dcp=dcp, context_first=context_first)
+
+
+@st.composite
+def numeric_case_pairs(draw) -> MlaChunkCasePair:
+    """One batch, two (workspace, block, alignment) configurations with the same DCP layout."""
+    first = draw(numeric_cases())
+    blocks = [b for b in (1, 2, 4, 8, 16) if b % first.dcp_world_size == 0 and b % first.dcp_interleave == 0]
+    second = replace(first, block_size=draw(st.sampled_from(blocks)), workspace_size=draw(st.integers(1, 64)),
+                     align_chunk_to_block=first.dcp_world_size > 1 or not draw(st.booleans()))
+    return MlaChunkCasePair(first, second)

@@ -1,0 +1,1 @@
+"""properties.pd_staging"""

@@ -1,0 +1,204 @@
+"""pd-staging: head slicing (S12), slot layout, and the staging ring (S6, S8, watermark semantics).
+
+Research note: ../shared/research/sglang.md, sections 2.3 and 2.6. These
+functions are unchanged by 05c7ebf, so every property here holds on both
+variants; the tests show each can fail by planting a mutation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hypothesis import strategies as st
+
+from kvsim.engine.errors import PropertyViolation
+from kvsim.engine.property import kv_property
+from kvsim.models.pd_staging import layout
+from kvsim.models.pd_staging import ring as ring_model
+from kvsim.models.pd_staging.layout import HeadReshard
+from kvsim.models.pd_staging.ring import StagingAllocator
+
+MODEL = "pd-staging"
+
+
+@st.composite
+def head_reshards(draw: st.DrawFn) -> HeadReshard:
+    """H, P_tp, D_tp as powers of two (plus H=1): covers P_tp > H, D_tp > H and both directions."""
+    h = draw(st.sampled_from((1, 2, 4, 8, 16)))
+    p = draw(st.sampled_from((1, 2, 4, 8, 16, 32)))
+    d = draw(st.sampled_from((1, 2, 4, 8, 16, 32)))
+    return HeadReshard(h, p, d)
+
+
+LLAMA_31_8B = HeadReshard(total_kv_heads=8, prefill_tp=4, decode_tp=2)  # section 2.3 and 2.8
+
+
+@kv_property(model=MODEL, strategy=head_reshards(), examples=(LLAMA_31_8B,))
+def head_slices_cover_decode_heads(cfg: HeadReshard, variant: str) -> None:
+    """S12: the writers of each decode rank fill exactly its heads [0, dst_per) with the right global heads.
+
+    Writer indices are 0..W-1 once each; each writer's slice lands on the
+    decode positions that hold the same global heads; without replication
+    (P_tp <= H) the slices are pairwise disjoint, so they partition the heads.
+    """
+    for d in range(cfg.decode_tp):
+        want = cfg.decode_heads(d)
+        writers = layout.writers_of_decode_rank(cfg, d)
+        idx = sorted(p.writer_index for _, p in writers)
+        if idx != list(range(cfg.num_writers)) or any(p.num_writers != cfg.num_writers for _, p in writers):
+            raise PropertyViolation(f"writer indices of decode rank {d} ({cfg}): expected 0..{cfg.num_writers - 1} "
+                                    f"once each, got {idx}")
+        covered: list[int] = []
+        for r, p in writers:
+            src = cfg.prefill_heads(r)[p.src_head_start:p.src_head_start + p.num_heads]
+            dst = want[p.dst_head_start:p.dst_head_start + p.num_heads]
+            if len(src) != p.num_heads or src != dst:
+                raise PropertyViolation(
+                    f"global heads prefill rank {r} writes at decode rank {d} heads [{p.dst_head_start}, "
+                    f"{p.dst_head_start + p.num_heads}) ({cfg}): expected {dst}, got {src}")
+            covered.extend(range(p.dst_head_start, p.dst_head_start + p.num_heads))
+        if sorted(set(covered)) != list(range(cfg.dst_per)):
+            raise PropertyViolation(f"local heads of decode rank {d} covered by its writers ({cfg}): expected "
+                                    f"0..{cfg.dst_per - 1}, got {sorted(set(covered))}")
+        if cfg.prefill_tp <= cfg.total_kv_heads and len(covered) != len(set(covered)):
+            raise PropertyViolation(f"head slices of decode rank {d}'s writers ({cfg}): expected pairwise disjoint, "
+                                    f"got heads {sorted(covered)}")
+
+
+@dataclass(frozen=True)
+class LayoutCase:
+    cfg: HeadReshard
+    decode_rank: int
+    tokens: int
+    num_layers: int
+    head_bytes: int
+
+
+@st.composite
+def layout_cases(draw: st.DrawFn) -> LayoutCase:
+    cfg = draw(head_reshards())
+    return LayoutCase(cfg, draw(st.integers(0, cfg.decode_tp - 1)), draw(st.integers(1, 64)),
+                      draw(st.integers(1, 4)), draw(st.sampled_from((2, 128, 256))))
+
+
+LLAMA_LAYOUT = LayoutCase(LLAMA_31_8B, 0, 256, 32, 256)  # 256 tokens, 32 layers, head_dim 128 in bf16
+
+
+@kv_property(model=MODEL, strategy=layout_cases(), examples=(LLAMA_LAYOUT,))
+def staging_layout_tiles_slot(case: LayoutCase, variant: str) -> None:
+    """Slot layout: writer-major, then K before V, then layer; the regions tile [0, total_bytes) exactly."""
+    lay = layout.compute_staging_layout(case.cfg, case.decode_rank, case.tokens, case.num_layers, case.head_bytes)
+    pos = 0
+    for w in range(len(lay.writer_heads)):
+        if lay.writer_offsets[w] != pos:
+            raise PropertyViolation(f"offset of writer {w}: expected {pos} (sum of earlier writers), "
+                                    f"got {lay.writer_offsets[w]}")
+        for kv in (0, 1):
+            for layer in range(case.num_layers):
+                a, b = lay.region(w, kv, layer)
+                size = case.tokens * lay.writer_heads[w] * case.head_bytes
+                if (a, b) != (pos, pos + size):
+                    raise PropertyViolation(f"bytes of writer {w} {'KV'[kv]} layer {layer}: expected "
+                                            f"[{pos}, {pos + size}), got [{a}, {b})")
+                pos = b
+    if lay.total_bytes != pos:
+        raise PropertyViolation(f"slot total_bytes: expected {pos} (the regions laid end to end), "
+                                f"got {lay.total_bytes}")
+
+
+@dataclass(frozen=True)
+class RingCase:
+    total: int
+    ops: tuple[tuple[str, int], ...]
+
+
+@st.composite
+def ring_cases(draw: st.DrawFn) -> RingCase:
+    total = draw(st.integers(1, 40))
+    op = st.one_of(st.tuples(st.just("assign"), st.integers(1, total + 2)),
+                   st.tuples(st.just("free"), st.integers(0, 7)))
+    return RingCase(total, tuple(draw(st.lists(op, max_size=25))))
+
+
+def _steps(case: RingCase) -> list[ring_model.RingStep]:
+    return ring_model.apply_ring_ops(StagingAllocator(case.total), case.ops)
+
+
+# #37166's 100-byte example: free [0, 60), then 70 bytes wrap to round 1 (a liveness hazard, not a safety one).
+STALE_HEAD = RingCase(100, (("assign", 60), ("free", 0), ("assign", 70)))
+OVERCOMMIT = RingCase(100, (("assign", 60), ("assign", 30), ("assign", 50), ("free", 1), ("free", 0)))
+
+
+@kv_property(model=MODEL, strategy=ring_cases(), examples=(OVERCOMMIT,))
+def ring_assign_in_bounds(case: RingCase, variant: str) -> None:
+    """`assign(n)` succeeds iff n <= total, inside [0, total); live allocations of one round never overlap."""
+    for n, step in enumerate(_steps(case)):
+        if step.op != "assign":
+            continue
+        a = step.alloc
+        if (a is None) != (step.arg > case.total):
+            raise PropertyViolation(f"assign({step.arg}) at op {n} on a ring of {case.total}: expected "
+                                    f"{'None' if step.arg > case.total else 'an allocation'}, got {a}")
+        if a is not None and not (0 <= a.offset and a.end <= case.total and a.size == step.arg):
+            raise PropertyViolation(f"allocation at op {n}: expected {step.arg} bytes in [0, {case.total}), got {a}")
+        bad = ring_model.same_round_overlaps(step.ring.allocations)
+        if bad:
+            raise PropertyViolation(f"live allocations of one round after op {n}: expected disjoint, got {bad[0]}")
+
+
+@kv_property(model=MODEL, strategy=ring_cases(), examples=(OVERCOMMIT, STALE_HEAD))
+def ready_allocations_never_overlap_older_rounds(case: RingCase, variant: str) -> None:
+    """S6: an allocation the watermark lets prefill write overlaps no live allocation of an earlier round."""
+    for n, step in enumerate(_steps(case)):
+        bad = ring_model.unsafe_ready_pairs(step.ring)
+        if bad:
+            a, b = bad[0]
+            raise PropertyViolation(f"live data under a writable allocation after op {n} (watermark "
+                                    f"{step.ring.watermark}): expected no overlap, got {a} over {b}")
+
+
+@kv_property(model=MODEL, strategy=ring_cases(), examples=(OVERCOMMIT,))
+def watermark_never_decreases(case: RingCase, variant: str) -> None:
+    """S8: the WATERMARK broadcast after each free never moves backwards (lexicographic (round, tail))."""
+    prev = StagingAllocator(case.total).watermark
+    for n, step in enumerate(_steps(case)):
+        wm = step.ring.watermark
+        if wm < prev:
+            raise PropertyViolation(f"watermark after op {n} ({step.op} {step.arg}): expected >= {prev}, got {wm}")
+        prev = wm
+
+
+@kv_property(model=MODEL, strategy=ring_cases(), examples=(OVERCOMMIT, STALE_HEAD))
+def watermark_tracks_oldest_live(case: RingCase, variant: str) -> None:
+    """After a free the watermark is (round, offset) of the oldest live allocation, or (round, head) if none."""
+    for n, step in enumerate(_steps(case)):
+        if step.op != "free":
+            continue
+        r = step.ring
+        want = (r.allocations[0].round, r.allocations[0].offset) if r.allocations else (r.round, r.head)
+        if r.watermark != want:
+            raise PropertyViolation(f"watermark after freeing id {step.arg} (op {n}): expected {want}, "
+                                    f"got {r.watermark}")
+
+
+@kv_property(model=MODEL, strategy=ring_cases(), examples=(OVERCOMMIT, STALE_HEAD))
+def freed_predecessors_make_ready(case: RingCase, variant: str) -> None:
+    """Once every older allocation is freed, and a free happened after it was assigned, an allocation is writable.
+
+    The second condition is the #37166 hazard at 05c7ebf: with the ring empty
+    when it was assigned, a wrapping allocation waits on the stale head.
+    """
+    assigned_at: dict[int, int] = {}
+    last_free = -1
+    steps = _steps(case)
+    for n, step in enumerate(steps):
+        if step.op == "assign" and step.alloc is not None:
+            assigned_at[step.alloc.alloc_id] = n
+        elif step.op == "free":
+            last_free = n
+    r = steps[-1].ring if steps else StagingAllocator(case.total)
+    if r.allocations:
+        oldest = r.allocations[0]
+        if last_free > assigned_at[oldest.alloc_id] and not r.ready(oldest):
+            raise PropertyViolation(f"oldest live allocation {oldest} with watermark {r.watermark}: expected "
+                                    f"writable (nothing older is live), got not ready")

@@ -1,0 +1,1 @@
+"""properties.swa_budget"""
