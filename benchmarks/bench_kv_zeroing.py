@@ -1,13 +1,15 @@
-"""Benchmark the kv-zeroing model and its kernel oracle.
+"""Benchmark the kv-zeroing model and its kernel properties.
 
     python benchmarks/bench_kv_zeroing.py [--examples N] [--mib M]
 
-Prints: examples per second of the differential check on every available
-backend (the ASan figure includes starting its child interpreter); seconds
-for Hypothesis to find and shrink the bug report's counterexample (no pinned
-examples, five seeds); zeroing throughput of the CPU-compiled CUDA C kernel
-and of the torch CPU backend on one buffer of M MiB (default 256), in place,
-best of four passes, next to a plain numpy memset of the same spans.
+Prints: examples per second of every kernel property of kv-zeroing (the
+differential checks of `kvsim.gpu_oracle`, run by the engine's runner on the
+fixed variant) on every available backend (the ASan figure includes starting
+its child interpreter); seconds for Hypothesis to find and shrink the bug
+report's counterexample (no pinned examples, five seeds); zeroing throughput
+of the CPU-compiled CUDA C kernel and of the torch CPU backend on one buffer
+of M MiB (default 256), in place, best of four passes, next to a plain numpy
+memset of the same spans.
 """
 
 from __future__ import annotations
@@ -18,41 +20,44 @@ import time
 
 import numpy as np
 
-import kvsim.gpu_oracle as gpu_oracle
-from kvsim.gpu_oracle.kernels.zero_kv_blocks import backends as zeroing
-from kvsim.gpu_oracle.runtime.checks import CHECKS, run_check
 from kvsim.app.catalog import load
 from kvsim.engine.runner import run_property
-from kvsim.models.kv_zeroing.zeroer import plan_segments, zero_blocks
+from kvsim.gpu_oracle.kernels.zero_kv_blocks import backends as zeroing
+from kvsim.gpu_oracle.runtime import discovery
+from kvsim.models.kv_zeroing import DESCRIPTOR, FIXED
 from kvsim.models.kv_zeroing.geometry import Arena
 from kvsim.models.kv_zeroing.layouts import dense_layout
+from kvsim.models.kv_zeroing.zeroer import plan_segments, zero_blocks
 
 BUG = "vllm-d6af803-packed-zeroing-stride"
 
 
 def differential_rates(examples: int) -> None:
-    print(f"differential check (zero_kv_blocks.differential), {examples} examples, seed 0")
-    for backend in gpu_oracle.backends():
+    kernel_properties = [p for p in load().properties_of(DESCRIPTOR.name) if p.is_kernel]
+    print(f"kernel properties of {DESCRIPTOR.name} on {FIXED.name}, {examples} examples, seed 0")
+    if not kernel_properties:
+        print("  none registered")
+    for backend in discovery.backends():
         name = backend["name"]
         if not backend["available"]:
             print(f"  {name:14s} skipped: {backend['reason']}")
             continue
-        run_check(CHECKS["zero_kv_blocks.differential"], name, max_examples=5, seed=1)  # build and warm up
-        start = time.perf_counter()
-        outcome = run_check(CHECKS["zero_kv_blocks.differential"], name, max_examples=examples, seed=0)
-        seconds = time.perf_counter() - start
-        print(f"  {name:14s} {outcome.status:6s} {outcome.examples:5d} examples in {seconds:6.2f} s = "
-              f"{outcome.examples / seconds:7.0f} examples/s")
+        for prop in (p for p in kernel_properties if name in p.backends):
+            run_property(prop, FIXED, max_examples=5, seed=1, backend=name)  # build and warm up
+            result = run_property(prop, FIXED, max_examples=examples, seed=0, backend=name)
+            print(f"  {name:14s} {prop.name:40s} {result.status:6s} {result.examples:5d} examples in "
+                  f"{result.seconds:6.2f} s = {result.examples / max(result.seconds, 1e-9):7.0f} examples/s")
 
 
 def bug_search() -> None:
     registry = load()
     bug = registry.bug(BUG)
     prop = registry.property(bug.model, bug.property)
+    variant = registry.model(bug.model).variant(bug.variant)  # the name, resolved once to its flag record
     times = []
-    print(f"bug {BUG}: {bug.property} on {bug.variant}, pinned examples off, max {bug.max_examples} examples")
+    print(f"bug {BUG}: {bug.property} on {variant.name}, pinned examples off, max {bug.max_examples} examples")
     for seed in range(5):
-        result = run_property(prop, bug.variant, max_examples=bug.max_examples, seed=seed, use_examples=False)
+        result = run_property(prop, variant, max_examples=bug.max_examples, seed=seed, use_examples=False)
         times.append(result.seconds)
         print(f"  seed {seed}: {result.status} after {result.examples:3d} examples (search + shrink) in "
               f"{result.seconds:.3f} s")
@@ -66,7 +71,7 @@ def throughput(mib: int) -> None:
     geometry = dense_layout(num_blocks=blocks, kernel_block_size=16, heads=8, head_size=128, element_size=4,
                             kv="none")
     arena = Arena.for_geometry(geometry)
-    table = plan_segments(geometry, arena=arena)
+    table = plan_segments(geometry, FIXED, arena=arena)
     ids = list(range(blocks))
     nbytes = geometry.allocations[0]
     memory = np.ones(arena.size, dtype=np.uint8)
@@ -75,7 +80,7 @@ def throughput(mib: int) -> None:
           f"{launch.chunk_width}, best of 4 passes (the first faults the pages in)")
     runners = {"numpy memset (reference)": lambda m: zero_blocks(m, table, ids)}
     for name in ("cpu-shim", "torch-cpu"):
-        if gpu_oracle.discovery.available(name):
+        if discovery.available(name):
             runners[f"{name}"] = lambda m, name=name: zeroing.BACKENDS[name](m, launch, arena)
     for name, run in runners.items():
         best = float("inf")

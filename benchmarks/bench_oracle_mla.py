@@ -2,8 +2,8 @@
 
     python benchmarks/bench_oracle_mla.py [--examples N] [--rows R]
 
-Prints: examples per second of every MLA check (`gather_mla_context.*`,
-`merge_attn_states.*`, `mla_prefill.*`) on every available backend (the ASan
+Prints: examples per second of every kernel property of model mla-chunks
+(`gather_mla_context_*`, `merge_attn_states_*`, `mla_prefill_*`) on every available backend (the ASan
 figures include starting the child interpreter; skipped backends print their
 reason); then, on the CPU backends, the gather's bandwidth for R workspace rows of
 DeepSeek's 576-entry bf16-sized latent (default 65,536 rows, the 64 Ki workspace
@@ -14,11 +14,10 @@ best of three, next to the numpy reference.
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
 
-import kvsim.gpu_oracle as gpu_oracle
+from kvsim.gpu_oracle.runtime.discovery import available
 from kvsim.gpu_oracle.kernels.mla_context import backends as mla
 from kvsim.models.mla_chunks.attention import gather_context_rows, merge_attn_states
 from oracle_rates import best_of, check_rates  # benchmarks/oracle_rates.py
@@ -38,9 +37,9 @@ def throughput(rows: int) -> None:
     print(f"gather: {len(seq)} rows x {width} x 2 bytes = {nbytes / 2**20:.0f} MiB, block {block}, best of 3")
     runners = {"numpy reference": lambda: gather_context_rows(kv, table, cu, seq, starts)}
     for name in ("cpu-shim", "torch-cpu"):
-        if gpu_oracle.discovery.available(name):
+        if available(name):
             launch = mla.prepare_gather(kv, table, cu, seq, starts)
-            runners[name] = lambda name=name, launch=launch: mla.GATHER_BACKENDS[name](launch)
+            runners[name] = lambda name=name, launch=launch: mla.GATHER_KERNEL.run(name, launch)
     for name, run in runners.items():
         seconds = best_of(run)
         print(f"  {name:16s} {seconds * 1e3:8.1f} ms  {nbytes / seconds / 1e9:6.2f} GB/s")
@@ -51,9 +50,9 @@ def throughput(rows: int) -> None:
     print(f"merge: [{tokens}, {heads}, {dim}] fp32 states, best of 3")
     runners = {"numpy reference (f64)": lambda: merge_attn_states(po, pl, so, sl)}
     for name in ("cpu-shim", "torch-cpu"):
-        if gpu_oracle.discovery.available(name):
+        if available(name):
             launch = mla.prepare_merge(po, pl, so, sl, threads=128)
-            runners[name] = lambda name=name, launch=launch: mla.MERGE_BACKENDS[name](launch)
+            runners[name] = lambda name=name, launch=launch: mla.MERGE_KERNEL.run(name, launch)
     for name, run in runners.items():
         seconds = best_of(run)
         print(f"  {name:22s} {seconds * 1e3:8.1f} ms  {elements / seconds / 1e6:8.1f} M elements/s")
@@ -64,7 +63,7 @@ def main() -> None:
     parser.add_argument("--examples", type=int, default=200)
     parser.add_argument("--rows", type=int, default=65_536)
     args = parser.parse_args()
-    check_rates(("gather_mla_context", "merge_attn_states", "mla_prefill"), args.examples)
+    check_rates("mla-chunks", args.examples)
     throughput(args.rows)
 
 

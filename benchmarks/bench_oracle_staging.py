@@ -2,8 +2,8 @@
 
     python benchmarks/bench_oracle_staging.py [--examples N] [--property-examples M] [--tokens T]
 
-Prints: examples per second of every staging check (`staging_gather_head_slice.*`,
-`staging_scatter.*`) on every available backend (the ASan figures include starting
+Prints: examples per second of every kernel property of model pd-staging
+(`staging_*`, `decode_kv_through_kernels_matches_single_server`) on every available backend (the ASan figures include starting
 the child interpreter; skipped backends print their reason); the bandwidth of one
 writer's gather and scatter of a Llama-3.1-8B slot (prefill TP 4 -> decode TP 2, two
 heads of 128 bf16-sized entries, 32 layers, T tokens, default 256 = one cps-256 grid
@@ -14,11 +14,11 @@ per second of `decode_kv_matches_single_server` on both variants.
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
 
 import kvsim.gpu_oracle as gpu_oracle
+from kvsim.gpu_oracle.runtime.discovery import available
 from kvsim.app import catalog
 from kvsim.engine.runner import run_property
 from kvsim.models.pd_staging import layout
@@ -43,7 +43,7 @@ def throughput(tokens: int) -> None:
     runners = {"numpy reference": (lambda: gather_head_slice_to_staging(prefill, src, params, lay),
                                    lambda: scatter_staging_to_pages(decode.copy(), slot, dst, params, lay))}
     for name in ("cpu-shim", "torch-cpu"):
-        if gpu_oracle.discovery.available(name):
+        if available(name):
             runners[name] = (lambda b=name: gpu_oracle.gather_head_slice(b, prefill, src, params, lay),
                              lambda b=name: gpu_oracle.scatter_staging(b, decode, slot, dst, params, lay))
     for name, (gather, scatter) in runners.items():
@@ -66,7 +66,7 @@ def main() -> None:
     parser.add_argument("--property-examples", type=int, default=1000)
     parser.add_argument("--tokens", type=int, default=256)
     args = parser.parse_args()
-    check_rates(("staging_gather_head_slice", "staging_scatter"), args.examples)
+    check_rates("pd-staging", args.examples)
     throughput(args.tokens)
     property_rates(args.property_examples)
 

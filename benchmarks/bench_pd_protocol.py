@@ -15,7 +15,9 @@ from kvsim.app import catalog
 from kvsim.engine.explore import explore
 from kvsim.app.repro import reproduce
 from kvsim.app.simulate import simulate_model
-from kvsim.models.pd_protocol.system import PdProtocol, ProtocolConfig
+from kvsim.models.pd_protocol import VARIANTS
+from kvsim.models.pd_protocol.config import ProtocolConfig
+from kvsim.models.pd_protocol.system import PdProtocol
 
 
 def main() -> None:
@@ -26,9 +28,9 @@ def main() -> None:
                ("1 room, 2 chunks, 2 faults", {"faults": 2})]
     for backend in ("mooncake", "nixl", "mori"):
         for label, kw in configs:
-            for variant in ("fixed", "pre_35281"):
+            for variant in VARIANTS.values():
                 r = explore(PdProtocol(ProtocolConfig(backend, **kw), variant))
-                print(f"{backend:9s} {label:28s} {variant:10s} {r.states:9,d} states {r.transitions:10,d} transitions "
+                print(f"{backend:9s} {label:28s} {variant.name:10s} {r.states:9,d} states {r.transitions:10,d} transitions "
                       f"{r.seconds:7.3f} s {r.states_per_second:9,.0f} states/s  {sorted(v.property for v in r.violations)}")
 
     print("\n== seconds to each bug report's counterexample (pd-protocol)")
@@ -40,6 +42,9 @@ def main() -> None:
         print(f"{bug.id:45s} {bug.driver:10s} reproduced={res.reproduced} fixed_passes={res.fixed_passes} "
               f"search {res.seconds:.3f} s, with the fixed check {time.perf_counter() - start:.3f} s")
 
+    # Before the house move the simulation was a second, imperative implementation (dict state mutated in
+    # place, only arrivals, conclusions and faults recorded): 155,000-196,000 events/s here. It is now a
+    # timing policy over PdProtocol that records every action it takes (replayable through run_actions).
     print("\n== timed simulation (1,000 rooms, faults and a prefill death)")
     spec = reg.model("pd-protocol")
     for backend in ("mooncake", "nixl", "mori"):

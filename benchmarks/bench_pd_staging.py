@@ -21,7 +21,6 @@ from kvsim.engine.explore import explore
 from kvsim.engine.params import resolve
 from kvsim.engine.runner import run_property
 from kvsim.app.simulate import simulate_model
-from kvsim.models.pd_staging.system import build_system
 
 CONFIGS = {
     "1 room, W=1 (default)": {},
@@ -45,7 +44,7 @@ def main() -> None:
     for name, given in list(CONFIGS.items())[: -1 if args.quick else None]:
         params = resolve(spec.params, given)
         for variant in spec.variants:
-            r = explore(build_system(variant, params))
+            r = explore(spec.build_system(variant, params))
             print(f"{name:28s} {variant:12s} {r.states:9,d} states {r.transitions:10,d} transitions "
                   f"{r.seconds:7.3f} s {r.states_per_second:9,.0f} states/s  violations: "
                   f"{[v.property for v in r.violations]}")
@@ -60,22 +59,22 @@ def main() -> None:
     prop = reg.property("pd-staging", "staging_invariants")
     seeds = range(1 if args.quick else 5)
     for bug in reg.bugs.values():
-        if bug.model != "pd-staging" or bug.driver != "explore":
+        if bug.model != "pd-staging" or bug.invariant is None:
             continue
         params = resolve(spec.params, dict(bug.params))
         start = time.perf_counter()
-        r = explore(build_system(bug.variant, params))
-        hit = next((v for v in r.violations if v.property == bug.property), None)
+        r = explore(spec.build_system(bug.variant, params))
+        hit = next((v for v in r.violations if v.property == bug.invariant), None)
         ex = f"{time.perf_counter() - start:7.3f} s, {r.states:6,d} states, {len(hit.trace) if hit else '-'} steps"
         hyp = []
-        if bug.property == "every_room_concludes":
+        if bug.invariant == "every_room_concludes":
             seeds_here: range = range(0)
             hyp.append("n/a (a hang: liveness is explore's; the state machine checks invariants)")
         else:
             seeds_here = seeds
         for seed in seeds_here:
             h = run_property(prop, bug.variant, max_examples=2000, seed=seed, params=dict(bug.params))
-            found = h.status == "failed" and (h.counterexample or {}).get("invariant") == bug.property
+            found = h.status == "failed" and (h.counterexample or {}).get("invariant") == bug.invariant
             other = h.status == "failed" and not found
             miss = " (held, as expected)" if bug.status == "not reproducible" else " (not found)"
             hyp.append(f"{h.seconds:.2f}s" + ("" if found else " (other: " + h.counterexample["invariant"] + ")"

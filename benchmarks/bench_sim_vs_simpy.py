@@ -8,9 +8,9 @@ median wall time of each is reported as simulated events per second.
 1. pd-staging, 1,000 rooms (`kvsim simulate pd-staging --param requests=1000`,
    variant fixed, seed 0, no faults; and once more with the fixed fault plan
    `delay=0.05:0.2,duplicate=0.01`). The workload is written once, as the
-   timed driver `models.pd_staging_sim.simulate`: arrivals, prefill batches,
-   transfer workers, channels and timers, every event a
-   `PdStaging.step` action plus its trace record. It is driven once by
+   timed driver `kvsim.models.pd_staging.sim.simulate`: arrivals, prefill
+   batches, transfer workers, channels and timers, every event a
+   `PdStaging.transition` action through the `Driver` plus its trace record. It is driven once by
    `kvsim.sim.Simulator` and once by a SimPy `Environment` through a thin
    adapter (`SimpyClock`) that turns each `schedule(delay, fn, *args)` into
    a SimPy event, in one of two styles:
@@ -45,7 +45,10 @@ On pd-staging it stays near 1 because the engine is a few per cent of an
 event: each event is a model step, its follow-ups and a canonical-JSON,
 SHA-256 trace record (about half of the time), the same work on both
 engines; only the no-op workload compares the engines themselves.
-SimPy is a benchmark-only dependency: `pip install simpy` (4.1.2 tested).
+`--flat-rooms` keeps every per-room sequence of the model state a plain
+tuple instead of the persistent 32-way tree (`pd_staging.state.Rooms`), to
+show what the tree buys: a step then copies every room of a sequence it
+touches. SimPy is a benchmark-only dependency: `pip install simpy` (4.1.2 tested).
 """
 
 from __future__ import annotations
@@ -62,14 +65,16 @@ from typing import Any, Callable
 
 try:
     import simpy
-except ImportError:  # a benchmark-only dependency, not one of kvsim's
-    sys.exit("bench_sim_vs_simpy needs SimPy, which is not installed: pip install simpy  (4.1.2 tested)")
+except ImportError:  # a benchmark-only dependency, not one of kvsim's: `--engines kvsim` runs without it
+    simpy = None
 
 from kvsim import __version__
 from kvsim.engine.params import resolve
 from kvsim.engine.sim import FaultPlan, Simulator
 from kvsim.engine.trace import TraceRecorder
+from kvsim.models.pd_staging import DESCRIPTOR, FIXED
 from kvsim.models.pd_staging import sim as pd_staging_sim
+from kvsim.models.pd_staging.state import Rooms
 
 
 # -- the adapter: kvsim's scheduling seam on a SimPy Environment ---------------------------------------
@@ -117,7 +122,7 @@ def pd_staging_run(engine: str, params: dict[str, Any], faults: str | None) -> t
     sim: Any = Simulator(0) if engine == "kvsim" else SimpyClock(0, engine.split("-")[1])
     gc.collect()
     start = time.perf_counter()
-    summary = pd_staging_sim.simulate(sim, recorder, "fixed", params, plan)
+    summary, _ = pd_staging_sim.simulate(sim, recorder, FIXED, DESCRIPTOR.build_sim_config(params), plan)
     seconds = time.perf_counter() - start
     return seconds, sim.events_run, recorder.digest(), summary
 
@@ -234,16 +239,25 @@ def main() -> None:
     ap.add_argument("--timers", type=int, default=1000, help="timers of the no-op workload")
     ap.add_argument("--horizon", type=float, default=500.25, help="virtual seconds of the no-op workload")
     ap.add_argument("--skip-faults", action="store_true", help="only the fault-free pd-staging run")
+    ap.add_argument("--flat-rooms", action="store_true", help="per-room state as plain tuples, not the Rooms tree")
+    ap.add_argument("--engines", default="kvsim,simpy-callbacks,simpy-processes", help="comma-separated")
     args = ap.parse_args()
-    print(f"python {platform.python_version()} on {platform.machine()}, simpy {simpy.__version__}, "
+    if simpy is None and "simpy" in args.engines:
+        sys.exit("bench_sim_vs_simpy needs SimPy, which is not installed: pip install simpy  (4.1.2 tested), "
+                 "or --engines kvsim")
+    print(f"python {platform.python_version()} on {platform.machine()}, "
+          f"simpy {simpy.__version__ if simpy else '-'}, "
           f"{args.reps} repetitions, median")
 
-    params = resolve(pd_staging_sim.SIM_PARAMS, {"requests": args.rooms})
+    if args.flat_rooms:
+        Rooms.B = 1 << 62  # `Rooms.of` then keeps a plain tuple at any size
+    params = resolve(DESCRIPTOR.sim_params, {"requests": args.rooms})
     for faults in (None,) if args.skip_faults else (None, "delay=0.05:0.2,duplicate=0.01"):
-        engines = {e: (lambda e=e: pd_staging_run(e, params, faults))
-                   for e in ("kvsim", "simpy-callbacks", "simpy-processes")}
+        engines = {e: (lambda e=e: pd_staging_run(e, params, faults)) for e in args.engines.split(",")}
         measure(f"pd-staging, {args.rooms:,d} rooms, fixed, seed 0, faults {faults or 'none'}", engines, args.reps)
 
+    if "simpy-callbacks" not in args.engines:
+        return
     delays = noop_delays(args.timers)
     measure(f"no-op engine, {args.timers:,d} self-re-arming timers until t={args.horizon}", {
         "kvsim": lambda: noop_kvsim(delays, args.horizon),

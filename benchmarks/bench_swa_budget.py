@@ -17,6 +17,7 @@ from kvsim.app import catalog
 from kvsim.engine.explore import explore
 from kvsim.app.repro import reproduce
 from kvsim.engine.runner import run_property
+from kvsim.models.swa_budget.resume import VARIANTS
 from kvsim.models.swa_budget.scheduler import SchedulerConfig, SwaScheduler
 
 CONFIGS = {
@@ -45,12 +46,12 @@ def main() -> None:
     print("\n== explore (distinct states per second)")
     for name, config in list(CONFIGS.items())[: 2 if args.quick else None]:
         for variant in ("fixed", "pre_af7c62e"):
-            r = explore(SwaScheduler(config, variant))
+            r = explore(SwaScheduler(VARIANTS[variant], config))
             print(f"{name:22s} {variant:12s} {r.states:9,d} states {r.transitions:10,d} transitions "
                   f"{r.seconds:7.3f} s {r.states_per_second:10,.0f} states/s  violations: "
                   f"{[v.property for v in r.violations]}")
     for name, config in list(CONFIGS.items())[-1:]:
-        r = explore(SwaScheduler(config, "fixed"), check_liveness=False)
+        r = explore(SwaScheduler(VARIANTS["fixed"], config), check_liveness=False)
         print(f"{name:22s} fixed, no liveness pass: {r.states_per_second:10,.0f} states/s")
 
     print("\n== Hypothesis adapter (scheduler_invariants, fixed)")

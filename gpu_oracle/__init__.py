@@ -1,31 +1,49 @@
-"""Real kernels and the differential checks that compare them with `models/`.
+"""Real kernels, and the kernel properties that compare them with the models.
 
-    gpu_oracle.backends()        what this machine can run, and why not the rest
-    gpu_oracle.oracle_report()   every registered check on every available backend
+    kvsim.gpu_oracle.backends()       what this machine can run, and why not the rest
+    kvsim.gpu_oracle.families()       every kernel family (one folder under kernels/)
+    kvsim.gpu_oracle.register(reg)    every family's kernel properties into a registry holding their models
 
-Kernels: `kernels/zero_kv_blocks.cu` (vLLM KVBlockZeroer, d6af803), run by
-CuPy on a GPU and by g++ through `kernels/cuda_cpu_shim.h` on the CPU, with
-and without AddressSanitizer; a torch implementation runs on CPU and CUDA.
-MLA chunked context (vLLM b38e111d): `kernels/gather_mla_context.cu` and
-`kernels/merge_attn_states.cu` on the same backends (`gpu_oracle.mla`), and
-torch `scaled_dot_product_attention` as the full-attention oracle of
-`models.mla_prefill` (`gpu_oracle.mla_prefill_checks`).
-SGLang PD staging (05c7ebf): `kernels/staging_gather_head_slice.cu` and
-`kernels/staging_scatter.cu` against `models.pd_staging_copy` (`gpu_oracle.staging`).
-Importing this package registers the checks; it imports neither torch nor
-CuPy until a backend is used.
+`runtime/` is written once for every kernel: `build` (g++ builds of the CUDA C
+sources for the CPU, cached by source hash), `shim` (loading them, moving
+arrays in and out), `asan` / `asan_run` (the AddressSanitizer child and its
+report), `discovery` (the backends: torch-cpu, cpu-shim, cpu-shim-asan,
+torch-cuda, cupy-cuda), `family` (the `Kernel` and `KernelFamily`
+descriptors: prepare, reference, torch, shim and cupy entry points, the
+backend table, the case document the ASan child runs).
+
+`kernels/<family>/` holds the `.cu` sources and launchers, `backends.py`,
+and the family's kernel properties (`properties.py`, declared with
+`kvsim.engine.property.kernel_property` and run by `kvsim.engine.runner`
+like any property of the model; strategies in `strategies.py`):
+
+* `zero_kv_blocks` (model kv-zeroing): vLLM KVBlockZeroer, d6af803.
+* `mla_context` (model mla-chunks): `gather_mla_context` and
+  `merge_attn_states`, vLLM b38e111d, and the prefill end to end against
+  torch SDPA.
+* `staging` (model pd-staging): SGLang PD head-slice gather and scatter,
+  05c7ebf.
+
+`kvsim oracle` (`kvsim.app.oracle.oracle_report`) runs every kernel property
+on every backend it lists; `kvsim check MODEL --backend NAME` runs one.
+Importing this package imports neither Hypothesis, torch nor CuPy.
 """
 
-from .kernels.zero_kv_blocks import checks as zeroing_checks  # noqa: F401  registers the zeroing checks
-from .kernels.mla_context import checks as mla_checks  # noqa: F401,I001  then the MLA checks, in report order
-from .kernels.mla_context import prefill_checks as mla_prefill_checks
-from .kernels.staging import checks as staging_checks  # noqa: F401,I001  then the PD staging checks
-from .runtime.discovery import BACKEND_NAMES, backends
-from .runtime.checks import CHECKS, CheckOutcome, OracleCheck, oracle_check, oracle_report, run_check
+from typing import Any
+
 from .kernels.mla_context.backends import gather_mla_context, merge_attn_states
 from .kernels.staging.backends import gather_head_slice, scatter_staging
 from .kernels.zero_kv_blocks.backends import zero_kv_blocks
+from .runtime.discovery import BACKEND_NAMES, backends
+from .runtime.family import Kernel, KernelFamily, families
 
-__all__ = ["BACKEND_NAMES", "CHECKS", "CheckOutcome", "OracleCheck", "backends", "gather_head_slice",
-           "gather_mla_context", "merge_attn_states", "oracle_check", "oracle_report", "run_check", "scatter_staging",
-           "zero_kv_blocks"]
+
+def register(registry: Any) -> None:
+    """Every family's kernel properties, for the families whose model `registry` holds, in model order."""
+    order = list(registry.models)
+    for family in sorted((f for f in families() if f.model in registry.models), key=lambda f: order.index(f.model)):
+        family.register(registry)
+
+
+__all__ = ["BACKEND_NAMES", "Kernel", "KernelFamily", "backends", "families", "gather_head_slice",
+           "gather_mla_context", "merge_attn_states", "register", "scatter_staging", "zero_kv_blocks"]

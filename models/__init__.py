@@ -1,5 +1,16 @@
-"""Pure-Python reference models, one engine behaviour per module.
+"""Pure-Python reference models, one package per engine behaviour.
 
-Each module states one upstream behaviour and its pre-fix variants; it
-depends only on `kvsim` core, never on `properties` or `gpu_oracle`.
+Each package states one upstream behaviour and its pre-fix variants and
+exports its `DESCRIPTOR` (`kvsim.engine.descriptor.ModelDescriptor`) from
+`__init__`. A model depends only on the `kvsim.engine` layer, never on
+`kvsim.properties` or `kvsim.gpu_oracle`; `pd_common` is the vocabulary the
+two PD models share, not a model.
 """
+
+MODELS = (  # in the order the models were added; the catalog lists them so
+    "swa_budget",
+    "kv_zeroing",
+    "mla_chunks",
+    "pd_staging",
+    "pd_protocol",
+)

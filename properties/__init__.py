@@ -1,19 +1,7 @@
-"""Hypothesis strategies and named properties over the models, and the bug catalog.
+"""Strategies, named properties, pinned regressions and bug reports, one package per model.
 
-Importing this package registers every model, property and bug report with
-`kvsim.registry.REGISTRY`. Add a model's module to `_MODULES` to publish it.
+`kvsim.properties.<model>.register(registry)` adds the model's properties and
+bug reports (`kvsim.app.catalog` calls it for every model in
+`kvsim.models.MODELS`). Strategies live in each package's `strategies`
+module and are imported only when a property runs.
 """
-
-import importlib
-
-_MODULES = (  # in the order the models were added; the catalog lists them so
-    "swa_budget.resume",
-    "kv_zeroing.zeroer",
-    "mla_chunks.bugs",
-    "pd_staging.plan",
-    "pd_staging.e2e",
-    "pd_protocol.protocol",
-)
-
-for _name in _MODULES:
-    importlib.import_module(f"{__name__}.{_name}")

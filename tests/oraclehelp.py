@@ -1,4 +1,5 @@
-"""Helpers for the oracle tests: planted kernel faults, and a stand-in `cupy` that runs launches on the CPU shim.
+"""Helpers for the oracle tests: the kernel properties, planted kernel faults, and a stand-in `cupy` that runs
+launches on the CPU shim.
 
 The stand-in checks what the CuPy backends hand to NVRTC and to the launch
 (source without includes, grid, block, argument types) and computes the
@@ -14,8 +15,42 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
+import pytest
 
+import kvsim.gpu_oracle as gpu_oracle
+from kvsim.app import catalog, oracle
+from kvsim.engine.property import KvProperty
+from kvsim.engine.runner import PropertyResult
 from kvsim.gpu_oracle.runtime import build
+from kvsim.gpu_oracle.runtime.family import Kernel
+
+
+def kernel_properties() -> dict[str, KvProperty]:
+    """Every kernel property of the catalog, by name (registered through the catalog, else added here)."""
+    registry = catalog.load()
+    gpu_oracle.register(registry)  # a no-op where the models' properties packages registered them already
+    return {p.name: p for p in oracle.kernel_properties(registry)}
+
+
+def run(name: str, backend: str, *, max_examples: int, seed: int | None = 0, variant: str = "fixed") -> PropertyResult:
+    """Kernel property `name` on `backend`, as `kvsim check --backend` runs it (ASan child included)."""
+    return oracle.run_kernel_property(kernel_properties()[name], backend, variant=variant, max_examples=max_examples,
+                                      seed=seed)
+
+
+def plant(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, kernel: Kernel, old: str, new: str) -> None:
+    """Make `kernel`'s cpu-shim backend run a build of its source with `old` replaced by `new`."""
+    lib = kernel.library(False, mutant_kernels(tmp_path, kernel.name, old, new))
+    monkeypatch.setitem(kernel.backends, "cpu-shim", lambda *args: kernel.shim(lib, False, *args))
+
+
+def caught(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, kernel: Kernel, old: str, new: str, name: str,
+           max_examples: int = 100) -> PropertyResult:
+    """Plant the fault (`plant`), run property `name` on cpu-shim, and require that it fails."""
+    plant(monkeypatch, tmp_path, kernel, old, new)
+    result = run(name, "cpu-shim", max_examples=max_examples)
+    assert result.status == "failed", f"{name} missed the planted fault {old!r} -> {new!r}"
+    return result
 
 
 def mutant_kernels(tmp_path: Path, kernel: str, old: str, new: str) -> str:

@@ -1,5 +1,7 @@
 """The real command in a subprocess: exit codes, JSON keys, errors without tracebacks."""
 
+import json
+
 import pytest
 
 from clihelp import kvsim, kvsim_json
@@ -41,8 +43,10 @@ def test_explore_and_graph(tmp_path):
     bad = kvsim_json("explore", "swa-budget", "--variant", "pre_af7c62e", expect=1)
     assert bad["violations"][0]["property"] == "no_failed_allocation"
     assert bad["violations"][0]["kind"] == "invariant" and bad["violations"][0]["trace"][-1] == ["resume"]
-    bounded = kvsim_json("explore", "swa-budget", "--max-depth", "3")
-    assert bounded["bound_hit"] == "depth"
+    bounded = kvsim_json("explore", "swa-budget", "--max-depth", "3", expect=3)  # found nothing, proved nothing
+    assert bounded["bound_hit"] == "depth" and bounded["complete"] is False and doc["complete"] is True
+    text = kvsim("explore", "swa-budget", "--max-depth", "3")
+    assert text.returncode == 3 and "INCOMPLETE: the depth bound stopped the search" in text.stdout
 
 
 def test_simulate_and_replay_round_trip(tmp_path):
@@ -66,7 +70,7 @@ def test_simulate_pre_fix_crashes_and_exits_1():
     (["repro", "no-such-bug"], "BUG_ID: expected one of "),
     (["check", "swa-budget", "--max-examples", "0"], "--max-examples: expected an integer >= 1"),
     (["check", "swa-budget", "--seed", "x"], "--seed: expected an integer"),
-    (["explore", "swa-budget", "--param", "page_size=0"], "--param page_size: expected an integer (>= 1), got 0"),
+    (["explore", "swa-budget", "--param", "page_size=0"], "--param page_size: expected an integer (>= 1 and <= 1024), got 0"),
     (["explore", "swa-budget", "--param", "bogus=1"], "--param: expected one of page_size"),
     (["explore", "swa-budget", "--param", "prompts=99,1,1"], "prompts[0] + outputs[0]: expected a request that fits"),
     (["simulate", "swa-budget", "--faults", "drop=0.5"], "--faults: expected fault kinds model swa-budget supports"),
@@ -81,9 +85,14 @@ def test_bad_input_exits_2_with_message_and_no_traceback(args, needle):
     assert needle in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_json_errors_still_exit_2_without_stdout_garbage():
+def test_json_errors_exit_2_with_one_line_and_one_json_document():
     proc = kvsim("check", "nope", "--json")
-    assert proc.returncode == 2 and proc.stdout == "" and "MODEL" in proc.stderr
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "MODEL" in proc.stderr
+    error = json.loads(proc.stdout)["error"]
+    assert error["field"] == "MODEL" and error["received"] == "nope" and "swa-budget" in error["expected"]
+    usage = kvsim("explore", "swa-budget", "--max-dept", "3", "--json")  # an argument the parser refuses
+    assert usage.returncode == 2 and usage.stderr.count("\n") == 1 and "Traceback" not in usage.stderr
+    assert json.loads(usage.stdout)["error"]["field"] == "arguments"
 
 
 def test_simulate_self_check_runs_the_seed_twice():
@@ -118,3 +127,68 @@ def test_backend_shorthand_reaches_the_model():
     assert doc["summary"]["backend"] == "mori" and doc["summary"]["violations"][0].startswith("P8")
     bad = kvsim("explore", "pd-protocol", "--backend", "tcp")
     assert bad.returncode == 2 and "--param backend: expected one of mooncake, nixl, mori" in bad.stderr
+
+
+def test_list_one_model_shows_its_parameters():
+    doc = kvsim_json("list", "swa-budget")
+    (model,) = doc["models"]
+    prompts = next(p for p in model["params"] if p["name"] == "prompts")
+    assert prompts["type"] == "ints" and prompts["default"] == [1, 3, 2] and prompts["minimum"] == 1
+    assert {p["name"] for p in model["sim_params"]} >= {"requests", "arrival_rate"}
+    assert [b["id"] for b in doc["bugs"]] == ["sglang-af7c62e-swa-resume-budget"]
+    text = kvsim("list", "swa-budget").stdout
+    assert "explore / stateful parameters" in text and "prompts" in text and "1..1024" in text
+
+
+def test_check_counterexample_saves_and_replays(tmp_path):
+    saved = tmp_path / "cx.json"
+    proc = kvsim("check", "swa-budget", "--variant", "pre_af7c62e", "--property",
+                 "resumed_requests_fit_physical_pages", "--max-examples", "30", "--save", str(saved))
+    assert proc.returncode == 1 and f"kvsim replay {saved}" in proc.stdout
+    doc = kvsim_json("replay", str(saved))
+    assert doc["matches"] and doc["command"] == "check" and doc["check"] == "resumed_requests_fit_physical_pages"
+    # the --json output of check is a counterexample file too
+    out = tmp_path / "check.json"
+    out.write_text(kvsim("check", "swa-budget", "--variant", "pre_af7c62e", "--property",
+                         "resumed_requests_fit_physical_pages", "--max-examples", "30", "--json").stdout)
+    assert kvsim_json("replay", str(out))["matches"]
+
+
+def test_stateful_failure_prints_a_step_program_and_replays(tmp_path):
+    saved = tmp_path / "stateful.json"
+    proc = kvsim("check", "swa-budget", "--variant", "pre_af7c62e", "--property", "scheduler_invariants",
+                 "--max-examples", "300", "--save", str(saved))
+    assert proc.returncode == 1
+    assert "state = initial_state()" in proc.stdout and "state = step(state, resume())" in proc.stdout
+    assert "check(state)  # no_failed_allocation fails here" in proc.stdout
+    doc = kvsim_json("replay", str(saved))
+    assert doc["matches"] and doc["program"][-2] == "state = step(state, resume())"
+
+
+def test_explore_violation_saves_and_replays_and_a_wrong_path_is_caught(tmp_path):
+    saved = tmp_path / "path.json"
+    proc = kvsim("explore", "swa-budget", "--variant", "pre_af7c62e", "--save", str(saved))
+    assert proc.returncode == 1
+    doc = kvsim_json("replay", str(saved))
+    assert doc["matches"] and doc["steps"] == 10 and "KV cache is full" in doc["message"]
+    # the same path on the fixed variant does not end in the violation
+    data = json.loads(saved.read_text())
+    fixed = tmp_path / "fixed.json"
+    fixed.write_text(json.dumps({**data, "variant": "fixed"}))
+    assert kvsim_json("replay", str(fixed), expect=1)["matches"] is False
+    # a path with an action that is not enabled is refused at that step
+    broken = tmp_path / "broken.json"
+    broken.write_text(json.dumps({**data, "trace": [["decode"]] + data["trace"]}))
+    doc = kvsim_json("replay", str(broken), expect=1)
+    assert doc["matches"] is False and doc["message"].startswith("step 1: action")
+
+
+def test_explore_hang_replays(tmp_path):
+    out = tmp_path / "explore.json"
+    proc = kvsim("explore", "pd-staging", "--variant", "pre_05c7ebf", "--json")
+    assert proc.returncode == 1
+    doc = json.loads(proc.stdout)
+    hang = next(v for v in doc["violations"] if v["kind"] == "hang")
+    out.write_text(json.dumps({**doc, "violations": [hang]}))
+    replayed = kvsim_json("replay", str(out))
+    assert replayed["matches"] and "no done state is reachable" in replayed["message"]

@@ -1,5 +1,7 @@
 """The runner, the Hypothesis adapter, the simulator and canonical digests, on toys."""
 
+from dataclasses import dataclass
+
 import pytest
 from hypothesis import strategies as st
 
@@ -7,7 +9,9 @@ from kvsim.engine.canon import canonical_json, digest
 from kvsim.engine.errors import ConfigError, PropertyViolation
 from kvsim.engine.params import ParamSpec, resolve
 from kvsim.engine.property import kv_property
-from kvsim.engine.registry import REGISTRY, ModelSpec
+from kvsim.engine.descriptor import ModelDescriptor
+from kvsim.engine.registry import REGISTRY
+from kvsim.engine.variants import Variant, VariantTable
 from kvsim.engine.runner import run_property
 from kvsim.engine.sim import Channel, FaultPlan, Simulator
 from kvsim.engine.stateful import machine_class
@@ -15,14 +19,23 @@ from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 from toys import Counter
 
-TOY = REGISTRY.add_model(ModelSpec(name="toy-engine", summary="test toy", source="tests", variants=("fixed", "bad")))
+@dataclass(frozen=True)
+class ToyVariant(Variant):
+    capped: bool  # the fix: sums are capped
+
+
+TOY = REGISTRY.add_model(ModelDescriptor(name="toy-engine", summary="test toy", source="tests",
+                                         variants=VariantTable(ToyVariant("fixed", True), ToyVariant("bad", False))))
 
 
 @kv_property(model="toy-engine", strategy=st.lists(st.integers(0, 100)), examples=[[100, 100]])
 def toy_sum_bounded(case, variant):
     """The sum stays at most 150 on the bad variant."""
-    if variant == "bad" and sum(case) > 150:
+    if not variant.capped and sum(case) > 150:
         raise PropertyViolation(f"sum: expected <= 150, got {sum(case)}")
+
+
+REGISTRY.add_property(toy_sum_bounded)
 
 
 def test_runner_passes_fixed_and_shrinks_failure_on_bad():

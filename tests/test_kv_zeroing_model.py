@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from kvsim.engine.canon import to_jsonable
 from kvsim.engine.errors import ConfigError
-from kvsim.models.kv_zeroing.zeroer import (KVBlockZeroer, LaunchConfig, Segment, SegmentTable, launch_config, plan_segments,
-                               write_spans, zero_blocks)
+from kvsim.models.kv_zeroing import DESCRIPTOR, FIXED, VARIANTS, ZeroingVariant
 from kvsim.models.kv_zeroing.geometry import Arena, KVCacheGeometry, KVCacheGroup, KVView, owned_bytes
 from kvsim.models.kv_zeroing.layouts import (deepseek_v4_geometry, dense_layout, last_block_page_geometry,
-                                       non_uniform_pages_geometry, overlaid_groups_geometry, packed_layout,
-                                       with_mamba_state)
+                                             non_uniform_pages_geometry, overlaid_groups_geometry, packed_layout,
+                                             with_mamba_state)
+from kvsim.models.kv_zeroing.zeroer import (KVBlockZeroer, LaunchConfig, Segment, SegmentTable, launch_config,
+                                            plan_segments, write_spans, zero_blocks)
 
 DSV4_ROW, DSV4_PAGE, DSV4_ALLOCATION = 149_760, 37_376, 14_976_000
+PRE = VARIANTS["pre_d6af803"]
 
 
 def _int32_rows(memory: np.ndarray, arena: Arena, rows: int) -> np.ndarray:
@@ -36,19 +40,19 @@ def test_last_block_page_hand_built_segment_clears_only_its_page() -> None:
 
 
 def test_last_block_page_old_semantics_write_three_words_past_the_end() -> None:
-    old = SegmentTable((Segment(addr=3 * 4, block_stride=12, page=12),), num_blocks=4, variant="pre_d6af803")
+    old = SegmentTable((Segment(addr=3 * 4, block_stride=12, page=12),), num_blocks=4, variant=PRE)
     assert write_spans(old, [3]) == [(156, 204)]  # 12 words from word 39; the backing ends at word 48
     with pytest.raises(ConfigError, match=r"up to byte 204.*192 bytes"):
         zero_blocks(np.ones(192, dtype=np.uint8), old, [3])
 
 
-@pytest.mark.parametrize("variant, cleared_in_bounds, past_end", [("fixed", 4, 0), ("pre_d6af803", 9, 3)])
-def test_last_block_page_from_the_planner(variant: str, cleared_in_bounds: int, past_end: int) -> None:
+@pytest.mark.parametrize("variant, cleared_in_bounds, past_end", [(FIXED, 4, 0), (PRE, 9, 3)], ids=str)
+def test_last_block_page_from_the_planner(variant: ZeroingVariant, cleared_in_bounds: int, past_end: int) -> None:
     geometry = last_block_page_geometry()
     zeroer = KVBlockZeroer(geometry, variant)
     arena = zeroer.arena
     seg, = zeroer.table.segments
-    assert (seg.addr - arena.bases[0], seg.block_stride, seg.page) == (12, 12, 4 if variant == "fixed" else 12)
+    assert (seg.addr - arena.bases[0], seg.block_stride, seg.page) == (12, 12, 4 if variant is FIXED else 12)
     memory = np.full(arena.size, 1, dtype=np.uint8)
     zeroer.zero_block_ids(memory, [3])
     inside = memory[arena.bases[0]:arena.bases[0] + 192]
@@ -73,14 +77,14 @@ def test_deepseek_v4_fixed_plan_matches_the_cpu_geometry_test() -> None:
     memory = np.ones(arena.size, dtype=np.uint8)
     zero_blocks(memory, table, [5])
     assert int((memory == 0).sum()) == 4 * DSV4_PAGE
-    assert launch_config(table) == launch_config(table, "fixed")
+    assert launch_config(table) == launch_config(table, FIXED)
     assert (launch_config(table).block_size, launch_config(table).max_chunks) == (1024, 10)
 
 
 def test_deepseek_v4_old_plan_wipes_the_next_block_and_overflows() -> None:
     geometry = deepseek_v4_geometry()
     arena = Arena.for_geometry(geometry)
-    table = plan_segments(geometry, "pre_d6af803", arena=arena)
+    table = plan_segments(geometry, PRE, arena=arena)
     assert {(4 * s.block_stride, 4 * s.page) for s in table.segments} == {(DSV4_ROW, DSV4_ROW)}
     memory = np.ones(arena.size, dtype=np.uint8)
     zero_blocks(memory, table, [5])
@@ -94,8 +98,8 @@ def test_deepseek_v4_old_plan_wipes_the_next_block_and_overflows() -> None:
 
 # --- test_non_uniform_page_sizes, in-flight IDs, overlaid groups ------------------------------------
 
-@pytest.mark.parametrize("variant", ["fixed", "pre_d6af803"])
-def test_non_uniform_page_sizes(variant: str) -> None:
+@pytest.mark.parametrize("variant", [FIXED, PRE], ids=str)
+def test_non_uniform_page_sizes(variant: ZeroingVariant) -> None:
     geometry = non_uniform_pages_geometry()
     zeroer = KVBlockZeroer(geometry, variant)
     assert [s.page for s in zeroer.table.segments] == [10_496, 2_112]
@@ -147,7 +151,7 @@ def test_kv_outer_with_ratio_gives_a_segment_per_half_and_kernel_block() -> None
     fixed = [(s.addr - base, s.block_stride, s.page) for s in plan_segments(geometry, arena=arena).segments]
     assert fixed == [(0, 18, 8), (36, 18, 8), (216, 18, 8), (252, 18, 8)]  # V starts 6 kernel blocks of 36 B on
     old = [(s.addr - base, s.block_stride, s.page)
-           for s in plan_segments(geometry, "pre_d6af803", arena=arena).segments]
+           for s in plan_segments(geometry, PRE, arena=arena).segments]
     assert old == [(0, 18, 18), (216, 18, 18)]  # one page spanning both kernel blocks and their padding
 
 
@@ -157,7 +161,7 @@ def test_single_kernel_block_kv_outer_is_rejected_by_the_fixed_planner() -> None
     geometry = dense_layout(num_blocks=1, kernel_block_size=1, heads=1, head_size=4, element_size=4, kv="outer")
     with pytest.raises(ConfigError, match="page span"):
         plan_segments(geometry)
-    old = plan_segments(geometry, "pre_d6af803")
+    old = plan_segments(geometry, PRE)
     assert [s.page for s in old.segments] == [4]  # the old plan clears K and leaves V stale
 
 
@@ -210,9 +214,9 @@ def test_planner_assertions_raise_config_errors(geometry: KVCacheGeometry, field
 
 def test_pre_fix_planner_lacks_the_new_assertions() -> None:
     geometry = KVCacheGeometry((4096,), (KVCacheGroup(3, 2),), _packed().views)
-    assert plan_segments(geometry, "pre_d6af803").segments[0].page == 8  # floor ratio 1, no complaint
+    assert plan_segments(geometry, PRE).segments[0].page == 8  # floor ratio 1, no complaint
     misaligned = _packed(element_size=2, offset=2, strides=(8, 4, 1), shape=(4, 2, 2))
-    assert plan_segments(misaligned, "pre_d6af803").segments[0].addr % 4 == 2
+    assert plan_segments(misaligned, PRE).segments[0].addr % 4 == 2
 
 
 @pytest.mark.parametrize("build, field", [
@@ -223,7 +227,7 @@ def test_pre_fix_planner_lacks_the_new_assertions() -> None:
     (lambda: KVView("a", 0, 0, (2, 2), (2, 1), 4, kind="ssm"), "view a.kind"),
     (lambda: KVCacheGroup(1, 2), "kernel_block_size"),
     (lambda: KVCacheGeometry((15,), (KVCacheGroup(1, 1),), (KVView("a", 0, 0, (2, 2), (2, 1), 4),)), "views[0] (a)"),
-    (lambda: SegmentTable((Segment(0, 1, 1),), 2, variant="pre_fix"), "variant"),
+    (lambda: SegmentTable((Segment(0, 1, 1),), 2, variant="pre_d6af803"), "variant"),  # a name is not a record
 ])
 def test_invalid_inputs_are_rejected_at_construction(build, field: str) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(ConfigError) as info:
@@ -251,3 +255,60 @@ def test_geometry_round_trips_through_json_and_plans_deterministically() -> None
     again = KVCacheGeometry.from_jsonable(to_jsonable(geometry))
     assert again == geometry
     assert plan_segments(again) == plan_segments(geometry)
+
+
+# --- the variant record: one flag per d6af803 change, each read where that change touched -------------
+
+def test_descriptor_and_variant_table() -> None:
+    assert DESCRIPTOR.name == "kv-zeroing" and DESCRIPTOR.variants is VARIANTS
+    assert "d6af803" in DESCRIPTOR.source and DESCRIPTOR.system is None and DESCRIPTOR.simulate is None
+    assert VARIANTS.names == ("fixed", "pre_d6af803") and FIXED is VARIANTS.fixed
+    assert DESCRIPTOR.variant("pre_d6af803") is PRE
+    assert all(FIXED.flags().values()) and not any(PRE.flags().values())
+    with pytest.raises(ConfigError):
+        DESCRIPTOR.variant("pre_fix")
+    table = plan_segments(last_block_page_geometry(), PRE)
+    assert table.variant is PRE and to_jsonable(table)["variant"] == "pre_d6af803"
+
+
+def _only(flag: str, value: bool) -> ZeroingVariant:
+    """The fixed record with one flag set to its pre-d6af803 value (or the pre record with one fixed flag)."""
+    base = FIXED if not value else PRE
+    return replace(base, name=f"{base.name}+{flag}={value}", **{flag: value})
+
+
+def test_whole_kernel_blocks_flag_guards_the_ratio_assertions() -> None:
+    geometry = KVCacheGeometry((4096,), (KVCacheGroup(3, 2),), _packed().views)
+    assert plan_segments(geometry, _only("whole_kernel_blocks", False)).num_blocks == 4  # floor ratio 1
+    uneven = _packed(shape=(3, 2, 4))
+    with pytest.raises(ConfigError, match=r"shape\[0\]"):
+        plan_segments(uneven, _only("whole_kernel_blocks", True))
+    assert plan_segments(uneven, _only("whole_kernel_blocks", False)).num_blocks == 1
+
+
+def test_separate_stride_flag_is_the_packed_stride_fix() -> None:
+    geometry = deepseek_v4_geometry(num_blocks=2)
+
+    def rows(variant: ZeroingVariant) -> set[tuple[int, int]]:
+        return {(4 * s.block_stride, 4 * s.page) for s in plan_segments(geometry, variant).segments}
+
+    assert rows(_only("separate_stride", False)) == {(DSV4_ROW, DSV4_ROW)}  # the page doubles as the stride
+    assert rows(_only("separate_stride", True)) == {(DSV4_ROW, DSV4_PAGE)}
+
+
+def test_merge_overlaid_flag_replaces_the_data_ptr_dedupe() -> None:
+    geometry = overlaid_groups_geometry()
+    arena = Arena.for_geometry(geometry)
+    merged = plan_segments(geometry, _only("merge_overlaid", True), arena=arena)
+    assert merged.segments[0].layers == ("g0.0", "g1.0")  # pre pages (whole rows), merged at one address
+    skipped = plan_segments(geometry, _only("merge_overlaid", False), arena=arena)
+    assert [s.layers for s in skipped.segments] == [("g0.0",), ("g0.1",)]  # g1.0 shares g0.0's data_ptr
+    assert [s.page for s in skipped.segments] == [8_192, 2_048]  # so its 1024-wide page is lost
+
+
+def test_masked_launch_flag_chooses_the_launcher() -> None:
+    table = plan_segments(deepseek_v4_geometry(num_blocks=2))
+    # page 9,344 words = 128 x 73: the unmasked launcher takes the smallest power-of-two divisor
+    assert launch_config(table, _only("masked_launch", False)) == LaunchConfig(128, 73, 4)
+    assert launch_config(table, FIXED) == LaunchConfig(1024, 10, 4)
+    assert launch_config(replace(table, variant=_only("masked_launch", False))) == LaunchConfig(128, 73, 4)

@@ -182,7 +182,7 @@ def test_chunked_prefill_matches_torch_sdpa(ctx, q, shape) -> None:
     inputs = make_mla_prefill_inputs(ctx, q, shape, seed=11)
     want = sdpa_full_attention(inputs, torch.float64)
     for workspace, block in ((32, 16), (128, 16), (7, 1)):
-        got = chunked_prefill_attention("fixed", inputs, workspace_size=workspace, max_num_seqs=1, block_size=block)
+        got = chunked_prefill_attention(inputs, workspace_size=workspace, max_num_seqs=1, block_size=block)
         assert np.allclose(got.output, want, rtol=1e-10, atol=1e-12), (workspace, block)
 
 
@@ -191,7 +191,7 @@ def test_backend_correctness_batch_at_deepseek_r1_tp16_dims(nope, v_dim) -> None
     """seq_lens [1568, 520, 8, 80, 96, 8], query_lens [32, 8, 8, 16, 16, 8], W 1024, 128 / 16 = 8 heads per rank."""
     shape = MlaShape(num_heads=8, kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=nope, v_head_dim=v_dim)
     inputs = make_mla_prefill_inputs(BACKEND_CASE.context_lens, BACKEND_CASE.query_lens, shape, seed=42)
-    got = chunked_prefill_attention("fixed", inputs, workspace_size=1024, max_num_seqs=1, block_size=16)
+    got = chunked_prefill_attention(inputs, workspace_size=1024, max_num_seqs=1, block_size=16)
     assert len(got.metadata.chunks) == 3
     assert np.allclose(got.output, sdpa_full_attention(inputs, torch.float64), rtol=1e-10, atol=1e-12)
 

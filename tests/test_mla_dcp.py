@@ -10,8 +10,11 @@ from hypothesis import strategies as st
 from kvsim.engine.errors import ConfigError, PropertyViolation
 from kvsim.models.mla_chunks.dcp import (DcpConfig, dcp_global_position, dcp_local_index, dcp_local_positions, dcp_rank_of,
                             get_dcp_local_seq_lens, reorg_kvcache, reorg_kvcache_by_chunk_index, reorg_source_rows)
+from kvsim.models.mla_chunks.planner import FIXED, VARIANTS
 from kvsim.properties.mla_chunks.cases import case
 from kvsim.properties.mla_chunks.dcp import check_dcp_coverage, check_dcp_reorg, rank_buffers
+
+PRE = VARIANTS["pre_b38e111d"]
 
 layouts = st.tuples(st.integers(1, 8), st.integers(1, 8)).map(lambda t: DcpConfig(*t))
 
@@ -47,7 +50,7 @@ def test_dcp_config_validates() -> None:
 def test_reorg_forms_agree_on_the_uniform_plan_when_it_is_aligned() -> None:
     """mcc a multiple of world*interleave: local_starts of chunk i are all i*P, so both forms are the same call."""
     c = case([300, 200, 50], [1, 1, 1], block_size=128, workspace_size=1024, dcp_world_size=2, dcp_interleave=64)
-    md = c.metadata("pre_b38e111d")
+    md = c.metadata(PRE)
     assert md.max_context_chunk % c.dcp.virtual_block == 0
     for ch in md.chunks:
         buffers = rank_buffers(ch, c.dcp)
@@ -58,7 +61,7 @@ def test_reorg_forms_agree_on_the_uniform_plan_when_it_is_aligned() -> None:
                                ch.local_starts, ch.cu_seq_lens[-1], ch.max_seq_len, ch.num_local_context_tokens)
         assert np.array_equal(old, new)
     check_dcp_coverage(md.chunks, c.dcp)
-    check_dcp_reorg("pre_b38e111d", md.chunks, c.dcp, md.local_chunk_size)
+    check_dcp_reorg(md.chunks, c.dcp, md.local_chunk_size, PRE)
 
 
 def test_reorg_applies_the_same_rows_to_kv_c_and_k_pe() -> None:
@@ -80,8 +83,8 @@ def test_reorg_check_catches_the_old_form_on_the_new_plan(monkeypatch) -> None:
     from kvsim.models.mla_chunks import prefill
 
     c = case([3000, 200, 200], block_size=128, dcp_world_size=2, dcp_interleave=64)
-    md = c.metadata("fixed")
-    check_dcp_reorg("fixed", md.chunks, c.dcp, None)
+    md = c.metadata(FIXED)
+    check_dcp_reorg(md.chunks, c.dcp, None, FIXED)
     real = prefill.reorg_kvcache
 
     def chunk_index_form(allgathered, k_pe, padded, local_ctx, local_starts, *rest, **kw):
@@ -92,6 +95,6 @@ def test_reorg_check_catches_the_old_form_on_the_new_plan(monkeypatch) -> None:
         if chunk == 3:
             with pytest.raises(PropertyViolation, match=r"rows after reorg_kvcache of chunk 3: expected 400 "
                                                         r"\(cu_seq_lens\[-1\]\), got 0"):
-                check_dcp_reorg("fixed", md.chunks[3:], c.dcp, None)
+                check_dcp_reorg(md.chunks[3:], c.dcp, None, FIXED)
         else:
-            check_dcp_reorg("fixed", md.chunks[chunk:chunk + 1], c.dcp, None)  # chunk i of request 0: i * 512 is right
+            check_dcp_reorg(md.chunks[chunk:chunk + 1], c.dcp, None, FIXED)  # chunk i of request 0: i * 512 is right

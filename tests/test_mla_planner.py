@@ -11,9 +11,9 @@ from kvsim.models.mla_chunks import metadata as metadata_module
 from kvsim.app.catalog import load
 from kvsim.engine.errors import ConfigError, PropertyViolation
 from kvsim.engine.runner import run_property
-from kvsim.models.mla_chunks.planner import (ContextChunkPlan, align_mla_chunked_context_workspace_size,
-                               chunked_context_workspace_size, determine_chunked_prefill_workspace_size,
-                               plan_mla_context_chunks, variant_behaviour)
+from kvsim.models.mla_chunks.planner import (FIXED, VARIANTS, ContextChunkPlan, align_mla_chunked_context_workspace_size,
+                                             chunked_context_workspace_size, determine_chunked_prefill_workspace_size,
+                                             plan_mla_context_chunks)
 from kvsim.models.mla_chunks.dcp import DcpConfig
 from kvsim.models.mla_chunks.metadata import (AccumulateOp, build_context_metadata, build_mla_chunked_context_metadata,
                                  mla_accumulation_schedule, query_start_loc_of)
@@ -23,6 +23,7 @@ from kvsim.properties.mla_chunks.plan import (check_accumulation_schedule, check
                                         chunk_count_upper_bound, context_runs)
 
 MODEL = "mla-chunks"
+PRE = VARIANTS["pre_b38e111d"]
 
 
 def run(name: str, variant: str = "fixed", n: int = 40, pinned: bool = False):
@@ -90,7 +91,7 @@ def test_metadata_validates_its_inputs() -> None:
     with pytest.raises(ConfigError, match="workspace_size: expected >= split alignment 16"):
         build_mla_chunked_context_metadata([1], [0, 1], 8, 16)
     with pytest.raises(ConfigError, match="variant"):
-        variant_behaviour("pre_50613")
+        VARIANTS["pre_50613"]  # a name is resolved once, at the boundary, and an unknown one is refused
     with pytest.raises(ConfigError, match="dcp_interleave"):
         MlaChunkCase((1,), (1,), dcp_interleave=2)
     with pytest.raises(ConfigError, match="context_lens/query_lens"):
@@ -101,24 +102,24 @@ def test_workspace_sizes() -> None:
     assert determine_chunked_prefill_workspace_size(4096, 256, 16) == 32768
     assert determine_chunked_prefill_workspace_size(163840, 256, 64) == 65536
     assert align_mla_chunked_context_workspace_size(100, 8, 16) == 128  # max_num_seqs * alignment
-    assert chunked_context_workspace_size("pre_b38e111d", 8008, 1, 64) == 8008  # old: no rounding
-    assert chunked_context_workspace_size("fixed", 8008, 1, 64) == 8064
+    assert chunked_context_workspace_size(8008, 1, 64, variant=PRE) == 8008  # old: no rounding
+    assert chunked_context_workspace_size(8008, 1, 64, variant=FIXED) == 8064
 
 
 def test_align_chunk_to_block_false_uses_alignment_one() -> None:
-    md = build_context_metadata("fixed", [37], [1], 32, 1, 16, align_chunk_to_block=False)
+    md = build_context_metadata([37], [1], 32, 1, 16, align_chunk_to_block=False, variant=FIXED)
     assert [ch.seq_lens for ch in md.chunks] == [(32,), (5,)]
-    md = build_context_metadata("fixed", [37], [1], 32, 1, 16)
+    md = build_context_metadata([37], [1], 32, 1, 16, variant=FIXED)
     assert [ch.seq_lens for ch in md.chunks] == [(32,), (5,)] and md.split_alignment == 16
 
 
 def test_accumulation_schedule_by_hand() -> None:
-    md = TAIL_SPLIT_CASE.metadata("fixed")  # chunk 0: reqs 0-1 (tokens 0..8), chunk 1: reqs 1 (cont.) - 2
+    md = TAIL_SPLIT_CASE.metadata(FIXED)  # chunk 0: reqs 0-1 (tokens 0..8), chunk 1: reqs 1 (cont.) - 2
     assert mla_accumulation_schedule(md) == (
         AccumulateOp(0, "copy", 0, 8), AccumulateOp(1, "merge", 3, 8), AccumulateOp(1, "copy", 8, 15))
-    single = case([16, 16]).metadata("fixed")
+    single = case([16, 16]).metadata(FIXED)
     assert mla_accumulation_schedule(single) == (AccumulateOp(0, "copy", 0, 8),)  # the fast path
-    old = case([512, 16], workspace_size=512).metadata("pre_b38e111d")  # mcc 256: 2 columns over all tokens
+    old = case([512, 16], workspace_size=512).metadata(PRE)  # mcc 256: 2 columns over all tokens
     assert mla_accumulation_schedule(old) == (AccumulateOp(0, "copy", 0, 8), AccumulateOp(1, "merge", 0, 8))
 
 
@@ -136,7 +137,7 @@ def mutate(chunk, **fields):
 
 
 def test_tiling_check_catches_dropped_duplicated_and_stray_rows() -> None:
-    md = TAIL_SPLIT_CASE.metadata("fixed")
+    md = TAIL_SPLIT_CASE.metadata(FIXED)
     ctx = TAIL_SPLIT_CASE.context_lens
     check_exact_tiling(ctx, md.chunks)
     dropped = (md.chunks[0], mutate(md.chunks[1], starts=(272, 0), seq_lens=(240, 512)))
@@ -155,7 +156,7 @@ def test_tiling_check_catches_dropped_duplicated_and_stray_rows() -> None:
 
 
 def test_bookkeeping_and_continuation_checks_catch_wrong_fields() -> None:
-    md = CONTINUATION_CASE.metadata("fixed")
+    md = CONTINUATION_CASE.metadata(FIXED)
     qsl = CONTINUATION_CASE.query_start_loc
     check_token_bookkeeping(qsl, md.chunks)
     bad = [mutate(md.chunks[1], continuation_token_end=0), mutate(md.chunks[2], query_start_loc=(3, 8, 15)),
@@ -171,7 +172,7 @@ def test_bookkeeping_and_continuation_checks_catch_wrong_fields() -> None:
 
 
 def test_schedule_check_catches_a_copy_instead_of_a_merge() -> None:
-    md = TAIL_SPLIT_CASE.metadata("fixed")
+    md = TAIL_SPLIT_CASE.metadata(FIXED)
     ops = mla_accumulation_schedule(md)
     check_accumulation_schedule(TAIL_SPLIT_CASE.context_lens, TAIL_SPLIT_CASE.query_start_loc, md.chunks, ops)
     wrong = tuple(dataclasses.replace(op, kind="copy") for op in ops)

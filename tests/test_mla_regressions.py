@@ -7,7 +7,8 @@ import pytest
 
 from kvsim.engine.errors import ConfigError, PropertyViolation
 from kvsim.models.mla_chunks.attention import init_mla_context_partial
-from kvsim.models.mla_chunks.planner import align_mla_chunked_context_workspace_size, plan_uniform_context_chunks
+from kvsim.models.mla_chunks.planner import (FIXED, VARIANTS, align_mla_chunked_context_workspace_size,
+                                             plan_uniform_context_chunks)
 from kvsim.models.mla_chunks.dcp import DcpConfig, get_dcp_local_seq_lens, reorg_kvcache, reorg_kvcache_by_chunk_index
 from kvsim.models.mla_chunks.metadata import (build_mla_chunked_context_metadata, build_uniform_chunked_context_metadata,
                                  mla_accumulation_schedule, query_start_loc_of)
@@ -18,13 +19,15 @@ from kvsim.properties.mla_chunks.cases import (BACKEND_CASE, CONTEXT_ORDER_CASE,
 from kvsim.properties.mla_chunks.dcp import rank_buffers
 from kvsim.properties.mla_chunks.numeric import chunked_prefill_matches_full_attention, run_case
 
+PRE = VARIANTS["pre_b38e111d"]
+
 
 def new_plan(c: MlaChunkCase):
-    return c.metadata("fixed")
+    return c.metadata(FIXED)
 
 
 def old_plan(c: MlaChunkCase):
-    return c.metadata("pre_b38e111d")
+    return c.metadata(PRE)
 
 
 def spans(md) -> list[list[tuple[int, int, int]]]:
@@ -196,7 +199,7 @@ def test_old_cut_off_drops_a_later_requests_context() -> None:
     old = old_plan(CONTEXT_ORDER_CASE)
     assert old.prefill_tokens_with_context == 4  # qsl[n_ctx] = qsl[1]: request 1's tokens 4..7 are past it
     c = CONTEXT_ORDER_CASE
-    before, after = run_case(c, "pre_b38e111d"), run_case(c, "fixed")
+    before, after = run_case(c, PRE), run_case(c, FIXED)
     suffix_out, _ = suffix_attention(make_mla_prefill_inputs(c.context_lens, c.query_lens, c.shape, c.seed))
     assert np.array_equal(before.output[4:], suffix_out[4:])  # the context partial was computed, then ignored
     assert np.isfinite(before.context_output[4:]).all()
@@ -207,8 +210,8 @@ def test_the_backend_correctness_batch_itself_breaks_the_old_cut_off() -> None:
     """n_ctx = 4, so prefill_tokens_with_context = qsl[4] = 64: request 4 (tokens 64..79, context 80) is cut off."""
     assert old_plan(BACKEND_CASE).prefill_tokens_with_context == 64
     with pytest.raises(PropertyViolation, match=r"attention output of token 64 \(request 4, context 80\)"):
-        chunked_prefill_matches_full_attention(BACKEND_CASE, "pre_b38e111d")
-    chunked_prefill_matches_full_attention(BACKEND_CASE, "fixed")
+        chunked_prefill_matches_full_attention(BACKEND_CASE, PRE)
+    chunked_prefill_matches_full_attention(BACKEND_CASE, FIXED)
 
 
 def test_kimi_k3_non_continuation_chunks_are_written_in_place() -> None:

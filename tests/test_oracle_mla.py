@@ -1,5 +1,5 @@
-"""gpu_oracle for MLA chunked context: the gather and merge kernels on every CPU backend, their differential checks,
-the torch SDPA end-to-end oracle of models.mla_prefill, and that each check fails on a planted fault."""
+"""gpu_oracle for MLA chunked context: the gather and merge kernels on every CPU backend, their kernel properties,
+the torch SDPA end-to-end oracle of the prefill, and that each property fails on a planted fault."""
 
 from __future__ import annotations
 
@@ -9,17 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from oraclehelp import fake_cupy, mutant_kernels
+from oraclehelp import caught, fake_cupy, kernel_properties, run
 
 import kvsim.gpu_oracle as gpu_oracle
-from kvsim.gpu_oracle.runtime import asan
-from kvsim.gpu_oracle.runtime import build
-from kvsim.gpu_oracle.runtime import discovery
-from kvsim.gpu_oracle.kernels.mla_context import backends as mla
-from kvsim.gpu_oracle.runtime.checks import CHECKS, hypothesis_check, run_check
-from kvsim.gpu_oracle.kernels.mla_context.checks import bad_metadata_cases
-from kvsim.gpu_oracle.kernels.mla_context.prefill_checks import prefill_cases, sdpa_test
 from kvsim.engine.errors import ConfigError
+from kvsim.gpu_oracle.kernels.mla_context import backends as mla
+from kvsim.gpu_oracle.kernels.mla_context.backends import case_document
+from kvsim.gpu_oracle.kernels.mla_context.cases import bad_metadata_cases
+from kvsim.gpu_oracle.runtime import asan, build, discovery, shim
 from kvsim.models.mla_chunks.attention import gather_context_rows
 from kvsim.models.mla_chunks.attention import merge_attn_states as merge_reference
 
@@ -109,84 +106,76 @@ def test_merge_agrees_with_the_float64_reference_on_a_wide_spread(backend: str) 
     assert np.abs(got.output - want).max() < 1e-5 and np.abs(got.lse - want_lse).max() < 1e-4
 
 
-# --- the registered checks -------------------------------------------------------------------------------
+# --- the kernel properties -------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
-@pytest.mark.parametrize("check", ["gather_mla_context.differential", "merge_attn_states.differential",
-                                   "mla_prefill.kernels_vs_sdpa"])
-def test_kernel_checks_pass_on_the_cpu_backends(backend: str, check: str) -> None:
-    outcome = run_check(CHECKS[check], backend, max_examples=30, seed=0)
-    assert outcome.status == "passed", outcome.message
-    assert outcome.examples >= 20
+@pytest.mark.parametrize("name", ["gather_mla_context_differential", "merge_attn_states_differential",
+                                  "mla_prefill_kernels_vs_sdpa"])
+def test_kernel_properties_pass_on_the_cpu_backends(backend: str, name: str) -> None:
+    result = run(name, backend, max_examples=30)
+    assert result.status == "passed", result.message
+    assert result.examples >= 20 and kernel_properties()[name].model == "mla-chunks"
 
 
 def test_sdpa_oracle_passes_on_torch_cpu_and_low_precision_is_gpu_only() -> None:
-    outcome = run_check(CHECKS["mla_prefill.sdpa_oracle"], "torch-cpu", max_examples=30, seed=0)
-    assert outcome.status == "passed" and outcome.examples >= 20, outcome.message
-    assert CHECKS["mla_prefill.sdpa_oracle_low_precision"].backends == ("torch-cuda",)
+    result = run("mla_prefill_sdpa_oracle", "torch-cpu", max_examples=30)
+    assert result.status == "passed" and result.examples >= 20, result.message
+    assert kernel_properties()["mla_prefill_sdpa_oracle_low_precision"].backends == ("torch-cuda",)
 
 
 @pytest.mark.parametrize("variant", ["pre_b38e111d", "uniform_unmasked"])
 def test_sdpa_oracle_fails_the_pre_fix_variants(variant: str) -> None:
     """The uniform plans mis-merge a prefill without context that precedes one with it (note 1.7)."""
-    outcome = hypothesis_check(prefill_cases(), sdpa_test("torch-cpu", ("float64",), variant), 300, 0)
-    assert outcome.status == "failed"
-    assert f"{variant} chunked prefill output vs SDPA float64 on cpu" in outcome.message
-    assert '"context_lens":[0,1]' in outcome.message  # shrunk to the context-order case
+    result = run("mla_prefill_sdpa_oracle", "torch-cpu", max_examples=300, variant=variant)
+    assert result.status == "failed" and result.variant == variant
+    assert f"{variant} chunked prefill output vs SDPA float64 on cpu" in result.message
+    assert result.counterexample["case"]["context_lens"] == [0, 1]  # shrunk to the context-order case
 
 
 @needs_shim
-def test_gather_check_catches_a_kernel_that_ignores_seq_starts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                              ) -> None:
+def test_gather_property_catches_a_kernel_that_ignores_seq_starts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 ) -> None:
     """The pre-per-request assumption that every request's chunk starts at its position 0."""
-    lib = mla.shim_library(mla.GATHER, False, mutant_kernels(tmp_path, "gather_mla_context.cu",
-                                                     "(long long)seq_starts[b] + ", ""))
-    monkeypatch.setitem(mla.GATHER_BACKENDS, "cpu-shim", lambda launch: mla._gather_shim(launch, False, lib))
-    outcome = run_check(CHECKS["gather_mla_context.differential"], "cpu-shim", max_examples=100, seed=0)
-    assert outcome.status == "failed"
-    assert "workspace bytes of chunk 1 on cpu-shim equal to the reference gather's" in outcome.message
-    outcome = run_check(CHECKS["mla_prefill.kernels_vs_sdpa"], "cpu-shim", max_examples=100, seed=0)
-    assert outcome.status == "failed" and "prefill from the cpu-shim kernels vs SDPA float64" in outcome.message
+    result = caught(monkeypatch, tmp_path, mla.GATHER_KERNEL, "(long long)seq_starts[b] + ", "",
+                    "gather_mla_context_differential")
+    assert "workspace bytes of chunk 1 on cpu-shim equal to the reference gather's" in result.message
+    result = run("mla_prefill_kernels_vs_sdpa", "cpu-shim", max_examples=100)
+    assert result.status == "failed" and "prefill from the cpu-shim kernels vs SDPA float64" in result.message
 
 
 @needs_shim
-def test_merge_check_catches_a_kernel_without_the_empty_state_guard(tmp_path: Path,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    lib = mla.shim_library(mla.MERGE, False, mutant_kernels(tmp_path, "merge_attn_states.cu",
-                                                    "if (m < -3.402823466e+38f) {", "if (false) {"))
-    monkeypatch.setitem(mla.MERGE_BACKENDS, "cpu-shim", lambda launch: mla._merge_shim(launch, False, lib))
-    outcome = run_check(CHECKS["merge_attn_states.differential"], "cpu-shim", max_examples=100, seed=0)
-    assert outcome.status == "failed"
-    assert "NaN in the merged output on cpu-shim: expected none" in outcome.message
+def test_merge_property_catches_a_kernel_without_the_empty_state_guard(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    result = caught(monkeypatch, tmp_path, mla.MERGE_KERNEL, "if (m < -3.402823466e+38f) {", "if (false) {",
+                    "merge_attn_states_differential")
+    assert "NaN in the merged output on cpu-shim: expected none" in result.message
 
 
 # --- AddressSanitizer ----------------------------------------------------------------------------------
 
 @needs_asan
 def test_asan_stops_a_gather_fed_wrong_metadata_at_the_faulting_load() -> None:
-    (_, kv, table, *good), (_, _, _, *shifted), (_, _, foreign, *_) = bad_metadata_cases()
-    clean = asan.run_gather_case(kv, table, *good)
+    good, shifted, foreign = (case.arguments for case in bad_metadata_cases())
+    kv, table = good[:2]
+    clean = asan.run_case("mla_context", case_document(*good))
     assert clean.clean and clean.output["shape"] == [13, 6]
-    child = asan.run_gather_case(kv, table, *shifted)
+    child = asan.run_case("mla_context", case_document(*shifted))
     assert child.returncode == asan.ASAN_EXIT_CODE and child.output is None and child.report is not None
     assert (child.report.kind, child.report.access, child.report.size) == ("heap-buffer-overflow", "READ", 4)
     assert child.report.line == _line("gather_mla_context.cu", "const long long block = block_table[")
     assert child.report.region == "0 bytes to the right of 16-byte region"  # the 2 x 2 int32 block table
-    child = asan.run_gather_case(kv, foreign, *good)
+    child = asan.run_case("mla_context", case_document(*foreign))
     assert child.report is not None and (child.report.access, child.report.size) == ("READ", 1)
     assert child.report.line == _line("gather_mla_context.cu", "dst[i] = src[i];")
 
 
 @needs_asan
-def test_checks_run_inside_the_asan_child() -> None:
-    for name in ("gather_mla_context.differential", "merge_attn_states.differential", "mla_prefill.kernels_vs_sdpa"):
-        outcome = run_check(CHECKS[name], "cpu-shim-asan", max_examples=25, seed=0)
-        assert outcome.status == "passed" and outcome.examples >= 20, outcome.message
-    outcome = run_check(CHECKS["gather_mla_context.asan_catches_bad_metadata"], "cpu-shim-asan", max_examples=1,
-                        seed=0)
-    assert outcome.status == "passed", outcome.message
-    assert "cu_seq_lens[1] one row early: heap-buffer-overflow: READ of size 4 in gather_mla_context" \
-        in outcome.message
+def test_properties_run_inside_the_asan_child() -> None:
+    for name in ("gather_mla_context_differential", "merge_attn_states_differential", "mla_prefill_kernels_vs_sdpa"):
+        result = run(name, "cpu-shim-asan", max_examples=25)
+        assert result.status == "passed" and result.examples >= 20, result.message
+    result = run("gather_mla_context_asan_catches_bad_metadata", "cpu-shim-asan", max_examples=10)
+    assert result.status == "passed" and result.examples == 3, result.message
 
 
 # --- the CuPy path, through a stand-in that runs each launch on the CPU shim ---------------------------------
@@ -194,8 +183,9 @@ def test_checks_run_inside_the_asan_child() -> None:
 @needs_shim
 def test_cupy_launches_are_well_formed(monkeypatch: pytest.MonkeyPatch) -> None:
     launches: list = []
-    monkeypatch.setitem(sys.modules, "cupy", fake_cupy(launches, mla.shim_library))
-    mla._cupy_function.cache_clear()
+    kernels = {k.name: k for k in (mla.GATHER_KERNEL, mla.MERGE_KERNEL)}
+    monkeypatch.setitem(sys.modules, "cupy", fake_cupy(launches, lambda name: kernels[name].library()))
+    shim.cupy_function.cache_clear()
     try:
         kv, table = _paged("float16", 3)
         args = (kv, table, (0, 7, 10), (0,) * 7 + (1,) * 3, (3, 5))
@@ -204,7 +194,7 @@ def test_cupy_launches_are_well_formed(monkeypatch: pytest.MonkeyPatch) -> None:
         pl, sl = np.zeros((3, 2), np.float32), np.full((3, 2), -np.inf, np.float32)
         merged = gpu_oracle.merge_attn_states("cupy-cuda", po, pl, so, sl, head_pad=1, threads=3)
     finally:
-        mla._cupy_function.cache_clear()
+        shim.cupy_function.cache_clear()
     assert merged.padding_untouched and (merged.output == 1).all() and (merged.lse == 0).all()
     assert [launch[:3] for launch in launches] == [("gather_mla_context", (10,), (64,)),
                                                    ("merge_attn_states", (2, 3), (3,))]

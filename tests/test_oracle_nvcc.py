@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from kvsim.gpu_oracle.runtime import build
+from kvsim.gpu_oracle.runtime.family import families
 
 NVCC = build.find_nvcc()
 KERNELS = build.kernel_files()
@@ -16,6 +17,10 @@ KERNELS = build.kernel_files()
 
 def test_there_are_kernels_to_check() -> None:
     assert "zero_kv_blocks.cu" in [k.name for k in KERNELS]
+    # every source has a descriptor in its family, and every descriptor a source and a CPU launcher
+    assert sorted(k.stem for k in KERNELS) == sorted(k.name for f in families() for k in f.kernels) \
+        == build.shim_kernels()
+    assert sorted(f.model for f in families()) == ["kv-zeroing", "mla-chunks", "pd-staging"]
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc not found on PATH, in $CUDA_HOME/bin or /usr/local/cuda/bin")

@@ -1,5 +1,5 @@
-"""gpu_oracle for the SGLang PD staging path: gather and scatter kernels on every CPU backend, their differential
-checks against models.pd_staging_copy, the ASan check of the pre-05c7ebf slot overrun, and planted kernel faults."""
+"""gpu_oracle for the SGLang PD staging path: gather and scatter kernels on every CPU backend, their kernel
+properties against the pd-staging model, the ASan check of the pre-05c7ebf slot overrun, and planted kernel faults."""
 
 from __future__ import annotations
 
@@ -9,27 +9,24 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from oraclehelp import fake_cupy, mutant_kernels
+from oraclehelp import caught, fake_cupy, kernel_properties, run
 
 import kvsim.gpu_oracle as gpu_oracle
-from kvsim.gpu_oracle.runtime import asan
-from kvsim.gpu_oracle.runtime import build
-from kvsim.gpu_oracle.runtime import discovery
-from kvsim.gpu_oracle.kernels.staging import backends as staging
-from kvsim.gpu_oracle.runtime.checks import CHECKS, hypothesis_check, run_check
-from kvsim.gpu_oracle.kernels.staging.checks import overrun_cases
 from kvsim.engine.errors import ConfigError
+from kvsim.gpu_oracle.kernels.staging import backends as staging
+from kvsim.gpu_oracle.kernels.staging.backends import case_document
+from kvsim.gpu_oracle.kernels.staging.cases import overrun_cases
+from kvsim.gpu_oracle.runtime import asan, build, discovery, shim
 from kvsim.models.pd_staging import layout
 from kvsim.models.pd_staging.copy import gather_head_slice_to_staging, scatter_staging_to_pages
 from kvsim.models.pd_staging.layout import HeadReshard, compute_staging_layout
-from kvsim.properties.pd_staging.e2e import LLAMA_CASES, Copies, check_transfer, transfer_cases
 
 CPU_BACKENDS = [name for name in ("torch-cpu", "cpu-shim") if discovery.available(name)]
 needs_shim = pytest.mark.skipif(build.find_compiler() is None, reason="no C++ compiler")
 needs_asan = pytest.mark.skipif(not discovery.available("cpu-shim-asan"),
                                 reason=f"cpu-shim-asan unavailable: {discovery.probe('cpu-shim-asan')[1]}")
 KERNELS = ("staging_gather_head_slice", "staging_scatter")
-CHECK_NAMES = ("staging_gather_head_slice.differential", "staging_scatter.differential")
+PROPERTY_NAMES = ("staging_gather_head_slice_differential", "staging_scatter_differential")
 
 
 def _line(kernel: str, text: str) -> int:
@@ -54,7 +51,10 @@ def test_kernels_are_picked_up_by_nvcc_and_the_asan_prebuild() -> None:
         source = build.kernel_source(kernel).read_text()
         for banned in ("#include", "__shared__", "__syncthreads", "__shfl"):
             assert banned not in source
-    assert set(CHECK_NAMES) | {"staging_gather_head_slice.asan_catches_slot_overrun"} <= set(CHECKS)
+    props = kernel_properties()
+    for name in (*PROPERTY_NAMES, "staging_gather_head_slice_asan_catches_slot_overrun",
+                 "decode_kv_through_kernels_matches_single_server"):
+        assert props[name].model == "pd-staging"
 
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
@@ -86,30 +86,24 @@ def test_backends_refuse_what_the_reference_refuses() -> None:
     with pytest.raises(ConfigError, match="backend"):
         gpu_oracle.gather_head_slice("tpu", pool, [0, 1], _writer(res, 0, 0), lay)
     with pytest.raises(ConfigError, match="cpu-shim-asan"):
-        staging.shim_library(staging.GATHER, asan=True)
+        staging.GATHER_KERNEL.library(asan=True)
 
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
-@pytest.mark.parametrize("check", CHECK_NAMES)
-def test_checks_pass_on_the_cpu_backends(backend: str, check: str) -> None:
-    outcome = run_check(CHECKS[check], backend, max_examples=60, seed=0)
-    assert outcome.status == "passed", outcome.message
-    assert outcome.examples >= 60
-
-
-def _kernel_copies(backend: str) -> Copies:
-    return Copies(lambda *a: gpu_oracle.gather_head_slice(backend, *a),
-                  lambda *a: gpu_oracle.scatter_staging(backend, *a))
+@pytest.mark.parametrize("name", PROPERTY_NAMES)
+def test_properties_pass_on_the_cpu_backends(backend: str, name: str) -> None:
+    result = run(name, backend, max_examples=60)
+    assert result.status == "passed", result.message
+    assert result.examples >= 60
 
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
 def test_end_to_end_transfer_through_the_kernels_matches_a_single_server(backend: str) -> None:
     """The e2e property with both copies done by the backend: Llama-3.1-8B cases and random rooms."""
-    for case in LLAMA_CASES:
-        check_transfer(case, "fixed", _kernel_copies(backend))
-    outcome = hypothesis_check(transfer_cases(), lambda case: check_transfer(case, "fixed", _kernel_copies(backend)),
-                               40, 0)
-    assert outcome.status == "passed" and outcome.examples >= 40, outcome.message
+    result = run("decode_kv_through_kernels_matches_single_server", backend, max_examples=40)
+    assert result.status == "passed" and result.examples >= 40, result.message
+    failed = run("decode_kv_through_kernels_matches_single_server", backend, max_examples=200, variant="pre_05c7ebf")
+    assert failed.status == "failed" and "decode rank" in failed.message
 
 
 # --- planted kernel faults ---------------------------------------------------------------------------------
@@ -118,53 +112,50 @@ def test_end_to_end_transfer_through_the_kernels_matches_a_single_server(backend
 def test_gather_check_catches_a_kernel_that_ignores_the_source_head(tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """P_tp <= D_tp picks the decode rank's heads out of the prefill rank's: starting at head 0 is wrong."""
-    lib = staging.shim_library(staging.GATHER, False, mutant_kernels(tmp_path, "staging_gather_head_slice.cu",
-                                                              "+ (long long)src_head_start * head_stride", ""))
-    monkeypatch.setitem(staging.BACKENDS, "cpu-shim", lambda launch: staging._shim(launch, False, lib))
-    outcome = run_check(CHECKS["staging_gather_head_slice.differential"], "cpu-shim", max_examples=200, seed=0)
-    assert outcome.status == "failed"
-    assert "staging bytes after the gather on cpu-shim" in outcome.message
-    assert outcome.examples < 200
+    result = caught(monkeypatch, tmp_path, staging.GATHER_KERNEL, "+ (long long)src_head_start * head_stride", "",
+                    "staging_gather_head_slice_differential", max_examples=200)
+    assert "staging bytes after the gather on cpu-shim" in result.message
+    assert result.examples < 200
 
 
 @needs_shim
 def test_scatter_check_catches_k_and_v_swapped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    lib = staging.shim_library(staging.SCATTER, False, mutant_kernels(tmp_path, "staging_scatter.cu",
-                                                               "const long long which = region / num_layers;",
-                                                               "const long long which = 1 - region / num_layers;"))
-    monkeypatch.setitem(staging.BACKENDS, "cpu-shim", lambda launch: staging._shim(launch, False, lib))
-    outcome = run_check(CHECKS["staging_scatter.differential"], "cpu-shim", max_examples=200, seed=0)
-    assert outcome.status == "failed" and "decode pool after the scatter on cpu-shim" in outcome.message
+    result = caught(monkeypatch, tmp_path, staging.SCATTER_KERNEL, "const long long which = region / num_layers;",
+                    "const long long which = 1 - region / num_layers;", "staging_scatter_differential",
+                    max_examples=200)
+    assert "decode pool after the scatter on cpu-shim" in result.message
 
 
 # --- AddressSanitizer -----------------------------------------------------------------------------------------
 
 @needs_asan
 def test_asan_stops_the_pre_fix_multi_slot_send_at_the_faulting_store() -> None:
-    (_, _, pool, pages, params, sent, slot), (_, _, old_pool, old_pages, _, old_sent, _), \
-        (_, _, decode_pool, _, _, _, _) = overrun_cases()
-    clean = asan.run_staging_case("gather", pool, pages, params, sent, slot, 0)
+    fixed, pre, pre_scatter = overrun_cases()
+    assert (fixed.overrun, pre.overrun, pre_scatter.kernel) == (False, True, "scatter")
+    pool, pages, params, sent, slot = fixed.pool, fixed.pages, fixed.params, fixed.sent, fixed.slot
+    old_pool, old_pages, old_sent, decode_pool = pre.pool, pre.pages, pre.sent, pre_scatter.pool
+    clean = asan.run_case("staging", case_document("gather", pool, pages, params, sent, slot, 0))
     assert clean.clean and clean.output["nbytes"] == 1024 == len(slot)  # 16 pages x 16 rows x 2 heads x K, V
-    child = asan.run_staging_case("gather", old_pool, old_pages, params, old_sent, slot, 0)
+    child = asan.run_case("staging", case_document("gather", old_pool, old_pages, params, old_sent, slot, 0))
     assert child.returncode == asan.ASAN_EXIT_CODE and child.output is None and child.report is not None
     assert (child.report.kind, child.report.access, child.report.size) == ("heap-buffer-overflow", "WRITE", 1)
     assert child.report.line == _line("staging_gather_head_slice.cu", "dst[i] = src[")
     assert child.report.region == "0 bytes to the right of 1024-byte region"  # the slot
-    child = asan.run_staging_case("scatter", decode_pool, old_pages, params, old_sent, slot, 0)
+    child = asan.run_case("staging", case_document("scatter", decode_pool, old_pages, params, old_sent, slot, 0))
     assert child.report is not None and (child.report.access, child.report.size) == ("READ", 1)
     assert child.report.line == _line("staging_scatter.cu", "= src[i];")
 
 
 @needs_asan
-def test_checks_run_inside_the_asan_child() -> None:
-    for name in CHECK_NAMES:
-        outcome = run_check(CHECKS[name], "cpu-shim-asan", max_examples=30, seed=0)
-        assert outcome.status == "passed" and outcome.examples >= 30, outcome.message
-    outcome = run_check(CHECKS["staging_gather_head_slice.asan_catches_slot_overrun"], "cpu-shim-asan",
-                        max_examples=1, seed=0)
-    assert outcome.status == "passed", outcome.message
-    assert ("pre_05c7ebf send 0 (54 pages, chunk 0) gathered into slot 0: heap-buffer-overflow: WRITE of size 1 "
-            "in staging_gather_head_slice") in outcome.message
+def test_properties_run_inside_the_asan_child() -> None:
+    for name in PROPERTY_NAMES:
+        result = run(name, "cpu-shim-asan", max_examples=30)
+        assert result.status == "passed" and result.examples >= 30, result.message
+    result = run("staging_gather_head_slice_asan_catches_slot_overrun", "cpu-shim-asan", max_examples=10)
+    assert result.status == "passed" and result.examples == 3, result.message
+    assert [c.what for c in overrun_cases()] == ["fixed send 0 (16 pages, chunk 0) gathered into slot 0",
+                                                 "pre_05c7ebf send 0 (54 pages, chunk 0) gathered into slot 0",
+                                                 "pre_05c7ebf send 0 (54 pages, chunk 0) scattered from slot 0"]
 
 
 # --- the CuPy path, through a stand-in that runs each launch on the CPU shim ----------------------------------
@@ -172,8 +163,9 @@ def test_checks_run_inside_the_asan_child() -> None:
 @needs_shim
 def test_cupy_launches_are_well_formed(monkeypatch: pytest.MonkeyPatch) -> None:
     launches: list = []
-    monkeypatch.setitem(sys.modules, "cupy", fake_cupy(launches, staging.shim_library))
-    staging._cupy_function.cache_clear()
+    kernels = {k.name: k for k in (staging.GATHER_KERNEL, staging.SCATTER_KERNEL)}
+    monkeypatch.setitem(sys.modules, "cupy", fake_cupy(launches, lambda name: kernels[name].library()))
+    shim.cupy_function.cache_clear()
     res = HeadReshard(8, 4, 2)
     lay = compute_staging_layout(res, 0, 2 * 2, 3, 4)
     pool, decode = _bits((3, 2, 4, 2, 2, 2), "float16", 3), _bits((3, 2, 4, 2, 4, 2), "float16", 4)
@@ -182,7 +174,7 @@ def test_cupy_launches_are_well_formed(monkeypatch: pytest.MonkeyPatch) -> None:
         got = gpu_oracle.gather_head_slice("cupy-cuda", pool, [3, 1], params, lay)
         pool_after = gpu_oracle.scatter_staging("cupy-cuda", decode, got, [0, 2], params, lay)
     finally:
-        staging._cupy_function.cache_clear()
+        shim.cupy_function.cache_clear()
     want = gather_head_slice_to_staging(pool, [3, 1], params, lay)
     assert got.tobytes() == want.tobytes()
     assert pool_after.tobytes() == scatter_staging_to_pages(decode.copy(), want, [0, 2], params, lay).tobytes()

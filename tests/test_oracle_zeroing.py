@@ -1,4 +1,5 @@
-"""gpu_oracle: backend discovery, the zeroing kernel on each CPU backend, and the differential checks."""
+"""gpu_oracle: backend discovery, the zeroing kernel on each CPU backend, its kernel properties, and the oracle
+report (`kvsim.app.oracle`)."""
 
 from __future__ import annotations
 
@@ -9,18 +10,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from oraclehelp import fake_cupy, mutant_kernels
+from oraclehelp import caught, fake_cupy, kernel_properties, run
 
 import kvsim.gpu_oracle as gpu_oracle
-from kvsim.gpu_oracle.runtime import discovery as backends_module
-from kvsim.gpu_oracle.runtime import build
-from kvsim.gpu_oracle.kernels.zero_kv_blocks import backends as zeroing
-from kvsim.gpu_oracle.runtime import checks as gpu_oracle_checks
-from kvsim.gpu_oracle.runtime.checks import CHECKS, run_check
+from kvsim.app import oracle
 from kvsim.engine.errors import ConfigError
-from kvsim.models.kv_zeroing.zeroer import Segment, SegmentTable, plan_segments, zero_blocks
+from kvsim.engine.registry import Registry
+from kvsim.gpu_oracle.kernels.zero_kv_blocks import backends as zeroing
+from kvsim.gpu_oracle.runtime import build, family, shim
+from kvsim.gpu_oracle.runtime import discovery as backends_module
+from kvsim.models.kv_zeroing import DESCRIPTOR
 from kvsim.models.kv_zeroing.geometry import Arena, KVCacheGeometry
 from kvsim.models.kv_zeroing.layouts import deepseek_v4_geometry, last_block_page_geometry, non_uniform_pages_geometry
+from kvsim.models.kv_zeroing.zeroer import VARIANTS, Segment, SegmentTable, ZeroingVariant, plan_segments, zero_blocks
 
 CPU_BACKENDS = [name for name in ("torch-cpu", "cpu-shim") if backends_module.available(name)]
 REPO = Path(__file__).resolve().parent.parent
@@ -99,13 +101,13 @@ def test_last_block_page_on_the_backend(backend: str, chunk_width: int | None) -
 
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
-@pytest.mark.parametrize("variant", ["fixed", "pre_d6af803"])
+@pytest.mark.parametrize("variant", list(VARIANTS.values()), ids=list(VARIANTS))
 @pytest.mark.parametrize("geometry, ids", [(deepseek_v4_geometry(), (5, 99)), (non_uniform_pages_geometry(), (1, 2))],
                          ids=["deepseek-v4", "non-uniform"])
-def test_pinned_geometries_match_the_reference(backend: str, variant: str, geometry: KVCacheGeometry,
+def test_pinned_geometries_match_the_reference(backend: str, variant: ZeroingVariant, geometry: KVCacheGeometry,
                                                ids: tuple[int, ...]) -> None:
     arena = Arena.for_geometry(geometry)
-    table = plan_segments(geometry, variant, arena=arena)
+    table = plan_segments(geometry, variant=variant, arena=arena)
     memory = np.random.default_rng(1).integers(1, 256, arena.size, dtype=np.uint8)
     expected = memory.copy()
     zero_blocks(expected, table, ids)
@@ -128,32 +130,54 @@ def test_zero_kv_blocks_rejects_bad_launches(kwargs: dict, field: str) -> None:
     assert info.value.field == field
 
 
-# --- the checks ----------------------------------------------------------------------------------------
+# --- the kernel properties ----------------------------------------------------------------------------
+
+def test_kernel_properties_are_properties_of_the_model() -> None:
+    props = kernel_properties()
+    for name in ("zero_kv_blocks_differential", "zero_kv_blocks_sentinel", "zero_kv_blocks_asan_catches_pre_d6af803"):
+        assert props[name].model == "kv-zeroing" and props[name].is_kernel and props[name].doc
+    assert props["zero_kv_blocks_differential"].backends == gpu_oracle.BACKEND_NAMES
+    assert props["zero_kv_blocks_asan_catches_pre_d6af803"].backends == ("cpu-shim-asan",)
+    zeroing_family = family.family("zero_kv_blocks")
+    assert zeroing_family.model == "kv-zeroing" and [k.name for k in zeroing_family.kernels] == ["zero_kv_blocks"]
+
+
+def test_a_family_registers_into_its_models_catalog() -> None:
+    registry = Registry()
+    registry.add_model(DESCRIPTOR)
+    family.family("zero_kv_blocks").register(registry)
+    assert [p.name for p in registry.properties_of("kv-zeroing")] == [
+        "zero_kv_blocks_differential", "zero_kv_blocks_sentinel", "zero_kv_blocks_asan_catches_pre_d6af803"]
+
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
-@pytest.mark.parametrize("check", ["zero_kv_blocks.differential", "zero_kv_blocks.sentinel"])
-def test_zeroing_checks_pass_on_the_cpu_backends(backend: str, check: str) -> None:
-    outcome = run_check(CHECKS[check], backend, max_examples=40, seed=0)
-    assert outcome.status == "passed", outcome.message
-    assert outcome.examples >= 12
+@pytest.mark.parametrize("name", ["zero_kv_blocks_differential", "zero_kv_blocks_sentinel"])
+def test_zeroing_properties_pass_on_the_cpu_backends(backend: str, name: str) -> None:
+    result = run(name, backend, max_examples=40)
+    assert result.status == "passed", result.message
+    assert result.examples >= 12 and result.variant == "fixed"
 
 
-def test_differential_check_catches_an_off_by_one_mask_in_the_cuda_source(
+def test_a_backend_the_property_does_not_list_is_refused() -> None:
+    with pytest.raises(ConfigError, match="--backend"):
+        run("zero_kv_blocks_asan_catches_pre_d6af803", "torch-cpu", max_examples=1)
+
+
+def test_differential_property_catches_an_off_by_one_mask_in_the_cuda_source(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     if build.find_compiler() is None:
         pytest.skip("no C++ compiler")
     assert "if (word >= seg_page_sizes[seg])" in build.kernel_source("zero_kv_blocks").read_text()
-    mutant = mutant_kernels(tmp_path, "zero_kv_blocks.cu", "word >= seg_page_sizes", "word > seg_page_sizes")
-    lib = zeroing.shim_library(False, mutant)
-    monkeypatch.setitem(zeroing.BACKENDS, "cpu-shim", lambda m, launch, a: zeroing._cpu_shim(m, launch, lib))
-    outcome = run_check(CHECKS["zero_kv_blocks.differential"], "cpu-shim", max_examples=100, seed=0)
-    assert outcome.status == "failed"
-    assert "bytes differing from the reference memset on cpu-shim: expected 0, got 4" in outcome.message
-    sentinel = run_check(CHECKS["zero_kv_blocks.sentinel"], "cpu-shim", max_examples=1, seed=0)
+    result = caught(monkeypatch, tmp_path, zeroing.KERNEL, "word >= seg_page_sizes", "word > seg_page_sizes",
+                    "zero_kv_blocks_differential")
+    assert "bytes differing from the reference memset on cpu-shim: expected 0, got 4" in result.message
+    assert result.counterexample["case"]["segments"]  # the shrunk table, named by __canon__
+    assert "--property zero_kv_blocks_differential" in result.replay and "--backend cpu-shim" in result.replay
+    sentinel = run("zero_kv_blocks_sentinel", "cpu-shim", max_examples=12)  # the 12 pinned cases
     assert sentinel.status == "failed" and "changed from the sentinel outside them" in sentinel.message
 
 
-def test_sentinel_check_names_the_clobbered_neighbour(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_sentinel_property_names_the_clobbered_neighbour(monkeypatch: pytest.MonkeyPatch) -> None:
     original = zeroing.BACKENDS["torch-cpu"]
 
     def one_word_too_many(memory, launch, arena):  # type: ignore[no-untyped-def]
@@ -161,39 +185,48 @@ def test_sentinel_check_names_the_clobbered_neighbour(monkeypatch: pytest.Monkey
                                                launch.chunk_width, launch.max_chunks), arena)
 
     monkeypatch.setitem(zeroing.BACKENDS, "torch-cpu", one_word_too_many)
-    outcome = run_check(CHECKS["zero_kv_blocks.sentinel"], "torch-cpu", max_examples=1, seed=0)
-    assert outcome.status == "failed"
-    assert outcome.message.startswith("last block page (4, 12) int32, chunk width None: bytes changed from the "
-                                      "sentinel outside them: expected 0, got 4")
+    result = run("zero_kv_blocks_sentinel", "torch-cpu", max_examples=1)
+    assert result.status == "failed"
+    assert result.message.startswith("last block page (4, 12) int32, chunk width None: bytes changed from the "
+                                     "sentinel outside them: expected 0, got 4")
 
 
-def test_oracle_report_runs_every_check_and_skips_what_is_missing() -> None:
+def test_oracle_report_runs_every_kernel_property_and_skips_what_is_missing() -> None:
     seen: list[str] = []
-    report = gpu_oracle.oracle_report(max_examples=15, seed=0, progress=seen.append)
+    kernel_properties()  # the catalog: the runner resolves the model's variant there
+    registry = Registry()
+    registry.add_model(DESCRIPTOR)
+    gpu_oracle.register(registry)
+    report = oracle.oracle_report(registry, max_examples=15, seed=0, progress=seen.append)
     assert set(report) == {"backends", "checks"}
     available = {b["name"]: b for b in report["backends"]}
     rows = {(c["name"], c["backend"]): c for c in report["checks"]}
-    for check in CHECKS.values():
-        for backend in check.backends:
-            row = rows[(check.name, backend)]
-            assert {"name", "backend", "examples", "status", "message"} <= set(row)
+    assert len(rows) == len(report["checks"]) == sum(len(p.backends) for p in registry.properties.values())
+    for prop in registry.properties.values():
+        for backend in prop.backends:
+            row = rows[(f"kv-zeroing:{prop.name}", backend)]
+            assert {"name", "backend", "examples", "status", "message", "seconds"} <= set(row)
             if available[backend]["available"]:
                 assert row["status"] == "passed", row["message"]
                 assert row["examples"] > 0
             else:
                 assert row["status"] == "skipped" and row["message"] == available[backend]["reason"]
     if not _has_cuda():
-        assert rows[("zero_kv_blocks.differential", "cupy-cuda")]["status"] == "skipped"
-        assert rows[("zero_kv_blocks.differential", "torch-cuda")]["status"] == "skipped"
-    assert any("zero_kv_blocks.differential on torch-cpu" in line for line in seen)
+        assert rows[("kv-zeroing:zero_kv_blocks_differential", "cupy-cuda")]["status"] == "skipped"
+        assert rows[("kv-zeroing:zero_kv_blocks_differential", "torch-cuda")]["status"] == "skipped"
+    assert any("kv-zeroing:zero_kv_blocks_differential on torch-cpu" in line for line in seen)
 
 
 def test_disabled_backends_are_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KVSIM_ORACLE_DISABLE", "cpu-shim,cpu-shim-asan")
-    monkeypatch.setattr(gpu_oracle_checks, "CHECKS", {"zero_kv_blocks.sentinel": CHECKS["zero_kv_blocks.sentinel"]})
-    report = gpu_oracle.oracle_report(max_examples=5)
-    shim = next(c for c in report["checks"] if c["backend"] == "cpu-shim")
-    assert shim["status"] == "skipped" and "KVSIM_ORACLE_DISABLE" in shim["message"]
+    registry = Registry()
+    registry.add_model(DESCRIPTOR)
+    registry.add_property(kernel_properties()["zero_kv_blocks_sentinel"])
+    report = oracle.oracle_report(registry, max_examples=5)
+    for backend in ("cpu-shim", "cpu-shim-asan"):
+        row = next(c for c in report["checks"] if c["backend"] == backend)
+        assert row["status"] == "skipped" and "KVSIM_ORACLE_DISABLE" in row["message"] and row["examples"] == 0
+    assert run("zero_kv_blocks_sentinel", "cpu-shim", max_examples=1).status == "skipped"
 
 
 # --- the CuPy path, driven through a stand-in that runs the launch on the CPU shim ------------------------
@@ -202,8 +235,8 @@ def test_cupy_backend_launch_is_well_formed(monkeypatch: pytest.MonkeyPatch) -> 
     if build.find_compiler() is None:
         pytest.skip("the stand-in runs the launch on the CPU shim")
     calls: list = []
-    monkeypatch.setitem(sys.modules, "cupy", fake_cupy(calls, lambda name: zeroing.shim_library(False)))
-    zeroing._cupy_kernel.cache_clear()
+    monkeypatch.setitem(sys.modules, "cupy", fake_cupy(calls, lambda name: zeroing.KERNEL.library(False)))
+    shim.cupy_function.cache_clear()
     try:
         geometry = last_block_page_geometry()
         arena = Arena.for_geometry(geometry)
@@ -213,6 +246,6 @@ def test_cupy_backend_launch_is_well_formed(monkeypatch: pytest.MonkeyPatch) -> 
         zero_blocks(expected, table, [0, 3])
         got = gpu_oracle.zero_kv_blocks("cupy-cuda", memory, table, [0, 3], chunk_width=3)
     finally:
-        zeroing._cupy_kernel.cache_clear()
+        shim.cupy_function.cache_clear()
     assert np.array_equal(got, expected)
     assert calls == [("zero_kv_blocks", (2, 1, 2), (3,), ["DeviceArray[uint64]"] + ["DeviceArray[int64]"] * 3)]

@@ -7,7 +7,8 @@ from kvsim.engine.errors import ConfigError, PropertyViolation
 from kvsim.engine.runner import run_property
 from kvsim.models.pd_common import status as pd_common
 from kvsim.models.pd_common.status import KVPoll, all_reduce_min, apply_updates, leaves_failed, resurrects, update_status
-from kvsim.properties.pd_staging.status import FAILED_THEN_STALE, STALE_AFTER_CLEAR, StatusTrace
+from kvsim.models.pd_staging.variants import FIXED
+from kvsim.properties.pd_staging.cases import FAILED_THEN_STALE, STALE_AFTER_CLEAR, StatusTrace
 
 REG = catalog.load()
 PROPS = {p.name: p for p in REG.properties_of("pd-staging")}
@@ -56,12 +57,12 @@ def test_mori_rule_is_stricter():
 
 def test_status_properties_pass_on_mori_and_fail_on_common_where_only_mori_promises():
     """The hazard reproduced: the same property, called on a common-rule case, fails."""
-    PROPS["status_failed_is_terminal"](FAILED_THEN_STALE)
-    PROPS["status_no_resurrection"](STALE_AFTER_CLEAR)
+    PROPS["status_failed_is_terminal"](FAILED_THEN_STALE, FIXED)
+    PROPS["status_no_resurrection"](STALE_AFTER_CLEAR, FIXED)
     with pytest.raises(PropertyViolation, match="expected Failed \\(terminal\\), got Transferring"):
-        PROPS["status_failed_is_terminal"](StatusTrace("common", T, (F, T)))
+        PROPS["status_failed_is_terminal"](StatusTrace("common", T, (F, T)), FIXED)
     with pytest.raises(PropertyViolation, match="absent room, rule common.*got Success"):
-        PROPS["status_no_resurrection"](StatusTrace("common", None, (S,)))
+        PROPS["status_no_resurrection"](StatusTrace("common", None, (S,)), FIXED)
 
 
 def test_all_reduce_min():

@@ -6,38 +6,40 @@ from kvsim.app import catalog
 from kvsim.engine.errors import ConfigError
 from kvsim.app.repro import reproduce
 from kvsim.engine.runner import run_property
+from kvsim.models.pd_protocol import VARIANTS
 from kvsim.models.pd_protocol.mori_layout import Descriptor, LayoutCase, chosen_descriptors, select_dst_descriptors
 
 REG = catalog.load()
 P6 = REG.property("pd-protocol", "layout_selects_main_kv")
+PRE = VARIANTS["pre_35281"]
 
 
 def test_draft_case_indices():
     # decode list for 4 main layers + 1 draft: K0..K3 V0..V3 Kd0 Vd0 -> 5 pairs
-    assert select_dst_descriptors(4, 10, 0, attention="mha", same_pp=False, variant="pre_35281").v == (5, 6, 7, 8)
+    assert select_dst_descriptors(4, 10, 0, attention="mha", same_pp=False, variant=PRE).v == (5, 6, 7, 8)
     assert select_dst_descriptors(4, 10, 0, attention="mha", same_pp=False).v == (4, 5, 6, 7)
     case = LayoutCase(4, 1, 0, 1, False, "mha")
-    old = chosen_descriptors(case, "pre_35281")
+    old = chosen_descriptors(case, PRE)
     assert old[3][1] == Descriptor("K", "draft", 0)  # main V of layer 3 lands on the draft K
     assert [v for _, v in chosen_descriptors(case)] == [Descriptor("V", "main", i) for i in range(4)]
 
 
 def test_pp_case_without_draft_is_right_in_both_variants():
     case = LayoutCase(num_layers=8, pp_size=2, stage=1, draft_layers=0, same_pp=False, attention="mha")
-    for variant in ("fixed", "pre_35281"):
+    for variant in VARIANTS.values():
         assert chosen_descriptors(case, variant) == [(Descriptor("K", "main", 4 + i), Descriptor("V", "main", 4 + i))
                                                      for i in range(4)]
 
 
 def test_same_pp_offset_applied_twice_before_the_fix():
     case = LayoutCase(num_layers=8, pp_size=2, stage=1, draft_layers=0, same_pp=True, attention="mla")
-    assert chosen_descriptors(case, "pre_35281")[0][0] is None  # index 4 in a 4-entry stage-local list
+    assert chosen_descriptors(case, PRE)[0][0] is None  # index 4 in a 4-entry stage-local list
     assert [k for k, _ in chosen_descriptors(case)] == [Descriptor("KV", "main", 4 + i) for i in range(4)]
 
 
 def test_hybrid_mla_fell_through_to_the_mha_split():
     case = LayoutCase(num_layers=4, pp_size=1, stage=0, draft_layers=0, same_pp=False, attention="hybrid_mla")
-    assert select_dst_descriptors(4, 4, 0, attention="hybrid_mla", same_pp=False, variant="pre_35281").v == (2, 3, 4, 5)
+    assert select_dst_descriptors(4, 4, 0, attention="hybrid_mla", same_pp=False, variant=PRE).v == (2, 3, 4, 5)
     assert [k for k, _ in chosen_descriptors(case)] == [Descriptor("KV", "main", i) for i in range(4)]
 
 

@@ -2,20 +2,29 @@
 
 import pytest
 
+from kvsim.engine.actions import decode
+from kvsim.engine.canon import to_jsonable
+
 from kvsim.app import catalog
 from kvsim.engine.explore import explore
 from kvsim.app.repro import reproduce
 from kvsim.engine.runner import run_property
 from kvsim.engine.system import run_actions
 from kvsim.models.pd_common.status import KVPoll
-from kvsim.models.pd_protocol.system import PdProtocol, ProtocolConfig
+from kvsim.models.pd_protocol import FIXED, VARIANTS
 from kvsim.models.pd_protocol import rooms as pd_rooms
+from kvsim.models.pd_protocol.actions import (ACTIONS, Concluded, CrashPrefill, DecodeInit, DeliverPrefill,
+                                              DuplicateWork, HeartbeatMiss, Init, PrefillDied, Queued, Sent,
+                                              Tinfo, Work)
+from kvsim.models.pd_protocol.config import ProtocolConfig
+from kvsim.models.pd_protocol.system import PdProtocol
 
 REG = catalog.load()
+PRE = VARIANTS["pre_35281"]
 
 
 def _violations(backend, variant, **kw):
-    result = explore(PdProtocol(ProtocolConfig(backend, **kw), variant))
+    result = explore(PdProtocol(ProtocolConfig(backend, **kw), VARIANTS[variant]))
     assert result.bound_hit is None
     return {v.property: v for v in result.violations}
 
@@ -48,26 +57,26 @@ def test_pre_fix_violations_per_backend(backend, expected):
 
 def test_stale_chunk_flips_success_on_nixl_before_only():
     v = _violations("nixl", "pre_35281")["success_is_sticky"]
-    actions = [tuple(a) if not isinstance(a[-1], list) else (a[0], tuple(a[1])) for a in v.trace]
-    assert ("duplicate_work", 0) in actions and actions[-1] == ("work",)
+    actions = decode(v.trace, ACTIONS)
+    assert DuplicateWork(0) in actions and actions[-1] == Work() and isinstance(actions[-1], Work)
     # the same interleaving on fixed drops the stale chunk and keeps Success
-    fixed = PdProtocol(ProtocolConfig("nixl"), "fixed")
+    fixed = PdProtocol(ProtocolConfig("nixl"), FIXED)
     final = run_actions(fixed, actions)[-1]
     assert final.prefill[0].status == KVPoll.Success and final.prefill[0].succeeded
 
 
 def test_worker_step_semantics():
     done = pd_rooms.PrefillRoom(KVPoll.Success, False, False, True)
-    assert pd_rooms.worker_step(done, True, "nixl", "pre_35281") == (done._replace(status=KVPoll.Failed), "failed_stale")
+    assert pd_rooms.worker_step(done, True, "nixl", PRE) == (done._replace(status=KVPoll.Failed), "failed_stale")
     for backend in ("mooncake", "nixl", "mori"):
-        assert pd_rooms.worker_step(done, True, backend, "fixed") == (done, "dropped")
+        assert pd_rooms.worker_step(done, True, backend, FIXED) == (done, "dropped")
     cleared = pd_rooms.clear(done)
     # on a cleared room the catch-all's update_status(Failed) creates nothing (absent + Failed)
-    assert pd_rooms.worker_step(cleared, True, "nixl", "pre_35281")[0].status is None
+    assert pd_rooms.worker_step(cleared, True, "nixl", PRE)[0].status is None
 
 
 def test_mori_heartbeat_and_node_failure():
-    assert not pd_rooms.has_heartbeat_checker("mori", "pre_35281") and pd_rooms.has_heartbeat_checker("mori", "fixed")
+    assert not pd_rooms.has_heartbeat_checker("mori", PRE) and pd_rooms.has_heartbeat_checker("mori", FIXED)
     decode = (KVPoll.Success, KVPoll.WaitingForInput, KVPoll.Bootstrapping)
     assert pd_rooms.handle_node_failure(decode) == (KVPoll.Success, KVPoll.Failed, KVPoll.Failed)
     v = _violations("mori", "pre_35281")["peer_death_fails_unfinished_rooms"]
@@ -83,12 +92,12 @@ def test_init_race_and_the_residual_staging_race():
 
 
 def test_two_rooms_fixed_mori_is_clean():
-    result = explore(PdProtocol(ProtocolConfig("mori", rooms=2, chunks=1), "fixed"))
+    result = explore(PdProtocol(ProtocolConfig("mori", rooms=2, chunks=1), FIXED))
     assert result.violations == [] and result.states > 10_000
 
 
 def test_invariants_can_fail_on_planted_states():
-    system = PdProtocol(ProtocolConfig("mooncake"), "fixed")
+    system = PdProtocol(ProtocolConfig("mooncake"), FIXED)
     s = system.initial_states()[0]
     resurrected = s._replace(prefill=(pd_rooms.PrefillRoom(KVPoll.Transferring, True, True, False),))
     assert "cleared" in dict((i.name, i.check(resurrected)) for i in system.invariants)["no_resurrection"]
@@ -107,3 +116,83 @@ def test_stateful_property_per_backend():
 def test_bug_reports_hold(bug_id):
     result = reproduce(REG.bug(bug_id))
     assert result.ok and result.reproduced
+
+
+def _reachable(system, limit=3000):
+    """Breadth-first states of `system` (at most `limit`), and every action enabled in any of them."""
+    seen, frontier, actions = set(), list(system.initial_states()), set()
+    while frontier and len(seen) < limit:
+        state = frontier.pop(0)
+        if state in seen:
+            continue
+        seen.add(state)
+        for a in system.enabled(state):
+            actions.add(a)
+            frontier.append(system.step(state, a))
+    return seen, actions
+
+
+@pytest.mark.parametrize("backend", ["mooncake", "nixl", "mori"])
+@pytest.mark.parametrize("variant", ["fixed", "pre_35281"])
+def test_allows_is_membership_in_enabled(backend, variant):
+    system = PdProtocol(ProtocolConfig(backend, rooms=2, chunks=1, faults=2), VARIANTS[variant])
+    states, actions = _reachable(system)
+    assert len(actions) > 20
+    for state in states:
+        enabled = set(system.enabled(state))
+        for a in actions:
+            assert system.allows(state, a) == (a in enabled), (a, state)
+
+
+def test_transition_reports_what_the_step_did():
+    system = PdProtocol(ProtocolConfig("mori", rooms=2), FIXED)
+    s = system.initial_states()[0]
+    s, fx = system.transition(s, DecodeInit(1))
+    assert [e.tag for e in fx] == ["sent", "sent"] and fx[-1] == Sent("prefill", Tinfo(1))
+    for step in system.init:
+        s, fx = system.transition(s, Init(step))
+    s, fx = system.transition(s, DeliverPrefill(Tinfo(1)))
+    s, fx = system.transition(s, ("enqueue", 1))
+    assert fx == (Queued(1, 0),)
+    s, fx = system.transition(s, CrashPrefill())
+    assert fx == (PrefillDied(),) and s.peer_dead and s.queue == ()
+    s, _ = system.transition(s, HeartbeatMiss())
+    s, fx = system.transition(s, HeartbeatMiss())
+    assert set(fx) == {Concluded(0, KVPoll.Failed, "peer death (heartbeat)"),
+                       Concluded(1, KVPoll.Failed, "peer death (heartbeat)")}
+    assert system.step(system.initial_states()[0], DecodeInit(1)) == system.transition(
+        system.initial_states()[0], DecodeInit(1))[0]
+
+
+def test_actions_round_trip_through_json():
+    _, actions = _reachable(PdProtocol(ProtocolConfig("nixl", rooms=2, chunks=1, faults=2), PRE), limit=500)
+    for a in actions:
+        back = decode(to_jsonable(a), ACTIONS)
+        assert back == a and type(back) is type(a) and to_jsonable(back) == to_jsonable(a)
+
+
+def test_unbounded_fault_budget_never_runs_out():
+    system = PdProtocol(ProtocolConfig("mooncake", faults=-1), FIXED)
+    s = system.initial_states()[0]
+    for _ in range(5):
+        s = system.step(s, ("garbage", "decode"))
+    assert s.faults_left == -1 and ("garbage", "decode") in system.enabled(s)
+    assert len(s.to_decode) == 5
+
+
+@pytest.mark.parametrize("flag", sorted(FIXED.flags()))
+def test_each_flag_alone_changes_something(flag):
+    """Every flag of ProtocolVariant is read: turning it off alone, on the fixed record, changes a result."""
+    import dataclasses
+
+    from kvsim.models.pd_protocol.mori_layout import LayoutCase, chosen_descriptors
+    from kvsim.models.pd_protocol.wire import encode_abort, handle_bootstrap, handle_decode
+
+    off = dataclasses.replace(FIXED, name="probe", **{flag: False})
+    probes = [lambda v, b=b: explore(PdProtocol(ProtocolConfig(b), v)).violations for b in ("mooncake", "nixl", "mori")]
+    probes += [lambda v, b=b, f=f: handle_bootstrap(f, {1: KVPoll.Transferring}, b, v)
+               for b in ("mooncake", "nixl", "mori") for f in ((), encode_abort(1))]
+    probes += [lambda v, b=b: handle_decode((), {}, b, v).alive for b in ("mooncake", "nixl")]
+    probes += [lambda v, c=c: chosen_descriptors(c, v) for c in (
+        LayoutCase(4, 1, 0, 1, False, "mha"), LayoutCase(8, 2, 1, 0, True, "mla"), LayoutCase(4, 1, 0, 0, False, "hybrid_mla"))]
+    assert any(repr(p(FIXED)) != repr(p(off)) for p in probes), flag

@@ -1,4 +1,4 @@
-"""pd-staging byte movement (models.pd_staging_copy) and the end-to-end KV property on both variants."""
+"""pd-staging byte movement (kvsim.models.pd_staging.copy) and the end-to-end KV property on both variants."""
 
 from dataclasses import replace
 
@@ -12,11 +12,13 @@ from kvsim.models.pd_staging import layout
 from kvsim.models.pd_staging.copy import (decode_scatter_pages, gather_head_slice_to_staging, scatter_staging_to_paged,
                                     scatter_staging_to_pages, stack_paged_kv)
 from kvsim.models.pd_staging.layout import HeadReshard, compute_staging_layout
+from kvsim.models.pd_staging.variants import FIXED, VARIANTS
 from kvsim.properties.pd_staging import e2e
-from kvsim.properties.pd_staging.plan import SCENARIO_A, SCENARIO_B
-from kvsim.properties.pd_staging.e2e import (LLAMA_CASES, LLAMA_COLD, LLAMA_DECODE_HIT, LLAMA_PREFILL_HIT, TransferCase,
-                                       check_transfer)
-from kvsim.properties.pd_staging.ring import LLAMA_31_8B
+from kvsim.properties.pd_staging.cases import (LLAMA_31_8B, LLAMA_CASES, LLAMA_COLD, LLAMA_DECODE_HIT,
+                                               LLAMA_PREFILL_HIT, SCENARIO_A, SCENARIO_B, TransferCase)
+from kvsim.properties.pd_staging.e2e import check_transfer
+
+PRE = VARIANTS["pre_05c7ebf"]
 
 PROP = {p.name: p for p in catalog.load().properties_of("pd-staging")}["decode_kv_matches_single_server"]
 
@@ -55,7 +57,7 @@ def test_scatter_is_the_inverse_of_gather_on_the_writers_heads_only():
     assert (dst[:, :, [1, 3]] == -1).all()
 
 
-@pytest.mark.parametrize("variant", ["fixed", "pre_05c7ebf"])
+@pytest.mark.parametrize("variant", [FIXED, PRE])
 def test_slot_scatter_is_every_writer_at_the_rows_of_the_arrival(variant):
     """Decode rank 0 of the Llama pairing, decode prefix 4 pages: both writers land on the same pages."""
     writers = [p for _, p in layout.writers_of_decode_rank(LLAMA_31_8B, 0)]
@@ -65,7 +67,7 @@ def test_slot_scatter_is_every_writer_at_the_rows_of_the_arrival(variant):
     pool = _pool(1, 10, 4, 4, 1)
     got = scatter_staging_to_paged(pool.copy(), slot, rows, 1, 2, 16, writers, lay, variant=variant)
     pages = decode_scatter_pages(rows, 1, 2, 16, 4, variant)
-    assert pages.tolist() == (rows[[20, 24]] // 4 if variant == "fixed" else rows[[4, 8]] // 4).tolist()
+    assert pages.tolist() == (rows[[20, 24]] // 4 if variant == FIXED else rows[[4, 8]] // 4).tolist()
     want = pool.copy()
     for params in writers:
         scatter_staging_to_pages(want, slot, pages, params, lay)
@@ -92,8 +94,8 @@ def test_copies_refuse_inconsistent_arguments():
 
 def test_scatter_rows_start_at_the_decode_prefix_only_after_the_fix():
     rows = np.arange(1024)[::-1].copy()  # slots in reverse: page of row r is (1023 - r) // 16
-    fixed = decode_scatter_pages(rows, 0, 16, 512, 16, "fixed")
-    old = decode_scatter_pages(rows, 0, 16, 512, 16, "pre_05c7ebf")
+    fixed = decode_scatter_pages(rows, 0, 16, 512, 16, FIXED)
+    old = decode_scatter_pages(rows, 0, 16, 512, 16, PRE)
     assert fixed.tolist() == [(1023 - r) // 16 for r in range(512, 768, 16)]  # scenario B: rows [512, 768)
     assert old.tolist() == [(1023 - r) // 16 for r in range(0, 256, 16)]  # the cached prefix rows [0, 256)
     with pytest.raises(ConfigError, match="req_to_token"):
@@ -104,47 +106,47 @@ def test_scatter_rows_start_at_the_decode_prefix_only_after_the_fix():
 
 @pytest.mark.parametrize("case", LLAMA_CASES, ids=["cold", "prefill-hit", "decode-hit"])
 def test_llama_31_8b_accuracy_case_matches_a_single_server_after_the_fix(case):
-    check_transfer(case, "fixed")
-    check_transfer(replace(case, deferred_scatter=True), "fixed")
+    check_transfer(case, FIXED)
+    check_transfer(replace(case, deferred_scatter=True), FIXED)
 
 
 def test_llama_cold_request_is_the_same_on_both_variants():
-    check_transfer(LLAMA_COLD, "pre_05c7ebf")  # no radix hit on either side: nothing to get wrong
+    check_transfer(LLAMA_COLD, PRE)  # no radix hit on either side: nothing to get wrong
 
 
 def test_llama_prefill_hit_fails_the_room_before_the_fix():
     """P_tp 4 > D_tp 2: the 56-page first send no longer fits the one-slot prefill buffer (#31217)."""
     with pytest.raises(PropertyViolation, match=r"failed room: prefill rank 0's write of send 0 .* refused"):
-        check_transfer(LLAMA_PREFILL_HIT, "pre_05c7ebf")
+        check_transfer(LLAMA_PREFILL_HIT, PRE)
 
 
 def test_llama_decode_hit_overwrites_the_cached_prefix_before_the_fix():
     """The 7 suffix pages land on rows [0, 112) of the shared prefix; rows [896, 1000) stay garbage."""
     with pytest.raises(PropertyViolation, match=r"216 prompt rows differ \(112 in the cached prefix \[0, 896\)\) "
                                                 r"and 0 rows of other pages; first: token 0 \(cached prefix row\)"):
-        check_transfer(LLAMA_DECODE_HIT, "pre_05c7ebf")
+        check_transfer(LLAMA_DECODE_HIT, PRE)
 
 
 def test_scenario_b_prefix_overwrite_and_scenario_a_overrun_before_the_fix():
     up = HeadReshard(8, 1, 4)  # one writer sending a subset of heads: the multi-slot send fits the prefill buffer
     b = TransferCase(SCENARIO_B, up, 1, 2)
     with pytest.raises(PropertyViolation, match="cached prefix row"):
-        check_transfer(b, "pre_05c7ebf")
+        check_transfer(b, PRE)
     a = TransferCase(SCENARIO_A, up, 1, 2)
-    check_transfer(a, "pre_05c7ebf")  # scattered before anything else lands in the overrun slots: no harm
+    check_transfer(a, PRE)  # scattered before anything else lands in the overrun slots: no harm
     with pytest.raises(PropertyViolation, match="suffix row"):  # the last send overwrote the overrun's V bytes
-        check_transfer(replace(a, deferred_scatter=True), "pre_05c7ebf")
-    check_transfer(replace(a, deferred_scatter=True), "fixed")
+        check_transfer(replace(a, deferred_scatter=True), PRE)
+    check_transfer(replace(a, deferred_scatter=True), FIXED)
 
 
 def test_property_passes_on_fixed():
-    result = run_property(PROP, "fixed", max_examples=200, seed=0)
+    result = run_property(PROP, FIXED, max_examples=200, seed=0)
     assert result.status == "passed", result.message
     assert result.examples >= 200
 
 
 def test_property_fails_on_pre_fix_without_pinned_examples():
-    result = run_property(PROP, "pre_05c7ebf", max_examples=300, seed=0, use_examples=False)
+    result = run_property(PROP, PRE, max_examples=300, seed=0, use_examples=False)
     assert result.status == "failed"
     case = result.counterexample["case"]
     assert case["room"]["prompt_len"] == 2 and (case["room"]["prefill_hit"] or case["room"]["decode_prefix_len"])
@@ -159,8 +161,8 @@ def test_property_catches_a_planted_head_offset_mutation(monkeypatch):
 
     monkeypatch.setattr(e2e.layout, "writers_of_decode_rank", mutant)
     with pytest.raises(PropertyViolation, match="paged KV of decode rank 0"):
-        check_transfer(LLAMA_COLD, "fixed")
-    result = run_property(PROP, "fixed", max_examples=300, seed=0, use_examples=False)
+        check_transfer(LLAMA_COLD, FIXED)
+    result = run_property(PROP, FIXED, max_examples=300, seed=0, use_examples=False)
     assert result.status == "failed"
     reshard = result.counterexample["case"]["reshard"]
     assert reshard["prefill_tp"] > reshard["decode_tp"]

@@ -15,13 +15,16 @@ from kvsim.models.pd_staging.layout import HeadReshard, HeadSliceParams, compute
 from kvsim.models.pd_staging.plan import (StagingPlanConfig, StagingReq, compute_grid_segments, full_chunk_pages,
                                     grid_tokens, prefetch_plan, scatter_token_range, staging_prefix_accepted)
 from kvsim.models.pd_staging.ring import Allocation, StagingAllocator, is_watermark_ready, merge_remote_watermark
-from kvsim.properties.pd_staging.plan import (SCENARIO_A, SCENARIO_A_EARLY, SCENARIO_B, SCENARIO_D, STAGED_A_DOWN, STAGED_A_UP,
-                                   staged_writes)
-from kvsim.properties.pd_staging.ring import LLAMA_31_8B
+from kvsim.models.pd_staging.variants import FIXED, VARIANTS, StagingVariant
+from kvsim.properties.pd_staging.cases import (LLAMA_31_8B, SCENARIO_A, SCENARIO_A_EARLY, SCENARIO_B, SCENARIO_D,
+                                               STAGED_A_DOWN, STAGED_A_UP)
+from kvsim.properties.pd_staging.plan import staged_writes
+
+PRE = VARIANTS["pre_05c7ebf"]
 
 REG = catalog.load()
 PROPS = {p.name: p for p in REG.properties_of("pd-staging")}
-STAGING_PROPS = [n for n in PROPS if not n.startswith(("status_", "all_reduce"))]
+STAGING_PROPS = [n for n, p in PROPS.items() if not n.startswith(("status_", "all_reduce")) and not p.is_kernel]
 BROKEN_BEFORE_FIX = ["non_last_sends_end_on_grid", "each_send_fits_one_slot", "sends_partition_suffix",
                      "scatter_rows_stay_in_suffix", "misaligned_decode_prefix_fails_room",
                      "staged_writes_stay_in_slot", "staged_writes_accepted"]
@@ -46,7 +49,7 @@ def test_grid_numbers():
 
 def test_scenario_a_prefill_radix_hit():
     """D=0, L=1000, prefill hit 608: first batch ends at 864; prefetch asks 16, 16, 16, 15 pages."""
-    fixed, old = SCENARIO_A.plan("fixed"), SCENARIO_A.plan("pre_05c7ebf")
+    fixed, old = SCENARIO_A.plan(FIXED), SCENARIO_A.plan(PRE)
     assert fixed.batch_ends == (864, 1000)
     assert fixed.prefetch == (StagingReq(0, 16), StagingReq(1, 16), StagingReq(2, 16), StagingReq(3, 15))
     assert _spans(fixed.sends) == [(0, 256, 0, 16, 0, False), (256, 512, 16, 16, 1, False),
@@ -59,11 +62,11 @@ def test_scenario_a_prefill_radix_hit():
 
 def test_scenario_a_with_early_send():
     """The snapshot (608) is grid-floored to 512 on fixed; pre-05c7ebf never early-sends under staging."""
-    fixed = SCENARIO_A_EARLY.plan("fixed")
+    fixed = SCENARIO_A_EARLY.plan(FIXED)
     assert fixed.cursors[1].early_send_prefix_end == 608
     assert [(s.token_start, s.token_end, s.early) for s in fixed.sends] == [
         (0, 256, True), (256, 512, True), (512, 768, False), (768, 1000, False)]
-    assert _spans(SCENARIO_A_EARLY.plan("pre_05c7ebf").sends) == _spans(SCENARIO_A.plan("pre_05c7ebf").sends)
+    assert _spans(SCENARIO_A_EARLY.plan(PRE).sends) == _spans(SCENARIO_A.plan(PRE).sends)
 
 
 def test_early_send_skips():
@@ -80,16 +83,16 @@ def test_early_send_skips():
 
 def test_scenario_b_decode_radix_hit_rows():
     """D=512: fixed scatters suffix slot 0 into rows [512, 768); before the fix into the cached rows [0, 256)."""
-    sends = SCENARIO_B.plan("fixed").sends
+    sends = SCENARIO_B.plan(FIXED).sends
     assert _spans(sends) == [(512, 768, 0, 16, 0, False), (768, 1000, 16, 15, 1, True)]
     assert scatter_token_range(0, 16, 512, 16) == (512, 768)
-    assert scatter_token_range(0, 16, 512, 16, "pre_05c7ebf") == (0, 256)
+    assert scatter_token_range(0, 16, 512, 16, PRE) == (0, 256)
     assert scatter_token_range(16, 15, 512, 16) == (768, 1008)
 
 
 def test_scenario_d_non_aligned_prefix():
     assert not staging_prefix_accepted(SCENARIO_D.decode_prefix_len, 16)
-    assert staging_prefix_accepted(SCENARIO_D.decode_prefix_len, 16, "pre_05c7ebf")
+    assert staging_prefix_accepted(SCENARIO_D.decode_prefix_len, 16, PRE)
     assert staging_prefix_accepted(512, 16)
 
 
@@ -100,10 +103,10 @@ def _writes(case, variant):
 def test_scenario_a_staged_bytes_depend_on_tp_direction():
     """Section 2.5 item 1: with P_tp > D_tp the 54-page send exceeds the prefill buffer and the room fails;
     with P_tp < D_tp it fits the buffer, passes the rest-of-ring check and overruns slot 0 into slots 1-3."""
-    assert _writes(STAGED_A_DOWN, "fixed")[:2] == [(0, 0, 0, 2048, 4096, True), (0, 1, 0, 4096, 4096, True)]
-    assert _writes(STAGED_A_DOWN, "pre_05c7ebf")[:2] == [(0, 0, 0, 6912, 4096, False), (0, 1, 0, 8960, 4096, False)]
-    assert all(w[-1] for w in _writes(STAGED_A_UP, "fixed"))
-    assert _writes(STAGED_A_UP, "pre_05c7ebf") == [(0, 0, 0, 6912, 2048, True), (1, 0, 3, 1152, 1920, True)]
+    assert _writes(STAGED_A_DOWN, FIXED)[:2] == [(0, 0, 0, 2048, 4096, True), (0, 1, 0, 4096, 4096, True)]
+    assert _writes(STAGED_A_DOWN, PRE)[:2] == [(0, 0, 0, 6912, 4096, False), (0, 1, 0, 8960, 4096, False)]
+    assert all(w[-1] for w in _writes(STAGED_A_UP, FIXED))
+    assert _writes(STAGED_A_UP, PRE) == [(0, 0, 0, 6912, 2048, True), (1, 0, 3, 1152, 1920, True)]
     assert layout.prefill_buffer_bytes(LLAMA_31_8B, 16, 16, 1, 2) == 2048  # one writer's share of a slot
 
 
@@ -153,8 +156,22 @@ def test_config_errors_name_the_field():
         StagingPlanConfig(1000, 1000, 16)
     with pytest.raises(ConfigError, match="chunked_prefill_size"):
         StagingPlanConfig(1000, 0, 16, 0)
-    with pytest.raises(ConfigError, match="variant"):
-        plan.floor_non_last_end(10, 0, 1, 4, "old")
+    with pytest.raises(ConfigError, match="--variant: expected one of fixed, pre_05c7ebf"):
+        VARIANTS["old"]
+
+
+def test_each_flag_is_one_05c7ebf_change_read_where_it_was_made():
+    """Turning one flag of `fixed` off changes only the function that reads it."""
+    assert all(FIXED.flags().values()) and not any(PRE.flags().values())
+    off = {name: StagingVariant("probe", **{**FIXED.flags(), name: False}) for name in FIXED.flags()}
+    assert plan.floor_non_last_end(864, 0, 16, 256, off["grid_floored_sends"]) == 864
+    assert plan.floor_non_last_end(864, 0, 16, 256, off["grid_segmented_sends"]) == 768
+    assert _spans(SCENARIO_A.plan(off["grid_segmented_sends"]).sends)[0] == (0, 768, 0, 48, 0, False)
+    assert _spans(SCENARIO_A_EARLY.plan(off["early_send_under_staging"]).sends) == _spans(SCENARIO_A.plan(FIXED).sends)
+    assert staging_prefix_accepted(500, 16, off["aligned_prefix_check"])
+    assert scatter_token_range(0, 16, 512, 16, off["scatter_adds_decode_prefix"]) == (0, 256)
+    assert plan.prefill_write_accepted(20, 4, 16, 0, 64, 8, off["slot_size_write_check"])
+    assert not plan.prefill_write_accepted(20, 4, 16, 0, 64, 8, FIXED)
 
 
 # ---- the ring ---------------------------------------------------------------------------------------------------
@@ -195,13 +212,13 @@ def test_watermark_gate_and_merge():
 
 @pytest.mark.parametrize("name", STAGING_PROPS)
 def test_every_property_holds_on_fixed(name):
-    result = run_property(PROPS[name], "fixed", max_examples=150, seed=0)
+    result = run_property(PROPS[name], FIXED, max_examples=150, seed=0)
     assert result.status == "passed", result.message
 
 
 @pytest.mark.parametrize("name", BROKEN_BEFORE_FIX)
 def test_pre_fix_variant_fails_without_pinned_examples(name):
-    result = run_property(PROPS[name], "pre_05c7ebf", max_examples=500, seed=0, use_examples=False)
+    result = run_property(PROPS[name], PRE, max_examples=500, seed=0, use_examples=False)
     assert result.status == "failed", name
 
 
@@ -209,9 +226,9 @@ def test_pre_fix_variant_fails_without_pinned_examples(name):
 def test_pinned_scenarios_fail_on_pre_fix(name):
     case = {"scatter_rows_stay_in_suffix": SCENARIO_B, "misaligned_decode_prefix_fails_room": SCENARIO_D,
             "staged_writes_stay_in_slot": STAGED_A_UP, "staged_writes_accepted": STAGED_A_DOWN}.get(name, SCENARIO_A)
-    PROPS[name](case, "fixed")
+    PROPS[name](case, FIXED)
     with pytest.raises(AssertionError):
-        PROPS[name](case, "pre_05c7ebf")
+        PROPS[name](case, PRE)
 
 
 def test_bug_report_reproduces_fast_and_shrinks():
@@ -226,7 +243,7 @@ def test_bug_report_reproduces_fast_and_shrinks():
 # ---- planted mutations: properties true by construction on both variants can still fail ------------------------
 
 def _fails(name, max_examples=300):
-    result = run_property(PROPS[name], "fixed", max_examples=max_examples, seed=0, use_examples=False)
+    result = run_property(PROPS[name], FIXED, max_examples=max_examples, seed=0, use_examples=False)
     return result.status == "failed"
 
 
@@ -250,7 +267,7 @@ def test_segments_property_fails_when_cut_from_start(monkeypatch):
 def test_last_send_property_fails_when_every_segment_is_last(monkeypatch):
     real = plan.send_batch
 
-    def all_last(cfg, cursor, end, last, variant="fixed", early=False):
+    def all_last(cfg, cursor, end, last, variant=FIXED, early=False):
         cursor, calls = real(cfg, cursor, end, last, variant, early)
         return cursor, tuple(replace(c, is_last=last) for c in calls)
     monkeypatch.setattr(plan, "send_batch", all_last)
@@ -260,7 +277,7 @@ def test_last_send_property_fails_when_every_segment_is_last(monkeypatch):
 def test_cursor_property_fails_when_curr_idx_drifts(monkeypatch):
     real = plan.send_batch
 
-    def drift(cfg, cursor, end, last, variant="fixed", early=False):
+    def drift(cfg, cursor, end, last, variant=FIXED, early=False):
         new, calls = real(cfg, cursor, end, last, variant, early)
         return (replace(new, curr_idx=new.curr_idx + 1) if calls else new), calls
     monkeypatch.setattr(plan, "send_batch", drift)
@@ -283,7 +300,7 @@ def _without_replication(h, p, d, pr, dr):
 
 def test_head_property_fails_without_gqa_replication_terms(monkeypatch):
     monkeypatch.setattr(layout, "compute_head_slice_params", _without_replication)
-    result = run_property(PROPS["head_slices_cover_decode_heads"], "fixed", max_examples=300, seed=0)
+    result = run_property(PROPS["head_slices_cover_decode_heads"], FIXED, max_examples=300, seed=0)
     assert result.status == "failed" and "global heads" in result.message
 
 

@@ -1,8 +1,16 @@
-"""pd-staging timed simulation: outcomes, timers, leaks, determinism, replay."""
+"""pd-staging timed simulation: outcomes, timers, leaks, determinism, replay, and the actions it took."""
+
+import json
+
+import pytest
 
 from kvsim.app import catalog
 from kvsim.app.simulate import replay_trace, simulate_model
+from kvsim.engine.errors import ConfigError
+from kvsim.engine.system import run_actions
 from kvsim.engine.trace import read_trace
+from kvsim.models.pd_staging import DESCRIPTOR
+from kvsim.models.pd_staging.sim import trace_actions
 
 SPEC = catalog.load().model("pd-staging")
 
@@ -51,3 +59,46 @@ def test_trace_replays_and_is_seeded(tmp_path):
     path = tmp_path / "staging.jsonl"
     a.recorder.write(str(path))
     assert replay_trace(read_trace(str(path)), SPEC).matches
+
+
+# -- what the simulation advertises it accepts -----------------------------------------------------------
+
+@pytest.mark.parametrize("writers", [4, DESCRIPTOR.sim_config.__dataclass_fields__["writers"].default])
+def test_every_advertised_writer_count_simulates(writers):
+    """`--param writers=4` was advertised (1..8) and refused (<= 2): the bound is now written once."""
+    spec = next(s for s in SPEC.sim_params if s.name == "writers")
+    assert spec.minimum <= writers <= spec.maximum
+    s = run(writers=writers, requests=30).summary
+    assert s["outcomes"] == {"Success": 30} and s["violations"] == []
+
+
+def test_largest_advertised_writer_count_simulates():
+    top = next(s for s in SPEC.sim_params if s.name == "writers").maximum
+    s = simulate_model(SPEC, "fixed", 0, [f"writers={top}", "requests=10"]).summary
+    assert s["outcomes"] == {"Success": 10} and s["violations"] == []
+    with pytest.raises(ConfigError, match="writers"):
+        simulate_model(SPEC, "fixed", 0, [f"writers={top + 1}"])
+
+
+def test_every_numeric_param_has_a_maximum():
+    for spec in SPEC.params + SPEC.sim_params:
+        if spec.kind in ("int", "float", "ints"):
+            assert spec.maximum is not None, spec.name
+
+
+# -- the simulation is a timing policy: its recorded actions replay through the transition system ---------
+
+@pytest.mark.parametrize("variant, seed, faults", [
+    ("fixed", 0, None),
+    ("fixed", 3, "drop=0.02,delay=0.1:0.5,duplicate=0.02"),
+    ("pre_05c7ebf", 1, "drop=0.05,reorder=0.1"),
+    ("fixed", 2, "duplicate=0.05,crash=prefill@1.5"),
+])
+def test_recorded_actions_replay_to_the_drivers_state(variant, seed, faults):
+    result = run(variant, faults, seed, requests=25)
+    steps = [json.loads(line) for line in result.recorder.lines()[1:-1]]  # through JSON, as a trace file holds them
+    actions = trace_actions(steps)
+    assert actions == result.driver.actions and len(actions) > 100
+    assert type(actions[0]) is type(result.driver.actions[0])  # decoded to the typed record, not a plain tuple
+    states = run_actions(result.driver.system, actions)
+    assert states[-1] == result.driver.state

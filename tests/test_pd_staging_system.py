@@ -3,16 +3,31 @@
 import pytest
 
 from kvsim.app import catalog
-from kvsim.engine.explore import explore
 from kvsim.app.repro import reproduce
+from kvsim.engine.actions import decode
+from kvsim.engine.canon import to_jsonable
+from kvsim.engine.explore import explore
 from kvsim.engine.runner import run_property
 from kvsim.engine.system import first_violation, run_actions
-from kvsim.models.pd_staging import data
 from kvsim.models.pd_common.status import KVPoll
-from kvsim.models.pd_staging.system import DOWN, UP, PdStaging, build_system
-from kvsim.models.pd_staging.data import StagingSystemConfig as Config
+from kvsim.models.pd_staging import DESCRIPTOR, data
+from kvsim.models.pd_staging.actions import ACTIONS, DOWN, UP
+from kvsim.models.pd_staging.data import StagingSystemConfig
+from kvsim.models.pd_staging.system import PdStaging
+from kvsim.models.pd_staging.variants import FIXED, VARIANTS
 
 REG = catalog.load()
+PRE = VARIANTS["pre_05c7ebf"]
+
+
+def Config(faults=(), **kw):
+    """The system config with no fault kinds unless named (the explore default names three)."""
+    return StagingSystemConfig(faults=",".join(faults), **kw)
+
+
+def typed(actions):
+    """Actions written as plain tuples, as the system's typed records (what `enabled` lists)."""
+    return [decode(to_jsonable(a), ACTIONS) for a in actions]
 PRIORITY = ("deliver", "scatter_done", "batch", "work", "clear")  # no timeouts, no faults
 
 
@@ -35,7 +50,7 @@ def happy_path(system, limit=5000):
 
 
 def _explore(variant, **kw):
-    result = explore(PdStaging(Config(**kw), variant))
+    result = explore(PdStaging(variant, Config(**kw)))
     assert result.bound_hit is None
     return result, {v.property: v for v in result.violations}
 
@@ -47,7 +62,7 @@ SETUP = dict(page_size=16, chunked_prefill_size=256, prompt_len=1000, timeouts=F
 
 def test_scenario_a_prefill_radix_hit_llama_4_to_2():
     """A: prefill hit 608. Fixed: slots 0..3 of 16, 16, 16, 15 pages, each sent once, KV equal to the prefill's."""
-    fixed = PdStaging(Config(writers=2, prefill_hit=608, **SETUP), "fixed")
+    fixed = PdStaging(FIXED, Config(writers=2, prefill_hit=608, **SETUP))
     assert fixed.slot_pages == (16, 16, 16, 15)
     sends = [(c.page_start, c.num_pages, c.chunk_idx) for g in fixed.groups for c in g]
     assert sends == [(0, 16, 0), (16, 16, 1), (32, 16, 2), (48, 15, 3)]
@@ -56,7 +71,7 @@ def test_scenario_a_prefill_radix_hit_llama_4_to_2():
     assert data.row_mismatches(state.decode[0].rows, fixed.cfg, 0, allow_unwritten=False) == []
     assert state.ring.allocations == () and fixed.done(state)
     # before the fix (P_tp 4 > D_tp 2): one 54-page send does not fit the one-slot prefill buffer: the room fails
-    pre = PdStaging(Config(writers=2, prefill_hit=608, **SETUP), "pre_05c7ebf")
+    pre = PdStaging(PRE, Config(writers=2, prefill_hit=608, **SETUP))
     assert [(c.page_start, c.num_pages, c.chunk_idx) for g in pre.groups for c in g] == [(0, 54, 0), (54, 9, 3)]
     state, bad = happy_path(pre)
     assert bad is None and state.decode[0].status == KVPoll.Failed
@@ -64,16 +79,16 @@ def test_scenario_a_prefill_radix_hit_llama_4_to_2():
 
 def test_scenario_a_one_writer_overruns_before_the_fix():
     """A with P_tp < D_tp (one writer, a quarter of its heads): the 54-page send fits the buffer, overruns slot 0."""
-    state, bad = happy_path(PdStaging(Config(writers=1, prefill_hit=608, **SETUP), "pre_05c7ebf"))
+    state, bad = happy_path(PdStaging(PRE, Config(writers=1, prefill_hit=608, **SETUP)))
     assert bad[0] == "slot_writes_within_size" and "54 pages" in bad[1] and "slot 0" in bad[1]
 
 
 def test_scenario_b_decode_radix_hit():
     """B: D 512. Before: slot 0 is scattered into rows [0, 256), the shared prefix. After: rows [512, 768)."""
     cfg = Config(decode_prefix_len=512, **SETUP)
-    state, bad = happy_path(PdStaging(cfg, "pre_05c7ebf"))
+    state, bad = happy_path(PdStaging(PRE, cfg))
     assert bad[0] == "shared_prefix_rows_unchanged" and "token 0 head 0: room 0 token 512" in bad[1]
-    fixed = PdStaging(cfg, "fixed")
+    fixed = PdStaging(FIXED, cfg)
     state, bad = happy_path(fixed)
     assert bad is None and state.decode[0].status == KVPoll.Success and state.prefix == data.initial_prefix(cfg)
     assert state.decode[0].rows[0] == data.value(0, 512, 0)
@@ -86,42 +101,42 @@ def test_scenario_c_reordered_chunk_keeps_room_open():
              ("deliver", DOWN, 0, ("RSP", 0, 0, 0, 0, 0, 0, 1)), ("deliver", DOWN, 0, ("RSP", 0, 1, 0, 1, 1, 0, 2)),
              ("work", 0)]
     cfg = Config(chunked_prefill_size=1, prompt_len=2, timeouts=False)
-    fixed = PdStaging(cfg, "fixed")
-    after = run_actions(fixed, trace)[-1]
+    fixed = PdStaging(FIXED, cfg)
+    after = run_actions(fixed, typed(trace))[-1]
     room = after.prefill[0][0]
     assert room.status == KVPoll.Success and room.outstanding == 1 and room.infos
     assert ("clear", 0, 0) not in fixed.enabled(after)  # poll says Transferring
-    after = fixed.step(after, ("work", 0))  # the deferred chunk transfers, then teardown
+    after = fixed.step(after, typed([("work", 0)])[0])  # the deferred chunk transfers, then teardown
     assert after.prefill[0][0].outstanding == 0 and not after.prefill[0][0].infos
-    pre = PdStaging(cfg, "pre_05c7ebf")
-    states = run_actions(pre, trace)
+    pre = PdStaging(PRE, cfg)
+    states = run_actions(pre, typed(trace))
     assert first_violation(pre, states[-1])[0] == "no_early_teardown"
-    dropped = pre.step(states[-1], ("work", 0))
+    dropped = pre.step(states[-1], typed([("work", 0)])[0])
     assert dropped.queues == ((),) and dropped.memory[0] == data.GARBAGE  # slot 0 never written
 
 
 def test_scenario_d_unaligned_decode_prefix():
     """D: D 500 at ps 16. Fixed fails the room at registration, scatters nothing; before, it scattered."""
     cfg = Config(decode_prefix_len=500, **SETUP)
-    fixed = PdStaging(cfg, "fixed")
+    fixed = PdStaging(FIXED, cfg)
     init = fixed.initial_states()[0]
     assert init.decode[0].status == KVPoll.Failed and init.chans[DOWN][0] == (("ABORT", 0, 0),)
     state, bad = happy_path(fixed)
     assert bad is None and fixed.done(state) and set(state.decode[0].rows) == {data.UNWRITTEN}
-    state, bad = happy_path(PdStaging(cfg, "pre_05c7ebf"))
+    state, bad = happy_path(PdStaging(PRE, cfg))
     assert bad[0] == "unaligned_prefix_fails_room"
 
 
 # -- exhaustive search -----------------------------------------------------------------------------
 
 def test_fixed_default_configuration_is_clean():
-    system = build_system("fixed", {p.name: p.default for p in REG.model("pd-staging").params})
+    system = DESCRIPTOR.build_system(FIXED, {p.name: p.default for p in REG.model("pd-staging").params})
     result = explore(system)
     assert result.violations == [] and result.bound_hit is None and result.states > 1000
 
 
 def test_l1_without_faults_every_room_succeeds_on_both_sides():
-    result, violations = _explore("fixed", rooms=2, prompt_len=1, timeouts=False)
+    result, violations = _explore(FIXED, rooms=2, prompt_len=1, timeouts=False)
     assert violations == {}
     store = result._store
     finals = [s for s, done in zip(store.states, store.done) if done]
@@ -130,7 +145,7 @@ def test_l1_without_faults_every_room_succeeds_on_both_sides():
 
 
 def test_pre_fix_violations_on_the_default_configuration():
-    _, violations = _explore("pre_05c7ebf", faults=("drop_ready", "abort", "peer_death"))
+    _, violations = _explore(PRE, faults=("drop_ready", "abort", "peer_death"))
     assert set(violations) == {"no_early_teardown", "every_room_concludes"}
 
 
@@ -143,10 +158,10 @@ def test_deadline_fails_the_room_after_a_lost_chunk_ready():
              ("deliver", DOWN, 0, ("RSP", 0, 0, 0, 0, 0, 0, 1)), ("deliver", DOWN, 0, ("RSP", 0, 1, 0, 1, 1, 0, 2)),
              ("work", 0), ("work", 0), ("drop", UP, 0, ready0), ("deliver", UP, 0, ready1),
              ("deliver", UP, 0, ("STATUS", 0, 0, int(KVPoll.Success))), ("scatter_done", 0, 1)]
-    fixed = PdStaging(cfg, "fixed")
-    stuck = run_actions(fixed, trace)[-1]
+    fixed = PdStaging(FIXED, cfg)
+    stuck = run_actions(fixed, typed(trace))[-1]
     assert stuck.decode[0].all_success and ("deadline", 0) in fixed.enabled(stuck)
-    assert fixed.step(stuck, ("deadline", 0)).decode[0].status == KVPoll.Failed
+    assert fixed.step(stuck, typed([("deadline", 0)])[0]).decode[0].status == KVPoll.Failed
 
 
 @pytest.mark.parametrize("bug_id", [
@@ -178,7 +193,7 @@ def test_open_findings_counterexamples():
     dup = reproduce(REG.bug("sglang-05c7ebf-staging-dup-ready"))
     assert dup.counterexample["trace"][-3][0] == "duplicate" and "head 1: stale ring bytes" in dup.message
     # one lost STAGING_REQ is masked when two writers prefetch the same slot
-    _, violations = _explore("fixed", writers=2, prompt_len=2, chunked_prefill_size=1, faults=("drop_req",),
+    _, violations = _explore(FIXED, writers=2, prompt_len=2, chunked_prefill_size=1, faults=("drop_req",),
                              timeouts=False)
     assert "success_commits_prefill_kv" not in violations
 
@@ -187,17 +202,17 @@ def test_stale_write_after_release_needs_a_wrapped_ring():
     bad = reproduce(REG.bug("sglang-05c7ebf-staging-stale-write-after-release"))
     assert ["abort", 0] in bad.counterexample["trace"] and "room 1" in bad.message and "room 0 token 0" in bad.message
     # with room for both slots there is no wrap, and no stale write lands in another room's slot
-    _, violations = _explore("fixed", rooms=2, prompt_len=1, faults=("abort",), timeouts=False)
+    _, violations = _explore(FIXED, rooms=2, prompt_len=1, faults=("abort",), timeouts=False)
     assert violations == {}
     # the waiting timeout does the same as the abort
-    _, violations = _explore("fixed", rooms=2, prompt_len=1, ring_units=1)
+    _, violations = _explore(FIXED, rooms=2, prompt_len=1, ring_units=1)
     assert "suffix_rows_match_prefill" in violations
 
 
 # -- invariants can fail; stateful property ---------------------------------------------------------
 
 def test_invariants_fail_on_planted_states():
-    system = PdStaging(Config(decode_prefix_len=1, prompt_len=3), "fixed")
+    system = PdStaging(FIXED, Config(decode_prefix_len=1, prompt_len=3))
     s = system.initial_states()[0]
     checks = {i.name: i for i in system.invariants}
     assert all(i.check(s) is None for i in system.invariants)
@@ -215,12 +230,12 @@ def test_invariants_fail_on_planted_states():
 
 def test_stateful_property():
     prop = REG.property("pd-staging", "staging_invariants")
-    assert run_property(prop, "fixed", max_examples=60, seed=0).status == "passed"
-    bad = run_property(prop, "pre_05c7ebf", max_examples=500, seed=0,
+    assert run_property(prop, FIXED, max_examples=60, seed=0).status == "passed"
+    bad = run_property(prop, PRE, max_examples=500, seed=0,
                        params=dict(REG.bug("sglang-05c7ebf-staging-prefix-overwrite").params))
     assert bad.status == "failed" and bad.counterexample["invariant"] == "shared_prefix_rows_unchanged"
 
 
 def test_bad_fault_kind_is_a_config_error():
     with pytest.raises(ValueError, match="faults"):
-        build_system("fixed", {**{p.name: p.default for p in REG.model("pd-staging").params}, "faults": "meteor"})
+        DESCRIPTOR.build_system(FIXED, {**{p.name: p.default for p in REG.model("pd-staging").params}, "faults": "meteor"})

@@ -8,19 +8,22 @@ from kvsim.engine.explore import explore
 from kvsim.app.repro import reproduce
 from kvsim.engine.runner import run_property
 from kvsim.models.swa_budget import resume as swa_budget
-from kvsim.models.swa_budget.resume import (ResumeResult, RetractedReq, physical_pages, prealloc_required_tokens, resume_retracted_reqs,
-                               swa_tail_len)
+from kvsim.models.swa_budget import DESCRIPTOR
+from kvsim.models.swa_budget.resume import (FIXED, VARIANTS, ResumeResult, RetractedReq, physical_pages,
+                                           prealloc_required_tokens, resume_retracted_reqs, swa_tail_len)
 from kvsim.models.swa_budget.scheduler import SchedulerConfig, SwaScheduler
-from kvsim.properties.swa_budget.resume import MINIMAL_CASE, UPSTREAM_CASE, make_system
+from kvsim.properties.swa_budget.cases import MINIMAL_CASE, UPSTREAM_CASE
 
-REG = catalog.load()
+PRE = VARIANTS["pre_af7c62e"]
+
+REG = catalog.load()  # noqa: the whole catalog (other models too)
 PROPS = {p.name: p for p in REG.properties_of("swa-budget")}
 DATA_PROPS = [name for name, p in PROPS.items() if p.kind == "data"]
 
 
 def test_upstream_regression_fixed():
     """test_paged_swa_retraction_resume_uses_physical_page_budget: 3 resumed, 1 queued, 3 calls, 384 left."""
-    r = UPSTREAM_CASE.run("fixed")
+    r = UPSTREAM_CASE.run(FIXED)
     assert r.resumed == (0, 1, 2)
     assert [q.rid for q in r.remaining] == [3]
     assert len(r.alloc_calls) == 3 and all(c.ok for c in r.alloc_calls)
@@ -30,7 +33,7 @@ def test_upstream_regression_fixed():
 
 
 def test_upstream_regression_pre_fix_admits_four_and_fourth_allocation_fails():
-    r = UPSTREAM_CASE.run("pre_af7c62e")
+    r = UPSTREAM_CASE.run(PRE)
     assert [c.rid for c in r.alloc_calls] == [0, 1, 2, 3]
     assert [c.ok for c in r.alloc_calls] == [True, True, True, False]
     assert 4 * 574 == 2296 <= 2304  # the raw charge that lets the 4th in
@@ -38,21 +41,21 @@ def test_upstream_regression_pre_fix_admits_four_and_fourth_allocation_fails():
 
 
 def test_minimal_case():
-    fixed, old = MINIMAL_CASE.run("fixed"), MINIMAL_CASE.run("pre_af7c62e")
+    fixed, old = MINIMAL_CASE.run(FIXED), MINIMAL_CASE.run(PRE)
     assert fixed.resumed == (0,) and [q.rid for q in fixed.remaining] == [1] and fixed.error is None
     assert [c.ok for c in old.alloc_calls] == [True, False]  # admits both; the second needs a page that is not there
 
 
 def test_prealloc_required_tokens_numbers():
     assert prealloc_required_tokens(574, 128, 2047) == (640, 640)
-    assert prealloc_required_tokens(574, 128, 2047, variant="pre_af7c62e") == (574, 574)
+    assert prealloc_required_tokens(574, 128, 2047, variant=PRE) == (574, 574)
     assert prealloc_required_tokens(574, 128, 2047, reserved_decode_tokens=3, reserved_swa_tokens=1) == (643, 641)
-    assert prealloc_required_tokens(7, 1, 3) == prealloc_required_tokens(7, 1, 3, variant="pre_af7c62e") == (7, 3)
+    assert prealloc_required_tokens(7, 1, 3) == prealloc_required_tokens(7, 1, 3, variant=PRE) == (7, 3)
     # tail starts on a page boundary: F=300, W=100, P=64 -> floor_64(200)=192 -> tail 108 -> 2 pages
     assert swa_tail_len(300, 64, 100) == 108 and physical_pages(300, 64, 100) == (5, 2)
     assert prealloc_required_tokens(300, 64, 100) == (320, 128)
-    with pytest.raises(ConfigError, match="variant"):
-        prealloc_required_tokens(1, 1, 1, variant="old")
+    with pytest.raises(ConfigError, match="--variant: expected one of fixed, pre_af7c62e"):
+        DESCRIPTOR.variant("old")
 
 
 def test_head_of_line_blocking_and_request_slots():
@@ -86,7 +89,7 @@ def _planted(monkeypatch, fn):
 def test_b4_fails_on_over_rounding_mutation(monkeypatch):
     real = prealloc_required_tokens
 
-    def over_round(fill_len, page_size, window, r=0, r_swa=0, variant="fixed"):
+    def over_round(fill_len, page_size, window, r=0, r_swa=0, variant=FIXED):
         full, swa = real(fill_len, page_size, window, r, r_swa, variant)
         return full + page_size, swa  # charges one page too many
     _planted(monkeypatch, over_round)
@@ -97,9 +100,9 @@ def test_b4_fails_on_over_rounding_mutation(monkeypatch):
 def test_b5_fails_when_rounding_applies_at_page_size_one(monkeypatch):
     real = prealloc_required_tokens
 
-    def reserve_rounded(fill_len, page_size, window, r=0, r_swa=0, variant="fixed"):
+    def reserve_rounded(fill_len, page_size, window, r=0, r_swa=0, variant=FIXED):
         full, swa = real(fill_len, page_size, window, r, r_swa, variant)
-        return (full + 1, swa) if variant == "fixed" else (full, swa)
+        return (full + 1, swa) if variant.page_rounded_requirement else (full, swa)
     _planted(monkeypatch, reserve_rounded)
     result = run_property(PROPS["page_size_one_unchanged"], "fixed", max_examples=200, seed=0)
     assert result.status == "failed"
@@ -107,7 +110,7 @@ def test_b5_fails_when_rounding_applies_at_page_size_one(monkeypatch):
 
 def test_b1_fails_when_the_swa_check_is_skipped(monkeypatch):
     """Planted mutation: the loop checks only the full budget, as if the SWA budget were unlimited."""
-    from kvsim.properties.swa_budget import resume as props
+    from kvsim.properties.swa_budget import cases as props
     real = props.resume_retracted_reqs
     unlimited = 10**9
 
@@ -122,11 +125,12 @@ def test_b1_fails_when_the_swa_check_is_skipped(monkeypatch):
 
 
 def test_scheduler_explore_fixed_holds_and_pre_fix_crashes():
-    system = make_system("fixed", {"page_size": 2, "sliding_window": 4, "full_pages": 4, "swa_pages": 3,
-                                   "prompts": (1, 3, 2), "outputs": (3, 2, 2), "reserved_decode_tokens": 0})
+    system = DESCRIPTOR.build_system("fixed", {"page_size": 2, "sliding_window": 4, "full_pages": 4, "swa_pages": 3,
+                                              "prompts": (1, 3, 2), "outputs": (3, 2, 2),
+                                              "reserved_decode_tokens": 0})
     result = explore(system)
     assert result.violations == [] and result.states > 100 and result.hang_states == 0
-    old = explore(SwaScheduler(system.config, "pre_af7c62e"))
+    old = explore(SwaScheduler(PRE, system.config))
     (v,) = old.violations
     assert v.property == "no_failed_allocation" and v.trace[-1] == ["resume"]
     assert "KV cache is full" in v.message
@@ -138,12 +142,12 @@ def test_scheduler_explore_fixed_holds_and_pre_fix_crashes():
     SchedulerConfig(1, 3, 4, 3, (2, 1, 2), (2, 2, 1)),
 ])
 def test_scheduler_fixed_has_no_violation_or_hang(config):
-    result = explore(SwaScheduler(config, "fixed"))
+    result = explore(SwaScheduler(FIXED, config))
     assert result.violations == [] and result.bound_hit is None
 
 
 def test_scheduler_conservation_invariant_catches_a_leak():
-    system = SwaScheduler(SchedulerConfig(2, 4, 4, 3, (1, 3, 2), (3, 2, 2)))
+    system = SwaScheduler(FIXED, SchedulerConfig(2, 4, 4, 3, (1, 3, 2), (3, 2, 2)))
     state = system.step(system.initial_states()[0], ("arrive",))
     leaked = state._replace(full_free=state.full_free - 1)
     assert system.invariants[3].check(leaked).startswith("full pool")
@@ -173,7 +177,7 @@ def test_config_errors_name_the_field():
 
 def test_b3_fails_without_head_of_line_blocking(monkeypatch):
     """Planted mutation: a refused request is skipped and later ones are still tried."""
-    from kvsim.properties.swa_budget import resume as props
+    from kvsim.properties.swa_budget import cases as props
     real = props.resume_retracted_reqs
 
     def skipping(queue, *, full_budget, swa_budget, full_free_pages, swa_free_pages, **kw):
@@ -195,3 +199,21 @@ def test_b3_fails_without_head_of_line_blocking(monkeypatch):
     result = run_property(PROPS["resume_is_fifo_prefix"], "fixed", max_examples=300, seed=0, use_examples=False)
     assert result.status == "failed" and "expected the prefix" in result.message
 
+
+
+@pytest.mark.parametrize("variant,seed,requests", [("fixed", 0, 30), ("pre_af7c62e", 1, 200), ("fixed", 4, 60)])
+def test_simulation_actions_replay_through_the_transition_system(variant, seed, requests):
+    """The actions the simulation recorded in its trace, replayed by `run_actions`, reach the driver's state."""
+    from kvsim.app.simulate import simulate_model
+    from kvsim.engine.actions import decode
+    from kvsim.engine.system import run_actions
+    from kvsim.models.swa_budget.scheduler import ACTIONS
+
+    result = simulate_model(DESCRIPTOR, variant, seed, {"requests": requests})
+    recorded = [decode(step["data"]["action"], ACTIONS) for step in result.recorder.steps
+                if isinstance(step["data"], dict) and "action" in step["data"]]
+    assert recorded == result.driver.actions and len(recorded) > requests
+    states = run_actions(result.driver.system, recorded)
+    assert states[-1] == result.driver.state
+    if variant == "pre_af7c62e":
+        assert states[-1].fault is not None  # this seed crashes the pre-fix scheduler, as its summary says

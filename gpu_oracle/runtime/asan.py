@@ -1,16 +1,20 @@
 """Run kernels under AddressSanitizer in a child Python, and read its report.
 
 libasan has to be the first library a process loads, so it cannot be added
-to a running interpreter: the parent starts `python -m gpu_oracle.asan_run`
+to a running interpreter: the parent starts `python -m kvsim.gpu_oracle.runtime.asan_run`
 with `LD_PRELOAD=<libasan.so>`, the child loads the ASan build of the shim and
-runs either one case or a whole oracle check, and prints one JSON line. When
+runs either one case document of a kernel family (`run_case`) or a whole
+kernel property, and prints one JSON line. When
 a kernel stores out of bounds, ASan stops the child with exit code
 `ASAN_EXIT_CODE` and a report on stderr naming the access and the kernel's
-source line; `parse_report` turns that into an `AsanReport`.
+source line; `parse_report` turns that into an `AsanReport`, and
+`expect_clean` / `expect_overflow` turn a child's result into a property's
+verdict. `pack` / `unpack` carry arrays bit-exact through a case document.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -18,14 +22,11 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from kvsim.engine.canon import to_jsonable
-from kvsim.engine.errors import ConfigError
-from kvsim.models.kv_zeroing.zeroer import SegmentTable
-from kvsim.models.kv_zeroing.geometry import Arena
+from kvsim.engine.errors import ConfigError, PropertyViolation
 
 from . import build
 
@@ -116,8 +117,8 @@ def run_child(args: Sequence[str], *, stdin: str | None = None, timeout: float =
     # Build here, not in the child: the compiler must not run with libasan preloaded.
     for kernel in build.shim_kernels():
         build.build_shim(kernel, asan=True)
-    proc = subprocess.run([sys.executable, "-m", "kvsim.gpu_oracle.runtime.asan_run", *args], input=stdin, capture_output=True,
-                          text=True, env=child_env(), timeout=timeout)
+    proc = subprocess.run([sys.executable, "-m", "kvsim.gpu_oracle.runtime.asan_run", *args], input=stdin,
+                          capture_output=True, text=True, env=child_env(), timeout=timeout)
     output = None
     lines = proc.stdout.strip().splitlines()
     if proc.returncode == 0 and lines:
@@ -128,56 +129,37 @@ def run_child(args: Sequence[str], *, stdin: str | None = None, timeout: float =
     return ChildResult(proc.returncode, proc.stdout, proc.stderr, parse_report(proc.stderr), output)
 
 
-def case_document(arena: Arena, table: SegmentTable, block_ids: Sequence[int], *, fill: int = 0xA5,
-                  chunk_width: int | None = None) -> dict[str, Any]:
-    return {"arena": to_jsonable(arena), "table": to_jsonable(table), "block_ids": list(block_ids),
-            "fill": fill, "chunk_width": chunk_width}
+def run_case(family: str, document: Mapping[str, Any]) -> ChildResult:
+    """Run one case of kernel family `family` in an ASan child (`KernelFamily.run_document` on `document`)."""
+    return run_child(["case", family, "-"], stdin=json.dumps(document))
 
 
-def run_case(arena: Arena, table: SegmentTable, block_ids: Sequence[int], *, fill: int = 0xA5,
-             chunk_width: int | None = None) -> ChildResult:
-    """Zero `block_ids` by `table` in an ASan child, one malloc per allocation of `arena` filled with `fill`.
-
-    A clean run's output holds the SHA-256 of the resulting arena bytes, to compare with the reference.
-    """
-    document = case_document(arena, table, block_ids, fill=fill, chunk_width=chunk_width)
-    return run_child(["case", "-"], stdin=json.dumps(document))
+def pack(array: np.ndarray) -> dict[str, Any]:
+    """An array as JSON, bit-exact (NaN payloads included): hex bytes, dtype and shape."""
+    array = np.ascontiguousarray(array)
+    return {"hex": array.tobytes().hex(), "dtype": array.dtype.str, "shape": list(array.shape)}
 
 
-def gather_case_document(kv_cache: np.ndarray, block_table: np.ndarray, cu_seq_lens: Sequence[int],
-                         token_to_seq: Sequence[int], seq_starts: Sequence[int]) -> dict[str, Any]:
-    """A gather case as JSON: the cache as hex bytes (bit-exact, NaN payloads included) and the metadata."""
-    cache = np.ascontiguousarray(kv_cache)
-    return {"kv_cache": cache.tobytes().hex(), "dtype": cache.dtype.str, "shape": list(cache.shape),
-            "block_table": np.asarray(block_table).tolist(), "cu_seq_lens": [int(x) for x in cu_seq_lens],
-            "token_to_seq": [int(x) for x in token_to_seq], "seq_starts": [int(x) for x in seq_starts]}
+def unpack(doc: Mapping[str, Any]) -> np.ndarray:
+    """A writable array from `pack`'s document."""
+    return np.frombuffer(bytes.fromhex(doc["hex"]), dtype=np.dtype(doc["dtype"])).reshape(doc["shape"]).copy()
 
 
-def run_gather_case(kv_cache: np.ndarray, block_table: np.ndarray, cu_seq_lens: Sequence[int],
-                    token_to_seq: Sequence[int], seq_starts: Sequence[int]) -> ChildResult:
-    """Gather in an ASan child with the metadata as given (no bounds check), every array its own malloc.
-
-    A clean run's output holds the SHA-256 of the workspace bytes; wrong metadata ends in an ASan report.
-    """
-    document = gather_case_document(kv_cache, block_table, cu_seq_lens, token_to_seq, seq_starts)
-    return run_child(["gather", "-"], stdin=json.dumps(document))
+def sha256(array: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(array).tobytes()).hexdigest()
 
 
-def staging_case_document(kernel: str, pool: np.ndarray, pages: Sequence[int], params: Any, layout: Any,
-                          staging: np.ndarray, offset: int) -> dict[str, Any]:
-    """A PD staging copy as JSON: pool and staging buffer as hex bytes, the head slice and the slot layout."""
-    pool = np.ascontiguousarray(pool)
-    return {"kernel": kernel, "pool": pool.tobytes().hex(), "dtype": pool.dtype.str, "shape": list(pool.shape),
-            "pages": [int(p) for p in pages], "params": to_jsonable(params), "layout": to_jsonable(layout),
-            "staging": np.ascontiguousarray(staging, dtype=np.uint8).tobytes().hex(), "offset": int(offset)}
+def expect_clean(what: str, child: ChildResult, reference: np.ndarray) -> None:
+    """The child ran clean and its result bytes are the reference's."""
+    if not child.clean or child.output is None or child.output["sha256"] != sha256(reference):
+        raise PropertyViolation(f"{what}: expected a clean run with the reference bytes, got {child.explain()}")
 
 
-def run_staging_case(kernel: str, pool: np.ndarray, pages: Sequence[int], params: Any, layout: Any,
-                     staging: np.ndarray, offset: int) -> ChildResult:
-    """Gather (`kernel="gather"`) or scatter one writer in an ASan child, unchecked, the staging buffer its own malloc.
-
-    A clean run's output holds the SHA-256 of the result (the staging buffer or the pool); a layout larger
-    than the buffer ends in an ASan report.
-    """
-    document = staging_case_document(kernel, pool, pages, params, layout, staging, offset)
-    return run_child(["staging", "-"], stdin=json.dumps(document))
+def expect_overflow(what: str, child: ChildResult, access: str, source: str) -> AsanReport:
+    """ASan stopped the child with a heap-buffer-overflow `access` ("READ" or "WRITE") in `source`."""
+    report = child.report
+    if report is None or report.kind != "heap-buffer-overflow" or report.access != access \
+            or not report.file.endswith(source):
+        raise PropertyViolation(f"{what}: expected an ASan heap-buffer-overflow {access} in {source}, "
+                                f"got {child.explain()}")
+    return report

@@ -1,33 +1,65 @@
 """The catalog: every model, property and bug report, loaded on first use.
 
-This is the top of kvsim: it imports the `properties` package (which imports
-the models and registers them). Core modules never import it.
+This is the top of kvsim. `models()` imports each model package for its
+`DESCRIPTOR` only (what `explore`, `simulate` and `replay` need); `load()`
+also calls each properties package's `register(registry)`, which adds the
+model's properties and bug reports. Neither imports Hypothesis: strategies
+are imported when a property runs. Built-in models are listed in
+`kvsim.models.MODELS`; another installed package adds its own through the
+entry-point group `kvsim.models` (a `register(registry)` callable that adds a
+descriptor, properties and bug reports).
 """
 
 from __future__ import annotations
 
 import importlib
+from importlib import metadata
 from typing import Any
 
 from ..engine.registry import REGISTRY, Registry
 
-_loaded = False
+_state = {"models": False, "properties": False}
+
+
+def models() -> Registry:
+    """The registry with every built-in model's descriptor (no properties, no bug reports)."""
+    if not _state["models"]:
+        from .. import models as package
+
+        for name in package.MODELS:
+            REGISTRY.add_model(importlib.import_module(f"{package.__name__}.{name}").DESCRIPTOR)
+        _state["models"] = True
+    return REGISTRY
 
 
 def load() -> Registry:
-    global _loaded
-    if not _loaded:
-        importlib.import_module("kvsim.properties")
-        _loaded = True
+    """The whole catalog: descriptors, properties and bug reports, built-in and from entry points."""
+    models()
+    if not _state["properties"]:
+        from .. import models as package
+
+        for name in package.MODELS:
+            importlib.import_module(f"kvsim.properties.{name}").register(REGISTRY)
+        for entry in sorted(metadata.entry_points(group="kvsim.models"), key=lambda e: e.name):
+            entry.load()(REGISTRY)
+        _state["properties"] = True
     return REGISTRY
 
 
 def listing() -> dict[str, Any]:
     reg = load()
-    models = [{"name": m.name, "summary": m.summary, "source": m.source, "variants": list(m.variants),
-               "properties": [p.name for p in reg.properties_of(m.name)],
-               "explore": m.system is not None, "simulate": m.simulate is not None}
-              for m in reg.models.values()]
-    bugs = [{"id": b.id, "model": b.model, "variant": b.variant, "property": b.property, "source": b.source,
-             "summary": b.summary, "status": b.status, "note": b.note} for b in reg.bugs.values()]
-    return {"models": models, "bugs": bugs}
+    models_doc = [{"name": m.name, "summary": m.summary, "source": m.source, "variants": list(m.variants.names),
+                   "properties": [p.name for p in reg.properties_of(m.name)],
+                   "params": [_param_json(s) for s in m.params],
+                   "sim_params": [_param_json(s) for s in m.sim_params],
+                   "explore": m.system is not None, "simulate": m.simulate is not None}
+                  for m in reg.models.values()]
+    bugs = [{"id": b.id, "model": b.model, "variant": b.variant, "property": b.property, "invariant": b.invariant,
+             "check": b.check, "source": b.source, "summary": b.summary, "status": b.status, "note": b.note}
+            for b in reg.bugs.values()]
+    return {"models": models_doc, "bugs": bugs}
+
+
+def _param_json(spec: Any) -> dict[str, Any]:
+    return {"name": spec.name, "type": spec.kind, "default": spec.default, "minimum": spec.minimum,
+            "maximum": spec.maximum, "choices": list(spec.choices), "doc": spec.doc}

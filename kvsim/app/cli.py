@@ -14,33 +14,45 @@ import sys
 from typing import Any, Callable, Sequence
 
 from .. import __version__
-from . import catalog
 from ..engine.canon import canonical_json, to_jsonable
+from ..engine.descriptor import ModelDescriptor, RunSpec
 from ..engine.errors import ConfigError, KvsimError, TraceError
 from ..engine.explore import explore
-from ..engine.params import resolve
 from ..engine.progress import Progress
-from .repro import reproduce
-from ..engine.runner import run_property
-from .simulate import replay_trace, simulate_model
 from ..engine.trace import read_trace
+from . import catalog, counterexample
+
+
+EXIT_OK, EXIT_VIOLATION, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
+
+
+class UsageError(Exception):
+    """An argument the parser refused; reported like any other bad input (one line, JSON too)."""
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse prints usage + message and exits 2: keep that, say more
-        self.print_usage(sys.stderr)
-        self.exit(2, f"kvsim: error: {message}\n")
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)  # `--max-dept` is a typo to report, not `--max-depth`
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> None:  # one line, not argparse's usage block (`--help` has the usage)
+        raise UsageError(message)
 
 
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     p = _Parser(prog="kvsim", description="Deterministic simulator and property-based verifier for KV-cache "
-                                          "state machines of LLM inference engines.")
+                                          "state machines of LLM inference engines.",
+                epilog="exit codes: 0 everything held or reproduced; 1 a property or invariant was violated, or a "
+                       "bug report did not hold; 2 bad usage or bad input (one line on stderr; with --json also "
+                       '{"error": {"field", "expected", "received", "message"}} on stdout); 3 a bounded search '
+                       "ended without finding anything and without completing (not a proof)")
     p.add_argument("--version", action="version", version=f"kvsim {__version__}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    sub.add_parser("list", parents=[common], help="models, variants, properties, bug reports")
+    ls = sub.add_parser("list", parents=[common], help="models, variants, properties, bug reports")
+    ls.add_argument("model", nargs="?", help="one model: its variants, parameters (type, range, default), properties")
 
     c = sub.add_parser("check", parents=[common], help="run a model's properties on one variant")
     c.add_argument("model")
@@ -49,6 +61,7 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--max-examples", type=_positive_int("--max-examples"), default=200)
     c.add_argument("--seed", type=_int("--seed"), default=0)
     _model_params(c)
+    c.add_argument("--save", metavar="FILE", help="write the first counterexample here (kvsim replay FILE re-runs it)")
 
     r = sub.add_parser("repro", parents=[common], help="reproduce bug reports from the seeds")
     group = r.add_mutually_exclusive_group(required=True)
@@ -63,6 +76,7 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--max-states", type=_positive_int("--max-states"), default=1_000_000)
     _model_params(e)
     e.add_argument("--graph", metavar="FILE", help="write the state graph as GraphML")
+    e.add_argument("--save", metavar="FILE", help="write the first violation here (kvsim replay FILE re-runs it)")
     e.add_argument("--no-liveness", action="store_true", help="skip the hang search")
 
     s = sub.add_parser("simulate", parents=[common], help="timed, seeded simulation with fault injection")
@@ -74,8 +88,9 @@ def _parser() -> argparse.ArgumentParser:
     _model_params(s)
     s.add_argument("--self-check", action="store_true", help="run the seed twice and compare the digests")
 
-    rp = sub.add_parser("replay", parents=[common], help="re-run a trace and verify it matches")
-    rp.add_argument("trace")
+    rp = sub.add_parser("replay", parents=[common],
+                        help="re-run a simulation trace, or a saved counterexample of check or explore, and verify it")
+    rp.add_argument("trace", metavar="FILE")
 
     o = sub.add_parser("oracle", parents=[common], help="differential kernel checks on every available backend")
     o.add_argument("--max-examples", type=_positive_int("--max-examples"), default=50)
@@ -86,11 +101,23 @@ def _parser() -> argparse.ArgumentParser:
 def _model_params(p: argparse.ArgumentParser) -> None:
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                    help="model parameter (repeatable); `kvsim list --json` and a wrong name list them")
-    p.add_argument("--backend", help="shorthand for --param backend=NAME (PD models)")
+    p.add_argument("--backend", help="a model with a `backend` parameter (pd-protocol): shorthand for "
+                                     "--param backend=NAME; otherwise the kernel backend of the model's kernel "
+                                     "properties (torch-cpu, cpu-shim, cpu-shim-asan, torch-cuda, cupy-cuda)")
 
 
-def _params(args: argparse.Namespace) -> list[str]:
-    return list(args.param) + ([f"backend={args.backend}"] if args.backend is not None else [])
+def _params(args: argparse.Namespace, model: ModelDescriptor | None = None) -> list[str]:
+    """`--param` values, with `--backend` as `backend=` where the model has such a parameter."""
+    takes_backend = model is None or any(s.name == "backend" for s in model.params + model.sim_params)
+    backend = [f"backend={args.backend}"] if args.backend is not None and takes_backend else []
+    return list(args.param) + backend
+
+
+def _kernel_backend(args: argparse.Namespace, model: ModelDescriptor) -> str | None:
+    """`--backend` as the kernel backend: only for a model without a `backend` parameter."""
+    if getattr(args, "backend", None) is None or any(s.name == "backend" for s in model.params):
+        return None
+    return args.backend
 
 
 def _int(field: str) -> Callable[[str], int]:
@@ -111,16 +138,41 @@ def _positive_int(field: str) -> Callable[[str], int]:
     return parse
 
 
+def _paths(args: argparse.Namespace) -> None:
+    for flag in ("trace", "save", "graph"):
+        value = getattr(args, flag, None)
+        if value is not None and not value.strip() and not (flag == "trace" and args.command == "replay"):
+            raise ConfigError(f"--{flag}", "a file path", value)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    wants_json = "--json" in argv
     try:
+        args = _parser().parse_args(argv)
+        _paths(args)
         return COMMANDS[args.command](args)
+    except UsageError as exc:
+        return _fail(wants_json, {"field": "arguments", "expected": "a valid kvsim command line (kvsim --help)",
+                                  "received": " ".join(argv), "message": str(exc)}, f"{exc} (kvsim --help)")
+    except ConfigError as exc:
+        return _fail(wants_json, {"field": exc.field, "expected": exc.expected, "received": to_jsonable(exc.received),
+                                  "message": str(exc)}, str(exc))
     except KvsimError as exc:
-        print(f"kvsim: error: {exc}", file=sys.stderr)
-        return 2
+        fields = {"field": f"{exc.path}:{exc.line}", "expected": "a usable file", "received": exc.reason} \
+            if isinstance(exc, TraceError) else {"field": "", "expected": "", "received": ""}
+        return _fail(wants_json, {**fields, "message": str(exc)}, str(exc))
     except KeyboardInterrupt:
         print("kvsim: interrupted", file=sys.stderr)
         return 130
+
+
+def _fail(wants_json: bool, error: dict[str, Any], line: str) -> int:
+    """Bad input: one line on stderr; with --json also {"error": {field, expected, received, message}} on stdout."""
+    print(f"kvsim: error: {line}", file=sys.stderr)
+    if wants_json:
+        print(json.dumps({"error": error}, sort_keys=True))
+    return EXIT_USAGE
 
 
 def _emit(args: argparse.Namespace, document: dict[str, Any], text: Callable[[], str]) -> None:
@@ -147,8 +199,14 @@ def _short(value: Any, limit: int = 90) -> str:
 
 def cmd_list(args: argparse.Namespace) -> int:
     doc = catalog.listing()
+    if args.model:
+        catalog.load().model(args.model)
+        doc = {"models": [m for m in doc["models"] if m["name"] == args.model],
+               "bugs": [b for b in doc["bugs"] if b["model"] == args.model]}
 
     def text() -> str:
+        if args.model:
+            return _model_text(doc["models"][0], doc["bugs"])
         models = _table(["model", "variants", "properties", "source"],
                         [[m["name"], ",".join(m["variants"]), len(m["properties"]), m["source"]] for m in doc["models"]])
         props = "\n".join(f"  {m['name']}: {', '.join(m['properties'])}" for m in doc["models"])
@@ -160,37 +218,96 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _model_text(m: dict[str, Any], bugs: list[dict[str, Any]]) -> str:
+    def params(rows: list[dict[str, Any]]) -> str:
+        if not rows:
+            return "  (none)"
+        return _table(["parameter", "type", "default", "range", "meaning"],
+                      [[p["name"], p["type"], _value(p["default"]), _range(p), p["doc"]] for p in rows])
+
+    lines = [f"{m['name']}: {m['summary']}", f"source: {m['source']}", f"variants: {', '.join(m['variants'])}",
+             "", "explore / stateful parameters (--param NAME=VALUE):", params(m["params"]),
+             "", "simulate parameters (--param NAME=VALUE):", params(m["sim_params"]),
+             "", "properties: " + ", ".join(m["properties"]),
+             "", "bug reports: " + ", ".join(b["id"] for b in bugs)]
+    return "\n".join(lines)
+
+
+def _value(v: Any) -> str:
+    return ",".join(map(str, v)) if isinstance(v, (list, tuple)) else str(v)
+
+
+def _range(p: dict[str, Any]) -> str:
+    if p["choices"]:
+        return " | ".join(p["choices"])
+    lo = "" if p["minimum"] is None else _value(p["minimum"])
+    hi = "" if p["maximum"] is None else _value(p["maximum"])
+    return f"{lo}..{hi}" if lo or hi else "any"
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     reg = catalog.load()
-    spec = reg.model(args.model)
-    spec.check_variant(args.variant)
-    props = [reg.property(spec.name, name) for name in args.property] if args.property else reg.properties_of(spec.name)
-    given = _params(args)
-    # validated against the model, but only what the user set travels on (and into the replay line)
-    names = {text.partition("=")[0].strip() for text in given}
-    params = {k: v for k, v in resolve(spec.params, given).items() if k in names} or None
+    model = reg.model(args.model)
+    # model, variant and parameters are resolved here, once; only what the user set travels on
+    run = RunSpec.resolve(model, args.variant, _params(args, model))
+    backend = _kernel_backend(args, model)
+    props = [reg.property(model.name, name) for name in args.property] if args.property \
+        else reg.properties_of(model.name)
     progress = Progress(len(props), "check")
     results = []
     for prop in props:
         progress.step(prop.name)
-        results.append(run_property(prop, args.variant, max_examples=args.max_examples, seed=args.seed,
-                                    params=params))
+        results.append(_check_one(prop, run, args, backend))
     progress.close()
-    doc = {"model": spec.name, "variant": args.variant, "seed": args.seed, "results": [r.to_json() for r in results]}
+    doc = {"model": model.name, "variant": run.variant.name, "seed": args.seed, "max_examples": args.max_examples,
+           "params": run.given, "backend": backend, "results": [r.to_json() for r in results]}
+    failed = [r for r in results if r.status not in ("passed", "skipped")]
+    if args.save and failed:
+        counterexample.write(args.save, counterexample.check_document(run, failed[0], args.seed, args.max_examples,
+                                                                      backend))
 
     def text() -> str:
         rows = [[r.property, r.status, r.examples, f"{r.seconds:.3f}",
-                 _short(r.counterexample) if r.counterexample else ""] for r in results]
-        failed = [r for r in results if r.status != "passed"]
-        tail = "".join(f"\n{r.property}: {r.message}\n  replay: {r.replay}" for r in failed)
-        return f"{spec.name} [{args.variant}]\n" + _table(["property", "status", "examples", "seconds",
-                                                            "counterexample"], rows) + tail
+                 _short(r.counterexample) if r.counterexample else _short(r.message, 60) if r.status == "skipped"
+                 else ""] for r in results]
+        tail = ""
+        for r in failed:
+            tail += f"\n{r.property}: {r.message}"
+            program = (r.counterexample or {}).get("program") if isinstance(r.counterexample, dict) else None
+            if program:
+                tail += "\n  " + "\n  ".join(program)
+            tail += f"\n  replay: {r.replay}"
+        if args.save and failed:
+            tail += f"\ncounterexample saved to {args.save} (kvsim replay {args.save})"
+        return f"{model.name} [{run.variant.name}]\n" + _table(["property", "status", "examples", "seconds",
+                                                                 "counterexample"], rows) + tail
 
     _emit(args, doc, text)
-    return 0 if all(r.status == "passed" for r in results) else 1
+    return 0 if not failed else 1
+
+
+def _check_one(prop: Any, run: RunSpec, args: argparse.Namespace, backend: str | None) -> Any:
+    from ..engine.runner import PropertyResult, run_property  # Hypothesis is imported only to run properties
+
+    if prop.is_kernel:
+        if backend is None:
+            return PropertyResult(prop.name, prop.model, run.variant.name, "skipped", 0, 0.0,
+                                  message=f"a kernel property: choose --backend ({', '.join(prop.backends)}) "
+                                          "or run kvsim oracle")
+        from . import oracle
+
+        return oracle.run_kernel_property(prop, backend, variant=run.variant, max_examples=args.max_examples,
+                                          seed=args.seed)
+    if backend is not None:
+        return PropertyResult(prop.name, prop.model, run.variant.name, "skipped", 0, 0.0,
+                              message=f"not a kernel property: --backend {backend} does not apply")
+    return run_property(prop, run.variant, max_examples=args.max_examples, seed=args.seed,
+                        params=dict(run.given) or None)
 
 
 def cmd_repro(args: argparse.Namespace) -> int:
+    from .repro import reproduce
+
     reg = catalog.load()
     bugs = list(reg.bugs.values()) if args.all else [reg.bug(args.bug_id)]
     progress = Progress(len(bugs), "repro")
@@ -202,12 +319,13 @@ def cmd_repro(args: argparse.Namespace) -> int:
     doc = {"seed": args.seed, "bugs": [r.to_json() for r in results]}
 
     def text() -> str:
-        rows = [[r.bug.id, _short(r.bug.source, 40), r.bug.status, r.bug.property, r.examples, f"{r.seconds:.3f}",
+        rows = [[r.bug.id, _short(r.bug.source, 40), r.bug.status, r.bug.check,
+                 f"{r.examples} {'examples' if r.bug.property else 'states'}", f"{r.seconds:.3f}",
                  "yes" if r.reproduced else "no", {True: "yes", False: "NO", None: "-"}[r.fixed_passes],
                  "holds" if r.ok else "BROKEN", _short(r.counterexample, 50) if r.counterexample else ""]
                 for r in results]
         ok = sum(r.ok for r in results)
-        return _table(["bug", "upstream source", "status", "property", "examples", "seconds", "reproduced",
+        return _table(["bug", "upstream source", "status", "property / invariant", "searched", "seconds", "reproduced",
                        "fixed passes", "verdict", "counterexample"], rows) + \
             f"\n\n{ok} of {len(results)} bug reports hold"
 
@@ -216,13 +334,14 @@ def cmd_repro(args: argparse.Namespace) -> int:
 
 
 def cmd_explore(args: argparse.Namespace) -> int:
-    reg = catalog.load()
+    reg = catalog.models()
     spec = reg.model(args.model)
     if spec.system is None:
-        raise ConfigError("MODEL", f"a model with a transition system ({', '.join(m.name for m in reg.models.values() if m.system)})", spec.name)
-    spec.check_variant(args.variant)
-    params = resolve(spec.params, _params(args))
-    system = spec.system(args.variant, params)
+        with_system = ", ".join(m.name for m in reg.models.values() if m.system)
+        raise ConfigError("MODEL", f"a model with a transition system ({with_system})", spec.name)
+    run = RunSpec.resolve(spec, args.variant, _params(args, spec))
+    params = run.params
+    system = run.system()
     progress = Progress(None, "explore")
     result = explore(system, max_depth=args.max_depth, max_states=args.max_states,
                      check_liveness=not args.no_liveness,
@@ -235,24 +354,36 @@ def cmd_explore(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise ConfigError("--graph", "a writable file path", args.graph, exc.strerror or "") from None
     doc = {**result.to_json(), "params": params}
+    if args.save and result.violations:
+        counterexample.write(args.save, counterexample.explore_document(run, result.violations[0]))
 
     def text() -> str:
         head = (f"{spec.name} [{args.variant}] {result.states} states, {result.transitions} transitions, depth "
                 f"{result.depth}, {result.seconds:.3f} s ({result.states_per_second:,.0f} states/s)"
                 + (f", bound hit: {result.bound_hit}" if result.bound_hit else ""))
+        if not result.violations and result.bound_hit:
+            return (head + f"\nINCOMPLETE: the {result.bound_hit} bound stopped the search before every reachable "
+                           "state was seen; nothing was found, and nothing is proved (exit 3)")
         if not result.violations:
             return head + "\nall invariants hold" + ("" if args.no_liveness else "; no hang")
         body = "".join(f"\n{v.kind} {v.property}: {v.message}\n  path ({len(v.trace)} steps): "
                        f"{' -> '.join(_short(a, 40) for a in v.trace)}" for v in result.violations)
+        if args.save:
+            body += f"\nfirst violation saved to {args.save} (kvsim replay {args.save})"
         return head + body
 
     _emit(args, doc, text)
-    return 1 if result.violations else 0
+    if result.violations:
+        return 1
+    return EXIT_INCOMPLETE if result.bound_hit else 0
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    spec = catalog.load().model(args.model)
-    result = simulate_model(spec, args.variant, args.seed, _params(args), args.faults or None)
+    from .simulate import simulate_model
+
+    spec = catalog.models().model(args.model)
+    run = RunSpec.resolve(spec, args.variant, _params(args, spec), spec.sim_params)
+    result = simulate_model(spec, run.variant, args.seed, dict(run.params), args.faults or None)
     if args.trace:
         try:
             result.recorder.write(args.trace)
@@ -261,12 +392,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     doc = result.to_json()
     deterministic = True
     if args.self_check:
-        again = simulate_model(spec, args.variant, args.seed, _params(args), args.faults or None)
+        again = simulate_model(spec, run.variant, args.seed, dict(run.params), args.faults or None)
         deterministic = again.digest == result.digest
         doc["self_check"] = {"digest": again.digest, "matches": deterministic}
 
     def text() -> str:
-        lines = [f"{spec.name} [{args.variant}] seed {args.seed}: {result.events} events, simulated "
+        lines = [f"{spec.name} [{run.variant.name}] seed {args.seed}: {result.events} events, simulated "
                  f"{result.sim_time:.3f} s in {result.seconds:.3f} s", f"digest {result.digest}"]
         if args.self_check:
             lines.append(f"self-check: second run digest {doc['self_check']['digest']} "
@@ -281,8 +412,13 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
+    doc = counterexample.sniff(args.trace)
+    if doc is not None:
+        return _replay_counterexample(args, doc)
+    from .simulate import replay_trace
+
     trace = read_trace(args.trace)
-    reg = catalog.load()
+    reg = catalog.models()
     if trace.header["model"] not in reg.models:
         raise TraceError(trace.path, 1, f"unknown model {trace.header['model']!r} "
                                         f"(known: {', '.join(reg.models)})")
@@ -299,12 +435,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_oracle(args: argparse.Namespace) -> int:
-    try:
-        import kvsim.gpu_oracle as gpu_oracle
-    except ImportError as exc:
-        raise ConfigError("gpu_oracle", "an importable oracle package", str(exc)) from None
+    from . import oracle
+
     progress = Progress(None, "oracle")
-    doc = gpu_oracle.oracle_report(max_examples=args.max_examples, seed=args.seed, progress=progress.note)
+    doc = oracle.oracle_report(catalog.load(), max_examples=args.max_examples, seed=args.seed,
+                               progress=progress.note)
     progress.close()
 
     def text() -> str:
@@ -316,7 +451,21 @@ def cmd_oracle(args: argparse.Namespace) -> int:
         return f"{backends}\n\n{checks}"
 
     _emit(args, doc, text)
-    return 1 if any(c["status"] == "failed" for c in doc["checks"]) else 0
+    return 1 if any(c["status"] not in ("passed", "skipped") for c in doc["checks"]) else 0
+
+
+def _replay_counterexample(args: argparse.Namespace, doc: dict[str, Any]) -> int:
+    reg = catalog.load() if doc.get("command") == "check" else catalog.models()
+    result = counterexample.replay(args.trace, doc, reg)
+
+    def text() -> str:
+        head = (f"{args.trace}: {result.command} counterexample of {result.model} [{result.variant}] "
+                f"{result.check}: " + ("reproduced" if result.matches else "NOT reproduced"))
+        program = "".join(f"\n  {line}" for line in result.program)
+        return f"{head}\n  {result.message}{program}"
+
+    _emit(args, result.to_json(), text)
+    return 0 if result.matches else 1
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {

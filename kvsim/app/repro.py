@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..engine.explore import explore
-from ..engine.params import resolve
 from ..engine.registry import REGISTRY, BugReport
 from ..engine.runner import run_property
 
@@ -26,9 +25,13 @@ class ReproResult:
 
     def to_json(self) -> dict[str, Any]:
         b = self.bug
-        return {"id": b.id, "model": b.model, "variant": b.variant, "property": b.property, "source": b.source,
+        # a Hypothesis search counts examples, an exhaustive one states: each under its own name
+        counts = {"examples": self.examples, "states": None} if b.property else {"examples": None,
+                                                                                   "states": self.examples}
+        return {"id": b.id, "model": b.model, "variant": b.variant, "property": b.property,
+                "invariant": b.invariant, "check": b.check, "source": b.source,
                 "status": b.status, "reproduced": self.reproduced, "fixed_passes": self.fixed_passes,
-                "examples": self.examples, "seconds": round(self.seconds, 4),
+                **counts, "seconds": round(self.seconds, 4),
                 "counterexample": self.counterexample, "message": self.message}
 
     @property
@@ -57,13 +60,11 @@ def reproduce(bug: BugReport, seed: int = 0) -> ReproResult:
 
 def _reproduce_by_explore(bug: BugReport) -> ReproResult:
     spec = REGISTRY.model(bug.model)
-    assert spec.system is not None, f"bug {bug.id}: model {bug.model} has no transition system"
-    params = resolve(spec.params, dict(bug.params))
 
     def search(variant: str) -> tuple[Any, float, int]:
         start = time.perf_counter()
-        result = explore(spec.system(variant, params))
-        hit = next((v for v in result.violations if v.property == bug.property), None)
+        result = explore(spec.build_system(variant, dict(bug.params)))
+        hit = next((v for v in result.violations if v.property == bug.invariant), None)
         return hit, time.perf_counter() - start, result.states
 
     hit, seconds, states = search(bug.variant)

@@ -14,6 +14,8 @@ import json
 import math
 from typing import Any
 
+from .actions import Tagged
+
 
 _PLAIN = frozenset({type(None), bool, int, str})
 
@@ -28,6 +30,10 @@ def to_jsonable(value: Any) -> Any:
         return [to_jsonable(v) for v in value]
     if kind is dict:
         return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, Tagged):  # actions, messages, effects: the tuple they are, tag first
+        return [to_jsonable(v) for v in value]
+    if hasattr(kind, "__canon__"):  # a value that names its own JSON form (a variant: its name)
+        return to_jsonable(value.__canon__())
     if isinstance(value, (bool, int, str)):  # subclasses too: an IntEnum stays its integer, as JSON writes it
         return value
     if isinstance(value, float):

@@ -56,6 +56,7 @@ class ExploreResult:
         return {"model": self.model, "variant": self.variant, "states": self.states,
                 "transitions": self.transitions, "depth": self.depth, "seconds": round(self.seconds, 4),
                 "states_per_second": round(self.states_per_second, 1), "bound_hit": self.bound_hit,
+                "complete": self.bound_hit is None,
                 "hang_states": self.hang_states, "violations": [v.to_json() for v in self.violations]}
 
     def graph(self) -> nx.MultiDiGraph:
@@ -170,7 +171,7 @@ def explore(system: TransitionSystem[Any, Any], *, max_depth: int | None = None,
     if check_liveness:
         hang_states = _find_hangs(store, system, violations)
     seconds = time.perf_counter() - start
-    return ExploreResult(model=system.name, variant=system.variant, states=len(store.states),
+    return ExploreResult(model=system.name, variant=str(system.variant), states=len(store.states),
                          transitions=transitions, depth=max_depth_seen, seconds=seconds, bound_hit=bound_hit,
                          violations=list(violations.values()), hang_states=hang_states, _store=store)
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
+import typing
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
@@ -37,6 +40,8 @@ class ParamSpec:
                 value: Any = int(text)
             elif self.kind == "float":
                 value = float(text)
+                if not math.isfinite(value):
+                    raise ValueError(text)
             elif self.kind == "ints":
                 value = tuple(int(x) for x in text.split(",")) if text.strip() else ()
             else:
@@ -46,11 +51,14 @@ class ParamSpec:
         return self.validate(value)
 
     def validate(self, value: Any) -> Any:
+        """A typed value (from a trace header, a test or a saved counterexample): type, finiteness, range."""
         field = f"--param {self.name}"
         items = value if self.kind == "ints" else (value,)
         if self.kind == "ints" and not isinstance(value, tuple):
             raise ConfigError(field, self.expected(), value)
         for item in items:
+            if not _of_kind(item, self.kind):
+                raise ConfigError(field, self.expected(), value)
             if self.choices and item not in self.choices:
                 raise ConfigError(field, self.expected(), value)
             if self.minimum is not None and item < self.minimum:
@@ -58,6 +66,14 @@ class ParamSpec:
             if self.maximum is not None and item > self.maximum:
                 raise ConfigError(field, self.expected(), value)
         return value
+
+
+def _of_kind(item: Any, kind: str) -> bool:
+    if kind in ("int", "ints"):
+        return isinstance(item, int) and not isinstance(item, bool)
+    if kind == "float":
+        return isinstance(item, (int, float)) and not isinstance(item, bool) and math.isfinite(item)
+    return isinstance(item, str)
 
 
 def resolve(specs: Iterable[ParamSpec], given: Iterable[str] | Mapping[str, Any] = ()) -> dict[str, Any]:
@@ -83,5 +99,71 @@ def resolve(specs: Iterable[ParamSpec], given: Iterable[str] | Mapping[str, Any]
         if isinstance(raw, str) and spec.kind != "str":
             values[name] = spec.parse(raw)
         else:
-            values[name] = spec.validate(tuple(raw) if spec.kind == "ints" else raw)
+            values[name] = spec.validate(tuple(raw) if spec.kind == "ints" and isinstance(raw, list) else raw)
     return values
+
+
+# -- parameters declared once, on the config dataclass a model builds from them ----------------------
+
+_PARAM_KEY = "kvsim.param"
+
+
+@dataclass(frozen=True)
+class _ParamMeta:
+    doc: str
+    minimum: float | None
+    maximum: float | None
+    choices: tuple[str, ...]
+
+
+def param(default: Any, doc: str, *, minimum: float | None = None, maximum: float | None = None,
+          choices: tuple[str, ...] = ()) -> Any:
+    """A config dataclass field that is also a `--param`: its default, documentation and range in one place.
+
+        @dataclass(frozen=True)
+        class ProtocolConfig:
+            rooms: int = param(1, "requests sharing the prefill/decode pair", minimum=1, maximum=3)
+    """
+    return dataclasses.field(default=default, metadata={_PARAM_KEY: _ParamMeta(doc, minimum, maximum, choices)})
+
+
+def _kind(annotation: Any, name: str) -> str:
+    if annotation is bool or annotation is int:
+        return "int"
+    if annotation is float:
+        return "float"
+    if annotation is str:
+        return "str"
+    if typing.get_origin(annotation) is tuple and typing.get_args(annotation)[:1] == (int,):
+        return "ints"
+    raise TypeError(f"parameter {name}: no command-line form for type {annotation!r}")
+
+
+def params_of(config: type) -> tuple[ParamSpec, ...]:
+    """The `--param` specs of a config dataclass: every field declared with `param()`, in field order.
+
+    A `bool` field is the integer parameter 0 or 1 (`config_from` turns it back into a bool).
+    """
+    hints = typing.get_type_hints(config)
+    specs = []
+    for f in dataclasses.fields(config):
+        meta = f.metadata.get(_PARAM_KEY)
+        if meta is None:
+            continue
+        hint = hints[f.name]
+        is_bool = hint is bool
+        default = int(f.default) if is_bool else f.default
+        specs.append(ParamSpec(f.name, _kind(hint, f.name), default, meta.doc,
+                               minimum=0 if is_bool else meta.minimum, maximum=1 if is_bool else meta.maximum,
+                               choices=meta.choices))
+    return tuple(specs)
+
+
+def config_from(config: type, values: Mapping[str, Any]) -> Any:
+    """An instance of the config dataclass from resolved parameter values (bool fields from 0/1)."""
+    hints = typing.get_type_hints(config)
+    kwargs = {}
+    for f in dataclasses.fields(config):
+        if f.name in values:
+            kwargs[f.name] = bool(values[f.name]) if hints[f.name] is bool else values[f.name]
+    return config(**kwargs)

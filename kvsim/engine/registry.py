@@ -1,88 +1,76 @@
-"""What the catalog holds: models, properties, bug reports.
+"""What the catalog holds: model descriptors, properties, bug reports.
 
-Registration happens when `properties` is imported (see `kvsim.catalog`);
-this module knows nothing about any particular model.
+The registry knows nothing about any particular model. `kvsim.app.catalog`
+fills it: each model package's `DESCRIPTOR`, then each properties package's
+`register(registry)`. A variant name is checked once, here, at the boundary.
 """
 
 from __future__ import annotations
 
+import builtins
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from types import ModuleType
+from typing import Any, Iterable, Mapping
 
+from .descriptor import ModelDescriptor
 from .errors import ConfigError
-from .params import ParamSpec
 
 VALID_STATUSES = ("reproducible", "open upstream", "not reproducible")
 
 
 @dataclass(frozen=True)
-class ModelSpec:
-    """One engine behaviour: its variants and the entry points the drivers use.
-
-    `system(variant, params)` builds the transition system `explore` and the
-    Hypothesis adapter run; `simulate(sim, variant, params, faults)` drives the
-    timed simulator. Either may be None for a pure data-plane model.
-    """
-
-    name: str
-    summary: str
-    source: str
-    variants: tuple[str, ...]
-    params: tuple[ParamSpec, ...] = ()
-    system: Callable[[str, Mapping[str, Any]], Any] | None = None
-    simulate: Callable[..., Mapping[str, Any]] | None = None
-    sim_params: tuple[ParamSpec, ...] = ()
-    fault_kinds: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        if not self.variants or self.variants[0] != "fixed":
-            raise ConfigError(f"model {self.name}.variants", "a tuple starting with 'fixed'", self.variants)
-
-    def check_variant(self, variant: str) -> str:
-        if variant not in self.variants:
-            raise ConfigError("--variant", f"one of {', '.join(self.variants)} for model {self.name}", variant)
-        return variant
-
-
-@dataclass(frozen=True)
 class BugReport:
-    """A seed bug (or a finding) as data: the property must fail on `variant`."""
+    """A seed bug (or a finding) as data: the check must fail on `variant`.
+
+    A report names exactly one of `property` (a registered property, run by Hypothesis) or `invariant`
+    (an invariant of the model's transition system, or its liveness goal, found by exhaustive search
+    with `params`).
+    """
 
     id: str
     model: str
     variant: str
-    property: str
     source: str
     summary: str
+    property: str | None = None
+    invariant: str | None = None
     status: str = "reproducible"
     max_examples: int = 2000
-    # "hypothesis": run the property through the runner; "explore": exhaustive search of the
-    # model's transition system (with `params`), where `property` names an invariant or the liveness goal
-    driver: str = "hypothesis"
     params: Mapping[str, Any] = field(default_factory=dict)
     note: str = ""
 
     def __post_init__(self) -> None:
         if self.status not in VALID_STATUSES:
             raise ConfigError(f"bug {self.id}.status", f"one of {VALID_STATUSES}", self.status)
-        if self.driver not in ("hypothesis", "explore"):
-            raise ConfigError(f"bug {self.id}.driver", "hypothesis or explore", self.driver)
+        if (self.property is None) == (self.invariant is None):
+            raise ConfigError(f"bug {self.id}", "exactly one of property and invariant", (self.property, self.invariant))
+
+    @builtins.property
+    def driver(self) -> str:
+        return "hypothesis" if self.property is not None else "explore"
+
+    @builtins.property
+    def check(self) -> str:
+        """The name of what must fail: the property or the invariant."""
+        return self.property if self.property is not None else self.invariant  # type: ignore[return-value]
 
 
 class Registry:
     def __init__(self) -> None:
-        self.models: dict[str, ModelSpec] = {}
+        self.models: dict[str, ModelDescriptor] = {}
         self.properties: dict[tuple[str, str], Any] = {}
         self.bugs: dict[str, BugReport] = {}
 
-    def add_model(self, spec: ModelSpec) -> ModelSpec:
-        if spec.name in self.models and self.models[spec.name] is not spec:
-            raise ConfigError("model name", "a name not registered yet", spec.name)
-        self.models[spec.name] = spec
-        return spec
+    def add_model(self, descriptor: ModelDescriptor) -> ModelDescriptor:
+        if descriptor.name in self.models and self.models[descriptor.name] is not descriptor:
+            raise ConfigError("model name", "a name not registered yet", descriptor.name)
+        self.models[descriptor.name] = descriptor
+        return descriptor
 
     def add_property(self, prop: Any) -> Any:
         key = (prop.model, prop.name)
+        if prop.model not in self.models:
+            raise ConfigError(f"property {prop.name}.model", "a registered model", prop.model)
         if key in self.properties and self.properties[key] is not prop:
             raise ConfigError("property name", f"a name not yet used in model {prop.model}", prop.name)
         self.properties[key] = prop
@@ -91,17 +79,37 @@ class Registry:
     def add_bug(self, bug: BugReport) -> BugReport:
         if bug.id in self.bugs:
             raise ConfigError("bug id", "a unique id", bug.id)
-        if bug.model not in self.models:
-            raise ConfigError(f"bug {bug.id}.model", "a registered model", bug.model)
-        self.models[bug.model].check_variant(bug.variant)
-        if bug.driver == "hypothesis" and (bug.model, bug.property) not in self.properties:
+        model = self.model(bug.model)
+        model.variant(bug.variant)
+        if bug.property is not None and (bug.model, bug.property) not in self.properties:
             raise ConfigError(f"bug {bug.id}.property", f"a property of model {bug.model}", bug.property)
+        if bug.invariant is not None:
+            system = model.build_system("fixed", dict(bug.params))
+            names = [inv.name for inv in system.invariants] + [getattr(system, "liveness", "liveness")]
+            if bug.invariant not in names:
+                raise ConfigError(f"bug {bug.id}.invariant", f"one of {', '.join(names)}", bug.invariant)
         self.bugs[bug.id] = bug
         return bug
 
-    def model(self, name: str) -> ModelSpec:
+    def add_from(self, *modules: ModuleType) -> None:
+        """Register every property and bug report a module defines, in definition order."""
+        from .property import KvProperty  # the property record lives beside the runner's helpers
+
+        for module in modules:
+            items: Iterable[Any] = vars(module).values()
+            for item in items:
+                if isinstance(item, KvProperty) and item.home == module.__name__:
+                    self.add_property(item)
+            for item in vars(module).values():
+                if isinstance(item, BugReport):
+                    self.add_bug(item)
+                elif isinstance(item, tuple) and item and all(isinstance(b, BugReport) for b in item):
+                    for bug in item:
+                        self.add_bug(bug)
+
+    def model(self, name: str) -> ModelDescriptor:
         if name not in self.models:
-            raise ConfigError("MODEL", f"one of {', '.join(sorted(self.models))}", name)
+            raise ConfigError("MODEL", f"one of {', '.join(self.models)}", name)
         return self.models[name]
 
     def properties_of(self, model: str) -> list[Any]:

@@ -15,8 +15,6 @@ from typing import Any, Callable
 import hypothesis
 from hypothesis import HealthCheck, Phase, Verbosity, example, given, settings
 from hypothesis.stateful import get_state_machine_test
-from hypothesis.strategies import SearchStrategy
-
 from .canon import to_jsonable
 from .errors import PropertyViolation
 from .params import resolve
@@ -51,17 +49,20 @@ def _settings(max_examples: int, derandomize: bool, database: Any, phases: tuple
 
 
 def _replay_command(prop: KvProperty, variant: str, seed: int | None, max_examples: int,
-                    params: dict[str, Any] | None) -> str:
+                    params: dict[str, Any] | None, backend: str | None = None) -> str:
     cmd = f"kvsim check {prop.model} --variant {variant} --property {prop.name} --max-examples {max_examples}"
+    if backend is not None:
+        cmd += f" --backend {backend}"
     for name, value in sorted((params or {}).items()):
         value = ",".join(map(str, value)) if isinstance(value, (tuple, list)) else value
         cmd += f" --param {name}={value}"
     return cmd + (f" --seed {seed}" if seed is not None else "")
 
 
-def run_property(prop: KvProperty, variant: str = "fixed", *, max_examples: int = 100, seed: int | None = None,
+def run_property(prop: KvProperty, variant: Any = "fixed", *, max_examples: int = 100, seed: int | None = None,
                  derandomize: bool = False, database: Any = None, use_examples: bool = True,
-                 stateful_steps: int = 30, params: dict[str, Any] | None = None) -> PropertyResult:
+                 stateful_steps: int = 30, params: dict[str, Any] | None = None,
+                 backend: str | None = None) -> PropertyResult:
     """Run `prop` on `variant`.
 
     `seed` fixes Hypothesis' generation (same seed, same examples and same
@@ -69,7 +70,8 @@ def run_property(prop: KvProperty, variant: str = "fixed", *, max_examples: int 
     `use_examples=False` skips the pinned `@example` cases so a search has to
     find (and shrink) the counterexample itself, as `kvsim repro` wants.
     """
-    REGISTRY.model(prop.model).check_variant(variant)
+    model = REGISTRY.model(prop.model)
+    variant = model.variant(variant)  # the one check of the name; the property sees the flag record
     phases = tuple(p for p in Phase if p is not Phase.explain and (use_examples or p is not Phase.explicit))
     config = _settings(max_examples, derandomize and seed is None, database, phases, stateful_steps)
     record: dict[str, Any] = {"count": 0, "failure": None}
@@ -77,7 +79,7 @@ def run_property(prop: KvProperty, variant: str = "fixed", *, max_examples: int 
     if prop.kind == "stateful":
         test = _stateful_test(prop, variant, config, record, params)
     else:
-        test = _data_test(prop, variant, config, record, params)
+        test = _data_test(prop, variant, config, record, params, backend)
     if seed is not None:
         test = hypothesis.seed(seed)(test)
 
@@ -93,23 +95,22 @@ def run_property(prop: KvProperty, variant: str = "fixed", *, max_examples: int 
         status, message = "error", f"{type(exc).__name__}: {exc}"
     seconds = time.perf_counter() - start
     failure = record["failure"]
-    return PropertyResult(property=prop.name, model=prop.model, variant=variant, status=status,
+    return PropertyResult(property=prop.name, model=prop.model, variant=variant.name, status=status,
                           examples=record["count"], seconds=seconds,
                           counterexample=failure if status != "passed" else None, message=message,
-                          replay=_replay_command(prop, variant, seed, max_examples, params) if status != "passed" else "")
+                          replay=_replay_command(prop, variant.name, seed, max_examples, params, backend)
+                          if status != "passed" else "")
 
 
-def _data_test(prop: KvProperty, variant: str, config: settings, record: dict[str, Any],
-               params: dict[str, Any] | None) -> Callable[[], None]:
+def _data_test(prop: KvProperty, variant: Any, config: settings, record: dict[str, Any],
+               params: dict[str, Any] | None, backend: str | None) -> Callable[[], None]:
     assert prop.fn is not None and prop.strategy is not None
-    strategy = prop.strategy
-    if not isinstance(strategy, SearchStrategy):  # a strategy built from the model's parameters
-        strategy = strategy(resolve(REGISTRY.model(prop.model).params, {**prop.params, **(params or {})}))
+    strategy = prop.build_strategy(resolve(REGISTRY.model(prop.model).params, {**prop.params, **(params or {})}))
 
     def check(case: Any) -> None:
         record["count"] += 1
         try:
-            prop.fn(case, variant)
+            prop(case, variant, backend)
         except PropertyViolation as exc:
             record["failure"] = {"case": to_jsonable(case), "message": str(exc)}
             raise
@@ -123,11 +124,9 @@ def _data_test(prop: KvProperty, variant: str, config: settings, record: dict[st
     return config(test)
 
 
-def _stateful_test(prop: KvProperty, variant: str, config: settings, record: dict[str, Any],
+def _stateful_test(prop: KvProperty, variant: Any, config: settings, record: dict[str, Any],
                    params: dict[str, Any] | None) -> Callable[[], None]:
-    spec = REGISTRY.model(prop.model)
-    assert spec.system is not None, f"model {spec.name} has no transition system"
-    system = spec.system(variant, resolve(spec.params, {**prop.params, **(params or {})}))
+    system = REGISTRY.model(prop.model).build_system(variant, {**prop.params, **(params or {})})
     machine = machine_class(system, record)
 
     def factory() -> Any:

@@ -13,11 +13,13 @@ generator; peer crashes are scheduled events the model handles.
 from __future__ import annotations
 
 import heapq
+import math
 import random
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from .errors import ConfigError
+from .system import transition
 
 FAULT_KINDS = ("drop", "delay", "duplicate", "reorder", "garble", "crash", "timeout")
 
@@ -101,10 +103,13 @@ class FaultPlan:
     def __post_init__(self) -> None:
         for name in ("drop", "delay", "duplicate", "reorder", "garble"):
             value = getattr(self, name)
-            if not 0.0 <= value <= 1.0:
+            if not 0.0 <= value <= 1.0:  # NaN fails this too
                 raise ConfigError(f"--faults {name}", "a probability in [0, 1]", value)
-        if self.max_delay <= 0:
-            raise ConfigError("--faults delay", "a positive maximum delay", self.max_delay)
+        if not 0 < self.max_delay < math.inf:
+            raise ConfigError("--faults delay", "a finite positive maximum delay in seconds", self.max_delay)
+        for peer, at in self.crashes:
+            if not 0 <= at < math.inf:
+                raise ConfigError("--faults crash", "PEER@TIME with a finite time >= 0 seconds", f"{peer}@{at}")
 
     @property
     def kinds(self) -> tuple[str, ...]:
@@ -127,10 +132,14 @@ class FaultPlan:
             return cls()
         values: dict[str, Any] = {}
         crashes: list[tuple[str, float]] = []
+        seen: set[str] = set()
         for part in spec.split(","):
             kind, sep, raw = part.strip().partition("=")
             if not sep or kind not in FAULT_KINDS or kind == "timeout":
                 raise ConfigError("--faults", f"kind=value with kind one of {', '.join(FAULT_KINDS[:-1])}", part)
+            if kind in seen and kind != "crash":
+                raise ConfigError(f"--faults {kind}", "each fault kind at most once (crash may repeat)", spec)
+            seen.add(kind)
             try:
                 if kind == "crash":
                     peer, at_sep, at = raw.partition("@")
@@ -191,3 +200,29 @@ class Channel:
     def _arrive(self, message: Any) -> None:
         self.delivered += 1
         self.deliver(message)
+
+
+class Driver:
+    """The state of a transition system as a timing policy advances it.
+
+    A simulation is a timing policy: it decides which enabled action happens
+    when, and learns what the action did from the system's `transition`
+    effects. The driver is the only place a simulation's model state lives,
+    and every change goes through the system, so the actions it kept replay
+    through `run_actions` to the same state (tests check this per model).
+    """
+
+    def __init__(self, system: Any, initial: Any = None) -> None:
+        self.system = system
+        self.state = next(iter(system.initial_states())) if initial is None else initial
+        self.initial = self.state
+        self.actions: list[Any] = []
+
+    def enabled(self) -> Any:
+        return self.system.enabled(self.state)
+
+    def apply(self, action: Any) -> tuple[Any, ...]:
+        """Take `action` (it must be enabled) and return its effects."""
+        self.state, effects = transition(self.system, self.state, action)
+        self.actions.append(action)
+        return effects

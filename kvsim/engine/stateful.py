@@ -19,6 +19,14 @@ from .errors import PropertyViolation
 from .system import TransitionSystem, first_violation
 
 
+def step_program(actions: list[Any], invariant: str) -> list[str]:
+    """A failing run as a readable program, one line per action (as Hypothesis prints stateful failures)."""
+    lines = ["state = initial_state()"]
+    lines += [f"state = step(state, {action!r})" for action in actions]
+    lines.append(f"check(state)  # {invariant} fails here")
+    return lines
+
+
 def machine_class(system: TransitionSystem[Any, Any], record: dict[str, Any] | None = None) -> type[RuleBasedStateMachine]:
     """A state machine class driving `system`; failures are written into `record`."""
     record = {} if record is None else record
@@ -55,7 +63,8 @@ def machine_class(system: TransitionSystem[Any, Any], record: dict[str, Any] | N
                 name, message = found
                 record["failure"] = {"invariant": name, "message": message,
                                      "actions": to_jsonable(self.actions),
-                                     "initial": to_jsonable(self.initial)}
+                                     "initial": to_jsonable(self.initial),
+                                     "program": step_program(self.actions, name)}
                 raise PropertyViolation(f"{name}: {message} (after {len(self.actions)} actions)")
 
     SystemMachine.__name__ = f"{system.name.replace('-', '_')}_machine"

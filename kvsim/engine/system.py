@@ -1,7 +1,11 @@
 """The transition-system contract every control-plane model implements.
 
 A state is hashable and immutable; `enabled` lists actions in a deterministic
-order (faults are actions too); `step` is a pure function. Invariants are
+order (faults are actions too); `step` is a pure function. A system may also
+offer `transition(state, action) -> (state, effects)`: the same step, plus a
+tuple of what it did (messages sent, work queued, rooms concluded), so a
+driver such as a timed simulation learns that from the system instead of
+diffing two states. `step` stays the explorer's entry point. Invariants are
 named checks that return None when they hold and a message when they do not:
 the explorer calls them on every reached state, so they stay exception-free
 in the common case.
@@ -35,6 +39,14 @@ class TransitionSystem(Protocol[S, A]):
     def step(self, state: S, action: A) -> S: ...
 
     def done(self, state: S) -> bool: ...
+
+
+def transition(system: Any, state: Any, action: Any) -> tuple[Any, tuple[Any, ...]]:
+    """`system.transition(state, action)` where the system has one; else its `step` with no effects."""
+    fn = getattr(system, "transition", None)
+    if fn is None:
+        return system.step(state, action), ()
+    return fn(state, action)
 
 
 def first_violation(system: TransitionSystem[Any, Any], state: Any) -> tuple[str, str] | None:

@@ -14,7 +14,9 @@ layers of the same block, padding, the first bytes of the next block, and
 past the allocation for the last block.
 
 Variants: `fixed` (today's upstream, including the later merge of overlaid
-segments and the page-within-stride check) and `pre_d6af803`.
+segments and the page-within-stride check) and `pre_d6af803`, as records of
+`ZeroingVariant`: one flag per change, read where that change touched the
+planner (the group ratio, `plan_segments`) or the launcher (`launch_config`).
 """
 
 from __future__ import annotations
@@ -25,16 +27,37 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from kvsim.engine.errors import ConfigError, check_int, require
+from kvsim.engine.variants import Variant, VariantTable
 
 from .geometry import Arena, KVCacheGeometry, outer_dims, outer_offsets, view_start
 
-VARIANTS = ("fixed", "pre_d6af803")
+
+@dataclass(frozen=True)
+class ZeroingVariant(Variant):
+    """What d6af803 (and the later upstream planner `fixed` follows) changed, one flag per change."""
+
+    # d6af803: assert block_size % kernel_block_size == 0 and shape[block_dim] % ratio == 0 (before: floor ratio)
+    whole_kernel_blocks: bool
+    # d6af803: a segment carries the logical block stride apart from its page (one kernel block's data span),
+    # one segment per virtual kernel block, with the alignment and page-within-stride assertions (before: one
+    # page of stride * ratio words, used as the stride too)
+    separate_stride: bool
+    # later upstream: merge segments at one address, keeping the widest page (before: skip a buffer whose
+    # data_ptr was already seen)
+    merge_overlaid: bool
+    # d6af803: 3-D launch, BLOCK_SIZE = next power of two of the widest page, masked to the page (before:
+    # smallest power-of-two divisor of every page, unmasked)
+    masked_launch: bool
+
+
+VARIANTS = VariantTable(
+    ZeroingVariant("fixed", whole_kernel_blocks=True, separate_stride=True, merge_overlaid=True,
+                   masked_launch=True),
+    ZeroingVariant("pre_d6af803", whole_kernel_blocks=False, separate_stride=False, merge_overlaid=False,
+                   masked_launch=False),
+)
+FIXED = VARIANTS.fixed
 MAX_BLOCK_SIZE = 1024  # the kernel's chunk width cap (BLOCK_SIZE), in int32 words
-
-
-def check_variant(variant: str) -> str:
-    require(variant in VARIANTS, "variant", f"one of {', '.join(VARIANTS)}", variant)
-    return variant
 
 
 @dataclass(frozen=True)
@@ -63,14 +86,15 @@ class SegmentTable:
 
     segments: tuple[Segment, ...]
     num_blocks: int
-    variant: str = "fixed"
+    variant: ZeroingVariant = FIXED  # the planner (and so the launcher) that built it
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "segments", tuple(self.segments))
         require(all(isinstance(s, Segment) for s in self.segments), "segments", "Segment rows",
                 self.segments)
         check_int(self.num_blocks, "num_blocks", minimum=1)
-        check_variant(self.variant)
+        require(isinstance(self.variant, ZeroingVariant), "variant", "a ZeroingVariant record (VARIANTS[name])",
+                self.variant)
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """`seg_addrs` (uint64), `seg_block_strides` and `seg_page_sizes` (int64), as the kernel takes them."""
@@ -79,9 +103,10 @@ class SegmentTable:
                 np.array([s.page for s in self.segments], dtype=np.int64))
 
 
-def _group_ratio(geometry: KVCacheGeometry, group_index: int, variant: str) -> int:
+def _group_ratio(geometry: KVCacheGeometry, group_index: int, variant: ZeroingVariant) -> int:
+    """Kernel blocks per logical block of a group (virtual block splitting)."""
     group = geometry.groups[group_index]
-    if variant == "fixed":
+    if variant.whole_kernel_blocks:
         require(group.block_size % group.kernel_block_size == 0, f"groups[{group_index}].block_size",
                 f"a multiple of kernel_block_size={group.kernel_block_size} (virtual block splitting)",
                 group.block_size)
@@ -96,9 +121,9 @@ def _page_span_bytes(geometry: KVCacheGeometry, index: int) -> int:
                                         if d not in skip))
 
 
-def plan_segments(geometry: KVCacheGeometry, variant: str = "fixed", *, arena: Arena | None = None) -> SegmentTable:
+def plan_segments(geometry: KVCacheGeometry, variant: ZeroingVariant = FIXED, *,
+                  arena: Arena | None = None) -> SegmentTable:
     """Build the segment table for every attention view, with upstream's assertions as ConfigError."""
-    check_variant(variant)
     arena = arena or Arena.for_geometry(geometry)
     planned: list[Segment] = []
     seen_ptrs: set[int] = set()
@@ -111,22 +136,23 @@ def plan_segments(geometry: KVCacheGeometry, variant: str = "fixed", *, arena: A
                 "a block stride that is a multiple of 4 bytes (the kernel stores int32 words)",
                 f"{view.strides[view.block_dim]} elements of {view.element_size} bytes = {stride_bytes} bytes")
         data_ptr = view_start(arena, view)
-        if variant == "pre_d6af803":
+        if not variant.merge_overlaid:
             if data_ptr in seen_ptrs:  # the old planner skipped a buffer it had seen by data_ptr
                 continue
             seen_ptrs.add(data_ptr)
+        if variant.whole_kernel_blocks:
+            require(view.shape[view.block_dim] % ratio == 0, f"{name}.shape[{view.block_dim}]",
+                    f"a multiple of ratio={ratio} (kernel blocks per logical block)", view.shape[view.block_dim])
+        num_blocks.append(view.shape[view.block_dim] // ratio)
+        if not variant.separate_stride:
             # The point of the bug: one page of `stride(block_dim) * ratio` bytes, used as the stride too.
             page = stride_bytes // 4 * ratio
-            num_blocks.append(view.shape[view.block_dim] // ratio)
             planned.extend(Segment(data_ptr + off, page, page, (view.layer,)) for off in outer_offsets(view))
             continue
-        require(view.shape[view.block_dim] % ratio == 0, f"{name}.shape[{view.block_dim}]",
-                f"a multiple of ratio={ratio} (kernel blocks per logical block)", view.shape[view.block_dim])
         page_bytes = _page_span_bytes(geometry, index)
         require(page_bytes % 4 == 0, f"{name} page span", "a multiple of 4 bytes", page_bytes)
         require(page_bytes <= stride_bytes, f"{name} page span",
                 f"at most the physical block stride of {stride_bytes} bytes", page_bytes)
-        num_blocks.append(view.shape[view.block_dim] // ratio)
         for off in outer_offsets(view):
             require((data_ptr + off) % 4 == 0, f"{name} segment address",
                     "a multiple of 4 bytes", f"allocation {view.allocation} + {view.offset + off}")
@@ -135,7 +161,7 @@ def plan_segments(geometry: KVCacheGeometry, variant: str = "fixed", *, arena: A
                                    (view.layer,)) for v in range(ratio))
     require(min(num_blocks) >= 1, "views", "at least one logical block in every attention view",
             f"{min(num_blocks)} blocks")
-    segments = tuple(planned) if variant == "pre_d6af803" else _merge_overlaid(planned)
+    segments = _merge_overlaid(planned) if variant.merge_overlaid else tuple(planned)
     return SegmentTable(segments, min(num_blocks), variant)
 
 
@@ -167,16 +193,16 @@ class LaunchConfig:
         return self.max_chunks, self.n_segs, n_blocks
 
 
-def launch_config(table: SegmentTable, variant: str | None = None) -> LaunchConfig:
+def launch_config(table: SegmentTable, variant: ZeroingVariant | None = None) -> LaunchConfig:
     """`BLOCK_SIZE` and `max_chunks` as each variant's launcher chose them.
 
     Before the fix the kernel had no mask, so `BLOCK_SIZE` had to divide every
     page (the smallest power-of-two divisor, capped at 1024). The fixed 3-D
     launcher masks to the page and takes the next power of two of the widest.
     """
-    variant = check_variant(variant or table.variant)
+    variant = variant if variant is not None else table.variant
     pages = [s.page for s in table.segments]
-    if variant == "pre_d6af803":
+    if not variant.masked_launch:
         block = min(min(p & -p for p in pages), MAX_BLOCK_SIZE)
         return LaunchConfig(block, max(pages) // block, len(pages))
     block = min(1 << (max(pages) - 1).bit_length(), MAX_BLOCK_SIZE)
@@ -225,7 +251,7 @@ class KVBlockZeroer:
     """The upstream object: plan once from the geometry, then zero block IDs each step."""
 
     geometry: KVCacheGeometry
-    variant: str = "fixed"
+    variant: ZeroingVariant = FIXED
     arena: Arena | None = None
     table: SegmentTable = field(init=False)
 

@@ -22,8 +22,8 @@ from typing import Sequence
 
 from kvsim.engine.errors import ConfigError, check_int
 
-from .planner import (check_counts, chunked_context_workspace_size, mla_chunk_alignment,
-                         plan_mla_context_chunks, plan_uniform_context_chunks, round_down, variant_behaviour)
+from .planner import (FIXED, MlaVariant, check_counts, chunked_context_workspace_size, mla_chunk_alignment,
+                      plan_mla_context_chunks, plan_uniform_context_chunks, round_down)
 from .dcp import DcpConfig, get_dcp_local_seq_lens
 
 
@@ -220,13 +220,13 @@ def build_uniform_chunked_context_metadata(context_lens: Sequence[int], query_st
 ContextMetadata = ChunkedContextMetadata | UniformChunkedContextMetadata
 
 
-def build_context_metadata(variant: str, context_lens: Sequence[int], query_lens: Sequence[int],
-                           workspace_size: int, max_num_seqs: int, block_size: int, *,
-                           dcp: DcpConfig | None = None, align_chunk_to_block: bool = True) -> ContextMetadata | None:
+def build_context_metadata(context_lens: Sequence[int], query_lens: Sequence[int], workspace_size: int,
+                           max_num_seqs: int, block_size: int, *, dcp: DcpConfig | None = None,
+                           align_chunk_to_block: bool = True, variant: MlaVariant = FIXED) -> ContextMetadata | None:
     """The metadata a variant builds from the requested workspace size and the batch."""
     qsl = query_start_loc_of(query_lens)
-    rows = chunked_context_workspace_size(variant, workspace_size, max_num_seqs, block_size, dcp)
-    if variant_behaviour(variant).per_request_plan:
+    rows = chunked_context_workspace_size(workspace_size, max_num_seqs, block_size, dcp, variant)
+    if variant.per_request_plan:
         return build_mla_chunked_context_metadata(context_lens, qsl, rows, block_size, dcp=dcp,
                                                   align_chunk_to_block=align_chunk_to_block)
     return build_uniform_chunked_context_metadata(context_lens, qsl, rows, block_size, dcp=dcp)

@@ -6,7 +6,7 @@ RFC #50497): `plan_mla_context_chunks` / `_ContextChunkPlan` and
 and, for the pre-fix variants, the uniform "batch-column" plan it replaced. Research note
 `vllm.md` sections 1.1-1.3.
 
-Variants (one behaviour flag per line the upstream changes touched, see `VariantBehaviour`):
+Variants (one behaviour flag per line the upstream changes touched, the record `MlaVariant`):
 
 * `fixed`: per-request plan, aligned workspace, no empty spans, no cut-off.
 * `pre_b38e111d`: uniform plan with `mask_empty_context` (#49294) and the
@@ -14,8 +14,8 @@ Variants (one behaviour flag per line the upstream changes touched, see `Variant
 * `uniform_unmasked`: the uniform plan before #49294: no masking of empty spans. The notes
   saw the cut-off only in the last pre-b38e111d mirror, so this variant does not have it.
 
-The planners here are pure and work on host integers; `models.mla_metadata` turns their
-output into the per-chunk metadata, `models.mla_prefill` runs the numbers.
+The planners here are pure and work on host integers; `.metadata` turns their
+output into the per-chunk metadata, `.prefill` runs the numbers.
 """
 
 from __future__ import annotations
@@ -25,14 +25,12 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from kvsim.engine.errors import ConfigError, check_int
+from kvsim.engine.variants import Variant, VariantTable
 
 from .dcp import DcpConfig, cdiv
 
-VARIANTS = ("fixed", "pre_b38e111d", "uniform_unmasked")
-
-
 @dataclass(frozen=True)
-class VariantBehaviour:
+class MlaVariant(Variant):
     """Where the variants differ; every flag is read at exactly one point of difference."""
 
     per_request_plan: bool  # b38e111d: ContextChunk plans instead of uniform batch columns
@@ -41,20 +39,15 @@ class VariantBehaviour:
     tokens_with_context_cutoff: bool  # pre-b38e111d: merge context only below prefill_tokens_with_context
 
 
-_BEHAVIOUR = {
-    "fixed": VariantBehaviour(per_request_plan=True, aligned_workspace=True, mask_empty_context=False,
-                              tokens_with_context_cutoff=False),
-    "pre_b38e111d": VariantBehaviour(per_request_plan=False, aligned_workspace=False, mask_empty_context=True,
-                                     tokens_with_context_cutoff=True),
-    "uniform_unmasked": VariantBehaviour(per_request_plan=False, aligned_workspace=False,
-                                         mask_empty_context=False, tokens_with_context_cutoff=False),
-}
-
-
-def variant_behaviour(variant: str) -> VariantBehaviour:
-    if variant not in _BEHAVIOUR:
-        raise ConfigError("variant", f"one of {', '.join(VARIANTS)}", variant)
-    return _BEHAVIOUR[variant]
+VARIANTS = VariantTable(
+    MlaVariant("fixed", per_request_plan=True, aligned_workspace=True, mask_empty_context=False,
+               tokens_with_context_cutoff=False),
+    MlaVariant("pre_b38e111d", per_request_plan=False, aligned_workspace=False, mask_empty_context=True,
+               tokens_with_context_cutoff=True),
+    MlaVariant("uniform_unmasked", per_request_plan=False, aligned_workspace=False, mask_empty_context=False,
+               tokens_with_context_cutoff=False),
+)
+FIXED = VARIANTS.fixed
 
 
 def round_down(x: int, multiple: int) -> int:
@@ -106,13 +99,13 @@ def align_mla_chunked_context_workspace_size(workspace_size: int, max_num_seqs: 
     return round_up(max(workspace_size, max_num_seqs * alignment), alignment)
 
 
-def chunked_context_workspace_size(variant: str, workspace_size: int, max_num_seqs: int, block_size: int,
-                                   dcp: DcpConfig | None = None) -> int:
+def chunked_context_workspace_size(workspace_size: int, max_num_seqs: int, block_size: int,
+                                   dcp: DcpConfig | None = None, variant: MlaVariant = FIXED) -> int:
     """The workspace rows a variant runs with, from the requested `chunked_prefill_workspace_size`."""
     check_int(workspace_size, "workspace_size", minimum=1)
     check_int(max_num_seqs, "max_num_seqs", minimum=1)
     check_int(block_size, "block_size", minimum=1)
-    if variant_behaviour(variant).aligned_workspace:
+    if variant.aligned_workspace:
         return align_mla_chunked_context_workspace_size(workspace_size, max_num_seqs, block_size, dcp)
     return max(workspace_size, max_num_seqs * block_size)  # the pre-b38e111d lower bound
 

@@ -24,7 +24,7 @@ from kvsim.engine.errors import check_int
 
 from .attention import (attention_with_lse, gather_context_rows, init_mla_context_partial, mask_empty_context,
                             merge_attn_states, run_prefill_context_chunk)
-from .planner import check_counts, variant_behaviour
+from .planner import FIXED, MlaVariant, check_counts
 from .dcp import DcpConfig, cdiv, dcp_local_positions, reorg_kvcache, reorg_kvcache_by_chunk_index
 from .metadata import (ContextChunk, ContextMetadata, UniformChunkedContextMetadata, UniformContextChunk,
                            build_context_metadata, mla_accumulation_schedule, query_start_loc_of)
@@ -141,8 +141,9 @@ def build_context_caches(inputs: MlaPrefillInputs, block_size: int, dcp: DcpConf
     return tuple(caches)
 
 
-def gather_chunk_rows(variant: str, chunk: ContextChunk | UniformContextChunk, caches: Sequence[PagedLatentCache],
-                      dcp: DcpConfig | None, local_chunk_size: int | None = None) -> np.ndarray:
+def gather_chunk_rows(chunk: ContextChunk | UniformContextChunk, caches: Sequence[PagedLatentCache],
+                      dcp: DcpConfig | None, local_chunk_size: int | None = None,
+                      variant: MlaVariant = FIXED) -> np.ndarray:
     """The chunk's workspace rows `[num_context_tokens, width]`, in `cu_seq_lens` order per request.
 
     Under DCP every rank gathers its padded local rows, the buffers are all-gathered
@@ -155,18 +156,19 @@ def gather_chunk_rows(variant: str, chunk: ContextChunk | UniformContextChunk, c
                                    chunk.starts)
     local = [gather_context_rows(c.kv_cache, c.block_table[rs], chunk.padded_local_cu_seq_lens,
                                  chunk.padded_local_token_to_seq, chunk.local_starts) for c in caches]
-    return reorg_chunk_rows(variant, chunk, np.concatenate(local, axis=0), local_chunk_size)
+    return reorg_chunk_rows(chunk, np.concatenate(local, axis=0), local_chunk_size, variant=variant)
 
 
-def reorg_chunk_rows(variant: str, chunk: ContextChunk | UniformContextChunk, allgathered: np.ndarray,
-                     local_chunk_size: int | None = None, *, strict: bool = True) -> np.ndarray:
+def reorg_chunk_rows(chunk: ContextChunk | UniformContextChunk, allgathered: np.ndarray,
+                     local_chunk_size: int | None = None, *, strict: bool = True,
+                     variant: MlaVariant = FIXED) -> np.ndarray:
     """`reorg_kvcache` of one chunk's all-gathered rows, in the variant's form.
 
     Per-request plan: each request's own `local_starts`. Uniform plan: `chunk_idx * P`
     (`local_chunk_size`), the pre-b38e111d call.
     """
     toks = chunk.num_local_context_tokens
-    if variant_behaviour(variant).per_request_plan:
+    if variant.per_request_plan:
         rows, _ = reorg_kvcache(allgathered, None, chunk.padded_local_seq_lens, chunk.local_context_lens_allranks,
                                 chunk.local_starts, chunk.cu_seq_lens[-1], chunk.max_seq_len, toks, strict=strict)
     else:
@@ -178,20 +180,19 @@ def reorg_chunk_rows(variant: str, chunk: ContextChunk | UniformContextChunk, al
 
 # -- the prefill path ----------------------------------------------------------------------
 
-def compute_prefill_context(variant: str, inputs: MlaPrefillInputs, metadata: ContextMetadata,
-                            caches: Sequence[PagedLatentCache]) -> tuple[np.ndarray, np.ndarray]:
+def compute_prefill_context(inputs: MlaPrefillInputs, metadata: ContextMetadata, caches: Sequence[PagedLatentCache],
+                            variant: MlaVariant = FIXED) -> tuple[np.ndarray, np.ndarray]:
     """The context partial `(output [T, H, v], lse [H, T])`: every chunk gathered, attended and accumulated."""
-    behaviour = variant_behaviour(variant)
     uniform = isinstance(metadata, UniformChunkedContextMetadata)
     local_chunk = metadata.local_chunk_size if uniform else None
     scale = inputs.shape.softmax_scale
     ops = mla_accumulation_schedule(metadata)
     partials = []
     for chunk in metadata.chunks:
-        k, v = up_project(gather_chunk_rows(variant, chunk, caches, metadata.dcp, local_chunk), inputs)
+        k, v = up_project(gather_chunk_rows(chunk, caches, metadata.dcp, local_chunk, variant), inputs)
         ts = chunk.token_slice
         out, lse = run_prefill_context_chunk(inputs.q[ts], k, v, chunk.query_start_loc, chunk.cu_seq_lens, scale)
-        if uniform and behaviour.mask_empty_context and chunk.has_empty_context:
+        if uniform and variant.mask_empty_context and chunk.has_empty_context:
             mask_empty_context(lse, out, chunk.query_start_loc, chunk.cu_seq_lens)
         partials.append((ts.start, out, lse))
     if not uniform and len(metadata.chunks) == 1 and not metadata.empty_token_slices:
@@ -236,19 +237,19 @@ class MlaPrefillResult:
     context_lse: np.ndarray | None
 
 
-def chunked_prefill_attention(variant: str, inputs: MlaPrefillInputs, *, workspace_size: int, max_num_seqs: int,
-                              block_size: int, dcp: DcpConfig | None = None, align_chunk_to_block: bool = True,
-                              cache_seed: int = 0) -> MlaPrefillResult:
+def chunked_prefill_attention(inputs: MlaPrefillInputs, *, workspace_size: int, max_num_seqs: int, block_size: int,
+                              dcp: DcpConfig | None = None, align_chunk_to_block: bool = True, cache_seed: int = 0,
+                              variant: MlaVariant = FIXED) -> MlaPrefillResult:
     """`forward_mha` for the prefill tokens: context chunks, suffix, and their merge."""
-    metadata = build_context_metadata(variant, inputs.context_lens, inputs.query_lens, workspace_size, max_num_seqs,
-                                      block_size, dcp=dcp, align_chunk_to_block=align_chunk_to_block)
+    metadata = build_context_metadata(inputs.context_lens, inputs.query_lens, workspace_size, max_num_seqs,
+                                      block_size, dcp=dcp, align_chunk_to_block=align_chunk_to_block, variant=variant)
     suffix_out, suffix_lse = suffix_attention(inputs)
     if metadata is None:
         return MlaPrefillResult(None, suffix_out, suffix_lse, None, None)
     caches = build_context_caches(inputs, block_size, dcp, cache_seed)
-    ctx_out, ctx_lse = compute_prefill_context(variant, inputs, metadata, caches)
+    ctx_out, ctx_lse = compute_prefill_context(inputs, metadata, caches, variant)
     out, lse = merge_attn_states(ctx_out, ctx_lse, suffix_out, suffix_lse)
-    if variant_behaviour(variant).tokens_with_context_cutoff and isinstance(metadata, UniformChunkedContextMetadata):
+    if variant.tokens_with_context_cutoff and isinstance(metadata, UniformChunkedContextMetadata):
         cut = metadata.prefill_tokens_with_context  # tokens past it take the suffix as is
         out[cut:], lse[:, cut:] = suffix_out[cut:], suffix_lse[:, cut:]
     return MlaPrefillResult(metadata, out, lse, ctx_out, ctx_lse)

@@ -13,7 +13,7 @@ selection sees only counts, never labels; the model builds the labelled list
 too, so a property can check that the chosen descriptors are the main-model
 K and V of global layers `s .. s+n-1`.
 
-Variants:
+Variants (three flags of `ProtocolVariant`, all read in `select_dst_descriptors`):
 - `pre_35281`: `T = len(dst) / 2`; K = `dst[s : s+n]`, V = `dst[T+s : T+s+n]`;
   the global offset `s` is applied even when the decode lists are already
   stage-local (same PP); hybrid MLA falls through to the MHA split.
@@ -29,7 +29,8 @@ from typing import NamedTuple
 
 from kvsim.engine.errors import ConfigError, check_int
 
-VARIANTS = ("fixed", "pre_35281")
+from .variants import FIXED, ProtocolVariant
+
 ATTENTION_KINDS = ("mha", "mla", "hybrid_mla")
 
 
@@ -86,18 +87,16 @@ class Selection(NamedTuple):
 
 
 def select_dst_descriptors(n: int, dst_len: int, start_layer: int, *, attention: str, same_pp: bool,
-                           variant: str = "fixed") -> Selection:
+                           variant: ProtocolVariant = FIXED) -> Selection:
     """Indices into the destination list for K and V of the prefill's `n` local layers."""
-    if variant not in VARIANTS:
-        raise ConfigError("variant", f"one of {', '.join(VARIANTS)}", variant)
-    mla_slicing = attention == "mla" or (attention == "hybrid_mla" and variant == "fixed")
+    mla_slicing = attention == "mla" or (attention == "hybrid_mla" and variant.mori_hybrid_mla_sliced)
     # same-PP peers registered stage-local lists: the global offset is already applied (fixed)
-    s = 0 if same_pp and variant == "fixed" else start_layer
+    s = 0 if same_pp and variant.mori_same_pp_local_start else start_layer
     if mla_slicing:
         return Selection(tuple(range(s, s + n)), None)
     pairs = dst_len // 2  # K and V halves; before the fix hybrid MLA lands here with its MLA list
     k = tuple(range(s, s + n))
-    if variant == "pre_35281":
+    if not variant.mori_common_v_offset:
         return Selection(k, tuple(range(pairs + s, pairs + s + n)))
     if n == pairs:
         return Selection(tuple(range(n)), tuple(range(n, 2 * n)))
@@ -107,7 +106,7 @@ def select_dst_descriptors(n: int, dst_len: int, start_layer: int, *, attention:
     return Selection(k, tuple(range(pairs + s, pairs + s + n)))
 
 
-def chosen_descriptors(case: LayoutCase, variant: str = "fixed") -> list[tuple[Descriptor | None, Descriptor | None]]:
+def chosen_descriptors(case: LayoutCase, variant: ProtocolVariant = FIXED) -> list[tuple[Descriptor | None, Descriptor | None]]:
     """(K, V) descriptors chosen for each local layer; None where an index falls outside the list."""
     dst = case.destination()
     sel = select_dst_descriptors(case.local_layers, len(dst), case.start_layer, attention=case.attention,

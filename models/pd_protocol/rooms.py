@@ -1,4 +1,4 @@
-"""Per-room steps of the PD control plane, shared by the protocol transition system and its timed simulation.
+"""Per-room steps of the PD control plane, the building blocks of the protocol transition system (`system`).
 
 Follows the room lifecycle of research note ../shared/research/sglang.md
 section 1.3 and the worker and start-up behaviour of PR #35281 (section 4):
@@ -6,9 +6,9 @@ section 1.3 and the worker and start-up behaviour of PR #35281 (section 4):
 check, `clear()`, `_handle_node_failure`, and the order in which each
 manager assigns its fields and starts its bootstrap thread.
 
-Variants `fixed` and `pre_35281` differ only where the PR changed the code:
-the NIXL worker's `assert room in transfer_infos` (whose catch-all fails a
-concluded room), Mori's missing heartbeat checker, and Mooncake's start-up
+Three flags of `ProtocolVariant` are read here, each where the PR changed the
+code: the NIXL worker's `assert room in transfer_infos` (whose catch-all fails
+a concluded room), Mori's missing heartbeat checker, and Mooncake's start-up
 order.
 """
 
@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ..pd_common.status import KVPoll, update_status
+from .variants import FIXED, ProtocolVariant
 from .wire import check_backend
 
 TERMINAL = (KVPoll.Success, KVPoll.Failed)
@@ -49,11 +50,12 @@ def on_transfer_info(room: PrefillRoom, backend: str) -> PrefillRoom:
     return room._replace(infos=True, status=update_status(room.status, KVPoll.WaitingForInput, status_rule(backend)))
 
 
-def worker_step(room: PrefillRoom, last: bool, backend: str, variant: str) -> tuple[PrefillRoom, str]:
+def worker_step(room: PrefillRoom, last: bool, backend: str,
+                variant: ProtocolVariant = FIXED) -> tuple[PrefillRoom, str]:
     """A transfer worker dequeues one chunk of this room: (room after, outcome)."""
     stale = room.status is None or not room.infos or room.status == KVPoll.Failed
     if stale:
-        if variant == "pre_35281" and backend == "nixl" and room.status != KVPoll.Failed:
+        if backend == "nixl" and not variant.nixl_stale_work_checked and room.status != KVPoll.Failed:
             # `assert room in self.transfer_infos` fails; the catch-all records a failure and calls
             # update_status(room, Failed), which overrides a concluded Success still present
             return room._replace(status=update_status(room.status, KVPoll.Failed, "common")), "failed_stale"
@@ -74,9 +76,9 @@ def bootstrap_timeout(room: PrefillRoom, backend: str) -> PrefillRoom:
     return room._replace(status=update_status(room.status, KVPoll.Failed, status_rule(backend)))
 
 
-def has_heartbeat_checker(backend: str, variant: str) -> bool:
+def has_heartbeat_checker(backend: str, variant: ProtocolVariant = FIXED) -> bool:
     """Mori decode started no heartbeat checker before the PR."""
-    return not (check_backend(backend) == "mori" and variant == "pre_35281")
+    return check_backend(backend) != "mori" or variant.mori_heartbeat_checker
 
 
 def handle_node_failure(decode: tuple[KVPoll, ...]) -> tuple[KVPoll, ...]:
@@ -87,7 +89,7 @@ def handle_node_failure(decode: tuple[KVPoll, ...]) -> tuple[KVPoll, ...]:
 START_THREAD, SESSION_STATE, STAGING_CTX = "start_thread", "session_state", "staging_ctx"
 
 
-def init_sequence(backend: str, variant: str) -> tuple[str, ...]:
+def init_sequence(backend: str, variant: ProtocolVariant = FIXED) -> tuple[str, ...]:
     """The prefill manager's constructor, step by step; a message may arrive right after the thread starts.
 
     Mooncake before the PR started the bootstrap thread before creating `session_failures`,
@@ -95,7 +97,7 @@ def init_sequence(backend: str, variant: str) -> tuple[str, ...]:
     the thread starts in both (the reviewer's residual). The NIXL and Mori orders are not in the notes;
     they are modelled as safe (fields first).
     """
-    if check_backend(backend) == "mooncake" and variant == "pre_35281":
+    if check_backend(backend) == "mooncake" and not variant.mooncake_fields_before_thread:
         return (START_THREAD, SESSION_STATE, STAGING_CTX)
     return (SESSION_STATE, START_THREAD, STAGING_CTX)
 

@@ -1,12 +1,23 @@
-"""Timed simulation of the PD control protocol (`kvsim simulate pd-protocol`).
+"""Timed simulation of the PD control protocol (`kvsim simulate pd-protocol`): a timing policy over `PdProtocol`.
 
 Many rooms between one prefill rank and one decode rank, on the seeded
 discrete-event simulator, with the upstream timers (bootstrap and waiting
 timeouts 300 s, heartbeat every 5 s, 2 misses) and a fault plan: dropped,
 delayed, duplicated, reordered and garbled control messages (a garbled
-message reaches the bootstrap loop as a malformed frame) and prefill deaths
-(`crash=prefill@T`). Every per-room step is the one the transition system
-uses (`pd_rooms`, `pd_wire`), so the two cannot drift apart.
+message reaches its thread as a malformed frame) and prefill deaths
+(`crash=prefill@T`).
+
+The simulation holds no protocol state of its own: the one model state is
+the `Driver`'s, every change is an action of the same `PdProtocol` that
+`explore` searches (with as many rooms as requests and no fault budget), and
+the simulation decides only which enabled action happens when: room arrivals
+(`decode_init`), the manager's start-up steps, chunk compute and the worker's
+transfer time, the timeouts, heartbeats, and what the fault plan does to each
+message the system sends (drop, garble, duplicate are fault actions; delay
+and reorder only move the delivery time). It learns what happened from each
+step's effects: messages to put on a channel, work queued, rooms concluded,
+threads died. The trace records every action taken, so it replays through
+`run_actions` to the driver's final state.
 
 The summary gives each room's outcome and time to conclude and checks the
 bound of P8: a room concludes within its timeout, and within the heartbeat
@@ -15,220 +26,205 @@ detection time after the death of its prefill.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from dataclasses import dataclass
+from random import Random
+from typing import Any
 
-from kvsim.engine.params import ParamSpec
-from kvsim.engine.sim import Channel, FaultPlan, Simulator
+from kvsim.engine.errors import ConfigError
+from kvsim.engine.params import param
+from kvsim.engine.sim import Channel, Driver, FaultPlan, Simulator
 from kvsim.engine.trace import TraceRecorder
 
-from . import rooms as R
 from ..pd_common.status import (SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT, SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL,
-                        SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE, SGLANG_DISAGGREGATION_WAITING_TIMEOUT, KVPoll)
-from .wire import BACKENDS, encode_abort, encode_status, handle_bootstrap, handle_decode
+                                SGLANG_DISAGGREGATION_WAITING_TIMEOUT)
+from .actions import (DECODE, PREFILL, BootstrapTimeout, Clear, CrashPrefill, DecodeAbort, DecodeInit, DeliverDecode,
+                      DeliverPrefill, Drop, Duplicate, Enqueue, GarbageFrame, HeartbeatMiss, Init, InjectGarbage,
+                      Work)
+from .config import UNBOUNDED, ProtocolConfig
+from .system import ALIVE, UNSTARTED, PdProtocol
+from .variants import ProtocolVariant
+from .wire import BACKENDS
 
-SIM_PARAMS = (
-    ParamSpec("backend", "str", "mooncake", "PD transfer backend", choices=BACKENDS),
-    ParamSpec("requests", "int", 200, "rooms in the workload", minimum=1, maximum=100_000),
-    ParamSpec("arrival_rate", "float", 4.0, "mean room arrivals per second (Poisson)", minimum=1e-6),
-    ParamSpec("chunks", "int", 4, "KV chunks per room", minimum=1),
-    ParamSpec("chunk_time", "float", 0.02, "seconds of prefill compute per chunk", minimum=0.0),
-    ParamSpec("transfer_time", "float", 0.005, "seconds of worker transfer per chunk", minimum=0.0),
-    ParamSpec("init_step_time", "float", 0.01, "seconds between the prefill manager's start-up steps", minimum=0.0),
-    ParamSpec("staging", "int", 0, "1: the decode sends a staging WATERMARK after registering", minimum=0, maximum=1),
-)
+PEERS = (PREFILL,)  # what `crash=PEER@T` may name
 SLACK = 1.0  # seconds of tolerance on the P8 bound (message latency, heartbeat phase)
 
 
-def simulate(sim: Simulator, recorder: TraceRecorder, variant: str, params: Mapping[str, Any],
-             faults: FaultPlan) -> dict[str, Any]:
-    run = _Run(sim, recorder, variant, params, faults)
-    sim.poisson_arrivals(params["requests"], params["arrival_rate"], run.arrive)
-    for step, name in enumerate(run.init):
-        sim.schedule((step + 1) * params["init_step_time"], run.init_step, name)
-    for peer, at in faults.crashes:
-        sim.schedule(at, run.crash, peer)
+@dataclass(frozen=True)
+class SimConfig:
+    """`kvsim simulate pd-protocol --param`: the backend and the workload."""
+
+    backend: str = param("mooncake", "PD transfer backend", choices=BACKENDS)
+    requests: int = param(200, "rooms in the workload", minimum=1, maximum=10_000)
+    arrival_rate: float = param(4.0, "mean room arrivals per second (Poisson)", minimum=1e-6, maximum=1e6)
+    chunks: int = param(4, "KV chunks per room", minimum=1, maximum=1024)
+    chunk_time: float = param(0.02, "seconds of prefill compute per chunk", minimum=0.0, maximum=3600.0)
+    transfer_time: float = param(0.005, "seconds of worker transfer per chunk", minimum=0.0, maximum=3600.0)
+    init_step_time: float = param(0.01, "seconds between the prefill manager's start-up steps", minimum=0.0,
+                                  maximum=3600.0)
+    staging: bool = param(False, "1: the decode sends a staging WATERMARK after registering")
+
+
+def simulate(sim: Simulator, recorder: TraceRecorder, variant: ProtocolVariant, params: SimConfig,
+             faults: FaultPlan) -> tuple[dict[str, Any], Driver]:
+    for peer, _ in faults.crashes:
+        if peer not in PEERS:
+            raise ConfigError("--faults crash", f"a peer this model has ({', '.join(PEERS)})", peer)
+    run = _Run(sim, recorder, system_for(variant, params), params, faults)
+    sim.poisson_arrivals(params.requests, params.arrival_rate, run.arrive)
+    for step, name in enumerate(run.system.init):
+        sim.schedule((step + 1) * params.init_step_time, run.act, Init(name))
+    for _, at in faults.crashes:
+        sim.schedule(at, run.act, CrashPrefill())
     sim.schedule(SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL, run.heartbeat)
     sim.run()
-    return run.summary()
+    return run.summary(), run.driver
+
+
+def system_for(variant: ProtocolVariant, params: SimConfig) -> PdProtocol:
+    """The transition system a simulation drives: one room per request, no fault budget (the plan decides)."""
+    config = ProtocolConfig(params.backend, rooms=params.requests, chunks=params.chunks, faults=UNBOUNDED,
+                            staging=params.staging)
+    return PdProtocol(config, variant)
 
 
 class _Run:
-    def __init__(self, sim: Simulator, recorder: TraceRecorder, variant: str, params: Mapping[str, Any],
+    def __init__(self, sim: Simulator, recorder: TraceRecorder, system: PdProtocol, params: SimConfig,
                  faults: FaultPlan) -> None:
-        self.sim, self.rec, self.variant, self.p = sim, recorder, variant, params
-        self.backend = params["backend"]
-        self.init = R.init_sequence(self.backend, variant)
-        self.assigned: set[str] = set()
-        self.thread = "unstarted"
-        self.buffered: list[tuple] = []  # ZMQ queues what arrives before the thread runs
-        self.prefill: dict[int, R.PrefillRoom] = {}
-        self.decode: dict[int, KVPoll] = {}
+        self.sim, self.rec, self.system, self.p = sim, recorder, system, params
+        self.driver = Driver(system)
+        self.allows = system.allows
+        self.thread_started = False
+        self.buffered: list[tuple] = []  # ZMQ queues what arrives before the bootstrap thread runs
+        self.computing: set[int] = set()  # rooms whose chunks the prefill is computing
+        self.worker_busy = False
         self.started: dict[int, float] = {}
         self.concluded: dict[int, tuple[float, str]] = {}
         self.flips: list[int] = []
-        self.registered = False
         self.prefill_dead_at: float | None = None
-        self.misses = 0
-        self.node_failed = False  # the heartbeat checker declared the prefill dead
-        self.worker_busy = False
-        self.queue: list[tuple[int, int]] = []
-        garble = lambda message, rng: ("GARBAGE",)  # noqa: E731  the bytes no longer parse
-        self.to_prefill = Channel(sim, faults, self.on_prefill_message, garble=garble, on_fault=self._fault)
-        self.to_decode = Channel(sim, faults, self.on_decode_message, garble=garble, on_fault=self._fault)
-        self.decode_thread = "alive"
+        self.to_prefill = self._channel(PREFILL, self.deliver_prefill, faults)
+        self.to_decode = self._channel(DECODE, self.deliver_decode, faults)
+        self.on_effect = {"sent": self._sent, "queued": self._queued, "concluded": self._concluded,
+                          "prefill_concluded": self._prefill_concluded, "success_failed": self._success_failed,
+                          "thread_started": self._thread_started, "thread_died": self._thread_died,
+                          "prefill_died": self._prefill_died, "worked": None}
 
-    def _fault(self, kind: str, message: Any) -> None:
-        self.rec.record(self.sim.now, f"fault_{kind}", list(message))
+    def _channel(self, side: str, deliver: Any, faults: FaultPlan) -> Channel:
+        def garble(message: tuple, rng: Random) -> tuple:
+            # the bytes no longer parse: the message is gone and a garbage frame travels in its place
+            self.act(Drop(side, message))
+            self.act(InjectGarbage(side))
+            return GarbageFrame()
 
-    # -- decode side ---------------------------------------------------------------------------
+        def on_fault(kind: str, message: tuple) -> None:
+            if kind == "drop":
+                self.act(Drop(side, message))
+            elif kind == "duplicate":
+                self.act(Duplicate(side, message))
+            elif kind != "garble":  # delay, reorder: timing only
+                self.rec.record(self.sim.now, f"fault_{kind}", message)
+
+        return Channel(self.sim, faults, deliver, garble=garble, on_fault=on_fault)
+
+    @property
+    def state(self) -> Any:
+        return self.driver.state
+
+    # -- the one way the model changes ------------------------------------------------------------
+    def act(self, action: tuple) -> bool:
+        """Take `action` if the system allows it now; react to its effects. False: it was not enabled."""
+        if not self.allows(self.driver.state, action):
+            return False
+        effects = self.driver.apply(action)
+        # the action's JSON form, built here as plain lists (the recorder's fast path; same text)
+        self.rec.record(self.sim.now, "action", [list(x) if isinstance(x, tuple) else x for x in action])
+        clears = []
+        for effect in effects:
+            handler = self.on_effect[effect[0]]
+            if handler is not None:
+                handler(effect, clears)
+        for room in clears:  # the scheduler's poll sees the terminal status and clears the room
+            self.act(Clear(room))
+        return True
+
+    # -- effects ------------------------------------------------------------------------------------
+    def _sent(self, effect: tuple, clears: list) -> None:
+        (self.to_prefill if effect.to == PREFILL else self.to_decode).send(effect.message)
+
+    def _queued(self, effect: tuple, clears: list) -> None:
+        self._kick()
+
+    def _concluded(self, effect: tuple, clears: list) -> None:
+        r = effect.room
+        if r in self.started and r not in self.concluded:  # a room that has not arrived concludes on arrival
+            self.concluded[r] = (self.sim.now, f"{effect.status.name}: {effect.why}")
+            self.rec.record(self.sim.now, "conclude", [r, effect.status.name, effect.why])
+
+    def _prefill_concluded(self, effect: tuple, clears: list) -> None:
+        clears.append(effect.room)
+
+    def _success_failed(self, effect: tuple, clears: list) -> None:
+        self.flips.append(effect.room)
+
+    def _thread_started(self, effect: tuple, clears: list) -> None:
+        self.thread_started = True
+        pending, self.buffered = self.buffered, []
+        for message in pending:
+            self.act(DeliverPrefill(message))
+
+    def _thread_died(self, effect: tuple, clears: list) -> None:
+        self.rec.record(self.sim.now, "thread_died", [effect.thread, effect.reason])
+
+    def _prefill_died(self, effect: tuple, clears: list) -> None:
+        self.prefill_dead_at = self.sim.now
+        self.rec.record(self.sim.now, "crash", PREFILL)
+
+    # -- timing -------------------------------------------------------------------------------------
     def arrive(self, r: int) -> None:
-        self.prefill[r] = R.NEW_PREFILL_ROOM
-        self.decode[r] = KVPoll.WaitingForInput
         self.started[r] = self.sim.now
-        self.rec.record(self.sim.now, "arrive", r)
-        if self.node_failed:
-            return self._conclude_decode(r, KVPoll.Failed, "bootstrap to a failed prefill")
-        if not self.registered:
-            self.registered = True
-            self.to_prefill.send(("REG",))
-            if self.p["staging"]:
-                self.to_prefill.send(("WATERMARK",))
-        self.to_prefill.send(("TINFO", r))
-        self.sim.schedule(SGLANG_DISAGGREGATION_WAITING_TIMEOUT, self.waiting_timeout, r)
-        self.sim.schedule(SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT, self.bootstrap_timeout, r)
-
-    def waiting_timeout(self, r: int) -> None:
-        if self.decode[r] == KVPoll.WaitingForInput:
-            self._conclude_decode(r, KVPoll.Failed, "waiting timeout")
-            self.to_prefill.send(("ABORT", r))
-
-    def on_decode_message(self, message: tuple) -> None:
-        if self.decode_thread != "alive":
+        if not self.act(DecodeInit(r)):  # the heartbeat checker already failed every room of the dead prefill
+            status = self.state.decode[r]
+            self.concluded[r] = (self.sim.now, f"{status.name}: bootstrap to a failed prefill")
+            self.rec.record(self.sim.now, "conclude", [r, status.name, "bootstrap to a failed prefill"])
             return
-        if message[0] == "GARBAGE":
-            frames, rooms = (), {}
-        else:
-            _, r, status = message
-            frames, rooms = encode_status(self.backend, r, KVPoll(status)), {r: self.decode[r]}
-        handled = handle_decode(frames, rooms, self.backend, self.variant)
-        if not handled.alive:
-            self.decode_thread = f"decode thread: {handled.reason}"
-            self.rec.record(self.sim.now, "thread_died", self.decode_thread)
-            return
-        for r, status in handled.rooms.items():
-            if status != self.decode[r]:
-                if status in R.TERMINAL:
-                    self._conclude_decode(r, status, "prefill status")
-                else:
-                    self.decode[r] = status
+        self.sim.schedule(SGLANG_DISAGGREGATION_WAITING_TIMEOUT, self.act, DecodeAbort(r))
+        self.sim.schedule(SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT, self.act, BootstrapTimeout(r))
 
-    def heartbeat(self) -> None:
-        if self.prefill_dead_at is not None:
-            self.misses += 1
-            if self.misses == SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE and \
-                    R.has_heartbeat_checker(self.backend, self.variant):
-                self.node_failed = True
-                for r, status in sorted(self.decode.items()):
-                    if status not in R.TERMINAL:
-                        self._conclude_decode(r, KVPoll.Failed, "peer death (heartbeat)")
-        if len(self.concluded) < self.p["requests"]:
-            self.sim.schedule(SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL, self.heartbeat)
-
-    def _conclude_decode(self, r: int, status: KVPoll, why: str) -> None:
-        self.decode[r] = status
-        self.concluded[r] = (self.sim.now, f"{status.name}: {why}")
-        self.rec.record(self.sim.now, "conclude", [r, status.name, why])
-
-    # -- prefill side --------------------------------------------------------------------------
-    def init_step(self, name: str) -> None:
-        if self.prefill_dead_at is not None:
-            return
-        self.assigned.add(name)
-        self.rec.record(self.sim.now, "init", name)
-        if name == R.START_THREAD:
-            self.thread = "alive"
-            pending, self.buffered = self.buffered, []
-            for message in pending:
-                self.on_prefill_message(message)
-
-    def crash(self, peer: str) -> None:
-        if self.prefill_dead_at is None:
-            self.prefill_dead_at = self.sim.now
-            self.rec.record(self.sim.now, "crash", peer)
-
-    def on_prefill_message(self, message: tuple) -> None:
-        if self.prefill_dead_at is not None or self.thread not in ("alive", "unstarted"):
-            return  # a dead process or a dead thread reads nothing
-        if self.thread == "unstarted":
+    def deliver_prefill(self, message: tuple) -> None:
+        if not self.thread_started and self.prefill_dead_at is None:
             self.buffered.append(message)
             return
-        missing = [f for f in R.fields_read(self.backend, message[0]) if f not in self.assigned]
-        if missing:
-            return self._thread_dies(f"AttributeError: {missing[0]} ({message[0]})")
-        if message[0] == "GARBAGE":
-            handled = handle_bootstrap((b"\xff",), {}, self.backend, self.variant)
-            if not handled.alive:
-                self._thread_dies(f"malformed frame: {handled.reason}")
-            return
-        if message[0] == "TINFO":
+        if self.act(DeliverPrefill(message)) and message[0] == "TINFO":
             r = message[1]
-            self.prefill[r] = R.on_transfer_info(self.prefill[r], self.backend)
-            if self.prefill[r].status == KVPoll.WaitingForInput:
-                for c in range(self.p["chunks"]):
-                    self.sim.schedule((c + 1) * self.p["chunk_time"], self.enqueue, r, c)
-        elif message[0] == "ABORT":
-            r = message[1]
-            room = self.prefill[r]
-            present = {r: room.status} if room.status is not None else {}
-            after = handle_bootstrap(encode_abort(r), present, self.backend, self.variant).rooms.get(r)
-            self.prefill[r] = room._replace(status=after)
-            self._maybe_clear(r)
+            if r not in self.computing and self.allows(self.state, Enqueue(r)):
+                self.computing.add(r)
+                for c in range(self.p.chunks):
+                    self.sim.schedule((c + 1) * self.p.chunk_time, self.act, Enqueue(r))
 
-    def _thread_dies(self, why: str) -> None:
-        self.thread = why
-        self.rec.record(self.sim.now, "thread_died", why)
-
-    def enqueue(self, r: int, chunk: int) -> None:
-        if self.prefill_dead_at is None and self.prefill[r].status in (KVPoll.WaitingForInput, KVPoll.Transferring):
-            self.queue.append((r, chunk))
-            self._kick()
+    def deliver_decode(self, message: tuple) -> None:
+        self.act(DeliverDecode(message))
 
     def _kick(self) -> None:
-        if not self.worker_busy and self.queue:
+        if not self.worker_busy and self.state.queue:
             self.worker_busy = True
-            self.sim.schedule(self.p["transfer_time"], self.work)
+            self.sim.schedule(self.p.transfer_time, self.work)
 
     def work(self) -> None:
         self.worker_busy = False
-        if self.prefill_dead_at is not None:
-            return
-        r, chunk = self.queue.pop(0)
-        before = self.prefill[r]
-        room, outcome = R.worker_step(before, chunk == self.p["chunks"] - 1, self.backend, self.variant)
-        self.prefill[r] = room
-        if before.succeeded and room.status == KVPoll.Failed:
-            self.flips.append(r)
-        if outcome == "completed":
-            self.to_decode.send(("STATUS", r, int(KVPoll.Success)))
-        self._maybe_clear(r)
-        self._kick()
+        if self.act(Work()):
+            self._kick()
 
-    def bootstrap_timeout(self, r: int) -> None:
-        if self.prefill_dead_at is None and self.prefill[r].status == KVPoll.Bootstrapping:
-            self.prefill[r] = R.bootstrap_timeout(self.prefill[r], self.backend)
-            self.to_decode.send(("STATUS", r, int(KVPoll.Failed)))
-            self._maybe_clear(r)
+    def heartbeat(self) -> None:
+        self.act(HeartbeatMiss())  # enabled only while the prefill is dead and not yet declared failed
+        if len(self.concluded) < self.p.requests:
+            self.sim.schedule(SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL, self.heartbeat)
 
-    def _maybe_clear(self, r: int) -> None:
-        if self.prefill[r].status in R.TERMINAL:
-            self.prefill[r] = R.clear(self.prefill[r])
-
-    # -- the report ----------------------------------------------------------------------------
+    # -- the report ---------------------------------------------------------------------------------
     def summary(self) -> dict[str, Any]:
+        state, config = self.state, self.system.config
         outcomes: dict[str, int] = {}
         waits = []
         late = []
-        hb_bound = SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE * SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL
+        hb_bound = config.max_failures * SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL
         for r in sorted(self.started):
             at, outcome = self.concluded.get(r, (None, "never concluded"))
             outcomes[outcome] = outcomes.get(outcome, 0) + 1
@@ -247,16 +243,16 @@ class _Run:
             violations.append(f"P8: {len(late)} rooms concluded after their bound or never (first: room {late[0]})")
         if self.flips:
             violations.append(f"P1: {len(self.flips)} concluded Success rooms turned Failed (first: room {self.flips[0]})")
-        if self.thread not in ("alive", "unstarted"):
-            violations.append(f"P3/P7: bootstrap thread died ({self.thread})")
-        if self.decode_thread != "alive":
-            violations.append(f"P3: {self.decode_thread} died")
+        if state.thread not in (ALIVE, UNSTARTED):
+            violations.append(f"P3/P7: bootstrap thread died ({state.thread})")
+        if state.decode_thread != ALIVE:
+            violations.append(f"P3: decode thread died ({state.decode_thread})")
         slowest = sorted(((at - self.started[r], r, outcome) for r, (at, outcome) in self.concluded.items()),
                          key=lambda x: (-x[0], x[1]))[:5]
         waits.sort()
         return {
             "violations": violations,
-            "backend": self.backend,
+            "backend": config.backend,
             "rooms": len(self.started),
             "outcomes": dict(sorted(outcomes.items())),
             "median_time_to_conclude": waits[len(waits) // 2] if waits else None,
@@ -265,7 +261,7 @@ class _Run:
             "p8_timeout_bound": SGLANG_DISAGGREGATION_WAITING_TIMEOUT,
             "rooms_past_bound": len(late),
             "slowest_rooms": [{"room": r, "outcome": o, "seconds": round(w, 6)} for w, r, o in slowest],
-            "bootstrap_thread": self.thread,
-            "decode_thread": self.decode_thread,
+            "bootstrap_thread": state.thread,
+            "decode_thread": state.decode_thread,
             "prefill_died_at": self.prefill_dead_at,
         }

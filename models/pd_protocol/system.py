@@ -4,8 +4,8 @@ One prefill rank and one decode rank share `rooms` requests. The prefill
 manager starts up step by step (so a message can arrive between "thread
 started" and "field assigned"); its bootstrap thread serves registration,
 TransferInfo, ABORT, staging WATERMARK and garbage frames through the real
-frame parser of `pd_wire`; its scheduler enqueues `chunks` per room on one
-FIFO worker queue, the worker runs them (`pd_rooms.worker_step`), and a
+frame parser of `wire`; its scheduler enqueues `chunks` per room on one
+FIFO worker queue, the worker runs them (`rooms.worker_step`), and a
 terminal poll clears the room. The decode side initialises each room
 (registration, TransferInfo), can abort it (waiting timeout or cancel,
 which sends ABORT), takes the prefill's status messages, and runs the
@@ -16,6 +16,10 @@ Messages in flight form a multiset, so any of them may be delivered next
 message, duplicate a queued work item (stale work), inject a garbage frame,
 crash the prefill. The clock passing a timeout is an action too.
 
+`transition` returns, besides the next state, what the step did (`actions`:
+messages sent, work queued and run, rooms concluded, threads died), which is
+all a timing policy such as the timed simulation needs to learn.
+
 Invariants: P1 success and failure are sticky, P2 no resurrection, P3 the
 bootstrap and decode threads survive malformed frames, P5 peer death fails the unfinished rooms
 after `max_failures` heartbeats, P7 no field read before assignment.
@@ -24,34 +28,24 @@ Liveness (P8 without the clock): every room concludes on both sides.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-from kvsim.engine.errors import ConfigError, check_int
 from kvsim.engine.system import Invariant
 
 from . import rooms as R
-from ..pd_common.status import SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE, KVPoll
-from .wire import VARIANTS, check_backend, encode_abort, encode_status, handle_bootstrap, handle_decode
+from ..pd_common.status import KVPoll
+from .actions import (DECODE, FAULTS, PREFILL, Abort, BootstrapTimeout, Clear, Concluded, CrashPrefill,
+                      DecodeAbort, DecodeInit, DeliverDecode, DeliverPrefill, Drop, Duplicate, DuplicateWork,
+                      Enqueue, GarbageFrame, HeartbeatMiss, Init, InjectGarbage, PrefillConcluded, PrefillDied,
+                      Queued, Reg, Sent, Status, SuccessFailed, ThreadDied, ThreadStarted, Tinfo, Watermark, Work,
+                      WorkItem, Worked)
+from .config import UNBOUNDED, ProtocolConfig
+from .variants import FIXED, ProtocolVariant
+from .wire import encode_abort, encode_status, handle_bootstrap, read_status, status_after
 
 ALIVE, UNSTARTED = "alive", "unstarted"
-
-
-@dataclass(frozen=True)
-class ProtocolConfig:
-    backend: str
-    rooms: int = 1
-    chunks: int = 2
-    faults: int = 1
-    staging: bool = False  # decode sends a staging WATERMARK after registering
-    max_failures: int = SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE
-
-    def __post_init__(self) -> None:
-        check_backend(self.backend)
-        check_int(self.rooms, "rooms", minimum=1, maximum=3)
-        check_int(self.chunks, "chunks", minimum=1, maximum=4)
-        check_int(self.faults, "faults", minimum=0, maximum=3)
-        check_int(self.max_failures, "max_failures", minimum=1)
+BOOTSTRAP = "bootstrap"  # the prefill's bootstrap thread (the decode thread is DECODE)
+_LIVE_STATUSES = (KVPoll.WaitingForInput, KVPoll.Transferring)
 
 
 class ProtoState(NamedTuple):
@@ -59,7 +53,7 @@ class ProtoState(NamedTuple):
     thread: str  # "unstarted", "alive", or why it died
     dead_kind: str  # "", "malformed" or "uninitialised"
     prefill: tuple[R.PrefillRoom, ...]
-    queue: tuple[tuple[int, int], ...]  # (room, chunk) in FIFO order
+    queue: tuple[WorkItem, ...]  # FIFO
     sent: tuple[int, ...]  # chunks enqueued per room
     decode: tuple[KVPoll, ...]
     registered: bool
@@ -67,7 +61,7 @@ class ProtoState(NamedTuple):
     to_decode: tuple[tuple, ...]
     peer_dead: bool
     hb_fail: int
-    faults_left: int
+    faults_left: int  # UNBOUNDED (-1): no budget
     decode_thread: str = ALIVE
 
 
@@ -83,9 +77,7 @@ def _remove(bag: tuple[tuple, ...], message: tuple) -> tuple[tuple, ...]:
 class PdProtocol:
     liveness = "every_room_concludes"
 
-    def __init__(self, config: ProtocolConfig, variant: str = "fixed") -> None:
-        if variant not in VARIANTS:
-            raise ConfigError("variant", f"one of {', '.join(VARIANTS)}", variant)
+    def __init__(self, config: ProtocolConfig, variant: ProtocolVariant = FIXED) -> None:
         self.name, self.variant, self.config = "pd-protocol", variant, config
         self.backend = config.backend
         self.init = R.init_sequence(self.backend, variant)
@@ -115,147 +107,242 @@ class PdProtocol:
         prefill_done = s.peer_dead or all(p.status is None for p in s.prefill)
         return decode_done and prefill_done
 
+    # each enabling condition is written once and read by both `enabled` (the explorer's list, in its
+    # order) and `allows` (one action, in O(1) rooms: what a timing policy asks before it acts)
+    def _can_enqueue(self, s: ProtoState, r: int) -> bool:
+        return not s.peer_dead and s.prefill[r].status in _LIVE_STATUSES and s.sent[r] < self.config.chunks
+
+    @staticmethod
+    def _can_clear(s: ProtoState, r: int) -> bool:
+        return not s.peer_dead and s.prefill[r].status in R.TERMINAL
+
+    @staticmethod
+    def _can_time_out(s: ProtoState, r: int) -> bool:
+        return not s.peer_dead and s.prefill[r].status == KVPoll.Bootstrapping
+
+    def _can_miss_heartbeat(self, s: ProtoState) -> bool:
+        return s.peer_dead and s.hb_fail < self.config.max_failures
+
     def enabled(self, s: ProtoState) -> list[tuple]:
         acts: list[tuple] = []
         rooms = range(self.config.rooms)
         if not s.peer_dead:
             if s.init_pc < len(self.init):
-                acts.append(("init", self.init[s.init_pc]))
+                acts.append(Init(self.init[s.init_pc]))
             if s.thread == ALIVE:
-                acts += [("deliver_prefill", m) for m in dict.fromkeys(s.to_prefill)]
+                acts += [DeliverPrefill(m) for m in dict.fromkeys(s.to_prefill)]
             for r in rooms:
-                room = s.prefill[r]
-                if room.status in (KVPoll.WaitingForInput, KVPoll.Transferring) and s.sent[r] < self.config.chunks:
-                    acts.append(("enqueue", r))
-                if room.status in R.TERMINAL:
-                    acts.append(("clear", r))
-                if room.status == KVPoll.Bootstrapping:
-                    acts.append(("bootstrap_timeout", r))
+                if self._can_enqueue(s, r):
+                    acts.append(Enqueue(r))
+                if self._can_clear(s, r):
+                    acts.append(Clear(r))
+                if self._can_time_out(s, r):
+                    acts.append(BootstrapTimeout(r))
             if s.queue:
-                acts.append(("work",))
+                acts.append(Work())
         if s.decode_thread == ALIVE:
-            acts += [("deliver_decode", m) for m in dict.fromkeys(s.to_decode)]
+            acts += [DeliverDecode(m) for m in dict.fromkeys(s.to_decode)]
         for r in rooms:
             if s.decode[r] == KVPoll.Bootstrapping:
-                acts.append(("decode_init", r))
+                acts.append(DecodeInit(r))
             if s.decode[r] == KVPoll.WaitingForInput:
-                acts.append(("decode_abort", r))
-        if s.peer_dead and s.hb_fail < self.config.max_failures:
-            acts.append(("heartbeat_miss",))
+                acts.append(DecodeAbort(r))
+        if self._can_miss_heartbeat(s):
+            acts.append(HeartbeatMiss())
         if s.faults_left:
-            acts += [("drop", "prefill", m) for m in dict.fromkeys(s.to_prefill)]
-            acts += [("drop", "decode", m) for m in dict.fromkeys(s.to_decode)]
-            acts += [("duplicate", "prefill", m) for m in dict.fromkeys(s.to_prefill)]
-            acts += [("duplicate", "decode", m) for m in dict.fromkeys(s.to_decode)]
-            acts += [("duplicate_work", i) for i in range(len(s.queue))]
-            acts.append(("garbage", "decode"))
+            acts += [Drop(PREFILL, m) for m in dict.fromkeys(s.to_prefill)]
+            acts += [Drop(DECODE, m) for m in dict.fromkeys(s.to_decode)]
+            acts += [Duplicate(PREFILL, m) for m in dict.fromkeys(s.to_prefill)]
+            acts += [Duplicate(DECODE, m) for m in dict.fromkeys(s.to_decode)]
+            acts += [DuplicateWork(i) for i in range(len(s.queue))]
+            acts.append(InjectGarbage(DECODE))
             if not s.peer_dead:
-                acts += [("garbage", "prefill"), ("crash_prefill",)]
+                acts += [InjectGarbage(PREFILL), CrashPrefill()]
         return acts
 
-    def step(self, s: ProtoState, a: tuple) -> ProtoState:
+    def allows(self, s: ProtoState, a: tuple) -> bool:
+        """`a in self.enabled(s)`, without listing every room's actions."""
         kind = a[0]
-        if kind == "init":
-            return s._replace(init_pc=s.init_pc + 1, thread=ALIVE if a[1] == R.START_THREAD else s.thread)
+        if kind in FAULTS:
+            if not s.faults_left:
+                return False
+            if kind == "drop" or kind == "duplicate":
+                return a[2] in (s.to_prefill if a[1] == PREFILL else s.to_decode)
+            if kind == "duplicate_work":
+                return 0 <= a[1] < len(s.queue)
+            if kind == "garbage" and a[1] == DECODE:
+                return True
+            return not s.peer_dead  # garbage towards the prefill, crash_prefill
         if kind == "deliver_prefill":
-            return self._on_prefill_message(s._replace(to_prefill=_remove(s.to_prefill, a[1])), a[1])
+            return not s.peer_dead and s.thread == ALIVE and a[1] in s.to_prefill
         if kind == "deliver_decode":
-            return self._on_decode_message(s._replace(to_decode=_remove(s.to_decode, a[1])), a[1])
-        if kind == "enqueue":
-            r = a[1]
-            sent = s.sent[:r] + (s.sent[r] + 1,) + s.sent[r + 1:]
-            return s._replace(queue=s.queue + ((r, s.sent[r]),), sent=sent)
+            return s.decode_thread == ALIVE and a[1] in s.to_decode
+        if kind == "init":
+            return not s.peer_dead and s.init_pc < len(self.init) and a[1] == self.init[s.init_pc]
         if kind == "work":
-            return self._work(s)
-        if kind == "clear":
-            return self._set_prefill(s, a[1], R.clear(s.prefill[a[1]]))
-        if kind == "bootstrap_timeout":
-            r = a[1]
-            s = self._set_prefill(s, r, R.bootstrap_timeout(s.prefill[r], self.backend))
-            return s._replace(to_decode=_add(s.to_decode, ("STATUS", r, int(KVPoll.Failed))))
-        if kind == "decode_init":
-            return self._decode_init(s, a[1])
-        if kind == "decode_abort":
-            r = a[1]
-            s = self._set_decode(s, r, KVPoll.Failed)
-            return s._replace(to_prefill=_add(s.to_prefill, ("ABORT", r)))
+            return not s.peer_dead and bool(s.queue)
         if kind == "heartbeat_miss":
+            return self._can_miss_heartbeat(s)
+        r = a[1]
+        if kind == "enqueue":
+            return self._can_enqueue(s, r)
+        if kind == "clear":
+            return self._can_clear(s, r)
+        if kind == "bootstrap_timeout":
+            return self._can_time_out(s, r)
+        if kind == "decode_init":
+            return s.decode[r] == KVPoll.Bootstrapping
+        if kind == "decode_abort":
+            return s.decode[r] == KVPoll.WaitingForInput
+        return False
+
+    def step(self, s: ProtoState, a: tuple) -> ProtoState:
+        return self.transition(s, a)[0]
+
+    def transition(self, s: ProtoState, a: tuple) -> tuple[ProtoState, tuple[tuple, ...]]:
+        """`step`, and what it did: messages sent, work queued and run, rooms concluded, threads died."""
+        kind = a[0]
+        fx: list[tuple] = []
+        if kind == "init":
+            started = a[1] == R.START_THREAD
+            if started:
+                fx.append(ThreadStarted(BOOTSTRAP))
+            s = s._replace(init_pc=s.init_pc + 1, thread=ALIVE if started else s.thread)
+        elif kind == "deliver_prefill":
+            s = self._on_prefill_message(s._replace(to_prefill=_remove(s.to_prefill, a[1])), a[1], fx)
+        elif kind == "deliver_decode":
+            s = self._on_decode_message(s._replace(to_decode=_remove(s.to_decode, a[1])), a[1], fx)
+        elif kind == "enqueue":
+            r = a[1]
+            item = WorkItem(r, s.sent[r])
+            fx.append(Queued(r, item.chunk))
+            s = s._replace(queue=s.queue + (item,), sent=_put(s.sent, r, s.sent[r] + 1))
+        elif kind == "work":
+            s = self._work(s, fx)
+        elif kind == "clear":
+            s = self._set_prefill(s, a[1], R.clear(s.prefill[a[1]]), fx)
+        elif kind == "bootstrap_timeout":
+            r = a[1]
+            s = self._set_prefill(s, r, R.bootstrap_timeout(s.prefill[r], self.backend), fx)
+            s = self._send(s, DECODE, fx, Status(r, int(KVPoll.Failed)))
+        elif kind == "decode_init":
+            s = self._decode_init(s, a[1], fx)
+        elif kind == "decode_abort":
+            r = a[1]
+            s = self._set_decode(s, r, KVPoll.Failed, "waiting timeout", fx)
+            s = self._send(s, PREFILL, fx, Abort(r))
+        elif kind == "heartbeat_miss":
             s = s._replace(hb_fail=s.hb_fail + 1)
             if s.hb_fail == self.config.max_failures and self.heartbeat:
-                s = s._replace(decode=R.handle_node_failure(s.decode))
-            return s
-        return self._fault(s._replace(faults_left=s.faults_left - 1), a)
+                after = R.handle_node_failure(s.decode)
+                fx += [Concluded(r, new, "peer death (heartbeat)")
+                       for r, (old, new) in enumerate(zip(s.decode, after)) if old != new]
+                s = s._replace(decode=after)
+        elif kind in FAULTS:
+            budget = s.faults_left if s.faults_left == UNBOUNDED else s.faults_left - 1
+            s = self._fault(s._replace(faults_left=budget), a, fx)
+        else:
+            raise ValueError(f"unknown action {a!r}")
+        return s, tuple(fx)
 
     # -- prefill ------------------------------------------------------------------------------
-    def _on_prefill_message(self, s: ProtoState, m: tuple) -> ProtoState:
+    def _on_prefill_message(self, s: ProtoState, m: tuple, fx: list) -> ProtoState:
         assigned = self.init[: s.init_pc]
         missing = [f for f in R.fields_read(self.backend, m[0]) if f not in assigned]
         if missing:  # AttributeError in a thread without try: it dies for good
-            return s._replace(thread=f"AttributeError: {missing[0]} read before assignment ({m[0]})",
-                              dead_kind="uninitialised")
+            why = f"AttributeError: {missing[0]} read before assignment ({m[0]})"
+            fx.append(ThreadDied(BOOTSTRAP, why))
+            return s._replace(thread=why, dead_kind="uninitialised")
         if m[0] == "GARBAGE":
             handled = handle_bootstrap((), {}, self.backend, self.variant)
             if not handled.alive:
-                return s._replace(thread=f"died on a malformed frame: {handled.reason}", dead_kind="malformed")
+                why = f"died on a malformed frame: {handled.reason}"
+                fx.append(ThreadDied(BOOTSTRAP, why))
+                return s._replace(thread=why, dead_kind="malformed")
             return s
         if m[0] == "TINFO":
-            return self._set_prefill(s, m[1], R.on_transfer_info(s.prefill[m[1]], self.backend))
+            return self._set_prefill(s, m[1], R.on_transfer_info(s.prefill[m[1]], self.backend), fx)
         if m[0] == "ABORT":
             r = m[1]
             present = {r: s.prefill[r].status} if s.prefill[r].status is not None else {}
             after = handle_bootstrap(encode_abort(r), present, self.backend, self.variant).rooms.get(r)
-            return self._set_prefill(s, r, s.prefill[r]._replace(status=after))
+            return self._set_prefill(s, r, s.prefill[r]._replace(status=after), fx)
         return s  # registration and watermark change no room
 
-    def _work(self, s: ProtoState) -> ProtoState:
+    def _work(self, s: ProtoState, fx: list) -> ProtoState:
         (r, chunk), queue = s.queue[0], s.queue[1:]
         room, outcome = R.worker_step(s.prefill[r], chunk == self.config.chunks - 1, self.backend, self.variant)
-        s = self._set_prefill(s._replace(queue=queue), r, room)
+        fx.append(Worked(r, chunk, outcome))
+        s = self._set_prefill(s._replace(queue=queue), r, room, fx)
         if outcome == "completed":
-            s = s._replace(to_decode=_add(s.to_decode, ("STATUS", r, int(KVPoll.Success))))
+            s = self._send(s, DECODE, fx, Status(r, int(KVPoll.Success)))
         return s
 
     # -- decode -------------------------------------------------------------------------------
-    def _decode_init(self, s: ProtoState, r: int) -> ProtoState:
-        new = [("TINFO", r)]
+    def _decode_init(self, s: ProtoState, r: int, fx: list) -> ProtoState:
+        new: list[tuple] = []
         if not s.registered:
-            new.append(("REG",))
+            new.append(Reg())
             if self.config.staging:
-                new.append(("WATERMARK",))
-        s = self._set_decode(s, r, KVPoll.WaitingForInput)
-        return s._replace(registered=True, to_prefill=_add(s.to_prefill, *new))
+                new.append(Watermark())
+        new.append(Tinfo(r))
+        s = self._set_decode(s, r, KVPoll.WaitingForInput, "", fx)
+        return self._send(s._replace(registered=True), PREFILL, fx, *new)
 
-    def _on_decode_message(self, s: ProtoState, m: tuple) -> ProtoState:
+    def _on_decode_message(self, s: ProtoState, m: tuple, fx: list) -> ProtoState:
         frames = () if m[0] == "GARBAGE" else encode_status(self.backend, m[1], KVPoll(m[2]))
-        handled = handle_decode(frames, dict(enumerate(s.decode)), self.backend, self.variant)
-        if not handled.alive:
-            return s._replace(decode_thread=f"died on a malformed frame: {handled.reason}")
-        return s._replace(decode=tuple(handled.rooms[r] for r in range(self.config.rooms)))
+        read = read_status(frames, self.backend, self.variant)
+        if not read.alive:
+            why = f"died on a malformed frame: {read.reason}"
+            fx.append(ThreadDied(DECODE, why))
+            return s._replace(decode_thread=why)
+        if read.message is None:
+            return s  # rejected and dropped
+        r = read.message.room
+        after = status_after(read.message, s.decode[r], self.backend)
+        if after is None:
+            return s  # a concluded receiver drops late news
+        return self._set_decode(s, r, after, "prefill status", fx)
 
     # -- faults -------------------------------------------------------------------------------
-    def _fault(self, s: ProtoState, a: tuple) -> ProtoState:
+    def _fault(self, s: ProtoState, a: tuple, fx: list) -> ProtoState:
         kind = a[0]
-        side = "to_prefill" if len(a) > 1 and a[1] == "prefill" else "to_decode"
+        side = "to_prefill" if len(a) > 1 and a[1] == PREFILL else "to_decode"
         if kind == "drop":
             return s._replace(**{side: _remove(getattr(s, side), a[2])})
         if kind == "duplicate":
             return s._replace(**{side: _add(getattr(s, side), a[2])})
         if kind == "duplicate_work":
-            return s._replace(queue=s.queue + (s.queue[a[1]],))
+            item = s.queue[a[1]]
+            fx.append(Queued(item.room, item.chunk))
+            return s._replace(queue=s.queue + (item,))
         if kind == "garbage":
-            return s._replace(**{side: _add(getattr(s, side), ("GARBAGE",))})
-        if kind == "crash_prefill":
-            return s._replace(peer_dead=True, to_prefill=(), queue=())
-        raise ValueError(f"unknown action {a!r}")
+            return s._replace(**{side: _add(getattr(s, side), GarbageFrame())})
+        fx.append(PrefillDied())  # crash_prefill
+        return s._replace(peer_dead=True, to_prefill=(), queue=())
 
     # -- helpers and invariants ----------------------------------------------------------------
     @staticmethod
-    def _set_prefill(s: ProtoState, r: int, room: R.PrefillRoom) -> ProtoState:
-        return s._replace(prefill=s.prefill[:r] + (R.note_failure(room),) + s.prefill[r + 1:])
+    def _send(s: ProtoState, to: str, fx: list, *messages: tuple) -> ProtoState:
+        fx += [Sent(to, m) for m in messages]
+        if to == PREFILL:
+            return s._replace(to_prefill=_add(s.to_prefill, *messages))
+        return s._replace(to_decode=_add(s.to_decode, *messages))
 
     @staticmethod
-    def _set_decode(s: ProtoState, r: int, status: KVPoll) -> ProtoState:
-        return s._replace(decode=s.decode[:r] + (status,) + s.decode[r + 1:])
+    def _set_prefill(s: ProtoState, r: int, room: R.PrefillRoom, fx: list) -> ProtoState:
+        before = s.prefill[r]
+        if room.status in R.TERMINAL and room.status != before.status:
+            fx.append(PrefillConcluded(r, room.status))
+            if room.status == KVPoll.Failed and before.succeeded:
+                fx.append(SuccessFailed(r))
+        return s._replace(prefill=_put(s.prefill, r, R.note_failure(room)))
+
+    @staticmethod
+    def _set_decode(s: ProtoState, r: int, status: KVPoll, why: str, fx: list) -> ProtoState:
+        if status in R.TERMINAL and s.decode[r] not in R.TERMINAL:
+            fx.append(Concluded(r, status, why))
+        return s._replace(decode=_put(s.decode, r, status))
 
     @staticmethod
     def _sticky(s: ProtoState) -> str | None:
@@ -285,6 +372,10 @@ class PdProtocol:
                 return (f"decode rooms {waiting} after {s.hb_fail} missed heartbeats from a dead prefill: "
                         f"expected Failed, got {[s.decode[r].name for r in waiting]}")
         return None
+
+
+def _put(t: tuple, i: int, v: Any) -> tuple:
+    return t[:i] + (v,) + t[i + 1:]
 
 
 def _decode_dead(s: ProtoState) -> str | None:

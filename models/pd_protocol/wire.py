@@ -30,9 +30,9 @@ from typing import Mapping, Sequence
 from kvsim.engine.errors import ConfigError
 
 from ..pd_common.status import KVPoll, update_status
+from .variants import FIXED, ProtocolVariant
 
 BACKENDS = ("mooncake", "nixl", "mori")
-VARIANTS = ("fixed", "pre_35281")
 GUARDS = {"mooncake": None, "nixl": b"NixlMsgGuard", "mori": b"MoriMsgGuard"}
 ABORT_TAG = b"ABORT"
 REGISTRATION_FRAMES = 4
@@ -141,18 +141,17 @@ class Handled:
     reason: str = ""
 
 
-def handle_bootstrap(frames: Frames, rooms: Mapping[int, KVPoll], backend: str, variant: str = "fixed") -> Handled:
+def handle_bootstrap(frames: Frames, rooms: Mapping[int, KVPoll], backend: str,
+                     variant: ProtocolVariant = FIXED) -> Handled:
     """One iteration of the prefill bootstrap loop: the rooms after it and whether the thread lives on."""
     check_backend(backend)
-    if variant not in VARIANTS:
-        raise ConfigError("variant", f"one of {', '.join(VARIANTS)}", variant)
     frames = tuple(frames)
-    abort_first = backend != "mori" or variant == "fixed"  # Mori checked its guard first before the PR
-    catches = variant == "fixed" or backend == "mori"  # Mori's loop already had a try
+    abort_first = backend != "mori" or variant.mori_abort_before_guard  # Mori checked its guard first
+    catches = backend == "mori" or variant.bootstrap_loop_catches  # Mori's loop already had a try
     try:
         if abort_first and frames and frames[0] == ABORT_TAG:
             return _abort(parse_abort(frames), rooms, backend)
-        if variant == "pre_35281" and backend == "nixl" and (not frames or frames[0] != GUARDS["nixl"]):
+        if backend == "nixl" and not variant.nixl_guard_validated and (not frames or frames[0] != GUARDS["nixl"]):
             raise MalformedFrame("assert msg[0] == GUARD failed")
         message = parse_guarded(frames, backend)
     except MalformedFrame as exc:
@@ -171,24 +170,47 @@ def _abort(message: Message, rooms: Mapping[int, KVPoll], backend: str) -> Handl
     return Handled({**rooms, room: after}, True, "abort")
 
 
-def handle_decode(frames: Frames, rooms: Mapping[int, KVPoll], backend: str, variant: str = "fixed") -> Handled:
-    """One iteration of the decode thread: a prefill status message for a decode room.
+@dataclass(frozen=True)
+class StatusRead:
+    """The decode thread's reading of one message: the status message, or why it was rejected or killed it."""
+
+    message: Message | None
+    alive: bool
+    reason: str = ""
+
+
+def read_status(frames: Frames, backend: str, variant: ProtocolVariant = FIXED) -> StatusRead:
+    """Parse one message on the decode thread (no room is touched yet).
 
     Before the PR the Mooncake decode thread had no `try` (a bad frame, or an
     unknown message unpacked as a triple, killed it) and the NIXL decode
     thread indexed `msg[0]` of an empty message; Mori caught errors.
     """
-    check_backend(backend)
-    frames = tuple(frames)
     try:
-        if variant == "pre_35281" and backend == "nixl" and not frames:
+        if backend == "nixl" and not variant.nixl_decode_checks_empty and not frames:
             raise IndexError("msg[0] of an empty message")
-        message = parse_status(frames, backend)
+        return StatusRead(parse_status(frames, backend), True)
     except (MalformedFrame, IndexError) as exc:
-        dies = variant == "pre_35281" and (backend == "mooncake" or isinstance(exc, IndexError))
-        return Handled(rooms, not dies, "died" if dies else "rejected", str(exc))
-    room, current = message.room, rooms.get(message.room)
+        dies = isinstance(exc, IndexError) or (backend == "mooncake" and not variant.mooncake_decode_loop_catches)
+        return StatusRead(None, not dies, str(exc))
+
+
+def status_after(message: Message, current: KVPoll | None, backend: str) -> KVPoll | None:
+    """A decode room's status after a prefill status message; None when the thread drops it (unknown, concluded)."""
     if current is None or current in (KVPoll.Success, KVPoll.Failed):
+        return None
+    return update_status(current, KVPoll(message.status), "mori" if backend == "mori" else "common")
+
+
+def handle_decode(frames: Frames, rooms: Mapping[int, KVPoll], backend: str,
+                  variant: ProtocolVariant = FIXED) -> Handled:
+    """One iteration of the decode thread: a prefill status message for a decode room."""
+    check_backend(backend)
+    read = read_status(tuple(frames), backend, variant)
+    if read.message is None:
+        return Handled(rooms, read.alive, "rejected" if read.alive else "died", read.reason)
+    room = read.message.room
+    after = status_after(read.message, rooms.get(room), backend)
+    if after is None:
         return Handled(rooms, True, "status", "unknown or concluded room: dropped")
-    rule = "mori" if backend == "mori" else "common"
-    return Handled({**rooms, room: update_status(current, KVPoll(message.status), rule)}, True, "status")
+    return Handled({**rooms, room: after}, True, "status")

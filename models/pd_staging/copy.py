@@ -27,7 +27,8 @@ import numpy as np
 
 from kvsim.engine.errors import ConfigError, check_int, require
 from .layout import HeadSliceParams, StagingLayout
-from .plan import check_variant, scatter_token_range
+from .plan import scatter_token_range
+from .variants import FIXED, StagingVariant
 
 
 def stack_paged_kv(layers: Sequence[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
@@ -136,13 +137,12 @@ def scatter_staging_to_pages(kv: np.ndarray, staging: np.ndarray, page_indices: 
 
 
 def decode_scatter_pages(req_to_token: Sequence[int] | np.ndarray, page_start: int, num_pages: int,
-                         decode_prefix_len: int, page_size: int, variant: str = "fixed") -> np.ndarray:
+                         decode_prefix_len: int, page_size: int, variant: StagingVariant = FIXED) -> np.ndarray:
     """Destination pages of a scatter: `req_to_token[token_start:token_end][::page_size] // page_size`.
 
     The rows come from `scatter_token_range` (05c7ebf adds the decode prefix;
     before it the suffix landed on the cached prefix rows).
     """
-    check_variant(variant)
     rows = np.asarray(req_to_token, dtype=np.int64).reshape(-1)
     start, end = scatter_token_range(page_start, num_pages, decode_prefix_len, page_size, variant)
     require(end <= len(rows), "req_to_token", f"at least {end} rows (scatter rows [{start}, {end}))", len(rows))
@@ -152,7 +152,7 @@ def decode_scatter_pages(req_to_token: Sequence[int] | np.ndarray, page_start: i
 def scatter_staging_to_paged(kv: np.ndarray, staging: np.ndarray, req_to_token: Sequence[int] | np.ndarray,
                              page_start: int, num_pages: int, decode_prefix_len: int,
                              writers: Sequence[HeadSliceParams], layout: StagingLayout,
-                             offsets: Sequence[int] | None = None, variant: str = "fixed") -> np.ndarray:
+                             offsets: Sequence[int] | None = None, variant: StagingVariant = FIXED) -> np.ndarray:
     """The decode scatter of one slot once all its writers arrived: every writer's slice to its heads, in place.
 
     `page_start`/`num_pages` are the arrival's suffix pages; `offsets[w]` (default:

@@ -22,56 +22,80 @@ writers owns one head slice of the decode rank (W = P_tp / D_tp).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kvsim.engine.errors import ConfigError, check_int
+from kvsim.engine.params import param
 
-from .plan import (StagingPlanConfig, early_send, initial_cursor, prefill_batch_ends,
-                              prefetch_plan, send_batch, snapshot_early_send_prefix_end, SendCall)
+from .plan import (SendCall, StagingPlanConfig, early_send, initial_cursor, prefetch_plan, prefill_batch_ends,
+                   send_batch, snapshot_early_send_prefix_end)
+from .variants import StagingVariant
 
 GARBAGE = -(10 ** 6)
 UNWRITTEN = 0
+HEAD_SLICES = 8  # head slices one KV cell value can name: the most writers any configuration may have
+TOKENS = 4096  # tokens one room's cell values can name: prompts are shorter
+MAX_PROMPT_LEN = TOKENS - 1
 
 FAULT_KINDS = ("drop_req", "drop_rsp", "drop_ready", "drop_status", "drop_wm", "drop_abort",
                "dup_req", "dup_ready", "reorder", "abort", "peer_death")
+DEFAULT_FAULTS = "drop_ready,abort,peer_death"
 
 
 def value(room: int, token: int, writer: int) -> int:
     """The prefill's KV for (request, token, head slice)."""
-    return ((room + 1) * 4096 + token) * 4 + writer + 1
+    return ((room + 1) * TOKENS + token) * HEAD_SLICES + writer + 1
 
 
 def prefix_value(token: int, writer: int) -> int:
     """What a shared radix-prefix row holds: the cached KV of that prompt token (not a request's suffix)."""
-    return -(token * 4 + writer + 1)
+    return -(token * HEAD_SLICES + writer + 1)
+
+
+def parse_faults(text: str) -> tuple[str, ...]:
+    """`drop_ready,abort` -> ("drop_ready", "abort"); "" and "none" are no faults."""
+    kinds = tuple(k.strip() for k in text.split(",") if k.strip() and k.strip() != "none")
+    for k in kinds:
+        if k not in FAULT_KINDS:
+            raise ConfigError("--param faults", f"a comma-separated subset of {', '.join(FAULT_KINDS)}", text)
+    return kinds
 
 
 @dataclass(frozen=True)
 class StagingSystemConfig:
-    """One decode rank, W prefill writer ranks, `rooms` requests of the same geometry."""
+    """One decode rank, W prefill writer ranks, `rooms` requests of the same geometry.
 
-    rooms: int = 1
-    writers: int = 1
-    page_size: int = 1
-    chunked_prefill_size: int = 1
-    prompt_len: int = 2
-    decode_prefix_len: int = 0
-    prefill_hit: int = 0
-    ring_units: int = 0  # 0: room for every slot of every room at once
-    faults: tuple[str, ...] = ()
-    fault_budget: int = 1
-    timeouts: bool = True  # the decode waiting timeout and (fixed) the staging completion deadline can pass
+    The `param()` fields are `kvsim explore pd-staging --param`, their bounds what explore finishes; the
+    timed simulation builds this config from its own `SimConfig` (many rooms, more writers), so
+    `__post_init__` checks only what the model itself needs (the cell encoding, a consistent geometry).
+    """
+
+    rooms: int = param(1, "requests sharing the decode rank and its staging ring", minimum=1, maximum=2)
+    writers: int = param(1, "W = P_tp / D_tp prefill writer ranks per decode rank", minimum=1, maximum=2)
+    page_size: int = param(1, "tokens per KV page", minimum=1, maximum=16)
+    chunked_prefill_size: int = param(1, "prefill batch tokens; the grid is its whole pages", minimum=1, maximum=512)
+    prompt_len: int = param(2, "L: prompt tokens", minimum=1, maximum=MAX_PROMPT_LEN)
+    decode_prefix_len: int = param(0, "D: tokens the decode radix cache already holds", minimum=0,
+                                   maximum=MAX_PROMPT_LEN - 1)
+    prefill_hit: int = param(0, "tokens the prefill radix cache already holds", minimum=0, maximum=MAX_PROMPT_LEN - 1)
+    ring_units: int = param(0, "staging ring size in pages of one writer's heads (0: every slot fits)", minimum=0,
+                            maximum=64)
+    faults: str = param(DEFAULT_FAULTS, "comma-separated fault kinds: " + ", ".join(FAULT_KINDS))
+    fault_budget: int = param(1, "fault actions allowed on one path", minimum=0, maximum=3)
+    timeouts: bool = param(True, "1: the decode waiting timeout and (fixed) the completion deadline may pass")
+    # The timed simulation's network (not a --param): any message in flight may arrive next, and the fault
+    # plan, not a budget, drops and duplicates messages and kills the prefill.
+    timed: bool = False
+    fault_kinds: tuple[str, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        check_int(self.rooms, "rooms", minimum=1)  # explore keeps to 1-2 (its ParamSpec); the simulation runs many
-        check_int(self.writers, "writers", minimum=1, maximum=2)
-        check_int(self.prompt_len, "prompt_len", minimum=1, maximum=4095)
+        check_int(self.rooms, "rooms", minimum=1)
+        check_int(self.writers, "writers", minimum=1, maximum=HEAD_SLICES)
+        check_int(self.prompt_len, "prompt_len", minimum=1, maximum=MAX_PROMPT_LEN)
         check_int(self.prefill_hit, "prefill_hit", minimum=0, maximum=self.prompt_len - 1)
-        check_int(self.fault_budget, "fault_budget", minimum=0, maximum=3)
+        check_int(self.fault_budget, "fault_budget", minimum=0)
         check_int(self.ring_units, "ring_units", minimum=0)
-        for f in self.faults:
-            if f not in FAULT_KINDS:
-                raise ConfigError("faults", f"a subset of {', '.join(FAULT_KINDS)}", f)
+        object.__setattr__(self, "fault_kinds", parse_faults(self.faults))
         self.plan  # validates page size, prefix and chunked-prefill size
 
     @property
@@ -100,7 +124,7 @@ class StagingSystemConfig:
         return f if self.writers > 1 else 4 * f
 
 
-def send_groups(cfg: StagingSystemConfig, variant: str) -> tuple[tuple[SendCall, ...], ...]:
+def send_groups(cfg: StagingSystemConfig, variant: StagingVariant) -> tuple[tuple[SendCall, ...], ...]:
     """The `send` calls of each prefill batch of a room, the early send (fixed only) folded into the first."""
     p = cfg.plan
     cursor = initial_cursor(p)
@@ -174,8 +198,8 @@ def describe_cell(cell: int) -> str:
     if cell == UNWRITTEN:
         return "never written"
     if cell < 0:
-        t, h = divmod(-cell - 1, 4)
+        t, h = divmod(-cell - 1, HEAD_SLICES)
         return f"prefix token {t} head {h}"
-    r, rest = divmod(cell - 1, 4096 * 4)
-    t, h = divmod(rest, 4)
+    r, rest = divmod(cell - 1, TOKENS * HEAD_SLICES)
+    t, h = divmod(rest, HEAD_SLICES)
     return f"room {r - 1} token {t} head {h}"

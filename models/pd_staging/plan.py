@@ -13,7 +13,7 @@ slot ``k`` holds suffix pages ``[k*F, k*F + min(F, N - k*F))`` where
 ``F = full_chunk_pages`` and ``N`` the suffix pages. A prefill send is named
 by ``chunk_idx = page_start // F`` and written into that one slot.
 
-Variants differ only where 05c7ebf changed the code:
+Variants differ only where 05c7ebf changed the code (`variants.StagingVariant`, one flag each):
 
 - ``fixed``: a non-last send is floored to a page and then to the grid
   (relative to the decode prefix ``D``), split at grid lines, one `send` per
@@ -30,13 +30,9 @@ from dataclasses import dataclass, replace
 
 from kvsim.engine.errors import ConfigError, check_int, require
 
-VARIANTS = ("fixed", "pre_05c7ebf")
+from .variants import FIXED, StagingVariant
+
 DEFAULT_CHUNKED_PREFILL_SIZE = 8192  # upstream `chunked_prefill_size or 8192`
-
-
-def check_variant(variant: str) -> str:
-    require(variant in VARIANTS, "variant", f"one of {', '.join(VARIANTS)}", variant)
-    return variant
 
 
 def cdiv(a: int, b: int) -> int:
@@ -128,11 +124,11 @@ def prefetch_plan(total_pages: int, full_pages: int) -> tuple[StagingReq, ...]:
                  for k in range(cdiv(total_pages, full_pages)))
 
 
-def floor_non_last_end(end: int, decode_prefix_len: int, page_size: int, grid: int, variant: str = "fixed") -> int:
+def floor_non_last_end(end: int, decode_prefix_len: int, page_size: int, grid: int,
+                       variant: StagingVariant = FIXED) -> int:
     """Where a non-last send stops; the remainder rides with the next send."""
-    check_variant(variant)
     end = floor_page(end, page_size)
-    if variant == "fixed":
+    if variant.grid_floored_sends:
         # 05c7ebf: floor to the grid too, so a non-last send never ends inside a slot
         end = decode_prefix_len + ((end - decode_prefix_len) // grid) * grid
     return end
@@ -193,16 +189,15 @@ def send_pages(cfg: StagingPlanConfig, start: int, end: int) -> int:
     return cdiv(end - d, ps) - (start - d) // ps
 
 
-def send_batch(cfg: StagingPlanConfig, cursor: SendCursor, end: int, last: bool, variant: str = "fixed",
-               early: bool = False) -> tuple[SendCursor, tuple[SendCall, ...]]:
+def send_batch(cfg: StagingPlanConfig, cursor: SendCursor, end: int, last: bool,
+               variant: StagingVariant = FIXED, early: bool = False) -> tuple[SendCursor, tuple[SendCall, ...]]:
     """`send_kv_chunk` after a prefill batch that computed up to `end` (steps 2-6 of section 2.3)."""
-    check_variant(variant)
     start = cursor.start_send_idx
     if not last:
         end = floor_non_last_end(end, cfg.decode_prefix_len, cfg.page_size, cfg.grid, variant)
     if end < start:
         return cursor, ()
-    if variant == "fixed":
+    if variant.grid_segmented_sends:
         segments = compute_grid_segments(start, end, cfg.decode_prefix_len, cfg.grid)
     else:
         segments = ((start, end),)  # pre-05c7ebf: one send per call, whatever slots it spans
@@ -231,11 +226,10 @@ def snapshot_early_send_prefix_end(cursor: SendCursor, prefix_len: int, host_hit
 
 
 def early_send(cfg: StagingPlanConfig, cursor: SendCursor, bootstrap_done: bool = True,
-               variant: str = "fixed") -> tuple[SendCursor, tuple[SendCall, ...]]:
+               variant: StagingVariant = FIXED) -> tuple[SendCursor, tuple[SendCall, ...]]:
     """Ship `[start_send_idx, early_send_prefix_end)` as a non-last send, when allowed."""
-    check_variant(variant)
     limit = cursor.early_send_prefix_end
-    if variant != "fixed" or limit is None or not bootstrap_done:
+    if not variant.early_send_under_staging or limit is None or not bootstrap_done:
         return cursor, ()  # pre-05c7ebf: early send disabled whenever staging is on
     if limit % cfg.page_size != 0 or limit <= cursor.start_send_idx:
         return cursor, ()
@@ -261,13 +255,12 @@ class RoomPlan:
 
 
 def plan_room_sends(cfg: StagingPlanConfig, prefill_hit: int = 0, host_hit_length: int = 0,
-                    early_send_enabled: bool = True, variant: str = "fixed") -> RoomPlan:
+                    early_send_enabled: bool = True, variant: StagingVariant = FIXED) -> RoomPlan:
     """Every `send` of one room in order: the optional early send, then one call per prefill batch.
 
     Assumes bootstrap is done before the first batch (the early send is
     otherwise skipped, which only moves its pages into the first batch send).
     """
-    check_variant(variant)
     cursor = initial_cursor(cfg)
     cursors, sends = [cursor], []
     if early_send_enabled:
@@ -283,27 +276,25 @@ def plan_room_sends(cfg: StagingPlanConfig, prefill_hit: int = 0, host_hit_lengt
     return RoomPlan(tuple(sends), tuple(cursors), ends, prefetch_plan(cfg.suffix_pages, cfg.full_chunk_pages))
 
 
-def staging_prefix_accepted(decode_prefix_len: int, page_size: int, variant: str = "fixed") -> bool:
+def staging_prefix_accepted(decode_prefix_len: int, page_size: int, variant: StagingVariant = FIXED) -> bool:
     """`register_decode_req`: 05c7ebf fails the room (`_staging_failed`) when D is not page-aligned."""
-    check_variant(variant)
-    return variant != "fixed" or decode_prefix_len % page_size == 0
+    return not variant.aligned_prefix_check or decode_prefix_len % page_size == 0
 
 
 def scatter_token_range(page_start: int, num_pages: int, decode_prefix_len: int, page_size: int,
-                        variant: str = "fixed") -> tuple[int, int]:
+                        variant: StagingVariant = FIXED) -> tuple[int, int]:
     """Rows of `req_to_token` a scatter of suffix pages `[page_start, +num_pages)` writes.
 
     Before 05c7ebf the decode prefix was left out, so with a decode radix hit
     the suffix landed on the cached (shared) prefix rows.
     """
-    check_variant(variant)
-    base = decode_prefix_len if variant == "fixed" else 0
+    base = decode_prefix_len if variant.scatter_adds_decode_prefix else 0
     start = base + page_start * page_size
     return start, start + num_pages * page_size
 
 
 def prefill_write_accepted(end_in_slot: int, nbytes: int, slot_bytes: int, slot_offset: int, ring_total: int,
-                           buffer_bytes: int, variant: str = "fixed") -> bool:
+                           buffer_bytes: int, variant: StagingVariant = FIXED) -> bool:
     """Does the prefill worker go ahead with a staged write (else it fails the room)?
 
     The writer's `nbytes` end at `end_in_slot` bytes from the slot's start.
@@ -313,9 +304,8 @@ def prefill_write_accepted(end_in_slot: int, nbytes: int, slot_bytes: int, slot_
     (`total_size - offset`), so a multi-slot send passed and overran the
     following ring allocations.
     """
-    check_variant(variant)
     if nbytes > buffer_bytes:
         return False
-    if variant == "fixed":
+    if variant.slot_size_write_check:
         return end_in_slot <= slot_bytes
     return slot_offset + end_in_slot <= ring_total

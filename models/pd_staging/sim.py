@@ -1,24 +1,28 @@
 """Timed simulation of the PD staging transfer (`kvsim simulate pd-staging`), SGLang 05c7ebf (PR #30545).
 
 Many rooms of one geometry between W prefill writer ranks and one decode
-rank, on the seeded discrete-event simulator. The simulation owns no
-behaviour of its own: every event is an action of the transition system
-(`models.pd_staging.PdStaging.step`), so explore, Hypothesis and the timed
-runs cannot drift apart. The simulation only decides *when*:
+rank, on the seeded discrete-event simulator. The simulation is a timing
+policy over the transition system (`system.PdStaging`): every change of the
+model state is an action applied through `kvsim.engine.sim.Driver`, and what
+an action set in motion (messages sent, chunks enqueued or deferred, polls
+turned terminal, scatters submitted, deadlines armed, rooms concluded) comes
+back as the step's effects. The simulation only decides *when*:
 
 - rooms arrive as a Poisson process; prefill batch ``i`` of a room runs
   ``(i + 1) * chunk_time`` after its arrival;
 - each writer's transfer worker takes ``transfer_time`` per chunk and, for a
-  chunk that is not ready, waits ``STAGING_WATERMARK_WAIT_S`` before
-  re-enqueueing it (a worker whose whole queue defers parks until a message
-  reaches its rank: virtual time spent spinning is unobservable);
-- messages go through `kvsim.sim.Channel` (latency, drop, delay, duplicate,
-  reorder), a scatter completes ``scatter_time`` after it is submitted;
+  chunk the system says it will defer, waits ``STAGING_WATERMARK_WAIT_S``
+  before re-enqueueing it (a worker whose whole queue defers parks until a
+  message reaches its rank: virtual time spent spinning is unobservable);
+- messages go through `kvsim.engine.sim.Channel` (latency, drop, delay,
+  duplicate, reorder); the system runs with its timed network (`timed=True`):
+  any message in flight may arrive next, and drops and duplicates are the
+  fault plan's; a scatter completes ``scatter_time`` after it is submitted;
 - upstream timers: the decode waiting timeout (300 s after arrival, before
   all-ranks Success), the staging completion deadline (300 s after Success,
-  `fixed` only), heartbeats every 5 s with 2 misses after a prefill death
-  (`crash=prefill@T`); the scheduler clears a prefill room as soon as
-  `sender.poll()` is terminal.
+  armed by the system where the variant has it), heartbeats every 5 s with 2
+  misses after a prefill death (`crash=prefill@T`); the scheduler clears a
+  prefill room as soon as `sender.poll()` is terminal.
 
 The summary gives each outcome (Success, or Failed and why), the time to
 conclude, rooms that never concluded, leaked staging slots and held prefill
@@ -27,61 +31,101 @@ rooms at the end, and the invariants of the system on the final state.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from dataclasses import dataclass
+from typing import Any, Iterable
 
-from kvsim.engine.params import ParamSpec
-from kvsim.engine.sim import Channel, FaultPlan, Simulator
+from kvsim.engine.actions import decode
+from kvsim.engine.params import param
+from kvsim.engine.sim import Channel, Driver, FaultPlan, Simulator
 from kvsim.engine.trace import TraceRecorder
 
 from . import data
 from ..pd_common.status import (SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL, SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE,
-                        SGLANG_DISAGGREGATION_WAITING_TIMEOUT, STAGING_WATERMARK_WAIT_S, KVPoll)
-from .system import DOWN, TERMINAL, UP, PdStaging
-from .ring import is_watermark_ready
-from .state import changed
+                                SGLANG_DISAGGREGATION_WAITING_TIMEOUT, STAGING_WATERMARK_WAIT_S, KVPoll)
+from .actions import (ACTIONS, DOWN, UP, Batch, Clear, Deadline, Deliver, Drop, Duplicate, HeartbeatFailure,
+                      PeerDeath, ScatterDone, WaitingTimeout, Work)
+from .state import TERMINAL
+from .system import PdStaging
+from .variants import StagingVariant
 
-SIM_PARAMS = (
-    ParamSpec("requests", "int", 200, "rooms in the workload", minimum=1, maximum=100_000),
-    ParamSpec("arrival_rate", "float", 20.0, "mean room arrivals per second (Poisson)", minimum=1e-6),
-    ParamSpec("writers", "int", 2, "W = P_tp / D_tp prefill writer ranks", minimum=1, maximum=8),
-    ParamSpec("page_size", "int", 4, "tokens per KV page", minimum=1),
-    ParamSpec("chunked_prefill_size", "int", 8, "prefill batch tokens (the grid is its whole pages)", minimum=1),
-    ParamSpec("prompt_len", "int", 30, "L: prompt tokens of every room", minimum=1),
-    ParamSpec("decode_prefix_len", "int", 8, "D: decode radix hit, shared by every room", minimum=0),
-    ParamSpec("prefill_hit", "int", 0, "prefill radix hit", minimum=0),
-    ParamSpec("ring_units", "int", 64, "staging ring size in pages of one writer's heads", minimum=1),
-    ParamSpec("chunk_time", "float", 0.02, "seconds of prefill compute per batch", minimum=0.0),
-    ParamSpec("transfer_time", "float", 0.002, "seconds of one staged RDMA write", minimum=0.0),
-    ParamSpec("scatter_time", "float", 0.001, "seconds from scatter submission to its event", minimum=0.0),
-)
 FAULT_KINDS = ("drop", "delay", "duplicate", "reorder", "crash")
+PEERS = ("prefill",)
 
 
-def simulate(sim: Simulator, recorder: TraceRecorder, variant: str, params: Mapping[str, Any],
-             faults: FaultPlan) -> dict[str, Any]:
-    run = _Run(sim, recorder, variant, params, faults)
-    t = sim.poisson_arrivals(params["requests"], params["arrival_rate"], run.arrive)
+@dataclass(frozen=True)
+class SimConfig:
+    """`kvsim simulate pd-staging --param`: the workload, the geometry and the timings (one place each)."""
+
+    requests: int = param(200, "rooms in the workload", minimum=1, maximum=100_000)
+    arrival_rate: float = param(20.0, "mean room arrivals per second (Poisson)", minimum=1e-6, maximum=1e6)
+    writers: int = param(2, "W = P_tp / D_tp prefill writer ranks", minimum=1, maximum=data.HEAD_SLICES)
+    page_size: int = param(4, "tokens per KV page", minimum=1, maximum=64)
+    chunked_prefill_size: int = param(8, "prefill batch tokens (the grid is its whole pages)", minimum=1,
+                                      maximum=data.TOKENS)
+    prompt_len: int = param(30, "L: prompt tokens of every room", minimum=1, maximum=data.MAX_PROMPT_LEN)
+    decode_prefix_len: int = param(8, "D: decode radix hit, shared by every room", minimum=0,
+                                   maximum=data.MAX_PROMPT_LEN - 1)
+    prefill_hit: int = param(0, "prefill radix hit", minimum=0, maximum=data.MAX_PROMPT_LEN - 1)
+    ring_units: int = param(64, "staging ring size in pages of one writer's heads", minimum=1, maximum=4096)
+    chunk_time: float = param(0.02, "seconds of prefill compute per batch", minimum=0.0, maximum=60.0)
+    transfer_time: float = param(0.002, "seconds of one staged RDMA write", minimum=0.0, maximum=60.0)
+    scatter_time: float = param(0.001, "seconds from scatter submission to its event", minimum=0.0, maximum=60.0)
+
+    def system_config(self) -> data.StagingSystemConfig:
+        return data.StagingSystemConfig(
+            rooms=self.requests, writers=self.writers, page_size=self.page_size,
+            chunked_prefill_size=self.chunked_prefill_size, prompt_len=self.prompt_len,
+            decode_prefix_len=self.decode_prefix_len, prefill_hit=self.prefill_hit, ring_units=self.ring_units,
+            faults="", fault_budget=0, timed=True)
+
+
+def simulate(sim: Simulator, recorder: TraceRecorder, variant: StagingVariant, params: SimConfig,
+             faults: FaultPlan) -> tuple[dict[str, Any], Driver]:
+    run = _Run(sim, recorder, PdStaging(variant, params.system_config()), params, faults)
+    t = sim.poisson_arrivals(params.requests, params.arrival_rate, run.arrive)
     # past this every timer has fired: a room still open then would stay open forever (a hang)
     run.horizon = t + 2 * SGLANG_DISAGGREGATION_WAITING_TIMEOUT + 2 * SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL
     for peer, at in faults.crashes:
         sim.schedule(at, run.crash, peer)
     sim.schedule(SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL, run.heartbeat)
     sim.run()
-    return run.summary()
+    return run.summary(), run.driver
+
+
+# Trace events that are not the action of the same name: a fault the channel drew and the system applied.
+_FAULT_ACTIONS = {"fault_drop": "drop", "fault_duplicate": "duplicate"}
+
+
+def trace_actions(steps: Iterable[dict[str, Any]]) -> list[tuple]:
+    """The actions a recorded run applied, in order, decoded from its trace steps (`kvsim.engine.trace`)."""
+    actions = []
+    for step in steps:
+        event = step["event"]
+        tag = _FAULT_ACTIONS.get(event, event)
+        if tag in ACTIONS and tag.islower():
+            actions.append(decode([tag, *step["data"]], ACTIONS))
+    return actions
+
+
+# The order the decode room's effects are acted on within a room (scatter events before the deadline before
+# the conclusion), rooms in increasing order.
+_ROOM_EFFECTS = {"scatter_submitted": 0, "deadline_armed": 1, "concluded": 2}
+
+
+def _room_order(e: tuple) -> tuple[int, int]:
+    return e[1], _ROOM_EFFECTS[e[0]]
+
+
+def _channel_of(e: tuple) -> tuple[int, int]:
+    return e[1], e[2]  # (side, writer) of a `Sent`
 
 
 class _Run:
-    def __init__(self, sim: Simulator, recorder: TraceRecorder, variant: str, params: Mapping[str, Any],
+    def __init__(self, sim: Simulator, recorder: TraceRecorder, system: PdStaging, params: SimConfig,
                  faults: FaultPlan) -> None:
-        self.sim, self.rec, self.p = sim, recorder, params
-        cfg = data.StagingSystemConfig(
-            rooms=params["requests"], writers=params["writers"], page_size=params["page_size"],
-            chunked_prefill_size=params["chunked_prefill_size"], prompt_len=params["prompt_len"],
-            decode_prefix_len=params["decode_prefix_len"], prefill_hit=params["prefill_hit"],
-            ring_units=params["ring_units"], fault_budget=0)
-        self.system = PdStaging(cfg, variant)
-        self.state = self.system.initial_states()[0]
-        w = cfg.writers
+        self.sim, self.rec, self.p, self.system = sim, recorder, params, system
+        self.driver = Driver(system)
+        w = system.cfg.writers
         self.chans = [[self._channel(side, v, faults) for v in range(w)] for side in (UP, DOWN)]
         self.arrived: dict[int, float] = {}
         self.concluded: dict[int, tuple[float, str]] = {}
@@ -96,105 +140,99 @@ class _Run:
             if d.status in TERMINAL:
                 self.concluded[r] = (0.0, "Failed: prefix not page-aligned")
 
+    @property
+    def state(self) -> Any:
+        return self.driver.state
+
     def _channel(self, side: int, w: int, faults: FaultPlan) -> Channel:
         def deliver(m: tuple) -> None:
-            if m in self.state.chans[side][w] and not (side == DOWN and self.state.dead):
-                self.apply(("deliver", side, w, m), "prefill reported Failed" if m[0] == "STATUS" else m[0])
+            action = Deliver(side, w, m)
+            if self.system.is_enabled(self.state, action):
+                self.apply(action, "prefill reported Failed" if m[0] == "STATUS" else m[0])
                 if side == DOWN:
                     self._unpark(w)
 
         def on_fault(kind: str, m: tuple) -> None:
             self.rec.record(self.sim.now, f"fault_{kind}", [side, w, list(m)])
-            if kind in ("drop", "duplicate"):
-                self.state = self.system.step(self.state, (kind, side, w, m))
+            if kind == "drop":
+                self.driver.apply(Drop(side, w, m))
+            elif kind == "duplicate":
+                self.driver.apply(Duplicate(side, w, m))
 
         return Channel(self.sim, faults, deliver, on_fault=on_fault)
 
     # -- one action of the transition system, and what it sets in motion ---------------------------
-    def apply(self, action: tuple, why: str) -> None:
-        before = self.state
+    def apply(self, action: tuple, why: str) -> tuple[tuple, ...]:
         self.why = why
         self.rec.record(self.sim.now, action[0], list(action[1:]))
-        after = self.system.step(before, action)
-        self.state = after
-        self._follow(before, after)
+        effects = self.driver.apply(action)
+        self._follow(effects)
+        return effects
 
-    def _follow(self, before: Any, after: Any) -> None:
-        # Only what the step touched is looked at: per-room state is a `Rooms` tree whose untouched
-        # subtrees are shared, so `changed` costs O(touched rooms), not O(rooms), per event.
-        now = self.sim.now
-        for side in (UP, DOWN):
-            if after.chans[side] is before.chans[side]:
-                continue
-            for w in range(self.system.cfg.writers):
-                old, new = before.chans[side][w], after.chans[side][w]
-                if old is new:
-                    continue
-                added = _added(old, new)
-                for m in new[len(new) - added:]:  # sends append at the tail
-                    self.chans[side][w].send(m)
-        for r in changed(before.decode, after.decode):
-            d0, d1 = before.decode[r], after.decode[r]
-            for aid in d1.events:
-                if aid not in d0.events:
-                    self.sim.schedule(self.p["scatter_time"], self._scatter_done, r, aid)
-            if d1.all_success and not d0.all_success and self.system.fixed:
-                self.sim.schedule(SGLANG_DISAGGREGATION_WAITING_TIMEOUT, self._timer, "deadline", r)
-            if d1.status in TERMINAL and d0.status not in TERMINAL:
-                why = "Success" if d1.status == KVPoll.Success else f"Failed: {self.why}"
-                self.concluded[r] = (now, why)
-                self.rec.record(now, "conclude", [r, why])
+    def _follow(self, effects: tuple[tuple, ...]) -> None:
+        sent, room_effects, clears, enqueued = [], [], [], set()
+        for e in effects:  # one pass: this runs once per event
+            tag = e[0]
+            if tag == "sent":
+                sent.append(e)
+            elif tag in _ROOM_EFFECTS:
+                room_effects.append(e)
+            elif tag == "poll_terminal":
+                clears.append((e[1], e[2]))
+            elif tag == "enqueued":
+                enqueued.add(e[1])
+        for e in sorted(sent, key=_channel_of) if len(sent) > 1 else sent:  # channel by channel, in send order
+            self.chans[e[1]][e[2]].send(e[3])
+        if room_effects:
+            self._follow_rooms(sorted(room_effects, key=_room_order) if len(room_effects) > 1 else room_effects)
+        clears.sort()
         for w in range(self.system.cfg.writers):
-            rooms = after.prefill[w]
-            for r in changed(before.prefill[w], rooms):
-                if self.system._poll_concludes(rooms[r]):
-                    self.apply(("clear", w, r), self.why)  # the scheduler's next poll
-            if len(after.queues[w]) > len(before.queues[w]):
+            for _, r in (c for c in clears if c[0] == w):
+                self.apply(Clear(w, r), self.why)  # the scheduler's next poll
+            if w in enqueued:
                 self._unpark(w)  # a new batch: its chunks may be ready
             self._kick(w)
+
+    def _follow_rooms(self, effects: list[tuple]) -> None:
+        now = self.sim.now
+        for e in effects:
+            if e.tag == "scatter_submitted":
+                self.sim.schedule(self.p.scatter_time, self._scatter_done, e.room, e.alloc_id)
+            elif e.tag == "deadline_armed":
+                self.sim.schedule(SGLANG_DISAGGREGATION_WAITING_TIMEOUT, self._timer, Deadline(e.room))
+            else:
+                why = "Success" if e.status == KVPoll.Success else f"Failed: {self.why}"
+                self.concluded[e.room] = (now, why)
+                self.rec.record(now, "conclude", [e.room, why])
 
     # -- events ------------------------------------------------------------------------------------
     def arrive(self, r: int) -> None:
         self.arrived[r] = self.sim.now
         self.rec.record(self.sim.now, "arrive", r)
         for i in range(len(self.system.groups)):
-            self.sim.schedule((i + 1) * self.p["chunk_time"], self._batch, r)
-        self.sim.schedule(SGLANG_DISAGGREGATION_WAITING_TIMEOUT, self._timer, "waiting_timeout", r)
+            self.sim.schedule((i + 1) * self.p.chunk_time, self._batch, r)
+        self.sim.schedule(SGLANG_DISAGGREGATION_WAITING_TIMEOUT, self._timer, WaitingTimeout(r))
 
     def _batch(self, r: int) -> None:
-        if ("batch", r) in self._prefill_actions(r):
-            self.apply(("batch", r), "batch")
-
-    def _prefill_actions(self, r: int) -> tuple:
-        s = self.state
-        ok = not s.dead and s.batches[r] < len(self.system.groups) and all(p[r].status is not None for p in s.prefill)
-        return (("batch", r),) if ok else ()
+        if self.system.is_enabled(self.state, Batch(r)):
+            self.apply(Batch(r), "batch")
 
     def _kick(self, w: int) -> None:
-        if not self.busy[w] and not self.parked[w] and self.state.queues[w] and not self.state.dead:
+        if not self.busy[w] and not self.parked[w] and self.system.work_enabled(self.state, w):
             self.busy[w] = True
-            head = self.state.queues[w][0]
-            p = self.state.prefill[w][head.room]
-            off = p.offsets[head.chunk_idx] if p.infos and p.status not in (None, KVPoll.Failed) else "go"
-            ready = off == "go" or (off is not None and self._ready(w, off))
-            self.sim.schedule(self.p["transfer_time"] if ready else STAGING_WATERMARK_WAIT_S, self._work, w)
-
-    def _ready(self, w: int, off: tuple) -> bool:
-        return off[0] < 0 or is_watermark_ready(off[2], off[3], self.state.watermarks[w])
+            wait = self.system.defers(self.state, w)
+            self.sim.schedule(STAGING_WATERMARK_WAIT_S if wait else self.p.transfer_time, self._work, w)
 
     def _work(self, w: int) -> None:
-        s = self.state
-        if s.dead or not s.queues[w]:
+        if not self.system.work_enabled(self.state, w):
             self.busy[w] = False
             return
-        before_len, head = len(s.queues[w]), s.queues[w][0]
-        self.apply(("work", w), "work")  # busy stays set: the step's follow-ups must not start this worker
+        effects = self.apply(Work(w), "work")  # busy stays set: the step's follow-ups must not start this worker
         self.busy[w] = False
-        after = self.state.queues[w]
-        deferred = len(after) == before_len and after[-1][:5] == head[:5]
+        deferred = any(e.tag == "deferred" for e in effects)
         self.defers[w] = self.defers[w] + 1 if deferred else 0
         # every queued chunk waited in turn: sleep until a message reaches this rank or a batch adds work
-        self.parked[w] = deferred and self.defers[w] >= len(after)
+        self.parked[w] = deferred and self.defers[w] >= len(self.state.queues[w])
         self._kick(w)
 
     def _unpark(self, w: int) -> None:
@@ -204,29 +242,28 @@ class _Run:
             self._kick(w)
 
     def _scatter_done(self, r: int, aid: int) -> None:
-        if aid in self.state.decode[r].events:
-            self.apply(("scatter_done", r, aid), "scatter")
+        action = ScatterDone(r, aid)
+        if self.system.is_enabled(self.state, action):
+            self.apply(action, "scatter")
 
-    def _timer(self, kind: str, r: int) -> None:
-        d = self.state.decode[r]
-        if d.status in TERMINAL:
-            return
-        if (kind == "deadline") == d.all_success:
-            why = "staging completion deadline" if kind == "deadline" else "waiting timeout"
-            self.apply((kind, r), why)
+    def _timer(self, action: tuple) -> None:
+        if self.system.is_enabled(self.state, action):
+            why = "staging completion deadline" if action[0] == "deadline" else "waiting timeout"
+            self.apply(action, why)
 
     def crash(self, peer: str) -> None:
-        if self.crashed_at is None:
+        if self.crashed_at is None and self.system.is_enabled(self.state, PeerDeath()):
             self.crashed_at = self.sim.now
             self.rec.record(self.sim.now, "crash", peer)
-            self.apply(("peer_death",), "peer death")
+            self.apply(PeerDeath(), "peer death")
 
     def heartbeat(self) -> None:
         if self.crashed_at is not None:
             self.misses += 1
-            if self.misses == SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE:
-                self.apply(("heartbeat_failure",), "peer death (heartbeat)")
-        if len(self.concluded) < self.p["requests"] and self.sim.now < self.horizon:
+            if self.misses == SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE and \
+                    self.system.is_enabled(self.state, HeartbeatFailure()):
+                self.apply(HeartbeatFailure(), "peer death (heartbeat)")
+        if len(self.concluded) < self.p.requests and self.sim.now < self.horizon:
             self.sim.schedule(SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL, self.heartbeat)
 
     # -- the report ----------------------------------------------------------------------------------
@@ -234,7 +271,7 @@ class _Run:
         s, system = self.state, self.system
         outcomes: dict[str, int] = {}
         waits = []
-        for r in range(self.p["requests"]):
+        for r in range(self.p.requests):
             at, why = self.concluded.get(r, (None, "never concluded"))
             outcomes[why] = outcomes.get(why, 0) + 1
             if at is not None:
@@ -248,7 +285,7 @@ class _Run:
             violations.append(f"prefill rooms never cleared (pages held): expected none, got {len(held)} "
                               f"(first: room {held[0]})")
         return {
-            "rooms": self.p["requests"],
+            "rooms": self.p.requests,
             "outcomes": dict(sorted(outcomes.items())),
             "mean_time_to_conclude": round(sum(waits) / len(waits), 6) if waits else None,
             "worst_time_to_conclude": round(max(waits), 6) if waits else None,
@@ -256,18 +293,3 @@ class _Run:
             "held_prefill_rooms": len(held),
             "violations": violations,
         }
-
-
-def _added(old: tuple, new: tuple) -> int:
-    """Messages of `new` beyond those of `old`, as multisets (a step takes, duplicates or appends)."""
-    n = len(old)
-    if new[:n] == old:  # only appends: the common case, without counting
-        return len(new) - n
-    rest = list(old)
-    added = 0
-    for m in new:
-        try:
-            rest.remove(m)
-        except ValueError:
-            added += 1
-    return added

@@ -8,14 +8,12 @@ Field names follow the upstream maps they stand for (sglang 05c7ebf, PR
 
 from __future__ import annotations
 
-from itertools import chain, compress
-from operator import is_not
+from itertools import chain
 from typing import Any, Iterator, NamedTuple
 
 from ..pd_common.status import KVPoll
 from .ring import StagingAllocator
 
-UP, DOWN = 0, 1  # prefill writer -> decode, decode -> prefill writer
 ALLOC_OVERSIZED = -2
 NOT_ALLOCATED = -1
 TERMINAL = (KVPoll.Success, KVPoll.Failed)
@@ -36,7 +34,7 @@ class PrefillRoom(NamedTuple):
     status: KVPoll | None  # request_status[room]; None once clear() popped it
     outstanding: int  # _staging_outstanding[room]; 0 when absent
     infos: bool  # transfer_infos[room] present (popped by teardown and clear)
-    offsets: tuple  # per chunk_idx: None, or (alloc_id, offset, round, end) from STAGING_RSP
+    offsets: tuple  # per chunk_idx: None, or the `SlotOffset` STAGING_RSP taught
     outcome: KVPoll | None  # the terminal status clear() saw
 
 
@@ -67,7 +65,8 @@ class StagingState(NamedTuple):
     flags: tuple[tuple[str, str], ...]  # (invariant, message) seen at a transition
 
 
-def _put(t: tuple, i: int, v) -> tuple:
+def put(t: tuple, i: int, v) -> tuple:
+    """`t` with element `i` replaced (a tuple or a `Rooms`)."""
     if type(t) is Rooms:
         return t.set(i, v)
     return t[:i] + (v,) + t[i + 1:]
@@ -77,11 +76,9 @@ class Rooms:
     """An immutable per-room sequence that a step updates in O(log32 rooms), not O(rooms).
 
     The timed simulation holds thousands of rooms in one state; a tuple indexed
-    by room costs a copy of every room per step, and finding the rooms a step
-    touched costs a scan of every room. Here the rooms are the leaves of a
-    32-way tree of tuples: `set` copies one path from the root, untouched
-    subtrees stay shared, so `changed` finds the touched rooms by identity,
-    skipping shared subtrees. Equality and hash are by value (the tree shape
+    by room costs a copy of every room per step. Here the rooms are the leaves
+    of a 32-way tree of tuples: `set` copies one path from the root, untouched
+    subtrees stay shared. Equality and hash are by value (the tree shape
     depends only on the length). `of` keeps a plain tuple up to `B` rooms, so
     the small states of explore and Hypothesis are exactly what they were.
     """
@@ -150,31 +147,12 @@ def _set_path(node: tuple, shift: int, i: int, v: Any) -> tuple:
     j = (i >> shift) & 31
     if shift:
         v = _set_path(node[j], shift - 5, i, v)
-    if node[j] is v:  # the same room put back: keep the node, so `changed` has nothing to walk
+    if node[j] is v:  # the same room put back: keep the node
         return node
     return node[:j] + (v,) + node[j + 1:]
 
 
-def changed(before: Any, after: Any) -> list[int]:
-    """Indices whose element is not the same object in `after` as in `before` (same length)."""
-    if before is after:
-        return []
-    if type(before) is Rooms and type(after) is Rooms and before.shift == after.shift:
-        out: list[int] = []
-        _diff(before.root, after.root, after.shift, 0, out)
-        return out
-    return list(compress(range(len(after)), map(is_not, before, after)))
-
-
-def _diff(x: tuple, y: tuple, shift: int, base: int, out: list[int]) -> None:
-    differ = compress(range(len(y)), map(is_not, x, y))  # in C: the children not shared
-    if shift:
-        for j in differ:
-            _diff(x[j], y[j], shift - 5, base + (j << shift), out)
-    else:
-        out.extend([base + j for j in differ])
-
-
-def _remove(seq: tuple, item) -> tuple:
+def remove(seq: tuple, item) -> tuple:
+    """`seq` without the first occurrence of `item`."""
     i = seq.index(item)
     return seq[:i] + seq[i + 1:]

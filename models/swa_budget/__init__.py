@@ -1,1 +1,24 @@
-"""models.swa_budget"""
+"""swa-budget: resume of retracted requests against a paged full + SWA page budget (SGLang af7c62e, PR #33794).
+
+* `resume`: `_prealloc_required_tokens` and `resume_retracted_reqs` over a two-pool allocator;
+  the variant record `SwaVariant` (one flag, the page rounding af7c62e added).
+* `scheduler`: the decode scheduler as a transition system (arrive, decode, retract, resume).
+* `sim`: the timed workload, a timing policy over that system.
+"""
+
+from kvsim.engine.descriptor import ModelDescriptor
+
+from . import sim
+from .resume import VARIANTS
+from .scheduler import SchedulerConfig, SwaScheduler
+
+DESCRIPTOR = ModelDescriptor(
+    name="swa-budget",
+    summary="paged-SWA retract/resume admission budget over a two-pool page allocator",
+    source="sglang af7c62e (PR #33794)",
+    variants=VARIANTS,
+    config=SchedulerConfig,
+    system=SwaScheduler,
+    sim_config=sim.SimConfig,
+    simulate=sim.simulate,
+)

@@ -13,7 +13,8 @@ under-charging each request by `(-fill_len) mod page_size` tokens, so over
 several admissions it let in more pages than exist.
 
 Variants: `fixed` (page-rounded requirement when page_size > 1) and
-`pre_af7c62e` (raw tokens). They differ only in `prealloc_required_tokens`.
+`pre_af7c62e` (raw tokens). They differ only in `prealloc_required_tokens`,
+at the one flag `SwaVariant.page_rounded_requirement`.
 """
 
 from __future__ import annotations
@@ -21,9 +22,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from kvsim.engine.errors import ConfigError, check_int
+from kvsim.engine.errors import check_int
+from kvsim.engine.variants import Variant, VariantTable
 
-VARIANTS = ("fixed", "pre_af7c62e")
+
+@dataclass(frozen=True)
+class SwaVariant(Variant):
+    page_rounded_requirement: bool  # af7c62e: charge whole pages, not raw tokens, in _prealloc_required_tokens
+
+
+VARIANTS = VariantTable(SwaVariant("fixed", page_rounded_requirement=True),
+                        SwaVariant("pre_af7c62e", page_rounded_requirement=False))
+FIXED = VARIANTS.fixed
 KV_CACHE_FULL = "KV cache is full! Bug in memory estimation."
 
 
@@ -46,22 +56,15 @@ def physical_pages(fill_len: int, page_size: int, sliding_window: int) -> tuple[
 
 
 def prealloc_required_tokens(fill_len: int, page_size: int, sliding_window: int, reserved_decode_tokens: int = 0,
-                             reserved_swa_tokens: int = 0, variant: str = "fixed") -> tuple[int, int]:
+                             reserved_swa_tokens: int = 0, variant: SwaVariant = FIXED) -> tuple[int, int]:
     """(full, SWA) admission requirement of one request, in tokens."""
-    check_variant(variant)
     tail = swa_tail_len(fill_len, page_size, sliding_window)
-    if variant == "fixed" and page_size > 1:
+    if variant.page_rounded_requirement and page_size > 1:
         # af7c62e: charge the pages the allocator really takes; reserves stay unrounded
         full, swa = ceil_align(fill_len, page_size), ceil_align(tail, page_size)
     else:
         full, swa = fill_len, tail
     return full + reserved_decode_tokens, swa + reserved_swa_tokens
-
-
-def check_variant(variant: str) -> str:
-    if variant not in VARIANTS:
-        raise ConfigError("variant", f"one of {', '.join(VARIANTS)}", variant)
-    return variant
 
 
 @dataclass(frozen=True)
@@ -100,7 +103,7 @@ class ResumeResult:
 def resume_retracted_reqs(queue: Sequence[RetractedReq], *, full_budget: int, swa_budget: int, page_size: int,
                           sliding_window: int, full_free_pages: int, swa_free_pages: int,
                           reserved_decode_tokens: int = 0, reserved_swa_tokens: int = 0,
-                          free_req_slots: int | None = None, variant: str = "fixed") -> ResumeResult:
+                          free_req_slots: int | None = None, variant: SwaVariant = FIXED) -> ResumeResult:
     """FIFO admission of retracted requests with head-of-line blocking over both budgets.
 
     Budgets are computed once by the caller (`count_retracted=False`). Each
@@ -108,7 +111,6 @@ def resume_retracted_reqs(queue: Sequence[RetractedReq], *, full_budget: int, sw
     a failed allocation ends the loop with `error` set, as the upstream
     assertion would end the process.
     """
-    check_variant(variant)
     check_int(page_size, "page_size", minimum=1)
     check_int(sliding_window, "sliding_window", minimum=1)
     bf, bs = full_budget, swa_budget

@@ -18,22 +18,35 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from kvsim.engine.errors import ConfigError, check_int
+from kvsim.engine.actions import tagged, type_table
+from kvsim.engine.params import param
 from kvsim.engine.system import Invariant
 
-from .resume import RetractedReq, check_variant, physical_pages, resume_retracted_reqs
+from .resume import FIXED, RetractedReq, SwaVariant, physical_pages, resume_retracted_reqs
 
 ARRIVE, DECODE, RETRACT, RESUME = "arrive", "decode", "retract", "resume"
+Arrive = tagged(ARRIVE)
+Decode = tagged(DECODE)
+Retract = tagged(RETRACT, "rid")
+Resume = tagged(RESUME)
+ACTIONS = type_table((Arrive, Decode, Retract, Resume))
+
+# What a step did, for a timing policy (`transition`): requests that finished, requests resumed.
+Finished = tagged("finished", "rid")
+Resumed = tagged("resumed", "count")
 
 
 @dataclass(frozen=True)
 class SchedulerConfig:
-    page_size: int
-    sliding_window: int
-    full_pages: int
-    swa_pages: int
-    prompts: tuple[int, ...]
-    outputs: tuple[int, ...]
-    reserved_decode_tokens: int = 0
+    """The scheduler's configuration; its fields are `kvsim explore swa-budget --param` (one place each)."""
+
+    page_size: int = param(2, "tokens per page (both pools)", minimum=1, maximum=1024)
+    sliding_window: int = param(4, "SWA window in tokens", minimum=1, maximum=1 << 16)
+    full_pages: int = param(4, "pages in the full-attention pool", minimum=1, maximum=64)
+    swa_pages: int = param(3, "pages in the SWA pool", minimum=1, maximum=64)
+    prompts: tuple[int, ...] = param((1, 3, 2), "prompt length of each request", minimum=1, maximum=1024)
+    outputs: tuple[int, ...] = param((3, 2, 2), "output length of each request", minimum=1, maximum=1024)
+    reserved_decode_tokens: int = param(0, "num_reserved_decode_tokens per request", minimum=0, maximum=1024)
 
     def __post_init__(self) -> None:
         check_int(self.page_size, "page_size", minimum=1)
@@ -84,9 +97,9 @@ class SwaScheduler:
 
     liveness = "every_request_finishes"
 
-    def __init__(self, config: SchedulerConfig, variant: str = "fixed") -> None:
+    def __init__(self, variant: SwaVariant = FIXED, config: SchedulerConfig = SchedulerConfig()) -> None:
         self.name = "swa-budget"
-        self.variant = check_variant(variant)
+        self.variant = variant
         self.config = config
         self.n = len(config.prompts)
         self.invariants = (
@@ -114,24 +127,28 @@ class SwaScheduler:
             return []
         actions: list[tuple] = []
         if state.next_arrival < self.n and self._fits_new(state):
-            actions.append((ARRIVE,))
+            actions.append(Arrive())
         if state.running:
             if self._decode_fits(state):
-                actions.append((DECODE,))
+                actions.append(Decode())
             else:  # memory pressure: the scheduler must retract someone first
-                actions.extend((RETRACT, r.rid) for r in state.running)
+                actions.extend(Retract(r.rid) for r in state.running)
         if state.retracted:
-            actions.append((RESUME,))
+            actions.append(Resume())
         return actions
 
     def step(self, state: SchedState, action: tuple) -> SchedState:
+        return self.transition(state, action)[0]
+
+    def transition(self, state: SchedState, action: tuple) -> tuple[SchedState, tuple[tuple, ...]]:
+        """`step`, and what it did: the requests a decode step finished, how many requests a resume took."""
         kind = action[0]
         if kind == ARRIVE:
-            return self._arrive(state)
+            return self._arrive(state), ()
         if kind == DECODE:
             return self._decode(state)
         if kind == RETRACT:
-            return self._retract(state, action[1])
+            return self._retract(state, action[1]), ()
         if kind == RESUME:
             return self._resume(state)
         raise ValueError(f"unknown action {action!r}")
@@ -160,10 +177,11 @@ class SwaScheduler:
             more_swa += max(0, swa - r.swa_pages)
         return more_full <= state.full_free and more_swa <= state.swa_free
 
-    def _decode(self, state: SchedState) -> SchedState:
+    def _decode(self, state: SchedState) -> tuple[SchedState, tuple[tuple, ...]]:
         full_free, swa_free = state.full_free, state.swa_free
         running: list[Running] = []
         finished = list(state.finished)
+        done_now = []
         for r in state.running:
             fill = r.fill + 1
             full, swa = self._pages(fill)
@@ -171,11 +189,12 @@ class SwaScheduler:
             swa_free -= swa - r.swa_pages
             if fill == self.config.prompts[r.rid] + self.config.outputs[r.rid]:
                 finished.append(r.rid)
+                done_now.append(Finished(r.rid))
                 full_free, swa_free = full_free + full, swa_free + swa
             else:
                 running.append(Running(r.rid, fill, full, swa))
         return state._replace(running=tuple(running), finished=tuple(sorted(finished)), full_free=full_free,
-                              swa_free=swa_free)
+                              swa_free=swa_free), tuple(done_now)
 
     def _retract(self, state: SchedState, rid: int) -> SchedState:
         victim = next(r for r in state.running if r.rid == rid)
@@ -184,7 +203,7 @@ class SwaScheduler:
                               full_free=state.full_free + victim.full_pages,
                               swa_free=state.swa_free + victim.swa_pages)
 
-    def _resume(self, state: SchedState) -> SchedState:
+    def _resume(self, state: SchedState) -> tuple[SchedState, tuple[tuple, ...]]:
         cfg = self.config
         reserve = cfg.reserved_decode_tokens * len(state.running)
         result = resume_retracted_reqs(
@@ -193,15 +212,16 @@ class SwaScheduler:
             sliding_window=cfg.sliding_window, full_free_pages=state.full_free, swa_free_pages=state.swa_free,
             reserved_decode_tokens=cfg.reserved_decode_tokens, variant=self.variant)
         if result.error is not None:
-            return state._replace(fault=("no_failed_allocation", result.error))
+            return state._replace(fault=("no_failed_allocation", result.error)), ()
         k = len(result.resumed)
         if tuple(r.rid for r in state.retracted[:k]) != result.resumed or result.remaining != state.retracted[k:] \
                 or len(result.alloc_calls) != k:
             return state._replace(fault=("retracted_fifo", f"resumed {result.resumed} from queue "
-                                         f"{[r.rid for r in state.retracted]}, left {[r.rid for r in result.remaining]}"))
+                                         f"{[r.rid for r in state.retracted]}, left {[r.rid for r in result.remaining]}")), ()
         negative = [(f, s) for f, s in result.budget_trail if f < 0 or s < 0]
         if negative:
-            return state._replace(fault=("budget_nonnegative", f"budget after admission: expected >= 0, got {negative[0]}"))
+            return state._replace(fault=("budget_nonnegative",
+                                         f"budget after admission: expected >= 0, got {negative[0]}")), ()
         running = list(state.running)
         full_free, swa_free = state.full_free, state.swa_free
         for req in state.retracted[:k]:
@@ -209,7 +229,7 @@ class SwaScheduler:
             running.append(Running(req.rid, req.fill_len, full, swa))
             full_free, swa_free = full_free - full, swa_free - swa
         return state._replace(running=tuple(running), retracted=result.remaining, full_free=full_free,
-                              swa_free=swa_free)
+                              swa_free=swa_free), (Resumed(k),)
 
     # -- invariants ---------------------------------------------------------------------------
     def _conservation(self, state: SchedState) -> str | None:

@@ -13,49 +13,55 @@ This change has no messaging, so the model takes no message faults.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from dataclasses import dataclass
+from typing import Any
 
 from kvsim.engine.canon import digest
-from kvsim.engine.params import ParamSpec
-from kvsim.engine.sim import FaultPlan, Simulator
+from kvsim.engine.params import param
+from kvsim.engine.sim import Driver, FaultPlan, Simulator
 from kvsim.engine.trace import TraceRecorder
 
-from .scheduler import ARRIVE, DECODE, RESUME, RETRACT, SchedState, SchedulerConfig, SwaScheduler
-
-SIM_PARAMS = (
-    ParamSpec("requests", "int", 200, "requests in the workload", minimum=1, maximum=100_000),
-    ParamSpec("page_size", "int", 16, "tokens per page (both pools)", minimum=1),
-    ParamSpec("sliding_window", "int", 64, "SWA window in tokens", minimum=1),
-    ParamSpec("full_pages", "int", 64, "pages in the full-attention pool", minimum=1),
-    ParamSpec("swa_pages", "int", 40, "pages in the SWA pool", minimum=1),
-    ParamSpec("prompt_max", "int", 200, "longest prompt (tokens; prompts are uniform in 1..prompt_max)", minimum=1),
-    ParamSpec("output_max", "int", 100, "longest output (tokens; uniform in 1..output_max)", minimum=1),
-    ParamSpec("arrival_rate", "float", 50.0, "mean arrivals per second (Poisson)", minimum=1e-6),
-    ParamSpec("step_time", "float", 0.02, "seconds per decode step", minimum=1e-6),
-    ParamSpec("reserved_decode_tokens", "int", 0, "num_reserved_decode_tokens per running request", minimum=0),
-)
+from .resume import SwaVariant
+from .scheduler import ARRIVE, DECODE, RESUME, RETRACT, Arrive, Decode, Resume, Retract, SchedulerConfig, SwaScheduler
 
 
-def simulate(sim: Simulator, recorder: TraceRecorder, variant: str, params: Mapping[str, Any],
-             faults: FaultPlan) -> dict[str, Any]:
+@dataclass(frozen=True)
+class SimConfig:
+    """`kvsim simulate swa-budget --param`: the workload and the pools."""
+
+    requests: int = param(200, "requests in the workload", minimum=1, maximum=100_000)
+    page_size: int = param(16, "tokens per page (both pools)", minimum=1, maximum=1024)
+    sliding_window: int = param(64, "SWA window in tokens", minimum=1, maximum=1 << 16)
+    full_pages: int = param(64, "pages in the full-attention pool", minimum=1, maximum=1 << 16)
+    swa_pages: int = param(40, "pages in the SWA pool", minimum=1, maximum=1 << 16)
+    prompt_max: int = param(200, "longest prompt (tokens; prompts are uniform in 1..prompt_max)", minimum=1,
+                            maximum=1 << 16)
+    output_max: int = param(100, "longest output (tokens; uniform in 1..output_max)", minimum=1, maximum=1 << 16)
+    arrival_rate: float = param(50.0, "mean arrivals per second (Poisson)", minimum=1e-6)
+    step_time: float = param(0.02, "seconds per decode step", minimum=1e-6)
+    reserved_decode_tokens: int = param(0, "num_reserved_decode_tokens per running request", minimum=0,
+                                        maximum=1 << 16)
+
+
+def simulate(sim: Simulator, recorder: TraceRecorder, variant: SwaVariant, params: SimConfig,
+             faults: FaultPlan) -> tuple[dict[str, Any], Driver]:
     rng = sim.rng
-    n = params["requests"]
-    prompts = tuple(rng.randint(1, params["prompt_max"]) for _ in range(n))
-    outputs = tuple(rng.randint(1, params["output_max"]) for _ in range(n))
-    config = SchedulerConfig(params["page_size"], params["sliding_window"], params["full_pages"],
-                             params["swa_pages"], prompts, outputs, params["reserved_decode_tokens"])
-    system = SwaScheduler(config, variant)
-    run = _Run(sim, recorder, system)
-    sim.poisson_arrivals(n, params["arrival_rate"], run.arrive)
-    sim.schedule(0.0, run.tick, params["step_time"])
+    n = params.requests
+    prompts = tuple(rng.randint(1, params.prompt_max) for _ in range(n))
+    outputs = tuple(rng.randint(1, params.output_max) for _ in range(n))
+    config = SchedulerConfig(params.page_size, params.sliding_window, params.full_pages,
+                             params.swa_pages, prompts, outputs, params.reserved_decode_tokens)
+    run = _Run(sim, recorder, SwaScheduler(variant, config))
+    sim.poisson_arrivals(n, params.arrival_rate, run.arrive)
+    sim.schedule(0.0, run.tick, params.step_time)
     sim.run()
-    return run.summary()
+    return run.summary(), run.driver
 
 
 class _Run:
     def __init__(self, sim: Simulator, recorder: TraceRecorder, system: SwaScheduler) -> None:
         self.sim, self.recorder, self.system = sim, recorder, system
-        self.state: SchedState = system.initial_states()[0]
+        self.driver = Driver(system)
         self.arrived = 0
         self.counts = {ARRIVE: 0, DECODE: 0, RETRACT: 0, RESUME: 0}
         self.resumed_requests = 0
@@ -63,47 +69,52 @@ class _Run:
         self.finish_time: dict[int, float] = {}
         self.crash: tuple[float, str] | None = None
 
+    @property
+    def state(self) -> Any:
+        return self.driver.state
+
     def arrive(self, rid: int) -> None:
         self.arrived = rid + 1
         self.recorder.record(self.sim.now, "arrival", {"rid": rid})
 
-    def apply(self, action: tuple) -> None:
-        before = self.state
-        self.state = self.system.step(before, action)
+    def apply(self, action: tuple) -> int:
+        """Take `action`; returns how many requests it resumed (0 for other actions)."""
+        resumed = 0
+        for effect in self.driver.apply(action):
+            if effect.tag == "finished":
+                self.finish_time[effect.rid] = self.sim.now
+            elif effect.tag == "resumed":
+                resumed = effect.count
+        state = self.state
         self.counts[action[0]] += 1
-        if action[0] == RESUME:
-            self.resumed_requests += len(before.retracted) - len(self.state.retracted)
-        for rid in set(self.state.finished) - set(before.finished):
-            self.finish_time[rid] = self.sim.now
-        self.peak_retracted = max(self.peak_retracted, len(self.state.retracted))
-        self.recorder.record(self.sim.now, action[0], {"action": list(action), "state": digest(self.state, 16),
-                                                      "full_free": self.state.full_free,
-                                                      "swa_free": self.state.swa_free})
-        if self.state.fault is not None:
-            self.crash = (self.sim.now, self.state.fault[1])
-            self.recorder.record(self.sim.now, "crash", {"invariant": self.state.fault[0],
-                                                        "message": self.state.fault[1]})
+        self.resumed_requests += resumed
+        self.peak_retracted = max(self.peak_retracted, len(state.retracted))
+        self.recorder.record(self.sim.now, action[0], {"action": list(action), "state": digest(state, 16),
+                                                      "full_free": state.full_free,
+                                                      "swa_free": state.swa_free})
+        if state.fault is not None:
+            self.crash = (self.sim.now, state.fault[1])
+            self.recorder.record(self.sim.now, "crash", {"invariant": state.fault[0],
+                                                        "message": state.fault[1]})
             self.sim.stop()
+        return resumed
 
     def tick(self, step_time: float) -> None:
         system = self.system
         if self.state.retracted:
-            before = self.state.retracted
-            self.apply((RESUME,))
+            if self.apply(Resume()) == 0 and not self.crash:
+                self.counts[RESUME] -= 1  # nothing fitted: not a resume worth counting
             if self.crash:
                 return
-            if self.state.retracted == before:
-                self.counts[RESUME] -= 1  # nothing fitted: not a resume worth counting
-        while self.state.next_arrival < self.arrived and (ARRIVE,) in system.enabled(self.state):
-            self.apply((ARRIVE,))
-        while self.state.running and (DECODE,) not in system.enabled(self.state):
-            self.apply((RETRACT, self.state.running[-1].rid))
+        while self.state.next_arrival < self.arrived and Arrive() in system.enabled(self.state):
+            self.apply(Arrive())
+        while self.state.running and Decode() not in system.enabled(self.state):
+            self.apply(Retract(self.state.running[-1].rid))
         if self.state.running:
-            self.apply((DECODE,))
+            self.apply(Decode())
         if system.done(self.state):
             return
         self.sim.schedule(step_time, self.tick, step_time)
-
     def summary(self) -> dict[str, Any]:
         state, cfg = self.state, self.system.config
         leaked_full = cfg.full_pages - state.full_free - sum(r.full_pages for r in state.running)

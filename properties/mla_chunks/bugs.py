@@ -1,27 +1,10 @@
-"""The `mla-chunks` model in the catalog: MLA chunked context, vLLM b38e111d (PR #50613).
-
-Registers the model, its properties (planner and metadata in `mla_chunks_plan`, DCP in
-`mla_chunks_dcp`, numeric in `mla_chunks_numeric`) and the four bug reports. Strategies and
-the pinned upstream cases are in `mla_chunks_cases`.
-"""
+"""The four `mla-chunks` bug reports (vLLM b38e111d and #49294), as data."""
 
 from __future__ import annotations
 
-from kvsim.engine.registry import REGISTRY, BugReport, ModelSpec
-from kvsim.models.mla_chunks.planner import VARIANTS
+from kvsim.engine.registry import BugReport
 
 MODEL = "mla-chunks"
-
-REGISTRY.add_model(ModelSpec(
-    name=MODEL,
-    summary="MLA chunked context: per-request ContextChunk plan, DCP reorg, chunked attention vs full attention",
-    source="vLLM b38e111d (#50613, RFC #50497); mask_empty_context #49294",
-    variants=VARIANTS,
-))
-
-from . import dcp as mla_chunks_dcp  # noqa: E402,F401  registers the properties
-from . import numeric as mla_chunks_numeric
-from . import plan as mla_chunks_plan
 
 BUGS = (
     BugReport(
@@ -50,5 +33,3 @@ BUGS = (
                 "into the context partial and poisons the output",
         max_examples=500),
 )
-for _bug in BUGS:
-    REGISTRY.add_bug(_bug)

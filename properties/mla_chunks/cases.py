@@ -1,13 +1,10 @@
-"""Cases, strategies and the pinned upstream regressions of the `mla-chunks` model.
+"""Cases and the pinned upstream regressions of the `mla-chunks` model (no Hypothesis: see `strategies`).
 
 A case is the engine configuration plus the batch: context and query lengths, the block
 size, the requested `chunked_prefill_workspace_size` (each variant applies its own lower
 bound), `max_num_seqs`, DCP world size and interleave, `align_chunk_to_block`, and for the
 numeric properties a tensor seed and an MLA shape. Cases are frozen dataclasses, so
 counterexamples come out as plain JSON.
-
-Strategies keep the numbers small where the property is numeric and shrink towards no
-DCP, block 1 and short batches, so Hypothesis finds and shrinks a bug in well under a second.
 """
 
 from __future__ import annotations
@@ -15,12 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
-from hypothesis import strategies as st
-
 from kvsim.engine.errors import ConfigError, check_int
-from kvsim.models.mla_chunks.planner import chunked_context_workspace_size, mla_chunk_alignment
 from kvsim.models.mla_chunks.dcp import DcpConfig
 from kvsim.models.mla_chunks.metadata import ContextMetadata, build_context_metadata, query_start_loc_of
+from kvsim.models.mla_chunks.planner import FIXED, MlaVariant, chunked_context_workspace_size, mla_chunk_alignment
 from kvsim.models.mla_chunks.prefill import MlaShape
 
 
@@ -68,14 +63,14 @@ class MlaChunkCase:
             return 1
         return mla_chunk_alignment(self.block_size, self.dcp)
 
-    def workspace(self, variant: str) -> int:
-        return chunked_context_workspace_size(variant, self.workspace_size, self.max_num_seqs, self.block_size,
-                                              self.dcp)
+    def workspace(self, variant: MlaVariant = FIXED) -> int:
+        return chunked_context_workspace_size(self.workspace_size, self.max_num_seqs, self.block_size, self.dcp,
+                                              variant)
 
-    def metadata(self, variant: str) -> ContextMetadata | None:
-        return build_context_metadata(variant, self.context_lens, self.query_lens, self.workspace_size,
-                                      self.max_num_seqs, self.block_size, dcp=self.dcp,
-                                      align_chunk_to_block=self.align_chunk_to_block)
+    def metadata(self, variant: MlaVariant = FIXED) -> ContextMetadata | None:
+        return build_context_metadata(self.context_lens, self.query_lens, self.workspace_size, self.max_num_seqs,
+                                      self.block_size, dcp=self.dcp, align_chunk_to_block=self.align_chunk_to_block,
+                                      variant=variant)
 
 
 @dataclass(frozen=True)
@@ -118,64 +113,3 @@ NUMERIC_EXAMPLES = (SKIPPED_CASE, CONTINUATION_CASE, TAIL_SPLIT_CASE, CONTEXT_OR
                     replace(BACKEND_CASE, seed=42), replace(KIMI_K3_CASE, shape=KIMI_K3_SHAPE),
                     replace(DCP_BUDGET_CASE, context_lens=(1000, 200, 200), query_lens=(2, 3, 1)),
                     DCP_UNALIGNED_PREFIX_CASE)
-
-# -- strategies ---------------------------------------------------------------------------------
-
-_DCP_LAYOUTS = ((2, 1), (2, 2), (4, 1), (2, 4), (4, 2))
-_BLOCKS = (1, 2, 4, 8, 16, 32, 64, 128)
-
-
-@st.composite
-def _layout(draw, blocks, dcp: bool | None):
-    """(block, world, interleave): no DCP shrinks first; under DCP the block is a multiple of both."""
-    use_dcp = draw(st.booleans()) if dcp is None else dcp
-    if not use_dcp:
-        return draw(st.sampled_from(blocks)), 1, 1
-    world, interleave = draw(st.sampled_from(_DCP_LAYOUTS))
-    block = draw(st.sampled_from([b for b in blocks if b % world == 0 and b % interleave == 0] or [world * interleave]))
-    return block, world, interleave
-
-
-@st.composite
-def mla_cases(draw, *, max_requests: int = 6, max_context: int = 3000, max_query: int = 8,
-              blocks=_BLOCKS, max_workspace: int = 4096, dcp: bool | None = None,
-              context_first: bool = False) -> MlaChunkCase:
-    """Batches with context-free prefills anywhere (or only after the context-ful ones)."""
-    # about one prefill in four has no context (negative draws clamp to 0; shrinking still ends at 0)
-    context = st.integers(-(max_context // 3), max_context).map(lambda c: max(c, 0))
-    ctx = draw(st.lists(context, min_size=1, max_size=max_requests))
-    if context_first:
-        ctx = sorted(ctx, key=lambda c: c == 0)
-    q = draw(st.lists(st.integers(1, max_query), min_size=len(ctx), max_size=len(ctx)))
-    block, world, interleave = draw(_layout(blocks, dcp))
-    return MlaChunkCase(context_lens=tuple(ctx), query_lens=tuple(q), block_size=block,
-                        workspace_size=draw(st.integers(1, max_workspace)),
-                        max_num_seqs=len(ctx) + draw(st.integers(0, 4)), dcp_world_size=world,
-                        dcp_interleave=interleave, align_chunk_to_block=world > 1 or not draw(st.booleans()),
-                        seed=draw(st.integers(0, 2 ** 16)))
-
-
-def plan_cases() -> st.SearchStrategy[MlaChunkCase]:
-    """Planner-sized batches: up to 6 prefills of up to 3000 context rows, any block, DCP or not."""
-    return mla_cases()
-
-
-def dcp_cases() -> st.SearchStrategy[MlaChunkCase]:
-    """Always DCP (world 2 or 4, interleave 1-4), contexts up to 600 rows, so the reorg checks stay cheap."""
-    return mla_cases(max_context=600, blocks=(2, 4, 8, 16, 32, 64), max_workspace=1024, dcp=True)
-
-
-def numeric_cases(*, dcp: bool | None = None, context_first: bool = False) -> st.SearchStrategy[MlaChunkCase]:
-    """Small batches for the float64 path: up to 4 prefills, 40 context rows, blocks up to 16."""
-    return mla_cases(max_requests=4, max_context=40, max_query=3, blocks=(1, 2, 4, 8, 16), max_workspace=64,
-                     dcp=dcp, context_first=context_first)
-
-
-@st.composite
-def numeric_case_pairs(draw) -> MlaChunkCasePair:
-    """One batch, two (workspace, block, alignment) configurations with the same DCP layout."""
-    first = draw(numeric_cases())
-    blocks = [b for b in (1, 2, 4, 8, 16) if b % first.dcp_world_size == 0 and b % first.dcp_interleave == 0]
-    second = replace(first, block_size=draw(st.sampled_from(blocks)), workspace_size=draw(st.integers(1, 64)),
-                     align_chunk_to_block=first.dcp_world_size > 1 or not draw(st.booleans()))
-    return MlaChunkCasePair(first, second)

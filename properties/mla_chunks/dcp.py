@@ -16,9 +16,10 @@ from kvsim.engine.errors import PropertyViolation
 from kvsim.engine.property import kv_property
 from kvsim.models.mla_chunks.dcp import DcpConfig, dcp_global_position
 from kvsim.models.mla_chunks.metadata import UniformChunkedContextMetadata
+from kvsim.models.mla_chunks.planner import FIXED, MlaVariant
 from kvsim.models.mla_chunks.prefill import reorg_chunk_rows
 
-from .cases import DCP_EXAMPLES, MlaChunkCase, dcp_cases
+from .cases import DCP_EXAMPLES, MlaChunkCase
 
 MODEL = "mla-chunks"
 # Labels: request * R + rank * K + local index (upstream uses 100000 and 10000).
@@ -77,11 +78,11 @@ def rank_buffers(chunk, dcp: DcpConfig) -> np.ndarray:
     return np.concatenate(ranks, axis=0)
 
 
-def check_dcp_reorg(variant: str, chunks, dcp: DcpConfig, local_chunk_size: int | None) -> None:
+def check_dcp_reorg(chunks, dcp: DcpConfig, local_chunk_size: int | None, variant: MlaVariant = FIXED) -> None:
     """The reorg keeps `cu_seq_lens[-1]` rows; request `k` gets `seq_lens[k]` rows, rank-major, exactly its span."""
     for chunk in chunks:
         i = chunk.index
-        out = reorg_chunk_rows(variant, chunk, rank_buffers(chunk, dcp), local_chunk_size, strict=False)[:, 0]
+        out = reorg_chunk_rows(chunk, rank_buffers(chunk, dcp), local_chunk_size, strict=False, variant=variant)[:, 0]
         total = chunk.cu_seq_lens[-1]
         if out.shape[0] != total:
             raise PropertyViolation(f"rows after reorg_kvcache of chunk {i}: expected {total} (cu_seq_lens[-1]), "
@@ -101,18 +102,18 @@ def check_dcp_reorg(variant: str, chunks, dcp: DcpConfig, local_chunk_size: int 
                     f"[{start}, {start + length}) rank-major, got {len(got)} rows covering {_ranges(decoded)}")
 
 
-@kv_property(model=MODEL, strategy=dcp_cases(), examples=DCP_EXAMPLES)
-def dcp_ranks_cover_each_span_exactly(case: MlaChunkCase, variant: str) -> None:
+@kv_property(model=MODEL, strategy="DCP_CASES", examples=DCP_EXAMPLES)
+def dcp_ranks_cover_each_span_exactly(case: MlaChunkCase, variant: MlaVariant) -> None:
     """Under DCP the ranks' local rows of every chunk piece map back to exactly its global rows, once each."""
     md = case.metadata(variant)
     if md is not None and case.dcp is not None:
         check_dcp_coverage(md.chunks, case.dcp)
 
 
-@kv_property(model=MODEL, strategy=dcp_cases(), examples=DCP_EXAMPLES)
-def dcp_reorg_matches_chunk_spans(case: MlaChunkCase, variant: str) -> None:
+@kv_property(model=MODEL, strategy="DCP_CASES", examples=DCP_EXAMPLES)
+def dcp_reorg_matches_chunk_spans(case: MlaChunkCase, variant: MlaVariant) -> None:
     """reorg_kvcache of every chunk yields cu_seq_lens[-1] rows and each request's span, rank-major, no padding."""
     md = case.metadata(variant)
     if md is not None and case.dcp is not None:
         local = md.local_chunk_size if isinstance(md, UniformChunkedContextMetadata) else None
-        check_dcp_reorg(variant, md.chunks, case.dcp, local)
+        check_dcp_reorg(md.chunks, case.dcp, local, variant)

@@ -3,7 +3,7 @@
 Each invariant is a named `check_*` function over plain metadata, so a test can hand it a
 planted mutation and see it fail; the `@kv_property` wrappers build the variant's metadata
 for a generated case and call the checks. Chunks of both plans share the fields read here
-(see `models.mla_metadata`); where the uniform plan has no counterpart (`is_continuation`,
+(see `kvsim.models.mla_chunks.metadata`); where the uniform plan has no counterpart (`is_continuation`,
 `continuation_token_end`, `empty_token_slices`) the docstring says what is checked instead.
 """
 
@@ -17,11 +17,12 @@ import numpy as np
 from kvsim.engine.errors import PropertyViolation
 from kvsim.engine.property import kv_property
 from kvsim.models.mla_chunks.attention import init_mla_context_partial
-from kvsim.models.mla_chunks.planner import cdiv, mla_chunk_alignment, round_down, variant_behaviour
-from kvsim.models.mla_chunks.dcp import DcpConfig
-from kvsim.models.mla_chunks.metadata import ChunkedContextMetadata, UniformChunkedContextMetadata, mla_accumulation_schedule
+from kvsim.models.mla_chunks.dcp import DcpConfig, cdiv
+from kvsim.models.mla_chunks.metadata import (ChunkedContextMetadata, UniformChunkedContextMetadata,
+                                             mla_accumulation_schedule)
+from kvsim.models.mla_chunks.planner import MlaVariant, mla_chunk_alignment, round_down
 
-from .cases import PLAN_EXAMPLES, MlaChunkCase, mla_cases, plan_cases
+from .cases import PLAN_EXAMPLES, MlaChunkCase
 
 MODEL = "mla-chunks"
 
@@ -228,63 +229,63 @@ def chunk_count_upper_bound(context_lens: Sequence[int], workspace: int, alignme
 
 # -- properties ------------------------------------------------------------------------------
 
-def _chunks(case: MlaChunkCase, variant: str):
+def _chunks(case: MlaChunkCase, variant: MlaVariant):
     md = case.metadata(variant)
     return md, (() if md is None else md.chunks)
 
 
-@kv_property(model=MODEL, strategy=plan_cases(), examples=PLAN_EXAMPLES)
-def chunks_tile_every_context_row_once(case: MlaChunkCase, variant: str) -> None:
+@kv_property(model=MODEL, strategy="PLAN_CASES", examples=PLAN_EXAMPLES)
+def chunks_tile_every_context_row_once(case: MlaChunkCase, variant: MlaVariant) -> None:
     """Each request's pieces start at 0, abut and sum to its context; context-free requests gather nothing."""
     _, chunks = _chunks(case, variant)
     check_exact_tiling(case.context_lens, chunks)
 
 
-@kv_property(model=MODEL, strategy=plan_cases(), examples=PLAN_EXAMPLES)
-def chunks_have_no_empty_spans(case: MlaChunkCase, variant: str) -> None:
+@kv_property(model=MODEL, strategy="PLAN_CASES", examples=PLAN_EXAMPLES)
+def chunks_have_no_empty_spans(case: MlaChunkCase, variant: MlaVariant) -> None:
     """No chunk holds a request with an empty span (the uniform plan does, whenever contexts differ)."""
     _, chunks = _chunks(case, variant)
     check_no_empty_spans(chunks)
 
 
-@kv_property(model=MODEL, strategy=plan_cases(), examples=PLAN_EXAMPLES)
-def chunks_fit_the_row_budget(case: MlaChunkCase, variant: str) -> None:
+@kv_property(model=MODEL, strategy="PLAN_CASES", examples=PLAN_EXAMPLES)
+def chunks_fit_the_row_budget(case: MlaChunkCase, variant: MlaVariant) -> None:
     """Rows per chunk <= W (and == cu_seq_lens[-1] == len(token_to_seq)); under DCP local rows <= W // world;
     split pieces <= round_down(W, A)."""
     _, chunks = _chunks(case, variant)
     check_row_budget(case.context_lens, chunks, case.workspace(variant), case.split_alignment, case.dcp)
 
 
-@kv_property(model=MODEL, strategy=plan_cases(), examples=PLAN_EXAMPLES)
-def chunks_follow_request_order(case: MlaChunkCase, variant: str) -> None:
+@kv_property(model=MODEL, strategy="PLAN_CASES", examples=PLAN_EXAMPLES)
+def chunks_follow_request_order(case: MlaChunkCase, variant: MlaVariant) -> None:
     """request_slice.start never decreases and each chunk's requests are a run of context-ful requests."""
     _, chunks = _chunks(case, variant)
     check_request_order(case.context_lens, chunks)
 
 
-@kv_property(model=MODEL, strategy=plan_cases(), examples=PLAN_EXAMPLES)
-def continuation_only_at_first_request(case: MlaChunkCase, variant: str) -> None:
+@kv_property(model=MODEL, strategy="PLAN_CASES", examples=PLAN_EXAMPLES)
+def continuation_only_at_first_request(case: MlaChunkCase, variant: MlaVariant) -> None:
     """Only a chunk's first request may start past 0; it is then the previous chunk's last request."""
     _, chunks = _chunks(case, variant)
     check_continuation(chunks)
 
 
-@kv_property(model=MODEL, strategy=plan_cases(), examples=PLAN_EXAMPLES)
-def chunk_starts_are_aligned(case: MlaChunkCase, variant: str) -> None:
+@kv_property(model=MODEL, strategy="PLAN_CASES", examples=PLAN_EXAMPLES)
+def chunk_starts_are_aligned(case: MlaChunkCase, variant: MlaVariant) -> None:
     """Every start is a multiple of the split alignment (block, or lcm(block, world*interleave) under DCP)."""
     _, chunks = _chunks(case, variant)
     check_alignment(chunks, case.split_alignment)
 
 
-@kv_property(model=MODEL, strategy=plan_cases(), examples=PLAN_EXAMPLES)
-def token_bookkeeping_matches_query_start_loc(case: MlaChunkCase, variant: str) -> None:
+@kv_property(model=MODEL, strategy="PLAN_CASES", examples=PLAN_EXAMPLES)
+def token_bookkeeping_matches_query_start_loc(case: MlaChunkCase, variant: MlaVariant) -> None:
     """token_slice, continuation_token_end, rebased query_start_loc, max_query_len and token_to_seq follow qsl."""
     _, chunks = _chunks(case, variant)
     check_token_bookkeeping(case.query_start_loc, chunks)
 
 
-@kv_property(model=MODEL, strategy=plan_cases(), examples=PLAN_EXAMPLES)
-def context_free_prefills_are_neutralised(case: MlaChunkCase, variant: str) -> None:
+@kv_property(model=MODEL, strategy="PLAN_CASES", examples=PLAN_EXAMPLES)
+def context_free_prefills_are_neutralised(case: MlaChunkCase, variant: MlaVariant) -> None:
     """Metadata is None iff no prefill has context; otherwise context-free prefills get a neutral partial.
 
     Per-request plan: `empty_token_slices` are exactly their token ranges and
@@ -297,7 +298,7 @@ def context_free_prefills_are_neutralised(case: MlaChunkCase, variant: str) -> N
                                 f"{'None' if md is None else 'metadata'} for {list(case.context_lens)}")
     if isinstance(md, ChunkedContextMetadata):
         check_empty_token_slices(case.context_lens, case.query_start_loc, md)
-    elif isinstance(md, UniformChunkedContextMetadata) and not variant_behaviour(variant).mask_empty_context:
+    elif isinstance(md, UniformChunkedContextMetadata) and not variant.mask_empty_context:
         for chunk in md.chunks:
             empty = [r for r, n in enumerate(chunk.seq_lens) if n == 0]
             if empty:
@@ -305,16 +306,16 @@ def context_free_prefills_are_neutralised(case: MlaChunkCase, variant: str) -> N
                                         f"masked to (0, -inf), got the backend's unmasked scratch")
 
 
-@kv_property(model=MODEL, strategy=plan_cases(), examples=PLAN_EXAMPLES)
-def accumulation_copies_once_then_merges(case: MlaChunkCase, variant: str) -> None:
+@kv_property(model=MODEL, strategy="PLAN_CASES", examples=PLAN_EXAMPLES)
+def accumulation_copies_once_then_merges(case: MlaChunkCase, variant: MlaVariant) -> None:
     """Each token of a context-ful request is copied once, first, then merged once per further covering chunk."""
     md = case.metadata(variant)
     if md is not None:
         check_accumulation_schedule(case.context_lens, case.query_start_loc, md.chunks, mla_accumulation_schedule(md))
 
 
-@kv_property(model=MODEL, strategy=plan_cases(), examples=PLAN_EXAMPLES)
-def chunk_count_meets_lower_bound(case: MlaChunkCase, variant: str) -> None:
+@kv_property(model=MODEL, strategy="PLAN_CASES", examples=PLAN_EXAMPLES)
+def chunk_count_meets_lower_bound(case: MlaChunkCase, variant: MlaVariant) -> None:
     """Chunks >= sum over runs of context-ful requests of cdiv(run rows, W); equal when A == 1 without DCP.
 
     The bound is per run because a context-free prefill ends a per-request chunk
@@ -323,7 +324,7 @@ def chunk_count_meets_lower_bound(case: MlaChunkCase, variant: str) -> None:
     """
     md = case.metadata(variant)
     count = 0 if md is None else len(md.chunks)
-    per_run = variant_behaviour(variant).per_request_plan
+    per_run = variant.per_request_plan
     w = case.workspace(variant)
     bound = chunk_count_lower_bound(case.context_lens, w, per_run)
     if count < bound:
@@ -333,8 +334,8 @@ def chunk_count_meets_lower_bound(case: MlaChunkCase, variant: str) -> None:
                                 f"{bound}, got {count}")
 
 
-@kv_property(model=MODEL, strategy=plan_cases(), examples=PLAN_EXAMPLES)
-def chunk_count_within_alignment_slack(case: MlaChunkCase, variant: str) -> None:
+@kv_property(model=MODEL, strategy="PLAN_CASES", examples=PLAN_EXAMPLES)
+def chunk_count_within_alignment_slack(case: MlaChunkCase, variant: MlaVariant) -> None:
     """Cost: chunks <= the per-run bound that lets each chunk leave < (virtual + A - 2) / world rows unused.
 
     Every chunk is an attention launch over its requests; the uniform plan's
@@ -349,8 +350,8 @@ def chunk_count_within_alignment_slack(case: MlaChunkCase, variant: str) -> None
                                 f"expected <= {bound}, got {count}")
 
 
-@kv_property(model=MODEL, strategy=mla_cases(max_workspace=70_000, max_context=10), examples=PLAN_EXAMPLES)
-def workspace_size_is_aligned(case: MlaChunkCase, variant: str) -> None:
+@kv_property(model=MODEL, strategy="WORKSPACE_CASES", examples=PLAN_EXAMPLES)
+def workspace_size_is_aligned(case: MlaChunkCase, variant: MlaVariant) -> None:
     """The workspace is a multiple of the alignment, >= max_num_seqs * alignment, >= the request, idempotent."""
     w = case.workspace(variant)
     alignment = mla_chunk_alignment(case.block_size, case.dcp)

@@ -1,1 +1,17 @@
-"""properties.pd_staging"""
+"""pd-staging: properties of the send plan, head slicing, slot layout, ring, KVPoll status rules, the
+end-to-end transfer, and the transition system's stateful property and bug reports.
+
+* `cases`: the property inputs and pinned upstream cases (no Hypothesis);
+* `strategies`: the Hypothesis strategies, imported only when a property runs;
+* `ring`, `plan`, `status`, `system`, `e2e`: the named properties and the bug reports.
+"""
+
+from kvsim.engine.registry import Registry
+from kvsim.gpu_oracle.kernels import staging
+
+from . import e2e, plan, ring, status, system
+
+
+def register(registry: Registry) -> None:
+    registry.add_from(ring, plan, status, system, e2e)
+    staging.register(registry)  # the kernel properties of this model (gpu_oracle/kernels/staging)

@@ -6,7 +6,7 @@ model's counterpart of upstream's PD accuracy test (Llama-3.1-8B, H = 8,
 prefill TP 4 -> decode TP 2, chunked prefill 256, a ~900-token shared prefix).
 
 The composition, per decode rank: the committed send plan
-(`models.pd_staging_plan.plan_room_sends`), one staging slot per prefetched
+(`kvsim.models.pd_staging.plan.plan_room_sends`), one staging slot per prefetched
 grid cell allocated back to back in a ring exactly their size
 (`models.pd_staging_ring.StagingAllocator`), and for each send every writer
 of the decode rank (`writers_of_decode_rank`) gathering its head slice from
@@ -34,52 +34,18 @@ from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
-from hypothesis import strategies as st
 
-from kvsim.engine.errors import ConfigError, PropertyViolation, check_int, require
+from kvsim.engine.errors import ConfigError, PropertyViolation
 from kvsim.engine.property import kv_property
 from kvsim.models.pd_staging import layout
 from kvsim.models.pd_staging import plan
 from kvsim.models.pd_staging.copy import decode_scatter_pages, gather_head_slice_to_staging, scatter_staging_to_pages
-from kvsim.models.pd_staging.layout import HeadReshard
-from kvsim.models.pd_staging.plan import cdiv
 from kvsim.models.pd_staging.ring import StagingAllocator
-from .plan import MODEL, PlanCase
-from .ring import LLAMA_31_8B
+from kvsim.models.pd_staging.variants import StagingVariant
 
-DTYPES = ("float16", "uint8", "float32")
+from .cases import LLAMA_CASES, TransferCase
 
-
-@dataclass(frozen=True)
-class TransferCase:
-    """One room moved from every prefill rank to every decode rank: plan, TP sizes, KV shape, pools, timing."""
-
-    room: PlanCase
-    reshard: HeadReshard
-    num_layers: int = 1
-    head_dim: int = 2
-    dtype: str = "float16"
-    spare_pages: int = 2  # pages of other requests in each pool (their bytes must survive)
-    deferred_scatter: bool = False
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        require(isinstance(self.room, PlanCase), "room", "a PlanCase", type(self.room).__name__)
-        require(isinstance(self.reshard, HeadReshard), "reshard", "a HeadReshard", type(self.reshard).__name__)
-        check_int(self.num_layers, "num_layers", minimum=1)
-        check_int(self.head_dim, "head_dim", minimum=1)
-        require(self.dtype in DTYPES, "dtype", f"one of {', '.join(DTYPES)}", self.dtype)
-        check_int(self.spare_pages, "spare_pages", minimum=0)
-        require(isinstance(self.deferred_scatter, bool), "deferred_scatter", "a bool", self.deferred_scatter)
-        check_int(self.seed, "seed", minimum=0)
-
-    @property
-    def head_bytes(self) -> int:
-        return self.head_dim * np.dtype(self.dtype).itemsize
-
-    @property
-    def request_pages(self) -> int:
-        return cdiv(self.room.prompt_len, self.room.page_size)
+MODEL = "pd-staging"
 
 
 def _random_bits(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> np.ndarray:
@@ -133,7 +99,7 @@ class DecodeOutcome:
     failure: str | None
 
 
-def transfer_to_decode_rank(case: TransferCase, decode_rank: int, variant: str,
+def transfer_to_decode_rank(case: TransferCase, decode_rank: int, variant: StagingVariant,
                             copies: Copies = REFERENCE_COPIES) -> DecodeOutcome:
     """Run the room's sends through the staging path of `decode_rank` (see the module docstring)."""
     room, res = case.room, case.reshard
@@ -226,36 +192,7 @@ def first_difference(case: TransferCase, decode_rank: int, got: np.ndarray, want
             f"local head {head}")
 
 
-@st.composite
-def transfer_cases(draw: st.DrawFn) -> TransferCase:
-    """Small rooms (so hundreds run per second): aligned D, whole-page prefill hits, TP sizes 1-4."""
-    ps = draw(st.sampled_from((1, 2, 4)))
-    cps = draw(st.sampled_from((-1, None)) if draw(st.integers(0, 9)) == 9 else st.integers(1, 4 * ps))
-    length = draw(st.integers(1, 12 * ps))
-    prefix = draw(st.integers(0, (length - 1) // ps)) * ps
-    hit = draw(st.integers(0, (length - 1) // ps)) * ps
-    room = PlanCase(length, prefix, ps, cps, hit, draw(st.integers(0, hit)), draw(st.booleans()))
-    heads = draw(st.sampled_from((1, 2, 4, 8)))
-    res = HeadReshard(heads, draw(st.sampled_from((1, 2, 4))), draw(st.sampled_from((1, 2, 4))))
-    return TransferCase(room, res, draw(st.integers(1, 3)), draw(st.integers(1, 4)), draw(st.sampled_from(DTYPES)),
-                        draw(st.integers(0, 2)), draw(st.booleans()), draw(st.integers(0, 2**16)))
-
-
-# Upstream's accuracy test (section 2.8): Llama-3.1-8B KV heads, prefill TP 4 -> decode TP 2, chunked prefill
-# 256, page 16 (section 2.9's setup), the second request of a ~900-token shared prefix. Two layers of head_dim
-# 128 in a 2-byte dtype keep it fast; the layout does not depend on the layer count.
-def _llama(decode_prefix: int, prefill_hit: int, early: bool = True, deferred: bool = False) -> TransferCase:
-    return TransferCase(PlanCase(1000, decode_prefix, 16, 256, prefill_hit, 0, early), LLAMA_31_8B, 2, 128,
-                        "float16", 2, deferred)
-
-
-LLAMA_COLD = _llama(0, 0)
-LLAMA_PREFILL_HIT = _llama(0, 896)  # the prefix crosses three grid lines: 0, 256, 512, 768 | 896
-LLAMA_DECODE_HIT = _llama(896, 896)  # both sides cached the shared prefix
-LLAMA_CASES = (LLAMA_COLD, LLAMA_PREFILL_HIT, LLAMA_DECODE_HIT)
-
-
-def check_transfer(case: TransferCase, variant: str, copies: Copies = REFERENCE_COPIES) -> None:
+def check_transfer(case: TransferCase, variant: StagingVariant, copies: Copies = REFERENCE_COPIES) -> None:
     """Raise PropertyViolation naming the first decode rank whose KV is not the single server's."""
     for rank in range(case.reshard.decode_tp):
         outcome = transfer_to_decode_rank(case, rank, variant, copies)
@@ -268,8 +205,8 @@ def check_transfer(case: TransferCase, variant: str, copies: Copies = REFERENCE_
                                     f"server's KV bit for bit, got {diff}")
 
 
-@kv_property(model=MODEL, strategy=transfer_cases(), examples=LLAMA_CASES)
-def decode_kv_matches_single_server(case: TransferCase, variant: str) -> None:
+@kv_property(model=MODEL, strategy="TRANSFER_CASES", examples=LLAMA_CASES)
+def decode_kv_matches_single_server(case: TransferCase, variant: StagingVariant) -> None:
     """For any prompt length, page size, chunked-prefill size, decode prefix D, prefill radix hit, total KV heads H,
     prefill TP and decode TP, every decode rank's paged KV after the staged transfer (send plan, head-slice gather,
     staging ring, scatter) equals, bit for bit, the KV a single non-disaggregated server holds, and pages of

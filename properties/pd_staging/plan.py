@@ -1,97 +1,30 @@
 """pd-staging: properties of the prefill send plan (S1-S5, S7, S10, S13) and the slot-overrun bug.
 
 Research note: ../shared/research/sglang.md, section 2 (SGLang 05c7ebf, PR
-#30545). This module registers the model, the plan properties and the
-staged-bytes properties (plan + head slicing + slot layout + ring offsets:
-S7 in bytes, and no spurious room failure). The head slicing, slot layout
-and ring properties live in `pd_staging_ring`, the `KVPoll` status-rule
-properties in `pd_status` (same model, `pd-staging`: the status rule is a
-field of the case, not a variant). The transition system
-(`models.pd_staging`: its invariants, liveness, stateful property and the
-explore-driven bug reports) is registered in `pd_staging_system`.
+#30545). The plan properties and the staged-bytes properties (plan + head
+slicing + slot layout + ring offsets: S7 in bytes, and no spurious room
+failure). The head slicing, slot layout and ring properties live in `ring`,
+the `KVPoll` status-rule properties in `status` (same model, `pd-staging`:
+the status rule is a field of the case, not a variant), the transition
+system's stateful property and explore-driven bug reports in `system`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hypothesis import strategies as st
-
 from kvsim.engine.errors import PropertyViolation
 from kvsim.engine.property import kv_property
-from kvsim.engine.registry import REGISTRY, BugReport, ModelSpec
+from kvsim.engine.registry import BugReport
 from kvsim.models.pd_staging import layout
-from kvsim.models.pd_staging import system as pd_staging_system_model
-from kvsim.models.pd_staging import sim as pd_staging_sim
 from kvsim.models.pd_staging import plan
-from kvsim.models.pd_staging.layout import HeadReshard
-from kvsim.models.pd_staging.plan import VARIANTS, RoomPlan, StagingPlanConfig, cdiv
+from kvsim.models.pd_staging.plan import cdiv
 from kvsim.models.pd_staging.ring import StagingAllocator
-from .ring import LLAMA_31_8B, head_reshards
+from kvsim.models.pd_staging.variants import StagingVariant
+
+from .cases import PINNED, SCENARIO_A_EARLY, SCENARIO_B, SCENARIO_D, STAGED_A_DOWN, STAGED_A_UP, PlanCase, StagedCase
 
 MODEL = "pd-staging"
-
-REGISTRY.add_model(ModelSpec(
-    name=MODEL,
-    summary="PD disaggregation: decode-side staging ring with radix cache and prefill TP != decode TP "
-            "(send plan, head slicing, slot layout, ring allocator, KVPoll status rules)",
-    source="sglang 05c7ebf (PR #30545)",
-    variants=VARIANTS,
-    params=pd_staging_system_model.SYSTEM_PARAMS,
-    system=pd_staging_system_model.build_system,
-    simulate=pd_staging_sim.simulate,
-    sim_params=pd_staging_sim.SIM_PARAMS,
-    fault_kinds=pd_staging_sim.FAULT_KINDS,
-))
-
-
-@dataclass(frozen=True)
-class PlanCase:
-    """One room's send plan: its geometry, the prefill radix hit, and whether the early send runs."""
-
-    prompt_len: int
-    decode_prefix_len: int
-    page_size: int
-    chunked_prefill_size: int | None
-    prefill_hit: int = 0
-    host_hit_length: int = 0
-    early_send: bool = False
-
-    @property
-    def cfg(self) -> StagingPlanConfig:
-        return StagingPlanConfig(self.prompt_len, self.decode_prefix_len, self.page_size, self.chunked_prefill_size)
-
-    def plan(self, variant: str) -> RoomPlan:
-        return plan.plan_room_sends(self.cfg, self.prefill_hit, self.host_hit_length, self.early_send, variant)
-
-
-@st.composite
-def plan_cases(draw: st.DrawFn, aligned_prefix: bool = True) -> PlanCase:
-    """Small rooms; radix hits are whole pages; the decode prefix is page-aligned unless `aligned_prefix=False`.
-
-    A non-aligned decode prefix fails the room at registration on `fixed`
-    (S13, scenario D), so the plan properties draw aligned prefixes only.
-    """
-    ps = draw(st.sampled_from((1, 2, 4, 16)))
-    cps = draw(st.integers(1, 6 * ps))
-    if draw(st.integers(0, 9)) == 9:
-        cps = -1  # chunking disabled: one page per slot
-    length = draw(st.integers(1, 40 * ps))
-    if aligned_prefix:
-        prefix = draw(st.integers(0, (length - 1) // ps)) * ps
-    else:
-        prefix = draw(st.integers(0, length - 1))
-    hit = draw(st.integers(0, (length - 1) // ps)) * ps
-    host = draw(st.integers(0, hit))
-    return PlanCase(length, prefix, ps, cps, hit, host, draw(st.booleans()))
-
-
-# Section 2.9, shared setup ps=16, cps=256, L=1000: A (prefill hit 608) and B (decode hit 512).
-SCENARIO_A = PlanCase(1000, 0, 16, 256, prefill_hit=608)
-SCENARIO_B = PlanCase(1000, 512, 16, 256)
-SCENARIO_D = PlanCase(1000, 500, 16, 256)  # non-aligned decode prefix
-SCENARIO_A_EARLY = PlanCase(1000, 0, 16, 256, prefill_hit=608, early_send=True)
-PINNED = (SCENARIO_A, SCENARIO_B, SCENARIO_A_EARLY)
 
 
 def _describe(send: plan.SendCall) -> str:
@@ -99,8 +32,8 @@ def _describe(send: plan.SendCall) -> str:
             f"chunk_idx {send.chunk_idx}")
 
 
-@kv_property(model=MODEL, strategy=plan_cases(), examples=PINNED)
-def grid_is_whole_pages(case: PlanCase, variant: str) -> None:
+@kv_property(model=MODEL, strategy="PLAN_CASES", examples=PINNED)
+def grid_is_whole_pages(case: PlanCase, variant: StagingVariant) -> None:
     """The grid is a positive whole number of pages, no larger than the chunked-prefill size when that holds a page."""
     cfg = case.cfg
     g, ps, cps = cfg.grid, cfg.page_size, cfg.chunked_prefill_size
@@ -110,8 +43,8 @@ def grid_is_whole_pages(case: PlanCase, variant: str) -> None:
         raise PropertyViolation(f"grid tokens: expected <= chunked_prefill_size {cps}, got {g}")
 
 
-@kv_property(model=MODEL, strategy=plan_cases(), examples=PINNED)
-def prefetch_covers_suffix(case: PlanCase, variant: str) -> None:
+@kv_property(model=MODEL, strategy="PLAN_CASES", examples=PINNED)
+def prefetch_covers_suffix(case: PlanCase, variant: StagingVariant) -> None:
     """The prefetch asks slots 0..K-1 once each, full-size but the last, summing to the N suffix pages."""
     cfg = case.cfg
     reqs = plan.prefetch_plan(cfg.suffix_pages, cfg.full_chunk_pages)
@@ -125,17 +58,8 @@ def prefetch_covers_suffix(case: PlanCase, variant: str) -> None:
                                 f"summing to {n}, got {sizes}")
 
 
-@st.composite
-def segment_ranges(draw: st.DrawFn) -> tuple[int, int, int, int]:
-    """(start, end, D, grid) with start >= D; end may precede start (the empty case)."""
-    grid = draw(st.integers(1, 12))
-    prefix = draw(st.integers(0, 30))
-    start = prefix + draw(st.integers(0, 40))
-    return start, start + draw(st.integers(-3, 60)), prefix, grid
-
-
-@kv_property(model=MODEL, strategy=segment_ranges())
-def grid_segments_tile_range(case: tuple[int, int, int, int], variant: str) -> None:
+@kv_property(model=MODEL, strategy="SEGMENT_RANGES")
+def grid_segments_tile_range(case: tuple[int, int, int, int], variant: StagingVariant) -> None:
     """`compute_grid_segments` tiles [start, end) in order, cutting only at grid lines D + k*grid."""
     start, end, prefix, grid = case
     segs = plan.compute_grid_segments(start, end, prefix, grid)
@@ -156,8 +80,8 @@ def grid_segments_tile_range(case: tuple[int, int, int, int], variant: str) -> N
             raise PropertyViolation(f"segment cut at {b}: expected a grid line D + k*{grid} (D={prefix})")
 
 
-@kv_property(model=MODEL, strategy=plan_cases(), examples=PINNED)
-def non_last_sends_end_on_grid(case: PlanCase, variant: str) -> None:
+@kv_property(model=MODEL, strategy="PLAN_CASES", examples=PINNED)
+def non_last_sends_end_on_grid(case: PlanCase, variant: StagingVariant) -> None:
     """S1: every send but the last ends on a grid line D + k*G, and no send crosses one."""
     cfg = case.cfg
     d, g = cfg.decode_prefix_len, cfg.grid
@@ -170,8 +94,8 @@ def non_last_sends_end_on_grid(case: PlanCase, variant: str) -> None:
                                     f"{(s.token_start - d) // g}..{(s.token_end - 1 - d) // g}")
 
 
-@kv_property(model=MODEL, strategy=plan_cases(), examples=PINNED)
-def each_send_fits_one_slot(case: PlanCase, variant: str) -> None:
+@kv_property(model=MODEL, strategy="PLAN_CASES", examples=PINNED)
+def each_send_fits_one_slot(case: PlanCase, variant: StagingVariant) -> None:
     """S7 (plan level): every send's pages lie inside the one prefetched slot its chunk_idx names.
 
     Before 05c7ebf a prefill radix hit made the first send span several slots;
@@ -193,8 +117,8 @@ def each_send_fits_one_slot(case: PlanCase, variant: str) -> None:
                 f"({hi - lo} pages allocated), got {s.num_pages} pages spanning slots {s.page_start // f}..{last_slot}")
 
 
-@kv_property(model=MODEL, strategy=plan_cases(), examples=PINNED)
-def sends_partition_suffix(case: PlanCase, variant: str) -> None:
+@kv_property(model=MODEL, strategy="PLAN_CASES", examples=PINNED)
+def sends_partition_suffix(case: PlanCase, variant: StagingVariant) -> None:
     """S2: the sends tile tokens [D, L) and pages [0, N); slot k is sent exactly once with its prefetched size."""
     cfg = case.cfg
     sends = [s for s in case.plan(variant).sends if s.num_pages > 0]
@@ -213,8 +137,8 @@ def sends_partition_suffix(case: PlanCase, variant: str) -> None:
         raise PropertyViolation(f"(chunk_idx, pages) of the sends: expected the prefetch plan {want}, got {got}")
 
 
-@kv_property(model=MODEL, strategy=plan_cases(), examples=PINNED)
-def exactly_one_last_send(case: PlanCase, variant: str) -> None:
+@kv_property(model=MODEL, strategy="PLAN_CASES", examples=PINNED)
+def exactly_one_last_send(case: PlanCase, variant: StagingVariant) -> None:
     """S3: exactly one send has is_last_chunk (it carries aux and state), and it is the final send."""
     sends = case.plan(variant).sends
     last = [i for i, s in enumerate(sends) if s.is_last]
@@ -223,8 +147,8 @@ def exactly_one_last_send(case: PlanCase, variant: str) -> None:
                                 f"got {last}")
 
 
-@kv_property(model=MODEL, strategy=plan_cases(), examples=PINNED)
-def send_cursor_monotone(case: PlanCase, variant: str) -> None:
+@kv_property(model=MODEL, strategy="PLAN_CASES", examples=PINNED)
+def send_cursor_monotone(case: PlanCase, variant: StagingVariant) -> None:
     """S4: start_send_idx never decreases, never falls below D, and curr_idx counts the pages sent before it."""
     cfg = case.cfg
     d = cfg.decode_prefix_len
@@ -239,8 +163,8 @@ def send_cursor_monotone(case: PlanCase, variant: str) -> None:
         prev = c.start_send_idx
 
 
-@kv_property(model=MODEL, strategy=plan_cases(), examples=(SCENARIO_A_EARLY,))
-def early_send_within_snapshot(case: PlanCase, variant: str) -> None:
+@kv_property(model=MODEL, strategy="PLAN_CASES", examples=(SCENARIO_A_EARLY,))
+def early_send_within_snapshot(case: PlanCase, variant: StagingVariant) -> None:
     """S5: early_send_prefix_end is snapshotted once; the early send stays within it and needs a page-aligned end."""
     cfg = case.cfg
     cursor = plan.snapshot_early_send_prefix_end(plan.initial_cursor(cfg), case.prefill_hit, case.host_hit_length)
@@ -258,8 +182,8 @@ def early_send_within_snapshot(case: PlanCase, variant: str) -> None:
                                 f"{[s.token_end for s in early]}")
 
 
-@kv_property(model=MODEL, strategy=plan_cases(), examples=(SCENARIO_B,))
-def scatter_rows_stay_in_suffix(case: PlanCase, variant: str) -> None:
+@kv_property(model=MODEL, strategy="PLAN_CASES", examples=(SCENARIO_B,))
+def scatter_rows_stay_in_suffix(case: PlanCase, variant: StagingVariant) -> None:
     """S10: a scatter writes only the request's own suffix rows [D, D + N*ps), never the cached prefix rows [0, D)."""
     cfg = case.cfg
     d, ps = cfg.decode_prefix_len, cfg.page_size
@@ -273,23 +197,13 @@ def scatter_rows_stay_in_suffix(case: PlanCase, variant: str) -> None:
                                     f"[{d}, {top}), got [{a}, {b})" + (" (the cached prefix rows)" if a < d else ""))
 
 
-@kv_property(model=MODEL, strategy=plan_cases(aligned_prefix=False), examples=(SCENARIO_D,))
-def misaligned_decode_prefix_fails_room(case: PlanCase, variant: str) -> None:
+@kv_property(model=MODEL, strategy="ANY_PREFIX_PLAN_CASES", examples=(SCENARIO_D,))
+def misaligned_decode_prefix_fails_room(case: PlanCase, variant: StagingVariant) -> None:
     """S13: a decode prefix that is not page-aligned fails the room at registration."""
     d, ps = case.decode_prefix_len, case.page_size
     if d % ps != 0 and plan.staging_prefix_accepted(d, ps, variant):
         raise PropertyViolation(f"registration of a room with decode prefix {d} at page size {ps}: expected "
                                 f"_staging_failed (not page-aligned), got accepted")
-
-
-@dataclass(frozen=True)
-class StagedCase:
-    """A room's send plan written through the staging path of decode rank 0: TP sizes and KV geometry."""
-
-    room: PlanCase
-    reshard: HeadReshard
-    num_layers: int = 1
-    head_bytes: int = 2
 
 
 @dataclass(frozen=True)
@@ -302,7 +216,7 @@ class StagedWrite:
     accepted: bool
 
 
-def staged_writes(case: StagedCase, variant: str) -> list[StagedWrite]:
+def staged_writes(case: StagedCase, variant: StagingVariant) -> list[StagedWrite]:
     """Every writer's write of every send: where it ends in its slot, and whether the prefill worker lets it go.
 
     Slots are allocated in order from a ring exactly as large as all of them,
@@ -336,17 +250,8 @@ def staged_writes(case: StagedCase, variant: str) -> list[StagedWrite]:
     return writes
 
 
-@st.composite
-def staged_cases(draw: st.DrawFn) -> StagedCase:
-    return StagedCase(draw(plan_cases()), draw(head_reshards()), draw(st.integers(1, 3)), draw(st.sampled_from((1, 2))))
-
-
-STAGED_A_DOWN = StagedCase(SCENARIO_A, LLAMA_31_8B)  # prefill TP 4 -> decode TP 2: the multi-slot send is refused
-STAGED_A_UP = StagedCase(SCENARIO_A, HeadReshard(8, 1, 4))  # prefill TP 1 -> decode TP 4: it fits and overruns
-
-
-@kv_property(model=MODEL, strategy=staged_cases(), examples=(STAGED_A_DOWN, STAGED_A_UP))
-def staged_writes_stay_in_slot(case: StagedCase, variant: str) -> None:
+@kv_property(model=MODEL, strategy="STAGED_CASES", examples=(STAGED_A_DOWN, STAGED_A_UP))
+def staged_writes_stay_in_slot(case: StagedCase, variant: StagingVariant) -> None:
     """S7: bytes a writer is allowed to write into a slot end within that slot's allocation."""
     for w in staged_writes(case, variant):
         if w.accepted and w.end_in_slot > w.slot_bytes:
@@ -355,8 +260,8 @@ def staged_writes_stay_in_slot(case: StagedCase, variant: str) -> None:
                 f"{w.slot_bytes} (the slot), got {w.end_in_slot}: overruns the next ring allocation")
 
 
-@kv_property(model=MODEL, strategy=staged_cases(), examples=(STAGED_A_DOWN, STAGED_A_UP))
-def staged_writes_accepted(case: StagedCase, variant: str) -> None:
+@kv_property(model=MODEL, strategy="STAGED_CASES", examples=(STAGED_A_DOWN, STAGED_A_UP))
+def staged_writes_accepted(case: StagedCase, variant: StagingVariant) -> None:
     """A room with a valid plan never fails at the prefill buffer or the slot-size check."""
     for w in staged_writes(case, variant):
         if not w.accepted:
@@ -365,7 +270,7 @@ def staged_writes_accepted(case: StagedCase, variant: str) -> None:
                 f"refused ({w.end_in_slot} bytes past the slot start, slot {w.slot_bytes}): the room fails")
 
 
-REGISTRY.add_bug(BugReport(
+SLOT_OVERRUN = BugReport(
     id="sglang-05c7ebf-staging-slot-overrun",
     model=MODEL,
     variant="pre_05c7ebf",
@@ -373,8 +278,4 @@ REGISTRY.add_bug(BugReport(
     source="sglang 05c7ebf (PR #30545)",
     summary="a prefill radix hit makes one send span several staging slots (no grid flooring or segmentation); "
             "it is written at one slot's offset and overruns the following ring allocations (or fails the room)",
-))
-
-# The KVPoll status-rule properties (pd_staging_ring is imported above, for its strategies).
-from . import status as _pd_status  # noqa: E402,F401
-from . import system as _pd_staging_system  # noqa: E402,F401
+)

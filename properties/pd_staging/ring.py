@@ -7,34 +7,21 @@ variants; the tests show each can fail by planting a mutation.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from hypothesis import strategies as st
-
 from kvsim.engine.errors import PropertyViolation
 from kvsim.engine.property import kv_property
 from kvsim.models.pd_staging import layout
 from kvsim.models.pd_staging import ring as ring_model
 from kvsim.models.pd_staging.layout import HeadReshard
 from kvsim.models.pd_staging.ring import StagingAllocator
+from kvsim.models.pd_staging.variants import StagingVariant
+
+from .cases import LLAMA_31_8B, LLAMA_LAYOUT, OVERCOMMIT, STALE_HEAD, LayoutCase, RingCase
 
 MODEL = "pd-staging"
 
 
-@st.composite
-def head_reshards(draw: st.DrawFn) -> HeadReshard:
-    """H, P_tp, D_tp as powers of two (plus H=1): covers P_tp > H, D_tp > H and both directions."""
-    h = draw(st.sampled_from((1, 2, 4, 8, 16)))
-    p = draw(st.sampled_from((1, 2, 4, 8, 16, 32)))
-    d = draw(st.sampled_from((1, 2, 4, 8, 16, 32)))
-    return HeadReshard(h, p, d)
-
-
-LLAMA_31_8B = HeadReshard(total_kv_heads=8, prefill_tp=4, decode_tp=2)  # section 2.3 and 2.8
-
-
-@kv_property(model=MODEL, strategy=head_reshards(), examples=(LLAMA_31_8B,))
-def head_slices_cover_decode_heads(cfg: HeadReshard, variant: str) -> None:
+@kv_property(model=MODEL, strategy="HEAD_RESHARDS", examples=(LLAMA_31_8B,))
+def head_slices_cover_decode_heads(cfg: HeadReshard, variant: StagingVariant) -> None:
     """S12: the writers of each decode rank fill exactly its heads [0, dst_per) with the right global heads.
 
     Writer indices are 0..W-1 once each; each writer's slice lands on the
@@ -65,27 +52,8 @@ def head_slices_cover_decode_heads(cfg: HeadReshard, variant: str) -> None:
                                     f"got heads {sorted(covered)}")
 
 
-@dataclass(frozen=True)
-class LayoutCase:
-    cfg: HeadReshard
-    decode_rank: int
-    tokens: int
-    num_layers: int
-    head_bytes: int
-
-
-@st.composite
-def layout_cases(draw: st.DrawFn) -> LayoutCase:
-    cfg = draw(head_reshards())
-    return LayoutCase(cfg, draw(st.integers(0, cfg.decode_tp - 1)), draw(st.integers(1, 64)),
-                      draw(st.integers(1, 4)), draw(st.sampled_from((2, 128, 256))))
-
-
-LLAMA_LAYOUT = LayoutCase(LLAMA_31_8B, 0, 256, 32, 256)  # 256 tokens, 32 layers, head_dim 128 in bf16
-
-
-@kv_property(model=MODEL, strategy=layout_cases(), examples=(LLAMA_LAYOUT,))
-def staging_layout_tiles_slot(case: LayoutCase, variant: str) -> None:
+@kv_property(model=MODEL, strategy="LAYOUT_CASES", examples=(LLAMA_LAYOUT,))
+def staging_layout_tiles_slot(case: LayoutCase, variant: StagingVariant) -> None:
     """Slot layout: writer-major, then K before V, then layer; the regions tile [0, total_bytes) exactly."""
     lay = layout.compute_staging_layout(case.cfg, case.decode_rank, case.tokens, case.num_layers, case.head_bytes)
     pos = 0
@@ -106,31 +74,12 @@ def staging_layout_tiles_slot(case: LayoutCase, variant: str) -> None:
                                 f"got {lay.total_bytes}")
 
 
-@dataclass(frozen=True)
-class RingCase:
-    total: int
-    ops: tuple[tuple[str, int], ...]
-
-
-@st.composite
-def ring_cases(draw: st.DrawFn) -> RingCase:
-    total = draw(st.integers(1, 40))
-    op = st.one_of(st.tuples(st.just("assign"), st.integers(1, total + 2)),
-                   st.tuples(st.just("free"), st.integers(0, 7)))
-    return RingCase(total, tuple(draw(st.lists(op, max_size=25))))
-
-
 def _steps(case: RingCase) -> list[ring_model.RingStep]:
     return ring_model.apply_ring_ops(StagingAllocator(case.total), case.ops)
 
 
-# #37166's 100-byte example: free [0, 60), then 70 bytes wrap to round 1 (a liveness hazard, not a safety one).
-STALE_HEAD = RingCase(100, (("assign", 60), ("free", 0), ("assign", 70)))
-OVERCOMMIT = RingCase(100, (("assign", 60), ("assign", 30), ("assign", 50), ("free", 1), ("free", 0)))
-
-
-@kv_property(model=MODEL, strategy=ring_cases(), examples=(OVERCOMMIT,))
-def ring_assign_in_bounds(case: RingCase, variant: str) -> None:
+@kv_property(model=MODEL, strategy="RING_CASES", examples=(OVERCOMMIT,))
+def ring_assign_in_bounds(case: RingCase, variant: StagingVariant) -> None:
     """`assign(n)` succeeds iff n <= total, inside [0, total); live allocations of one round never overlap."""
     for n, step in enumerate(_steps(case)):
         if step.op != "assign":
@@ -146,8 +95,8 @@ def ring_assign_in_bounds(case: RingCase, variant: str) -> None:
             raise PropertyViolation(f"live allocations of one round after op {n}: expected disjoint, got {bad[0]}")
 
 
-@kv_property(model=MODEL, strategy=ring_cases(), examples=(OVERCOMMIT, STALE_HEAD))
-def ready_allocations_never_overlap_older_rounds(case: RingCase, variant: str) -> None:
+@kv_property(model=MODEL, strategy="RING_CASES", examples=(OVERCOMMIT, STALE_HEAD))
+def ready_allocations_never_overlap_older_rounds(case: RingCase, variant: StagingVariant) -> None:
     """S6: an allocation the watermark lets prefill write overlaps no live allocation of an earlier round."""
     for n, step in enumerate(_steps(case)):
         bad = ring_model.unsafe_ready_pairs(step.ring)
@@ -157,8 +106,8 @@ def ready_allocations_never_overlap_older_rounds(case: RingCase, variant: str) -
                                     f"{step.ring.watermark}): expected no overlap, got {a} over {b}")
 
 
-@kv_property(model=MODEL, strategy=ring_cases(), examples=(OVERCOMMIT,))
-def watermark_never_decreases(case: RingCase, variant: str) -> None:
+@kv_property(model=MODEL, strategy="RING_CASES", examples=(OVERCOMMIT,))
+def watermark_never_decreases(case: RingCase, variant: StagingVariant) -> None:
     """S8: the WATERMARK broadcast after each free never moves backwards (lexicographic (round, tail))."""
     prev = StagingAllocator(case.total).watermark
     for n, step in enumerate(_steps(case)):
@@ -168,8 +117,8 @@ def watermark_never_decreases(case: RingCase, variant: str) -> None:
         prev = wm
 
 
-@kv_property(model=MODEL, strategy=ring_cases(), examples=(OVERCOMMIT, STALE_HEAD))
-def watermark_tracks_oldest_live(case: RingCase, variant: str) -> None:
+@kv_property(model=MODEL, strategy="RING_CASES", examples=(OVERCOMMIT, STALE_HEAD))
+def watermark_tracks_oldest_live(case: RingCase, variant: StagingVariant) -> None:
     """After a free the watermark is (round, offset) of the oldest live allocation, or (round, head) if none."""
     for n, step in enumerate(_steps(case)):
         if step.op != "free":
@@ -181,8 +130,8 @@ def watermark_tracks_oldest_live(case: RingCase, variant: str) -> None:
                                     f"got {r.watermark}")
 
 
-@kv_property(model=MODEL, strategy=ring_cases(), examples=(OVERCOMMIT, STALE_HEAD))
-def freed_predecessors_make_ready(case: RingCase, variant: str) -> None:
+@kv_property(model=MODEL, strategy="RING_CASES", examples=(OVERCOMMIT, STALE_HEAD))
+def freed_predecessors_make_ready(case: RingCase, variant: StagingVariant) -> None:
     """Once every older allocation is freed, and a free happened after it was assigned, an allocation is writable.
 
     The second condition is the #37166 hazard at 05c7ebf: with the ring empty

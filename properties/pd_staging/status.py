@@ -10,39 +10,15 @@ show the same property failing on the common rule, which is the hazard.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from hypothesis import strategies as st
-
 from kvsim.engine.errors import PropertyViolation
 from kvsim.engine.property import kv_property
 from kvsim.models.pd_common import status as pd_common
-from kvsim.models.pd_common.status import STATUS_RULES, KVPoll
+from kvsim.models.pd_common.status import KVPoll
+from kvsim.models.pd_staging.variants import StagingVariant
+
+from .cases import FAILED_THEN_STALE, STALE_AFTER_CLEAR, StatusTrace
 
 MODEL = "pd-staging"
-
-polls = st.sampled_from(tuple(KVPoll))
-
-
-@dataclass(frozen=True)
-class StatusTrace:
-    """A room's status (None: absent) and a sequence of `update_status` calls under one rule."""
-
-    rule: str
-    start: KVPoll | None
-    updates: tuple[KVPoll, ...]
-
-
-@st.composite
-def status_traces(draw: st.DrawFn, rules: tuple[str, ...] = STATUS_RULES) -> StatusTrace:
-    return StatusTrace(draw(st.sampled_from(rules)), draw(st.none() | polls),
-                       tuple(draw(st.lists(polls, min_size=1, max_size=8))))
-
-
-# Section 1.1: a stale Transferring after Failed, and a stale Success after clear().
-FAILED_THEN_STALE = StatusTrace("mori", KVPoll.Transferring, (KVPoll.Failed, KVPoll.Transferring))
-STALE_AFTER_CLEAR = StatusTrace("mori", None, (KVPoll.Success,))
-
 
 def _name(poll: KVPoll | None) -> str:
     return "absent" if poll is None else poll.name
@@ -52,8 +28,8 @@ def _trail(case: StatusTrace) -> list[KVPoll | None]:
     return pd_common.apply_updates(case.start, case.updates, case.rule)
 
 
-@kv_property(model=MODEL, strategy=status_traces())
-def status_failed_overrides_present(case: StatusTrace, variant: str) -> None:
+@kv_property(model=MODEL, strategy="STATUS_TRACES")
+def status_failed_overrides_present(case: StatusTrace, variant: StagingVariant) -> None:
     """Under both rules, Failed on a present room makes it Failed (even over Success); on an absent room, nothing."""
     cur = case.start
     for n, (new, after) in enumerate(zip(case.updates, _trail(case))):
@@ -65,8 +41,8 @@ def status_failed_overrides_present(case: StatusTrace, variant: str) -> None:
         cur = after
 
 
-@kv_property(model=MODEL, strategy=status_traces())
-def status_monotone_without_failed(case: StatusTrace, variant: str) -> None:
+@kv_property(model=MODEL, strategy="STATUS_TRACES")
+def status_monotone_without_failed(case: StatusTrace, variant: StagingVariant) -> None:
     """Under both rules a non-Failed update never moves a present non-Failed status backwards."""
     cur = case.start
     for n, (new, after) in enumerate(zip(case.updates, _trail(case))):
@@ -76,8 +52,8 @@ def status_monotone_without_failed(case: StatusTrace, variant: str) -> None:
         cur = after
 
 
-@kv_property(model=MODEL, strategy=status_traces(rules=("mori",)), examples=(FAILED_THEN_STALE,))
-def status_failed_is_terminal(case: StatusTrace, variant: str) -> None:
+@kv_property(model=MODEL, strategy="MORI_STATUS_TRACES", examples=(FAILED_THEN_STALE,))
+def status_failed_is_terminal(case: StatusTrace, variant: StagingVariant) -> None:
     """P1: once Failed, a room stays Failed (Mori's rule; the common rule's max() lets stale work overwrite it)."""
     cur = case.start
     for n, (new, after) in enumerate(zip(case.updates, _trail(case))):
@@ -87,8 +63,8 @@ def status_failed_is_terminal(case: StatusTrace, variant: str) -> None:
         cur = after
 
 
-@kv_property(model=MODEL, strategy=status_traces(rules=("mori",)), examples=(STALE_AFTER_CLEAR,))
-def status_no_resurrection(case: StatusTrace, variant: str) -> None:
+@kv_property(model=MODEL, strategy="MORI_STATUS_TRACES", examples=(STALE_AFTER_CLEAR,))
+def status_no_resurrection(case: StatusTrace, variant: StagingVariant) -> None:
     """P2: an absent room is created only by a handshake status, never by Failed or stale Transferring/Success."""
     cur = case.start
     for n, (new, after) in enumerate(zip(case.updates, _trail(case))):
@@ -98,8 +74,8 @@ def status_no_resurrection(case: StatusTrace, variant: str) -> None:
         cur = after
 
 
-@kv_property(model=MODEL, strategy=st.lists(polls, min_size=1, max_size=8).map(tuple))
-def all_reduce_min_semantics(rank_polls: tuple[KVPoll, ...], variant: str) -> None:
+@kv_property(model=MODEL, strategy="RANK_POLLS")
+def all_reduce_min_semantics(rank_polls: tuple[KVPoll, ...], variant: StagingVariant) -> None:
     """The decode MIN all-reduce: Failed if any rank is Failed, Success only if every rank is, else the minimum."""
     got = pd_common.all_reduce_min(rank_polls)
     if (got == KVPoll.Failed) != (KVPoll.Failed in rank_polls):

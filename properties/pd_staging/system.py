@@ -1,8 +1,8 @@
 """pd-staging transition system: invariants on data (S7, S9-S11, S13-S15, S17, L4), liveness, bug reports.
 
 Research note ../shared/research/sglang.md, sections 2.4-2.9 (SGLang 05c7ebf,
-PR #30545). The model is `models.pd_staging` (system), `pd_staging_data`
-(who holds which (request, token, head)) and `pd_staging_checks` (the
+PR #30545). The model is `models.pd_staging` (system), `data`
+(who holds which (request, token, head)) and `checks` (the
 invariants). Liveness `every_room_concludes` is L1-L3 without the clock:
 from every reachable state some run concludes every room on both sides; the
 completion deadline (L2) is the `deadline` action of `fixed`.
@@ -16,33 +16,32 @@ counterexamples), the third does not (recorded "not reproducible", with why).
 from __future__ import annotations
 
 from kvsim.engine.property import stateful_property
-from kvsim.engine.registry import REGISTRY, BugReport
+from kvsim.engine.registry import BugReport
 
 MODEL = "pd-staging"
 SOURCE = "sglang 05c7ebf (PR #30545)"
 
-stateful_property(model=MODEL, name="staging_invariants",
-                  doc="S7, S9-S11, S13-S15, S17 and L4 hold on every step of Hypothesis-chosen interleavings of "
-                      "prefill batches, transfer workers, deliveries, scatter completions, timeouts and faults.")
+STAGING_INVARIANTS = stateful_property(model=MODEL, name="staging_invariants", home=__name__,
+                                       doc="S7, S9-S11, S13-S15, S17 and L4 hold on every step of Hypothesis-chosen "
+                                           "interleavings of prefill batches, transfer workers, deliveries, scatter "
+                                           "completions, timeouts and faults.")
 
-REGISTRY.add_bug(BugReport(
+PREFIX_OVERWRITE = BugReport(
     id="sglang-05c7ebf-staging-prefix-overwrite",
     model=MODEL,
     variant="pre_05c7ebf",
-    property="shared_prefix_rows_unchanged",
-    driver="explore",
+    invariant="shared_prefix_rows_unchanged",
     params={"chunked_prefill_size": 1, "prompt_len": 3, "decode_prefix_len": 1, "faults": ""},
     source=SOURCE,
     summary="decode radix hit: a non-last scatter used token_start = page_start * page_size without the decode "
             "prefix, writing suffix KV into the shared radix-prefix pages other requests read",
-))
+)
 
-REGISTRY.add_bug(BugReport(
+BLIND_TAIL = BugReport(
     id="sglang-05c7ebf-staging-blind-tail",
     model=MODEL,
     variant="pre_05c7ebf",
-    property="suffix_rows_match_prefill",
-    driver="explore",
+    invariant="suffix_rows_match_prefill",
     params={"chunked_prefill_size": 2, "prompt_len": 3, "decode_prefix_len": 1, "faults": "reorder"},
     source=SOURCE,
     summary="the last chunk sent no CHUNK_READY; on all-ranks Success decode scattered the last allocated slot "
@@ -51,52 +50,48 @@ REGISTRY.add_bug(BugReport(
     note="The send that was not grid-floored ends mid-slot, so the last send (1 page at suffix page 1) is written "
          "at slot 0's start; the tail scatter reads 2 pages for rows [1, 3). The Success status overtaking the "
          "earlier CHUNK_READY keeps the prefix-overwrite scatter from happening first.",
-))
+)
 
-REGISTRY.add_bug(BugReport(
+EARLY_TEARDOWN = BugReport(
     id="sglang-05c7ebf-staging-early-teardown",
     model=MODEL,
     variant="pre_05c7ebf",
-    property="no_early_teardown",
-    driver="explore",
+    invariant="no_early_teardown",
     params={"chunked_prefill_size": 1, "prompt_len": 2, "faults": ""},
     source=SOURCE,
     summary="without _staging_outstanding the room was torn down on Success while a deferred earlier chunk was "
             "still queued; re-dequeued, it found no transfer_infos and was dropped, its slot never written",
-))
+)
 
-REGISTRY.add_bug(BugReport(
+NO_DEADLINE = BugReport(
     id="sglang-05c7ebf-staging-no-deadline",
     model=MODEL,
     variant="pre_05c7ebf",
-    property="every_room_concludes",
-    driver="explore",
+    invariant="every_room_concludes",
     params={"chunked_prefill_size": 1, "prompt_len": 2, "faults": "drop_ready"},
     source=SOURCE,
     summary="no staging completion deadline: a CHUNK_READY lost after all-ranks Success leaves an allocated slot "
             "that is never scattered, and the decode room waits forever (explore reports a hang)",
-))
+)
 
-REGISTRY.add_bug(BugReport(
+UNALIGNED_PREFIX = BugReport(
     id="sglang-05c7ebf-staging-unaligned-prefix",
     model=MODEL,
     variant="pre_05c7ebf",
-    property="unaligned_prefix_fails_room",
-    driver="explore",
+    invariant="unaligned_prefix_fails_room",
     params={"page_size": 2, "chunked_prefill_size": 2, "prompt_len": 4, "decode_prefix_len": 1, "faults": ""},
     source=SOURCE,
     summary="a decode prefix that is not page-aligned was accepted and scattered from misaligned rows instead of "
             "failing the room at registration",
-))
+)
 
 # -- open findings of the research note, checked against `fixed` --------------------------------------
 
-REGISTRY.add_bug(BugReport(
+LOST_REQ_SUCCESS = BugReport(
     id="sglang-05c7ebf-staging-lost-req-success",
     model=MODEL,
     variant="fixed",
-    property="success_commits_prefill_kv",
-    driver="explore",
+    invariant="success_commits_prefill_kv",
     params={"chunked_prefill_size": 1, "prompt_len": 2, "faults": "drop_req"},
     source="sglang 05c7ebf, research note S15 [inf]; open PR #29978",
     summary="a lost STAGING_REQ leaves slot 0 unallocated; the last chunk transfers and Mooncake sends Success, "
@@ -106,14 +101,13 @@ REGISTRY.add_bug(BugReport(
     note="With W > 1 writers the same slot is prefetched by every writer's session, so one lost STAGING_REQ is "
          "masked; with W = 1 (or all copies lost) it reproduces. The same configuration also hangs the prefill "
          "side (explore: every_room_concludes).",
-))
+)
 
-REGISTRY.add_bug(BugReport(
+DUP_READY = BugReport(
     id="sglang-05c7ebf-staging-dup-ready",
     model=MODEL,
     variant="fixed",
-    property="suffix_rows_match_prefill",
-    driver="explore",
+    invariant="suffix_rows_match_prefill",
     params={"writers": 2, "prompt_len": 1, "faults": "dup_ready", "timeouts": 0},
     source="sglang 05c7ebf, research note S11 [inf]",
     summary="_writer_counts counts list entries, not distinct writers: a duplicated CHUNK_READY from writer 0 "
@@ -121,14 +115,13 @@ REGISTRY.add_bug(BugReport(
     status="open upstream",
     note="Needs W >= 2 (P_tp > D_tp) and a duplicated control message; the model dedupes nothing, as the note "
          "reads the code.",
-))
+)
 
-REGISTRY.add_bug(BugReport(
+SKIP_POP = BugReport(
     id="sglang-05c7ebf-staging-skip-pop",
     model=MODEL,
     variant="fixed",
-    property="no_room_state_after_teardown",
-    driver="explore",
+    invariant="no_room_state_after_teardown",
     params={"chunked_prefill_size": 1, "prompt_len": 2, "faults": "abort,drop_rsp,reorder", "fault_budget": 2},
     source="sglang 05c7ebf, research note 2.7 / #36707",
     summary="the skip path's _staging_outstanding.pop(room) erasing other chunks' counts: not reproducible "
@@ -139,16 +132,15 @@ REGISTRY.add_bug(BugReport(
          "(outstanding_never_negative) and L4 hold under aborts, lost STAGING_RSPs and reordering; in fact the pop "
          "is what empties the count a FAIL_ROOM or a deferred chunk left behind. The harm #36707 describes is to "
          "the deferred-ABORT_ACK release logic added after 05c7ebf, which this model does not contain.",
-))
+)
 
 # -- further findings on `fixed` that the exhaustive search turned up ----------------------------------
 
-REGISTRY.add_bug(BugReport(
+STALE_WRITE_AFTER_RELEASE = BugReport(
     id="sglang-05c7ebf-staging-stale-write-after-release",
     model=MODEL,
     variant="fixed",
-    property="suffix_rows_match_prefill",
-    driver="explore",
+    invariant="suffix_rows_match_prefill",
     params={"rooms": 2, "prompt_len": 1, "ring_units": 1, "faults": "abort", "timeouts": 0},
     source="sglang 05c7ebf (PR #30545): release_room vs the prefill transfer worker [model finding]",
     summary="decode aborts room 0 (or its waiting timeout passes) and release_room frees its slot; the ring has "
@@ -159,14 +151,13 @@ REGISTRY.add_bug(BugReport(
     note="Needs ring pressure (a wrap) and a decode-side failure racing a queued chunk. The watermark gate only "
          "keeps a newer round off live older data; nothing keeps a released older allocation's writer off a "
          "newer one. Reproduces with the waiting timeout instead of the abort (timeouts=1, faults none).",
-))
+)
 
-REGISTRY.add_bug(BugReport(
+LOST_WATERMARK = BugReport(
     id="sglang-05c7ebf-staging-lost-watermark",
     model=MODEL,
     variant="fixed",
-    property="every_room_concludes",
-    driver="explore",
+    invariant="every_room_concludes",
     params={"rooms": 2, "prompt_len": 1, "ring_units": 1, "faults": "drop_wm", "timeouts": 0},
     source="sglang 05c7ebf, research note L3 [inf]; open #29978",
     summary="a lost WATERMARK leaves the prefill's remote watermark behind: the next room's wrapped slot is never "
@@ -174,14 +165,13 @@ REGISTRY.add_bug(BugReport(
             "fails the room after 300 s)",
     status="open upstream",
     note="A later free re-broadcasts the watermark; here no later free exists.",
-))
+)
 
-REGISTRY.add_bug(BugReport(
+LATE_REQ_REALLOC = BugReport(
     id="sglang-05c7ebf-staging-late-req-realloc",
     model=MODEL,
     variant="fixed",
-    property="every_room_concludes",
-    driver="explore",
+    invariant="every_room_concludes",
     params={"writers": 2, "prompt_len": 1, "faults": "reorder", "timeouts": 0},
     source="sglang 05c7ebf (PR #30545): STAGING_REQ dedupe vs the zeroed slot entry [model finding]",
     summary="with W = 2 every writer prefetches the slot; writer 1 writes with the offset sent to every bootstrap, "
@@ -191,4 +181,4 @@ REGISTRY.add_bug(BugReport(
     status="open upstream",
     note="Rests on the note's dedupe rule (an entry zeroed after the scatter reads as 'not allocated'). The timed "
          "simulation shows it as 'Failed: staging completion deadline' under reordering with an ample ring.",
-))
+)

@@ -1,1 +1,14 @@
-"""properties.swa_budget"""
+"""swa-budget: properties B1–B6, the scheduler invariants and the af7c62e bug report.
+
+* `cases`: the property inputs and the pinned upstream cases (no Hypothesis);
+* `strategies`: the Hypothesis strategies, imported only when a property runs;
+* `resume`: the named properties and the bug report.
+"""
+
+from kvsim.engine.registry import Registry
+
+from . import resume
+
+
+def register(registry: Registry) -> None:
+    registry.add_from(resume)

@@ -1,11 +1,11 @@
 """MLA chunked-context kernels on every backend: the context gather and `merge_attn_states` (vLLM b38e111d).
 
     gather_mla_context(backend, kv_cache, block_table, cu_seq_lens, token_to_seq, seq_starts)
-        -> workspace rows, the arguments and result of `models.mla_attention.gather_context_rows`
+        -> workspace rows, the arguments and result of `kvsim.models.mla_chunks.attention.gather_context_rows`
     merge_attn_states(backend, prefix_output, prefix_lse, suffix_output, suffix_lse, ...)
         -> MergeOutput (fp32 output, LSE, and whether the padding of a strided output was left alone)
 
-The CUDA C sources are `kernels/gather_mla_context.cu` and `kernels/merge_attn_states.cu`
+The CUDA C sources are `gather_mla_context.cu` and `merge_attn_states.cu`
 (CuPy on a GPU, g++ through the CPU shim, with and without ASan); the torch backends
 compute the same thing with index and elementwise operations on CPU or CUDA. Under
 `cpu-shim-asan` every argument gets its own exact-size malloc, so one element past any
@@ -17,29 +17,22 @@ from __future__ import annotations
 
 import ctypes
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from kvsim.engine.errors import require
+from kvsim.models.mla_chunks.attention import gather_context_rows
+from kvsim.models.mla_chunks.attention import merge_attn_states as merge_reference
 
-from ...runtime import build
-from ...runtime import shim
+from ...runtime import asan, shim
+from ...runtime.family import Kernel
 
 GATHER, MERGE = "gather_mla_context", "merge_attn_states"
 KERNELS = (GATHER, MERGE)
 GATHER_THREADS = 64  # upstream: one CTA of 64 threads per workspace row
 PAD_SENTINEL = np.float32(-7777.25)  # exact in fp32; a strided output's padding must keep it
 _LL, _I, _P, _U = ctypes.c_longlong, ctypes.c_int, ctypes.c_void_p, ctypes.c_uint
-_ARGTYPES = {GATHER: [_U, _U, _P, _P, _P, _P, _P, _P, _LL, _LL, _LL, _LL, _I, _I],
-             MERGE: [_U, _U, _U, _P, _P, _P, _P, _P, _P, _I, _I, _LL, _LL]}
-
-
-# --- the CPU shim ------------------------------------------------------------------------------------
-
-def shim_library(kernel: str, asan: bool = False, kernel_dir: str = str(build.KERNEL_DIR)) -> ctypes.CDLL:
-    """The shim build of `kernel` (ASan only inside the preloaded child); `kernel_dir` admits mutants."""
-    return shim.load(kernel, tuple(_ARGTYPES[kernel]), asan, kernel_dir)
 
 
 def _span(view: np.ndarray) -> np.ndarray:
@@ -48,9 +41,6 @@ def _span(view: np.ndarray) -> np.ndarray:
         return np.zeros(0, dtype=np.uint8)
     end = sum((n - 1) * s for n, s in zip(view.shape, view.strides)) + view.itemsize
     return np.lib.stride_tricks.as_strided(view.view(np.uint8), shape=(end,), strides=(1,)).copy()
-
-
-_cupy_function = shim.cupy_function
 
 
 # --- gather ------------------------------------------------------------------------------------------
@@ -108,7 +98,7 @@ def prepare_gather(kv_cache: np.ndarray, block_table: np.ndarray, cu_seq_lens: S
     return launch
 
 
-def _gather_torch(launch: GatherLaunch, device: str) -> np.ndarray:
+def _gather_torch(device: str, launch: GatherLaunch) -> np.ndarray:
     import torch
 
     def tensor(a: np.ndarray) -> "torch.Tensor":
@@ -121,8 +111,7 @@ def _gather_torch(launch: GatherLaunch, device: str) -> np.ndarray:
     return cache[blocks, pos % launch.cache.shape[1]].cpu().numpy()
 
 
-def _gather_shim(launch: GatherLaunch, asan: bool, lib: ctypes.CDLL | None = None) -> np.ndarray:
-    lib = lib or shim_library(GATHER, asan)
+def _gather_shim(lib: ctypes.CDLL, asan: bool, launch: GatherLaunch) -> np.ndarray:
     out = np.zeros((launch.num_tokens, launch.cache.shape[2]), dtype=np.uint8)
     meta = (launch.block_table, launch.cu_seq_lens, launch.token_to_seq, launch.seq_starts)
     if not launch.num_tokens:
@@ -138,7 +127,7 @@ def _gather_shim(launch: GatherLaunch, asan: bool, lib: ctypes.CDLL | None = Non
         return shim.read(dst, out)
 
 
-def _gather_cupy(launch: GatherLaunch) -> np.ndarray:
+def _gather_cupy(function: Any, launch: GatherLaunch) -> np.ndarray:
     import cupy
 
     out = cupy.zeros((launch.num_tokens, launch.cache.shape[2]), dtype=cupy.uint8)
@@ -148,26 +137,25 @@ def _gather_cupy(launch: GatherLaunch) -> np.ndarray:
                 *(cupy.asarray(a) for a in (launch.block_table, launch.cu_seq_lens, launch.token_to_seq,
                                             launch.seq_starts)),
                 *ll, np.int32(launch.cache.shape[1]), np.int32(launch.num_tokens))
-        _cupy_function(GATHER)((launch.num_tokens,), (launch.threads,), args)
+        function((launch.num_tokens,), (launch.threads,), args)
         cupy.cuda.get_current_stream().synchronize()
     return cupy.asnumpy(out)
 
 
-GATHER_BACKENDS: dict[str, Callable[[GatherLaunch], np.ndarray]] = {
-    "torch-cpu": lambda l: _gather_torch(l, "cpu"), "torch-cuda": lambda l: _gather_torch(l, "cuda"),
-    "cpu-shim": lambda l: _gather_shim(l, False), "cpu-shim-asan": lambda l: _gather_shim(l, True),
-    "cupy-cuda": _gather_cupy,
-}
+GATHER_KERNEL = Kernel(name=GATHER, argtypes=(_U, _U, _P, _P, _P, _P, _P, _P, _LL, _LL, _LL, _LL, _I, _I),
+                       prepare=prepare_gather, reference=gather_context_rows, torch=_gather_torch,
+                       shim=_gather_shim, cupy=_gather_cupy)
+GATHER_BACKENDS = GATHER_KERNEL.backends  # backend -> fn(launch) -> workspace bytes
 
 
 def gather_mla_context(backend: str, kv_cache: np.ndarray, block_table: np.ndarray, cu_seq_lens: Sequence[int],
                        token_to_seq: Sequence[int], seq_starts: Sequence[int], *, threads: int = GATHER_THREADS,
                        check_bounds: bool = True) -> np.ndarray:
     """Workspace rows `[len(token_to_seq), D]` in `kv_cache`'s dtype, gathered by `backend`."""
-    require(backend in GATHER_BACKENDS, "backend", f"one of {', '.join(GATHER_BACKENDS)}", backend)
+    GATHER_KERNEL.check(backend)
     launch = prepare_gather(kv_cache, block_table, cu_seq_lens, token_to_seq, seq_starts, threads=threads,
                             check_bounds=check_bounds)
-    rows = GATHER_BACKENDS[backend](launch)
+    rows = GATHER_KERNEL.run(backend, launch)
     return np.ascontiguousarray(rows).view(kv_cache.dtype).reshape(launch.num_tokens, kv_cache.shape[2])
 
 
@@ -226,7 +214,7 @@ def prepare_merge(prefix_output: np.ndarray, prefix_lse: np.ndarray, suffix_outp
                        threads, with_lse)
 
 
-def _merge_torch(launch: MergeLaunch, device: str) -> tuple[np.ndarray, np.ndarray]:
+def _merge_torch(device: str, launch: MergeLaunch) -> tuple[np.ndarray, np.ndarray]:
     import torch
 
     t, h, d = launch.shape
@@ -251,8 +239,7 @@ def _merge_torch(launch: MergeLaunch, device: str) -> tuple[np.ndarray, np.ndarr
     return out.cpu().numpy(), lse.cpu().numpy()
 
 
-def _merge_shim(launch: MergeLaunch, asan: bool, lib: ctypes.CDLL | None = None) -> tuple[np.ndarray, np.ndarray]:
-    lib = lib or shim_library(MERGE, asan)
+def _merge_shim(lib: ctypes.CDLL, asan: bool, launch: MergeLaunch) -> tuple[np.ndarray, np.ndarray]:
     t, h, d = launch.shape
     out = np.full(len(launch.prefix), PAD_SENTINEL, dtype=np.float32)
     lse = np.full((h, t), np.nan, dtype=np.float32)
@@ -271,7 +258,7 @@ def _merge_shim(launch: MergeLaunch, asan: bool, lib: ctypes.CDLL | None = None)
         return shim.read(out_ptr, out), shim.read(lse_ptr, lse)
 
 
-def _merge_cupy(launch: MergeLaunch) -> tuple[np.ndarray, np.ndarray]:
+def _merge_cupy(function: Any, launch: MergeLaunch) -> tuple[np.ndarray, np.ndarray]:
     import cupy
 
     t, h, d = launch.shape
@@ -281,27 +268,45 @@ def _merge_cupy(launch: MergeLaunch) -> tuple[np.ndarray, np.ndarray]:
         args = (out, lse, *(cupy.asarray(a) for a in (launch.prefix, launch.prefix_lse, launch.suffix,
                                                       launch.suffix_lse)),
                 np.int32(t), np.int32(d), np.int64(launch.token_stride), np.int64(launch.head_stride))
-        _cupy_function(MERGE)((t, h), (launch.threads,), args)
+        function((t, h), (launch.threads,), args)
         cupy.cuda.get_current_stream().synchronize()
     return cupy.asnumpy(out), cupy.asnumpy(lse)
 
 
-MERGE_BACKENDS: dict[str, Callable[[MergeLaunch], tuple[np.ndarray, np.ndarray]]] = {
-    "torch-cpu": lambda l: _merge_torch(l, "cpu"), "torch-cuda": lambda l: _merge_torch(l, "cuda"),
-    "cpu-shim": lambda l: _merge_shim(l, False), "cpu-shim-asan": lambda l: _merge_shim(l, True),
-    "cupy-cuda": _merge_cupy,
-}
+MERGE_KERNEL = Kernel(name=MERGE, argtypes=(_U, _U, _U, _P, _P, _P, _P, _P, _P, _I, _I, _LL, _LL),
+                      prepare=prepare_merge, reference=merge_reference, torch=_merge_torch, shim=_merge_shim,
+                      cupy=_merge_cupy)
+MERGE_BACKENDS = MERGE_KERNEL.backends  # backend -> fn(launch) -> (flat output, lse)
 
 
 def merge_attn_states(backend: str, prefix_output: np.ndarray, prefix_lse: np.ndarray, suffix_output: np.ndarray,
                       suffix_lse: np.ndarray, *, head_pad: int = 0, token_pad: int = 0, threads: int = 32,
                       with_lse: bool = True) -> MergeOutput:
     """Merge two `(output [T, H, D], lse [H, T])` states in fp32 on `backend`, into a padded output buffer."""
-    require(backend in MERGE_BACKENDS, "backend", f"one of {', '.join(MERGE_BACKENDS)}", backend)
+    MERGE_KERNEL.check(backend)
     launch = prepare_merge(prefix_output, prefix_lse, suffix_output, suffix_lse, head_pad=head_pad,
                            token_pad=token_pad, threads=threads, with_lse=with_lse)
-    flat, lse = MERGE_BACKENDS[backend](launch)
+    flat, lse = MERGE_KERNEL.run(backend, launch)
     covered = np.zeros(len(flat), dtype=bool)
     np.lib.stride_tricks.as_strided(covered, launch.shape, (launch.token_stride, launch.head_stride, 1))[...] = True
     return MergeOutput(launch.view(flat).copy(), lse if with_lse else None,
                        bool((flat[~covered] == PAD_SENTINEL).all()))
+
+
+# --- the ASan child's half of a case: a gather with the metadata as given ---------------------------
+
+def case_document(kv_cache: np.ndarray, block_table: np.ndarray, cu_seq_lens: Sequence[int],
+                  token_to_seq: Sequence[int], seq_starts: Sequence[int]) -> dict[str, Any]:
+    """A gather case as JSON: the cache bit-exact (NaN payloads included) and the metadata."""
+    return {"kv_cache": asan.pack(kv_cache), "block_table": np.asarray(block_table).tolist(),
+            "cu_seq_lens": [int(x) for x in cu_seq_lens], "token_to_seq": [int(x) for x in token_to_seq],
+            "seq_starts": [int(x) for x in seq_starts]}
+
+
+def run_document(document: Mapping[str, Any]) -> dict[str, Any]:
+    """In the ASan child: the gather without a bounds check (wrong metadata must reach the kernel for ASan to
+    stop it), every array its own malloc; the SHA-256 of the workspace bytes."""
+    rows = gather_mla_context("cpu-shim-asan", asan.unpack(document["kv_cache"]),
+                              np.array(document["block_table"], dtype=np.int64), document["cu_seq_lens"],
+                              document["token_to_seq"], document["seq_starts"], check_bounds=False)
+    return {"sha256": asan.sha256(rows), "shape": list(rows.shape)}

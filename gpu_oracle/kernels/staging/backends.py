@@ -1,12 +1,12 @@
 """SGLang PD staging kernels on every backend: the prefill head-slice gather and the decode scatter (05c7ebf).
 
     gather_head_slice(backend, kv, page_indices, params, layout, staging=None, offset=None)
-        -> the staging bytes, as `models.pd_staging_copy.gather_head_slice_to_staging` computes them
+        -> the staging bytes, as `kvsim.models.pd_staging.copy.gather_head_slice_to_staging` computes them
     scatter_staging(backend, kv, staging, page_indices, params, layout, offset=None)
-        -> the pool after the scatter, as `models.pd_staging_copy.scatter_staging_to_pages` computes it
+        -> the pool after the scatter, as `kvsim.models.pd_staging.copy.scatter_staging_to_pages` computes it
 
-The CUDA C sources are `kernels/staging_gather_head_slice.cu` and
-`kernels/staging_scatter.cu` (CuPy on a GPU, g++ through the CPU shim, with and
+The CUDA C sources are `staging_gather_head_slice.cu` and
+`staging_scatter.cu` (CuPy on a GPU, g++ through the CPU shim, with and
 without ASan); the torch backends do the same with index operations on CPU or
 CUDA. Inputs are never modified: each call returns a new array. Under
 `cpu-shim-asan` the pool, the page list and the staging buffer each get their
@@ -18,31 +18,23 @@ from __future__ import annotations
 
 import ctypes
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from kvsim.engine.canon import to_jsonable
 from kvsim.engine.errors import check_int, require
-from kvsim.models.pd_staging.copy import check_paged_kv
+from kvsim.models.pd_staging.copy import check_paged_kv, gather_head_slice_to_staging, scatter_staging_to_pages
 from kvsim.models.pd_staging.layout import HeadSliceParams, StagingLayout
 
-from ...runtime import build
-from ...runtime import shim
+from ...runtime import asan, shim
+from ...runtime.family import Kernel
 
 GATHER, SCATTER = "staging_gather_head_slice", "staging_scatter"
 KERNELS = (GATHER, SCATTER)
 THREADS = 128
 _LL, _I, _P, _U = ctypes.c_longlong, ctypes.c_int, ctypes.c_void_p, ctypes.c_uint
-_ARGTYPES = [_U, _U, _U, _P, _P, _P, _LL, _LL, _LL, _LL, _LL, _LL, _I, _I, _I, _I, _I]
-
-
-def shim_library(kernel: str, asan: bool = False, kernel_dir: str = str(build.KERNEL_DIR)) -> ctypes.CDLL:
-    """The shim build of `kernel` (ASan only inside the preloaded child); `kernel_dir` admits mutants."""
-    return shim.load(kernel, tuple(_ARGTYPES), asan, kernel_dir)
-
-
-_cupy_function = shim.cupy_function
-
+_ARGTYPES = (_U, _U, _U, _P, _P, _P, _LL, _LL, _LL, _LL, _LL, _LL, _I, _I, _I, _I, _I)  # both kernels
 
 @dataclass(frozen=True, eq=False)
 class StagingLaunch:
@@ -107,7 +99,7 @@ def prepare(kernel: str, kv: np.ndarray, page_indices: Sequence[int] | np.ndarra
 
 # --- backends: each returns (new staging, new pool bytes) ------------------------------------------------
 
-def _torch(launch: StagingLaunch, device: str) -> tuple[np.ndarray, np.ndarray]:
+def _torch(device: str, launch: StagingLaunch) -> tuple[np.ndarray, np.ndarray]:
     import torch
 
     pool = torch.from_numpy(launch.pool.copy()).to(device)
@@ -125,8 +117,7 @@ def _torch(launch: StagingLaunch, device: str) -> tuple[np.ndarray, np.ndarray]:
     return staging.cpu().numpy(), pool.cpu().numpy()
 
 
-def _shim(launch: StagingLaunch, asan: bool, lib: ctypes.CDLL | None = None) -> tuple[np.ndarray, np.ndarray]:
-    lib = lib or shim_library(launch.kernel, asan)
+def _shim(lib: ctypes.CDLL, asan: bool, launch: StagingLaunch) -> tuple[np.ndarray, np.ndarray]:
     entry = getattr(lib, f"kvsim_{launch.kernel}")
     pool, staging = launch.pool.copy(), launch.staging.copy()
     if not launch.num_tokens:
@@ -142,7 +133,7 @@ def _shim(launch: StagingLaunch, asan: bool, lib: ctypes.CDLL | None = None) -> 
         return shim.read(staging_ptr, staging), shim.read(pool_ptr, pool)
 
 
-def _cupy(launch: StagingLaunch) -> tuple[np.ndarray, np.ndarray]:
+def _cupy(function: Any, launch: StagingLaunch) -> tuple[np.ndarray, np.ndarray]:
     import cupy
 
     pool, staging = cupy.asarray(launch.pool.copy()), cupy.asarray(launch.staging.copy())
@@ -150,31 +141,57 @@ def _cupy(launch: StagingLaunch) -> tuple[np.ndarray, np.ndarray]:
         s = launch.scalars()
         args = (pool, staging[launch.offset:], cupy.asarray(launch.pages), *(np.int64(v) for v in s[:6]),
                 *(np.int32(v) for v in s[6:]))
-        _cupy_function(launch.kernel)(launch.grid, (launch.threads,), args)
+        function(launch.grid, (launch.threads,), args)
         cupy.cuda.get_current_stream().synchronize()
     return cupy.asnumpy(staging), cupy.asnumpy(pool)
 
 
-BACKENDS: dict[str, Callable[[StagingLaunch], tuple[np.ndarray, np.ndarray]]] = {
-    "torch-cpu": lambda l: _torch(l, "cpu"), "torch-cuda": lambda l: _torch(l, "cuda"),
-    "cpu-shim": lambda l: _shim(l, False), "cpu-shim-asan": lambda l: _shim(l, True),
-    "cupy-cuda": _cupy,
-}
+# backend -> fn(launch) -> (new staging, new pool bytes); one launch function serves both kernels
+GATHER_KERNEL = Kernel(name=GATHER, argtypes=_ARGTYPES, prepare=prepare, reference=gather_head_slice_to_staging,
+                       torch=_torch, shim=_shim, cupy=_cupy)
+SCATTER_KERNEL = Kernel(name=SCATTER, argtypes=_ARGTYPES, prepare=prepare, reference=scatter_staging_to_pages,
+                        torch=_torch, shim=_shim, cupy=_cupy)
 
 
 def gather_head_slice(backend: str, kv: np.ndarray, page_indices: Sequence[int] | np.ndarray,
                       params: HeadSliceParams, layout: StagingLayout, staging: np.ndarray | None = None,
                       offset: int | None = None, *, threads: int = THREADS, check_bounds: bool = True) -> np.ndarray:
     """The staging buffer after `backend` packed the writer's head slice of `page_indices` (a new array)."""
-    require(backend in BACKENDS, "backend", f"one of {', '.join(BACKENDS)}", backend)
+    GATHER_KERNEL.check(backend)
     launch = prepare(GATHER, kv, page_indices, params, layout, staging, offset, threads, check_bounds)
-    return BACKENDS[backend](launch)[0]
+    return GATHER_KERNEL.run(backend, launch)[0]
 
 
 def scatter_staging(backend: str, kv: np.ndarray, staging: np.ndarray, page_indices: Sequence[int] | np.ndarray,
                     params: HeadSliceParams, layout: StagingLayout, offset: int | None = None, *,
                     threads: int = THREADS, check_bounds: bool = True) -> np.ndarray:
     """The pool after `backend` scattered the writer's region of `staging` into `page_indices` (a new array)."""
-    require(backend in BACKENDS, "backend", f"one of {', '.join(BACKENDS)}", backend)
+    SCATTER_KERNEL.check(backend)
     launch = prepare(SCATTER, kv, page_indices, params, layout, staging, offset, threads, check_bounds)
-    return BACKENDS[backend](launch)[1].view(kv.dtype).reshape(kv.shape)
+    return SCATTER_KERNEL.run(backend, launch)[1].view(kv.dtype).reshape(kv.shape)
+
+
+# --- the ASan child's half of a case: one writer's copy, unchecked ----------------------------------------
+
+def case_document(kernel: str, pool: np.ndarray, pages: Sequence[int], params: HeadSliceParams,
+                  layout: StagingLayout, staging: np.ndarray, offset: int) -> dict[str, Any]:
+    """A copy as JSON (`kernel`: "gather" or "scatter"): pool and staging buffer bit-exact, head slice, layout."""
+    return {"kernel": kernel, "pool": asan.pack(pool), "pages": [int(p) for p in pages], "params": to_jsonable(params),
+            "layout": to_jsonable(layout), "staging": asan.pack(np.asarray(staging, dtype=np.uint8)),
+            "offset": int(offset)}
+
+
+def run_document(document: Mapping[str, Any]) -> dict[str, Any]:
+    """In the ASan child: the copy without a bounds check (a layout larger than the slot must reach the kernel
+    for ASan to stop it), the staging buffer its own malloc; the SHA-256 of the result (buffer or pool)."""
+    raw = document["layout"]
+    lay = StagingLayout(raw["tokens"], raw["num_layers"], raw["head_bytes"], tuple(raw["writer_heads"]))
+    pool, staging, params = asan.unpack(document["pool"]), asan.unpack(document["staging"]), \
+        HeadSliceParams(**document["params"])
+    if document["kernel"] == "gather":
+        out = gather_head_slice("cpu-shim-asan", pool, document["pages"], params, lay, staging, document["offset"],
+                                check_bounds=False)
+    else:
+        out = scatter_staging("cpu-shim-asan", pool, staging, document["pages"], params, lay, document["offset"],
+                              check_bounds=False)
+    return {"sha256": asan.sha256(out), "nbytes": int(out.nbytes)}

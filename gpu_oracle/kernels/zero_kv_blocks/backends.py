@@ -1,31 +1,34 @@
 """`zero_kv_blocks` on every backend: the segment-table kernel of vLLM's `KVBlockZeroer` (d6af803).
 
 `zero_kv_blocks(backend, memory, table, block_ids)` takes what the reference
-memset `models.kv_zeroing.zero_blocks` takes (a byte buffer whose offsets are
+memset `kvsim.models.kv_zeroing.zeroer.zero_blocks` takes (a byte buffer whose offsets are
 the segment addresses) and returns the bytes the backend produced, leaving
 `memory` as it was. A differential check compares the two bit for bit.
 
-The CUDA C backends launch `kernels/zero_kv_blocks.cu` on the grid
-(chunks, segments, block IDs) with `chunk_width` threads per program; the
-torch backends clear the same words with one vectorised index per batch.
+The CUDA C backends launch `zero_kv_blocks.cu` on the grid (chunks,
+segments, block IDs) with `chunk_width` threads per program; the torch
+backends clear the same words with one vectorised index per batch. `KERNEL`
+is the kernel's descriptor (`runtime.family.Kernel`); `case_document` /
+`run_document` carry one case into the ASan child.
 """
 
 from __future__ import annotations
 
 import ctypes
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from kvsim.engine.canon import to_jsonable
 from kvsim.engine.errors import check_int, require
-from kvsim.models.kv_zeroing.zeroer import MAX_BLOCK_SIZE, Segment, SegmentTable, launch_config, write_spans
 from kvsim.models.kv_zeroing.geometry import Arena
+from kvsim.models.kv_zeroing.zeroer import (FIXED, MAX_BLOCK_SIZE, Segment, SegmentTable, launch_config, write_spans,
+                                            zero_blocks)
 
-from ...runtime import build
-from ...runtime import shim
+from ...runtime import asan
+from ...runtime.family import Kernel
 
-KERNEL = "zero_kv_blocks"
 CUDA_GRID_YZ_LIMIT = 65_535
 TORCH_BATCH_WORDS = 1 << 24  # bounds the index tensor of the torch backend to 128 MiB
 
@@ -61,7 +64,7 @@ def prepare(memory: np.ndarray, table: SegmentTable | Sequence[Segment], block_i
     pages = [s.page for s in segments]
     if chunk_width is None:
         chunk_width = launch_config(table if isinstance(table, SegmentTable) else SegmentTable(segments, 1),
-                                    "fixed").block_size
+                                    FIXED).block_size
     check_int(chunk_width, "chunk_width", minimum=1, maximum=MAX_BLOCK_SIZE)
     require(len(segments) <= CUDA_GRID_YZ_LIMIT, "segments", f"at most {CUDA_GRID_YZ_LIMIT} (grid y)", len(segments))
     require(len(ids) <= CUDA_GRID_YZ_LIMIT, "block_ids", f"at most {CUDA_GRID_YZ_LIMIT} (grid z)", len(ids))
@@ -73,7 +76,7 @@ def prepare(memory: np.ndarray, table: SegmentTable | Sequence[Segment], block_i
 
 # --- torch -------------------------------------------------------------------------------------------
 
-def _torch(memory: np.ndarray, launch: Launch, device: str) -> np.ndarray:
+def _torch(device: str, memory: np.ndarray, launch: Launch, arena: Arena | None) -> np.ndarray:
     import torch
 
     require(len(memory) % 4 == 0, "memory", "a length that is a multiple of 4 (the torch backend views int32)",
@@ -96,14 +99,6 @@ def _torch(memory: np.ndarray, launch: Launch, device: str) -> np.ndarray:
 
 # --- CPU shim ----------------------------------------------------------------------------------------
 
-asan_loaded = shim.asan_loaded  # re-exported: checks and the ASan child ask here
-
-
-def shim_library(asan: bool = False, kernel_dir: str = str(build.KERNEL_DIR)) -> ctypes.CDLL:
-    u32, ptr = ctypes.c_uint, ctypes.c_void_p
-    return shim.load(KERNEL, (u32, u32, u32, u32, ptr, ptr, ptr, ptr), asan, kernel_dir)
-
-
 def _call(lib: ctypes.CDLL, launch: Launch, absolute: np.ndarray) -> None:
     if not len(launch.ids):
         return
@@ -111,16 +106,14 @@ def _call(lib: ctypes.CDLL, launch: Launch, absolute: np.ndarray) -> None:
     lib.kvsim_zero_kv_blocks(*launch.grid, launch.chunk_width, *(a.ctypes.data for a in arrays))
 
 
-def _cpu_shim(memory: np.ndarray, launch: Launch, lib: ctypes.CDLL | None = None) -> np.ndarray:
-    _call(lib or shim_library(False), launch, launch.addrs + np.uint64(memory.ctypes.data))
-    return memory
-
-
-def _cpu_shim_asan(memory: np.ndarray, launch: Launch, arena: Arena | None) -> np.ndarray:
-    """One malloc per allocation (not one arena), so a store past an allocation hits an ASan red zone."""
+def _shim(lib: ctypes.CDLL, asan: bool, memory: np.ndarray, launch: Launch, arena: Arena | None) -> np.ndarray:
+    """Plain: on `memory` itself. ASan: one malloc per allocation of `arena` (not one arena), so a store past
+    an allocation hits a red zone."""
+    if not asan:
+        _call(lib, launch, launch.addrs + np.uint64(memory.ctypes.data))
+        return memory
     require(arena is not None, "arena", "the allocation layout (ASan checks each allocation separately)", arena)
     assert arena is not None
-    lib = shim_library(True)
     pointers = [lib.kvsim_malloc(size) for size in arena.sizes]
     try:
         for ptr, base, size in zip(pointers, arena.bases, arena.sizes):
@@ -141,33 +134,22 @@ def _cpu_shim_asan(memory: np.ndarray, launch: Launch, arena: Arena | None) -> n
 
 # --- CuPy --------------------------------------------------------------------------------------------
 
-def _cupy_kernel():  # type: ignore[no-untyped-def]
-    return shim.cupy_function(KERNEL)
-
-
-_cupy_kernel.cache_clear = shim.cupy_function.cache_clear  # type: ignore[attr-defined]
-
-
-def _cupy(memory: np.ndarray, launch: Launch) -> np.ndarray:
+def _cupy(function: Any, memory: np.ndarray, launch: Launch, arena: Arena | None) -> np.ndarray:
     import cupy
 
-    kernel = _cupy_kernel()
     device_memory = cupy.asarray(memory)
     if len(launch.ids):
         args = (cupy.asarray(launch.addrs + np.uint64(device_memory.data.ptr)), cupy.asarray(launch.strides),
                 cupy.asarray(launch.pages), cupy.asarray(launch.ids))
-        kernel(launch.grid, (launch.chunk_width,), args)
+        function(launch.grid, (launch.chunk_width,), args)
         cupy.cuda.get_current_stream().synchronize()
     return cupy.asnumpy(device_memory)
 
 
-BACKENDS: dict[str, Callable[[np.ndarray, Launch, Arena | None], np.ndarray]] = {
-    "torch-cpu": lambda m, l, a: _torch(m, l, "cpu"),
-    "torch-cuda": lambda m, l, a: _torch(m, l, "cuda"),
-    "cpu-shim": lambda m, l, a: _cpu_shim(m, l),
-    "cpu-shim-asan": _cpu_shim_asan,
-    "cupy-cuda": lambda m, l, a: _cupy(m, l),
-}
+_U32, _PTR = ctypes.c_uint, ctypes.c_void_p
+KERNEL = Kernel(name="zero_kv_blocks", argtypes=(_U32, _U32, _U32, _U32, _PTR, _PTR, _PTR, _PTR), prepare=prepare,
+                reference=zero_blocks, torch=_torch, shim=_shim, cupy=_cupy)
+BACKENDS = KERNEL.backends  # backend -> fn(memory, launch, arena) -> the bytes after the launch
 
 
 def zero_kv_blocks(backend: str, memory: np.ndarray, table: SegmentTable | Sequence[Segment],
@@ -180,6 +162,27 @@ def zero_kv_blocks(backend: str, memory: np.ndarray, table: SegmentTable | Seque
     it. `arena` is required by `cpu-shim-asan`, which gives every allocation
     its own malloc.
     """
-    require(backend in BACKENDS, "backend", f"one of {', '.join(BACKENDS)}", backend)
+    KERNEL.check(backend)
     launch = prepare(memory, table, block_ids, chunk_width)
-    return BACKENDS[backend](memory.copy(), launch, arena)
+    return KERNEL.run(backend, memory.copy(), launch, arena)
+
+
+# --- the ASan child's half of a case -------------------------------------------------------------------
+
+def case_document(arena: Arena, table: SegmentTable, block_ids: Sequence[int], *, fill: int = 0xA5,
+                  chunk_width: int | None = None) -> dict[str, Any]:
+    """Zero `block_ids` by `table` on an arena filled with `fill`: the segments, not the planning variant."""
+    return {"arena": to_jsonable(arena), "segments": to_jsonable(table.segments), "num_blocks": table.num_blocks,
+            "block_ids": list(block_ids), "fill": fill, "chunk_width": chunk_width}
+
+
+def run_document(document: Mapping[str, Any]) -> dict[str, Any]:
+    """In the ASan child: one malloc per allocation; the SHA-256 of the arena bytes afterwards."""
+    raw = document["arena"]
+    arena = Arena(tuple(raw["bases"]), tuple(raw["sizes"]), raw["size"])
+    table = SegmentTable(tuple(Segment(s["addr"], s["block_stride"], s["page"], tuple(s.get("layers", ())))
+                               for s in document["segments"]), document["num_blocks"])
+    memory = np.full(arena.size, document["fill"], dtype=np.uint8)
+    out = zero_kv_blocks("cpu-shim-asan", memory, table, document["block_ids"],
+                         chunk_width=document.get("chunk_width"), arena=arena)
+    return {"sha256": asan.sha256(out), "zero_bytes": int((out == 0).sum())}

@@ -1,0 +1,93 @@
+"""Kernel properties on real backends: `kvsim check --backend NAME` and `kvsim oracle`.
+
+A kernel property (`kvsim.engine.property.kernel_property`) is an ordinary
+property of its model with a backend argument; `kvsim.engine.runner` runs it.
+What this module adds is the backend side, which the engine does not know
+about: whether this machine has the backend (`kvsim.gpu_oracle` discovery),
+and on `cpu-shim-asan` running the property inside a child interpreter with
+libasan preloaded (AddressSanitizer cannot be loaded into a running one),
+unless this process already has it or the property starts its own children
+(`asan_in_child=False`).
+
+    run_kernel_property(prop, backend, variant=..., max_examples=..., seed=...) -> PropertyResult
+    oracle_report(registry, max_examples=..., seed=..., progress=...) -> {"backends": [...], "checks": [...]}
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+from ..engine.canon import to_jsonable
+from ..engine.errors import ConfigError
+from ..engine.runner import PropertyResult, run_property
+
+
+def backends() -> list[dict[str, Any]]:
+    """Every kernel backend with whether this machine can run it and why (or why not)."""
+    from kvsim.gpu_oracle.runtime.discovery import backends as probe_all
+
+    return probe_all()
+
+
+def kernel_properties(registry: Any) -> list[Any]:
+    """The registry's kernel properties, in catalog order."""
+    return [p for p in registry.properties.values() if p.is_kernel]
+
+
+def _in_asan_child(prop: Any, variant: str, max_examples: int, seed: int | None) -> PropertyResult:
+    from kvsim.gpu_oracle.runtime import asan
+
+    args = ["property", prop.home, prop.name, "--variant", variant, "--max-examples", str(max_examples)]
+    child = asan.run_child(args + (["--seed", str(seed)] if seed is not None else []))
+    if child.output is not None and child.report is None:
+        return PropertyResult(**child.output)
+    return PropertyResult(prop.name, prop.model, variant, "failed", 0, 0.0, message=child.explain())
+
+
+def run_kernel_property(prop: Any, backend: str, *, variant: Any = "fixed", max_examples: int = 50,
+                        seed: int | None = 0, rows: list[dict[str, Any]] | None = None) -> PropertyResult:
+    """Run kernel property `prop` on `backend`: status "skipped" (with the reason) where this machine lacks the
+    backend; on cpu-shim-asan inside the ASan child unless libasan is already loaded here or the property
+    starts its own children. `rows`: the backend rows already probed (`backends()`)."""
+    from kvsim.gpu_oracle.runtime.shim import asan_loaded
+
+    name = to_jsonable(variant)
+    if backend not in prop.backends:
+        raise ConfigError("--backend", f"one of {', '.join(prop.backends)} for {prop.name}", backend)
+    row = next(r for r in rows or backends() if r["name"] == backend)
+    if not row["available"]:
+        return PropertyResult(prop.name, prop.model, name, "skipped", 0, 0.0, message=row["reason"])
+    if backend == "cpu-shim-asan" and prop.asan_in_child and not asan_loaded():
+        return _in_asan_child(prop, name, max_examples, seed)
+    return run_property(prop, variant, max_examples=max_examples, seed=seed, backend=backend)
+
+
+def oracle_report(registry: Any, *, max_examples: int = 50, seed: int | None = 0,
+                  progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Every kernel property of `registry` on every backend it lists, on the model's fixed variant.
+
+    Rows: `name` is "<model>:<property>"; `status` is "passed", "failed", "error" (the property or backend
+    crashed) or "skipped" (the backend is unavailable here; `message` says why); a row that did not pass
+    carries `counterexample` and `replay` (the `kvsim check` command that reruns it).
+    """
+    note = progress or (lambda _: None)
+    rows = backends()
+    results = []
+    for prop in kernel_properties(registry):
+        name = f"{prop.model}:{prop.name}"
+        for backend in prop.backends:
+            if next(r for r in rows if r["name"] == backend)["available"]:
+                note(f"{name} on {backend} ...")
+            start = time.perf_counter()
+            result = run_kernel_property(prop, backend, variant=registry.model(prop.model).variants.fixed,
+                                         max_examples=max_examples, seed=seed, rows=rows)
+            seconds = time.perf_counter() - start
+            row = {"name": name, "backend": backend, "examples": result.examples, "status": result.status,
+                   "message": result.message, "seconds": round(seconds, 3) if result.status != "skipped" else 0.0}
+            if result.status != "skipped":
+                note(f"{name} on {backend}: {result.status}, {result.examples} examples, {seconds:.2f} s")
+            if result.status not in ("passed", "skipped"):
+                row.update(counterexample=result.counterexample, replay=result.replay)
+            results.append(row)
+    return {"backends": rows, "checks": results}

@@ -1,0 +1,80 @@
+"""Typed actions, messages and other small records that travel as tagged tuples.
+
+An action type made with `tagged("deliver", "writer", "channel", "message")`
+is a tuple subclass whose first element is its tag:
+
+    Deliver = tagged("deliver", "writer", "channel", "message")
+    a = Deliver(0, 1, msg)        # == ("deliver", 0, 1, msg); a.writer == 0
+    to_jsonable(a)               # ["deliver", 0, 1, [...]]: the tag is the JSON form's first element
+
+So `offset.round` reads as a name, a record compares and hashes as the tuple
+it is (explore fingerprints and pinned paths stay as they were), and its JSON
+form round-trips: `decode(doc, types)` rebuilds the typed value from the tag.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping
+
+
+class Tagged(tuple):
+    """Base of tagged records; see `tagged`."""
+
+    tag: str = ""
+    fields: tuple[str, ...] = ()
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> "Tagged":
+        if not kwargs and len(args) == len(cls.fields):  # the common case: every field positional
+            return tuple.__new__(cls, (cls.tag, *args))
+        if len(args) > len(cls.fields):
+            raise TypeError(f"{cls.__name__} takes {len(cls.fields)} fields {cls.fields}, got {len(args)}")
+        values = list(args)
+        for name in cls.fields[len(args):]:
+            if name not in kwargs:
+                raise TypeError(f"{cls.__name__}: missing field {name!r}")
+            values.append(kwargs.pop(name))
+        if kwargs:
+            raise TypeError(f"{cls.__name__}: unknown fields {sorted(kwargs)}")
+        return tuple.__new__(cls, (cls.tag, *values))
+
+    def __repr__(self) -> str:
+        body = ", ".join(f"{n}={v!r}" for n, v in zip(self.fields, self[1:]))
+        return f"{self.tag}({body})"
+
+    def __getnewargs__(self) -> tuple[Any, ...]:  # pickling (worker processes) rebuilds through __new__
+        return tuple(self[1:])
+
+    def _replace(self, **changes: Any) -> "Tagged":
+        return type(self)(*(changes.pop(n, v) for n, v in zip(self.fields, self[1:])))
+
+
+def tagged(tag: str, *fields: str, name: str | None = None) -> type[Tagged]:
+    """A tagged record type: a tuple `(tag, *fields)` with the fields readable by name."""
+    namespace: dict[str, Any] = {"tag": tag, "fields": tuple(fields), "__slots__": ()}
+    for index, field_name in enumerate(fields, start=1):
+        namespace[field_name] = property(lambda self, i=index: self[i], doc=f"field {field_name!r}")
+    cls_name = name or "".join(part.capitalize() for part in tag.replace("-", "_").split("_"))
+    return type(cls_name, (Tagged,), namespace)
+
+
+def type_table(types: Iterable[type[Tagged]]) -> dict[str, type[Tagged]]:
+    table: dict[str, type[Tagged]] = {}
+    for t in types:
+        if t.tag in table and table[t.tag] is not t:
+            raise ValueError(f"two record types share the tag {t.tag!r}")
+        table[t.tag] = t
+    return table
+
+
+def decode(doc: Any, types: Mapping[str, type[Tagged]]) -> Any:
+    """The typed value of a JSON form: lists become tuples, a list led by a known tag becomes that record."""
+    if isinstance(doc, list):
+        items = [decode(x, types) for x in doc]
+        if items and isinstance(items[0], str) and items[0] in types:
+            record = types[items[0]]
+            if len(items) - 1 == len(record.fields):
+                return record(*items[1:])
+        return tuple(items)
+    if isinstance(doc, dict):
+        return {k: decode(v, types) for k, v in doc.items()}
+    return doc

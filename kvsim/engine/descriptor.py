@@ -1,0 +1,97 @@
+"""One descriptor per model: what every driver needs to know about it, declared once.
+
+`models/<model>/__init__.py` builds its `DESCRIPTOR`:
+
+    DESCRIPTOR = ModelDescriptor(
+        name="swa-budget", summary=..., source="sglang af7c62e (PR #33794)",
+        variants=VARIANTS,                  # a VariantTable of flag records
+        config=SchedulerConfig,             # explore parameters: the fields declared with `param()`
+        system=SwaScheduler,                # system(variant, config) -> TransitionSystem
+        sim_config=SimConfig, simulate=sim.simulate, fault_kinds=(...), peers=(...))
+
+Parameters are generated from the config dataclasses' field metadata, so a
+bound or default is written in exactly one place; the engine resolves names
+and values once (`RunSpec`), and a model only ever sees a variant record and
+a config instance.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from .errors import ConfigError
+from .params import ParamSpec, config_from, params_of, resolve
+from .variants import Variant, VariantTable
+
+
+@dataclass(frozen=True)
+class ModelDescriptor:
+    name: str
+    summary: str
+    source: str
+    variants: VariantTable[Any]
+    config: type | None = None  # the transition system's config dataclass (explore, stateful properties)
+    system: Callable[[Any, Any], Any] | None = None  # system(variant, config)
+    sim_config: type | None = None  # the timed simulation's config dataclass
+    simulate: Callable[..., Mapping[str, Any]] | None = None  # simulate(sim, recorder, variant, config, faults)
+    fault_kinds: tuple[str, ...] = ()
+    peers: tuple[str, ...] = ()  # who `crash=PEER@T` may name
+    data_params: tuple[ParamSpec, ...] = ()  # parameters only data-property strategies read (none of the system's)
+    params: tuple[ParamSpec, ...] = field(init=False)
+    sim_params: tuple[ParamSpec, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        if (self.system is None) != (self.config is None):
+            raise ValueError(f"model {self.name}: a transition system comes with its config dataclass")
+        if (self.simulate is None) != (self.sim_config is None):
+            raise ValueError(f"model {self.name}: a simulation comes with its config dataclass")
+        system_params = params_of(self.config) if self.config is not None else ()
+        object.__setattr__(self, "params", system_params + self.data_params)
+        object.__setattr__(self, "sim_params", params_of(self.sim_config) if self.sim_config is not None else ())
+
+    def variant(self, name: str | Variant) -> Any:
+        return self.variants.resolve(name)
+
+    def build_system(self, variant: str | Variant, values: Mapping[str, Any] = ()) -> Any:
+        """The transition system for a variant and (partial, typed) parameter values."""
+        if self.system is None or self.config is None:
+            raise ConfigError("MODEL", "a model with a transition system", self.name)
+        resolved = resolve(self.params, dict(values))
+        return self.system(self.variant(variant), config_from(self.config, resolved))
+
+    def build_sim_config(self, values: Mapping[str, Any] | list[str] = ()) -> Any:
+        if self.sim_config is None:
+            raise ConfigError("MODEL", "a model with a timed simulation", self.name)
+        return config_from(self.sim_config, resolve(self.sim_params, values))
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Model, variant and parameters resolved once (the command line builds one and passes it down).
+
+    `params` holds every value (defaults included); `given` only what the user set, which is what a
+    replay line or a saved counterexample repeats.
+    """
+
+    model: ModelDescriptor
+    variant: Any
+    params: Mapping[str, Any]
+    given: Mapping[str, Any]
+
+    @classmethod
+    def resolve(cls, model: ModelDescriptor, variant: str | Variant, given: Mapping[str, Any] | list[str] = (),
+                specs: tuple[ParamSpec, ...] | None = None) -> "RunSpec":
+        specs = model.params if specs is None else specs
+        values = resolve(specs, given)
+        if isinstance(given, Mapping):
+            names = set(given)
+        else:
+            names = {text.partition("=")[0].strip() for text in given}
+        return cls(model, model.variant(variant), values, {k: v for k, v in values.items() if k in names})
+
+    def system(self) -> Any:
+        if self.model.system is None or self.model.config is None:
+            raise ConfigError("MODEL", "a model with a transition system", self.model.name)
+        system_values = {k: v for k, v in self.params.items() if k in {s.name for s in params_of(self.model.config)}}
+        return self.model.system(self.variant, config_from(self.model.config, system_values))

@@ -1,0 +1,46 @@
+"""The variants of pd-protocol: one flag per separate change of SGLang PR #35281.
+
+Each flag is read at exactly the line its change touched. The backend
+(Mooncake, NIXL, Mori) is a parameter, not a variant: a change made in one
+backend only is read as `backend == "nixl" and not variant.<flag>`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvsim.engine.variants import Variant, VariantTable
+
+
+@dataclass(frozen=True)
+class ProtocolVariant(Variant):
+    # area 3, `bootstrap_thread` (wire.handle_bootstrap)
+    bootstrap_loop_catches: bool  # Mooncake and NIXL: a try around the loop body logs and drops a bad frame
+    nixl_guard_validated: bool  # NIXL: `assert msg[0] == GUARD` became a validation that drops the frame
+    mori_abort_before_guard: bool  # Mori: the unguarded ABORT is dispatched before guard validation
+    # area 3, the decode thread (wire.handle_decode)
+    mooncake_decode_loop_catches: bool  # Mooncake: a try around the decode thread's loop body
+    nixl_decode_checks_empty: bool  # NIXL: the decode thread no longer indexes msg[0] of an empty message
+    # area 2, the transfer worker (rooms.worker_step)
+    nixl_stale_work_checked: bool  # NIXL: `transfer_infos.get(room)` and a status check replace the assert
+    # area 1, peer death (rooms.has_heartbeat_checker)
+    mori_heartbeat_checker: bool  # Mori: the decode side starts a heartbeat checker
+    # area 5, start-up (rooms.init_sequence)
+    mooncake_fields_before_thread: bool  # Mooncake: session fields are created before the bootstrap thread starts
+    # area 4, Mori's destination descriptors (mori_layout.select_dst_descriptors)
+    mori_hybrid_mla_sliced: bool  # hybrid MLA is sliced as MLA, not split as MHA
+    mori_same_pp_local_start: bool  # same-PP peers: no global start-layer offset into stage-local lists
+    mori_common_v_offset: bool  # V offset by the common get_mha_kv_ptrs_with_pp rule, not half the list
+
+
+VARIANTS = VariantTable(
+    ProtocolVariant("fixed", bootstrap_loop_catches=True, nixl_guard_validated=True, mori_abort_before_guard=True,
+                    mooncake_decode_loop_catches=True, nixl_decode_checks_empty=True, nixl_stale_work_checked=True,
+                    mori_heartbeat_checker=True, mooncake_fields_before_thread=True, mori_hybrid_mla_sliced=True,
+                    mori_same_pp_local_start=True, mori_common_v_offset=True),
+    ProtocolVariant("pre_35281", bootstrap_loop_catches=False, nixl_guard_validated=False,
+                    mori_abort_before_guard=False, mooncake_decode_loop_catches=False, nixl_decode_checks_empty=False,
+                    nixl_stale_work_checked=False, mori_heartbeat_checker=False, mooncake_fields_before_thread=False,
+                    mori_hybrid_mla_sliced=False, mori_same_pp_local_start=False, mori_common_v_offset=False),
+)
+FIXED = VARIANTS.fixed
