@@ -155,12 +155,18 @@ def test_kv_outer_with_ratio_gives_a_segment_per_half_and_kernel_block() -> None
     assert old == [(0, 18, 18), (216, 18, 18)]  # one page spanning both kernel blocks and their padding
 
 
-def test_single_kernel_block_kv_outer_is_rejected_by_the_fixed_planner() -> None:
+def test_single_kernel_block_kv_outer_page_spans_k_and_v_as_upstream() -> None:
     """With one kernel block, stride(0) == stride(block_dim), so K/V is not an "outer" dimension and its
-    extent lands in the page (a finding about upstream's rule, reported, not a kvsim choice)."""
+    extent lands in the page. vLLM plans it so (no release checks page <= stride; `kvsim conform vllm` found
+    that the model refused it), and clears exactly the block's K and V."""
     geometry = dense_layout(num_blocks=1, kernel_block_size=1, heads=1, head_size=4, element_size=4, kv="outer")
-    with pytest.raises(ConfigError, match="page span"):
-        plan_segments(geometry)
+    (seg,) = plan_segments(geometry).segments
+    assert (seg.block_stride, seg.page) == (4, 8)  # K and V of the only block
+    zeroer = KVBlockZeroer(geometry)
+    memory = zeroer.new_memory(fill=7)
+    zeroer.zero_block_ids(memory, [0])
+    base = zeroer.arena.bases[0]
+    assert (memory[base:base + 32] == 0).all() and (memory[:base] == 7).all() and (memory[base + 32:] == 7).all()
     old = plan_segments(geometry, PRE)
     assert [s.page for s in old.segments] == [4]  # the old plan clears K and leaves V stale
 
@@ -201,7 +207,6 @@ def _packed(**changes: object) -> KVCacheGeometry:
     (_packed(shape=(3, 2, 4)), "views[0] (x).shape[0]", "multiple of ratio=2"),
     (_packed(element_size=1, strides=(10, 4, 1), shape=(4, 2, 2)), "views[0] (x).strides[0]", "multiple of 4"),
     (_packed(element_size=2, strides=(4, 3, 1), shape=(4, 1, 3)), "views[0] (x) page span", "multiple of 4 bytes"),
-    (_packed(strides=(4, 4, 1)), "views[0] (x) page span", "at most the physical block stride"),
     (_packed(element_size=2, offset=2, strides=(8, 4, 1), shape=(4, 2, 2)), "views[0] (x) segment address",
      "multiple of 4"),
 ])
@@ -262,7 +267,7 @@ def test_geometry_round_trips_through_json_and_plans_deterministically() -> None
 def test_descriptor_and_variant_table() -> None:
     assert DESCRIPTOR.name == "kv-zeroing" and DESCRIPTOR.variants is VARIANTS
     assert "d6af803" in DESCRIPTOR.source and DESCRIPTOR.system is None and DESCRIPTOR.simulate is None
-    assert VARIANTS.names == ("fixed", "pre_d6af803") and FIXED is VARIANTS.fixed
+    assert VARIANTS.names == ("fixed", "pre_d6af803", "first_view_overlaid") and FIXED is VARIANTS.fixed
     assert DESCRIPTOR.variant("pre_d6af803") is PRE
     assert all(FIXED.flags().values()) and not any(PRE.flags().values())
     with pytest.raises(ConfigError):

@@ -38,7 +38,7 @@ BROKEN_BEFORE_FIX = ("zeroing_preserves_other_bytes", "segments_stay_inside_allo
 def test_model_properties_and_bug_are_registered() -> None:
     registry = load()
     spec = registry.model(MODEL)
-    assert spec.variants.names == ("fixed", "pre_d6af803")
+    assert spec.variants.names == ("fixed", "pre_d6af803", "first_view_overlaid")
     assert tuple(p.name for p in registry.properties_of(MODEL) if not p.is_kernel) == PROPERTIES
     assert all(p.doc for p in registry.properties_of(MODEL))
     bug = registry.bug(BUG)

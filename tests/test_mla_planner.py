@@ -24,6 +24,7 @@ from kvsim.properties.mla_chunks.plan import (check_accumulation_schedule, check
 
 MODEL = "mla-chunks"
 PRE = VARIANTS["pre_b38e111d"]
+B38E111D = dataclasses.replace(FIXED, name="b38e111d", workspace_seq_term=True)  # before vllm#51733 (never released)
 
 
 def run(name: str, variant: str = "fixed", n: int = 40, pinned: bool = False):
@@ -101,7 +102,8 @@ def test_metadata_validates_its_inputs() -> None:
 def test_workspace_sizes() -> None:
     assert determine_chunked_prefill_workspace_size(4096, 256, 16) == 32768
     assert determine_chunked_prefill_workspace_size(163840, 256, 64) == 65536
-    assert align_mla_chunked_context_workspace_size(100, 8, 16) == 128  # max_num_seqs * alignment
+    assert align_mla_chunked_context_workspace_size(100, 8, 16) == 112  # round_up(100, 16): no max_num_seqs term
+    assert align_mla_chunked_context_workspace_size(100, 8, 16, variant=B38E111D) == 128  # max_num_seqs * alignment
     assert chunked_context_workspace_size(8008, 1, 64, variant=PRE) == 8008  # old: no rounding
     assert chunked_context_workspace_size(8008, 1, 64, variant=FIXED) == 8064
 

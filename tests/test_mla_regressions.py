@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from kvsim.engine.errors import ConfigError, PropertyViolation
 from kvsim.models.mla_chunks.attention import init_mla_context_partial
 from kvsim.models.mla_chunks.planner import (FIXED, VARIANTS, align_mla_chunked_context_workspace_size,
-                                             plan_uniform_context_chunks)
+                                             chunked_context_workspace_size, plan_uniform_context_chunks)
 from kvsim.models.mla_chunks.dcp import DcpConfig, get_dcp_local_seq_lens, reorg_kvcache, reorg_kvcache_by_chunk_index
-from kvsim.models.mla_chunks.metadata import (build_mla_chunked_context_metadata, build_uniform_chunked_context_metadata,
+from kvsim.models.mla_chunks.metadata import (build_mla_chunked_context_metadata, query_start_loc_of, build_uniform_chunked_context_metadata,
                                  mla_accumulation_schedule, query_start_loc_of)
 from kvsim.models.mla_chunks.prefill import make_mla_prefill_inputs, suffix_attention
 from kvsim.properties.mla_chunks.cases import (BACKEND_CASE, CONTEXT_ORDER_CASE, CONTINUATION_CASE, DCP_BUDGET_CASE,
@@ -18,6 +20,7 @@ from kvsim.properties.mla_chunks.cases import (BACKEND_CASE, CONTEXT_ORDER_CASE,
                                          PERF_CASE, RFC_CASE, SKIPPED_CASE, TAIL_SPLIT_CASE, MlaChunkCase, case)
 from kvsim.properties.mla_chunks.dcp import rank_buffers
 from kvsim.properties.mla_chunks.numeric import chunked_prefill_matches_full_attention, run_case
+from kvsim.properties.mla_chunks.plan import workspace_size_is_aligned
 
 PRE = VARIANTS["pre_b38e111d"]
 
@@ -163,6 +166,32 @@ def test_workspace_alignment_examples() -> None:
     assert align_mla_chunked_context_workspace_size(8064, 1, 64, DcpConfig(2, 64)) == 8064  # lcm(64, 128) = 128
 
 
+# (requested W, max_num_seqs, block, DCP) -> (vllm 0.28.0 and 0.33.0, b38e111d), from `kvsim conform vllm`
+# on both releases (mla_attention.py align_mla_chunked_context_workspace_size: round_up(max(W, A), A)).
+UPSTREAM_WORKSPACES = (
+    ((1, 4, 2, DcpConfig(2, 1)), 2, 8),  # the conform counterexample: A = lcm(2, 2) = 2
+    ((1, 8, 1, None), 1, 8),
+    ((100, 8, 16, None), 112, 128),
+    ((65536, 256, 64, DcpConfig(8, 64)), 65536, 131072),  # b38e111d doubled the 64 Ki-capped workspace
+    ((8008, 1, 64, None), 8064, 8064),
+)
+
+
+def test_workspace_drops_the_max_num_seqs_term_as_vllm_51733() -> None:
+    """vllm#51733 (in 0.28.0 and later) dropped b38e111d's max_num_seqs * alignment floor: `fixed` follows it."""
+    b38e111d = replace(FIXED, name="b38e111d", workspace_seq_term=True)
+    assert not FIXED.workspace_seq_term
+    for (w, seqs, block, dcp), upstream, before in UPSTREAM_WORKSPACES:
+        assert align_mla_chunked_context_workspace_size(w, seqs, block, dcp) == upstream
+        assert chunked_context_workspace_size(w, seqs, block, dcp, FIXED) == upstream
+        assert align_mla_chunked_context_workspace_size(w, seqs, block, dcp, b38e111d) == before
+    # the property states what upstream guarantees, and the dropped term breaks it
+    c = case([1], workspace_size=1, max_num_seqs=4, block_size=2, dcp_world_size=2, dcp_interleave=1)
+    workspace_size_is_aligned(c, FIXED)
+    with pytest.raises(PropertyViolation, match=r"expected < max\(W, A\) \+ A = 4 .*got 8"):
+        workspace_size_is_aligned(c, b38e111d)
+
+
 # -- note 1.7: the old behaviour's failing inputs ----------------------------------------------
 
 def test_old_dcp_chunk_not_a_multiple_of_the_virtual_block() -> None:
@@ -234,3 +263,16 @@ def test_uniform_metadata_shapes() -> None:
     md = build_uniform_chunked_context_metadata([512, 16], query_start_loc_of([2, 3]), 512, 16)
     assert md.max_context_chunk == 256 and len(md.chunks) == 2
     assert md.chunks[1].seq_lens == (256, 0) and md.chunks[1].has_empty_context
+
+
+def test_dcp_without_block_alignment_aligns_splits_to_the_interleave_only():
+    """Found by `kvsim conform vllm` (0.33.0): under DCP with align_chunk_to_block=False upstream aligns the splits
+    to lcm(1, world * interleave), not to the block size. [3000, 309, 77, 0], workspace 128, block 64, DCP (2, 1)."""
+    dcp = DcpConfig(2, 1)
+    metadata = build_mla_chunked_context_metadata([3000, 309, 77, 0], query_start_loc_of([1, 1, 1, 1]), 128, 64,
+                                                  dcp=dcp, align_chunk_to_block=False)
+    aligned = build_mla_chunked_context_metadata([3000, 309, 77, 0], query_start_loc_of([1, 1, 1, 1]), 128, 64,
+                                                 dcp=dcp, align_chunk_to_block=True)
+    starts = [s for chunk in metadata.chunks for s in chunk.starts]
+    assert all(s % 2 == 0 for s in starts) and any(s % 64 for s in starts)
+    assert all(s % 64 == 0 for chunk in aligned.chunks for s in chunk.starts)

@@ -9,7 +9,7 @@ from kvsim.app.repro import reproduce
 from kvsim.engine.runner import run_property
 from kvsim.models.swa_budget import resume as swa_budget
 from kvsim.models.swa_budget import DESCRIPTOR
-from kvsim.models.swa_budget.resume import (FIXED, VARIANTS, ResumeResult, RetractedReq, physical_pages,
+from kvsim.models.swa_budget.resume import (FIXED, VARIANTS, ResumeResult, RetractedReq, held_pages, physical_pages,
                                            prealloc_required_tokens, resume_retracted_reqs, swa_tail_len)
 from kvsim.models.swa_budget.scheduler import SchedulerConfig, SwaScheduler
 from kvsim.properties.swa_budget.cases import MINIMAL_CASE, UPSTREAM_CASE
@@ -50,7 +50,8 @@ def test_prealloc_required_tokens_numbers():
     assert prealloc_required_tokens(574, 128, 2047) == (640, 640)
     assert prealloc_required_tokens(574, 128, 2047, variant=PRE) == (574, 574)
     assert prealloc_required_tokens(574, 128, 2047, reserved_decode_tokens=3, reserved_swa_tokens=1) == (643, 641)
-    assert prealloc_required_tokens(7, 1, 3) == prealloc_required_tokens(7, 1, 3, variant=PRE) == (7, 3)
+    # page size 1: no SWA tail path upstream, the SWA pool is charged the whole length (was (7, 3), the window)
+    assert prealloc_required_tokens(7, 1, 3) == prealloc_required_tokens(7, 1, 3, variant=PRE) == (7, 7)
     # tail starts on a page boundary: F=300, W=100, P=64 -> floor_64(200)=192 -> tail 108 -> 2 pages
     assert swa_tail_len(300, 64, 100) == 108 and physical_pages(300, 64, 100) == (5, 2)
     assert prealloc_required_tokens(300, 64, 100) == (320, 128)
@@ -122,6 +123,32 @@ def test_b1_fails_when_the_swa_check_is_skipped(monkeypatch):
     monkeypatch.setattr(props, "resume_retracted_reqs", full_check_only)
     result = run_property(PROPS["budgets_stay_nonnegative"], "fixed", max_examples=300, seed=0, use_examples=False)
     assert result.status == "failed" and "SWA -" in result.message
+
+
+def test_page_size_one_charges_the_swa_pool_the_whole_length():
+    """Found by `kvsim conform sglang` (0.5.23): at page size 1 `_uses_swa_tail_prealloc` is false, so
+    `_prealloc_required_tokens` charges the SWA pool the full length, and `_pre_alloc`'s `allocator.alloc(n)`
+    takes n slots from both pools. Conform example: fill 402, window 53, page 1, reserve 9 (radix cache on,
+    so the SWA reserve is the decode reserve): upstream (411, 411); the model said (411, 62)."""
+    for variant in (FIXED, PRE):
+        assert prealloc_required_tokens(402, 1, 53, 9, 9, variant) == (411, 411)
+        assert prealloc_required_tokens(402, 1, 53, 9, 0, variant) == (411, 402)  # radix cache disabled
+    assert physical_pages(402, 1, 53) == (402, 402) and held_pages(402, 1, 53) == (402, 53)
+    assert physical_pages(300, 64, 100) == held_pages(300, 64, 100) == (5, 2)  # page > 1: the tail, unchanged
+    # admission is exact at page size 1: a request whose whole length fits the SWA pages is admitted, one over is not
+    queue = [RetractedReq(0, 10)]
+    fits = resume_retracted_reqs(queue, full_budget=10, swa_budget=10, page_size=1, sliding_window=4,
+                                 full_free_pages=10, swa_free_pages=10)
+    assert fits.resumed == (0,) and fits.alloc_calls[0].swa_pages == 10 and fits.error is None
+    short = resume_retracted_reqs(queue, full_budget=10, swa_budget=9, page_size=1, sliding_window=4,
+                                  full_free_pages=10, swa_free_pages=9)
+    assert short.resumed == () and short.alloc_calls == ()
+    # the scheduler: an arrival pre-allocates its whole prompt in the SWA pool, its first decode step evicts to W
+    system = SwaScheduler(FIXED, SchedulerConfig(1, 2, 8, 6, (5,), (2,)))
+    arrived = system.step(system.initial_states()[0], ("arrive",))
+    assert (arrived.running[0].swa_pages, arrived.swa_free) == (5, 1)
+    decoded = system.step(arrived, ("decode",))
+    assert (decoded.running[0].swa_pages, decoded.swa_free) == (2, 4)
 
 
 def test_scheduler_explore_fixed_holds_and_pre_fix_crashes():
@@ -217,3 +244,10 @@ def test_simulation_actions_replay_through_the_transition_system(variant, seed, 
     assert states[-1] == result.driver.state
     if variant == "pre_af7c62e":
         assert states[-1].fault is not None  # this seed crashes the pre-fix scheduler, as its summary says
+
+
+def test_b5_fails_when_page_size_one_charges_only_the_window(monkeypatch):
+    """Planted mutation: the old model (SWA window tail at page size 1) breaks B5's charge clause."""
+    monkeypatch.setattr(swa_budget, "swa_prealloc_len", swa_tail_len)
+    result = run_property(PROPS["page_size_one_unchanged"], "fixed", max_examples=200, seed=0)
+    assert result.status == "failed" and "at page size 1" in result.message

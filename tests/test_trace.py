@@ -75,9 +75,11 @@ def test_damaged_traces_raise_trace_error_naming_the_line(tmp_path, damage, line
 
 
 def test_binary_and_missing_files(tmp_path):
+    _, _, recorded = _record(tmp_path)
     path = tmp_path / "bin.jsonl"
-    path.write_bytes(b'{"a": 1}\n\xff\xfe')
-    with pytest.raises(TraceError, match="not ASCII"):
+    path.write_bytes(recorded.read_bytes().splitlines()[0] + b'\n\xff\xfe')
+    with pytest.raises(TraceError, match="not ASCII") as info:
         read_trace(str(path))
+    assert info.value.line == 2
     proc = kvsim("replay", str(tmp_path / "missing.jsonl"))
     assert proc.returncode == 2 and "cannot read the file" in proc.stderr and "Traceback" not in proc.stderr

@@ -2,15 +2,20 @@
 
 Exit codes: 0 everything held (or reproduced), 1 a property was violated or a
 bug did not reproduce, 2 bad usage or bad input (a one-line message on
-stderr, never a traceback). Every command takes `--json` and then prints one
-JSON document on stdout.
+stderr, never a traceback), 3 a bound or work budget (`--max-seconds`,
+`--max-events`) ended the work before it was complete and nothing was found.
+Every command takes `--json` and then prints one JSON document on stdout.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import signal
 import sys
+import threading
+from contextlib import contextmanager
 from typing import Any, Callable, Sequence
 
 from .. import __version__
@@ -19,15 +24,52 @@ from ..engine.descriptor import ModelDescriptor, RunSpec
 from ..engine.errors import ConfigError, KvsimError, TraceError
 from ..engine.explore import explore
 from ..engine.progress import Progress
-from ..engine.trace import read_trace
+from ..engine.sim import DEFAULT_MAX_EVENTS, DEFAULT_MAX_SECONDS
+from ..conform.cli import add_arguments as conform_arguments
+from ..conform.cli import cmd_conform
 from . import catalog, counterexample
 
 
 EXIT_OK, EXIT_VIOLATION, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
 
 
+# --max-seconds defaults: the long suites (check, repro, oracle) get an hour, a search or one run ten minutes
+SUITE_MAX_SECONDS = 3600.0
+RUN_MAX_SECONDS = DEFAULT_MAX_SECONDS
+
+
 class UsageError(Exception):
     """An argument the parser refused; reported like any other bad input (one line, JSON too)."""
+
+
+class BudgetExceeded(KeyboardInterrupt):
+    """`--max-seconds` ran out. Raised from SIGALRM as a KeyboardInterrupt, which Hypothesis and the models
+    let through as they do Ctrl-C (never mistaken for a failure of the code it interrupts)."""
+
+
+def _disarm() -> None:
+    """The work is done: the output that follows is not cut short by --max-seconds."""
+    if hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread():
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+@contextmanager
+def _deadline(seconds: float | None):
+    """Raise BudgetExceeded in the main thread once `seconds` of wall clock have passed."""
+    if not seconds or not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(signum: int, frame: Any) -> None:
+        raise BudgetExceeded()
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -46,8 +88,9 @@ def _parser() -> argparse.ArgumentParser:
                                           "state machines of LLM inference engines.",
                 epilog="exit codes: 0 everything held or reproduced; 1 a property or invariant was violated, or a "
                        "bug report did not hold; 2 bad usage or bad input (one line on stderr; with --json also "
-                       '{"error": {"field", "expected", "received", "message"}} on stdout); 3 a bounded search '
-                       "ended without finding anything and without completing (not a proof)")
+                       '{"error": {"field", "expected", "received", "message"}} on stdout); 3 a bound or work '
+                       "budget (--max-depth, --max-states, --max-seconds, --max-events) ended the work before it "
+                       "was complete and nothing was found (not a proof; the output says which bound)")
     p.add_argument("--version", action="version", version=f"kvsim {__version__}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
@@ -62,12 +105,14 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--seed", type=_int("--seed"), default=0)
     _model_params(c)
     c.add_argument("--save", metavar="FILE", help="write the first counterexample here (kvsim replay FILE re-runs it)")
+    _max_seconds(c, SUITE_MAX_SECONDS)
 
     r = sub.add_parser("repro", parents=[common], help="reproduce bug reports from the seeds")
     group = r.add_mutually_exclusive_group(required=True)
     group.add_argument("bug_id", nargs="?")
     group.add_argument("--all", action="store_true")
     r.add_argument("--seed", type=_int("--seed"), default=0)
+    _max_seconds(r, SUITE_MAX_SECONDS)
 
     e = sub.add_parser("explore", parents=[common], help="exhaustive bounded search of a model's transition system")
     e.add_argument("model")
@@ -78,6 +123,7 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--graph", metavar="FILE", help="write the state graph as GraphML")
     e.add_argument("--save", metavar="FILE", help="write the first violation here (kvsim replay FILE re-runs it)")
     e.add_argument("--no-liveness", action="store_true", help="skip the hang search")
+    _max_seconds(e, RUN_MAX_SECONDS)
 
     s = sub.add_parser("simulate", parents=[common], help="timed, seeded simulation with fault injection")
     s.add_argument("model")
@@ -87,15 +133,35 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--trace", metavar="FILE", help="write the JSONL trace here")
     _model_params(s)
     s.add_argument("--self-check", action="store_true", help="run the seed twice and compare the digests")
+    _max_events(s)
+    _max_seconds(s, RUN_MAX_SECONDS)
 
     rp = sub.add_parser("replay", parents=[common],
                         help="re-run a simulation trace, or a saved counterexample of check or explore, and verify it")
     rp.add_argument("trace", metavar="FILE")
+    _max_events(rp)
+    _max_seconds(rp, RUN_MAX_SECONDS)
 
     o = sub.add_parser("oracle", parents=[common], help="differential kernel checks on every available backend")
     o.add_argument("--max-examples", type=_positive_int("--max-examples"), default=50)
     o.add_argument("--seed", type=_int("--seed"), default=0)
+    _max_seconds(o, SUITE_MAX_SECONDS)
+    cf = sub.add_parser("conform", parents=[common],
+                        help="run the models' properties against real vLLM / SGLang releases or a working tree")
+    conform_arguments(cf)
     return p
+
+
+def _max_seconds(p: argparse.ArgumentParser, default: float) -> None:
+    p.add_argument("--max-seconds", type=_positive_float("--max-seconds"), default=default, metavar="S",
+                   help="wall-clock work budget: stop cleanly at it with what was found so far, and say so "
+                        "(exit 3 if nothing was found) (default: %(default)s)")
+
+
+def _max_events(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--max-events", type=_positive_int("--max-events"), default=DEFAULT_MAX_EVENTS, metavar="N",
+                   help="simulated events budget: the run stops cleanly after N events, incomplete "
+                        "(exit 3 if nothing was found) (default: %(default)s)")
 
 
 def _model_params(p: argparse.ArgumentParser) -> None:
@@ -129,6 +195,18 @@ def _int(field: str) -> Callable[[str], int]:
     return parse
 
 
+def _positive_float(field: str) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not 0 < value < math.inf:
+            raise argparse.ArgumentTypeError(f"{field}: expected a finite number > 0, got {text!r}")
+        return value
+    return parse
+
+
 def _positive_int(field: str) -> Callable[[str], int]:
     def parse(text: str) -> int:
         value = _int(field)(text)
@@ -151,7 +229,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = _parser().parse_args(argv)
         _paths(args)
-        return COMMANDS[args.command](args)
+        with _deadline(_alarm_seconds(args)):
+            return COMMANDS[args.command](args)
     except UsageError as exc:
         return _fail(wants_json, {"field": "arguments", "expected": "a valid kvsim command line (kvsim --help)",
                                   "received": " ".join(argv), "message": str(exc)}, f"{exc} (kvsim --help)")
@@ -162,14 +241,40 @@ def main(argv: Sequence[str] | None = None) -> int:
         fields = {"field": f"{exc.path}:{exc.line}", "expected": "a usable file", "received": exc.reason} \
             if isinstance(exc, TraceError) else {"field": "", "expected": "", "received": ""}
         return _fail(wants_json, {**fields, "message": str(exc)}, str(exc))
+    except BudgetExceeded:  # a command without partial results to show: nothing found, nothing proved
+        command = next((a for a in argv if a in COMMANDS), "kvsim")
+        message = (f"INCOMPLETE: --max-seconds ran out before {command} finished; nothing was found, and nothing "
+                   "is proved (exit 3)")
+        if wants_json:
+            print(json.dumps({"command": command, "complete": False, "stopped_by": "max-seconds",
+                              "message": message}, sort_keys=True))
+        else:
+            print(message)
+        return EXIT_INCOMPLETE
     except KeyboardInterrupt:
         print("kvsim: interrupted", file=sys.stderr)
         return 130
 
 
+def one_line(text: str) -> str:
+    """`text` with every unprintable character (newline, U+001E, U+2028 ... from user input) escaped: one line."""
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
+
+
+def _alarm_seconds(args: argparse.Namespace) -> float | None:
+    """When SIGALRM ends the command: at --max-seconds, or a little later for a simulation, which stops at
+    --max-seconds itself between two events (the alarm is then only the backstop of one endless event)."""
+    seconds = getattr(args, "max_seconds", None)
+    if seconds is None:
+        return None
+    # simulate and replay stop at --max-seconds between two events, explore between two states: the alarm is
+    # only the backstop of one endless step there
+    return seconds + max(10.0, seconds / 10) if args.command in ("simulate", "replay", "explore") else seconds
+
+
 def _fail(wants_json: bool, error: dict[str, Any], line: str) -> int:
     """Bad input: one line on stderr; with --json also {"error": {field, expected, received, message}} on stdout."""
-    print(f"kvsim: error: {line}", file=sys.stderr)
+    print(f"kvsim: error: {one_line(line)}", file=sys.stderr)
     if wants_json:
         print(json.dumps({"error": error}, sort_keys=True))
     return EXIT_USAGE
@@ -255,12 +360,19 @@ def cmd_check(args: argparse.Namespace) -> int:
         else reg.properties_of(model.name)
     progress = Progress(len(props), "check")
     results = []
-    for prop in props:
+    not_run: list[str] = []
+    for i, prop in enumerate(props):
         progress.step(prop.name)
-        results.append(_check_one(prop, run, args, backend))
+        try:
+            results.append(_check_one(prop, run, args, backend))
+        except BudgetExceeded:  # stop here; what ran so far is reported, the rest is named as not run
+            not_run = [p.name for p in props[i:]]
+            break
+    _disarm()
     progress.close()
     doc = {"model": model.name, "variant": run.variant.name, "seed": args.seed, "max_examples": args.max_examples,
-           "params": run.given, "backend": backend, "results": [r.to_json() for r in results]}
+           "params": run.given, "backend": backend, "results": [r.to_json() for r in results],
+           "complete": not not_run, "stopped_by": "max-seconds" if not_run else None, "not_run": not_run}
     failed = [r for r in results if r.status not in ("passed", "skipped")]
     if args.save and failed:
         counterexample.write(args.save, counterexample.check_document(run, failed[0], args.seed, args.max_examples,
@@ -279,11 +391,14 @@ def cmd_check(args: argparse.Namespace) -> int:
             tail += f"\n  replay: {r.replay}"
         if args.save and failed:
             tail += f"\ncounterexample saved to {args.save} (kvsim replay {args.save})"
+        if not_run:
+            tail += (f"\nINCOMPLETE: --max-seconds {args.max_seconds:g} ran out; not run: {', '.join(not_run)}"
+                     + ("" if failed else "; nothing was found, and nothing is proved (exit 3)"))
         return f"{model.name} [{run.variant.name}]\n" + _table(["property", "status", "examples", "seconds",
                                                                  "counterexample"], rows) + tail
 
     _emit(args, doc, text)
-    return 0 if not failed else 1
+    return 1 if failed else EXIT_INCOMPLETE if not_run else 0
 
 
 def _check_one(prop: Any, run: RunSpec, args: argparse.Namespace, backend: str | None) -> Any:
@@ -312,11 +427,19 @@ def cmd_repro(args: argparse.Namespace) -> int:
     bugs = list(reg.bugs.values()) if args.all else [reg.bug(args.bug_id)]
     progress = Progress(len(bugs), "repro")
     results = []
-    for bug in bugs:
+    not_run: list[str] = []
+    for i, bug in enumerate(bugs):
         progress.step(bug.id)
-        results.append(reproduce(bug, seed=args.seed))
+        try:
+            results.append(reproduce(bug, seed=args.seed))
+        except BudgetExceeded:  # stop here; what ran so far is reported, the rest is named as not run
+            not_run = [b.id for b in bugs[i:]]
+            break
+    _disarm()
     progress.close()
-    doc = {"seed": args.seed, "bugs": [r.to_json() for r in results]}
+    broken = not all(r.ok for r in results)
+    doc = {"seed": args.seed, "bugs": [r.to_json() for r in results], "complete": not not_run,
+           "stopped_by": "max-seconds" if not_run else None, "not_run": not_run}
 
     def text() -> str:
         rows = [[r.bug.id, _short(r.bug.source, 40), r.bug.status, r.bug.check,
@@ -325,12 +448,16 @@ def cmd_repro(args: argparse.Namespace) -> int:
                  "holds" if r.ok else "BROKEN", _short(r.counterexample, 50) if r.counterexample else ""]
                 for r in results]
         ok = sum(r.ok for r in results)
+        tail = ""
+        if not_run:
+            tail = (f"\nINCOMPLETE: --max-seconds {args.max_seconds:g} ran out; not run: {', '.join(not_run)}"
+                    + ("" if broken else "; nothing was found, and nothing is proved (exit 3)"))
         return _table(["bug", "upstream source", "status", "property / invariant", "searched", "seconds", "reproduced",
                        "fixed passes", "verdict", "counterexample"], rows) + \
-            f"\n\n{ok} of {len(results)} bug reports hold"
+            f"\n\n{ok} of {len(results) + len(not_run)} bug reports hold" + tail
 
     _emit(args, doc, text)
-    return 0 if all(r.ok for r in results) else 1
+    return 1 if broken else EXIT_INCOMPLETE if not_run else 0
 
 
 def cmd_explore(args: argparse.Namespace) -> int:
@@ -344,8 +471,9 @@ def cmd_explore(args: argparse.Namespace) -> int:
     system = run.system()
     progress = Progress(None, "explore")
     result = explore(system, max_depth=args.max_depth, max_states=args.max_states,
-                     check_liveness=not args.no_liveness,
+                     check_liveness=not args.no_liveness, max_seconds=args.max_seconds,
                      progress=lambda states, depth: progress.note(f"{states} states, depth {depth}"))
+    _disarm()
     progress.close()
     if args.graph:
         import networkx as nx
@@ -383,7 +511,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
     spec = catalog.models().model(args.model)
     run = RunSpec.resolve(spec, args.variant, _params(args, spec), spec.sim_params)
-    result = simulate_model(spec, run.variant, args.seed, dict(run.params), args.faults or None)
+    budget = {"max_events": args.max_events, "max_seconds": args.max_seconds}
+    result = simulate_model(spec, run.variant, args.seed, dict(run.params), args.faults or None, **budget)
     if args.trace:
         try:
             result.recorder.write(args.trace)
@@ -392,7 +521,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     doc = result.to_json()
     deterministic = True
     if args.self_check:
-        again = simulate_model(spec, run.variant, args.seed, dict(run.params), args.faults or None)
+        again = simulate_model(spec, run.variant, args.seed, dict(run.params), args.faults or None,
+                               max_events=result.events if result.stopped_by else args.max_events)
         deterministic = again.digest == result.digest
         doc["self_check"] = {"digest": again.digest, "matches": deterministic}
 
@@ -405,33 +535,41 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         lines += [f"  {k}: {_short(v)}" for k, v in result.summary.items()]
         if args.trace:
             lines.append(f"trace written to {args.trace}")
+        if result.stopped_by:
+            bound = {"max-events": f"--max-events {args.max_events}",
+                     "max-seconds": f"--max-seconds {args.max_seconds:g}"}[result.stopped_by]
+            lines.append(f"INCOMPLETE: the {bound} budget stopped the run after {result.events} events with work "
+                         "left; the summary covers what ran" + ("" if failed else
+                                                                 "; nothing was found, and nothing is proved (exit 3)"))
         return "\n".join(lines)
 
+    failed = bool(result.summary.get("violations")) or not deterministic
     _emit(args, doc, text)
-    return 1 if result.summary.get("violations") or not deterministic else 0
+    return 1 if failed else EXIT_INCOMPLETE if result.stopped_by else 0
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
     doc = counterexample.sniff(args.trace)
     if doc is not None:
         return _replay_counterexample(args, doc)
-    from .simulate import replay_trace
+    from .simulate import replay_file
 
-    trace = read_trace(args.trace)
-    reg = catalog.models()
-    if trace.header["model"] not in reg.models:
-        raise TraceError(trace.path, 1, f"unknown model {trace.header['model']!r} "
-                                        f"(known: {', '.join(reg.models)})")
-    result = replay_trace(trace, reg.models[trace.header["model"]])
+    result = replay_file(args.trace, catalog.models().models, max_events=args.max_events,
+                         max_seconds=args.max_seconds)
+    for warning in result.warnings:
+        print(f"kvsim: warning: {one_line(warning)}", file=sys.stderr)
 
     def text() -> str:
+        if result.matches and not result.complete:
+            return (f"{args.trace}: {result.steps} steps replayed and matched, then INCOMPLETE: the "
+                    f"{result.stopped_by} budget stopped the re-run before the trace's end (exit 3)")
         if result.matches:
             return f"{args.trace}: {result.steps} steps replayed, digest {result.digest} matches"
         return (f"{args.trace}:{result.line}: diverged\n  trace has: {_short(result.got, 200)}\n"
                 f"  re-run gives: {_short(result.expected, 200)}")
 
     _emit(args, result.to_json(), text)
-    return 0 if result.matches else 1
+    return 1 if not result.matches else EXIT_INCOMPLETE if not result.complete else 0
 
 
 def cmd_oracle(args: argparse.Namespace) -> int:
@@ -440,6 +578,7 @@ def cmd_oracle(args: argparse.Namespace) -> int:
     progress = Progress(None, "oracle")
     doc = oracle.oracle_report(catalog.load(), max_examples=args.max_examples, seed=args.seed,
                                progress=progress.note)
+    _disarm()
     progress.close()
 
     def text() -> str:
@@ -470,5 +609,5 @@ def _replay_counterexample(args: argparse.Namespace, doc: dict[str, Any]) -> int
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "list": cmd_list, "check": cmd_check, "repro": cmd_repro, "explore": cmd_explore,
-    "simulate": cmd_simulate, "replay": cmd_replay, "oracle": cmd_oracle,
+    "simulate": cmd_simulate, "replay": cmd_replay, "oracle": cmd_oracle, "conform": cmd_conform,
 }

@@ -109,8 +109,15 @@ class _Store:
 
 
 def explore(system: TransitionSystem[Any, Any], *, max_depth: int | None = None, max_states: int = 1_000_000,
-            check_liveness: bool = True, progress: Callable[[int, int], None] | None = None) -> ExploreResult:
+            check_liveness: bool = True, progress: Callable[[int, int], None] | None = None,
+            max_seconds: float | None = None) -> ExploreResult:
+    """BFS with invariants on every state and, unless `check_liveness` is off, the hang search.
+
+    Bounds (`max_depth`, `max_states`, `max_seconds`) stop the search cleanly: `bound_hit` names the one
+    that did, and states left unexpanded count as "might still finish" (no false hang).
+    """
     start = time.perf_counter()
+    deadline = None if max_seconds is None else start + max_seconds
     store = _Store()
     queue: deque[int] = deque()
     violations: dict[str, Violation] = {}
@@ -162,8 +169,12 @@ def explore(system: TransitionSystem[Any, Any], *, max_depth: int | None = None,
         else:
             succ_of[sid] = succ
             transitions += len(succ)
-            if progress is not None and sid % 4096 == 0:
-                progress(len(store.states), depth)
+            if sid % 4096 == 0:
+                if progress is not None:
+                    progress(len(store.states), depth)
+                if deadline is not None and time.perf_counter() > deadline:
+                    bound_hit = "seconds"
+                    break  # the work budget: what was found so far is kept, the rest is unexplored
             continue
         break  # state bound hit
 

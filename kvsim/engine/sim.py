@@ -15,6 +15,7 @@ from __future__ import annotations
 import heapq
 import math
 import random
+import time as _clock
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -22,6 +23,12 @@ from .errors import ConfigError
 from .system import transition
 
 FAULT_KINDS = ("drop", "delay", "duplicate", "reorder", "garble", "crash", "timeout")
+
+# Work budgets of one simulation (`kvsim simulate --max-events/--max-seconds`): a run that reaches one
+# stops cleanly between two events, says which bound stopped it (`Simulator.stopped_by`) and is incomplete.
+DEFAULT_MAX_EVENTS = 10_000_000
+DEFAULT_MAX_SECONDS = 600.0
+_CLOCK_EVERY = 4096  # events between two reads of the wall clock
 
 
 # A scheduled event is the list [time, seq, fn, args]: heapq then orders events in C (time, then the
@@ -32,11 +39,16 @@ _TIME, _SEQ, _FN, _ARGS = range(4)
 
 
 class Simulator:
-    def __init__(self, seed: int) -> None:
+    """`max_events` and `max_seconds` (wall clock, from construction) bound every `run`; None: no bound."""
+
+    def __init__(self, seed: int, *, max_events: int | None = None, max_seconds: float | None = None) -> None:
         self.seed = seed
         self.rng = random.Random(seed)
         self.now = 0.0
         self.events_run = 0
+        self.max_events = max_events
+        self.deadline = None if max_seconds is None else _clock.perf_counter() + max_seconds
+        self.stopped_by: str | None = None  # "max-events" or "max-seconds" when a budget ended the run
         self._heap: list[_Event] = []
         self._seq = 0
         self._stopped = False
@@ -68,19 +80,38 @@ class Simulator:
         return sum(1 for e in self._heap if e[_FN] is not None)
 
     def run(self, until: float | None = None, max_events: int | None = None) -> None:
+        """Run events in order until none is left, `stop()`, `until` (virtual time) or a budget.
+
+        The budget (`self.max_events`, read at every event so a replay may lower it while it runs, and
+        the wall-clock deadline, read every few thousand events) sets `stopped_by` when it ends the run
+        with events still pending; `max_events` here is a plain bound of this call.
+        """
         heap, pop = self._heap, heapq.heappop
+        next_clock = self.events_run + _CLOCK_EVERY
         while heap and not self._stopped:
             if until is not None and heap[0][_TIME] > until:
                 self.now = until
                 return
             if max_events is not None and self.events_run >= max_events:
                 return
+            if self.max_events is not None and self.events_run >= self.max_events:
+                self._budget_spent("max-events")
+                return
+            if self.events_run >= next_clock:
+                next_clock += _CLOCK_EVERY
+                if self.deadline is not None and _clock.perf_counter() >= self.deadline:
+                    self._budget_spent("max-seconds")
+                    return
             time, _, fn, args = pop(heap)
             if fn is None:  # cancelled
                 continue
             self.now = time
             self.events_run += 1
             fn(*args)
+
+    def _budget_spent(self, bound: str) -> None:
+        if any(e[_FN] is not None for e in self._heap):  # work was left: the run is incomplete
+            self.stopped_by = bound
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,14 @@
 
 The digest is a SHA-256 over the canonical JSON of the header (less the
 kvsim version) and of every step line, so it is the same in any process and
-under any PYTHONHASHSEED, and it changes when any recorded step changes.
+under any PYTHONHASHSEED, and it changes when any recorded step changes. A run
+that a work budget stopped says so on its end line (`"incomplete": "max-events"`
+and the `"events"` it ran), which the digest does not cover.
+
+A trace file is untrusted input: `TraceReader` streams it a line at a time
+(each line at most `MAX_LINE` bytes, nesting refused as an error, not a
+`RecursionError`) and checks the header against its schema before anything
+runs.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO, Callable, Iterator
 
 from .canon import canonical_json, dumps, to_jsonable
 from .errors import TraceError
@@ -23,24 +30,40 @@ from .errors import TraceError
 FORMAT = 1
 HEADER_KEYS = ("model", "variant", "seed", "params", "faults")
 STEP_KEYS = ("i", "t", "event", "data")
+MAX_LINE = 1 << 20  # bytes: the longest line a trace may hold (real step lines are a few hundred bytes)
 
 
 class TraceRecorder:
-    def __init__(self, header: dict[str, Any]) -> None:
+    """Records the steps of one run and their digest.
+
+    `keep=False` keeps no step (a replay compares each step as it comes and needs none of them);
+    `on_step(line)` is called with each step line as it is recorded.
+    """
+
+    def __init__(self, header: dict[str, Any], *, keep: bool = True,
+                 on_step: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.header = {"kvsim_trace": FORMAT, **to_jsonable(header)}
         self.steps: list[dict[str, Any]] = []
+        self.count = 0
+        self.keep = keep
+        self.on_step = on_step
+        self.end_extra: dict[str, Any] = {}  # what the end line adds (a budget that stopped the run)
         self._hash = hashlib.sha256(canonical_json(_core(self.header)).encode("ascii"))
 
     def record(self, t: float, event: str, data: Any = None) -> None:
-        line = {"i": len(self.steps), "t": t, "event": event, "data": to_jsonable(data)}
-        self.steps.append(line)
+        line = {"i": self.count, "t": t, "event": event, "data": to_jsonable(data)}
+        self.count += 1
+        if self.keep:
+            self.steps.append(line)
         self._hash.update(b"\n" + dumps(line).encode("ascii"))
+        if self.on_step is not None:
+            self.on_step(line)
 
     def digest(self) -> str:
         return self._hash.hexdigest()
 
     def lines(self) -> list[str]:
-        end = {"end": True, "steps": len(self.steps), "digest": self.digest()}
+        end = {"end": True, "steps": len(self.steps), "digest": self.digest(), **self.end_extra}
         return [canonical_json(self.header)] + [canonical_json(s) for s in self.steps] + [canonical_json(end)]
 
     def write(self, path: str) -> None:
@@ -58,53 +81,185 @@ class Trace:
     header: dict[str, Any]
     steps: list[dict[str, Any]]
     digest: str
+    end: dict[str, Any] | None = None
 
 
-def read_trace(path: str) -> Trace:
-    """Parse and validate a trace file; every problem is a TraceError naming the line."""
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read()
-    except OSError as exc:
-        raise TraceError(path, 0, f"cannot read the file: {exc.strerror}") from None
-    try:
-        text = raw.decode("ascii")
-    except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
-        raise TraceError(path, line, "not ASCII: a kvsim trace is canonical JSON lines") from None
-    lines = text.splitlines()
-    if not lines:
-        raise TraceError(path, 1, "empty file: expected a kvsim trace header")
-    rows = [_parse_line(path, n, line) for n, line in enumerate(lines, start=1)]
-    header = rows[0]
-    if header.get("kvsim_trace") != FORMAT:
+def _type_name(value: Any) -> str:
+    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "a list",
+            dict: "an object", type(None): "null"}.get(type(value), type(value).__name__)
+
+
+# the header's schema: field -> (accepts, what it must be)
+HEADER_SCHEMA: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "kvsim_trace": (lambda v: v == FORMAT and type(v) is int, f"the format number {FORMAT}"),
+    "model": (lambda v: isinstance(v, str) and v != "", "a model name (a string)"),
+    "variant": (lambda v: isinstance(v, str) and v != "", "a variant name (a string)"),
+    "seed": (lambda v: type(v) is int, "an integer (not a boolean)"),
+    "params": (lambda v: isinstance(v, dict), "an object of the model's simulate parameters"),
+    "faults": (lambda v: v is None or isinstance(v, str), "a fault spec (a string) or null"),
+    "version": (lambda v: isinstance(v, str), "the kvsim version that wrote it (a string)"),
+}
+
+
+def check_header(path: str, header: dict[str, Any]) -> dict[str, Any]:
+    """The header's shape (types only; the model checks names and values): a TraceError naming the field."""
+    if "kvsim_trace" not in header:
         raise TraceError(path, 1, f"not a kvsim trace (expected a header with \"kvsim_trace\": {FORMAT})")
+    fmt = header["kvsim_trace"]
+    if type(fmt) is int and fmt != FORMAT:
+        version = header.get("version")
+        by = f" by kvsim {version}" if isinstance(version, str) else ""
+        raise TraceError(path, 1, f"written in trace format {fmt}{by}; this kvsim reads format {FORMAT} "
+                                  "(re-record it with this version)")
     missing = [k for k in HEADER_KEYS if k not in header]
     if missing:
         raise TraceError(path, 1, f"header lacks {', '.join(missing)}")
-    steps = []
-    for n, row in enumerate(rows[1:], start=2):
+    unknown = sorted(k for k in header if k not in HEADER_SCHEMA)
+    if unknown:
+        raise TraceError(path, 1, f"header field {_short(unknown[0])}: not a field of trace format {FORMAT} "
+                                  f"(expected {', '.join(HEADER_SCHEMA)})")
+    for key, (accepts, expected) in HEADER_SCHEMA.items():
+        if key in header and not accepts(header[key]):
+            raise TraceError(path, 1, f"header field {key}: expected {expected}, got {_type_name(header[key])} "
+                                      f"{_short(header[key])}")
+    return header
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError, RecursionError):
+        text = repr(type(value))
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class TraceReader:
+    """A trace file read a line at a time: `header` (checked) on opening, then `steps()`, then `end`.
+
+    Memory is bounded by one line (`MAX_LINE`), whatever the file's size; every problem is a
+    TraceError naming the line.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.line = 0  # the number of the last line read
+        self.end: dict[str, Any] | None = None
+        self.end_line = 0
+        try:
+            self._fh: BinaryIO = open(path, "rb")
+        except OSError as exc:
+            raise TraceError(path, 0, f"cannot read the file: {exc.strerror or exc}") from None
+        try:
+            first = self._next()
+            if first is None:
+                raise TraceError(path, 1, "empty file: expected a kvsim trace header")
+            self.header = check_header(path, self._parse(first))
+        except BaseException:
+            self.close()
+            raise
+        self._count = 0
+        self._pending: tuple[str, dict[str, Any]] | None = None  # a line read ahead by `at_end`
+
+    def close(self) -> None:
+        self._fh.close()
+
+    def __enter__(self) -> "TraceReader":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _next(self) -> str | None:
+        """The next line's text (without its newline), or None at the end of the file."""
+        try:
+            data = self._fh.readline(MAX_LINE + 1)
+        except OSError as exc:
+            raise TraceError(self.path, self.line + 1, f"cannot read the file: {exc.strerror or exc}") from None
+        if not data:
+            return None
+        self.line += 1
+        if len(data) > MAX_LINE and not data.endswith(b"\n"):
+            raise TraceError(self.path, self.line, f"line longer than {MAX_LINE} bytes: not a kvsim trace line")
+        try:
+            return data.decode("ascii").rstrip("\n").rstrip("\r")
+        except UnicodeDecodeError:
+            raise TraceError(self.path, self.line, "not ASCII: a kvsim trace is canonical JSON lines") from None
+
+    def _parse(self, text: str) -> dict[str, Any]:
+        return parse_line(self.path, self.line, text)
+
+    def next_step(self) -> tuple[str, dict[str, Any]] | None:
+        """The next step as (its text, its object), or None once the end line has been read (then `end`)."""
+        if self.end is not None:
+            return None
+        if self._pending is not None:
+            (text, row), self._pending = self._pending, None
+        else:
+            read = self._next()
+            if read is None:
+                raise TraceError(self.path, self.line + 1, "the trace ends without its end line (truncated?)")
+            text, row = read, self._parse(read)
         if row.get("end") is True:
-            if n != len(rows):
-                raise TraceError(path, n + 1, "lines after the end line")
-            if row.get("steps") != len(steps) or not isinstance(row.get("digest"), str):
-                raise TraceError(path, n, f"end line says {row.get('steps')!r} steps, the file has {len(steps)}")
-            return Trace(path, header, steps, row["digest"])
+            self._finish(row)
+            return None
         if sorted(row) != sorted(STEP_KEYS):
-            raise TraceError(path, n, f"expected a step with keys {', '.join(STEP_KEYS)}, got {', '.join(sorted(row))}")
-        if row["i"] != len(steps):
-            raise TraceError(path, n, f"step number: expected {len(steps)}, got {row['i']!r}")
-        steps.append(row)
-    raise TraceError(path, len(rows) + 1, "the trace ends without its end line (truncated?)")
+            raise TraceError(self.path, self.line, f"expected a step with keys {', '.join(STEP_KEYS)}, "
+                                                   f"got {_short(', '.join(sorted(row)))}")
+        if type(row["i"]) is not int or row["i"] != self._count:
+            raise TraceError(self.path, self.line, f"step number: expected {self._count}, got {_short(row['i'])}")
+        self._count += 1
+        return text, row
+
+    def _finish(self, row: dict[str, Any]) -> None:
+        self.end_line = self.line
+        steps, digest = row.get("steps"), row.get("digest")
+        if type(steps) is not int or steps != self._count or not isinstance(digest, str):
+            raise TraceError(self.path, self.line, f"end line says {_short(steps)} steps, the file has {self._count}")
+        incomplete, events = row.get("incomplete"), row.get("events")
+        if incomplete is not None and (not isinstance(incomplete, str) or type(events) is not int or events < 0):
+            raise TraceError(self.path, self.line, "end line: \"incomplete\" names a bound and comes with "
+                                                   "\"events\", the number of events run")
+        if self._next() is not None:
+            raise TraceError(self.path, self.line, "lines after the end line")
+        self.end = row
+
+    def at_end(self) -> bool:
+        """Whether the next line is the end line (read ahead: then `end` is set)."""
+        if self.end is None and self._pending is None:
+            text = self._next()
+            if text is None:
+                raise TraceError(self.path, self.line + 1, "the trace ends without its end line (truncated?)")
+            row = self._parse(text)
+            if row.get("end") is True:
+                self._finish(row)
+            else:
+                self._pending = (text, row)
+        return self.end is not None
+
+    def steps(self) -> Iterator[dict[str, Any]]:
+        while (step := self.next_step()) is not None:
+            yield step[1]
 
 
-def _parse_line(path: str, number: int, line: str) -> dict[str, Any]:
+def read_trace(path: str) -> Trace:
+    """Parse and validate a whole trace file (tests and small files; `kvsim replay` streams it instead)."""
+    with TraceReader(path) as reader:
+        steps = list(reader.steps())
+        assert reader.end is not None
+        return Trace(path, reader.header, steps, reader.end["digest"], reader.end)
+
+
+def parse_line(path: str, number: int, line: str) -> dict[str, Any]:
     try:
         row = json.loads(line)
     except json.JSONDecodeError as exc:
         raise TraceError(path, number, f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+    except RecursionError:
+        raise TraceError(path, number, "nested too deeply: not a kvsim trace line") from None
+    except ValueError as exc:  # e.g. an integer longer than Python converts
+        raise TraceError(path, number, f"not usable JSON ({_short(str(exc))})") from None
     if not isinstance(row, dict):
-        raise TraceError(path, number, f"expected a JSON object, got {type(row).__name__}")
+        raise TraceError(path, number, f"expected a JSON object, got {_type_name(row)}")
     return row
 
 
@@ -117,12 +272,58 @@ class ReplayResult:
     line: int | None = None
     expected: Any = None
     got: Any = None
+    complete: bool = True  # False: a work budget stopped the re-run before the trace's end (nothing proved)
+    stopped_by: str | None = None
+    warnings: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        out = {"trace": self.path, "steps": self.steps, "digest": self.digest, "matches": self.matches}
+        out = {"trace": self.path, "steps": self.steps, "digest": self.digest, "matches": self.matches,
+               "complete": self.complete, "stopped_by": self.stopped_by, "warnings": list(self.warnings)}
         if not self.matches:
             out.update({"line": self.line, "expected": self.expected, "got": self.got})
         return out
+
+
+class Diverged(BaseException):
+    """Ends a re-run at its first difference from the stored trace (a BaseException: no model code catches it)."""
+
+    def __init__(self, line: int, expected: Any, got: Any) -> None:
+        super().__init__(line)
+        self.line, self.expected, self.got = line, expected, got
+
+
+class StreamComparer:
+    """A recorder's `on_step` that compares each fresh step with the next line of a `TraceReader`.
+
+    The stored line is compared as text first (a trace holds canonical JSON), then as data; the first
+    difference raises `Diverged`, so a wrong line 3 of a huge file is reported as soon as the re-run
+    records its step 1, and memory holds one line. `on_end(end_line)` is called as soon as the line
+    after a step is the end line (a replay then bounds the re-run by the events the trace says it ran).
+    """
+
+    def __init__(self, reader: TraceReader, on_end: Callable[[dict[str, Any]], None] | None = None) -> None:
+        self.reader = reader
+        self.on_end = on_end or (lambda end: None)
+        self.matched = 0
+        self.extra_step: dict[str, Any] | None = None  # a fresh step past the end of the trace
+
+    def __call__(self, fresh: dict[str, Any]) -> None:
+        step = self.reader.next_step()
+        if step is None:
+            self.extra_step = fresh
+            raise Diverged(self.reader.end_line, fresh, f"the trace ends after {self.matched} steps")
+        text, stored = step
+        line = self.reader.line
+        if text != dumps(fresh):
+            try:
+                same = dumps(stored) == dumps(fresh)
+            except (RecursionError, ValueError):
+                raise TraceError(self.reader.path, line, "nested too deeply: not a kvsim trace line") from None
+            if not same:
+                raise Diverged(line, fresh, stored)
+        self.matched += 1
+        if self.reader.at_end():
+            self.on_end(self.reader.end or {})
 
 
 def compare(trace: Trace, rerun: TraceRecorder) -> ReplayResult:

@@ -13,8 +13,9 @@ row, so the old plan cleared the row from the layer's offset onwards: other
 layers of the same block, padding, the first bytes of the next block, and
 past the allocation for the last block.
 
-Variants: `fixed` (today's upstream, including the later merge of overlaid
-segments and the page-within-stride check) and `pre_d6af803`, as records of
+Variants: `fixed` (today's upstream, vLLM 0.33.0, including the later merge of
+overlaid segments), `first_view_overlaid` (vLLM 0.28.0: d6af803 without that merge:
+overlaid groups keep the first view's page) and `pre_d6af803`, as records of
 `ZeroingVariant`: one flag per change, read where that change touched the
 planner (the group ratio, `plan_segments`) or the launcher (`launch_config`).
 """
@@ -39,7 +40,7 @@ class ZeroingVariant(Variant):
     # d6af803: assert block_size % kernel_block_size == 0 and shape[block_dim] % ratio == 0 (before: floor ratio)
     whole_kernel_blocks: bool
     # d6af803: a segment carries the logical block stride apart from its page (one kernel block's data span),
-    # one segment per virtual kernel block, with the alignment and page-within-stride assertions (before: one
+    # one segment per virtual kernel block, with the alignment assertion (before: one
     # page of stride * ratio words, used as the stride too)
     separate_stride: bool
     # later upstream: merge segments at one address, keeping the widest page (before: skip a buffer whose
@@ -55,6 +56,9 @@ VARIANTS = VariantTable(
                    masked_launch=True),
     ZeroingVariant("pre_d6af803", whole_kernel_blocks=False, separate_stride=False, merge_overlaid=False,
                    masked_launch=False),
+    # vLLM 0.28.0 (d6af803, before the merge of overlaid segments; 0.33.0 has the merge)
+    ZeroingVariant("first_view_overlaid", whole_kernel_blocks=True, separate_stride=True, merge_overlaid=False,
+                   masked_launch=True),
 )
 FIXED = VARIANTS.fixed
 MAX_BLOCK_SIZE = 1024  # the kernel's chunk width cap (BLOCK_SIZE), in int32 words
@@ -151,8 +155,9 @@ def plan_segments(geometry: KVCacheGeometry, variant: ZeroingVariant = FIXED, *,
             continue
         page_bytes = _page_span_bytes(geometry, index)
         require(page_bytes % 4 == 0, f"{name} page span", "a multiple of 4 bytes", page_bytes)
-        require(page_bytes <= stride_bytes, f"{name} page span",
-                f"at most the physical block stride of {stride_bytes} bytes", page_bytes)
+        # No page-within-stride assertion: no release has one. With a single kernel block K/V's stride equals
+        # the block stride, upstream's outer-dimension test sees K/V as inner, and the page spans K and V
+        # (found by `kvsim conform vllm`; the model used to refuse such dense layouts).
         for off in outer_offsets(view):
             require((data_ptr + off) % 4 == 0, f"{name} segment address",
                     "a multiple of 4 bytes", f"allocation {view.allocation} + {view.offset + off}")

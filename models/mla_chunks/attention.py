@@ -90,18 +90,23 @@ def merge_attn_states(prefix_output: np.ndarray, prefix_lse: np.ndarray, suffix_
     """Merge two partial states: `M = max(lp, ls)`, `out = (op e^{lp-M} + os e^{ls-M}) / (e^{lp-M} + e^{ls-M})`.
 
     Like the kernels, the output is `op * wp + os * ws`: a NaN output with weight 0 still
-    poisons the result (which is why empty spans must be masked, not only their LSE).
+    poisons the result (which is why empty spans must be masked, not only their LSE). `M` is
+    `fmax`, as in the kernels: a NaN LSE beside an empty state (-inf, or FA2's +inf) is dropped
+    and the pair is empty; beside a finite LSE it gives NaN.
     """
     if prefix_output.shape != suffix_output.shape or prefix_lse.shape != suffix_lse.shape:
         raise ConfigError("merge_attn_states shapes", "equal prefix and suffix shapes",
                           (prefix_output.shape, suffix_output.shape, prefix_lse.shape, suffix_lse.shape))
     lp = np.where(np.isposinf(prefix_lse), -np.inf, prefix_lse)  # FA2 reports +inf for an empty row
     ls = np.where(np.isposinf(suffix_lse), -np.inf, suffix_lse)
-    peak = np.maximum(lp, ls)
+    # fmax, as the kernels' max: a NaN LSE beside an empty side is dropped, the pair merges to (0, -inf)
+    # (vLLM's Triton merge_attn_states does this; found by `kvsim conform vllm`)
+    peak = np.fmax(lp, ls)
     safe = np.where(np.isneginf(peak), 0.0, peak)  # -inf - -inf would be NaN
-    wp, ws = np.exp(lp - safe), np.exp(ls - safe)
+    with np.errstate(invalid="ignore"):
+        wp, ws = np.exp(lp - safe), np.exp(ls - safe)
     total = wp + ws
-    empty = total == 0
+    empty = np.isneginf(peak)  # without NaNs the same as total == 0
     denom = np.where(empty, 1.0, total)
     scale_p = (wp / denom).T[..., None]  # [H, T] -> [T, H, 1]
     scale_s = (ws / denom).T[..., None]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import accumulate
-from typing import Sequence
+from typing import Callable, Sequence
 
 from kvsim.engine.errors import ConfigError, check_int
 
@@ -100,6 +100,21 @@ def _dcp_fields(dcp: DcpConfig, ctx: Sequence[int], local_starts: Sequence[int],
                 local_context_lens_allranks=tuple(get_dcp_local_seq_lens(c, dcp) for c in ctx))
 
 
+def chunk_plan_arguments(workspace_size: int, block_size: int, dcp: DcpConfig | None,
+                         align_chunk_to_block: bool) -> tuple[int, int, int, Callable[[int], int] | None]:
+    """(split alignment, row budget, max_context_chunk, padded_rows) the builder hands `plan_mla_context_chunks`.
+
+    Without block alignment the splits still align to the DCP interleave under DCP (lcm(1, world*interleave)).
+    """
+    split_block = block_size if align_chunk_to_block else 1
+    if dcp is not None:
+        alignment, budget, pad = mla_chunk_alignment(split_block, dcp), workspace_size // dcp.world_size, \
+            dcp.padded_rows
+    else:
+        alignment, budget, pad = split_block, workspace_size, None
+    return alignment, budget, round_down(workspace_size, alignment), pad
+
+
 def build_mla_chunked_context_metadata(context_lens: Sequence[int], query_start_loc: Sequence[int],
                                        workspace_size: int, block_size: int, *, dcp: DcpConfig | None = None,
                                        align_chunk_to_block: bool = True) -> ChunkedContextMetadata | None:
@@ -118,11 +133,8 @@ def build_mla_chunked_context_metadata(context_lens: Sequence[int], query_start_
         raise ConfigError("workspace_size", f"a multiple of dcp_world_size {dcp.world_size}", workspace_size)
     if not ctx or max(ctx) <= 0:
         return None
-    if dcp is not None:
-        alignment, budget, pad = mla_chunk_alignment(block_size, dcp), workspace_size // dcp.world_size, dcp.padded_rows
-    else:
-        alignment, budget, pad = (block_size if align_chunk_to_block else 1), workspace_size, None
-    max_context_chunk = round_down(workspace_size, alignment)
+    alignment, budget, max_context_chunk, pad = chunk_plan_arguments(workspace_size, block_size, dcp,
+                                                                      align_chunk_to_block)
     if max_context_chunk <= 0:
         raise ConfigError("workspace_size", f">= split alignment {alignment}", workspace_size)
 

@@ -8,7 +8,9 @@ and, for the pre-fix variants, the uniform "batch-column" plan it replaced. Rese
 
 Variants (one behaviour flag per line the upstream changes touched, the record `MlaVariant`):
 
-* `fixed`: per-request plan, aligned workspace, no empty spans, no cut-off.
+* `fixed`: per-request plan, aligned workspace, no empty spans, no cut-off; the workspace lower
+  bound without b38e111d's `max_num_seqs * alignment` term, which vllm#51733 dropped (every
+  release with the per-request plan, 0.28.0 on, ships it without: today's upstream).
 * `pre_b38e111d`: uniform plan with `mask_empty_context` (#49294) and the
   `prefill_tokens_with_context` cut-off at the final merge.
 * `uniform_unmasked`: the uniform plan before #49294: no masking of empty spans. The notes
@@ -37,15 +39,18 @@ class MlaVariant(Variant):
     aligned_workspace: bool  # b38e111d: align_mla_chunked_context_workspace_size lower bound
     mask_empty_context: bool  # #49294: neutralise empty spans of the uniform plan
     tokens_with_context_cutoff: bool  # pre-b38e111d: merge context only below prefill_tokens_with_context
+    # b38e111d..vllm#51733: the aligned bound also covers max_num_seqs * alignment (#51733 dropped it; read
+    # only on the aligned_workspace path, the pre-b38e111d bound max(W, max_num_seqs * block) is its own line)
+    workspace_seq_term: bool
 
 
 VARIANTS = VariantTable(
     MlaVariant("fixed", per_request_plan=True, aligned_workspace=True, mask_empty_context=False,
-               tokens_with_context_cutoff=False),
+               tokens_with_context_cutoff=False, workspace_seq_term=False),
     MlaVariant("pre_b38e111d", per_request_plan=False, aligned_workspace=False, mask_empty_context=True,
-               tokens_with_context_cutoff=True),
+               tokens_with_context_cutoff=True, workspace_seq_term=True),
     MlaVariant("uniform_unmasked", per_request_plan=False, aligned_workspace=False, mask_empty_context=False,
-               tokens_with_context_cutoff=False),
+               tokens_with_context_cutoff=False, workspace_seq_term=True),
 )
 FIXED = VARIANTS.fixed
 
@@ -87,16 +92,20 @@ def mla_chunk_alignment(block_size: int, dcp: DcpConfig | None = None) -> int:
 
 
 def align_mla_chunked_context_workspace_size(workspace_size: int, max_num_seqs: int, block_size: int,
-                                             dcp: DcpConfig | None = None) -> int:
-    """`round_up(max(W, max_num_seqs * alignment), alignment)` (b38e111d).
+                                             dcp: DcpConfig | None = None, variant: MlaVariant = FIXED) -> int:
+    """`round_up(max(W, alignment), alignment)` (vllm#51733, releases >= 0.28.0).
 
-    The per-request planner needs `round_down(W, alignment) > 0`, and under DCP the builder
-    asserts `W % world == 0`; both follow from this.
+    The per-request planner needs only `round_down(W, alignment) > 0`, and under DCP the builder
+    asserts `W % world == 0`; both follow from this. b38e111d's bound was
+    `round_up(max(W, max_num_seqs * alignment), alignment)` (`variant.workspace_seq_term`): the extra
+    term only enlarges the workspace, past the 64 Ki cap of `determine_chunked_prefill_workspace_size`
+    once `max_num_seqs * alignment` exceeds it; no released engine has it.
     """
     check_int(workspace_size, "workspace_size", minimum=1)
     check_int(max_num_seqs, "max_num_seqs", minimum=1)
     alignment = mla_chunk_alignment(block_size, dcp)
-    return round_up(max(workspace_size, max_num_seqs * alignment), alignment)
+    floor = max_num_seqs * alignment if variant.workspace_seq_term else alignment
+    return round_up(max(workspace_size, floor), alignment)
 
 
 def chunked_context_workspace_size(workspace_size: int, max_num_seqs: int, block_size: int,
@@ -106,7 +115,7 @@ def chunked_context_workspace_size(workspace_size: int, max_num_seqs: int, block
     check_int(max_num_seqs, "max_num_seqs", minimum=1)
     check_int(block_size, "block_size", minimum=1)
     if variant.aligned_workspace:
-        return align_mla_chunked_context_workspace_size(workspace_size, max_num_seqs, block_size, dcp)
+        return align_mla_chunked_context_workspace_size(workspace_size, max_num_seqs, block_size, dcp, variant)
     return max(workspace_size, max_num_seqs * block_size)  # the pre-b38e111d lower bound
 
 

@@ -1,1 +1,1 @@
-"""models.pd_common"""
+"""The PD vocabulary both PD models share (not a model): `KVPoll`, the `update_status` rules, the timers."""

@@ -8,7 +8,12 @@ allocator runs out ("KV cache is full! Bug in memory estimation.").
 A hybrid model keeps two paged pools: the full-attention pool holds all
 `fill_len` tokens, the sliding-window (SWA) pool only the tail that starts on
 the page boundary at or before `fill_len - window`. Physically each pool is
-charged whole pages. Before af7c62e the admission loop charged raw tokens,
+charged whole pages. At page size 1 there is no tail pre-allocation
+(`_uses_swa_tail_prealloc` needs page_size > 1): `_pre_alloc` calls the
+allocator's `alloc(n)`, which takes `n` slots from *both* pools, so the SWA pool
+is charged the full length, and admission charges it the same; the decode
+loop's SWA eviction trims the request back to its window afterwards
+(`held_pages`). Before af7c62e the admission loop charged raw tokens,
 under-charging each request by `(-fill_len) mod page_size` tokens, so over
 several admissions it let in more pages than exist.
 
@@ -50,15 +55,30 @@ def swa_tail_len(fill_len: int, page_size: int, sliding_window: int) -> int:
     return fill_len - (max(0, fill_len - sliding_window) // page_size) * page_size
 
 
+def swa_prealloc_len(fill_len: int, page_size: int, sliding_window: int) -> int:
+    """SWA tokens `_pre_alloc` takes and admission charges: the window tail, or all of them at page size 1."""
+    if page_size == 1:  # upstream: no tail path (`_uses_swa_tail_prealloc` requires page_size > 1)
+        return fill_len
+    return swa_tail_len(fill_len, page_size, sliding_window)
+
+
 def physical_pages(fill_len: int, page_size: int, sliding_window: int) -> tuple[int, int]:
     """(full pages, SWA pages) that `_pre_alloc` takes for a request of `fill_len` tokens."""
+    return pages_for(fill_len, page_size), pages_for(swa_prealloc_len(fill_len, page_size, sliding_window), page_size)
+
+
+def held_pages(fill_len: int, page_size: int, sliding_window: int) -> tuple[int, int]:
+    """(full pages, SWA pages) a decoding request holds once SWA eviction has trimmed it to its window tail.
+
+    Equal to `physical_pages` for page_size > 1; at page size 1 the SWA side is the window, not the length.
+    """
     return pages_for(fill_len, page_size), pages_for(swa_tail_len(fill_len, page_size, sliding_window), page_size)
 
 
 def prealloc_required_tokens(fill_len: int, page_size: int, sliding_window: int, reserved_decode_tokens: int = 0,
                              reserved_swa_tokens: int = 0, variant: SwaVariant = FIXED) -> tuple[int, int]:
     """(full, SWA) admission requirement of one request, in tokens."""
-    tail = swa_tail_len(fill_len, page_size, sliding_window)
+    tail = swa_prealloc_len(fill_len, page_size, sliding_window)
     if variant.page_rounded_requirement and page_size > 1:
         # af7c62e: charge the pages the allocator really takes; reserves stay unrounded
         full, swa = ceil_align(fill_len, page_size), ceil_align(tail, page_size)

@@ -5,7 +5,10 @@ are prefilled, decode one token per step, are retracted under memory pressure
 (their KV goes to the CPU and they join the FIFO retracted queue), come back
 through `resume_retracted_reqs` (the behaviour under test, variant-dependent),
 and finish. Page accounting is physical: each running request holds
-`ceil(F / P)` full pages and `ceil(tail(F) / P)` SWA pages.
+`ceil(F / P)` full pages and `ceil(tail(F) / P)` SWA pages. At page size 1 an
+arriving or resumed request is pre-allocated its whole length in the SWA pool
+too (upstream has no tail path there); its next decode step evicts the SWA
+tokens outside the window (upstream's `maybe_evict_swa`, simplified to every step).
 
 A failed `_pre_alloc` (the upstream assertion) and a resume result that breaks
 its own contract are recorded in the state as `fault`, so the invariants see
@@ -22,7 +25,7 @@ from kvsim.engine.actions import tagged, type_table
 from kvsim.engine.params import param
 from kvsim.engine.system import Invariant
 
-from .resume import FIXED, RetractedReq, SwaVariant, physical_pages, resume_retracted_reqs
+from .resume import FIXED, RetractedReq, SwaVariant, held_pages, physical_pages, resume_retracted_reqs
 
 ARRIVE, DECODE, RETRACT, RESUME = "arrive", "decode", "retract", "resume"
 Arrive = tagged(ARRIVE)
@@ -70,9 +73,13 @@ class SchedulerConfig:
                                   f"{self.swa_pages} SWA pages of {self.page_size})", prompt + output)
 
     def peak_pages(self, max_fill: int) -> tuple[int, int]:
-        full = physical_pages(max_fill, self.page_size, self.sliding_window)[0]
-        swa = max(physical_pages(f, self.page_size, self.sliding_window)[1] for f in range(1, max_fill + 1))
-        return full, swa
+        """Most pages one request ever holds: decoding up to `max_fill`, pre-allocated (arrival or resume)
+        at a fill below it (the step that reaches `max_fill` finishes the request)."""
+        full = held_pages(max_fill, self.page_size, self.sliding_window)[0]
+        swa = max(held_pages(f, self.page_size, self.sliding_window)[1] for f in range(1, max_fill + 1))
+        prealloc = max((physical_pages(f, self.page_size, self.sliding_window)[1] for f in range(1, max_fill)),
+                       default=0)
+        return full, max(swa, prealloc)
 
 
 class Running(NamedTuple):
@@ -155,7 +162,12 @@ class SwaScheduler:
 
     # -- transitions ----------------------------------------------------------------------
     def _pages(self, fill: int) -> tuple[int, int]:
+        """Pages `_pre_alloc` takes (arrival, resume)."""
         return physical_pages(fill, self.config.page_size, self.config.sliding_window)
+
+    def _held(self, fill: int) -> tuple[int, int]:
+        """Pages a decoding request holds after SWA eviction (== `_pages` for page_size > 1)."""
+        return held_pages(fill, self.config.page_size, self.config.sliding_window)
 
     def _fits_new(self, state: SchedState) -> bool:
         full, swa = self._pages(self.config.prompts[state.next_arrival])
@@ -172,7 +184,7 @@ class SwaScheduler:
     def _decode_fits(self, state: SchedState) -> bool:
         more_full = more_swa = 0
         for r in state.running:
-            full, swa = self._pages(r.fill + 1)
+            full, swa = self._held(r.fill + 1)
             more_full += full - r.full_pages
             more_swa += max(0, swa - r.swa_pages)
         return more_full <= state.full_free and more_swa <= state.swa_free
@@ -184,7 +196,7 @@ class SwaScheduler:
         done_now = []
         for r in state.running:
             fill = r.fill + 1
-            full, swa = self._pages(fill)
+            full, swa = self._held(fill)
             full_free -= full - r.full_pages
             swa_free -= swa - r.swa_pages
             if fill == self.config.prompts[r.rid] + self.config.outputs[r.rid]:

@@ -37,8 +37,8 @@ class SimConfig:
     prompt_max: int = param(200, "longest prompt (tokens; prompts are uniform in 1..prompt_max)", minimum=1,
                             maximum=1 << 16)
     output_max: int = param(100, "longest output (tokens; uniform in 1..output_max)", minimum=1, maximum=1 << 16)
-    arrival_rate: float = param(50.0, "mean arrivals per second (Poisson)", minimum=1e-6)
-    step_time: float = param(0.02, "seconds per decode step", minimum=1e-6)
+    arrival_rate: float = param(50.0, "mean arrivals per second (Poisson)", minimum=0.01, maximum=1e6)
+    step_time: float = param(0.02, "seconds per decode step", minimum=1e-3, maximum=60.0)
     reserved_decode_tokens: int = param(0, "num_reserved_decode_tokens per running request", minimum=0,
                                         maximum=1 << 16)
 

@@ -59,9 +59,7 @@ class MlaChunkCase:
     @property
     def split_alignment(self) -> int:
         """The alignment the per-request plan uses for this configuration."""
-        if self.dcp is None and not self.align_chunk_to_block:
-            return 1
-        return mla_chunk_alignment(self.block_size, self.dcp)
+        return mla_chunk_alignment(self.block_size if self.align_chunk_to_block else 1, self.dcp)
 
     def workspace(self, variant: MlaVariant = FIXED) -> int:
         return chunked_context_workspace_size(self.workspace_size, self.max_num_seqs, self.block_size, self.dcp,

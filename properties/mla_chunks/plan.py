@@ -352,17 +352,27 @@ def chunk_count_within_alignment_slack(case: MlaChunkCase, variant: MlaVariant) 
 
 @kv_property(model=MODEL, strategy="WORKSPACE_CASES", examples=PLAN_EXAMPLES)
 def workspace_size_is_aligned(case: MlaChunkCase, variant: MlaVariant) -> None:
-    """The workspace is a multiple of the alignment, >= max_num_seqs * alignment, >= the request, idempotent."""
+    """The workspace is the smallest multiple of the alignment A that is >= the request and >= A; idempotent.
+
+    What upstream guarantees (vllm >= 0.28.0, `round_up(max(W, A), A)`): `round_down(W', A) > 0`, the one
+    thing the per-request planner needs, and under DCP `W' % world == 0`; never a whole alignment more than
+    that, so the 64 Ki cap of the requested size is exceeded by less than A. b38e111d's extra
+    `max_num_seqs * A` floor (dropped by vllm#51733) breaks the last clause.
+    """
     w = case.workspace(variant)
     alignment = mla_chunk_alignment(case.block_size, case.dcp)
     if w % alignment:
         raise PropertyViolation(f"workspace for request {case.workspace_size}: expected a multiple of {alignment}, "
                                 f"got {w}")
-    if w < case.max_num_seqs * alignment:
-        raise PropertyViolation(f"workspace: expected >= max_num_seqs * alignment = "
-                                f"{case.max_num_seqs * alignment}, got {w}")
     if w < case.workspace_size:
         raise PropertyViolation(f"workspace: expected >= the requested {case.workspace_size}, got {w}")
+    if w < alignment:
+        raise PropertyViolation(f"workspace: expected >= alignment {alignment} (round_down(W, A) > 0), got {w}")
+    floor = max(case.workspace_size, alignment)
+    if w >= floor + alignment:
+        raise PropertyViolation(f"workspace for request {case.workspace_size} (max_num_seqs {case.max_num_seqs}): "
+                                f"expected < max(W, A) + A = {floor + alignment} (the smallest multiple of "
+                                f"{alignment} that fits), got {w}")
     again = MlaChunkCase(case.context_lens, case.query_lens, case.block_size, w, case.max_num_seqs,
                          case.dcp_world_size, case.dcp_interleave).workspace(variant)
     if again != w:

@@ -93,7 +93,7 @@ LOST_REQ_SUCCESS = BugReport(
     variant="fixed",
     invariant="success_commits_prefill_kv",
     params={"chunked_prefill_size": 1, "prompt_len": 2, "faults": "drop_req"},
-    source="sglang 05c7ebf, research note S15 [inf]; open PR #29978",
+    source="sglang 05c7ebf (PR #30545); open PR #29978",
     summary="a lost STAGING_REQ leaves slot 0 unallocated; the last chunk transfers and Mooncake sends Success, "
             "so decode sees no allocated slot and reports Success with slot 0's rows never written, while the "
             "prefill sender re-enqueues chunk 0 forever in Transferring",
@@ -109,7 +109,7 @@ DUP_READY = BugReport(
     variant="fixed",
     invariant="suffix_rows_match_prefill",
     params={"writers": 2, "prompt_len": 1, "faults": "dup_ready", "timeouts": 0},
-    source="sglang 05c7ebf, research note S11 [inf]",
+    source="sglang 05c7ebf (PR #30545)",
     summary="_writer_counts counts list entries, not distinct writers: a duplicated CHUNK_READY from writer 0 "
             "triggers the scatter before writer 1 wrote, so writer 1's heads are scattered from stale ring bytes",
     status="open upstream",
@@ -123,7 +123,7 @@ SKIP_POP = BugReport(
     variant="fixed",
     invariant="no_room_state_after_teardown",
     params={"chunked_prefill_size": 1, "prompt_len": 2, "faults": "abort,drop_rsp,reorder", "fault_budget": 2},
-    source="sglang 05c7ebf, research note 2.7 / #36707",
+    source="sglang 05c7ebf (PR #30545); #36707",
     summary="the skip path's _staging_outstanding.pop(room) erasing other chunks' counts: not reproducible "
             "within 05c7ebf",
     status="not reproducible",
@@ -159,7 +159,7 @@ LOST_WATERMARK = BugReport(
     variant="fixed",
     invariant="every_room_concludes",
     params={"rooms": 2, "prompt_len": 1, "ring_units": 1, "faults": "drop_wm", "timeouts": 0},
-    source="sglang 05c7ebf, research note L3 [inf]; open #29978",
+    source="sglang 05c7ebf (PR #30545); open PR #29978",
     summary="a lost WATERMARK leaves the prefill's remote watermark behind: the next room's wrapped slot is never "
             "ready and its chunk is re-enqueued forever (a hang without the clock; with it, the waiting timeout "
             "fails the room after 300 s)",

@@ -9,7 +9,7 @@ from __future__ import annotations
 from kvsim.engine.errors import PropertyViolation
 from kvsim.engine.property import kv_property, stateful_property
 from kvsim.engine.registry import BugReport
-from kvsim.models.swa_budget.resume import VARIANTS, SwaVariant, physical_pages
+from kvsim.models.swa_budget.resume import VARIANTS, SwaVariant, physical_pages, prealloc_required_tokens
 
 from .cases import PINNED, ResumeCase
 
@@ -56,7 +56,11 @@ def resume_is_fifo_prefix(case: ResumeCase, variant: SwaVariant) -> None:
 
 @kv_property(model=MODEL, strategy="RETRACTED_QUEUES", examples=PINNED)
 def no_over_conservative_refusal(case: ResumeCase, variant: SwaVariant) -> None:
-    """B4: the request that stops the loop really does not fit: its whole pages plus reserve exceed a budget."""
+    """B4: the request that stops the loop really does not fit: its whole pages plus reserve exceed a budget.
+
+    The physical charge is what `_pre_alloc` takes: at page size 1 the whole length in the SWA pool too
+    (no tail path upstream), so admission there is exact, not over-conservative.
+    """
     result = case.run(variant)
     if result.error is not None or not result.remaining:
         return  # nothing was refused, or the loop ended in a crash (B2's business)
@@ -72,7 +76,14 @@ def no_over_conservative_refusal(case: ResumeCase, variant: SwaVariant) -> None:
 
 @kv_property(model=MODEL, strategy="PAGE_SIZE_ONE")
 def page_size_one_unchanged(case: ResumeCase, variant: SwaVariant) -> None:
-    """B5: with page size 1 the variant decides exactly as the pre-fix arithmetic does."""
+    """B5: with page size 1 the variant decides exactly as the pre-fix arithmetic does, and charges each
+    request its whole length in both pools (upstream `_prealloc_required_tokens` with no SWA tail path)."""
+    for fill in case.fills:
+        charged = prealloc_required_tokens(fill, 1, case.sliding_window, case.reserved_decode_tokens, 0, variant)
+        if charged != (fill + case.reserved_decode_tokens, fill):
+            raise PropertyViolation(f"(full, SWA) charge of fill {fill} at page size 1 (window "
+                                    f"{case.sliding_window}): expected ({fill + case.reserved_decode_tokens}, "
+                                    f"{fill}), got {charged}")
     ours, theirs = case.run(variant), case.run(VARIANTS["pre_af7c62e"])
     if ours != theirs:
         raise PropertyViolation(f"resume result at page size 1: expected {theirs}, got {ours}")

@@ -1,0 +1,265 @@
+"""Reading named top-level definitions out of an upstream source file.
+
+The engine's package is never imported (that would pull CUDA builds and dozens
+of dependencies). Instead the file is parsed with `ast`; the named top-level
+definitions (functions, classes, assignments) and, transitively, the top-level
+definitions and imports they reference are kept, in file order, written to a
+real file under the user cache (so `inspect.getsource` and `@triton.jit` work)
+and executed in a fresh module. Imports resolve for the standard library, numpy,
+torch and triton; every other module (the engine's own, transformers, ...)
+is an `Inert` stub: attribute access, subscripts and calls give stubs, a stub
+used as a decorator returns the function unchanged, a stub base class is dropped.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import hashlib
+import inspect
+import sys
+import types
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from kvsim.engine.errors import ConfigError
+
+from .source import cache_root
+
+REAL_MODULES = frozenset({"numpy", "torch", "triton"})
+
+
+class Inert:
+    """Stands for anything from a module that is not loaded: inert under every use the loader allows."""
+
+    def __init__(self, name: str) -> None:
+        object.__setattr__(self, "_inert_name", name)
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("__") and attr.endswith("__"):
+            raise AttributeError(attr)
+        return Inert(f"{self._inert_name}.{attr}")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if len(args) == 1 and not kwargs and (inspect.isfunction(args[0]) or inspect.isclass(args[0])):
+            return args[0]  # used as a decorator
+        return Inert(f"{self._inert_name}(...)")
+
+    def __getitem__(self, item: Any) -> "Inert":
+        return Inert(f"{self._inert_name}[...]")
+
+    def __mro_entries__(self, bases: tuple) -> tuple:
+        return ()
+
+    def __or__(self, other: Any) -> "Inert":
+        return self
+
+    __ror__ = __or__
+
+    def __repr__(self) -> str:
+        return f"<inert {self._inert_name}>"
+
+
+def _is_real(module: str) -> bool:
+    top = module.split(".")[0]
+    return top in REAL_MODULES or top in sys.stdlib_module_names
+
+
+class Partial(Inert):
+    """A module of the engine of which some names were loaded from its file; the rest stays inert."""
+
+    def __init__(self, name: str, loaded: Mapping[str, Any]) -> None:
+        super().__init__(name)
+        object.__setattr__(self, "_loaded", dict(loaded))
+
+    def __getattr__(self, attr: str) -> Any:
+        loaded = object.__getattribute__(self, "_loaded")
+        return loaded[attr] if attr in loaded else super().__getattr__(attr)
+
+
+def _make_importer(followed: Mapping[str, Mapping[str, Any]], modules: Mapping[str, Any] = {}):
+    """The loaded code's `__import__`: stand-ins first, then followed engine modules, real ones, else inert."""
+
+    def importer(name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0) -> Any:
+        if level == 0 and name in modules:
+            return modules[name]
+        if level == 0 and name in followed and fromlist:
+            return Partial(name, followed[name])
+        if level == 0 and _is_real(name):
+            try:
+                return builtins.__import__(name, globals, locals, fromlist, level)
+            except ImportError:
+                pass
+        return Inert(name if level == 0 else "." * level + name)
+    return importer
+
+
+def package_root(path: Path) -> tuple[Path, str] | None:
+    """(root, top package name) of a file inside a package tree (parents with __init__.py), else None."""
+    path = Path(path).resolve()
+    top = None
+    parent = path.parent
+    while (parent / "__init__.py").is_file():
+        top = parent
+        parent = parent.parent
+    return (top.parent, top.name) if top is not None else None
+
+
+def _module_file(root: Path, module: str) -> Path | None:
+    base = root.joinpath(*module.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _follow(chosen: Sequence[ast.stmt], path: Path, depth: int) -> dict[str, dict[str, Any]]:
+    """Load the engine-internal names that `from <engine>.x import a` statements bring in, from their files."""
+    found = package_root(path) if depth < 4 else None
+    if found is None:
+        return {}
+    root, top = found
+    followed: dict[str, dict[str, Any]] = {}
+    used = set().union(*(_referenced(s) for s in chosen if not isinstance(s, (ast.Import, ast.ImportFrom))))
+    for stmt in chosen:
+        if not (isinstance(stmt, ast.ImportFrom) and stmt.level == 0 and stmt.module
+                and stmt.module.split(".")[0] == top):
+            continue
+        target = _module_file(root, stmt.module)
+        if target is None or target.resolve() == Path(path).resolve():
+            continue
+        available = names_in(target, imports=False)  # re-exports are not followed
+        wanted = [a.name for a in stmt.names if a.name in available and (a.asname or a.name) in used]
+        loaded = {}
+        for name in wanted:  # one by one: a name that cannot load stays inert
+            try:
+                loaded[name] = getattr(load_definitions(target, [name], depth=depth + 1), name)
+            except Exception:  # noqa: BLE001 - anything that does not load stays an inert stub
+                continue
+        followed.setdefault(stmt.module, {}).update(loaded)
+    return followed
+
+
+def _bound_names(node: ast.AST) -> set[str]:
+    """Names a top-level statement binds in the module namespace."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {node.name}
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return {(a.asname or a.name).split(".")[0] for a in node.names if a.name != "*"}
+    if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        return {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    if isinstance(node, (ast.If, ast.Try, ast.With)):
+        out: set[str] = set()
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.stmt):
+                out |= _bound_names(child)
+            elif isinstance(child, ast.ExceptHandler):
+                for stmt in child.body:
+                    out |= _bound_names(stmt)
+        return out
+    return set()
+
+
+def _referenced(node: ast.AST) -> set[str]:
+    names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+    # string annotations ("Foo | None") name definitions too
+    for n in ast.walk(node):
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.isidentifier():
+            names.add(n.value)
+    return names
+
+
+def select(tree: ast.Module, names: Sequence[str], where: str, version: str) -> list[ast.stmt]:
+    """The statements defining `names` and, transitively, what they reference (file order)."""
+    binders: dict[str, list[int]] = {}
+    for index, stmt in enumerate(tree.body):
+        for name in _bound_names(stmt):
+            binders.setdefault(name, []).append(index)
+    for name in names:
+        if name not in binders:
+            raise ConfigError(f"{where}:{name}", "a top-level definition", f"absent in {version}")
+    chosen: set[int] = set()
+    todo = list(names)
+    while todo:
+        name = todo.pop()
+        for index in binders.get(name, ()):
+            if index not in chosen:
+                chosen.add(index)
+                todo.extend(_referenced(tree.body[index]) - {name})
+    for index, stmt in enumerate(tree.body):  # `from __future__` must stay first
+        if isinstance(stmt, ast.ImportFrom) and stmt.module == "__future__":
+            chosen.add(index)
+    return [tree.body[i] for i in sorted(chosen)]
+
+
+def _segment(lines: list[str], stmt: ast.stmt) -> str:
+    start = min([stmt.lineno] + [d.lineno for d in getattr(stmt, "decorator_list", ())])
+    return "".join(lines[start - 1:stmt.end_lineno])
+
+
+def load_definitions(path: Path, names: Sequence[str], *, extra_globals: Mapping[str, Any] = {},
+                     modules: Mapping[str, Any] = {}, where: str | None = None, version: str = "this source",
+                     depth: int = 0) -> types.SimpleNamespace:
+    """Execute the named top-level definitions of `path` (and their helpers) in an isolated module.
+
+    A name absent from the file is ConfigError(field="<where>:<name>"), `where` defaulting to the path.
+    `extra_globals` are set in the module before and after execution (they replace stubs and helpers);
+    `modules` stand in for whole engine modules its imports name (`{"vllm.triton_utils": ...}`).
+    Inside a package tree, `from <engine>.x import a` of a name the selection uses is loaded
+    from `<engine>/x.py` the same way (so `round_down` is upstream's own), other names stay inert.
+    """
+    path = Path(path)
+    where = where or str(path)
+    text = path.read_text(encoding="utf-8", errors="replace")
+    try:
+        tree = ast.parse(text, filename=str(path))
+    except SyntaxError as exc:
+        raise ConfigError(where, "Python source kvsim can parse", f"syntax error line {exc.lineno}") from exc
+    lines = text.splitlines(keepends=True)
+    chosen = select(tree, names, where, version)
+    body = "".join(f"# {where}:{s.lineno}\n" + _segment(lines, s) + "\n" for s in chosen)
+    digest = hashlib.sha256((str(path) + "\0" + body).encode()).hexdigest()[:16]
+    out = cache_root() / "loaded" / f"{path.stem}_{digest}.py"
+    if not out.is_file():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_suffix(f".{id(out)}.tmp")
+        tmp.write_text(body, encoding="utf-8")
+        tmp.replace(out)
+    module_name = f"kvsim_upstream_{path.stem}_{digest}"
+    module = types.ModuleType(module_name)
+    module.__file__ = str(out)
+    loader_builtins = dict(vars(builtins))
+    loader_builtins["__import__"] = _make_importer(_follow(chosen, path, depth), modules)
+    module.__dict__["__builtins__"] = loader_builtins
+    module.__dict__.update(extra_globals)
+    sys.modules[module_name] = module
+    try:
+        exec(compile(body, str(out), "exec"), module.__dict__)
+    except Exception as exc:
+        raise ConfigError(where, f"definitions {', '.join(names)} that load without the engine",
+                          f"{type(exc).__name__}: {exc}") from exc
+    module.__dict__.update(extra_globals)
+    for name in names:
+        if name not in module.__dict__:
+            raise ConfigError(f"{where}:{name}", "a definition bound when its module runs",
+                              f"unbound in {version} (a branch that did not run)")
+    return types.SimpleNamespace(**{n: module.__dict__[n] for n in names})
+
+
+def check_signature(fn: Any, expected_params: Sequence[str], where: str) -> None:
+    """ConfigError naming `where` and the parameter list that changed, unless it equals `expected_params`."""
+    try:
+        params = list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(where, "a callable", f"{fn!r} ({exc})") from exc
+    if params != list(expected_params):
+        raise ConfigError(where, f"parameters ({', '.join(expected_params)})",
+                          f"({', '.join(params)})", hint="the upstream signature changed")
+
+
+def names_in(path: Path, *, imports: bool = True) -> set[str]:
+    """Every top-level name `path` binds (for 'not present' checks); `imports=False` leaves out imported names."""
+    tree = ast.parse(Path(path).read_text(encoding="utf-8", errors="replace"))
+    return {n for stmt in tree.body if imports or not isinstance(stmt, (ast.Import, ast.ImportFrom))
+            for n in _bound_names(stmt)}

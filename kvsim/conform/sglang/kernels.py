@@ -1,0 +1,262 @@
+"""SGLang's PD staging kernels as conform targets: the head-slice gather and the slot scatter.
+
+* `staging-gather-triton` / `staging-gather-torch`: `gather_all_layers_to_staging`
+  (python/sglang/srt/disaggregation/common/staging_buffer.py) dispatching to the fused Triton
+  kernel `_fused_gather_to_staging_kernel` or to the torch.gather fallback, against
+  `kvsim.models.pd_staging.copy.gather_head_slice_to_staging`, bit for bit over the whole staging
+  buffer (garbage outside the writer's region included), on `gpu_oracle.kernels.staging`'s copy
+  cases (every writer of every decode rank of eight TP pairings, any page list, four dtypes).
+  Adapter: per-layer K/V buffers are the model pool's `[L, 2, P, ps, H, D]` views reshaped
+  `[P * ps, H, D]`; the `StagingBuffer` is a stand-in whose `buffer` starts at the writer's offset
+  (upstream writes from the buffer's first byte); streams and `set_device` are no-ops on CPU;
+  `make_ptr_table` is loaded from the release's own ptr_table.py; upstream views the staging buffer
+  as elements, so an explicit writer offset of a case is rounded down to a multiple of the element
+  size (a byte-odd offset cannot be viewed as int16: upstream's allocator never makes one).
+  Tolerated (torch path only): torch's CPU `gather` of the strided head slice converts elements,
+  turning a signalling NaN payload into the same quiet NaN (0xFC01 -> 0xFE01 in float16); a
+  byte difference that is exactly that is accepted, any other is a divergence. The Triton path
+  copies integers and is bit-exact; on CUDA (`--device cuda`) gpu_check reports whether torch is.
+* `staging-scatter-triton` / `staging-scatter-torch`: `scatter_staging_to_kv` (Triton
+  `_fused_scatter_from_staging_kernel` or the torch fallback), against the model's
+  `scatter_staging_to_pages` applied for every writer of the decode rank at its slot offset, bit
+  for bit over the whole decode pool. Adapter: upstream scatters the whole slot of one decode rank
+  in one call (its writers at `writer * per_rank_bytes`), so a case's single `writer`/`offset` are
+  not read: the slot is the case's garbage buffer, laid out by the model's `StagingLayout`.
+  Deliberate refusal (documented convention, probe `triton_staging_8_byte_elements`): upstream's
+  Triton paths view the buffers through `{1: int8, 2: int16, 4: int32}.get(size, int16)`, so an
+  8-byte KV dtype (float64) is copied as int16 with element offsets: a quarter of the bytes,
+  misplaced, and no error. No SGLang KV cache is 8-byte, so the Triton targets draw 1/2/4-byte
+  dtypes only and the probe checks that upstream still mis-copies float64 (an "open upstream"
+  candidate: an assert would be better than silent corruption); the torch fallback takes all four.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import types
+from dataclasses import replace
+from typing import Any, Mapping
+
+import numpy as np
+
+from ..kernels import Divergence, KernelCheck, Probe, as_target, first_byte_difference, unpacked
+from ..source import EngineSource
+
+STAGING = "sglang/srt/disaggregation/common/staging_buffer.py"
+PTR_TABLE = "sglang/kernels/ops/memory/ptr_table.py"
+GATHER_SYMBOLS = ("gather_all_layers_to_staging", "_gather_all_layers_triton", "_gather_all_layers_torch",
+                  "_fused_gather_to_staging_kernel")
+SCATTER_SYMBOLS = ("scatter_staging_to_kv", "_scatter_staging_to_kv_triton", "_scatter_staging_to_kv_torch",
+                   "_fused_scatter_from_staging_kernel", "compute_head_slice_params")
+PATHS = ("triton", "torch")
+TRITON_DTYPES = ("float16", "uint8", "float32")  # element sizes upstream's int view map covers
+
+
+# --- child side ---------------------------------------------------------------------------------------
+
+_LOADED: dict[str, Any] = {}
+
+
+def _load(source: EngineSource, device: str) -> Any:
+    import torch
+
+    from ..triton_child import load_upstream
+
+    key = str(source.root)
+    if key not in _LOADED:
+        ptr = load_upstream(source, PTR_TABLE, ("make_ptr_table",))
+        if device == "cuda":
+            stream_context = torch.cuda.stream
+        else:
+            def stream_context(stream: Any) -> Any:
+                return contextlib.nullcontext()
+        modules = {"sglang.kernels.ops.memory.ptr_table": types.SimpleNamespace(make_ptr_table=ptr.make_ptr_table),
+                   "sglang.srt.utils": types.SimpleNamespace(device_stream_context=stream_context,
+                                                             create_device_stream=lambda *a, **k: None)}
+        _LOADED[key] = load_upstream(source, STAGING, tuple(dict.fromkeys(GATHER_SYMBOLS + SCATTER_SYMBOLS)),
+                                     modules=modules)
+    return _LOADED[key]
+
+
+def _use(ns: Any, path: str) -> None:
+    ns.gather_all_layers_to_staging.__globals__["_USE_TRITON_STAGING"] = path == "triton"
+
+
+class _Stream:
+    def wait_stream(self, other: Any) -> None:
+        pass
+
+    def synchronize(self) -> None:
+        pass
+
+
+def _tensor(array: np.ndarray, device: str) -> Any:
+    """`array` as a torch tensor on `device` (an empty array gets real strides, not from_numpy's 0)."""
+    import torch
+
+    if array.size == 0:
+        return torch.from_numpy(np.zeros(1, dtype=array.dtype))[:0].reshape(array.shape).to(device)
+    return torch.from_numpy(array).to(device)
+
+
+def _layers(pool: Any) -> tuple[list[Any], list[Any]]:
+    num_layers, _, pages, page_size, heads, dim = pool.shape
+    flat = [[pool[layer, kv].reshape(pages * page_size, heads, dim) for layer in range(num_layers)] for kv in (0, 1)]
+    return flat[0], flat[1]
+
+
+def run_gather(source: EngineSource, case: Mapping[str, Any], device: str) -> dict[str, Any]:
+    import torch
+
+    from kvsim.gpu_oracle.runtime.asan import pack, unpack
+
+    ns = _load(source, device)
+    _use(ns, case["path"])
+    pool = _tensor(unpack(case["pool"]), device)
+    staging = _tensor(unpack(case["staging"]), device)
+    k, v = _layers(pool)
+    on_cuda = device == "cuda"
+    stream = torch.cuda.current_stream() if on_cuda else _Stream()
+    buffer = types.SimpleNamespace(buffer=staging[case["offset"]:], device=staging.device,
+                                   device_module=torch.cuda if on_cuda else types.SimpleNamespace(set_device=lambda i: None),
+                                   get_gather_stream=lambda: stream, producer_stream=lambda: stream)
+    written = ns.gather_all_layers_to_staging(k, v, np.asarray(case["pages"], dtype=np.int64), buffer,
+                                              case["head_start"], case["num_heads"], pool.shape[3])
+    if on_cuda:
+        torch.cuda.synchronize()
+    return {"staging": pack(staging.cpu().numpy()), "written": int(written)}
+
+
+def run_scatter(source: EngineSource, case: Mapping[str, Any], device: str) -> dict[str, Any]:
+    import torch
+
+    from kvsim.gpu_oracle.runtime.asan import pack, unpack
+
+    ns = _load(source, device)
+    _use(ns, case["path"])
+    pool = _tensor(unpack(case["pool"]), device)
+    staging = _tensor(unpack(case["staging"]), device)
+    k, v = _layers(pool)
+    heads, prefill_tp, decode_tp = case["reshard"]
+    ns.scatter_staging_to_kv.__globals__["_USE_TRITON_STAGING"] = case["path"] == "triton"
+    ns.scatter_staging_to_kv(staging, k, v, torch.tensor(case["pages"], dtype=torch.int64, device=device),
+                             pool.shape[3], prefill_tp, decode_tp, case["rank"], heads)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return {"pool": pack(pool.cpu().numpy())}
+
+
+CHILD_KERNELS = {"sglang.staging_gather": run_gather, "sglang.staging_scatter": run_scatter}
+
+
+# --- parent side --------------------------------------------------------------------------------------
+
+def gather_compare(path: str) -> Any:
+    def compare(child: Any, case: Any) -> Divergence | None:
+        from kvsim.gpu_oracle.runtime.asan import pack
+        from kvsim.models.pd_staging.copy import gather_head_slice_to_staging
+        from kvsim.models.pd_staging.layout import HeadReshard
+
+        pool = case.pool(HeadReshard(*case.reshard).src_per, 1)
+        staging = case.staging()
+        params, layout = case.params, case.layout
+        offset = layout.writer_offsets[params.writer_index] if case.offset is None else case.offset
+        offset -= offset % pool.itemsize  # upstream views the buffer as elements: an aligned writer offset
+        want = gather_head_slice_to_staging(pool, case.pages, params, layout, staging.copy(), offset)
+        got = unpacked(child.call("sglang.staging_gather", {
+            "path": path, "pool": pack(pool), "staging": pack(staging), "offset": offset, "pages": list(case.pages),
+            "head_start": params.src_head_start, "num_heads": params.num_heads}), "staging")
+        if path == "torch":
+            got = unquieted(want, got, pool.dtype)
+        differ = first_byte_difference(want, got)
+        return None if differ is None else Divergence(case, "gather_head_slice_to_staging",
+                                                      f"gather_all_layers_to_staging ({path})", differ)
+    return compare
+
+
+QUIET_BITS = {"float16": 1 << 9, "float32": 1 << 22, "float64": 1 << 51}
+EXPONENT_BITS = {"float16": 0x7C00, "float32": 0x7F800000, "float64": 0x7FF0000000000000}
+
+
+def unquieted(want: np.ndarray, got: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """`got` with every element that is exactly `want`'s signalling NaN made quiet put back to `want`'s bits
+    (torch's CPU gather of a strided float source converts, quieting sNaN payloads: documented, tolerated)."""
+    name = np.dtype(dtype).name
+    if name not in QUIET_BITS or want.shape != got.shape:
+        return got
+    size = np.dtype(dtype).itemsize
+    usable = len(want) - len(want) % size
+    unsigned = np.dtype(f"u{size}")
+    w, g = want[:usable].view(unsigned), got[:usable].copy().view(unsigned)
+    quiet, exponent = unsigned.type(QUIET_BITS[name]), unsigned.type(EXPONENT_BITS[name])
+    mantissa = unsigned.type(EXPONENT_BITS[name] - 1) & ~exponent & unsigned.type((1 << (8 * size - 1)) - 1)
+    signalling = ((w & exponent) == exponent) & ((w & mantissa) != 0) & ((w & quiet) == 0)
+    fixed = signalling & (g == (w | quiet))
+    g[fixed] = w[fixed]
+    out = got.copy()
+    out[:usable] = g.view(np.uint8)
+    return out
+
+
+def scatter_compare(path: str) -> Any:
+    def compare(child: Any, case: Any) -> Divergence | None:
+        from kvsim.gpu_oracle.runtime.asan import pack
+        from kvsim.models.pd_staging.copy import scatter_staging_to_pages
+        from kvsim.models.pd_staging.layout import HeadReshard, writers_of_decode_rank
+
+        cfg = HeadReshard(*case.reshard)
+        pool = case.pool(cfg.dst_per, 2)
+        staging = case.staging()
+        want = pool.copy()
+        for _, params in writers_of_decode_rank(cfg, case.decode_rank):
+            scatter_staging_to_pages(want, staging, case.pages, params, case.layout)
+        got = unpacked(child.call("sglang.staging_scatter", {
+            "path": path, "pool": pack(pool), "staging": pack(staging), "pages": list(case.pages),
+            "reshard": list(case.reshard), "rank": case.decode_rank}), "pool")
+        differ = first_byte_difference(want, got)
+        return None if differ is None else Divergence(case, "scatter_staging_to_pages for every writer",
+                                                      f"scatter_staging_to_kv ({path})", differ)
+    return compare
+
+
+def _strategy(kind: str, path: str) -> Any:
+    def strategy() -> Any:
+        from hypothesis import strategies as st
+
+        from kvsim.gpu_oracle.kernels.staging import strategies
+
+        base = strategies.GATHER_CASES if kind == "gather" else strategies.SCATTER_CASES
+        if path == "torch":
+            return base
+        return base.flatmap(lambda c: st.sampled_from(TRITON_DTYPES).map(lambda d: replace(c, dtype=d))
+                            if c.dtype not in TRITON_DTYPES else st.just(c))
+    return strategy
+
+
+def eight_byte_probe(child: Any) -> str | None:
+    """Upstream's Triton gather of a float64 pool still differs from the model (the refusal still stands)."""
+    from kvsim.gpu_oracle.kernels.staging.cases import CopyCase
+
+    case = CopyCase((4, 2, 2), 0, 0, 1, 2, "float64", 2, 3, (2, 0), 0, None, 128, 11)
+    if gather_compare("triton")(child, case) is None:
+        return "upstream's Triton gather now copies float64 pools exactly: lift the 8-byte refusal"
+    return None
+
+
+def _check(kind: str, path: str) -> KernelCheck:
+    symbols = GATHER_SYMBOLS if kind == "gather" else SCATTER_SYMBOLS
+    probes = (Probe("triton_staging_8_byte_elements",
+                    "documented convention: the Triton staging paths view 8-byte elements as int16 and mis-copy "
+                    "them; the Triton targets draw 1/2/4-byte dtypes only", eight_byte_probe),) \
+        if (kind, path) == ("gather", "triton") else ()
+    compare = gather_compare(path) if kind == "gather" else scatter_compare(path)
+    return KernelCheck(engine="sglang", name=f"staging-{kind}-{path}", relpath=STAGING, symbols=symbols,
+                       model="pd-staging", doc=__doc__.split("\n* ")[1 if kind == "gather" else 2].strip(),
+                       kernel=f"sglang.staging_{kind}", strategy=_strategy(kind, path), compare=compare, probes=probes)
+
+
+CHECKS = tuple(_check(kind, path) for kind in ("gather", "scatter") for path in PATHS)
+
+
+TARGETS = tuple(as_target(c) for c in CHECKS)
+

@@ -1,0 +1,122 @@
+"""The real upstream Triton kernels (vLLM 0.33.0, SGLang 0.5.23) against the models, under the interpreter.
+
+The releases are downloaded once into the user cache by `resolve_source` (a failed download fails
+these tests with pip's reason). Each target runs a small derandomized budget in a child process
+with TRITON_INTERPRET=1; a planted wrong stride or offset in a copy of the upstream file, loaded
+with `--from`, must make its target diverge.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from kvsim.conform.kernels import budget
+from kvsim.conform.source import resolve_source
+from kvsim.conform.targets import RunOptions, targets
+from kvsim.conform.triton_child import KernelChild, KernelChildError
+from kvsim.engine.errors import ConfigError
+
+pytest.importorskip("triton")
+pytest.importorskip("torch")
+
+KERNEL_TARGETS = {"vllm": ("zero-kv-blocks-kernel", "merge-attn-states-triton"),
+                  "sglang": ("staging-gather-triton", "staging-gather-torch", "staging-scatter-triton",
+                             "staging-scatter-torch")}
+VERSIONS = {"vllm": "0.33.0", "sglang": "0.5.23"}
+CI = RunOptions(max_examples=10)
+
+
+def _target(engine: str, name: str):  # type: ignore[no-untyped-def]
+    return next(t for t in targets(engine) if t.name == name)
+
+
+@pytest.fixture(scope="module")
+def sources():  # type: ignore[no-untyped-def]
+    return {engine: resolve_source(engine, version=version) for engine, version in VERSIONS.items()}
+
+
+@pytest.mark.parametrize("engine,name", [(e, n) for e, names in KERNEL_TARGETS.items() for n in names])
+def test_kernel_target_conforms_on_the_release(sources, engine: str, name: str) -> None:
+    result = _target(engine, name).run(sources[engine], CI)
+    assert result.status == "conforms", result
+    assert result.compared >= CI.max_examples
+    assert all(p["status"] == "holds" for p in result.properties), result.properties
+
+
+def test_documented_conventions_are_probed(sources) -> None:  # type: ignore[no-untyped-def]
+    merge = _target("vllm", "merge-attn-states-triton").run(sources["vllm"], RunOptions(max_examples=1))
+    assert [p["property"] for p in merge.properties] == ["merge_nan_lse_beside_empty"]
+    assert "NaN" in _target("vllm", "merge-attn-states-triton").doc
+    gather = _target("sglang", "staging-gather-triton").run(sources["sglang"], RunOptions(max_examples=1))
+    assert [p["property"] for p in gather.properties] == ["triton_staging_8_byte_elements"]
+
+
+def _planted(tmp_path: Path, source, relpath: str, old: str, new: str) -> str:  # type: ignore[no-untyped-def]
+    """A copy of the release's file under tmp_path/<engine>/..., with one line changed; the tree to --from."""
+    copy = tmp_path / relpath
+    copy.parent.mkdir(parents=True)
+    text = source.file(relpath).read_text()
+    assert text.count(old) >= 1, f"{old!r} not in {relpath}: the plant needs updating"
+    copy.write_text(text.replace(old, new, 1))
+    for extra in (f"{source.engine}/__init__.py", "sglang/kernels/ops/memory/ptr_table.py"):
+        if source.has(extra) and not (tmp_path / extra).exists():
+            (tmp_path / extra).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(source.file(extra), tmp_path / extra)
+    return str(tmp_path)
+
+
+PLANTS = [
+    ("vllm", "zero-kv-blocks-kernel", "vllm/v1/worker/utils.py",
+     "block_offset = block_id.to(tl.int64) * block_stride_el.to(tl.int64)",
+     "block_offset = block_id.to(tl.int64) * page_size_el.to(tl.int64)"),  # the pre-d6af803 stride
+    ("vllm", "merge-attn-states-triton", "vllm/v1/attention/ops/triton_merge_attn_states.py",
+     "s_scale = s_se / out_se", "s_scale = s_se / (out_se + 1e-3)"),
+    ("sglang", "staging-gather-triton", "sglang/srt/disaggregation/common/staging_buffer.py",
+     "pool_token * stride_pool_token.to(tl.int64) + head_offset.to(tl.int64) + e_idx",
+     "pool_token * stride_pool_token.to(tl.int64) + e_idx"),  # the head offset dropped
+    ("sglang", "staging-scatter-torch", "sglang/srt/disaggregation/common/staging_buffer.py",
+     "rank_base = writer_rank * per_rank_bytes", "rank_base = writer_rank * per_layer_bytes"),
+]
+
+
+@pytest.mark.parametrize("engine,name,relpath,old,new", PLANTS, ids=[p[1] for p in PLANTS])
+def test_a_planted_stride_or_offset_makes_the_target_diverge(sources, tmp_path, engine, name, relpath, old,
+                                                             new) -> None:
+    mutant = resolve_source(engine, from_path=_planted(tmp_path, sources[engine], relpath, old, new))
+    result = _target(engine, name).run(mutant, RunOptions(max_examples=40))
+    assert result.status == "diverges", result
+    assert result.divergences and result.divergences[0]["note"]
+
+
+def test_a_missing_kernel_is_a_config_error_naming_it(sources, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    tree = _planted(tmp_path, sources["vllm"], "vllm/v1/worker/utils.py", "def _zero_kv_blocks_kernel(",
+                    "def _renamed_kernel(")
+    with pytest.raises(ConfigError, match="_zero_kv_blocks_kernel"):
+        _target("vllm", "zero-kv-blocks-kernel").run(resolve_source("vllm", from_path=tree), CI)
+
+
+def test_cuda_without_a_gpu_is_a_skip_with_its_reason(sources) -> None:  # type: ignore[no-untyped-def]
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: scripts/gpu_check.sh covers --device cuda")
+    result = _target("vllm", "zero-kv-blocks-kernel").run(sources["vllm"], RunOptions(max_examples=1, device="cuda"))
+    assert result.status == "skipped" and "CUDA" in result.note
+
+
+def test_the_child_reports_an_unknown_kernel_and_survives(sources) -> None:  # type: ignore[no-untyped-def]
+    with KernelChild(sources["vllm"], "cpu") as child:
+        with pytest.raises(ConfigError, match="unknown kernel"):
+            child.call("vllm.no_such_kernel", {})
+        with pytest.raises(KernelChildError, match="KeyError"):
+            child.call("vllm.zero_kv_blocks", {})
+
+
+def test_budget_is_capped_in_ci(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.delenv("KVSIM_PROFILE", raising=False)
+    assert budget(RunOptions()) == 40 and budget(RunOptions(max_examples=3)) == 3
+    monkeypatch.setenv("KVSIM_PROFILE", "dev")
+    assert budget(RunOptions()) == 200

@@ -1,0 +1,103 @@
+"""kvsim.conform.source and .loader: real wheels from the cache, definitions loaded without the engine."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import textwrap
+
+import pytest
+
+from kvsim.conform.loader import Inert, check_signature, load_definitions
+from kvsim.conform.source import resolve_source
+from kvsim.engine.errors import ConfigError
+
+MLA = "vllm/model_executor/layers/attention/mla_attention.py"
+
+
+@pytest.fixture(scope="module")
+def vllm_src():
+    return resolve_source("vllm", version="0.33.0")  # a failed download fails here with pip's reason
+
+
+def test_definitions_load_without_the_engine(vllm_src):
+    ns = load_definitions(vllm_src.file(MLA), ["plan_mla_context_chunks"])
+    plans = ns.plan_mla_context_chunks([10, 0, 30], 16, 16, 4, lambda rows: rows)
+    assert [(p.request_start, p.starts, p.seq_lens) for p in plans] == [(0, [0], [10]), (2, [0], [16]),
+                                                                       (2, [16], [14])]
+    # round_down came from upstream's own vllm/utils/math_utils.py, not a stub
+    assert not isinstance(ns.plan_mla_context_chunks.__globals__["round_down"], Inert)
+    assert str(vllm_src.root) not in str(os.path.dirname(__file__))
+
+
+def test_missing_definition_is_one_line_error(vllm_src):
+    with pytest.raises(ConfigError) as info:
+        load_definitions(vllm_src.file(MLA), ["plan_mla_context_chunks_v2"], where=MLA, version="vllm 0.33.0")
+    message = str(info.value)
+    assert "\n" not in message
+    assert f"{MLA}:plan_mla_context_chunks_v2" in message and "absent in vllm 0.33.0" in message
+
+
+def test_missing_file_names_it(vllm_src):
+    with pytest.raises(ConfigError, match="vllm/no/such.py"):
+        vllm_src.file("vllm/no/such.py")
+
+
+def test_changed_signature_names_what_changed(vllm_src):
+    ns = load_definitions(vllm_src.file(MLA), ["plan_mla_context_chunks"])
+    check_signature(ns.plan_mla_context_chunks,
+                    ["context_lens", "row_budget", "max_context_chunk", "split_alignment", "padded_rows"], MLA)
+    with pytest.raises(ConfigError, match="signature changed") as info:
+        check_signature(ns.plan_mla_context_chunks, ["context_lens", "row_budget"], f"{MLA}:plan_mla_context_chunks")
+    assert "split_alignment" in str(info.value)
+
+
+def test_planted_change_in_a_copied_tree_is_picked_up(vllm_src, tmp_path):
+    tree = tmp_path / "tree"
+    shutil.copytree(vllm_src.root, tree, copy_function=os.link)
+    target = tree / MLA
+    text = target.read_text()
+    assert text.count("if rows + request_rows > row_budget:") == 1
+    target.unlink()  # the copy is a hard link: replace, never write through
+    target.write_text(text.replace("if rows + request_rows > row_budget:", "if rows + request_rows >= row_budget:"))
+    planted = resolve_source("vllm", from_path=str(tree))
+    assert planted.origin.startswith("directory") and planted.version == "0.33.0"
+    ns = load_definitions(planted.file(MLA), ["plan_mla_context_chunks"])
+    good = load_definitions(vllm_src.file(MLA), ["plan_mla_context_chunks"]).plan_mla_context_chunks
+    assert [p.seq_lens for p in good([16], 16, 16, 4, lambda r: r)] == [[16]]
+    assert [p.seq_lens for p in ns.plan_mla_context_chunks([16], 16, 16, 4, lambda r: r)] == [[12], [4]]
+
+
+def test_unknown_imports_are_inert_and_decorators_pass_through(tmp_path):
+    pkg = tmp_path / "eng"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "helpers.py").write_text("def double(x):\n    return 2 * x\n")
+    (pkg / "mod.py").write_text(textwrap.dedent("""
+        import math
+        import transformers
+        from eng.helpers import double
+        from some_cuda_thing import custom_op, Base
+        UNUSED = transformers.AutoModel.from_pretrained("x")
+
+        def helper(n):
+            return math.isqrt(n)
+
+        @custom_op("eng::f")
+        class Thing(Base):
+            def f(self, n):
+                return double(helper(n))
+    """))
+    ns = load_definitions(pkg / "mod.py", ["Thing"])
+    assert ns.Thing().f(17) == 8
+    assert "UNUSED" not in ns.Thing.f.__globals__
+
+
+def test_wheel_and_package_dir_sources(vllm_src):
+    sglang = resolve_source("sglang", version="0.5.23")
+    assert sglang.file("sglang/srt/disaggregation/decode.py").is_file()
+    assert resolve_source("vllm", from_path=str(vllm_src.root / "vllm")).root == vllm_src.root
+    with pytest.raises(ConfigError, match="--from"):
+        resolve_source("vllm", from_path="/nonexistent/vllm")
+    with pytest.raises(ConfigError, match="engine"):
+        resolve_source("tgi")
