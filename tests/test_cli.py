@@ -193,3 +193,13 @@ def test_explore_hang_replays(tmp_path):
     out.write_text(json.dumps({**doc, "violations": [hang]}))
     replayed = kvsim_json("replay", str(out))
     assert replayed["matches"] and "no done state is reachable" in replayed["message"]
+
+
+def test_check_backend_runs_the_models_kernel_properties():
+    doc = kvsim_json("check", "kv-zeroing", "--backend", "cpu-shim", "--max-examples", "10")
+    rows = {r["property"]: r["status"] for r in doc["results"]}
+    assert rows["zero_kv_blocks_differential"] == "passed" and rows["zero_kv_blocks_sentinel"] == "passed"
+    assert rows["zero_kv_blocks_asan_catches_pre_d6af803"] == "skipped"  # an ASan-only property
+    assert "zeroing_preserves_other_bytes" not in rows  # --backend selects the kernel properties
+    plain = kvsim_json("check", "kv-zeroing", "--property", "zero_kv_blocks_sentinel", "--max-examples", "5")
+    assert plain["results"][0]["status"] == "skipped" and "--backend" in plain["results"][0]["message"]

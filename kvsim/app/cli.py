@@ -112,6 +112,9 @@ def _parser() -> argparse.ArgumentParser:
     group.add_argument("bug_id", nargs="?")
     group.add_argument("--all", action="store_true")
     r.add_argument("--seed", type=_int("--seed"), default=0)
+    r.add_argument("--wide", action="store_true", help="add the source, property and counterexample columns")
+    r.add_argument("--report", action="store_true", help="write a Markdown bug report (to stdout, or --out)")
+    r.add_argument("--out", metavar="FILE", help="with --report: the file (a folder with --all: FOLDER/ID.md)")
     _max_seconds(r, SUITE_MAX_SECONDS)
 
     e = sub.add_parser("explore", parents=[common], help="exhaustive bounded search of a model's transition system")
@@ -315,8 +318,8 @@ def cmd_list(args: argparse.Namespace) -> int:
         models = _table(["model", "variants", "properties", "source"],
                         [[m["name"], ",".join(m["variants"]), len(m["properties"]), m["source"]] for m in doc["models"]])
         props = "\n".join(f"  {m['name']}: {', '.join(m['properties'])}" for m in doc["models"])
-        bugs = _table(["bug", "model", "variant", "property", "status"],
-                      [[b["id"], b["model"], b["variant"], b["property"], b["status"]] for b in doc["bugs"]])
+        bugs = _table(["bug", "model", "variant", "status"],  # `kvsim list MODEL` adds what must fail
+                      [[b["id"], b["model"], b["variant"], b["status"]] for b in doc["bugs"]])
         return f"{models}\n\nproperties:\n{props}\n\n{bugs}"
 
     _emit(args, doc, text)
@@ -334,7 +337,8 @@ def _model_text(m: dict[str, Any], bugs: list[dict[str, Any]]) -> str:
              "", "explore / stateful parameters (--param NAME=VALUE):", params(m["params"]),
              "", "simulate parameters (--param NAME=VALUE):", params(m["sim_params"]),
              "", "properties: " + ", ".join(m["properties"]),
-             "", "bug reports: " + ", ".join(b["id"] for b in bugs)]
+             "", "bug reports:", _table(["bug", "variant", "must fail", "status"],
+                                        [[b["id"], b["variant"], b["check"], b["status"]] for b in bugs])]
     return "\n".join(lines)
 
 
@@ -357,7 +361,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     run = RunSpec.resolve(model, args.variant, _params(args, model))
     backend = _kernel_backend(args, model)
     props = [reg.property(model.name, name) for name in args.property] if args.property \
-        else reg.properties_of(model.name)
+        else [p for p in reg.properties_of(model.name) if backend is None or p.is_kernel]  # --backend: kernels
     progress = Progress(len(props), "check")
     results = []
     not_run: list[str] = []
@@ -409,6 +413,9 @@ def _check_one(prop: Any, run: RunSpec, args: argparse.Namespace, backend: str |
             return PropertyResult(prop.name, prop.model, run.variant.name, "skipped", 0, 0.0,
                                   message=f"a kernel property: choose --backend ({', '.join(prop.backends)}) "
                                           "or run kvsim oracle")
+        if backend not in prop.backends:
+            return PropertyResult(prop.name, prop.model, run.variant.name, "skipped", 0, 0.0,
+                                  message=f"runs on {', '.join(prop.backends)} only")
         from . import oracle
 
         return oracle.run_kernel_property(prop, backend, variant=run.variant, max_examples=args.max_examples,
@@ -438,22 +445,36 @@ def cmd_repro(args: argparse.Namespace) -> int:
     _disarm()
     progress.close()
     broken = not all(r.ok for r in results)
+    if args.report:
+        from .report_md import write_reports
+
+        write_reports(results, args.out, folder=args.all, seed=args.seed)
+        return 1 if broken else EXIT_INCOMPLETE if not_run else 0
+    if args.out:
+        raise ConfigError("--out", "--report as well", args.out)
     doc = {"seed": args.seed, "bugs": [r.to_json() for r in results], "complete": not not_run,
            "stopped_by": "max-seconds" if not_run else None, "not_run": not_run}
 
     def text() -> str:
-        rows = [[r.bug.id, _short(r.bug.source, 40), r.bug.status, r.bug.check,
-                 f"{r.examples} {'examples' if r.bug.property else 'states'}", f"{r.seconds:.3f}",
-                 "yes" if r.reproduced else "no", {True: "yes", False: "NO", None: "-"}[r.fixed_passes],
-                 "holds" if r.ok else "BROKEN", _short(r.counterexample, 50) if r.counterexample else ""]
-                for r in results]
+        def row(r: Any) -> list[Any]:
+            searched = f"{r.examples} {'examples' if r.bug.property else 'states'}"
+            cells = [r.bug.id, r.bug.status, searched, f"{r.seconds:.3f}", "yes" if r.reproduced else "no",
+                     {True: "yes", False: "NO", None: "-"}[r.fixed_passes], "holds" if r.ok else "BROKEN"]
+            if args.wide:
+                cells[2:2] = [r.bug.source, r.bug.check]
+                cells.append(_short(r.counterexample, 80) if r.counterexample else "")
+            return cells
+
+        headers = ["bug", "status", "searched", "seconds", "repro", "fixed", "verdict"]
+        if args.wide:  # everything; the default fits a 120-column terminal
+            headers[2:2] = ["upstream source", "property / invariant"]
+            headers.append("counterexample")
         ok = sum(r.ok for r in results)
         tail = ""
         if not_run:
             tail = (f"\nINCOMPLETE: --max-seconds {args.max_seconds:g} ran out; not run: {', '.join(not_run)}"
                     + ("" if broken else "; nothing was found, and nothing is proved (exit 3)"))
-        return _table(["bug", "upstream source", "status", "property / invariant", "searched", "seconds", "reproduced",
-                       "fixed passes", "verdict", "counterexample"], rows) + \
+        return _table(headers, [row(r) for r in results]) + \
             f"\n\n{ok} of {len(results) + len(not_run)} bug reports hold" + tail
 
     _emit(args, doc, text)
@@ -587,8 +608,12 @@ def cmd_oracle(args: argparse.Namespace) -> int:
         checks = _table(["check", "backend", "examples", "status", "message"],
                         [[c["name"], c["backend"], c["examples"], c["status"], _short(c.get("message", ""), 60)]
                          for c in doc["checks"]])
-        return f"{backends}\n\n{checks}"
+        counts = {s: sum(c["status"] == s for c in doc["checks"]) for s in ("passed", "failed", "error", "skipped")}
+        total = (f"{len(doc['checks'])} kernel property runs: {counts['passed']} passed, {counts['failed']} failed, "
+                 f"{counts['error']} error, {counts['skipped']} skipped (a backend this machine lacks)")
+        return f"{backends}\n\n{checks}\n\n{total}"
 
+    doc["totals"] = {s: sum(c["status"] == s for c in doc["checks"]) for s in ("passed", "failed", "error", "skipped")}
     _emit(args, doc, text)
     return 1 if any(c["status"] not in ("passed", "skipped") for c in doc["checks"]) else 0
 

@@ -67,6 +67,8 @@ class KernelCheck:
     compare: Callable[[KernelChild, Any], Divergence | None]
     pinned: Callable[[], Sequence[Any]] = lambda: ()
     probes: tuple[Probe, ...] = field(default=())
+    # the release's kernel has the shape this adapter drives? None, or why not (the target is then "not present")
+    shape: Callable[[EngineSource], str | None] = lambda source: None
 
 
 def budget(options: Any) -> int:
@@ -89,6 +91,10 @@ def run_kernel_check(check: KernelCheck, source: EngineSource, options: Any) -> 
     device = getattr(options, "device", None) or "cpu"
     seed = getattr(options, "seed", None)
     source.file(check.relpath)  # a missing file is the ConfigError naming it, before a child starts
+    other_shape = check.shape(source)
+    if other_shape is not None:
+        result.status, result.note = "not present", other_shape
+        return result.finish(started)
     try:
         with KernelChild(source, device) as child:
             for case in check.pinned():

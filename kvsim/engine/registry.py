@@ -16,6 +16,31 @@ from .descriptor import ModelDescriptor
 from .errors import ConfigError
 
 VALID_STATUSES = ("reproducible", "open upstream", "not reproducible")
+VERDICT_STATES = ("present", "fixed", "not reachable")  # a finding's state in one upstream release
+HARMS = ("silent KV corruption", "a hang until a timeout", "a hang", "a dead thread", "a wrong status")
+
+
+@dataclass(frozen=True)
+class UpstreamSite:
+    """Where a bug lives upstream: a path in the engine's repository and the functions involved there."""
+
+    path: str
+    functions: tuple[str, ...]
+    role: str = ""  # what this place does in the bug, in a few words
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A bug report's state in one upstream release: present, fixed (in `fixed_in`) or not reachable (`reason`)."""
+
+    release: str
+    state: str
+    reason: str = ""
+    fixed_in: str = ""
+
+    def __post_init__(self) -> None:
+        if self.state not in VERDICT_STATES:
+            raise ConfigError(f"verdict for {self.release}.state", f"one of {VERDICT_STATES}", self.state)
 
 
 @dataclass(frozen=True)
@@ -38,10 +63,20 @@ class BugReport:
     max_examples: int = 2000
     params: Mapping[str, Any] = field(default_factory=dict)
     note: str = ""
+    # what an upstream bug report needs (kvsim repro ID --report); all optional
+    affected: str = ""  # the releases and configurations affected, in words
+    upstream_files: tuple[UpstreamSite, ...] = ()
+    harm: str = ""  # one of HARMS
+    consequence: str = ""  # what a user sees, in one or two sentences
+    fix: str = ""  # the smallest fix, in words
+    fix_variant: str | None = None  # a variant of the model that has that fix (None: no fix is modelled)
+    verdicts: tuple[Verdict, ...] = ()
 
     def __post_init__(self) -> None:
         if self.status not in VALID_STATUSES:
             raise ConfigError(f"bug {self.id}.status", f"one of {VALID_STATUSES}", self.status)
+        if self.harm and self.harm not in HARMS:
+            raise ConfigError(f"bug {self.id}.harm", f"one of {HARMS}", self.harm)
         if (self.property is None) == (self.invariant is None):
             raise ConfigError(f"bug {self.id}", "exactly one of property and invariant", (self.property, self.invariant))
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from kvsim.engine.actions import tagged, type_table
 
+from ..pd_common.status import KVPoll
+
 UP, DOWN = 0, 1  # prefill writer -> decode, decode -> prefill writer
 
 # -- messages -------------------------------------------------------------------------------------------
@@ -56,3 +58,75 @@ PollTerminal = tagged("poll_terminal", "writer", "room")  # sender.poll() is now
 ScatterSubmitted = tagged("scatter_submitted", "room", "alloc_id")  # its completion event is pending
 DeadlineArmed = tagged("deadline_armed", "room")  # all ranks succeeded: the completion deadline starts
 Concluded = tagged("concluded", "room", "status")  # the decode room committed or aborted
+
+
+# -- describe: one action, message or effect in words, for bug reports (`kvsim repro ID --report`) ----------
+def _route(side: int, writer: int) -> str:
+    return f"prefill writer {writer} → decode" if side == UP else f"decode → prefill writer {writer}"
+
+
+def _message(m: tuple) -> str:
+    kind = m[0]
+    if kind == "REQ":
+        return f"STAGING_REQ room {m[1]} chunk {m[2]} ({m[3]} page{'s' if m[3] != 1 else ''})"
+    if kind == "RSP":
+        slot = f"slot {m[4]}, offset {m[5]}, round {m[6]}" if m[4] >= 0 else "no slot: the chunk does not fit the ring"
+        return f"STAGING_RSP room {m[1]} chunk {m[2]} ({slot})"
+    if kind == "READY":
+        return f"CHUNK_READY room {m[1]} chunk {m[2]} (suffix pages [{m[3]}, {m[3] + m[4]}))"
+    if kind == "STATUS":
+        return f"transfer status {KVPoll(m[3]).name} for room {m[1]}"
+    if kind == "WM":
+        return f"WATERMARK (round {m[2]}, tail {m[3]})"
+    if kind == "ABORT":
+        return f"ABORT room {m[1]}"
+    return repr(m)
+
+
+def describe(record: tuple) -> str:
+    """An action (or a message, or a `Sent`/`Deferred`/`Concluded` effect) of this model in words."""
+    kind = record[0]
+    if kind in ("REQ", "RSP", "READY", "STATUS", "WM", "ABORT"):
+        return _message(record)
+    if kind == "batch":
+        return f"prefill: a forward batch of room {record[1]}; its next chunk joins every writer's transfer queue"
+    if kind == "work":
+        return f"prefill writer {record[1]}: the transfer worker takes the head of its queue"
+    if kind == "clear":
+        return f"prefill writer {record[1]}: the scheduler sees a terminal poll and clears room {record[2]}"
+    if kind == "deliver":
+        return f"{_route(record[1], record[2])}: {_message(record[3])}"
+    if kind == "scatter_done":
+        return f"decode: the scatter of room {record[1]} from slot {record[2]} completes; the slot is freed"
+    if kind == "deadline":
+        return f"decode: room {record[1]}'s staging completion deadline passes"
+    if kind == "waiting_timeout":
+        return f"decode: room {record[1]}'s waiting timeout passes"
+    if kind == "heartbeat_failure":
+        return "decode: the prefill's heartbeat fails; unfinished rooms fail"
+    if kind == "abort":
+        return f"ABORT (fault): decode aborts room {record[1]}"
+    if kind == "reorder":
+        return f"REORDER: {_route(record[1], record[2])}: {_message(record[3])} overtakes the messages ahead of it"
+    if kind == "drop":
+        return f"DROP: {_route(record[1], record[2])}: {_message(record[3])} is lost"
+    if kind == "duplicate":
+        return f"DUPLICATE: {_route(record[1], record[2])}: {_message(record[3])} will arrive twice"
+    if kind == "peer_death":
+        return "FAULT: the prefill node dies"
+    if kind == "sent":
+        who = f"prefill writer {record[2]} sends" if record[1] == UP else f"sends prefill writer {record[2]}"
+        return f"{who} {_message(record[3])}"
+    if kind == "deferred":
+        return "defers the chunk (re-enqueued: its slot offset or watermark is not ready)"
+    if kind == "scatter_submitted":
+        return f"scatter of room {record[1]} from slot {record[2]} submitted"
+    if kind == "concluded":
+        return f"decode room {record[1]} concludes {KVPoll(record[2]).name}"
+    if kind == "enqueued":
+        return ""  # said by the batch itself
+    if kind == "poll_terminal":
+        return f"writer {record[1]}'s poll of room {record[2]} turns terminal"
+    if kind == "deadline_armed":
+        return f"all ranks reported Success for room {record[1]}: the completion deadline starts"
+    return repr(record)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kvsim.engine.errors import PropertyViolation
 from kvsim.engine.property import kv_property
-from kvsim.engine.registry import BugReport
+from kvsim.engine.registry import BugReport, UpstreamSite, Verdict
 from kvsim.models.pd_protocol.mori_layout import Descriptor, LayoutCase, chosen_descriptors
 from kvsim.models.pd_protocol.variants import ProtocolVariant
 
@@ -61,5 +61,25 @@ BUGS = (
         note="Derived from the rule as the research note states it (get_mha_kv_ptrs_with_pp); the real code may "
              "guard this elsewhere. Production drafts (MTP, EAGLE: one layer) on stages of two or more layers are "
              "not affected.",
+        affected="SGLang 0.5.19 through 0.5.23 (after PR #35281): PD disaggregation of plain MHA models whose pools "
+                 "publish no layer ids, prefill with pipeline parallelism, decode with draft KV (speculative "
+                 "decoding); Mori, and Mooncake and NIXL through the shared rule",
+        upstream_files=(
+            UpstreamSite("python/sglang/srt/disaggregation/mori/conn.py", ("_get_mha_mem_desc_slices",),
+                         "takes the main-layer count as n*(T//n) when n < T and T % n != 0, else T"),
+            UpstreamSite("python/sglang/srt/disaggregation/common/conn.py", ("get_mha_kv_ptrs_with_pp",),
+                         "the same rule, used by Mooncake and NIXL for plain MHA"),
+            UpstreamSite("python/sglang/srt/disaggregation/utils.py", ("build_kv_layer_ids",),
+                         "returns no layer ids for plain MHA pools, so the rule is always used"),
+        ),
+        harm="silent KV corruption",
+        consequence="The prefill writes a stage's V (or K) into the decode's draft region or into another layer's "
+                    "K; decode attends over wrong KV with no error. With an uneven split (32 layers, PP 3, one EAGLE "
+                    "layer) every stage is affected.",
+        fix="Take the V offset from the decode's main-layer count (T - num_draft_entries / 2; kv_args.num_draft_entries "
+            "exists), or require layer ids for PP-heterogeneous MHA.",
+        verdicts=(Verdict("PR #35281", "present"),
+                  Verdict("0.5.23", "present", "broader than modelled: uneven PP splits fail with a single draft "
+                                               "layer, and common/conn.py's rule has the same flaw")),
     ),
 )

@@ -9,7 +9,7 @@ holds it).
 from __future__ import annotations
 
 from kvsim.engine.property import stateful_property
-from kvsim.engine.registry import BugReport
+from kvsim.engine.registry import BugReport, UpstreamSite, Verdict
 
 MODEL = "pd-protocol"
 
@@ -60,6 +60,21 @@ BUGS = (
                 "window raises AttributeError and kills the thread",
         status="open upstream",
         note="The reviewer's residual race; the upstream post-fix file assigns _staging_ctx late, as modelled.",
+        affected="SGLang 05c7ebf through 0.5.23, Mooncake with staging: the ordering is in the code; the trigger "
+                 "is not reachable in normal operation",
+        upstream_files=(
+            UpstreamSite("python/sglang/srt/disaggregation/mooncake/conn.py",
+                         ("MooncakeKVManager.__init__", "start_prefill_thread", "handle_watermark_msg"),
+                         "_staging_ctx is assigned after the bootstrap thread starts; WATERMARK dereferences it in "
+                         "a loop with no try/except"),
+        ),
+        harm="a dead thread",
+        consequence="A WATERMARK delivered in the start-up window raises AttributeError and kills the bootstrap "
+                    "thread; every later room on that rank stalls until its timeout.",
+        fix="Assign _staging_ctx before start_prefill_thread() (one line).",
+        verdicts=(Verdict("PR #35281", "present"),
+                  Verdict("0.5.23", "not reachable", "WATERMARK goes only to prefills that sent a STAGING_REQ, which "
+                                                     "needs _staging_ctx; keep as hardening")),
     ),
     BugReport(
         id="sglang-pd-common-failed-not-sticky",
@@ -74,5 +89,14 @@ BUGS = (
         note="From the status rule as the research note states it (section 1.1); whether the TransferInfo handler "
              "checks for Failed before updating is not in the notes. Mori's rule keeps Failed terminal, so Mori is "
              "not affected; the window is between the failure and the scheduler's next poll.",
+        upstream_files=(
+            UpstreamSite("python/sglang/srt/disaggregation/common/conn.py", ("CommonKVManager.update_status",),
+                         "max(Failed, WaitingForInput) moves a failed room back"),
+        ),
+        harm="a wrong status",
+        consequence="A failed prefill room is resurrected as WaitingForInput and may transfer again.",
+        fix="update_status returns early on a Failed room.",
+        verdicts=(Verdict("PR #35281", "present"),
+                  Verdict("0.5.23", "fixed", "update_status returns early on Failed", fixed_in="0.5.23 or earlier")),
     ),
 )

@@ -16,10 +16,19 @@ counterexamples), the third does not (recorded "not reproducible", with why).
 from __future__ import annotations
 
 from kvsim.engine.property import stateful_property
-from kvsim.engine.registry import BugReport
+from kvsim.engine.registry import BugReport, UpstreamSite, Verdict
 
 MODEL = "pd-staging"
 SOURCE = "sglang 05c7ebf (PR #30545)"
+
+# upstream paths: SGLang's repository (research note ../shared/research/sglang_findings_0.5.23.md has file:line)
+DISAGG = "python/sglang/srt/disaggregation"
+STAGING_HANDLER = f"{DISAGG}/common/staging_handler.py"
+STAGING_BUFFER = f"{DISAGG}/common/staging_buffer.py"
+MOONCAKE = f"{DISAGG}/mooncake/conn.py"
+COMMON_CONN = f"{DISAGG}/common/conn.py"
+DECODE = f"{DISAGG}/decode.py"
+AT_05C7EBF = "05c7ebf (PR #30545)"
 
 STAGING_INVARIANTS = stateful_property(model=MODEL, name="staging_invariants", home=__name__,
                                        doc="S7, S9-S11, S13-S15, S17 and L4 hold on every step of Hypothesis-chosen "
@@ -101,6 +110,26 @@ LOST_REQ_SUCCESS = BugReport(
     note="With W > 1 writers the same slot is prefetched by every writer's session, so one lost STAGING_REQ is "
          "masked; with W = 1 (or all copies lost) it reproduces. The same configuration also hangs the prefill "
          "side (explore: every_room_concludes).",
+    affected="SGLang from 05c7ebf (PR #30545) through 0.5.23, PD disaggregation with Mooncake staging, one prefill "
+             "writer per decode rank (prefill TP <= decode TP) and a request of two or more staging chunks",
+    upstream_files=(
+        UpstreamSite(STAGING_HANDLER, ("advance_scatter",), "completes a room when no allocated slot remains"),
+        UpstreamSite(STAGING_HANDLER, ("prefetch_staging_reqs", "handle_staging_req"),
+                     "one STAGING_REQ per (room, chunk, session); a lost one is never re-sent"),
+        UpstreamSite(MOONCAKE, ("transfer_worker", "conclude_transfer"),
+                     "re-enqueues the chunk with no offset forever; the last chunk still sends Success"),
+        UpstreamSite(COMMON_CONN, ("poll",), "the sender holds Transferring with no timeout"),
+    ),
+    harm="silent KV corruption",
+    consequence="Decode commits the request with the rows of the lost chunk never written and decodes from "
+                "whatever the KV pages held before; the prefill sender stays Transferring with its KV pages held "
+                "and its transfer worker spinning on the chunk.",
+    fix="Decode completes a room only when every expected chunk index (ceil(suffix_pages / F)) has been scattered, "
+        "not when no allocated slot remains; or the prefill re-sends a STAGING_REQ (or fails the room) when a chunk's "
+        "offset stalls (open PR #29978).",
+    verdicts=(Verdict(AT_05C7EBF, "present"),
+              Verdict("0.5.23", "present", "advance_scatter's completion rule and the one-shot prefetch are "
+                                           "unchanged; PR #29978 (re-send on lost control messages) is not merged")),
 )
 
 DUP_READY = BugReport(
@@ -115,6 +144,27 @@ DUP_READY = BugReport(
     status="open upstream",
     note="Needs W >= 2 (P_tp > D_tp) and a duplicated control message; the model dedupes nothing, as the note "
          "reads the code.",
+    affected="SGLang 0.5.23 with Mooncake staging, pipeline-parallel prefill and prefill TP < decode TP (several "
+             "writers per decode rank and several destinations per prefill rank); at 05c7ebf the counting rule is "
+             "there but nothing produces a duplicate",
+    upstream_files=(
+        UpstreamSite(STAGING_HANDLER, ("handle_chunk_arrived",),
+                     "completes the fan-in on len(arrivals) >= num_writers, counting entries, not writers"),
+        UpstreamSite(MOONCAKE, ("transfer_worker",),
+                     "re-enqueues a whole chunk when one destination is deferred: destinations already written get "
+                     "a second RDMA and a second CHUNK_READY; writer_id is the decode session, the same for all"),
+        UpstreamSite(STAGING_HANDLER, ("num_writers_for",), "W = tp_writers * pp_writers since PP staging"),
+    ),
+    harm="silent KV corruption",
+    consequence="The duplicate completes the fan-in before another writer (another PP stage's layers) has written, "
+                "so decode scatters those heads or layers from stale ring bytes and decodes from them.",
+    fix="Deduplicate arrivals by the prefill writer (pp_rank, tp_rank) rather than counting list entries, and record "
+        "per-destination progress in TransferKVChunk so a retry re-sends only the deferred destinations.",
+    verdicts=(Verdict(AT_05C7EBF, "not reachable", "the counting rule is there, but with W >= 2 each prefill rank has "
+                                                   "one destination per room and ZMQ over TCP does not duplicate"),
+              Verdict("0.5.23", "present", "reachable: the transfer worker's whole-chunk re-enqueue duplicates "
+                                           "CHUNK_READY, and PP prefill writers give W >= 2 with several "
+                                           "destinations per rank")),
 )
 
 SKIP_POP = BugReport(
@@ -132,6 +182,8 @@ SKIP_POP = BugReport(
          "(outstanding_never_negative) and L4 hold under aborts, lost STAGING_RSPs and reordering; in fact the pop "
          "is what empties the count a FAIL_ROOM or a deferred chunk left behind. The harm #36707 describes is to "
          "the deferred-ABORT_ACK release logic added after 05c7ebf, which this model does not contain.",
+    verdicts=(Verdict(AT_05C7EBF, "not reachable", "a room's chunks share one queue and one worker thread, so the "
+                                                   "skip-path pop never races a live decrement"),),
 )
 
 # -- further findings on `fixed` that the exhaustive search turned up ----------------------------------
@@ -151,6 +203,24 @@ STALE_WRITE_AFTER_RELEASE = BugReport(
     note="Needs ring pressure (a wrap) and a decode-side failure racing a queued chunk. The watermark gate only "
          "keeps a newer round off live older data; nothing keeps a released older allocation's writer off a "
          "newer one. Reproduces with the waiting timeout instead of the abort (timeouts=1, faults none).",
+    affected="SGLang 05c7ebf through 0.5.20 by default; 0.5.21 through 0.5.23 only with "
+             "SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE=0 or after its 30 s release timeout",
+    upstream_files=(
+        UpstreamSite(DECODE, ("pop_transferred", "_do_release"),
+                     "releases a failed room's staging slots (deferred until every ABORT_ACK since #35049)"),
+        UpstreamSite(STAGING_HANDLER, ("unregister_decode_req", "release_room", "is_watermark_ready"),
+                     "frees unscattered slots and broadcasts WATERMARK; round-0 slots always pass the gate"),
+        UpstreamSite(MOONCAKE, ("transfer_worker",), "writes a queued chunk of the aborted room"),
+    ),
+    harm="silent KV corruption",
+    consequence="Another room's slot on the wrapped ring receives the aborted room's KV, and that room is scattered "
+                "and decoded from it.",
+    fix="Release an aborted room's staging slots only after every prefill writer acknowledged the abort (the "
+        "deferred decode KV release of #35049 / #35360), with no release on timeout while a write may be in flight.",
+    verdicts=(Verdict(AT_05C7EBF, "present"),
+              Verdict("0.5.23", "fixed", "in the default configuration; still present with "
+                                         "SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE=0 or after its 30 s timeout",
+                      fixed_in="0.5.21 (deferred decode KV release on by default; #35049, #35360)")),
 )
 
 LOST_WATERMARK = BugReport(
@@ -165,6 +235,25 @@ LOST_WATERMARK = BugReport(
             "fails the room after 300 s)",
     status="open upstream",
     note="A later free re-broadcasts the watermark; here no later free exists.",
+    affected="SGLang from 05c7ebf (PR #30545) through 0.5.23, PD disaggregation with Mooncake staging; since #37166 "
+             "(0.5.19) without any ring pressure",
+    upstream_files=(
+        UpstreamSite(STAGING_HANDLER, ("release_room", "register_wm_subscriber"),
+                     "WATERMARK is best-effort (errors swallowed), re-sent only by a later free or to a new subscriber"),
+        UpstreamSite(STAGING_BUFFER, ("StagingAllocator.free",), "an emptied ring starts a new round (#37166)"),
+        UpstreamSite(MOONCAKE, ("transfer_worker", "is_watermark_ready"),
+                     "re-enqueues the chunk every ~1 ms while the watermark is behind"),
+        UpstreamSite(DECODE, ("_check_waiting_timeout",), "fails the room after 300 s"),
+    ),
+    harm="a hang until a timeout",
+    consequence="The next room's chunk is re-enqueued every millisecond until the decode's 300 s waiting timeout "
+                "fails the request; at a quiet moment one lost message is enough.",
+    fix="Re-send the current watermark with every STAGING_RSP, or re-broadcast it periodically while deferred "
+        "chunks exist (open PR #29978).",
+    verdicts=(Verdict(AT_05C7EBF, "present", "after a ring wrap"),
+              Verdict("0.5.23", "present", "wider: since #37166 an emptied ring starts a new round, so one lost "
+                                           "WATERMARK stalls the next room with no ring pressure; PR #29978 is not "
+                                           "merged")),
 )
 
 LATE_REQ_REALLOC = BugReport(
@@ -181,4 +270,20 @@ LATE_REQ_REALLOC = BugReport(
     status="open upstream",
     note="Rests on the note's dedupe rule (an entry zeroed after the scatter reads as 'not allocated'). The timed "
          "simulation shows it as 'Failed: staging completion deadline' under reordering with an ample ring.",
+    affected="SGLang from 05c7ebf (PR #30545) through 0.5.23, Mooncake staging with two or more writers per decode "
+             "rank (prefill TP > decode TP, or TP co-writers of one PP stage)",
+    upstream_files=(
+        UpstreamSite(STAGING_HANDLER, ("handle_staging_req",),
+                     "deduplicates only on infos[chunk][0] >= 0, so a scattered (zeroed) slot is allocated again"),
+        UpstreamSite(STAGING_HANDLER, ("advance_scatter",), "zeroes a slot's entry to (-1, -1, 0, -1, 0) after scatter"),
+        UpstreamSite(STAGING_HANDLER, ("prefetch_staging_reqs",),
+                     "sends STAGING_REQ on its own PUSH socket: no FIFO with CHUNK_READY"),
+    ),
+    harm="a hang until a timeout",
+    consequence="The re-allocated slot is never scattered: the completed request fails at the 300 s staging "
+                "completion deadline, and meanwhile the allocation pins the ring watermark for every room behind it.",
+    fix="Keep a distinct 'scattered' state per chunk (e.g. offset -3) and answer a late STAGING_REQ from it without "
+        "allocating.",
+    verdicts=(Verdict(AT_05C7EBF, "present"),
+              Verdict("0.5.23", "present", "the same code; needs the STAGING_REQ and CHUNK_READY sockets to reorder")),
 )

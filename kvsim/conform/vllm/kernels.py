@@ -161,10 +161,24 @@ def _zero_pinned() -> list[Any]:
     return [c for c in sentinel_cases() if c.chunk_width is None]  # upstream's launcher picks the chunk width
 
 
+def zero_kernel_shape(source: EngineSource) -> str | None:
+    """The d6af803 kernel takes a per-segment block stride; before it (0.27.1) the page doubled as the stride."""
+    import ast
+
+    tree = ast.parse(source.file(UTILS).read_text(encoding="utf-8", errors="replace"))
+    kernel = next((n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "_zero_kv_blocks_kernel"),
+                  None)
+    if kernel is None or "seg_block_strides_ptr" not in [a.arg for a in kernel.args.args]:
+        return (f"{UTILS}:_zero_kv_blocks_kernel has no seg_block_strides_ptr in {source.label} (the launcher "
+                "before d6af803: the page doubles as the stride); this adapter drives the d6af803 launcher, and "
+                "the pre-fix planning is the KVBlockZeroer target's")
+    return None
+
+
 ZERO_KV_BLOCKS = KernelCheck(
     engine="vllm", name="zero-kv-blocks-kernel", relpath=UTILS, symbols=ZERO_SYMBOLS, model="kv-zeroing",
     doc=__doc__.split("\n* ")[1].strip(), kernel="vllm.zero_kv_blocks", strategy=_zero_strategy,
-    compare=zero_compare, pinned=_zero_pinned)
+    compare=zero_compare, pinned=_zero_pinned, shape=zero_kernel_shape)
 
 
 # --- parent side: merge_attn_states -------------------------------------------------------------------

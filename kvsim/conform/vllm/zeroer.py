@@ -223,6 +223,8 @@ def upstream_planner(up: Upstream, variant: ZeroingVariant) -> Iterator[None]:
     from kvsim.properties.kv_zeroing import zeroer as props
 
     def planner(geometry: KVCacheGeometry, _variant: Any = None, *, arena: Arena | None = None) -> SegmentTable:
+        if up.takes_num_blocks and not whole_logical_blocks(geometry):  # the differential's domain (RATIO_SHAPE)
+            raise ConfigError("geometry", "a geometry 0.33.0's allocator can build", RATIO_SHAPE)
         arena = arena or Arena.for_geometry(geometry)
         got = upstream_table(up, geometry, arena, variant)
         if isinstance(got, BaseException):

@@ -1,0 +1,216 @@
+"""A bug report an engine team can act on, as Markdown: `kvsim repro ID --report [--out FILE]`.
+
+The report is built from data only: the `BugReport` (its upstream metadata:
+affected releases, upstream files and functions, harm and consequence, the
+fix, per-release verdicts), the counterexample `reproduce` finds now, the
+model's own words for each action (`describe(action)` in the model package's
+`actions` module, where it has one), the violated invariant's or property's
+doc, and a model run on the variant that has the fix. Nothing in it is timed,
+so the same catalog gives the same text (docs/findings/ is generated from it
+and checked by a test).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import shlex
+from dataclasses import fields
+from typing import Any, Callable
+
+from ..engine.canon import canonical_json, to_jsonable
+from ..engine.errors import ConfigError
+from ..engine.explore import explore
+from ..engine.registry import REGISTRY, BugReport
+from ..engine.system import transition
+from .repro import FIXED_CHECK_EXAMPLES, ReproResult, reproduce
+
+LIVENESS_DOC = "from every reachable state some run concludes every room on both sides (no hang)"
+
+
+def describer(model: Any) -> tuple[Callable[[Any], str] | None, dict | None]:
+    """The model package's `actions.describe` and `actions.ACTIONS`, where it has them."""
+    if model.system is None:
+        return None, None
+    package = model.system.__module__.rsplit(".", 1)[0]
+    try:
+        actions = importlib.import_module(f"{package}.actions")
+    except ImportError:
+        return None, None
+    return getattr(actions, "describe", None), getattr(actions, "ACTIONS", None)
+
+
+def steps(bug: BugReport, trace: list) -> list[tuple[str, list[str]]]:
+    """The path as (action in words, [what it did in words]), replayed through the bug's system."""
+    from ..engine.actions import decode
+
+    model = REGISTRY.model(bug.model)
+    describe, types = describer(model)
+    system = model.build_system(bug.variant, dict(bug.params))
+    actions = [decode(a, types) if types else a for a in trace]
+    for start in system.initial_states():
+        state, out = start, []
+        for action in actions:
+            key = canonical_json(action)
+            if not any(canonical_json(a) == key for a in system.enabled(state)):
+                break
+            state, effects = transition(system, state, action)
+            said = [describe(e) for e in effects] if describe else []
+            out.append((describe(action) if describe else repr(action), [s for s in said if s]))
+        else:
+            return out
+    return [(describe(a) if describe else repr(a), []) for a in actions]
+
+
+def check_doc(bug: BugReport) -> str:
+    """The violated invariant (or property) in one sentence: its doc."""
+    model = REGISTRY.model(bug.model)
+    if bug.property is not None:
+        return REGISTRY.property(bug.model, bug.property).doc.strip()
+    system = model.build_system(bug.variant, dict(bug.params))
+    if bug.invariant == getattr(system, "liveness", None):
+        return LIVENESS_DOC
+    inv = next(i for i in system.invariants if i.name == bug.invariant)
+    return inv.doc.strip() or bug.invariant
+
+
+def fix_run(bug: BugReport, result: ReproResult, seed: int = 0) -> tuple[str | None, bool | None]:
+    """(the fix variant, whether the bug's check holds on it); (None, None) where no fix is modelled."""
+    variant = bug.fix_variant or (None if bug.variant == "fixed" else "fixed")
+    if variant is None:
+        return None, None
+    if variant == "fixed" and result.fixed_passes is not None:
+        return variant, result.fixed_passes
+    model = REGISTRY.model(bug.model)
+    if bug.property is not None:
+        from ..engine.runner import run_property
+
+        found = run_property(REGISTRY.property(bug.model, bug.property), variant, max_examples=FIXED_CHECK_EXAMPLES,
+                             seed=seed, params=dict(bug.params))
+        return variant, found.status == "passed"
+    found = explore(model.build_system(variant, dict(bug.params)))
+    return variant, not any(v.property == bug.invariant for v in found.violations)
+
+
+def _param_args(bug: BugReport) -> str:
+    return " ".join(f"--param {shlex.quote(f'{k}={v}')}" for k, v in bug.params.items())
+
+
+def commands(bug: BugReport) -> list[str]:
+    """The exact commands that reproduce it: repro, then the search that saves the counterexample, and its replay."""
+    file = f"{bug.id}.json"
+    params = _param_args(bug)
+    lines = [f"kvsim repro {bug.id}"]
+    if bug.property is not None:
+        lines.append(f"kvsim check {bug.model} --variant {bug.variant} --property {bug.property} "
+                     f"--max-examples {bug.max_examples} {params} --save {file}".replace("  ", " "))
+    else:
+        system = REGISTRY.model(bug.model).build_system(bug.variant, dict(bug.params))
+        liveness = bug.invariant == getattr(system, "liveness", None)
+        first = explore(system, check_liveness=liveness).violations
+        flag = "" if liveness else " --no-liveness"
+        lines.append(f"kvsim explore {bug.model} --variant {bug.variant}{flag} {params} --save {file}".replace("  ", " "))
+        if not first or first[0].property != bug.invariant:
+            lines.append(f"# note: the first violation explore saves here is {first[0].property if first else 'none'}")
+    lines.append(f"kvsim replay {file}")
+    return lines
+
+
+def _verdict_cell(v: Any) -> str:
+    if v.state == "fixed":
+        text = f"fixed in {v.fixed_in}" if v.fixed_in else "fixed"
+    else:
+        text = v.state
+    return f"**{text}**" + (f": {v.reason}" if v.reason else "")
+
+
+def render(bug: BugReport, result: ReproResult, seed: int = 0) -> str:
+    """The Markdown report of one bug report, from `reproduce(bug)`'s result."""
+    out: list[str] = [f"# {bug.id}", ""]
+    out += [f"- **Status:** {bug.status}", f"- **Model:** `{bug.model}`, variant `{bug.variant}`"
+            + (", parameters " + ", ".join(f"`{k}={v}`" for k, v in bug.params.items()) if bug.params else ""),
+            f"- **Source:** {bug.source}", f"- **Reproduced now:** {'yes' if result.reproduced else 'NO'}", ""]
+    out += ["## Summary", "", bug.summary, ""]
+    out += ["## Affected releases", ""]
+    if bug.affected:
+        out += [bug.affected, ""]
+    if bug.verdicts:
+        out += ["| release | verdict |", "|---|---|"]
+        out += [f"| {v.release} | {_verdict_cell(v)} |" for v in bug.verdicts] + [""]
+    if not bug.affected and not bug.verdicts:
+        out += ["Not recorded.", ""]
+    out += ["## Upstream code", ""]
+    if bug.upstream_files:
+        for site in bug.upstream_files:
+            fns = ", ".join(f"`{f}`" for f in site.functions)
+            out.append(f"- `{site.path}`: {fns}" + (f": {site.role}" if site.role else ""))
+        out.append("")
+    else:
+        out += [f"See the source: {bug.source}.", ""]
+    out += ["## Minimal counterexample", ""]
+    ce = result.counterexample
+    if not result.reproduced or ce is None:
+        out += ["The check did not fail: no counterexample.", ""]
+    elif "trace" in ce:
+        out += [f"Found by exhaustive search of `{bug.model}` on variant `{bug.variant}` ({result.examples} states); "
+                f"{len(ce['trace'])} steps from the initial state:", ""]
+        for n, (action, effects) in enumerate(steps(bug, ce["trace"]), 1):
+            out.append(f"{n}. {action}" + (f" — {'; '.join(effects)}" if effects else ""))
+        what = "a hang: no done state is reachable from here" if ce.get("kind") == "hang" else "the invariant fails here"
+        out += ["", f"After step {len(ce['trace'])}, {what}:", "", f"> {result.message}", ""]
+    else:
+        out += [f"Found by Hypothesis on `{bug.model}` variant `{bug.variant}` (shrunk case):", "", "```json",
+                json.dumps(to_jsonable(ce.get("case", ce)), sort_keys=True, indent=1), "```", "",
+                f"> {result.message}", ""]
+    out += ["## Violated invariant", "", f"`{bug.check}`: {check_doc(bug)}", ""]
+    out += ["## Consequence", ""]
+    out += [(f"**{bug.harm}**. " if bug.harm else "") + (bug.consequence or bug.summary), ""]
+    out += ["## Fix", ""]
+    variant, holds = fix_run(bug, result, seed)
+    if bug.fix:
+        out += [bug.fix, ""]
+    if variant is None:
+        out += ["No fix variant is modelled: no model run shows a fix removing the violation.", ""]
+    else:
+        model = REGISTRY.model(bug.model)
+        flags = _flag_diff(model.variant(bug.variant), model.variant(variant))
+        out += [f"Model run with the fix: variant `{variant}`" + (f" (flags {flags})" if flags else "") + ": "
+                + (f"`{bug.check}` holds, the violation is gone." if holds else f"`{bug.check}` STILL FAILS."), ""]
+    out += ["## Reproduce", "", "```sh", *commands(bug), "```", ""]
+    if bug.note:
+        out += ["## Notes", "", bug.note, ""]
+    out += ["---", "", f"Generated by `kvsim repro {bug.id} --report`; do not edit by hand."]
+    return "\n".join(out) + "\n"
+
+
+def _flag_diff(before: Any, after: Any) -> str:
+    names = [f.name for f in fields(after) if f.name != "name" and getattr(before, f.name, None) != getattr(after, f.name)]
+    return ", ".join(f"`{n}`" for n in names)
+
+
+def report(bug: BugReport, seed: int = 0) -> tuple[ReproResult, str]:
+    result = reproduce(bug, seed=seed)
+    return result, render(bug, result, seed)
+
+
+def write_reports(results: list[ReproResult], out: str | None, folder: bool = False, seed: int = 0) -> list[str]:
+    """`repro --report`: one report per result, to stdout, to the file `out`, or (`folder`, or `out` a folder or
+    ending in a separator) to `out`/ID.md. Returns the paths written."""
+    texts = [(r.bug.id, render(r.bug, r, seed)) for r in results]
+    if not out:
+        print("\n".join(text for _, text in texts), end="")
+        return []
+    folder = folder or os.path.isdir(out) or out.endswith(os.sep)
+    paths = []
+    try:
+        if folder:
+            os.makedirs(out, exist_ok=True)
+        for bug_id, text in texts:
+            path = os.path.join(out, f"{bug_id}.md") if folder else out
+            with open(path, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            paths.append(path)
+    except OSError as exc:
+        raise ConfigError("--out", "a writable file or folder", out, exc.strerror or "") from None
+    return paths
