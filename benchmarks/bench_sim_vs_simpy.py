@@ -46,7 +46,7 @@ event: each event is a model step, its follow-ups and a canonical-JSON,
 SHA-256 trace record (about half of the time), the same work on both
 engines; only the no-op workload compares the engines themselves.
 `--flat-rooms` keeps every per-room sequence of the model state a plain
-tuple instead of the persistent 32-way tree (`pd_staging.state.Rooms`), to
+tuple instead of the persistent 32-way tree (`pd_common.rooms.Rooms`), to
 show what the tree buys: a step then copies every room of a sequence it
 touches. SimPy is a benchmark-only dependency: `pip install simpy` (4.1.2 tested).
 """
@@ -74,7 +74,7 @@ from kvsim.engine.sim import FaultPlan, Simulator
 from kvsim.engine.trace import TraceRecorder
 from kvsim.models.pd_staging import DESCRIPTOR, FIXED
 from kvsim.models.pd_staging import sim as pd_staging_sim
-from kvsim.models.pd_staging.state import Rooms
+from kvsim.models.pd_common.rooms import Rooms
 
 
 # -- the adapter: kvsim's scheduling seam on a SimPy Environment ---------------------------------------

@@ -120,3 +120,10 @@ def test_budget_is_capped_in_ci(monkeypatch) -> None:  # type: ignore[no-untyped
     assert budget(RunOptions()) == 40 and budget(RunOptions(max_examples=3)) == 3
     monkeypatch.setenv("KVSIM_PROFILE", "dev")
     assert budget(RunOptions()) == 200
+
+
+def test_the_launcher_before_d6af803_is_not_present_with_the_reason():
+    """0.27.1's kernel takes no per-segment stride: the adapter says so instead of failing inside the child."""
+    result = _target("vllm", "zero-kv-blocks-kernel").run(resolve_source("vllm", version="0.27.1"), RunOptions())
+    assert result.status == "not present" and result.compared == 0
+    assert "seg_block_strides_ptr" in result.note and "d6af803" in result.note

@@ -196,3 +196,35 @@ def test_each_flag_alone_changes_something(flag):
     probes += [lambda v, c=c: chosen_descriptors(c, v) for c in (
         LayoutCase(4, 1, 0, 1, False, "mha"), LayoutCase(8, 2, 1, 0, True, "mla"), LayoutCase(4, 1, 0, 0, False, "hybrid_mla"))]
     assert any(repr(p(FIXED)) != repr(p(off)) for p in probes), flag
+
+
+def test_many_rooms_step_replaces_one_room_not_the_tuple_of_all():
+    """Past `Rooms.B` rooms (the timed simulation) the per-room fields are trees a step updates in O(log rooms);
+    up to it they stay plain tuples, so explore's states and fingerprints are what they were."""
+    from kvsim.models.pd_common.rooms import Rooms
+    small = PdProtocol(ProtocolConfig("mooncake", rooms=3), FIXED).initial_states()[0]
+    assert type(small.prefill) is type(small.decode) is type(small.sent) is tuple
+    system = PdProtocol(ProtocolConfig("mooncake", rooms=1000, faults=-1), FIXED)
+    s0 = system.initial_states()[0]
+    assert type(s0.prefill) is type(s0.decode) is type(s0.sent) is Rooms
+    s1, fx = system.transition(s0, DecodeInit(700))
+    assert s1.decode[700] == KVPoll.WaitingForInput and s0.decode[700] == KVPoll.Bootstrapping
+    assert list(s1.decode) == [KVPoll.WaitingForInput if r == 700 else KVPoll.Bootstrapping for r in range(1000)]
+    assert s1.decode.root[0] is s0.decode.root[0]  # untouched subtrees are shared, not copied
+    assert s1.prefill is s0.prefill and fx[-1] == Sent("prefill", Tinfo(700))
+
+
+def test_message_bag_stays_the_sorted_multiset():
+    """The bags in flight are found and updated by bisection; they are still the sorted tuples they were."""
+    from kvsim.models.pd_protocol.actions import Abort, GarbageFrame, Status
+    from kvsim.models.pd_protocol.system import _add, _holds, _remove
+    bag = ()
+    msgs = [Tinfo(3), Status(1, 2), GarbageFrame(), Tinfo(3), Abort(0), Status(1, 1), GarbageFrame()]
+    for i, m in enumerate(msgs):
+        bag = _add(bag, m) if i % 2 else _add(bag, m, Tinfo(9))
+        assert list(bag) == sorted(bag)
+    assert bag == tuple(sorted(msgs + [Tinfo(9)] * 4))
+    assert _holds(bag, Tinfo(3)) and not _holds(bag, Tinfo(4)) and not _holds((), Tinfo(3))
+    assert _remove(bag, Tinfo(3)).count(Tinfo(3)) == 1
+    with pytest.raises(ValueError):
+        _remove(bag, Abort(5))

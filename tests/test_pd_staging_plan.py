@@ -15,7 +15,7 @@ from kvsim.models.pd_staging.layout import HeadReshard, HeadSliceParams, compute
 from kvsim.models.pd_staging.plan import (StagingPlanConfig, StagingReq, compute_grid_segments, full_chunk_pages,
                                     grid_tokens, prefetch_plan, scatter_token_range, staging_prefix_accepted)
 from kvsim.models.pd_staging.ring import Allocation, StagingAllocator, is_watermark_ready, merge_remote_watermark
-from kvsim.models.pd_staging.variants import FIXED, VARIANTS, StagingVariant
+from kvsim.models.pd_staging.variants import AFTER_05C7EBF, FIXED, VARIANTS, StagingVariant
 from kvsim.properties.pd_staging.cases import (LLAMA_31_8B, SCENARIO_A, SCENARIO_A_EARLY, SCENARIO_B, SCENARIO_D,
                                                STAGED_A_DOWN, STAGED_A_UP)
 from kvsim.properties.pd_staging.plan import staged_writes
@@ -156,14 +156,16 @@ def test_config_errors_name_the_field():
         StagingPlanConfig(1000, 1000, 16)
     with pytest.raises(ConfigError, match="chunked_prefill_size"):
         StagingPlanConfig(1000, 0, 16, 0)
-    with pytest.raises(ConfigError, match="--variant: expected one of fixed, pre_05c7ebf"):
+    with pytest.raises(ConfigError, match="--variant: expected one of fixed, pre_05c7ebf, sglang_0_5_23, got 'old'"):
         VARIANTS["old"]
 
 
 def test_each_flag_is_one_05c7ebf_change_read_where_it_was_made():
     """Turning one flag of `fixed` off changes only the function that reads it."""
-    assert all(FIXED.flags().values()) and not any(PRE.flags().values())
-    off = {name: StagingVariant("probe", **{**FIXED.flags(), name: False}) for name in FIXED.flags()}
+    own = [name for name in FIXED.flags() if name not in AFTER_05C7EBF]
+    assert all(FIXED.flags()[n] for n in own) and not any(PRE.flags().values())
+    assert not any(FIXED.flags()[n] for n in AFTER_05C7EBF)  # `fixed` is 05c7ebf: no later upstream change
+    off = {name: StagingVariant("probe", **{**FIXED.flags(), name: False}) for name in own}
     assert plan.floor_non_last_end(864, 0, 16, 256, off["grid_floored_sends"]) == 864
     assert plan.floor_non_last_end(864, 0, 16, 256, off["grid_segmented_sends"]) == 768
     assert _spans(SCENARIO_A.plan(off["grid_segmented_sends"]).sends)[0] == (0, 768, 0, 48, 0, False)
@@ -331,8 +333,8 @@ def test_s6_fails_when_the_gate_always_opens(monkeypatch):
 def test_watermark_properties_fail_when_an_empty_ring_resets_the_tail(monkeypatch):
     real = StagingAllocator.free
 
-    def reset(self, alloc_id):
-        ring = real(self, alloc_id)
+    def reset(self, alloc_id, variant=FIXED):
+        ring = real(self, alloc_id, variant)
         return ring if ring.allocations else replace(ring, watermark=(ring.round, 0))
     monkeypatch.setattr(StagingAllocator, "free", reset)
     assert _fails("watermark_never_decreases")
@@ -341,5 +343,6 @@ def test_watermark_properties_fail_when_an_empty_ring_resets_the_tail(monkeypatc
 
 def test_liveness_property_fails_when_free_forgets_the_watermark(monkeypatch):
     real = StagingAllocator.free
-    monkeypatch.setattr(StagingAllocator, "free", lambda self, i: replace(real(self, i), watermark=self.watermark))
+    monkeypatch.setattr(StagingAllocator, "free",
+                        lambda self, i, variant=FIXED: replace(real(self, i, variant), watermark=self.watermark))
     assert _fails("freed_predecessors_make_ready")

@@ -93,6 +93,7 @@ def test_every_numeric_param_has_a_maximum():
     ("fixed", 3, "drop=0.02,delay=0.1:0.5,duplicate=0.02"),
     ("pre_05c7ebf", 1, "drop=0.05,reorder=0.1"),
     ("fixed", 2, "duplicate=0.05,crash=prefill@1.5"),
+    ("sglang_0_5_23", 3, "drop=0.02,delay=0.1:0.5,duplicate=0.02"),  # frees that empty the ring start a fresh round
 ])
 def test_recorded_actions_replay_to_the_drivers_state(variant, seed, faults):
     result = run(variant, faults, seed, requests=25)

@@ -47,6 +47,7 @@ from .wire import BACKENDS
 
 PEERS = (PREFILL,)  # what `crash=PEER@T` may name
 SLACK = 1.0  # seconds of tolerance on the P8 bound (message latency, heartbeat phase)
+WORK, HEARTBEAT_MISS = Work(), HeartbeatMiss()  # the actions without fields, built once
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,7 @@ class SimConfig:
     """`kvsim simulate pd-protocol --param`: the backend and the workload."""
 
     backend: str = param("mooncake", "PD transfer backend", choices=BACKENDS)
-    requests: int = param(200, "rooms in the workload", minimum=1, maximum=10_000)
+    requests: int = param(200, "rooms in the workload", minimum=1, maximum=50_000)
     arrival_rate: float = param(4.0, "mean room arrivals per second (Poisson)", minimum=0.01, maximum=1e6)
     chunks: int = param(4, "KV chunks per room", minimum=1, maximum=1024)
     chunk_time: float = param(0.02, "seconds of prefill compute per chunk", minimum=0.0, maximum=3600.0)
@@ -135,8 +136,7 @@ class _Run:
         if not self.allows(self.driver.state, action):
             return False
         effects = self.driver.apply(action)
-        # the action's JSON form, built here as plain lists (the recorder's fast path; same text)
-        self.rec.record(self.sim.now, "action", [list(x) if isinstance(x, tuple) else x for x in action])
+        self.rec.record(self.sim.now, "action", action)  # a tagged record: its JSON form is the tuple's, tag first
         clears = []
         for effect in effects:
             handler = self.on_effect[effect[0]]
@@ -195,10 +195,11 @@ class _Run:
             return
         if self.act(DeliverPrefill(message)) and message[0] == "TINFO":
             r = message[1]
-            if r not in self.computing and self.allows(self.state, Enqueue(r)):
+            enqueue = Enqueue(r)  # one record for the room's every chunk
+            if r not in self.computing and self.allows(self.state, enqueue):
                 self.computing.add(r)
                 for c in range(self.p.chunks):
-                    self.sim.schedule((c + 1) * self.p.chunk_time, self.act, Enqueue(r))
+                    self.sim.schedule((c + 1) * self.p.chunk_time, self.act, enqueue)
 
     def deliver_decode(self, message: tuple) -> None:
         self.act(DeliverDecode(message))
@@ -210,11 +211,11 @@ class _Run:
 
     def work(self) -> None:
         self.worker_busy = False
-        if self.act(Work()):
+        if self.act(WORK):
             self._kick()
 
     def heartbeat(self) -> None:
-        self.act(HeartbeatMiss())  # enabled only while the prefill is dead and not yet declared failed
+        self.act(HEARTBEAT_MISS)  # enabled only while the prefill is dead and not yet declared failed
         if len(self.concluded) < self.p.requests:
             self.sim.schedule(SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL, self.heartbeat)
 

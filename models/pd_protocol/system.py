@@ -28,12 +28,14 @@ Liveness (P8 without the clock): every room concludes on both sides.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from bisect import bisect_left, insort
+from typing import NamedTuple
 
 from kvsim.engine.system import Invariant
 
 from . import rooms as R
 from ..pd_common.status import KVPoll
+from ..pd_common.rooms import Rooms, put
 from .actions import (DECODE, FAULTS, PREFILL, Abort, BootstrapTimeout, Clear, Concluded, CrashPrefill,
                       DecodeAbort, DecodeInit, DeliverDecode, DeliverPrefill, Drop, Duplicate, DuplicateWork,
                       Enqueue, GarbageFrame, HeartbeatMiss, Init, InjectGarbage, PrefillConcluded, PrefillDied,
@@ -52,10 +54,12 @@ class ProtoState(NamedTuple):
     init_pc: int
     thread: str  # "unstarted", "alive", or why it died
     dead_kind: str  # "", "malformed" or "uninitialised"
-    prefill: tuple[R.PrefillRoom, ...]
+    # per room: a tuple up to `Rooms.B` rooms (explore, Hypothesis), a `Rooms` tree past that (the timed
+    # simulation), so a step replaces one room in O(log rooms) instead of copying every room
+    prefill: tuple[R.PrefillRoom, ...] | Rooms
     queue: tuple[WorkItem, ...]  # FIFO
-    sent: tuple[int, ...]  # chunks enqueued per room
-    decode: tuple[KVPoll, ...]
+    sent: tuple[int, ...] | Rooms  # chunks enqueued per room
+    decode: tuple[KVPoll, ...] | Rooms
     registered: bool
     to_prefill: tuple[tuple, ...]  # sorted multiset of messages in flight
     to_decode: tuple[tuple, ...]
@@ -66,12 +70,25 @@ class ProtoState(NamedTuple):
 
 
 def _add(bag: tuple[tuple, ...], *messages: tuple) -> tuple[tuple, ...]:
-    return tuple(sorted(bag + messages))
+    """The sorted bag with `messages` in it: each found by bisection, not by sorting the whole bag again."""
+    if not bag and len(messages) == 1:
+        return messages
+    items = list(bag)
+    for m in messages:
+        insort(items, m)
+    return tuple(items)
 
 
 def _remove(bag: tuple[tuple, ...], message: tuple) -> tuple[tuple, ...]:
-    i = bag.index(message)
+    i = bisect_left(bag, message)
+    if i == len(bag) or bag[i] != message:
+        raise ValueError(f"{message!r} is not in flight")
     return bag[:i] + bag[i + 1:]
+
+
+def _holds(bag: tuple[tuple, ...], message: tuple) -> bool:
+    i = bisect_left(bag, message)
+    return i < len(bag) and bag[i] == message
 
 
 class PdProtocol:
@@ -82,6 +99,7 @@ class PdProtocol:
         self.backend = config.backend
         self.init = R.init_sequence(self.backend, variant)
         self.heartbeat = R.has_heartbeat_checker(self.backend, variant)
+        self.fields_read_by = {kind: R.fields_read(self.backend, kind) for kind in ("REG", "TINFO", "WATERMARK")}
         self.invariants = (
             Invariant("bootstrap_thread_survives_malformed", lambda s: _dead(s, "malformed"),
                       "P3: no frame kills the bootstrap thread"),
@@ -99,8 +117,8 @@ class PdProtocol:
     # -- contract -----------------------------------------------------------------------------
     def initial_states(self) -> tuple[ProtoState, ...]:
         n = self.config.rooms
-        return (ProtoState(0, UNSTARTED, "", (R.NEW_PREFILL_ROOM,) * n, (), (0,) * n,
-                           (KVPoll.Bootstrapping,) * n, False, (), (), False, 0, self.config.faults),)
+        return (ProtoState(0, UNSTARTED, "", Rooms.of((R.NEW_PREFILL_ROOM,) * n), (), Rooms.of((0,) * n),
+                           Rooms.of((KVPoll.Bootstrapping,) * n), False, (), (), False, 0, self.config.faults),)
 
     def done(self, s: ProtoState) -> bool:
         decode_done = all(d in R.TERMINAL for d in s.decode)
@@ -167,16 +185,16 @@ class PdProtocol:
             if not s.faults_left:
                 return False
             if kind == "drop" or kind == "duplicate":
-                return a[2] in (s.to_prefill if a[1] == PREFILL else s.to_decode)
+                return _holds(s.to_prefill if a[1] == PREFILL else s.to_decode, a[2])
             if kind == "duplicate_work":
                 return 0 <= a[1] < len(s.queue)
             if kind == "garbage" and a[1] == DECODE:
                 return True
             return not s.peer_dead  # garbage towards the prefill, crash_prefill
         if kind == "deliver_prefill":
-            return not s.peer_dead and s.thread == ALIVE and a[1] in s.to_prefill
+            return not s.peer_dead and s.thread == ALIVE and _holds(s.to_prefill, a[1])
         if kind == "deliver_decode":
-            return s.decode_thread == ALIVE and a[1] in s.to_decode
+            return s.decode_thread == ALIVE and _holds(s.to_decode, a[1])
         if kind == "init":
             return not s.peer_dead and s.init_pc < len(self.init) and a[1] == self.init[s.init_pc]
         if kind == "work":
@@ -200,149 +218,161 @@ class PdProtocol:
         return self.transition(s, a)[0]
 
     def transition(self, s: ProtoState, a: tuple) -> tuple[ProtoState, tuple[tuple, ...]]:
-        """`step`, and what it did: messages sent, work queued and run, rooms concluded, threads died."""
+        """`step`, and what it did: messages sent, work queued and run, rooms concluded, threads died.
+
+        Each step writes the fields it changes into `ch` and the state is rebuilt once, at the end.
+        """
         kind = a[0]
         fx: list[tuple] = []
-        if kind == "init":
+        ch: dict[str, object] = {}
+        if kind == "work":
+            self._work(s, ch, fx)
+        elif kind == "enqueue":
+            r = a[1]
+            chunk = s.sent[r]
+            fx.append(Queued(r, chunk))
+            ch["queue"], ch["sent"] = s.queue + (WorkItem(r, chunk),), put(s.sent, r, chunk + 1)
+        elif kind == "deliver_prefill":
+            ch["to_prefill"] = _remove(s.to_prefill, a[1])
+            self._on_prefill_message(s, a[1], ch, fx)
+        elif kind == "deliver_decode":
+            ch["to_decode"] = _remove(s.to_decode, a[1])
+            self._on_decode_message(s, a[1], ch, fx)
+        elif kind == "clear":
+            self._set_prefill(s, a[1], R.clear(s.prefill[a[1]]), ch, fx)
+        elif kind == "decode_init":
+            self._decode_init(s, a[1], ch, fx)
+        elif kind == "init":
             started = a[1] == R.START_THREAD
             if started:
                 fx.append(ThreadStarted(BOOTSTRAP))
-            s = s._replace(init_pc=s.init_pc + 1, thread=ALIVE if started else s.thread)
-        elif kind == "deliver_prefill":
-            s = self._on_prefill_message(s._replace(to_prefill=_remove(s.to_prefill, a[1])), a[1], fx)
-        elif kind == "deliver_decode":
-            s = self._on_decode_message(s._replace(to_decode=_remove(s.to_decode, a[1])), a[1], fx)
-        elif kind == "enqueue":
-            r = a[1]
-            item = WorkItem(r, s.sent[r])
-            fx.append(Queued(r, item.chunk))
-            s = s._replace(queue=s.queue + (item,), sent=_put(s.sent, r, s.sent[r] + 1))
-        elif kind == "work":
-            s = self._work(s, fx)
-        elif kind == "clear":
-            s = self._set_prefill(s, a[1], R.clear(s.prefill[a[1]]), fx)
+                ch["thread"] = ALIVE
+            ch["init_pc"] = s.init_pc + 1
         elif kind == "bootstrap_timeout":
             r = a[1]
-            s = self._set_prefill(s, r, R.bootstrap_timeout(s.prefill[r], self.backend), fx)
-            s = self._send(s, DECODE, fx, Status(r, int(KVPoll.Failed)))
-        elif kind == "decode_init":
-            s = self._decode_init(s, a[1], fx)
+            self._set_prefill(s, r, R.bootstrap_timeout(s.prefill[r], self.backend), ch, fx)
+            self._send(s, DECODE, ch, fx, Status(r, int(KVPoll.Failed)))
         elif kind == "decode_abort":
             r = a[1]
-            s = self._set_decode(s, r, KVPoll.Failed, "waiting timeout", fx)
-            s = self._send(s, PREFILL, fx, Abort(r))
+            self._set_decode(s, r, KVPoll.Failed, "waiting timeout", ch, fx)
+            self._send(s, PREFILL, ch, fx, Abort(r))
         elif kind == "heartbeat_miss":
-            s = s._replace(hb_fail=s.hb_fail + 1)
-            if s.hb_fail == self.config.max_failures and self.heartbeat:
+            ch["hb_fail"] = hb_fail = s.hb_fail + 1
+            if hb_fail == self.config.max_failures and self.heartbeat:
                 after = R.handle_node_failure(s.decode)
                 fx += [Concluded(r, new, "peer death (heartbeat)")
                        for r, (old, new) in enumerate(zip(s.decode, after)) if old != new]
-                s = s._replace(decode=after)
+                ch["decode"] = Rooms.of(after)
         elif kind in FAULTS:
-            budget = s.faults_left if s.faults_left == UNBOUNDED else s.faults_left - 1
-            s = self._fault(s._replace(faults_left=budget), a, fx)
+            ch["faults_left"] = s.faults_left if s.faults_left == UNBOUNDED else s.faults_left - 1
+            self._fault(s, a, ch, fx)
         else:
             raise ValueError(f"unknown action {a!r}")
-        return s, tuple(fx)
+        return s._replace(**ch), tuple(fx)
 
     # -- prefill ------------------------------------------------------------------------------
-    def _on_prefill_message(self, s: ProtoState, m: tuple, fx: list) -> ProtoState:
-        assigned = self.init[: s.init_pc]
-        missing = [f for f in R.fields_read(self.backend, m[0]) if f not in assigned]
-        if missing:  # AttributeError in a thread without try: it dies for good
-            why = f"AttributeError: {missing[0]} read before assignment ({m[0]})"
-            fx.append(ThreadDied(BOOTSTRAP, why))
-            return s._replace(thread=why, dead_kind="uninitialised")
-        if m[0] == "GARBAGE":
+    def _on_prefill_message(self, s: ProtoState, m: tuple, ch: dict, fx: list) -> None:
+        kind = m[0]
+        if self.fields_read_by.get(kind):
+            assigned = self.init[: s.init_pc]
+            missing = [f for f in self.fields_read_by[kind] if f not in assigned]
+            if missing:  # AttributeError in a thread without try: it dies for good
+                why = f"AttributeError: {missing[0]} read before assignment ({kind})"
+                fx.append(ThreadDied(BOOTSTRAP, why))
+                ch["thread"], ch["dead_kind"] = why, "uninitialised"
+                return
+        if kind == "TINFO":
+            self._set_prefill(s, m[1], R.on_transfer_info(s.prefill[m[1]], self.backend), ch, fx)
+        elif kind == "ABORT":
+            r = m[1]
+            room = s.prefill[r]
+            present = {r: room.status} if room.status is not None else {}
+            after = handle_bootstrap(encode_abort(r), present, self.backend, self.variant).rooms.get(r)
+            self._set_prefill(s, r, room._replace(status=after), ch, fx)
+        elif kind == "GARBAGE":
             handled = handle_bootstrap((), {}, self.backend, self.variant)
             if not handled.alive:
                 why = f"died on a malformed frame: {handled.reason}"
                 fx.append(ThreadDied(BOOTSTRAP, why))
-                return s._replace(thread=why, dead_kind="malformed")
-            return s
-        if m[0] == "TINFO":
-            return self._set_prefill(s, m[1], R.on_transfer_info(s.prefill[m[1]], self.backend), fx)
-        if m[0] == "ABORT":
-            r = m[1]
-            present = {r: s.prefill[r].status} if s.prefill[r].status is not None else {}
-            after = handle_bootstrap(encode_abort(r), present, self.backend, self.variant).rooms.get(r)
-            return self._set_prefill(s, r, s.prefill[r]._replace(status=after), fx)
-        return s  # registration and watermark change no room
+                ch["thread"], ch["dead_kind"] = why, "malformed"
+        # registration and watermark change no room
 
-    def _work(self, s: ProtoState, fx: list) -> ProtoState:
-        (r, chunk), queue = s.queue[0], s.queue[1:]
+    def _work(self, s: ProtoState, ch: dict, fx: list) -> None:
+        (r, chunk), ch["queue"] = s.queue[0], s.queue[1:]
         room, outcome = R.worker_step(s.prefill[r], chunk == self.config.chunks - 1, self.backend, self.variant)
         fx.append(Worked(r, chunk, outcome))
-        s = self._set_prefill(s._replace(queue=queue), r, room, fx)
+        self._set_prefill(s, r, room, ch, fx)
         if outcome == "completed":
-            s = self._send(s, DECODE, fx, Status(r, int(KVPoll.Success)))
-        return s
+            self._send(s, DECODE, ch, fx, Status(r, int(KVPoll.Success)))
 
     # -- decode -------------------------------------------------------------------------------
-    def _decode_init(self, s: ProtoState, r: int, fx: list) -> ProtoState:
+    def _decode_init(self, s: ProtoState, r: int, ch: dict, fx: list) -> None:
         new: list[tuple] = []
         if not s.registered:
             new.append(Reg())
             if self.config.staging:
                 new.append(Watermark())
+            ch["registered"] = True
         new.append(Tinfo(r))
-        s = self._set_decode(s, r, KVPoll.WaitingForInput, "", fx)
-        return self._send(s._replace(registered=True), PREFILL, fx, *new)
+        self._set_decode(s, r, KVPoll.WaitingForInput, "", ch, fx)
+        self._send(s, PREFILL, ch, fx, *new)
 
-    def _on_decode_message(self, s: ProtoState, m: tuple, fx: list) -> ProtoState:
+    def _on_decode_message(self, s: ProtoState, m: tuple, ch: dict, fx: list) -> None:
         frames = () if m[0] == "GARBAGE" else encode_status(self.backend, m[1], KVPoll(m[2]))
         read = read_status(frames, self.backend, self.variant)
         if not read.alive:
             why = f"died on a malformed frame: {read.reason}"
             fx.append(ThreadDied(DECODE, why))
-            return s._replace(decode_thread=why)
+            ch["decode_thread"] = why
+            return
         if read.message is None:
-            return s  # rejected and dropped
+            return  # rejected and dropped
         r = read.message.room
         after = status_after(read.message, s.decode[r], self.backend)
-        if after is None:
-            return s  # a concluded receiver drops late news
-        return self._set_decode(s, r, after, "prefill status", fx)
+        if after is not None:  # None: a concluded receiver drops late news
+            self._set_decode(s, r, after, "prefill status", ch, fx)
 
     # -- faults -------------------------------------------------------------------------------
-    def _fault(self, s: ProtoState, a: tuple, fx: list) -> ProtoState:
+    def _fault(self, s: ProtoState, a: tuple, ch: dict, fx: list) -> None:
         kind = a[0]
         side = "to_prefill" if len(a) > 1 and a[1] == PREFILL else "to_decode"
         if kind == "drop":
-            return s._replace(**{side: _remove(getattr(s, side), a[2])})
-        if kind == "duplicate":
-            return s._replace(**{side: _add(getattr(s, side), a[2])})
-        if kind == "duplicate_work":
+            ch[side] = _remove(getattr(s, side), a[2])
+        elif kind == "duplicate":
+            ch[side] = _add(getattr(s, side), a[2])
+        elif kind == "duplicate_work":
             item = s.queue[a[1]]
             fx.append(Queued(item.room, item.chunk))
-            return s._replace(queue=s.queue + (item,))
-        if kind == "garbage":
-            return s._replace(**{side: _add(getattr(s, side), GarbageFrame())})
-        fx.append(PrefillDied())  # crash_prefill
-        return s._replace(peer_dead=True, to_prefill=(), queue=())
+            ch["queue"] = s.queue + (item,)
+        elif kind == "garbage":
+            ch[side] = _add(getattr(s, side), GarbageFrame())
+        else:  # crash_prefill
+            fx.append(PrefillDied())
+            ch["peer_dead"], ch["to_prefill"], ch["queue"] = True, (), ()
 
     # -- helpers and invariants ----------------------------------------------------------------
+    # Each writes the fields it changes into `ch`; a step changes a room, or a bag, at most once, so they
+    # read the state before the step (`s`), except `_send`, which adds to what the step left in flight.
     @staticmethod
-    def _send(s: ProtoState, to: str, fx: list, *messages: tuple) -> ProtoState:
+    def _send(s: ProtoState, to: str, ch: dict, fx: list, *messages: tuple) -> None:
         fx += [Sent(to, m) for m in messages]
-        if to == PREFILL:
-            return s._replace(to_prefill=_add(s.to_prefill, *messages))
-        return s._replace(to_decode=_add(s.to_decode, *messages))
+        side = "to_prefill" if to == PREFILL else "to_decode"
+        ch[side] = _add(ch[side] if side in ch else getattr(s, side), *messages)
 
     @staticmethod
-    def _set_prefill(s: ProtoState, r: int, room: R.PrefillRoom, fx: list) -> ProtoState:
+    def _set_prefill(s: ProtoState, r: int, room: R.PrefillRoom, ch: dict, fx: list) -> None:
         before = s.prefill[r]
         if room.status in R.TERMINAL and room.status != before.status:
             fx.append(PrefillConcluded(r, room.status))
             if room.status == KVPoll.Failed and before.succeeded:
                 fx.append(SuccessFailed(r))
-        return s._replace(prefill=_put(s.prefill, r, R.note_failure(room)))
+        ch["prefill"] = put(s.prefill, r, R.note_failure(room))
 
     @staticmethod
-    def _set_decode(s: ProtoState, r: int, status: KVPoll, why: str, fx: list) -> ProtoState:
+    def _set_decode(s: ProtoState, r: int, status: KVPoll, why: str, ch: dict, fx: list) -> None:
         if status in R.TERMINAL and s.decode[r] not in R.TERMINAL:
             fx.append(Concluded(r, status, why))
-        return s._replace(decode=_put(s.decode, r, status))
+        ch["decode"] = put(s.decode, r, status)
 
     @staticmethod
     def _sticky(s: ProtoState) -> str | None:
@@ -372,10 +402,6 @@ class PdProtocol:
                 return (f"decode rooms {waiting} after {s.hb_fail} missed heartbeats from a dead prefill: "
                         f"expected Failed, got {[s.decode[r].name for r in waiting]}")
         return None
-
-
-def _put(t: tuple, i: int, v: Any) -> tuple:
-    return t[:i] + (v,) + t[i + 1:]
 
 
 def _decode_dead(s: ProtoState) -> str | None:

@@ -4,7 +4,8 @@ Follows sglang 05c7ebf (PR #30545): `StagingAllocator` (decode side, owned by
 `DecodeStagingHandler`) and the prefill write gate `is_watermark_ready`,
 under `python/sglang/srt/disaggregation/`, as read in the research note
 ../shared/research/sglang.md, sections 2.2 and 2.3 ("Ring `assign` and
-`free`", "Prefill write gate"). Unchanged by 05c7ebf, so there is no variant.
+`free`", "Prefill write gate"). Unchanged by 05c7ebf; one later change is a
+variant flag (`free` takes the variant record).
 
 The ring overcommits: `assign` wraps to offset 0 of a new round even while
 allocations of the previous round are still live there. Safety comes from
@@ -12,9 +13,11 @@ the prefill side, which writes an allocation of round ``r > 0`` only once the
 decode watermark (round and offset of the oldest live allocation, or the
 head when none is live) says round ``r - 1`` no longer holds data under it.
 
-The empty-ring case keeps the stale head (fixed later by #37166): after
-everything is freed, a wrapping allocation that ends past the old head waits
-for a free that never comes. 05c7ebf behaviour, kept on purpose.
+The empty-ring case: at 05c7ebf (`fixed`) a free that empties the ring keeps
+the stale head, so a wrapping allocation that ends past the old head waits
+for a free that never comes. SGLang #37166 (0.5.19 and later; the
+`fresh_round_when_empty` flag, on in `sglang_0_5_23`) starts a fresh round
+instead: round + 1, head 0, watermark (round + 1, 0).
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from dataclasses import dataclass, replace
 from typing import Iterable, Sequence
 
 from kvsim.engine.errors import ConfigError, check_int
+
+from .variants import FIXED, StagingVariant
 
 Watermark = tuple[int, int]  # (wm_round, wm_tail), compared lexicographically
 
@@ -89,16 +94,17 @@ class StagingAllocator:
         return alloc, replace(self, head=head, round=rnd, allocations=self.allocations + (alloc,),
                               next_id=self.next_id + 1)
 
-    def free(self, alloc_id: int) -> StagingAllocator:
-        """Free a live allocation and move the watermark to the oldest live one (or the head)."""
+    def free(self, alloc_id: int, variant: StagingVariant = FIXED) -> StagingAllocator:
+        """Free a live allocation and move the watermark to the oldest live one (or, when none is live,
+        to the head at 05c7ebf, or to a fresh round's start since #37166)."""
         if alloc_id not in self.live_ids:
             raise ConfigError("alloc_id", f"a live allocation id (one of {list(self.live_ids)})", alloc_id)
         live = tuple(a for a in self.allocations if a.alloc_id != alloc_id)
         if live:
-            watermark = (live[0].round, live[0].offset)
-        else:
-            watermark = (self.round, self.head)  # stale head kept (the #37166 hazard)
-        return replace(self, allocations=live, watermark=watermark)
+            return replace(self, allocations=live, watermark=(live[0].round, live[0].offset))
+        if variant.fresh_round_when_empty:  # #37166: the whole prior round is reusable; start the next at 0
+            return replace(self, allocations=live, round=self.round + 1, head=0, watermark=(self.round + 1, 0))
+        return replace(self, allocations=live, watermark=(self.round, self.head))  # stale head (the #37166 hazard)
 
     @property
     def live_ids(self) -> tuple[int, ...]:
@@ -124,8 +130,9 @@ class RingStep:
     ring: StagingAllocator
 
 
-def apply_ring_ops(ring: StagingAllocator, ops: Iterable[tuple[str, int]]) -> list[RingStep]:
-    """Apply `("assign", size)` and `("free", pick)` ops in turn.
+def apply_ring_ops(ring: StagingAllocator, ops: Iterable[tuple[str, int]],
+                   variant: StagingVariant = FIXED) -> list[RingStep]:
+    """Apply `("assign", size)` and `("free", pick)` ops in turn (frees as `variant` frees).
 
     `pick` selects a live allocation by position, modulo the number live, so
     any generated sequence is valid; a free with nothing live is skipped.
@@ -139,7 +146,7 @@ def apply_ring_ops(ring: StagingAllocator, ops: Iterable[tuple[str, int]]) -> li
             if not ring.allocations:
                 continue
             victim = ring.allocations[arg % len(ring.allocations)]
-            ring = ring.free(victim.alloc_id)
+            ring = ring.free(victim.alloc_id, variant)
             steps.append(RingStep(op, victim.alloc_id, victim, ring))
         else:
             raise ConfigError("op", "'assign' or 'free'", op)

@@ -29,7 +29,8 @@ the send planner, the scatter row offset, the prefix check and the write gate
 (step-1 functions taking the variant), plus, here: the last chunk
 (`CHUNK_READY` vs the blind tail scatter of the last allocated slot on
 Success), the outstanding count in the worker, teardown and poll, and the
-staging completion deadline.
+staging completion deadline. After 05c7ebf: the ring's fresh round when a free
+empties it (#37166, `fresh_round_when_empty`, read in `ring.StagingAllocator.free`).
 
 `transition(state, action)` returns the step's effects (`actions`: messages
 sent, chunks enqueued or deferred, polls turned terminal, scatters submitted,
@@ -50,8 +51,8 @@ from .actions import (DOWN, UP, AbortMsg, Batch, Clear, Concluded, Deadline, Dea
 from .actions import Abort as AbortAction
 from .plan import cdiv, prefill_write_accepted, scatter_token_range, staging_prefix_accepted
 from .ring import StagingAllocator, is_watermark_ready, merge_remote_watermark
-from .state import (ALLOC_OVERSIZED, NOT_ALLOCATED, TERMINAL, Chunk, DecodeRoom, PrefillRoom, Rooms, StagingState,
-                    put, remove)
+from ..pd_common.rooms import Rooms, put
+from .state import ALLOC_OVERSIZED, NOT_ALLOCATED, TERMINAL, Chunk, DecodeRoom, PrefillRoom, StagingState, remove
 from .variants import FIXED, StagingVariant
 
 Effects = list  # what a step did, collected as it goes (see `actions`)
@@ -426,7 +427,7 @@ class PdStaging:
             return s
         ring = s.ring
         for aid in ids:
-            ring = ring.free(aid)
+            ring = ring.free(aid, self.variant)  # StagingAllocator.free: #37166's fresh round is a flag
         owners = tuple(o for o in s.owners if o[0] not in ids)
         s = s._replace(ring=ring, owners=owners)
         for w in range(self.cfg.writers):  # WATERMARK to every subscribed session (one per batch of frees)

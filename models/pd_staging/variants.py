@@ -1,7 +1,9 @@
-"""The variants of pd-staging: one flag per change SGLang 05c7ebf (PR #30545) made, read where it made it.
+"""The variants of pd-staging: one flag per upstream change, read where it was made.
 
-`fixed` has every change; `pre_05c7ebf` none. Each flag is read at exactly
-the line the change touched:
+`fixed` is 05c7ebf (PR #30545) with every change that commit made;
+`pre_05c7ebf` has none of them; `sglang_0_5_23` is `fixed` plus the later
+upstream changes modelled so far (the release a user of SGLang runs today).
+Each flag is read at exactly the line the change touched:
 
 - send planner (`plan.floor_non_last_end`, `plan.send_batch`): the grid
   flooring of a non-last send's end, and the split of a send at grid lines;
@@ -14,7 +16,11 @@ the line the change touched:
 - `system.PdStaging`: the last chunk's CHUNK_READY (instead of the blind tail
   scatter of the last allocated slot on all-ranks Success), the
   `_staging_outstanding` count (worker skip path, teardown and `sender.poll()`),
-  and the staging completion deadline.
+  and the staging completion deadline;
+- `ring.StagingAllocator.free` (after 05c7ebf): SGLang #37166, in releases
+  0.5.19 and later, starts a fresh round when a free empties the ring
+  (round + 1, head 0, watermark (round + 1, 0)) instead of keeping the stale
+  head; `fixed` stays 05c7ebf here.
 """
 
 from __future__ import annotations
@@ -35,15 +41,25 @@ class StagingVariant(Variant):
     last_chunk_ready: bool  # the last chunk sends CHUNK_READY; no blind tail scatter on all-ranks Success
     staging_outstanding: bool  # _staging_outstanding: skip-path pop, teardown and poll wait for it
     completion_deadline: bool  # the staging completion deadline after all-ranks Success
+    # after 05c7ebf (the flags named in AFTER_05C7EBF)
+    fresh_round_when_empty: bool  # SGLang #37166, 0.5.19+: a free emptying the ring starts round + 1 at head 0
+
+
+AFTER_05C7EBF = ("fresh_round_when_empty",)  # the flags of upstream changes made after 05c7ebf
 
 
 VARIANTS = VariantTable(
     StagingVariant("fixed", grid_floored_sends=True, grid_segmented_sends=True, early_send_under_staging=True,
                    aligned_prefix_check=True, scatter_adds_decode_prefix=True, slot_size_write_check=True,
-                   last_chunk_ready=True, staging_outstanding=True, completion_deadline=True),
+                   last_chunk_ready=True, staging_outstanding=True, completion_deadline=True,
+                   fresh_round_when_empty=False),
     StagingVariant("pre_05c7ebf", grid_floored_sends=False, grid_segmented_sends=False,
                    early_send_under_staging=False, aligned_prefix_check=False, scatter_adds_decode_prefix=False,
                    slot_size_write_check=False, last_chunk_ready=False, staging_outstanding=False,
-                   completion_deadline=False),
+                   completion_deadline=False, fresh_round_when_empty=False),
+    StagingVariant("sglang_0_5_23", grid_floored_sends=True, grid_segmented_sends=True, early_send_under_staging=True,
+                   aligned_prefix_check=True, scatter_adds_decode_prefix=True, slot_size_write_check=True,
+                   last_chunk_ready=True, staging_outstanding=True, completion_deadline=True,
+                   fresh_round_when_empty=True),
 )
 FIXED = VARIANTS.fixed

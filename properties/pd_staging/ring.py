@@ -74,14 +74,14 @@ def staging_layout_tiles_slot(case: LayoutCase, variant: StagingVariant) -> None
                                 f"got {lay.total_bytes}")
 
 
-def _steps(case: RingCase) -> list[ring_model.RingStep]:
-    return ring_model.apply_ring_ops(StagingAllocator(case.total), case.ops)
+def _steps(case: RingCase, variant: StagingVariant) -> list[ring_model.RingStep]:
+    return ring_model.apply_ring_ops(StagingAllocator(case.total), case.ops, variant)
 
 
 @kv_property(model=MODEL, strategy="RING_CASES", examples=(OVERCOMMIT,))
 def ring_assign_in_bounds(case: RingCase, variant: StagingVariant) -> None:
     """`assign(n)` succeeds iff n <= total, inside [0, total); live allocations of one round never overlap."""
-    for n, step in enumerate(_steps(case)):
+    for n, step in enumerate(_steps(case, variant)):
         if step.op != "assign":
             continue
         a = step.alloc
@@ -98,7 +98,7 @@ def ring_assign_in_bounds(case: RingCase, variant: StagingVariant) -> None:
 @kv_property(model=MODEL, strategy="RING_CASES", examples=(OVERCOMMIT, STALE_HEAD))
 def ready_allocations_never_overlap_older_rounds(case: RingCase, variant: StagingVariant) -> None:
     """S6: an allocation the watermark lets prefill write overlaps no live allocation of an earlier round."""
-    for n, step in enumerate(_steps(case)):
+    for n, step in enumerate(_steps(case, variant)):
         bad = ring_model.unsafe_ready_pairs(step.ring)
         if bad:
             a, b = bad[0]
@@ -110,7 +110,7 @@ def ready_allocations_never_overlap_older_rounds(case: RingCase, variant: Stagin
 def watermark_never_decreases(case: RingCase, variant: StagingVariant) -> None:
     """S8: the WATERMARK broadcast after each free never moves backwards (lexicographic (round, tail))."""
     prev = StagingAllocator(case.total).watermark
-    for n, step in enumerate(_steps(case)):
+    for n, step in enumerate(_steps(case, variant)):
         wm = step.ring.watermark
         if wm < prev:
             raise PropertyViolation(f"watermark after op {n} ({step.op} {step.arg}): expected >= {prev}, got {wm}")
@@ -120,7 +120,7 @@ def watermark_never_decreases(case: RingCase, variant: StagingVariant) -> None:
 @kv_property(model=MODEL, strategy="RING_CASES", examples=(OVERCOMMIT, STALE_HEAD))
 def watermark_tracks_oldest_live(case: RingCase, variant: StagingVariant) -> None:
     """After a free the watermark is (round, offset) of the oldest live allocation, or (round, head) if none."""
-    for n, step in enumerate(_steps(case)):
+    for n, step in enumerate(_steps(case, variant)):
         if step.op != "free":
             continue
         r = step.ring
@@ -139,7 +139,7 @@ def freed_predecessors_make_ready(case: RingCase, variant: StagingVariant) -> No
     """
     assigned_at: dict[int, int] = {}
     last_free = -1
-    steps = _steps(case)
+    steps = _steps(case, variant)
     for n, step in enumerate(steps):
         if step.op == "assign" and step.alloc is not None:
             assigned_at[step.alloc.alloc_id] = n

@@ -287,3 +287,34 @@ LATE_REQ_REALLOC = BugReport(
     verdicts=(Verdict(AT_05C7EBF, "present"),
               Verdict("0.5.23", "present", "the same code; needs the STAGING_REQ and CHUNK_READY sockets to reorder")),
 )
+
+LOST_WATERMARK_NO_PRESSURE = BugReport(
+    id="sglang-37166-staging-lost-watermark-no-pressure",
+    model=MODEL,
+    variant="sglang_0_5_23",
+    invariant="every_room_concludes",
+    params={"rooms": 2, "prompt_len": 1, "faults": "drop_wm", "timeouts": 0},
+    source="sglang 0.5.19+ (#37166 fresh round on an empty ring); open PR #29978",
+    summary="since #37166 a free that empties the ring starts a new round, so one lost WATERMARK at a quiet moment "
+            "leaves the next room's round-1 slot never ready, with no ring pressure (a hang without the clock; "
+            "with it, the waiting timeout fails the room after 300 s)",
+    status="open upstream",
+    note="The same parameters hold on `fixed` (05c7ebf keeps the stale head: no new round without a wrap); the "
+         "05c7ebf form needs ring_units=1 (sglang-05c7ebf-staging-lost-watermark). Found by exploring the "
+         "sglang_0_5_23 variant, whose ring `kvsim conform sglang` checks in lockstep against 0.5.23's.",
+    affected="SGLang 0.5.19 (#37166) through 0.5.23, PD disaggregation with Mooncake staging",
+    upstream_files=(
+        UpstreamSite(STAGING_BUFFER, ("StagingAllocator.free",), "an emptied ring starts a new round (#37166)"),
+        UpstreamSite(STAGING_HANDLER, ("release_room", "register_wm_subscriber"),
+                     "WATERMARK is best-effort (errors swallowed), re-sent only by a later free or to a new subscriber"),
+        UpstreamSite(MOONCAKE, ("transfer_worker", "is_watermark_ready"),
+                     "re-enqueues the chunk every ~1 ms while the watermark is behind"),
+    ),
+    harm="a hang until a timeout",
+    consequence="Any room that follows a quiet moment (the ring emptied) waits for a watermark that was lost: its "
+                "chunk is re-enqueued every millisecond until the decode's 300 s waiting timeout fails the request.",
+    fix="Re-send the current watermark with every STAGING_RSP, or re-broadcast it periodically while deferred "
+        "chunks exist (open PR #29978).",
+    verdicts=(Verdict(AT_05C7EBF, "not reachable", "without a wrap the next room's slot is in round 0"),
+              Verdict("0.5.23", "present", "#37166 (0.5.19) starts round + 1 on every emptying free")),
+)

@@ -12,21 +12,23 @@ offsets are compared); a free of an unknown id is a no-op upstream and refused b
 compared: only upstream is stepped); `is_watermark_ready` reads the watermark from
 `staging_state.remote_watermarks[session]` (a stand-in holding the ring's watermark).
 
-Known divergence (reported; the lockstep then adopts upstream's round and head so the rest of the
-run still compares): SGLang #37166, in 0.5.23, starts a fresh round at offset 0 when a free
-empties the ring; the model follows 05c7ebf and keeps the stale head (its docstring says so).
+Release -> model variant (`release_variant`): before 0.5.19 `fixed` (05c7ebf: a free that empties
+the ring keeps the stale head); 0.5.19 and later, and a tree with no version, `sglang_0_5_23` (SGLang
+#37166: a free that empties the ring starts a fresh round at offset 0). The note names the variant
+and how many frees emptied the ring, the steps where the two behaviours differ.
 """
 
 from __future__ import annotations
 
+import re
 import time
-from dataclasses import replace
 from itertools import product
 from types import SimpleNamespace
 from typing import Any
 
 from kvsim.engine.errors import ConfigError
 from kvsim.models.pd_staging.ring import StagingAllocator, is_watermark_ready
+from kvsim.models.pd_staging.variants import VARIANTS, StagingVariant
 
 from ..loader import load_definitions
 from ..source import EngineSource
@@ -34,10 +36,16 @@ from ..targets import RunOptions, Target, TargetResult
 
 RELPATH = "sglang/srt/disaggregation/common/staging_buffer.py"
 HANDLER = "sglang/srt/disaggregation/common/staging_handler.py"
-PROPOSED_37166 = ("model fix proposed: a flag fresh_round_when_empty (SGLang #37166, in 0.5.23) on "
-                  "pd_staging.ring.StagingAllocator.free: when no allocation is live, round += 1, head = 0, "
-                  "watermark = (round, 0)")
+FRESH_ROUND_SINCE = (0, 5, 19)  # SGLang #37166: the first release whose free starts a fresh round on an empty ring
 SESSION = "s"
+
+
+def release_variant(version: str | None) -> StagingVariant:
+    """The pd-staging variant whose ring a release follows (no version: a working tree, the newest)."""
+    if not version:
+        return VARIANTS["sglang_0_5_23"]
+    nums = tuple(int(x) for x in re.findall(r"\d+", version)[:3])
+    return VARIANTS["sglang_0_5_23"] if nums >= FRESH_ROUND_SINCE else VARIANTS.fixed
 
 
 class StagingBufferStandIn:
@@ -88,7 +96,8 @@ def run_lockstep(source: EngineSource, options: RunOptions) -> TargetResult:
     started = time.perf_counter()
     cls, gate = load(source)
     result = TargetResult("StagingAllocator", source.version)
-    known = {"37166": 0}
+    variant = release_variant(source.version)
+    emptied = [0]
     program: list[str] = []
 
     class Lockstep(RuleBasedStateMachine):
@@ -105,7 +114,8 @@ def run_lockstep(source: EngineSource, options: RunOptions) -> TargetResult:
             up["returned"], model["returned"] = extra_up, extra_model
             result.compared += 1
             if up != model:
-                raise Divergence(f"after {'; '.join(program)}: model {model} upstream {up}")
+                raise Divergence(f"model variant {variant.name}, after {'; '.join(program)}: model {model} "
+                                 f"upstream {up}")
 
         @rule(size=st.integers(1, 44))
         def assign(self, size: int) -> None:
@@ -123,10 +133,8 @@ def run_lockstep(source: EngineSource, options: RunOptions) -> TargetResult:
             victim = live[pick % len(live)]
             program.append(f"free({victim})")
             self.up.free(victim)
-            self.model = self.model.free(victim)
-            if not self.model.allocations and self.up.round == self.model.round + 1 and self.up.head == 0:
-                known["37166"] += 1  # SGLang #37166: adopt upstream's fresh round, keep comparing
-                self.model = replace(self.model, head=0, round=self.up.round, watermark=(self.up.round, 0))
+            self.model = self.model.free(victim, variant)
+            emptied[0] += not self.model.allocations  # where #37166 acts (fresh round or stale head)
             self.compare()
 
         @rule(alloc_id=st.integers(0, 60))
@@ -144,13 +152,8 @@ def run_lockstep(source: EngineSource, options: RunOptions) -> TargetResult:
         run_state_machine_as_test(Lockstep, settings=budget)  # --seed: not derandomized
     except Divergence as exc:
         result.diverge({"program": list(program)}, "see message", "see message", str(exc))
-    notes = []
-    if known["37166"]:
-        notes.append(f"{known['37166']} frees emptied the ring: upstream started a fresh round (SGLang #37166), "
-                     f"the model kept the stale head (05c7ebf); {PROPOSED_37166}")
-    result.note = "; ".join(notes)
-    if known["37166"] and not result.divergent:
-        result.status = "diverges"
+    empty_rule = "a fresh round (#37166)" if variant.fresh_round_when_empty else "the stale head (05c7ebf)"
+    result.note = f"model variant {variant.name}; {emptied[0]} frees emptied the ring: {empty_rule}"
     return result.finish(started)
 
 

@@ -168,7 +168,9 @@ def zero_kernel_shape(source: EngineSource) -> str | None:
     tree = ast.parse(source.file(UTILS).read_text(encoding="utf-8", errors="replace"))
     kernel = next((n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "_zero_kv_blocks_kernel"),
                   None)
-    if kernel is None or "seg_block_strides_ptr" not in [a.arg for a in kernel.args.args]:
+    if kernel is None:
+        return None  # missing: the loader's error names it
+    if "seg_block_strides_ptr" not in [a.arg for a in kernel.args.args]:
         return (f"{UTILS}:_zero_kv_blocks_kernel has no seg_block_strides_ptr in {source.label} (the launcher "
                 "before d6af803: the page doubles as the stride); this adapter drives the d6af803 launcher, and "
                 "the pre-fix planning is the KVBlockZeroer target's")
