@@ -203,3 +203,22 @@ def test_check_backend_runs_the_models_kernel_properties():
     assert "zeroing_preserves_other_bytes" not in rows  # --backend selects the kernel properties
     plain = kvsim_json("check", "kv-zeroing", "--property", "zero_kv_blocks_sentinel", "--max-examples", "5")
     assert plain["results"][0]["status"] == "skipped" and "--backend" in plain["results"][0]["message"]
+
+
+def test_every_option_has_help_and_shows_its_default():
+    import argparse
+
+    from kvsim.app.cli import _parser
+
+    missing = []
+    parser = _parser()
+    subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name, sub in subs.choices.items():
+        for action in sub._actions:
+            if isinstance(action, (argparse._HelpAction, argparse._VersionAction)):
+                continue
+            text = action.help or ""
+            shows_default = action.default in (None, False, [], "") or "default" in text
+            if not text or not shows_default:
+                missing.append(f"{name} {'/'.join(action.option_strings) or action.dest}")
+    assert missing == []

@@ -31,6 +31,7 @@ from . import catalog, counterexample
 
 
 EXIT_OK, EXIT_VIOLATION, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
+VARIANT_HELP = "the model variant: fixed (today's upstream) or a pre-fix variant (kvsim list MODEL) (default: fixed)"
 
 
 # --max-seconds defaults: the long suites (check, repro, oracle) get an hour, a search or one run ten minutes
@@ -98,30 +99,34 @@ def _parser() -> argparse.ArgumentParser:
     ls.add_argument("model", nargs="?", help="one model: its variants, parameters (type, range, default), properties")
 
     c = sub.add_parser("check", parents=[common], help="run a model's properties on one variant")
-    c.add_argument("model")
-    c.add_argument("--variant", default="fixed")
+    c.add_argument("model", help="a model name (kvsim list)")
+    c.add_argument("--variant", default="fixed", help=VARIANT_HELP)
     c.add_argument("--property", action="append", help="only this property (repeatable)")
-    c.add_argument("--max-examples", type=_positive_int("--max-examples"), default=200)
-    c.add_argument("--seed", type=_int("--seed"), default=0)
+    c.add_argument("--max-examples", type=_positive_int("--max-examples"), default=200,
+                   help="Hypothesis examples per property (default: 200)")
+    c.add_argument("--seed", type=_int("--seed"), default=0,
+                   help="Hypothesis seed: same seed, same counterexample (default: 0)")
     _model_params(c)
     c.add_argument("--save", metavar="FILE", help="write the first counterexample here (kvsim replay FILE re-runs it)")
     _max_seconds(c, SUITE_MAX_SECONDS)
 
     r = sub.add_parser("repro", parents=[common], help="reproduce bug reports from the seeds")
     group = r.add_mutually_exclusive_group(required=True)
-    group.add_argument("bug_id", nargs="?")
-    group.add_argument("--all", action="store_true")
-    r.add_argument("--seed", type=_int("--seed"), default=0)
+    group.add_argument("bug_id", nargs="?", help="one bug report (kvsim list)")
+    group.add_argument("--all", action="store_true", help="every bug report of the catalog")
+    r.add_argument("--seed", type=_int("--seed"), default=0, help="Hypothesis seed (default: 0)")
     r.add_argument("--wide", action="store_true", help="add the source, property and counterexample columns")
     r.add_argument("--report", action="store_true", help="write a Markdown bug report (to stdout, or --out)")
     r.add_argument("--out", metavar="FILE", help="with --report: the file (a folder with --all: FOLDER/ID.md)")
     _max_seconds(r, SUITE_MAX_SECONDS)
 
     e = sub.add_parser("explore", parents=[common], help="exhaustive bounded search of a model's transition system")
-    e.add_argument("model")
-    e.add_argument("--variant", default="fixed")
-    e.add_argument("--max-depth", type=_positive_int("--max-depth"))
-    e.add_argument("--max-states", type=_positive_int("--max-states"), default=1_000_000)
+    e.add_argument("model", help="a model with a transition system (kvsim list)")
+    e.add_argument("--variant", default="fixed", help=VARIANT_HELP)
+    e.add_argument("--max-depth", type=_positive_int("--max-depth"),
+                   help="stop expanding at this depth (default: none)")
+    e.add_argument("--max-states", type=_positive_int("--max-states"), default=1_000_000,
+                   help="stop after this many distinct states (default: 1000000)")
     _model_params(e)
     e.add_argument("--graph", metavar="FILE", help="write the state graph as GraphML")
     e.add_argument("--save", metavar="FILE", help="write the first violation here (kvsim replay FILE re-runs it)")
@@ -129,9 +134,9 @@ def _parser() -> argparse.ArgumentParser:
     _max_seconds(e, RUN_MAX_SECONDS)
 
     s = sub.add_parser("simulate", parents=[common], help="timed, seeded simulation with fault injection")
-    s.add_argument("model")
-    s.add_argument("--variant", default="fixed")
-    s.add_argument("--seed", type=_int("--seed"), default=0)
+    s.add_argument("model", help="a model with a timed simulation (kvsim list)")
+    s.add_argument("--variant", default="fixed", help=VARIANT_HELP)
+    s.add_argument("--seed", type=_int("--seed"), default=0, help="the run's one random seed (default: 0)")
     s.add_argument("--faults", default="", metavar="SPEC", help="e.g. drop=0.05,delay=0.1:2.0,crash=peer@30")
     s.add_argument("--trace", metavar="FILE", help="write the JSONL trace here")
     _model_params(s)
@@ -141,13 +146,15 @@ def _parser() -> argparse.ArgumentParser:
 
     rp = sub.add_parser("replay", parents=[common],
                         help="re-run a simulation trace, or a saved counterexample of check or explore, and verify it")
-    rp.add_argument("trace", metavar="FILE")
+    rp.add_argument("trace", metavar="FILE", help="a JSONL trace of kvsim simulate, or a counterexample file "
+                                                  "(check --save, explore --save, or their --json output)")
     _max_events(rp)
     _max_seconds(rp, RUN_MAX_SECONDS)
 
     o = sub.add_parser("oracle", parents=[common], help="differential kernel checks on every available backend")
-    o.add_argument("--max-examples", type=_positive_int("--max-examples"), default=50)
-    o.add_argument("--seed", type=_int("--seed"), default=0)
+    o.add_argument("--max-examples", type=_positive_int("--max-examples"), default=50,
+                   help="Hypothesis examples per kernel property and backend (default: 50)")
+    o.add_argument("--seed", type=_int("--seed"), default=0, help="Hypothesis seed (default: 0)")
     _max_seconds(o, SUITE_MAX_SECONDS)
     cf = sub.add_parser("conform", parents=[common],
                         help="run the models' properties against real vLLM / SGLang releases or a working tree")

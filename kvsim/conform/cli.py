@@ -27,9 +27,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="a wheel, an unpacked source tree or the engine's package directory")
     where.add_argument("--versions", help="comma-separated releases: print the target x release table")
     parser.add_argument("--target", help="run one target (default: all of the engine's)")
-    parser.add_argument("--max-examples", type=int, default=200, help="Hypothesis inputs per check (default 200)")
+    parser.add_argument("--max-examples", type=int, default=200, help="Hypothesis inputs per check (default: 200)")
     parser.add_argument("--seed", type=int, default=None, help="random seed (default: derandomized)")
-    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where kernel targets run")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where kernel targets run: the Triton interpreter on the CPU, or natively on a GPU (default: cpu)")
     if "--json" not in parser._option_string_actions:  # kvsim's common parent parser may already have it
         parser.add_argument("--json", action="store_true", help="print JSON instead of text")
 

@@ -37,6 +37,10 @@ SEED_BUGS = (
             "0.27.1 has no per-request planner (plan_mla_context_chunks is absent: the uniform plan is inline in "
             "the metadata builder), so the report's property cannot run on the release before the fix; on 0.28.0 and "
             "later the planner target does not run it yet (proposed: add it to vllm/planner.plan_property_checks)"),
+    SeedBug("sglang-05c7ebf-staging-slot-overrun", "sglang", "send_plan", "each_send_fits_one_slot",
+            "05c7ebf (#30545)", "0.5.17", "0.5.19",
+            "upstream's send_kv_chunk itself, driven room by room; 0.5.13-0.5.17 page-floor only (no "
+            "compute_grid_segments), 0.5.19+ grid-floor and split at grid lines"),
 )
 
 

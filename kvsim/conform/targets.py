@@ -19,9 +19,10 @@ from .source import EngineSource
 ADAPTER_MODULES = {
     "vllm": ("kvsim.conform.vllm.planner", "kvsim.conform.vllm.zeroer", "kvsim.conform.vllm.kernels"),
     "sglang": ("kvsim.conform.sglang.staging", "kvsim.conform.sglang.budget", "kvsim.conform.sglang.ring",
-               "kvsim.conform.sglang.kernels"),
+               "kvsim.conform.sglang.send_plan", "kvsim.conform.sglang.kernels"),
 }
-STATUSES = ("conforms", "diverges", "not present", "skipped", "error")
+# "model fix proposed": every divergence is one the target documents as a model bug (the fix is in its note)
+STATUSES = ("conforms", "diverges", "model fix proposed", "not present", "skipped", "error")
 MAX_REPORTED = 5  # divergences kept per target (the count is always exact)
 
 
