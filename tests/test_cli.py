@@ -222,3 +222,11 @@ def test_every_option_has_help_and_shows_its_default():
             if not text or not shows_default:
                 missing.append(f"{name} {'/'.join(action.option_strings) or action.dest}")
     assert missing == []
+
+
+def test_oracle_stops_at_its_budget_with_what_ran():
+    proc = kvsim("oracle", "--max-examples", "5", "--max-seconds", "1", "--json")
+    doc = json.loads(proc.stdout)
+    assert proc.returncode == 3 and doc["complete"] is False and doc["not_run"]
+    assert doc["checks"] and all(c["status"] in ("passed", "skipped") for c in doc["checks"])
+    assert doc["totals"]["passed"] >= 1

@@ -277,9 +277,10 @@ def _alarm_seconds(args: argparse.Namespace) -> float | None:
     seconds = getattr(args, "max_seconds", None)
     if seconds is None:
         return None
-    # simulate and replay stop at --max-seconds between two events, explore between two states: the alarm is
-    # only the backstop of one endless step there
-    return seconds + max(10.0, seconds / 10) if args.command in ("simulate", "replay", "explore") else seconds
+    # simulate and replay stop at --max-seconds between two events, explore between two states, oracle between
+    # two property runs: the alarm is only the backstop of one endless step there
+    return seconds + max(10.0, seconds / 10) if args.command in ("simulate", "replay", "explore", "oracle") \
+        else seconds
 
 
 def _fail(wants_json: bool, error: dict[str, Any], line: str) -> int:
@@ -605,7 +606,7 @@ def cmd_oracle(args: argparse.Namespace) -> int:
 
     progress = Progress(None, "oracle")
     doc = oracle.oracle_report(catalog.load(), max_examples=args.max_examples, seed=args.seed,
-                               progress=progress.note)
+                               progress=progress.note, max_seconds=args.max_seconds)
     _disarm()
     progress.close()
 
@@ -618,11 +619,16 @@ def cmd_oracle(args: argparse.Namespace) -> int:
         counts = {s: sum(c["status"] == s for c in doc["checks"]) for s in ("passed", "failed", "error", "skipped")}
         total = (f"{len(doc['checks'])} kernel property runs: {counts['passed']} passed, {counts['failed']} failed, "
                  f"{counts['error']} error, {counts['skipped']} skipped (a backend this machine lacks)")
+        if doc["not_run"]:
+            total += (f"\nINCOMPLETE: --max-seconds {args.max_seconds:g} ran out; {len(doc['not_run'])} runs not "
+                      f"started (first: {doc['not_run'][0]})"
+                      + ("" if failed else "; nothing was found, and nothing is proved (exit 3)"))
         return f"{backends}\n\n{checks}\n\n{total}"
 
     doc["totals"] = {s: sum(c["status"] == s for c in doc["checks"]) for s in ("passed", "failed", "error", "skipped")}
+    failed = any(c["status"] not in ("passed", "skipped") for c in doc["checks"])
     _emit(args, doc, text)
-    return 1 if any(c["status"] not in ("passed", "skipped") for c in doc["checks"]) else 0
+    return 1 if failed else EXIT_INCOMPLETE if doc["not_run"] else 0
 
 
 def _replay_counterexample(args: argparse.Namespace, doc: dict[str, Any]) -> int:

@@ -64,20 +64,27 @@ def run_kernel_property(prop: Any, backend: str, *, variant: Any = "fixed", max_
 
 
 def oracle_report(registry: Any, *, max_examples: int = 50, seed: int | None = 0,
-                  progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+                  progress: Callable[[str], None] | None = None, max_seconds: float | None = None) -> dict[str, Any]:
     """Every kernel property of `registry` on every backend it lists, on the model's fixed variant.
 
     Rows: `name` is "<model>:<property>"; `status` is "passed", "failed", "error" (the property or backend
     crashed) or "skipped" (the backend is unavailable here; `message` says why); a row that did not pass
-    carries `counterexample` and `replay` (the `kvsim check` command that reruns it).
+    carries `counterexample` and `replay` (the `kvsim check` command that reruns it). With `max_seconds`, runs
+    that would start after the budget are not started: they are listed in `not_run`.
     """
     note = progress or (lambda _: None)
     rows = backends()
-    results = []
+    results: list[dict[str, Any]] = []
+    not_run: list[str] = []
+    deadline = None if max_seconds is None else time.perf_counter() + max_seconds
     for prop in kernel_properties(registry):
         name = f"{prop.model}:{prop.name}"
         for backend in prop.backends:
-            if next(r for r in rows if r["name"] == backend)["available"]:
+            available = next(r for r in rows if r["name"] == backend)["available"]
+            if available and deadline is not None and time.perf_counter() > deadline:
+                not_run.append(f"{name} on {backend}")
+                continue
+            if available:
                 note(f"{name} on {backend} ...")
             start = time.perf_counter()
             result = run_kernel_property(prop, backend, variant=registry.model(prop.model).variants.fixed,
@@ -90,4 +97,4 @@ def oracle_report(registry: Any, *, max_examples: int = 50, seed: int | None = 0
             if result.status not in ("passed", "skipped"):
                 row.update(counterexample=result.counterexample, replay=result.replay)
             results.append(row)
-    return {"backends": rows, "checks": results}
+    return {"backends": rows, "checks": results, "complete": not not_run, "not_run": not_run}

@@ -16,7 +16,7 @@ are the model's `prefill_batch_ends` (the scheduler's chunking is not under test
 batch `maybe_send_cached_prefix_chunk` runs, as `run_batch` does; a send's token range is
 `[D + tokens sent before, + num_kv_tokens)`. Release -> variant: no `compute_grid_segments` in
 `common/staging_buffer.py` is `pre_05c7ebf`, otherwise the ring target's `release_variant`
-(`fixed` before 0.5.19... `sglang_0_5_23` from it; the plan reads none of the flags they differ in).
+(`sglang_0_5_23` for 0.5.19+; the plan reads none of the flags it differs from `fixed` in).
 
 Inputs: the model's `ANY_PREFIX_PLAN_CASES` (decode prefix D any token count) plus the research
 note's scenarios A, B and D. The plan properties (`properties.pd_staging.plan`) then run with
@@ -267,9 +267,10 @@ def run_send_plan(source: EngineSource, options: RunOptions) -> TargetResult:
     result.note = (f"model variant {variant.name}; {counts['misaligned']} inputs with D not page-aligned; "
                    f"{counts['refused']} refused (D not page-aligned: the room fails at registration)")
     result.finish(started)
-    if only_known and result.status == "diverges" and not set(failures) - {MISALIGNED_S3}:
-        result.status = "model fix proposed"
+    if only_known:
         result.note += f"; {result.divergent} divergent, all with D not page-aligned: {MODEL_FIX}"
+        if not set(failures) - {MISALIGNED_S3}:  # no other property fails: the model is the one to change
+            result.status = "model fix proposed"
     return result
 
 
