@@ -346,3 +346,13 @@ def test_liveness_property_fails_when_free_forgets_the_watermark(monkeypatch):
     monkeypatch.setattr(StagingAllocator, "free",
                         lambda self, i, variant=FIXED: replace(real(self, i, variant), watermark=self.watermark))
     assert _fails("freed_predecessors_make_ready")
+
+
+def test_pre_fix_send_counts_pages_from_its_start_as_sglang_did():
+    """`kvsim conform sglang` (0.5.13-0.5.17): a send covers len(req_to_token[start:end][::ps]) pages. With an
+    unaligned decode prefix the model counted from D and sent one page too many after the first send, so its
+    final flag never fired. L=1000, D=500, ps=16, cps=256: 1 + 16 + 15 pages, the last one final."""
+    sends = plan.plan_room_sends(StagingPlanConfig(1000, 500, 16, 256), variant=VARIANTS["pre_05c7ebf"]).sends
+    assert [(s.token_start, s.token_end, s.num_pages, s.is_last) for s in sends] == [
+        (500, 512, 1, False), (512, 768, 16, False), (768, 1000, 15, True)]
+    assert [s.page_start for s in sends] == [0, 1, 17]  # curr_idx reaches the 32 pages upstream sends

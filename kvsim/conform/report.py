@@ -28,6 +28,10 @@ def run_target(target: Target, source: EngineSource, options: RunOptions) -> Tar
         result = target.run(source, options)
     except KvsimError as exc:
         return TargetResult(target.name, source.version, "error", note=str(exc)).finish(started)
+    except Exception as exc:  # noqa: BLE001 - upstream's code around the target changed shape in this release
+        return TargetResult(target.name, source.version, "error",
+                            note=f"{target.relpath}: the adapter could not drive {', '.join(target.symbols)} "
+                                 f"in {source.label}: {type(exc).__name__}: {exc}").finish(started)
     result.seconds = round(time.perf_counter() - started, 3)
     return result
 

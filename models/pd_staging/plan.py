@@ -184,9 +184,13 @@ def initial_cursor(cfg: StagingPlanConfig) -> SendCursor:
 
 
 def send_pages(cfg: StagingPlanConfig, start: int, end: int) -> int:
-    """Pages of `[start, end)` counted from D; a last send ends at L and takes its partial page."""
-    d, ps = cfg.decode_prefix_len, cfg.page_size
-    return cdiv(end - d, ps) - (start - d) // ps
+    """Pages of `[start, end)`: one per `page_size` tokens from `start` (upstream's `req_to_token[start:end][::ps]`).
+
+    The model used to count from D (`cdiv(end - D, ps) - (start - D) // ps`), one page too many on every send
+    after the first when D is not page-aligned; `kvsim conform sglang` against 0.5.13-0.5.17 found it. With
+    an aligned D (the only kind 05c7ebf admits) the two counts agree.
+    """
+    return cdiv(end - start, cfg.page_size)
 
 
 def send_batch(cfg: StagingPlanConfig, cursor: SendCursor, end: int, last: bool,

@@ -72,7 +72,9 @@ def run_budget(source: EngineSource, options: RunOptions) -> TargetResult:
         queue.token_to_kv_pool = SwaPool()
         queue.token_to_kv_pool_allocator = SimpleNamespace(page_size=page, alloc_extend_swa_tail=None)
         queue.num_reserved_decode_tokens = reserve
-        queue.scheduler = SimpleNamespace(sliding_window_size=window)
+        # older releases read the radix flag from the scheduler's server_args (0.5.23: through envs/get_memory)
+        queue.scheduler = SimpleNamespace(sliding_window_size=window,
+                                          server_args=SimpleNamespace(disable_radix_cache=flags["radix_disabled"]))
         queue._pre_alloc_fill_len = lambda req: fill
         upstream = tuple(queue._prealloc_required_tokens(None))
         model = prealloc_required_tokens(fill, page, window, reserve, 0 if radix_disabled else reserve, FIXED)

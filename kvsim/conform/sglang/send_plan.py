@@ -24,12 +24,13 @@ upstream's plan in the model's place. Refused (listed, not compared): on release
 D that is not a whole number of pages (decode fails the room at registration, S13, so no plan
 of it is ever scattered).
 
-Known divergence (pre-05c7ebf, D not page-aligned): upstream counts a send's pages as
-`len(req_to_token[start:end][::ps]) = ceil((end - start) / ps)`; the model's `plan.send_pages`
-counts `ceil((end - D) / ps) - (start - D) // ps`, one page more on every send after the first
-when D is not page-aligned, so its `is_last` never fires or fires early where upstream's does not
-(and upstream's own count overshoots N in other cases: its S3 fails too). Reported as "model fix
-proposed" (`MODEL_FIX`) until the model counts as upstream does.
+Settled divergence (pre-05c7ebf, D not page-aligned): upstream counts a send's pages as
+`len(req_to_token[start:end][::ps]) = ceil((end - start) / ps)`; the model's `plan.send_pages` counted
+`ceil((end - D) / ps) - (start - D) // ps`, one page more on every send after the first when D is not
+page-aligned, so its `is_last` never fired or fired early. A model bug, fixed (regression test
+`test_pre_fix_send_counts_pages_from_its_start_as_sglang_did`). Upstream's own count still overshoots N
+in some unaligned cases before 05c7ebf (its S3 fails: `exactly_one_last_send[D not page-aligned]`, a
+finding 05c7ebf removed by failing such rooms at registration).
 """
 
 from __future__ import annotations
@@ -57,10 +58,6 @@ MIXIN = "SchedulerDisaggregationPrefillMixin"
 PLAN_PROPERTIES = ("non_last_sends_end_on_grid", "each_send_fits_one_slot", "sends_partition_suffix",
                    "exactly_one_last_send", "send_cursor_monotone", "early_send_within_snapshot")
 MISALIGNED_S3 = "exactly_one_last_send[D not page-aligned]"  # upstream finding before 05c7ebf
-MODEL_FIX = ("model fix proposed: models/pd_staging/plan.py send_pages should count "
-             "cdiv(end - start, page_size) (upstream's len(req_to_token[start:end][::ps])); it counts "
-             "pages from D, one more per later send when D is not page-aligned")
-
 
 class _Struct:
     """`msgspec.Struct` stand-in: class keywords (`frozen=True`) accepted, nothing else."""
@@ -219,7 +216,7 @@ def run_send_plan(source: EngineSource, options: RunOptions) -> TargetResult:
     result = TargetResult("send_plan", source.version)
     props = {name: getattr(plan_properties, name) for name in PLAN_PROPERTIES}
     failures: dict[str, str] = {}
-    counts = {"refused": 0, "misaligned": 0, "misaligned_divergent": 0}
+    counts = {"refused": 0, "misaligned": 0}
 
     def check(case: Any) -> None:
         cfg = case.cfg
@@ -236,9 +233,8 @@ def run_send_plan(source: EngineSource, options: RunOptions) -> TargetResult:
         result.compared += 1
         counts["misaligned"] += not aligned
         if compare_key(sends) != compare_key(want):
-            note = "" if aligned else "D not page-aligned: " + MODEL_FIX
-            counts["misaligned_divergent"] += not aligned
-            result.diverge(case_input(case), compare_key(want), compare_key(sends), note)
+            result.diverge(case_input(case), compare_key(want), compare_key(sends),
+                           "" if aligned else "D not page-aligned")
         if not aligned:  # the plan properties draw aligned rooms only; S3 is still checked on upstream (a finding)
             if MISALIGNED_S3 not in failures:
                 try:
@@ -263,15 +259,9 @@ def run_send_plan(source: EngineSource, options: RunOptions) -> TargetResult:
         result.prop(name, "fails" if name in failures else "holds", failures.get(name, ""))
     if counts["misaligned"]:
         result.prop(MISALIGNED_S3, "fails" if MISALIGNED_S3 in failures else "holds", failures.get(MISALIGNED_S3, ""))
-    only_known = result.divergent and result.divergent == counts["misaligned_divergent"]
     result.note = (f"model variant {variant.name}; {counts['misaligned']} inputs with D not page-aligned; "
                    f"{counts['refused']} refused (D not page-aligned: the room fails at registration)")
-    result.finish(started)
-    if only_known:
-        result.note += f"; {result.divergent} divergent, all with D not page-aligned: {MODEL_FIX}"
-        if not set(failures) - {MISALIGNED_S3}:  # no other property fails: the model is the one to change
-            result.status = "model fix proposed"
-    return result
+    return result.finish(started)
 
 
 def case_input(case: Any) -> dict[str, Any]:
