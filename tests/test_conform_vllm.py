@@ -34,6 +34,8 @@ def test_planner_conforms_and_model_properties_hold_on_upstream(vllm_src):
     assert {p["property"] for p in result.properties} >= {"chunks_tile_every_context_row_once",
                                                           "chunk_starts_are_aligned"}
     assert all(p["status"] == "holds" for p in result.properties)
+    # the b38e111d seed bug's property holds on the released per-request planner
+    assert "chunk_count_within_alignment_slack" in {p["property"] for p in result.properties}
 
 
 def test_settled_divergences_now_conform(vllm_src):

@@ -36,7 +36,7 @@ SEED_BUGS = (
             "b38e111d (#50613)", "0.27.1", "0.28.0",
             "0.27.1 has no per-request planner (plan_mla_context_chunks is absent: the uniform plan is inline in "
             "the metadata builder), so the report's property cannot run on the release before the fix; on 0.28.0 and "
-            "later the planner target does not run it yet (proposed: add it to vllm/planner.plan_property_checks)"),
+            "later it runs on upstream's per-request plans"),
     SeedBug("sglang-05c7ebf-staging-slot-overrun", "sglang", "send_plan", "each_send_fits_one_slot",
             "05c7ebf (#30545)", "0.5.17", "0.5.19",
             "upstream's send_kv_chunk itself, driven room by room; 0.5.13-0.5.17 page-floor only (no "

@@ -93,13 +93,25 @@ class PlanView:
 def plan_property_checks() -> list[tuple[str, Callable]]:
     from kvsim.properties.mla_chunks import plan as props  # the model's own checks
     return [
-        ("chunks_tile_every_context_row_once", lambda c, ch, a, b, pad: props.check_exact_tiling(c.context_lens, ch)),
-        ("chunks_have_no_empty_spans", lambda c, ch, a, b, pad: props.check_no_empty_spans(ch)),
-        ("chunks_follow_request_order", lambda c, ch, a, b, pad: props.check_request_order(c.context_lens, ch)),
-        ("continuation_only_at_first_request", lambda c, ch, a, b, pad: props.check_continuation(ch)),
-        ("chunk_starts_are_aligned", lambda c, ch, a, b, pad: props.check_alignment(ch, a)),
-        ("chunks_fit_the_row_budget", lambda c, ch, a, b, pad: check_padded_budget(ch, b, pad)),
+        ("chunks_tile_every_context_row_once", lambda c, ch, a, b, pad, w: props.check_exact_tiling(c.context_lens, ch)),
+        ("chunks_have_no_empty_spans", lambda c, ch, a, b, pad, w: props.check_no_empty_spans(ch)),
+        ("chunks_follow_request_order", lambda c, ch, a, b, pad, w: props.check_request_order(c.context_lens, ch)),
+        ("continuation_only_at_first_request", lambda c, ch, a, b, pad, w: props.check_continuation(ch)),
+        ("chunk_starts_are_aligned", lambda c, ch, a, b, pad, w: props.check_alignment(ch, a)),
+        ("chunks_fit_the_row_budget", lambda c, ch, a, b, pad, w: check_padded_budget(ch, b, pad)),
+        ("chunk_count_within_alignment_slack", check_chunk_count),  # the b38e111d seed bug's property
     ]
+
+
+def check_chunk_count(case: Any, chunks: list[PlanView], alignment: int, budget: int, pad: Any,
+                      workspace: int) -> None:
+    """The chunk-blowup bound of `chunk_count_within_alignment_slack`, on upstream's plan."""
+    from kvsim.properties.mla_chunks.plan import chunk_count_upper_bound
+
+    bound = chunk_count_upper_bound(case.context_lens, workspace, alignment, case.dcp)
+    if bound is not None and len(chunks) > bound:
+        raise PropertyViolation(f"chunks for {list(case.context_lens)} with W {workspace}, alignment {alignment}: "
+                                f"expected <= {bound}, got {len(chunks)}")
 
 
 def check_padded_budget(chunks: list[PlanView], budget: int, pad: Callable[[int], int] | None) -> None:
@@ -138,7 +150,7 @@ def run_planner(source: EngineSource, options: RunOptions) -> TargetResult:
         for name, fn in checks:
             if name not in failures:
                 try:
-                    fn(case, views, alignment, budget, pad)
+                    fn(case, views, alignment, budget, pad, workspace)
                 except PropertyViolation as exc:
                     failures[name] = f"{exc} (context_lens {list(case.context_lens)}, W {workspace})"
 
