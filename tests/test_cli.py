@@ -230,3 +230,13 @@ def test_oracle_stops_at_its_budget_with_what_ran():
     assert proc.returncode == 3 and doc["complete"] is False and doc["not_run"]
     assert doc["checks"] and all(c["status"] in ("passed", "skipped") for c in doc["checks"])
     assert doc["totals"]["passed"] >= 1
+
+
+def test_list_shows_each_findings_verdict_per_release():
+    doc = kvsim_json("list", "pd-protocol")
+    bug = next(b for b in doc["bugs"] if b["id"] == "sglang-pd-common-failed-not-sticky")
+    assert any(v["state"] == "fixed" for v in bug["verdicts"])
+    ctx = next(b for b in doc["bugs"] if b["id"] == "sglang-pr35281-staging-ctx-race")
+    assert any(v["release"] == "0.5.23" and v["state"] == "not reachable" and v["reason"] for v in ctx["verdicts"])
+    text = kvsim("list", "pd-protocol").stdout
+    assert "upstream releases" in text and "0.5.23 not reachable" in text

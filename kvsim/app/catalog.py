@@ -55,7 +55,8 @@ def listing() -> dict[str, Any]:
                    "explore": m.system is not None, "simulate": m.simulate is not None}
                   for m in reg.models.values()]
     bugs = [{"id": b.id, "model": b.model, "variant": b.variant, "property": b.property, "invariant": b.invariant,
-             "check": b.check, "source": b.source, "summary": b.summary, "status": b.status, "note": b.note}
+             "check": b.check, "source": b.source, "summary": b.summary, "status": b.status, "note": b.note,
+             "verdicts": [v.to_json() for v in b.verdicts]}
             for b in reg.bugs.values()]
     return {"models": models_doc, "bugs": bugs}
 

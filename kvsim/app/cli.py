@@ -345,9 +345,16 @@ def _model_text(m: dict[str, Any], bugs: list[dict[str, Any]]) -> str:
              "", "explore / stateful parameters (--param NAME=VALUE):", params(m["params"]),
              "", "simulate parameters (--param NAME=VALUE):", params(m["sim_params"]),
              "", "properties: " + ", ".join(m["properties"]),
-             "", "bug reports:", _table(["bug", "variant", "must fail", "status"],
-                                        [[b["id"], b["variant"], b["check"], b["status"]] for b in bugs])]
+             "", "bug reports:", _table(["bug", "variant", "must fail", "status", "upstream releases"],
+                                        [[b["id"], b["variant"], b["check"], b["status"], _verdicts(b)] for b in bugs])]
     return "\n".join(lines)
+
+
+def _verdicts(bug: dict[str, Any]) -> str:
+    """`0.5.23 present; 05c7ebf (PR #30545) not reachable`: the report's state per release where it is known."""
+    states = {"fixed": "fixed"}
+    return "; ".join(f"{v['release']} {states.get(v['state'], v['state'])}"
+                     + (f" in {v['fixed_in']}" if v["fixed_in"] else "") for v in bug["verdicts"]) or "-"
 
 
 def _value(v: Any) -> str:

@@ -31,6 +31,7 @@ class ReproResult:
         return {"id": b.id, "model": b.model, "variant": b.variant, "property": b.property,
                 "invariant": b.invariant, "check": b.check, "source": b.source,
                 "status": b.status, "reproduced": self.reproduced, "fixed_passes": self.fixed_passes,
+                "verdicts": [v.to_json() for v in b.verdicts],
                 **counts, "seconds": round(self.seconds, 4),
                 "counterexample": self.counterexample, "message": self.message}
 

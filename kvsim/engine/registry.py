@@ -38,6 +38,9 @@ class Verdict:
     reason: str = ""
     fixed_in: str = ""
 
+    def to_json(self) -> dict[str, str]:
+        return {"release": self.release, "state": self.state, "reason": self.reason, "fixed_in": self.fixed_in}
+
     def __post_init__(self) -> None:
         if self.state not in VERDICT_STATES:
             raise ConfigError(f"verdict for {self.release}.state", f"one of {VERDICT_STATES}", self.state)
