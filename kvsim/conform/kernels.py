@@ -82,14 +82,11 @@ def budget(options: Any) -> int:
 
 def run_kernel_check(check: KernelCheck, source: EngineSource, options: Any) -> Any:
     """Pinned cases, Hypothesis cases and probes through one child; the target's result."""
-    from hypothesis import HealthCheck, Phase, given, seed as hseed, settings
-
-    from .targets import TargetResult
+    from .targets import TargetResult, drive
 
     started = time.perf_counter()
     result = TargetResult(target=check.name, version=source.label)
     device = getattr(options, "device", None) or "cpu"
-    seed = getattr(options, "seed", None)
     source.file(check.relpath)  # a missing file is the ConfigError naming it, before a child starts
     other_shape = check.shape(source)
     if other_shape is not None:
@@ -110,13 +107,8 @@ def run_kernel_check(check: KernelCheck, source: EngineSource, options: Any) -> 
                     raise found
 
             if not result.divergent:
-                test = settings(max_examples=budget(options), derandomize=seed is None, database=None,
-                                deadline=None, suppress_health_check=list(HealthCheck),
-                                phases=(Phase.explicit, Phase.generate, Phase.shrink))(given(check.strategy())(one))
-                if seed is not None:
-                    test = hseed(seed)(test)
                 try:
-                    test()
+                    drive(check.strategy(), one, options, budget(options), shrink=True)
                 except Divergence as found:  # the shrunk input
                     result.diverge(**found.record())
             for probe in check.probes:

@@ -96,13 +96,16 @@ def select_targets(engine: str, name: str | None) -> list[Target]:
     return chosen
 
 
-def drive(strategy: Any, check: Callable[[Any], None], options: RunOptions, max_examples: int | None = None) -> None:
-    """Run `check` on Hypothesis inputs from `strategy` (derandomized unless a seed is given; no shrinking:
-    `check` records divergences itself and must not raise for them)."""
+def drive(strategy: Any, check: Callable[[Any], None], options: RunOptions, max_examples: int | None = None,
+          *, shrink: bool = False) -> None:
+    """Run `check` on Hypothesis inputs from `strategy` (derandomized unless a seed is given). Without `shrink`,
+    `check` records divergences itself and must not raise for them; with it, the exception `check` raises
+    propagates for the shrunk input."""
     from hypothesis import HealthCheck, Phase, given, seed, settings
 
+    phases = (Phase.explicit, Phase.generate) + ((Phase.shrink,) if shrink else ())
     runner = settings(max_examples=max_examples or options.max_examples, database=None, deadline=None,
-                      derandomize=options.seed is None, phases=(Phase.explicit, Phase.generate),
+                      derandomize=options.seed is None, phases=phases,
                       suppress_health_check=list(HealthCheck))(given(strategy)(check))
     if options.seed is not None:
         runner = seed(options.seed)(runner)

@@ -61,9 +61,11 @@ class ModelDescriptor:
         return self.system(self.variant(variant), config_from(self.config, resolved))
 
     def build_sim_config(self, values: Mapping[str, Any] | list[str] = ()) -> Any:
+        """The simulation's config instance for (partial) parameter values."""
         if self.sim_config is None:
             raise ConfigError("MODEL", "a model with a timed simulation", self.name)
         return config_from(self.sim_config, resolve(self.sim_params, values))
+
 
 
 @dataclass(frozen=True)
@@ -91,7 +93,5 @@ class RunSpec:
         return cls(model, model.variant(variant), values, {k: v for k, v in values.items() if k in names})
 
     def system(self) -> Any:
-        if self.model.system is None or self.model.config is None:
-            raise ConfigError("MODEL", "a model with a transition system", self.model.name)
-        system_values = {k: v for k, v in self.params.items() if k in {s.name for s in params_of(self.model.config)}}
-        return self.model.system(self.variant, config_from(self.model.config, system_values))
+        """The transition system of this run (the config takes its own fields; data parameters stay out)."""
+        return self.model.build_system(self.variant, self.params)

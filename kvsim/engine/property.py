@@ -32,6 +32,8 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from .errors import ConfigError
+
 
 @dataclass(frozen=True)
 class KvProperty:
@@ -58,8 +60,6 @@ class KvProperty:
             raise TypeError(f"{self.name} is a stateful property; run it with kvsim.engine.runner.run_property")
         if self.backends:
             if backend not in self.backends:
-                from .errors import ConfigError
-
                 raise ConfigError("--backend", f"one of {', '.join(self.backends)} for {self.name}", backend)
             self.fn(case, variant, backend)  # type: ignore[call-arg]
         else:

@@ -14,6 +14,7 @@ from typing import Any, Iterable, Mapping
 
 from .descriptor import ModelDescriptor
 from .errors import ConfigError
+from .property import KvProperty
 
 VALID_STATUSES = ("reproducible", "open upstream", "not reproducible")
 VERDICT_STATES = ("present", "fixed", "not reachable")  # a finding's state in one upstream release
@@ -131,8 +132,6 @@ class Registry:
 
     def add_from(self, *modules: ModuleType) -> None:
         """Register every property and bug report a module defines, in definition order."""
-        from .property import KvProperty  # the property record lives beside the runner's helpers
-
         for module in modules:
             items: Iterable[Any] = vars(module).values()
             for item in items:
