@@ -58,3 +58,24 @@ def test_json_record_has_stable_keys():
     assert {"model", "variant", "states", "transitions", "depth", "seconds", "states_per_second", "bound_hit",
             "violations"} <= set(doc)
     assert set(doc["violations"][0]) >= {"property", "kind", "trace"}
+
+
+def test_coverage_counts_every_transition_and_every_check():
+    clean = explore(Counter(bad=None))
+    assert sum(clean.coverage.actions.values()) == clean.transitions
+    assert clean.coverage.actions == {"inc": 10, "double": 5}  # 0..9 increment; 1..5 double
+    assert clean.coverage.invariants == {"not_bad": clean.states}
+    doc = clean.to_json()["coverage"]
+    assert doc["actions"] == {"double": 5, "inc": 10}
+
+
+def test_coverage_of_a_violating_state_stops_at_its_first_failed_invariant():
+    from kvsim.engine.system import Invariant
+
+    system = Counter(bad=4)
+    system.invariants = (Invariant("not_bad", system._not_bad), Invariant("never_five", lambda s: None))
+    result = explore(system)
+    cov = result.coverage.invariants
+    assert cov["not_bad"] == result.states
+    assert cov["never_five"] == result.states - 1  # not asked on the violating state
+    assert "trap" not in result.coverage.actions

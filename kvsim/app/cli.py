@@ -23,11 +23,12 @@ from ..engine.canon import canonical_json, to_jsonable
 from ..engine.descriptor import ModelDescriptor, RunSpec
 from ..engine.errors import ConfigError, KvsimError, TraceError
 from ..engine.explore import explore
+from ..engine.parallel import explore_parallel
 from ..engine.progress import Progress
 from ..engine.sim import DEFAULT_MAX_EVENTS, DEFAULT_MAX_SECONDS
 from ..conform.cli import add_arguments as conform_arguments
 from ..conform.cli import cmd_conform
-from . import catalog, counterexample
+from . import catalog, counterexample, linecov
 
 
 EXIT_OK, EXIT_VIOLATION, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
@@ -131,6 +132,21 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--graph", metavar="FILE", help="write the state graph as GraphML")
     e.add_argument("--save", metavar="FILE", help="write the first violation here (kvsim replay FILE re-runs it)")
     e.add_argument("--no-liveness", action="store_true", help="skip the hang search")
+    e.add_argument("--store", default="full", choices=("full", "fingerprint"),
+                   help="keep every state (full: the graph can be exported) or 64-bit fingerprints in flat arrays "
+                        "(fingerprint: tens of bytes a state; paths rebuilt by replay) (default: full)")
+    e.add_argument("--no-symmetry", action="store_true",
+                   help="explore every state even where the model declares interchangeable rooms, requests or "
+                        "writers (default: one representative per orbit)")
+    e.add_argument("--workers", type=_positive_int("--workers"), default=1,
+                   help="search with this many worker processes, the state space partitioned by hash; same results "
+                        "as one process (default: 1)")
+    e.add_argument("--ray", metavar="ADDRESS",
+                   help="run the workers as actors on a Ray cluster at ADDRESS ('local' starts one on this machine; "
+                        "needs the ray package) (default: no Ray)")
+    e.add_argument("--coverage", action="store_true",
+                   help="also measure line coverage of the model's package during the run (needs the coverage "
+                        "package; default: off)")
     _max_seconds(e, RUN_MAX_SECONDS)
 
     s = sub.add_parser("simulate", parents=[common], help="timed, seeded simulation with fault injection")
@@ -241,6 +257,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         _paths(args)
         with _deadline(_alarm_seconds(args)):
             return COMMANDS[args.command](args)
+    except BrokenPipeError:  # the reader went away (`kvsim ... | head`): nothing more to say, and no traceback
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except UsageError as exc:
         return _fail(wants_json, {"field": "arguments", "expected": "a valid kvsim command line (kvsim --help)",
                                   "received": " ".join(argv), "message": str(exc)}, f"{exc} (kvsim --help)")
@@ -506,9 +527,30 @@ def cmd_explore(args: argparse.Namespace) -> int:
     params = run.params
     system = run.system()
     progress = Progress(None, "explore")
-    result = explore(system, max_depth=args.max_depth, max_states=args.max_states,
-                     check_liveness=not args.no_liveness, max_seconds=args.max_seconds,
-                     progress=lambda states, depth: progress.note(f"{states} states, depth {depth}"))
+
+    if args.graph and args.store != "full":
+        raise ConfigError("--graph", "the full store (--store full)", f"--store {args.store}")
+
+    if args.graph and (args.workers > 1 or args.ray):
+        raise ConfigError("--graph", "a single-process search (no --workers, no --ray)",
+                          f"--workers {args.workers}" if args.workers > 1 else f"--ray {args.ray}")
+    bounds = {"max_depth": args.max_depth, "max_states": args.max_states, "check_liveness": not args.no_liveness,
+              "max_seconds": args.max_seconds, "store": args.store, "symmetry": not args.no_symmetry,
+              "progress": lambda states, depth: progress.note(f"{states} states, depth {depth}")}
+
+    def search() -> Any:
+        if args.ray:
+            return explore_parallel(run.system, args.workers, use_ray=True, **bounds,
+                                    ray_address=None if args.ray == "local" else args.ray)
+        if args.workers > 1:
+            return explore_parallel(run.system, args.workers, **bounds)
+        return explore(system, **bounds)
+
+    lines_run = None
+    if args.coverage:
+        result, lines_run = linecov.run_with_coverage(linecov.model_package(spec), search)
+    else:
+        result = search()
     _disarm()
     progress.close()
     if args.graph:
@@ -518,6 +560,8 @@ def cmd_explore(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise ConfigError("--graph", "a writable file path", args.graph, exc.strerror or "") from None
     doc = {**result.to_json(), "params": params}
+    if lines_run is not None:
+        doc["line_coverage"] = lines_run
     if args.save and result.violations:
         counterexample.write(args.save, counterexample.explore_document(run, result.violations[0]))
 
@@ -525,6 +569,15 @@ def cmd_explore(args: argparse.Namespace) -> int:
         head = (f"{spec.name} [{args.variant}] {result.states} states, {result.transitions} transitions, depth "
                 f"{result.depth}, {result.seconds:.3f} s ({result.states_per_second:,.0f} states/s)"
                 + (f", bound hit: {result.bound_hit}" if result.bound_hit else ""))
+        if result.symmetry:
+            head += "\nsymmetry: one representative per orbit (--no-symmetry explores every state)"
+        if result.store == "fingerprint":
+            head += (f"\nfingerprint store: {result.bytes_per_state} bytes a state; chance of a fingerprint "
+                     f"collision in this run {result.collision_probability:.1e}")
+        if result.coverage is not None:
+            head += "".join("\n" + line for line in result.coverage.lines())
+        if lines_run is not None:
+            head += "".join("\n" + line for line in linecov.coverage_lines(lines_run))
         if not result.violations and result.bound_hit:
             return (head + f"\nINCOMPLETE: the {result.bound_hit} bound stopped the search before every reachable "
                            "state was seen; nothing was found, and nothing is proved (exit 3)")

@@ -14,7 +14,13 @@ form round-trips: `decode(doc, types)` rebuilds the typed value from the tag.
 
 from __future__ import annotations
 
+import importlib
+import sys
 from typing import Any, Iterable, Mapping
+
+# every record type by (defining module, tag, fields): pickling finds the very class again in another
+# process (explore's worker processes), so `type(x) is Deliver` holds there too
+_TYPES: dict[tuple[str, str, tuple[str, ...]], type["Tagged"]] = {}
 
 
 class Tagged(tuple):
@@ -41,8 +47,9 @@ class Tagged(tuple):
         body = ", ".join(f"{n}={v!r}" for n, v in zip(self.fields, self[1:]))
         return f"{self.tag}({body})"
 
-    def __getnewargs__(self) -> tuple[Any, ...]:  # pickling (worker processes) rebuilds through __new__
-        return tuple(self[1:])
+    def __reduce__(self) -> tuple[Any, ...]:  # pickling (worker processes): the defining module's own class
+        cls = type(self)
+        return (rebuild, (cls.__module__, cls.tag, cls.fields, tuple(self[1:])))
 
     def _replace(self, **changes: Any) -> "Tagged":
         return type(self)(*(changes.pop(n, v) for n, v in zip(self.fields, self[1:])))
@@ -54,7 +61,18 @@ def tagged(tag: str, *fields: str, name: str | None = None) -> type[Tagged]:
     for index, field_name in enumerate(fields, start=1):
         namespace[field_name] = property(lambda self, i=index: self[i], doc=f"field {field_name!r}")
     cls_name = name or "".join(part.capitalize() for part in tag.replace("-", "_").split("_"))
-    return type(cls_name, (Tagged,), namespace)
+    namespace["__module__"] = sys._getframe(1).f_globals.get("__name__", __name__)
+    cls = type(cls_name, (Tagged,), namespace)
+    _TYPES.setdefault((cls.__module__, tag, cls.fields), cls)
+    return cls
+
+
+def rebuild(module: str, tag: str, fields: tuple[str, ...], values: tuple[Any, ...]) -> Tagged:
+    """A pickled record, rebuilt as its defining module's type (importing that module if needed)."""
+    key = (module, tag, fields)
+    if key not in _TYPES:
+        importlib.import_module(module)
+    return _TYPES[key](*values)
 
 
 def type_table(types: Iterable[type[Tagged]]) -> dict[str, type[Tagged]]:

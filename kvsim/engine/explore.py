@@ -1,24 +1,26 @@
 """Exhaustive bounded exploration of a transition system.
 
-Breadth-first over state fingerprints (the states themselves: they are
-hashable), so the first path found to any state is a shortest one. Every
+Breadth-first over the visited states (kept whole, or as 64-bit fingerprints:
+`kvsim.engine.store`), so the first path found to any state is a shortest one. Every
 invariant is checked on every reached state; a violating state is reported
 with its shortest action path and not expanded further. Liveness: after the
 search, any expanded state from which no `done` state can be reached is a
 hang. States cut off by a bound count as "might still finish", so a bound
-never produces a false hang.
+never produces a false hang. A system may declare its symmetries as
+`canonical(state)`: then one representative per orbit is stored, and each
+reported path is mapped back to a path of the real system (`realize`).
 """
 
 from __future__ import annotations
 
 import time
+from array import array
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
-import networkx as nx
-
-from .canon import canonical_json, to_jsonable
+from .canon import to_jsonable
+from .store import FingerprintStore, FullStore, state_bytes
 from .system import TransitionSystem
 
 
@@ -46,7 +48,12 @@ class ExploreResult:
     bound_hit: str | None
     violations: list[Violation]
     hang_states: int = 0
-    _store: "_Store | None" = field(default=None, repr=False)
+    coverage: "Coverage | None" = None
+    store: str = "full"
+    symmetry: bool = False
+    bytes_per_state: float | None = None
+    collision_probability: float | None = None
+    _store: Any = field(default=None, repr=False)
 
     @property
     def states_per_second(self) -> float:
@@ -57,121 +64,128 @@ class ExploreResult:
                 "transitions": self.transitions, "depth": self.depth, "seconds": round(self.seconds, 4),
                 "states_per_second": round(self.states_per_second, 1), "bound_hit": self.bound_hit,
                 "complete": self.bound_hit is None,
-                "hang_states": self.hang_states, "violations": [v.to_json() for v in self.violations]}
+                "hang_states": self.hang_states, "violations": [v.to_json() for v in self.violations],
+                **({"coverage": self.coverage.to_json()} if self.coverage is not None else {}),
+                "store": self.store, "symmetry": self.symmetry,
+                **({"bytes_per_state": self.bytes_per_state} if self.bytes_per_state is not None else {}),
+                **({"collision_probability": self.collision_probability}
+                   if self.collision_probability is not None else {})}
 
-    def graph(self) -> nx.MultiDiGraph:
-        """The explored state graph: nodes carry the state, depth and flags; edges the action."""
-        assert self._store is not None
+    def graph(self) -> Any:
+        """The explored state graph (a networkx MultiDiGraph): nodes carry the state, depth and flags."""
+        if not isinstance(self._store, FullStore):
+            raise ValueError("the state graph needs the full store (explore(..., store='full'))")
         return self._store.to_graph()
 
 
-class _Store:
-    """Parallel arrays indexed by state id; cheaper than one object per state."""
+def action_kind(action: Any) -> str:
+    """An action's kind: the tag of a tagged record (or plain tuple), else its type's name."""
+    if isinstance(action, tuple) and action and isinstance(action[0], str):
+        return action[0]
+    return type(action).__name__
 
-    def __init__(self) -> None:
-        self.ids: dict[Any, int] = {}
-        self.states: list[Any] = []
-        self.parent: list[int] = []
-        self.via: list[Any] = []
-        self.depth: list[int] = []
-        self.succ: list[list[tuple[int, Any]] | None] = []  # None: not expanded
-        self.done: list[bool] = []
-        self.bad: list[bool] = []
 
-    def add(self, state: Any, parent: int, action: Any, depth: int) -> int:
-        sid = len(self.states)
-        self.ids[state] = sid
-        self.states.append(state)
-        self.parent.append(parent)
-        self.via.append(action)
-        self.depth.append(depth)
-        self.succ.append(None)
-        self.done.append(False)
-        self.bad.append(False)
-        return sid
+@dataclass
+class Coverage:
+    """What a run exercised: transitions taken per action kind, states each invariant was checked on.
 
-    def path(self, sid: int) -> list[Any]:
-        actions = []
-        while self.parent[sid] >= 0:
-            actions.append(self.via[sid])
-            sid = self.parent[sid]
-        return [to_jsonable(a) for a in reversed(actions)]
+    An invariant is checked on a state until one fails there (the state is then a violation and the
+    rest are not asked), so a count below the state count means earlier invariants failed first.
+    """
 
-    def to_graph(self) -> nx.MultiDiGraph:
-        g = nx.MultiDiGraph()  # two actions may lead to the same successor
-        for sid, state in enumerate(self.states):
-            g.add_node(sid, state=canonical_json(state), depth=self.depth[sid], done=self.done[sid],
-                       violation=self.bad[sid], expanded=self.succ[sid] is not None)
-        for sid, succ in enumerate(self.succ):
-            for tid, action in succ or ():
-                g.add_edge(sid, tid, action=canonical_json(action))
-        return g
+    actions: dict[str, int]
+    invariants: dict[str, int]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"actions": dict(sorted(self.actions.items())), "invariants": dict(self.invariants)}
+
+    def lines(self) -> list[str]:
+        acts = ", ".join(f"{k} {n:,}" for k, n in sorted(self.actions.items())) or "none"
+        invs = ", ".join(f"{k} {n:,}" for k, n in self.invariants.items()) or "none"
+        return [f"actions taken: {acts}", f"invariants checked on: {invs}"]
 
 
 def explore(system: TransitionSystem[Any, Any], *, max_depth: int | None = None, max_states: int = 1_000_000,
             check_liveness: bool = True, progress: Callable[[int, int], None] | None = None,
-            max_seconds: float | None = None) -> ExploreResult:
+            max_seconds: float | None = None, store: str = "full", symmetry: bool = True) -> ExploreResult:
     """BFS with invariants on every state and, unless `check_liveness` is off, the hang search.
 
     Bounds (`max_depth`, `max_states`, `max_seconds`) stop the search cleanly: `bound_hit` names the one
-    that did, and states left unexpanded count as "might still finish" (no false hang).
+    that did, and states left unexpanded count as "might still finish" (no false hang). `store` is
+    "full" (every state kept; the graph can be exported) or "fingerprint" (64-bit fingerprints in flat
+    arrays, see `kvsim.engine.store`). A system that defines `canonical(state)` (one representative
+    per orbit of its symmetries) is explored one representative per orbit unless `symmetry=False`;
+    the reported paths are mapped back to paths of the real system.
     """
     start = time.perf_counter()
     deadline = None if max_seconds is None else start + max_seconds
-    store = _Store()
-    queue: deque[int] = deque()
+    canon = getattr(system, "canonical", None) if symmetry else None
+    enabled, step, done = system.enabled, system.step, system.done
+    if canon is not None:
+        raw_step = step
+
+        def step(state: Any, action: Any) -> Any:  # noqa: F811 (the reduced system's step)
+            return canon(raw_step(state, action))
+    initial = [s if canon is None else canon(s) for s in system.initial_states()]
+    visited = _make_store(store, system, initial, step)
+    queue: deque[tuple[int, Any]] = deque()
     violations: dict[str, Violation] = {}
     invariants = list(system.invariants)
-    enabled, step, done = system.enabled, system.step, system.done
     bound_hit: str | None = None
     transitions = 0
     max_depth_seen = 0
+    checked = [0] * len(invariants)
+    fired: dict[str, int] = {}
+    find, add, depth_of = visited.find, visited.add, visited.depth
+    bad, done_flag = visited.bad, visited.done
 
-    def discover(state: Any, parent: int, action: Any, depth: int) -> int:
-        sid = store.add(state, parent, action, depth)
-        store.done[sid] = done(state)
-        for inv in invariants:
+    def discover(state: Any, parent: int, action: Any, index: int, depth: int) -> int:
+        sid = add(state, parent, action, index, depth)
+        done_flag[sid] = done(state)
+        for k, inv in enumerate(invariants):
+            checked[k] += 1
             message = inv.check(state)
             if message is not None:
-                store.bad[sid] = True
+                bad[sid] = True
                 if inv.name not in violations:
-                    violations[inv.name] = Violation(inv.name, "invariant", store.path(sid), message, state)
+                    violations[inv.name] = _violation(system, canon, visited, inv.name, "invariant", sid, message)
                 break
-        if not store.bad[sid]:
-            queue.append(sid)
+        if not bad[sid]:
+            queue.append((sid, state))
         return sid
 
-    for init in system.initial_states():
-        if init not in store.ids:
-            discover(init, -1, None, 0)
+    for k, init in enumerate(initial):
+        if find(init) is None:
+            discover(init, -1, None, k, 0)
 
-    ids, succ_of, depth_of = store.ids, store.succ, store.depth
     while queue:
-        sid = queue.popleft()
+        sid, state = queue.popleft()
         depth = depth_of[sid]
         if max_depth is not None and depth >= max_depth:
             bound_hit = bound_hit or "depth"
             continue
-        state = store.states[sid]
         succ: list[tuple[int, Any]] = []
-        for action in enabled(state):
+        for index, action in enumerate(enabled(state)):
             nxt = step(state, action)
-            tid = ids.get(nxt)
+            tid = find(nxt)
             if tid is None:
-                if len(store.states) >= max_states:
+                if len(visited) >= max_states:
                     bound_hit = "states"
                     succ = []  # leave this state unexpanded: its successors are unknown
                     break
-                tid = discover(nxt, sid, action, depth + 1)
+                tid = discover(nxt, sid, action, index, depth + 1)
                 if depth + 1 > max_depth_seen:
                     max_depth_seen = depth + 1
             succ.append((tid, action))
         else:
-            succ_of[sid] = succ
+            visited.expand(sid, succ)
             transitions += len(succ)
+            for _, action in succ:
+                kind = action_kind(action)
+                fired[kind] = fired.get(kind, 0) + 1
             if sid % 4096 == 0:
                 if progress is not None:
-                    progress(len(store.states), depth)
+                    progress(len(visited), depth)
                 if deadline is not None and time.perf_counter() > deadline:
                     bound_hit = "seconds"
                     break  # the work budget: what was found so far is kept, the rest is unexplored
@@ -180,35 +194,105 @@ def explore(system: TransitionSystem[Any, Any], *, max_depth: int | None = None,
 
     hang_states = 0
     if check_liveness:
-        hang_states = _find_hangs(store, system, violations)
+        hang_states = _find_hangs(visited, system, canon, violations)
     seconds = time.perf_counter() - start
-    return ExploreResult(model=system.name, variant=str(system.variant), states=len(store.states),
+    return ExploreResult(model=system.name, variant=str(system.variant), states=len(visited),
                          transitions=transitions, depth=max_depth_seen, seconds=seconds, bound_hit=bound_hit,
-                         violations=list(violations.values()), hang_states=hang_states, _store=store)
+                         violations=list(violations.values()), hang_states=hang_states,
+                         coverage=Coverage(fired, {inv.name: n for inv, n in zip(invariants, checked)}),
+                         store=visited.kind, symmetry=canon is not None,
+                         bytes_per_state=visited.bytes_per_state(),
+                         collision_probability=getattr(visited, "collision_probability", lambda: None)(),
+                         _store=visited)
 
 
-def _find_hangs(store: _Store, system: TransitionSystem[Any, Any], violations: dict[str, Violation]) -> int:
+def _make_store(kind: str, system: Any, initial: list[Any], step: Callable[[Any, Any], Any]) -> Any:
+    if kind == "full":
+        return FullStore()
+    if kind != "fingerprint":
+        raise ValueError(f"store: expected 'full' or 'fingerprint', got {kind!r}")
+    enabled = system.enabled
+
+    def replay(indices: Sequence[int], root: int) -> tuple[Any, list[Any]]:
+        state, actions = initial[root], []
+        for index in indices:
+            action = enabled(state)[index]
+            actions.append(action)
+            state = step(state, action)
+        return state, actions
+
+    return FingerprintStore(getattr(system, "encode_state", state_bytes), replay)
+
+
+def realize(system: Any, canon: Callable[[Any], Any], states: Sequence[Any]) -> tuple[Any, list[Any]]:
+    """A real path through representatives `states` (canonical, each a step from the last): its end, its actions.
+
+    From the real state s standing for representative c_i, some enabled action of s leads to a state whose
+    representative is c_{i+1} (the symmetry maps c_i's action back to one of s); the first such is taken.
+    """
+    real = next(s for s in system.initial_states() if canon(s) == states[0])
+    actions = []
+    for target in states[1:]:
+        for action in system.enabled(real):
+            nxt = system.step(real, action)
+            if canon(nxt) == target:
+                real = nxt
+                actions.append(action)
+                break
+        else:
+            raise AssertionError(f"symmetry: no action of {real!r} reaches the orbit of {target!r} "
+                                 "(the declared canonical form is not a symmetry of the system)")
+    return real, actions
+
+
+def _path_states(visited: Any, sid: int) -> list[Any]:
+    chain = []
+    while sid >= 0:
+        chain.append(sid)
+        sid = visited.parent[sid]
+    return [visited.state(s) for s in reversed(chain)]
+
+
+def _violation(system: Any, canon: Callable[[Any], Any] | None, visited: Any, name: str, kind: str, sid: int,
+               message: str) -> Violation:
+    if canon is None:
+        return Violation(name, kind, visited.path(sid), message, visited.state(sid))
+    real, actions = realize(system, canon, _path_states(visited, sid))
+    return Violation(name, kind, [to_jsonable(a) for a in actions], message, real)
+
+
+def _find_hangs(visited: Any, system: TransitionSystem[Any, Any], canon: Callable[[Any], Any] | None,
+                violations: dict[str, Violation]) -> int:
     """Reverse reachability from every state that is done, unexpanded (cut by a bound) or already a violation."""
-    n = len(store.states)
-    preds: list[list[int]] = [[] for _ in range(n)]
-    for sid, succ in enumerate(store.succ):
-        for tid, _ in succ or ():
-            preds[tid].append(sid)
-    alive = [store.done[s] or store.succ[s] is None or store.bad[s] for s in range(n)]
+    n = len(visited)
+    # predecessors as one compressed array (no list per state: fingerprint runs hold millions)
+    count = array("I", bytes(4 * (n + 1)))
+    for sid in range(n):
+        for tid in visited.successors(sid):
+            count[tid + 1] += 1
+    for i in range(n):
+        count[i + 1] += count[i]
+    fill = array("I", count)
+    preds = array("i", bytes(4 * count[n]))
+    for sid in range(n):
+        for tid in visited.successors(sid):
+            preds[fill[tid]] = sid
+            fill[tid] += 1
+    done, bad, expanded = visited.done, visited.bad, visited.expanded
+    alive = bytearray(1 if done[s] or not expanded(s) or bad[s] else 0 for s in range(n))
     stack = [s for s in range(n) if alive[s]]
     while stack:
         s = stack.pop()
-        for p in preds[s]:
+        for k in range(count[s], count[s + 1]):
+            p = preds[k]
             if not alive[p]:
-                alive[p] = True
+                alive[p] = 1
                 stack.append(p)
     hangs = [s for s in range(n) if not alive[s]]
     if hangs:
-        first = min(hangs, key=lambda s: (store.depth[s], s))
+        first = min(hangs, key=lambda s: (visited.depth[s], s))
         name = getattr(system, "liveness", "liveness")
-        state = store.states[first]
-        kind = "deadlock" if not store.succ[first] else "livelock"
-        violations[name] = Violation(name, "hang", store.path(first),
-                                     f"{kind}: no done state is reachable from this state "
-                                     f"({len(hangs)} such states)", state)
+        kind = "deadlock" if next(iter(visited.successors(first)), None) is None else "livelock"
+        violations[name] = _violation(system, canon, visited, name, "hang", first,
+                                      f"{kind}: no done state is reachable from this state ({len(hangs)} such states)")
     return len(hangs)

@@ -1,0 +1,396 @@
+"""Level-synchronous breadth-first exploration over worker processes or a Ray cluster.
+
+The state space is partitioned: a state belongs to worker `hash(state) % W` when every worker
+hashes alike (forked processes do: same string secret, same addresses for None and the other
+objects hashed by identity; the coordinator checks), else to worker
+`fingerprint(state) % W` (the BLAKE2b fingerprint of `kvsim.engine.store`, the same in any process).
+Each level has two phases. In *expand*, every worker takes the successors of its frontier and
+sorts them into one outbox per owner; in *absorb*, every worker takes its inbox (the outboxes
+addressed to it, in worker order), keeps the states it has not seen (its own visited set, full
+states or fingerprints as in `kvsim.engine.store`), checks every invariant on them and makes them
+its next frontier. A global state id is `local * W + worker`.
+
+Every reachable state is found at its breadth-first depth, exactly as by `explore`: the same
+state count, transitions, depth, violated invariants and liveness verdict, and counterexamples
+of the same (shortest) length; which of several shortest paths is reported may differ. Bounds
+are checked between levels, so `max_states` may be passed by up to one level. The counterexample
+path is rebuilt in this process by replaying the enabled-action indices each worker recorded.
+"""
+
+from __future__ import annotations
+
+import pickle
+import time
+from array import array
+from collections import deque
+from typing import Any, Callable, Sequence
+
+from .explore import Coverage, ExploreResult, Violation, action_kind, realize
+from .canon import to_jsonable
+from .errors import ConfigError
+from .store import FingerprintSet, fingerprint, state_bytes
+
+HASH_SEED = "0"  # PYTHONHASHSEED asked of Ray workers: when they all have it, routing is by `hash(state)`
+
+
+class Partition:
+    """One worker's share of the search: its visited set, flags, reverse edges and frontier."""
+
+    def __init__(self, factory: Callable[[], Any], worker: int, workers: int, store: str, symmetry: bool,
+                 max_depth: int | None) -> None:
+        self.system = factory()
+        self.w, self.n = worker, workers
+        self.canon = getattr(self.system, "canonical", None) if symmetry else None
+        self.encode = getattr(self.system, "encode_state", state_bytes)
+        self.max_depth = max_depth
+        self.full = store == "full"
+        self.ids: dict[Any, int] | FingerprintSet = {} if self.full else FingerprintSet()
+        self.parent = array("q")
+        self.index = array("I")
+        self.depth = array("I")
+        self.flags = bytearray()  # bit 0 done, bit 1 bad, bit 2 expanded
+        self.rev_src = array("q")  # reverse edges: (source gid -> target gid) for every transition into ours
+        self.rev_dst = array("q")
+        self.frontier: list[tuple[int, Any]] = []
+        self.fired: dict[str, int] = {}
+        self.checked = [0] * len(self.system.invariants)
+
+    def owner(self, state: Any) -> int:
+        return hash(state) % self.n
+
+    def secret(self) -> int:
+        """Equal in every worker iff they hash alike: the string secret, and None's hash (its address in 3.11)."""
+        return hash((None, "kvsim partition"))
+
+    def route_by_fingerprint(self) -> None:
+        encode, n = self.encode, self.n
+        self.owner = lambda state: fingerprint(encode(state)) % n  # type: ignore[method-assign]
+
+    def _step(self, state: Any, action: Any) -> Any:
+        nxt = self.system.step(state, action)
+        return nxt if self.canon is None else self.canon(nxt)
+
+    def initial(self) -> list[bytes]:
+        """The initial states, routed like successors (only worker 0 is asked)."""
+        boxes: list[dict[Any, list[tuple[int, int]]]] = [{} for _ in range(self.n)]
+        for k, state in enumerate(self.system.initial_states()):
+            state = state if self.canon is None else self.canon(state)
+            boxes[self.owner(state)].setdefault(state, []).append((-1, k))
+        return [pickle.dumps(list(box.items()), protocol=pickle.HIGHEST_PROTOCOL) for box in boxes]
+
+    def expand(self) -> tuple[list[bytes], int, int]:
+        """(one pickled outbox per owner, transitions taken, states cut by the depth bound) for this level.
+
+        A successor reached from several frontier states goes once, with every (parent, action index)
+        that reaches it, in the order they were found: the first is its breadth-first parent.
+        """
+        boxes: list[dict[Any, list[tuple[int, int]]]] = [{} for _ in range(self.n)]
+        transitions = cut = 0
+        fired, enabled, owner, step = self.fired, self.system.enabled, self.owner, self._step
+        for lid, state in self.frontier:
+            if self.max_depth is not None and self.depth[lid] >= self.max_depth:
+                cut += 1
+                continue
+            gid = lid * self.n + self.w
+            for index, action in enumerate(enabled(state)):
+                nxt = step(state, action)
+                box = boxes[owner(nxt)]
+                edges = box.get(nxt)
+                if edges is None:
+                    box[nxt] = [(gid, index)]
+                else:
+                    edges.append((gid, index))
+                kind = action_kind(action)
+                fired[kind] = fired.get(kind, 0) + 1
+                transitions += 1
+            self.flags[lid] |= 4
+        self.frontier = []
+        return ([pickle.dumps(list(box.items()), protocol=pickle.HIGHEST_PROTOCOL) for box in boxes],
+                transitions, cut)
+
+    def absorb(self, inbox: Sequence[bytes], depth: int) -> tuple[int, list[tuple[str, str, int, int]]]:
+        """(new states, violations as (invariant, message, gid, depth)) after taking in this level's inbox."""
+        found: list[tuple[str, str, int, int]] = []
+        new = 0
+        invariants, done = self.system.invariants, self.system.done
+        for payload in inbox:
+            for state, edges in pickle.loads(payload):
+                key = state if self.full else fingerprint(self.encode(state))
+                lid = self.ids.get(key)
+                if lid is None:
+                    lid = len(self.parent)
+                    if self.full:
+                        self.ids[key] = lid
+                    else:
+                        self.ids.put(key, lid)
+                    parent, index = edges[0]
+                    self.parent.append(parent)
+                    self.index.append(index)
+                    self.depth.append(depth)
+                    flag = 1 if done(state) else 0
+                    for k, inv in enumerate(invariants):
+                        self.checked[k] += 1
+                        message = inv.check(state)
+                        if message is not None:
+                            flag |= 2
+                            found.append((inv.name, message, lid * self.n + self.w, depth))
+                            break
+                    self.flags.append(flag)
+                    if not flag & 2:
+                        self.frontier.append((lid, state))
+                    new += 1
+                gid = lid * self.n + self.w
+                for parent, _ in edges:
+                    if parent >= 0:
+                        self.rev_src.append(parent)
+                        self.rev_dst.append(gid)
+        return new, found
+
+    def trail(self, gid: int) -> tuple[int, int, int]:
+        """(parent gid, enabled-action index, depth) of one of this worker's states."""
+        lid = gid // self.n
+        return self.parent[lid], self.index[lid], self.depth[lid]
+
+    def finish(self) -> dict[str, Any]:
+        """Flags, depths and reverse edges (as bytes) for the liveness pass; counters; memory."""
+        store_bytes = (self.ids.nbytes() if not self.full else 0) + len(self.flags) + sum(
+            a.itemsize * len(a) for a in (self.parent, self.index, self.depth))
+        return {"flags": bytes(self.flags), "depth": self.depth.tobytes(), "rev_src": self.rev_src.tobytes(),
+                "rev_dst": self.rev_dst.tobytes(), "fired": self.fired, "checked": self.checked,
+                "store_bytes": store_bytes, "states": len(self.parent)}
+
+
+class ProcessPool:
+    """Partitions in forked worker processes, one pipe each (the factory is inherited, not pickled)."""
+
+    def __init__(self, factory: Callable[[], Any], workers: int, **options: Any) -> None:
+        import multiprocessing as mp
+
+        ctx = mp.get_context("fork")
+        self.pipes, self.procs = [], []
+        for w in range(workers):
+            parent, child = ctx.Pipe()
+            proc = ctx.Process(target=_serve, args=(child, factory, w, workers, options), daemon=True)
+            proc.start()
+            child.close()
+            self.pipes.append(parent)
+            self.procs.append(proc)
+
+    def call(self, method: str, args: Sequence[tuple[Any, ...]]) -> list[Any]:
+        for pipe, a in zip(self.pipes, args):
+            pipe.send((method, a))
+        out = []
+        for pipe in self.pipes:
+            ok, value = pipe.recv()
+            if not ok:
+                raise RuntimeError(f"explore worker failed: {value}")
+            out.append(value)
+        return out
+
+    def one(self, worker: int, method: str, *args: Any) -> Any:
+        self.pipes[worker].send((method, args))
+        ok, value = self.pipes[worker].recv()
+        if not ok:
+            raise RuntimeError(f"explore worker failed: {value}")
+        return value
+
+    def close(self) -> None:
+        for pipe in self.pipes:
+            try:
+                pipe.send(None)
+            except (BrokenPipeError, OSError):
+                pass
+        for proc in self.procs:
+            proc.join(timeout=5)
+            if proc.is_alive():
+                proc.kill()
+
+
+def _serve(pipe: Any, factory: Callable[[], Any], worker: int, workers: int, options: dict[str, Any]) -> None:
+    part = Partition(factory, worker, workers, **options)
+    while True:
+        msg = pipe.recv()
+        if msg is None:
+            return
+        method, args = msg
+        try:
+            pipe.send((True, getattr(part, method)(*args)))
+        except Exception as exc:  # reported to the coordinator, which raises it there
+            pipe.send((False, f"{type(exc).__name__}: {exc}"))
+
+
+class RayPool:
+    """The same partitions as Ray actors (`ray.init(address)`; no address starts a local cluster)."""
+
+    def __init__(self, factory: Callable[[], Any], workers: int, address: str | None, **options: Any) -> None:
+        try:
+            import ray
+        except ImportError:
+            raise ConfigError("--ray", "the ray package installed (pip install 'kvsim[ray]')", "not installed") \
+                from None
+
+        if not ray.is_initialized():
+            ray.init(address=address or None, include_dashboard=False, log_to_driver=False, logging_level="ERROR",
+                     runtime_env={"env_vars": {"PYTHONHASHSEED": HASH_SEED}})
+        actor = ray.remote(num_cpus=0)(Partition)
+        self.ray = ray
+        self.actors = [actor.remote(factory, w, workers, **options) for w in range(workers)]
+
+    def call(self, method: str, args: Sequence[tuple[Any, ...]]) -> list[Any]:
+        return self.ray.get([getattr(a, method).remote(*x) for a, x in zip(self.actors, args)])
+
+    def one(self, worker: int, method: str, *args: Any) -> Any:
+        return self.ray.get(getattr(self.actors[worker], method).remote(*args))
+
+    def close(self) -> None:
+        for a in self.actors:
+            self.ray.kill(a)
+
+
+def explore_parallel(factory: Callable[[], Any], workers: int, *, ray_address: str | None = None,
+                     use_ray: bool = False, max_depth: int | None = None, max_states: int = 1_000_000,
+                     check_liveness: bool = True, progress: Callable[[int, int], None] | None = None,
+                     max_seconds: float | None = None, store: str = "full", symmetry: bool = True) -> ExploreResult:
+    """`explore` over `workers` partitions; `factory()` builds the system (in every worker and here)."""
+    start = time.perf_counter()
+    system = factory()
+    options = {"store": store, "symmetry": symmetry, "max_depth": max_depth}
+    pool = RayPool(factory, workers, ray_address, **options) if use_ray else ProcessPool(factory, workers, **options)
+    try:
+        return _search(system, pool, workers, start, max_states, max_seconds, check_liveness, progress, store,
+                       symmetry)
+    finally:
+        pool.close()
+
+
+def _search(system: Any, pool: Any, n: int, start: float, max_states: int, max_seconds: float | None,
+            check_liveness: bool, progress: Callable[[int, int], None] | None, store: str,
+            symmetry: bool) -> ExploreResult:
+    canon = getattr(system, "canonical", None) if symmetry else None
+    if len(set(pool.call("secret", [()] * n))) > 1:
+        pool.call("route_by_fingerprint", [()] * n)
+    boxes = [[payload] for payload in pool.one(0, "initial")]
+    states = transitions = depth = 0
+    first: dict[str, tuple[int, int, str, int]] = {}  # invariant -> (depth, gid, message, order)
+    bound_hit = None
+    level = 0
+    while True:
+        absorbed = pool.call("absorb", [(boxes[w], level) for w in range(n)])
+        new = sum(a[0] for a in absorbed)
+        states += new
+        if new:
+            depth = level
+        for w, (_, found) in enumerate(absorbed):
+            for name, message, gid, d in found:
+                key = (d, gid)
+                if name not in first or key < first[name][:2]:
+                    first[name] = (d, gid, message, 0)
+        if progress is not None:
+            progress(states, level)
+        if not new:
+            break
+        if states >= max_states:
+            bound_hit = "states"
+            break
+        if max_seconds is not None and time.perf_counter() - start > max_seconds:
+            bound_hit = "seconds"
+            break
+        expanded = pool.call("expand", [()] * n)
+        outboxes = [e[0] for e in expanded]
+        transitions += sum(e[1] for e in expanded)
+        if any(e[2] for e in expanded):
+            bound_hit = bound_hit or "depth"
+        boxes = [[outboxes[src][dst] for src in range(n)] for dst in range(n)]
+        level += 1
+    summaries = pool.call("finish", [()] * n)
+
+    def trail(gid: int) -> tuple[int, list[int]]:
+        steps = []
+        while True:
+            parent, index, _ = pool.one(gid % n, "trail", gid)
+            if parent < 0:
+                return index, steps[::-1]
+            steps.append(index)
+            gid = parent
+
+    violations: dict[str, Violation] = {}
+    for name in sorted(first, key=lambda k: first[k][:2]):  # breadth-first order, as `explore` finds them
+        d, gid, message, _ = first[name]
+        violations[name] = _report(system, canon, name, "invariant", trail(gid), message)
+    hang_states = 0
+    if check_liveness:
+        hang_states = _hangs(system, canon, summaries, n, trail, violations)
+    fired: dict[str, int] = {}
+    checked = [0] * len(system.invariants)
+    for s in summaries:
+        for k, v in s["fired"].items():
+            fired[k] = fired.get(k, 0) + v
+        checked = [a + b for a, b in zip(checked, s["checked"])]
+    total_bytes = sum(s["store_bytes"] for s in summaries)
+    return ExploreResult(model=system.name, variant=str(system.variant), states=states, transitions=transitions,
+                         depth=depth, seconds=time.perf_counter() - start, bound_hit=bound_hit,
+                         violations=list(violations.values()), hang_states=hang_states,
+                         coverage=Coverage(fired, {inv.name: c for inv, c in zip(system.invariants, checked)}),
+                         store=store, symmetry=canon is not None,
+                         bytes_per_state=round(total_bytes / max(1, states), 1) if store == "fingerprint" else None,
+                         collision_probability=states * (states - 1) / 2 / 2.0 ** 64 if store == "fingerprint"
+                         else None)
+
+
+def _replay(system: Any, canon: Callable[[Any], Any] | None, root: int, steps: Sequence[int]) -> tuple[Any, list, list]:
+    state = next(s for k, s in enumerate(system.initial_states()) if k == root)
+    state = state if canon is None else canon(state)
+    states, actions = [state], []
+    for index in steps:
+        action = system.enabled(state)[index]
+        state = system.step(state, action)
+        state = state if canon is None else canon(state)
+        states.append(state)
+        actions.append(action)
+    return state, states, actions
+
+
+def _report(system: Any, canon: Callable[[Any], Any] | None, name: str, kind: str, where: tuple[int, list[int]],
+            message: str) -> Violation:
+    state, states, actions = _replay(system, canon, *where)
+    if canon is not None:
+        state, actions = realize(system, canon, states)
+    return Violation(name, kind, [to_jsonable(a) for a in actions], message, state)
+
+
+def _hangs(system: Any, canon: Callable[[Any], Any] | None, summaries: list[dict[str, Any]], n: int,
+           trail: Callable[[int], tuple[int, list[int]]], violations: dict[str, Violation]) -> int:
+    """Reverse reachability over every worker's states, as `explore`'s liveness pass."""
+    alive: dict[int, bool] = {}
+    preds: dict[int, list[int]] = {}
+    out_degree: dict[int, int] = {}
+    depth_of: dict[int, int] = {}
+    for w, s in enumerate(summaries):
+        flags = s["flags"]
+        depths = array("I")
+        depths.frombytes(s["depth"])
+        for lid, flag in enumerate(flags):
+            gid = lid * n + w
+            alive[gid] = bool(flag & 1) or not flag & 4 or bool(flag & 2)
+            depth_of[gid] = depths[lid]
+        src, dst = array("q"), array("q")
+        src.frombytes(s["rev_src"])
+        dst.frombytes(s["rev_dst"])
+        for a, b in zip(src, dst):
+            preds.setdefault(b, []).append(a)
+            out_degree[a] = out_degree.get(a, 0) + 1
+    stack = deque(g for g, ok in alive.items() if ok)
+    while stack:
+        g = stack.pop()
+        for p in preds.get(g, ()):
+            if not alive[p]:
+                alive[p] = True
+                stack.append(p)
+    hangs = [g for g, ok in alive.items() if not ok]
+    if hangs:
+        first = min(hangs, key=lambda g: (depth_of[g], g))
+        kind = "livelock" if out_degree.get(first) else "deadlock"
+        name = getattr(system, "liveness", "liveness")
+        violations[name] = _report(system, canon, name, "hang", trail(first),
+                                   f"{kind}: no done state is reachable from this state ({len(hangs)} such states)")
+    return len(hangs)

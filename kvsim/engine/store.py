@@ -1,0 +1,260 @@
+"""The explorer's visited-state stores: full states, or 64-bit fingerprints in flat arrays.
+
+Both give the breadth-first search of `explore` the same five operations: `find` a state's id,
+`add` a new state (with its parent, the action that reached it and its index among the parent's
+enabled actions, its depth), `expand` (record a state's successor ids), the `done`/`bad` flags,
+and `path` / `state` to report a violation. The search order, and so every result, is the same
+with either store as long as no two reached states share a fingerprint.
+
+`FullStore` keeps every state as the Python object it is (the state graph can be exported).
+`FingerprintStore` is TLC's approach: the visited set holds a 64-bit fingerprint of each state's
+canonical text (BLAKE2b of its `repr`, or of the system's own `encode_state`), and parents,
+action indices, depths, flags and the successor lists live in `array` buffers (no object per
+state); a state wanted for a report is rebuilt by replaying its actions from the initial state.
+Two different states with one fingerprint would make the search skip the second: the run
+reports the chance of that, as TLC does (`collision_probability`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from array import array
+from typing import Any, Callable, Iterator, Sequence
+
+from .canon import canonical_json, to_jsonable
+
+
+class FullStore:
+    """Parallel lists indexed by state id; the states themselves are the keys."""
+
+    kind = "full"
+
+    def __init__(self) -> None:
+        self.ids: dict[Any, int] = {}
+        self.states: list[Any] = []
+        self.parent: list[int] = []
+        self.via: list[Any] = []
+        self.depth: list[int] = []
+        self.succ: list[list[tuple[int, Any]] | None] = []  # None: not expanded
+        self.done: list[bool] = []
+        self.bad: list[bool] = []
+
+    def __len__(self) -> int:
+        return len(self.states)
+
+    def find(self, state: Any) -> int | None:
+        return self.ids.get(state)
+
+    def add(self, state: Any, parent: int, action: Any, index: int, depth: int) -> int:
+        sid = len(self.states)
+        self.ids[state] = sid
+        self.states.append(state)
+        self.parent.append(parent)
+        self.via.append(action)
+        self.depth.append(depth)
+        self.succ.append(None)
+        self.done.append(False)
+        self.bad.append(False)
+        return sid
+
+    def expand(self, sid: int, succ: list[tuple[int, Any]]) -> None:
+        self.succ[sid] = succ
+
+    def successors(self, sid: int) -> Iterator[int]:
+        return (tid for tid, _ in self.succ[sid] or ())
+
+    def expanded(self, sid: int) -> bool:
+        return self.succ[sid] is not None
+
+    def path(self, sid: int) -> list[Any]:
+        actions = []
+        while self.parent[sid] >= 0:
+            actions.append(self.via[sid])
+            sid = self.parent[sid]
+        return [to_jsonable(a) for a in reversed(actions)]
+
+    def state(self, sid: int) -> Any:
+        return self.states[sid]
+
+    def bytes_per_state(self) -> None:
+        return None  # Python objects: not a flat figure
+
+    def to_graph(self) -> Any:
+        import networkx as nx
+
+        g = nx.MultiDiGraph()  # two actions may lead to the same successor
+        for sid, state in enumerate(self.states):
+            g.add_node(sid, state=canonical_json(state), depth=self.depth[sid], done=self.done[sid],
+                       violation=self.bad[sid], expanded=self.succ[sid] is not None)
+        for sid, succ in enumerate(self.succ):
+            for tid, action in succ or ():
+                g.add_edge(sid, tid, action=canonical_json(action))
+        return g
+
+
+def fingerprint(text: bytes) -> int:
+    """A 64-bit fingerprint, never 0 (0 marks an empty slot)."""
+    return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little") or 1
+
+
+def state_bytes(state: Any) -> bytes:
+    """The default canonical text of a state: its `repr` (value-based for tuples, dataclasses, records)."""
+    return repr(state).encode("utf-8", "backslashreplace")
+
+
+class FingerprintSet:
+    """Open addressing over two flat arrays (fingerprint, id); linear probing; load kept at most 3/4."""
+
+    def __init__(self, capacity: int = 1 << 12) -> None:
+        self._alloc(capacity)
+        self.count = 0
+
+    def _alloc(self, capacity: int) -> None:
+        self.mask = capacity - 1
+        self.keys = array("Q", bytes(8 * capacity))
+        self.vals = array("i", bytes(4 * capacity))
+
+    def get(self, fp: int) -> int | None:
+        keys, mask = self.keys, self.mask
+        h = fp & mask
+        while True:
+            k = keys[h]
+            if k == fp:
+                return self.vals[h]
+            if k == 0:
+                return None
+            h = (h + 1) & mask
+
+    def put(self, fp: int, value: int) -> None:
+        if 4 * (self.count + 1) > 3 * (self.mask + 1):
+            self._grow()
+        keys, mask = self.keys, self.mask
+        h = fp & mask
+        while keys[h] != 0:
+            h = (h + 1) & mask
+        keys[h] = fp
+        self.vals[h] = value
+        self.count += 1
+
+    def _grow(self) -> None:
+        old_keys, old_vals = self.keys, self.vals
+        self._alloc(2 * (self.mask + 1))
+        keys, vals, mask = self.keys, self.vals, self.mask
+        for k, v in zip(old_keys, old_vals):
+            if k:
+                h = k & mask
+                while keys[h] != 0:
+                    h = (h + 1) & mask
+                keys[h] = k
+                vals[h] = v
+
+    def nbytes(self) -> int:
+        return self.keys.itemsize * len(self.keys) + self.vals.itemsize * len(self.vals)
+
+
+class FingerprintStore:
+    """Fingerprints and flat arrays; states are rebuilt by replay when a report needs one.
+
+    `replay(indices)` must return the state reached from the initial state by taking, at each step,
+    the enabled action at that index (the explorer passes the system's). Ids are given in discovery
+    order and states are expanded in id order (breadth-first), so the successor lists are one
+    compressed array: `succ_start[sid]` .. `succ_start[sid + 1]` in `succ_targets`.
+    """
+
+    kind = "fingerprint"
+
+    def __init__(self, encode: Callable[[Any], bytes], replay: Callable[[Sequence[int], int], Any]) -> None:
+        self.encode = encode
+        self.replay = replay
+        self.visited = FingerprintSet()
+        self.parent = array("i")  # 32-bit ids: 2**31 states is beyond any run of one machine
+        self.index = array("I")  # the action's position among the parent's enabled actions (root: initial index)
+        self.depth = array("I")
+        self.flags = bytearray()  # bit 0 done, bit 1 bad (a violation), bit 2 expanded
+        self.succ_start = array("I", [0])  # 32-bit offsets: up to 2**32 transitions
+        self.succ_targets = array("i")
+
+    def __len__(self) -> int:
+        return len(self.parent)
+
+    def find(self, state: Any) -> int | None:
+        return self.visited.get(fingerprint(self.encode(state)))
+
+    def add(self, state: Any, parent: int, action: Any, index: int, depth: int) -> int:
+        sid = len(self.parent)
+        self.visited.put(fingerprint(self.encode(state)), sid)
+        self.parent.append(parent)
+        self.index.append(index)
+        self.depth.append(depth)
+        self.flags.append(0)
+        return sid
+
+    @property
+    def done(self) -> "_Flag":
+        return _Flag(self.flags, 1)
+
+    @property
+    def bad(self) -> "_Flag":
+        return _Flag(self.flags, 2)
+
+    def expand(self, sid: int, succ: list[tuple[int, Any]]) -> None:
+        start = self.succ_start
+        while len(start) <= sid:  # states skipped before this one (violations, cut by depth) have no list
+            start.append(len(self.succ_targets))
+        self.succ_targets.extend(tid for tid, _ in succ)
+        start.append(len(self.succ_targets))
+        self.flags[sid] |= 4
+
+    def expanded(self, sid: int) -> bool:
+        return bool(self.flags[sid] & 4)
+
+    def successors(self, sid: int) -> Iterator[int]:
+        if not self.flags[sid] & 4:
+            return iter(())
+        return iter(self.succ_targets[self.succ_start[sid]:self.succ_start[sid + 1]])
+
+    def indices(self, sid: int) -> tuple[int, list[int]]:
+        """(the initial state's index, the enabled-action indices from it to `sid`)."""
+        steps = []
+        while self.parent[sid] >= 0:
+            steps.append(self.index[sid])
+            sid = self.parent[sid]
+        return self.index[sid], steps[::-1]
+
+    def path(self, sid: int) -> list[Any]:
+        root, steps = self.indices(sid)
+        return [to_jsonable(a) for a in self.replay(steps, root)[1]]
+
+    def state(self, sid: int) -> Any:
+        root, steps = self.indices(sid)
+        return self.replay(steps, root)[0]
+
+    def nbytes(self) -> int:
+        arrays = (self.parent, self.index, self.depth, self.succ_start, self.succ_targets)
+        return self.visited.nbytes() + len(self.flags) + sum(a.itemsize * len(a) for a in arrays)
+
+    def bytes_per_state(self) -> float:
+        return round(self.nbytes() / max(1, len(self)), 1)
+
+    def collision_probability(self) -> float:
+        """TLC's estimate: the chance that some two of the n reached states share a 64-bit fingerprint."""
+        n = len(self)
+        return n * (n - 1) / 2 / 2.0 ** 64
+
+
+class _Flag:
+    """`store.done[sid]` / `store.bad[sid] = True` over one bit of the flags bytearray."""
+
+    __slots__ = ("flags", "bit")
+
+    def __init__(self, flags: bytearray, bit: int) -> None:
+        self.flags, self.bit = flags, bit
+
+    def __getitem__(self, sid: int) -> bool:
+        return bool(self.flags[sid] & self.bit)
+
+    def __setitem__(self, sid: int, value: bool) -> None:
+        if value:
+            self.flags[sid] |= self.bit
+        else:
+            self.flags[sid] &= ~self.bit & 0xFF

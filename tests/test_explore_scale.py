@@ -1,0 +1,155 @@
+"""The explorer at scale: fingerprint store, symmetry reduction, worker processes and Ray give the same results."""
+
+from __future__ import annotations
+
+import pytest
+
+from clihelp import kvsim, kvsim_json
+from kvsim.app import catalog
+from kvsim.engine.canon import canonical_json
+from kvsim.engine.descriptor import RunSpec
+from kvsim.engine.explore import explore, realize
+from kvsim.engine.parallel import explore_parallel
+from kvsim.engine.store import FingerprintSet, FingerprintStore
+from kvsim.engine.system import first_violation, run_actions
+from toys import Counter, Pair
+
+# (model, variant): configurations with violations, hangs, and clean ones
+REAL = (("swa-budget", "pre_af7c62e"), ("pd-staging", "pre_05c7ebf"), ("pd-staging", "fixed"),
+        ("pd-protocol", "pre_35281"))
+
+
+def outcome(result, with_paths: bool = True) -> tuple:
+    violations = [(v.property, v.kind, v.trace if with_paths else len(v.trace)) for v in result.violations]
+    return (result.states, result.transitions, result.depth, result.hang_states, violations,
+            result.coverage.to_json(), result.bound_hit)
+
+
+def run_of(model: str, variant: str) -> RunSpec:
+    return RunSpec.resolve(catalog.models().model(model), variant, {})
+
+
+def assert_replays_to_violation(system, violation) -> None:
+    """The reported path is a path of the real system and ends where the report says."""
+    state = next(iter(system.initial_states()))
+    for saved in violation.trace:  # as `kvsim replay` does: the enabled action with that JSON form
+        action = next(a for a in system.enabled(state) if canonical_json(a) == canonical_json(saved))
+        state = system.step(state, action)
+    states = run_actions(system, [], state)
+    if violation.kind == "invariant":
+        assert first_violation(system, states[-1])[0] == violation.property
+    else:
+        assert not system.done(states[-1])
+
+
+# -- the fingerprint store -------------------------------------------------------------------------------------
+
+def test_fingerprint_set_keeps_every_key_through_growth():
+    fps = FingerprintSet(capacity=4)
+    keys = [(k * 0x9E3779B97F4A7C15) % (1 << 64) or 1 for k in range(1, 5000)]
+    for i, k in enumerate(keys):
+        assert fps.get(k) is None
+        fps.put(k, i)
+    assert [fps.get(k) for k in keys] == list(range(len(keys)))
+    assert fps.count == len(keys) and 4 * fps.count <= 3 * (fps.mask + 1)
+
+
+@pytest.mark.parametrize("model,variant", REAL)
+def test_fingerprint_store_finds_what_the_full_store_finds(model, variant):
+    system = run_of(model, variant).system()
+    full, compact = explore(system), explore(system, store="fingerprint")
+    assert outcome(compact) == outcome(full)
+    assert [v.state for v in compact.violations] == [v.state for v in full.violations]
+    assert compact.collision_probability == full.states * (full.states - 1) / 2 / 2.0 ** 64
+
+
+def test_fingerprint_store_is_compact():
+    # pd-staging's default configuration: every array counted, the hash table at its real load
+    result = explore(run_of("pd-staging", "fixed").system(), store="fingerprint")
+    assert result.bytes_per_state <= 64
+    assert isinstance(result._store, FingerprintStore)
+    with pytest.raises(ValueError, match="full store"):
+        result.graph()
+
+
+def test_fingerprint_store_rebuilds_states_by_replay():
+    system = Counter(limit=12, bad=None)
+    result = explore(system, store="fingerprint")
+    store = result._store
+    assert sorted(store.state(sid) for sid in range(len(store))) == list(range(13))
+
+
+# -- symmetry ----------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kw", [{}, {"gap": None, "jam": True}, {"gap": 3, "jam": True}])
+def test_symmetry_keeps_the_verdicts_and_stores_fewer_states(kw):
+    system = Pair(**kw)
+    every, reduced = explore(system, symmetry=False), explore(system)
+    assert reduced.symmetry and not every.symmetry
+    assert reduced.states < every.states
+    assert [v.property for v in reduced.violations] == [v.property for v in every.violations]
+    assert [len(v.trace) for v in reduced.violations] == [len(v.trace) for v in every.violations]
+    assert (reduced.hang_states > 0) == (every.hang_states > 0)
+    for v in reduced.violations:
+        assert_replays_to_violation(system, v)
+
+
+def test_symmetry_paths_are_real_paths_with_the_fingerprint_store_too():
+    system = Pair(gap=3, jam=True)
+    result = explore(system, store="fingerprint")
+    assert {v.property for v in result.violations} == {"close_together", "both_finish"}
+    for v in result.violations:
+        assert_replays_to_violation(system, v)
+
+
+def test_a_canonical_form_that_is_no_symmetry_is_caught_when_a_path_is_mapped_back():
+    system = Pair(lopsided=True)
+    with pytest.raises(AssertionError, match="not a symmetry"):
+        realize(system, system.canonical, [(0, 0), (2, 0)])  # no step of the real system reaches (2, 0)
+
+
+# -- workers and Ray ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("model,variant", REAL)
+def test_two_worker_processes_find_what_one_process_finds(model, variant):
+    run = run_of(model, variant)
+    one = explore(run.system())
+    two = explore_parallel(run.system, 2)
+    assert outcome(two, with_paths=False) == outcome(one, with_paths=False)
+    for v in two.violations:
+        assert_replays_to_violation(run.system(), v)
+
+
+def test_workers_with_the_fingerprint_store_and_symmetry():
+    one = explore(Pair(gap=3, jam=True))
+    three = explore_parallel(lambda: Pair(gap=3, jam=True), 3, store="fingerprint")
+    assert outcome(three, with_paths=False) == outcome(one, with_paths=False)
+    for v in three.violations:
+        assert_replays_to_violation(Pair(gap=3, jam=True), v)
+
+
+def test_ray_local_cluster_finds_what_one_process_finds():
+    pytest.importorskip("ray", reason="ray is in the test extra; CI installs it")
+    run = run_of("pd-staging", "pre_05c7ebf")
+    one = explore(run.system())
+    on_ray = explore_parallel(run.system, 2, use_ray=True)
+    assert outcome(on_ray, with_paths=False) == outcome(one, with_paths=False)
+
+
+# -- the command line --------------------------------------------------------------------------------------------
+
+def test_cli_workers_and_store_agree_with_the_plain_run():
+    base = kvsim_json("explore", "pd-staging", "--variant", "pre_05c7ebf", expect=1)
+    for extra in (("--workers", "2"), ("--store", "fingerprint")):
+        doc = kvsim_json("explore", "pd-staging", "--variant", "pre_05c7ebf", *extra, expect=1)
+        for key in ("states", "transitions", "depth", "hang_states", "coverage"):
+            assert doc[key] == base[key], (extra, key)
+        assert [len(v["trace"]) for v in doc["violations"]] == [len(v["trace"]) for v in base["violations"]]
+    assert doc["store"] == "fingerprint" and doc["bytes_per_state"] > 0 and doc["collision_probability"] > 0
+
+
+@pytest.mark.parametrize("args", [("--store", "fingerprint"), ("--workers", "2")])
+def test_cli_refuses_a_graph_without_the_full_single_process_store(args, tmp_path):
+    proc = kvsim("explore", "swa-budget", *args, "--graph", str(tmp_path / "g.graphml"))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().count("\n") == 0 and "--graph" in proc.stderr
