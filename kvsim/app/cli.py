@@ -149,6 +149,25 @@ def _parser() -> argparse.ArgumentParser:
                         "package; default: off)")
     _max_seconds(e, RUN_MAX_SECONDS)
 
+    f = sub.add_parser("fuzz", parents=[common],
+                       help="a model's properties searched by many workers sharing one example database")
+    f.add_argument("model", help="a model name (kvsim list)")
+    f.add_argument("--variant", default="fixed", help=VARIANT_HELP)
+    f.add_argument("--property", action="append", help="only this property (repeatable) (default: every property "
+                                                       "that is not a kernel check)")
+    f.add_argument("--workers", type=_positive_int("--workers"), default=2,
+                   help="worker processes (or Ray tasks with --ray), each with its own seeds (default: 2)")
+    f.add_argument("--ray", metavar="ADDRESS",
+                   help="run the workers as tasks on a Ray cluster ('local' starts one here) (default: no Ray)")
+    f.add_argument("--minutes", type=_positive_float("--minutes"), default=1.0,
+                   help="how long each worker searches (default: 1)")
+    f.add_argument("--seed", type=_int("--seed"), default=0, help="the base seed; worker w, round r runs seed "
+                                                                  "base + w*1000003 + r (default: 0)")
+    f.add_argument("--database", metavar="DIR|URL",
+                   help="the shared example database: a directory, or a redis:// URL (default: "
+                        "~/.cache/kvsim/fuzz/MODEL)")
+    _model_params(f)
+
     s = sub.add_parser("simulate", parents=[common], help="timed, seeded simulation with fault injection")
     s.add_argument("model", help="a model with a timed simulation (kvsim list)")
     s.add_argument("--variant", default="fixed", help=VARIANT_HELP)
@@ -705,7 +724,37 @@ def _replay_counterexample(args: argparse.Namespace, doc: dict[str, Any]) -> int
     return 0 if result.matches else 1
 
 
+def cmd_fuzz(args: argparse.Namespace) -> int:
+    from . import fuzz
+
+    reg = catalog.load()
+    model = reg.model(args.model)
+    run = RunSpec.resolve(model, args.variant, _params(args, model))
+    props = [reg.property(model.name, name) for name in args.property] if args.property \
+        else [p for p in reg.properties_of(model.name) if not p.is_kernel]
+    kernels = [p.name for p in props if p.is_kernel]
+    if kernels:
+        raise ConfigError("--property", "a property that is not a kernel check (kvsim oracle runs those)", kernels[0])
+    database = args.database or fuzz.default_database(model.name)
+    doc = fuzz.fuzz(model.name, run.variant.name, [p.name for p in props], dict(run.given), database, args.workers,
+                    args.seed, args.minutes * 60, ray_address=args.ray)
+    failed = [r for r in doc["results"] if r["status"] != "passed"]
+
+    def text() -> str:
+        rows = [[r["property"], r["status"], r["examples"], ",".join(map(str, r["found_by"])) or "-",
+                 _short(r["counterexample"]) if r["counterexample"] else ""] for r in doc["results"]]
+        workers = "".join(f"\nworker {w['worker']}: {w['examples']} examples in {w['rounds']} rounds, "
+                          f"{w['seconds']:.1f} s ({w['examples_per_second']:,.0f} examples/s)" for w in doc["workers"])
+        tail = "".join(f"\n{r['property']}: {r['message']}\n  replay: {r['replay']}" for r in failed)
+        return (f"{model.name} [{run.variant.name}] database {database}\n"
+                + _table(["property", "status", "examples", "found by", "counterexample"], rows) + workers + tail)
+
+    _emit(args, doc, text)
+    return 1 if failed else 0
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "list": cmd_list, "check": cmd_check, "repro": cmd_repro, "explore": cmd_explore,
     "simulate": cmd_simulate, "replay": cmd_replay, "oracle": cmd_oracle, "conform": cmd_conform,
+    "fuzz": cmd_fuzz,
 }

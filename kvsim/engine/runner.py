@@ -62,13 +62,15 @@ def _replay_command(prop: KvProperty, variant: str, seed: int | None, max_exampl
 def run_property(prop: KvProperty, variant: Any = "fixed", *, max_examples: int = 100, seed: int | None = None,
                  derandomize: bool = False, database: Any = None, use_examples: bool = True,
                  stateful_steps: int = 30, params: dict[str, Any] | None = None,
-                 backend: str | None = None) -> PropertyResult:
+                 backend: str | None = None, database_key: str | None = None) -> PropertyResult:
     """Run `prop` on `variant`.
 
     `seed` fixes Hypothesis' generation (same seed, same examples and same
     counterexample); without it and without `derandomize` the run is random.
     `use_examples=False` skips the pinned `@example` cases so a search has to
     find (and shrink) the counterexample itself, as `kvsim repro` wants.
+    `database_key` keys the examples saved in `database` (every property runs through one wrapper, so
+    without a key they would share one); it is set only with a database, as it also seeds derandomized runs.
     """
     model = REGISTRY.model(prop.model)
     variant = model.variant(variant)  # the one check of the name; the property sees the flag record
@@ -80,7 +82,13 @@ def run_property(prop: KvProperty, variant: Any = "fixed", *, max_examples: int 
         test = _stateful_test(prop, variant, config, record, params)
     else:
         test = _data_test(prop, variant, config, record, params, backend)
-    if seed is not None:
+    if database_key is not None:
+        test.hypothesis.inner_test._hypothesis_internal_add_digest = database_key.encode()
+    if seed is not None and database is not None:
+        # `hypothesis.seed` turns the database off (a seeded run replays, it does not collect); a fuzz worker
+        # wants both its own seed and the shared database, so the seed goes where `seed` would put it
+        test._hypothesis_internal_use_seed = seed
+    elif seed is not None:
         test = hypothesis.seed(seed)(test)
 
     start = time.perf_counter()

@@ -1,0 +1,132 @@
+"""`kvsim fuzz`: a model's properties searched by many workers, one shared example database.
+
+Each worker runs the selected properties round after round (`ROUND` examples a property a round)
+with its own seeds (worker w, round r: seed `base + w * 1_000_003 + r`) until the time is up. All
+share one Hypothesis example database: a directory (`--database DIR`, on shared storage for a
+cluster) or a Redis URL (`--database redis://...`, Hypothesis's Redis database). Hypothesis saves
+every failing example there and replays the saved ones first, so a counterexample found by any
+worker is replayed by every worker in its next round, and by later runs: it survives the run.
+Each property's examples are keyed by model, property and variant, so one property never replays
+another's examples. The pinned `@example` cases are `check`'s and `repro`'s: a fuzz round is search only.
+
+Workers are forked processes on this machine (`--workers N`) or Ray tasks (`--ray ADDRESS`).
+The record is `check`'s (one result per property: failed if any worker found a failure, with the
+first-found counterexample; examples summed) plus each worker's examples per second.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from ..engine.errors import ConfigError
+from ..engine.registry import Registry
+
+ROUND = 50  # examples of one property per round (a round is the unit between two looks at the clock)
+SEED_STRIDE = 1_000_003
+
+
+def default_database(model: str) -> str:
+    base = os.environ.get("KVSIM_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "kvsim")
+    return os.path.join(base, "fuzz", model)
+
+
+def open_database(spec: str) -> Any:
+    """A Hypothesis example database from a directory path or a redis:// URL."""
+    if spec.startswith(("redis://", "rediss://", "unix://")):
+        try:
+            import redis
+            from hypothesis.extra.redis import RedisExampleDatabase
+        except ImportError:
+            raise ConfigError("--database", "the redis package installed for a Redis URL (pip install redis)",
+                              spec) from None
+        return RedisExampleDatabase(redis.Redis.from_url(spec))
+    from hypothesis.database import DirectoryBasedExampleDatabase
+
+    path = Path(spec)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError("--database", "a writable directory or a redis:// URL", spec, exc.strerror or "") from None
+    return DirectoryBasedExampleDatabase(str(path))
+
+
+def work(model: str, variant: str, properties: Sequence[str], params: dict[str, Any], database: str, worker: int,
+         seed: int, seconds: float, round_examples: int = ROUND) -> dict[str, Any]:
+    """One worker's share: rounds over `properties` until `seconds` have passed (at least one round) or
+    every property has failed."""
+    from ..engine.runner import run_property
+    from . import catalog
+
+    reg: Registry = catalog.load()
+    props = [reg.property(model, name) for name in properties]
+    db = open_database(database)
+    start = time.perf_counter()
+    examples = 0
+    results: dict[str, dict[str, Any]] = {}
+    rnd = 0
+    while True:
+        for prop in props:
+            result = run_property(prop, variant, max_examples=round_examples, seed=seed + worker * SEED_STRIDE + rnd,
+                                  database=db, params=params or None, database_key=f"{model}:{prop.name}:{variant}",
+                                  use_examples=False)
+            examples += result.examples
+            row = results.setdefault(prop.name, {"examples": 0, "failure": None, "found_at": None})
+            row["examples"] += result.examples
+            if result.status != "passed" and row["failure"] is None:
+                row["failure"] = result.to_json()
+                row["found_at"] = round(time.perf_counter() - start, 3)
+        rnd += 1
+        if time.perf_counter() - start >= seconds or all(r["failure"] for r in results.values()):
+            break  # time is up, or every property has its counterexample: nothing left to find
+    elapsed = time.perf_counter() - start
+    return {"worker": worker, "rounds": rnd, "examples": examples, "seconds": round(elapsed, 3),
+            "examples_per_second": round(examples / elapsed, 1) if elapsed > 0 else float(examples),
+            "results": results}
+
+
+def fuzz(model: str, variant: str, properties: Sequence[str], params: dict[str, Any], database: str, workers: int,
+         seed: int, seconds: float, ray_address: str | None = None, round_examples: int = ROUND) -> dict[str, Any]:
+    """Run `workers` workers and merge their records into `check`'s shape."""
+    open_database(database)  # a bad path or URL is refused here, before any worker starts
+    jobs = [(model, variant, tuple(properties), params, database, w, seed, seconds, round_examples)
+            for w in range(workers)]
+    if ray_address is not None:
+        reports = _on_ray(jobs, ray_address)
+    elif workers == 1:
+        reports = [work(*jobs[0])]
+    else:
+        import multiprocessing as mp
+
+        with mp.get_context("fork").Pool(workers) as pool:
+            reports = pool.starmap(work, jobs)
+    merged = []
+    for name in properties:
+        rows = [r["results"][name] for r in reports]
+        found = [(row["found_at"], r["worker"], row["failure"]) for r, row in zip(reports, rows) if row["failure"]]
+        first = min(found, key=lambda f: (f[0], f[1])) if found else None
+        merged.append({**(first[2] if first else {"property": name, "model": model, "variant": variant,
+                                                     "status": "passed", "counterexample": None, "message": "",
+                                                     "replay": ""}),
+                       "examples": sum(row["examples"] for row in rows),
+                       "found_by": sorted(f[1] for f in found)})
+        if first:  # the saved example replays first from the database: this command shows it again at once
+            merged[-1]["replay"] = (f"kvsim fuzz {model} --variant {variant} --property {name} --workers 1 "
+                                    f"--minutes 0.01 --database {database}")
+    return {"model": model, "variant": variant, "seed": seed, "params": params, "database": database,
+            "results": merged, "workers": [{k: r[k] for k in ("worker", "rounds", "examples", "seconds",
+                                                               "examples_per_second")} for r in reports]}
+
+
+def _on_ray(jobs: list[tuple[Any, ...]], address: str) -> list[dict[str, Any]]:
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError("--ray", "the ray package installed (pip install 'kvsim[ray]')", "not installed") from None
+    if not ray.is_initialized():
+        ray.init(address=None if address == "local" else address, include_dashboard=False, log_to_driver=False,
+                 logging_level="ERROR")
+    task = ray.remote(num_cpus=0)(work)
+    return ray.get([task.remote(*job) for job in jobs])

@@ -1,0 +1,71 @@
+"""`kvsim fuzz`: workers share one example database; a counterexample found once is replayed by every later run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from clihelp import kvsim, kvsim_json
+from kvsim.app import fuzz
+
+BUGGY = ("swa-budget", "pre_af7c62e", "resumed_requests_fit_physical_pages")
+
+
+def test_two_workers_find_the_bug_and_report_their_rates(tmp_path):
+    doc = kvsim_json("fuzz", "swa-budget", "--variant", "pre_af7c62e", "--property", BUGGY[2],
+                     "--property", "budgets_stay_nonnegative", "--workers", "2", "--minutes", "0.05",
+                     "--database", str(tmp_path / "db"), expect=1)
+    found, clean = doc["results"]
+    assert found["property"] == BUGGY[2] and found["status"] == "failed" and found["found_by"]
+    assert found["counterexample"]["case"]["page_size"] > 1
+    assert clean["status"] == "passed" and clean["examples"] >= 2 * fuzz.ROUND
+    assert [w["worker"] for w in doc["workers"]] == [0, 1]
+    assert all(w["examples"] > 0 and w["examples_per_second"] > 0 for w in doc["workers"])
+    # the replay line replays the saved example from the database at once
+    replay = found["replay"].split()[1:]
+    again = kvsim_json(*replay, expect=1)
+    assert again["results"][0]["status"] == "failed"
+
+
+def test_a_saved_counterexample_is_replayed_by_a_later_worker(tmp_path):
+    model, variant, prop = BUGGY
+    db = str(tmp_path / "db")
+    # one example a round, one round: this seed alone does not find the bug ...
+    alone = fuzz.work(model, variant, [prop], {}, str(tmp_path / "empty"), 0, 7, 0.0, round_examples=1)
+    assert alone["results"][prop]["failure"] is None
+    # ... but after any worker saved the bug in the shared database, the same worker replays it first
+    first = fuzz.work(model, variant, [prop], {}, db, 1, 0, 120.0)  # searches until it finds the bug
+    assert first["results"][prop]["failure"] is not None
+    later = fuzz.work(model, variant, [prop], {}, db, 0, 7, 0.0, round_examples=1)
+    assert later["results"][prop]["failure"] is not None
+    assert later["results"][prop]["failure"]["counterexample"] == first["results"][prop]["failure"]["counterexample"]
+
+
+def test_each_property_keeps_its_own_examples(tmp_path):
+    # two properties over the same strategy that both fail on the variant: were the examples shared, the second
+    # would replay the first's saved failure (the same case fails it too) on its first example
+    model, variant, prop = BUGGY
+    other = "alloc_calls_match_resumed"
+    assert fuzz.work(model, variant, [other], {}, str(tmp_path / "fresh"), 0, 7, 0.0,
+                     round_examples=1)["results"][other]["failure"] is None
+    db = str(tmp_path / "db")
+    found = fuzz.work(model, variant, [prop], {}, db, 0, 0, 120.0)["results"][prop]["failure"]
+    assert "fills" in found["counterexample"]["case"]
+    assert fuzz.work(model, variant, [other], {}, db, 0, 7, 0.0, round_examples=1)["results"][other]["failure"] is None
+    assert fuzz.work(model, variant, [prop], {}, db, 0, 7, 0.0, round_examples=1)["results"][prop]["failure"]
+
+
+def test_a_database_that_cannot_be_made_is_one_line(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    proc = kvsim("fuzz", "swa-budget", "--minutes", "0.01", "--database", str(blocker / "db"), "--json")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert json.loads(proc.stdout)["error"]["field"] == "--database"
+
+
+def test_fuzz_on_a_local_ray_cluster(tmp_path):
+    pytest.importorskip("ray", reason="ray is in the test extra; CI installs it")
+    model, variant, prop = BUGGY
+    doc = fuzz.fuzz(model, variant, [prop], {}, str(tmp_path / "db"), 2, 0, 120.0, ray_address="local")
+    assert doc["results"][0]["status"] == "failed" and len(doc["workers"]) == 2
