@@ -119,3 +119,19 @@ def test_all_reduce_property_fails_on_max(monkeypatch):
     monkeypatch.setattr(pd_common, "all_reduce_min", lambda polls: max(polls))
     result = run_property(PROPS["all_reduce_min_semantics"], "fixed", max_examples=200, seed=0)
     assert result.status == "failed"
+
+
+def test_common_rule_changes_of_0_5_20_are_opt_in():
+    """update_status's two 0.5.20 changes are keyword flags; without them the rule is PR #35281's (pd-staging's)."""
+    assert update_status(F, W) == W  # max(Failed, WaitingForInput): the finding sglang-pd-common-failed-not-sticky
+    assert update_status(F, W, failed_terminal=True) == F  # 0.5.20: `if current == KVPoll.Failed: return`
+    assert update_status(None, T) == T  # stale work recreates a cleared room
+    assert update_status(None, T, opening_only=True) is None  # 0.5.20: only an opening status creates a room
+    assert update_status(None, W, opening_only=True) == W and update_status(None, B, opening_only=True) == B
+    assert update_status(F, W, failed_terminal=True, opening_only=True) == update_status(F, W, "mori")
+    for current in (None,) + tuple(KVPoll):
+        for new in KVPoll:  # with both flags the common rule is Mori's, value for value
+            assert update_status(current, new, opening_only=True, failed_terminal=True) == update_status(
+                current, new, "mori")
+    assert apply_updates(F, [W, T], failed_terminal=True) == [F, F]
+    assert apply_updates(F, [W, T]) == [W, T]

@@ -29,7 +29,7 @@ def _violations(backend, variant, **kw):
     return {v.property: v for v in result.violations}
 
 
-COMMON_RULE_FINDING = {"failed_is_sticky"}  # the open finding sglang-pd-common-failed-not-sticky
+COMMON_RULE_FINDING = {"failed_is_sticky"}  # sglang-pd-common-failed-not-sticky (fixed upstream in 0.5.20)
 
 
 @pytest.mark.parametrize("backend, expected", [("mooncake", COMMON_RULE_FINDING), ("nixl", COMMON_RULE_FINDING),
@@ -182,20 +182,24 @@ def test_unbounded_fault_budget_never_runs_out():
 
 @pytest.mark.parametrize("flag", sorted(FIXED.flags()))
 def test_each_flag_alone_changes_something(flag):
-    """Every flag of ProtocolVariant is read: turning it off alone, on the fixed record, changes a result."""
+    """Every flag of ProtocolVariant is read: turning it off alone, on the newest record that has it, changes a result."""
     import dataclasses
 
     from kvsim.models.pd_protocol.mori_layout import LayoutCase, chosen_descriptors
-    from kvsim.models.pd_protocol.wire import encode_abort, handle_bootstrap, handle_decode
+    from kvsim.models.pd_protocol.wire import encode_abort, handle_bootstrap, handle_decode, status_update
 
-    off = dataclasses.replace(FIXED, name="probe", **{flag: False})
+    base = FIXED if FIXED.flags()[flag] else VARIANTS["sglang_0_5_23"]  # the flags of releases after the PR
+    assert base.flags()[flag] is True
+    off = dataclasses.replace(base, name="probe", **{flag: False})
     probes = [lambda v, b=b: explore(PdProtocol(ProtocolConfig(b), v)).violations for b in ("mooncake", "nixl", "mori")]
     probes += [lambda v, b=b, f=f: handle_bootstrap(f, {1: KVPoll.Transferring}, b, v)
                for b in ("mooncake", "nixl", "mori") for f in ((), encode_abort(1))]
     probes += [lambda v, b=b: handle_decode((), {}, b, v).alive for b in ("mooncake", "nixl")]
     probes += [lambda v, c=c: chosen_descriptors(c, v) for c in (
-        LayoutCase(4, 1, 0, 1, False, "mha"), LayoutCase(8, 2, 1, 0, True, "mla"), LayoutCase(4, 1, 0, 0, False, "hybrid_mla"))]
-    assert any(repr(p(FIXED)) != repr(p(off)) for p in probes), flag
+        LayoutCase(4, 1, 0, 1, False, "mha"), LayoutCase(8, 2, 1, 0, True, "mla"), LayoutCase(4, 1, 0, 0, False, "hybrid_mla"),
+        LayoutCase(32, 3, 1, 1, False, "mha", layer_ids=True))]
+    probes += [lambda v: [status_update(c, n, "mooncake", v) for c in (None, KVPoll.Failed) for n in KVPoll]]
+    assert any(repr(p(base)) != repr(p(off)) for p in probes), flag
 
 
 def test_many_rooms_step_replaces_one_room_not_the_tuple_of_all():
@@ -228,3 +232,30 @@ def test_message_bag_stays_the_sorted_multiset():
     assert _remove(bag, Tinfo(3)).count(Tinfo(3)) == 1
     with pytest.raises(ValueError):
         _remove(bag, Abort(5))
+
+
+@pytest.mark.parametrize("backend", ["mooncake", "nixl", "mori"])
+def test_sglang_0_5_23_holds_every_invariant(backend):
+    """0.5.20's update_status (early return on Failed, only opening statuses create a room) removes the finding."""
+    assert set(_violations(backend, "sglang_0_5_23")) == set()
+
+
+def test_failed_not_sticky_is_a_seed_bug_fixed_in_0_5_20():
+    from kvsim.app.report_md import fix_run
+
+    bug = REG.bug("sglang-pd-common-failed-not-sticky")
+    assert bug.status == "reproducible" and bug.fix_variant == "sglang_0_5_23"
+    verdicts = {v.release: v for v in bug.verdicts}
+    assert verdicts["0.5.19"].state == "present" and verdicts["0.5.20"].state == "fixed"
+    assert verdicts["0.5.23"].fixed_in == "0.5.20"
+    assert fix_run(bug, reproduce(bug)) == ("sglang_0_5_23", True)
+    from kvsim.conform.releases import SEED_BUGS
+    row = next(r for r in SEED_BUGS if r.bug == bug.id)
+    assert (row.before, row.after, row.property) == ("0.5.19", "0.5.20", bug.invariant)
+
+
+def test_transfer_info_on_a_failed_room_per_variant():
+    failed = pd_rooms.PrefillRoom(KVPoll.Failed, False, False, False)
+    assert pd_rooms.on_transfer_info(failed, "mooncake", FIXED).status == KVPoll.WaitingForInput  # max(0, 2)
+    assert pd_rooms.on_transfer_info(failed, "mooncake", VARIANTS["sglang_0_5_23"]).status == KVPoll.Failed
+    assert pd_rooms.on_transfer_info(failed, "mori", FIXED).status == KVPoll.Failed

@@ -17,7 +17,11 @@ exactly where stale work lands:
   ``WaitingForInput``; ``Failed`` is terminal.
 
 The rule is a parameter of the call, not a model variant: both rules are
-upstream behaviour at the same commit, in different backends.
+upstream behaviour at the same commit, in different backends. SGLang 0.5.20
+changed the common rule twice (an absent room is created only by an opening
+status; a Failed room returns early): keyword flags of `update_status`
+(`opening_only`, `failed_terminal`), off by default, which pd-protocol's
+`sglang_0_5_23` variant turns on.
 """
 
 from __future__ import annotations
@@ -66,10 +70,15 @@ def as_poll(value: object, field: str) -> KVPoll:
     raise ConfigError(field, "a KVPoll (0..4)", value)
 
 
-def update_status(current: KVPoll | None, new: KVPoll, rule: str = "common") -> KVPoll | None:
+def update_status(current: KVPoll | None, new: KVPoll, rule: str = "common", *, opening_only: bool = False,
+                  failed_terminal: bool = False) -> KVPoll | None:
     """The room's status after `update_status(room, new)`; `current=None` means the room is absent.
 
     Returns None when the room stays absent. Pure: the caller stores the result.
+    `opening_only` and `failed_terminal` are the two changes SGLang 0.5.20 made to the common rule
+    (`CommonKVManager.update_status`, still so in 0.5.23): only an opening status (Bootstrapping,
+    WaitingForInput) creates an absent room, and an early return keeps a Failed room Failed. The
+    caller passes its variant's flags; both default to the rule as of PR #35281 (0.5.13-0.5.19).
     """
     check_rule(rule)
     new = as_poll(new, "new")
@@ -78,22 +87,24 @@ def update_status(current: KVPoll | None, new: KVPoll, rule: str = "common") -> 
     if current is None:
         if new == KVPoll.Failed:
             return None  # a cleared room is never brought back by Failed (both rules)
-        if rule == "mori" and new not in MORI_CREATABLE:
-            return None  # Mori refuses to create a room from stale Transferring/Success
-        return new  # common: the resurrection hazard; stale work recreates the room
+        if (rule == "mori" or opening_only) and new not in MORI_CREATABLE:
+            return None  # Mori (and common since 0.5.20) refuses to create a room from stale Transferring/Success
+        return new  # common before 0.5.20: the resurrection hazard; stale work recreates the room
     if new == KVPoll.Failed:
         return KVPoll.Failed  # Failed overrides everything present, Success included
-    if rule == "mori" and current == KVPoll.Failed:
-        return KVPoll.Failed  # Mori: Failed is terminal
-    # common: Failed (0) is the minimum, so max() lets any later status overwrite it
+    if (rule == "mori" or failed_terminal) and current == KVPoll.Failed:
+        return KVPoll.Failed  # Mori, and common since 0.5.20 (`if current == KVPoll.Failed: return`)
+    # common before 0.5.20: Failed (0) is the minimum, so max() lets any later status overwrite it
     return max(current, new)
 
 
-def apply_updates(current: KVPoll | None, updates: Iterable[KVPoll], rule: str = "common") -> list[KVPoll | None]:
+def apply_updates(current: KVPoll | None, updates: Iterable[KVPoll], rule: str = "common", *,
+                  opening_only: bool = False, failed_terminal: bool = False) -> list[KVPoll | None]:
     """The status after each update in turn (the trail a property inspects)."""
     trail: list[KVPoll | None] = []
+    later = {k: True for k, on in (("opening_only", opening_only), ("failed_terminal", failed_terminal)) if on}
     for new in updates:
-        current = update_status(current, new, rule)
+        current = update_status(current, new, rule, **later)  # the 0.5.20 flags only when asked for
         trail.append(current)
     return trail
 

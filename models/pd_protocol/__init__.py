@@ -3,7 +3,7 @@
 * `variants`: `ProtocolVariant`, one flag per separate change of the PR; `VARIANTS`, `FIXED`.
 * `wire`: control frames and one iteration of the bootstrap and decode threads (areas 1 and 3).
 * `rooms`: per-room steps of the prefill (worker, clear, timeouts), heartbeat and start-up order (areas 1, 2, 5).
-* `mori_layout`: Mori's destination KV descriptor selection (area 4).
+* `mori_layout`: which destination KV entries a PP stage writes: Mori's rule (area 4) and common/conn.py's.
 * `actions`, `config`, `system`: the room lifecycle as a transition system with effects (`PdProtocol`).
 * `sim`: the timed workload, a timing policy over that system.
 

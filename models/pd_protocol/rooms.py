@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ..pd_common.status import KVPoll, update_status
+from ..pd_common.status import KVPoll
 from .variants import FIXED, ProtocolVariant
-from .wire import check_backend
+from .wire import check_backend, status_update
 
 TERMINAL = (KVPoll.Success, KVPoll.Failed)
 
@@ -43,11 +43,11 @@ def note_failure(room: PrefillRoom) -> PrefillRoom:
     return room._replace(failed=True) if room.status == KVPoll.Failed and not room.failed else room
 
 
-def on_transfer_info(room: PrefillRoom, backend: str) -> PrefillRoom:
+def on_transfer_info(room: PrefillRoom, backend: str, variant: ProtocolVariant = FIXED) -> PrefillRoom:
     """A decode TransferInfo arrived (one destination: required_dst_info_num == 1)."""
     if room.status is None or room.cleared:
         return room  # stale metadata for a finished room: every backend drops it
-    return room._replace(infos=True, status=update_status(room.status, KVPoll.WaitingForInput, status_rule(backend)))
+    return room._replace(infos=True, status=status_update(room.status, KVPoll.WaitingForInput, backend, variant))
 
 
 def worker_step(room: PrefillRoom, last: bool, backend: str,
@@ -58,9 +58,9 @@ def worker_step(room: PrefillRoom, last: bool, backend: str,
         if backend == "nixl" and not variant.nixl_stale_work_checked and room.status != KVPoll.Failed:
             # `assert room in self.transfer_infos` fails; the catch-all records a failure and calls
             # update_status(room, Failed), which overrides a concluded Success still present
-            return room._replace(status=update_status(room.status, KVPoll.Failed, "common")), "failed_stale"
+            return room._replace(status=status_update(room.status, KVPoll.Failed, "nixl", variant)), "failed_stale"
         return room, "dropped"  # Mooncake's entry check, NIXL's .get(room), Mori's stale check
-    status = update_status(room.status, KVPoll.Transferring, status_rule(backend))
+    status = status_update(room.status, KVPoll.Transferring, backend, variant)
     if last:
         # last chunk (with aux and state) delivered: conclude and tear the transfer state down
         return room._replace(status=KVPoll.Success, infos=False, succeeded=True), "completed"
@@ -72,8 +72,8 @@ def clear(room: PrefillRoom) -> PrefillRoom:
     return PrefillRoom(None, False, True, room.succeeded, room.failed)
 
 
-def bootstrap_timeout(room: PrefillRoom, backend: str) -> PrefillRoom:
-    return room._replace(status=update_status(room.status, KVPoll.Failed, status_rule(backend)))
+def bootstrap_timeout(room: PrefillRoom, backend: str, variant: ProtocolVariant = FIXED) -> PrefillRoom:
+    return room._replace(status=status_update(room.status, KVPoll.Failed, backend, variant))
 
 
 def has_heartbeat_checker(backend: str, variant: ProtocolVariant = FIXED) -> bool:

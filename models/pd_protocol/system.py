@@ -250,7 +250,7 @@ class PdProtocol:
             ch["init_pc"] = s.init_pc + 1
         elif kind == "bootstrap_timeout":
             r = a[1]
-            self._set_prefill(s, r, R.bootstrap_timeout(s.prefill[r], self.backend), ch, fx)
+            self._set_prefill(s, r, R.bootstrap_timeout(s.prefill[r], self.backend, self.variant), ch, fx)
             self._send(s, DECODE, ch, fx, Status(r, int(KVPoll.Failed)))
         elif kind == "decode_abort":
             r = a[1]
@@ -282,7 +282,7 @@ class PdProtocol:
                 ch["thread"], ch["dead_kind"] = why, "uninitialised"
                 return
         if kind == "TINFO":
-            self._set_prefill(s, m[1], R.on_transfer_info(s.prefill[m[1]], self.backend), ch, fx)
+            self._set_prefill(s, m[1], R.on_transfer_info(s.prefill[m[1]], self.backend, self.variant), ch, fx)
         elif kind == "ABORT":
             r = m[1]
             room = s.prefill[r]
@@ -328,7 +328,7 @@ class PdProtocol:
         if read.message is None:
             return  # rejected and dropped
         r = read.message.room
-        after = status_after(read.message, s.decode[r], self.backend)
+        after = status_after(read.message, s.decode[r], self.backend, self.variant)
         if after is not None:  # None: a concluded receiver drops late news
             self._set_decode(s, r, after, "prefill status", ch, fx)
 

@@ -150,7 +150,7 @@ def handle_bootstrap(frames: Frames, rooms: Mapping[int, KVPoll], backend: str,
     catches = backend == "mori" or variant.bootstrap_loop_catches  # Mori's loop already had a try
     try:
         if abort_first and frames and frames[0] == ABORT_TAG:
-            return _abort(parse_abort(frames), rooms, backend)
+            return _abort(parse_abort(frames), rooms, backend, variant)
         if backend == "nixl" and not variant.nixl_guard_validated and (not frames or frames[0] != GUARDS["nixl"]):
             raise MalformedFrame("assert msg[0] == GUARD failed")
         message = parse_guarded(frames, backend)
@@ -161,12 +161,19 @@ def handle_bootstrap(frames: Frames, rooms: Mapping[int, KVPoll], backend: str,
     return Handled(rooms, True, message.kind)
 
 
-def _abort(message: Message, rooms: Mapping[int, KVPoll], backend: str) -> Handled:
+def status_update(current: KVPoll | None, new: KVPoll, backend: str,
+                  variant: ProtocolVariant = FIXED) -> KVPoll | None:
+    """`update_status(room, new)` under the backend's rule, with the variant's later changes to the common rule."""
+    return update_status(current, new, "mori" if backend == "mori" else "common",
+                         opening_only=variant.common_opening_only, failed_terminal=variant.common_failed_terminal)
+
+
+def _abort(message: Message, rooms: Mapping[int, KVPoll], backend: str, variant: ProtocolVariant = FIXED) -> Handled:
     room = message.room
     current = rooms.get(room)
     if current is None or current == KVPoll.Success:
         return Handled(rooms, True, "abort", "unknown room" if current is None else "room already Success")
-    after = update_status(current, KVPoll.Failed, "mori" if backend == "mori" else "common")
+    after = status_update(current, KVPoll.Failed, backend, variant)
     return Handled({**rooms, room: after}, True, "abort")
 
 
@@ -195,11 +202,12 @@ def read_status(frames: Frames, backend: str, variant: ProtocolVariant = FIXED) 
         return StatusRead(None, not dies, str(exc))
 
 
-def status_after(message: Message, current: KVPoll | None, backend: str) -> KVPoll | None:
+def status_after(message: Message, current: KVPoll | None, backend: str,
+                 variant: ProtocolVariant = FIXED) -> KVPoll | None:
     """A decode room's status after a prefill status message; None when the thread drops it (unknown, concluded)."""
     if current is None or current in (KVPoll.Success, KVPoll.Failed):
         return None
-    return update_status(current, KVPoll(message.status), "mori" if backend == "mori" else "common")
+    return status_update(current, KVPoll(message.status), backend, variant)
 
 
 def handle_decode(frames: Frames, rooms: Mapping[int, KVPoll], backend: str,
@@ -210,7 +218,7 @@ def handle_decode(frames: Frames, rooms: Mapping[int, KVPoll], backend: str,
     if read.message is None:
         return Handled(rooms, read.alive, "rejected" if read.alive else "died", read.reason)
     room = read.message.room
-    after = status_after(read.message, rooms.get(room), backend)
+    after = status_after(read.message, rooms.get(room), backend, variant)
     if after is None:
         return Handled(rooms, True, "status", "unknown or concluded room: dropped")
     return Handled({**rooms, room: after}, True, "status")

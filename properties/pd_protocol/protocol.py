@@ -82,13 +82,15 @@ BUGS = (
         variant="fixed",
         invariant="failed_is_sticky",
         params={"backend": "mooncake"},
-        source="sglang CommonKVManager.update_status (Mooncake, NIXL), as of PR #35281",
+        source="sglang CommonKVManager.update_status (Mooncake, NIXL), as of PR #35281; fixed in 0.5.20",
         summary="a TransferInfo that reaches a prefill room after it failed (bootstrap timeout, ABORT) and before "
                 "clear() moves it back to WaitingForInput: update_status takes max(Failed=0, WaitingForInput=2)",
-        status="open upstream",
-        note="From the status rule as the research note states it (section 1.1); whether the TransferInfo handler "
-             "checks for Failed before updating is not in the notes. Mori's rule keeps Failed terminal, so Mori is "
-             "not affected; the window is between the failure and the scheduler's next poll.",
+        note="A seed bug with real releases on both sides: `kvsim conform sglang --versions 0.5.19,0.5.20 --target "
+             "update_status` runs failed_is_sticky on each release's own update_status (it fails on 0.5.19 and holds "
+             "on 0.5.20). 0.5.20 added the early return on Failed (and creates an absent room only from an opening "
+             "status); the model's variant sglang_0_5_23 has both (flags common_failed_terminal, common_opening_only) "
+             "and explore finds no violation there. Mori's rule kept Failed terminal all along.",
+        affected="SGLang 0.5.13 through 0.5.19, Mooncake and NIXL",
         upstream_files=(
             UpstreamSite("python/sglang/srt/disaggregation/common/conn.py", ("CommonKVManager.update_status",),
                          "max(Failed, WaitingForInput) moves a failed room back"),
@@ -96,7 +98,10 @@ BUGS = (
         harm="a wrong status",
         consequence="A failed prefill room is resurrected as WaitingForInput and may transfer again.",
         fix="update_status returns early on a Failed room.",
+        fix_variant="sglang_0_5_23",
         verdicts=(Verdict("PR #35281", "present"),
-                  Verdict("0.5.23", "fixed", "update_status returns early on Failed", fixed_in="0.5.23 or earlier")),
+                  Verdict("0.5.19", "present", "update_status takes max(current, status) on a Failed room"),
+                  Verdict("0.5.20", "fixed", "update_status returns early on Failed", fixed_in="0.5.20"),
+                  Verdict("0.5.23", "fixed", "update_status returns early on Failed", fixed_in="0.5.20")),
     ),
 )

@@ -16,23 +16,40 @@ from kvsim.models.pd_protocol.wire import (ABORT_TAG, GUARDS, encode_abort, enco
 
 
 @st.composite
-def layout_cases(draw: st.DrawFn, draft_below_stage: bool = True) -> LayoutCase:
-    """Model depth, an even PP split, one stage, decode draft layers, same-PP or decode PP=1, attention kind.
+def layout_cases(draw: st.DrawFn, draft_below_stage: bool = True, wide: bool = False,
+                 rule: str = "mori") -> LayoutCase:
+    """Model depth, a PP split, one stage, decode draft layers, same-PP or decode PP=1, attention kind.
 
     With `draft_below_stage` the decode has fewer draft layers than a prefill stage has layers, the
     configurations the PR's rule is written for (MTP and EAGLE add one draft layer to a deep model).
+    Splits are even unless `wide`: then also `get_pp_indices`' uneven split (the last `L % pp` stages
+    one layer longer) and explicit `SGLANG_PP_LAYER_PARTITION` lists, and pools that publish layer ids
+    beside plain MHA pools, which publish none. `rule="common"` draws MHA cases for
+    `get_mha_kv_ptrs_with_pp`. A same-PP decode registers no draft entries (its stage-local list
+    mirrors the prefill's; speculative decoding runs on a decode of pp_size 1).
     """
     local = draw(st.integers(1, 6))
     pp_size = draw(st.integers(1, 4))
     stage = draw(st.integers(0, pp_size - 1))
     draft = draw(st.integers(0, local - 1 if draft_below_stage else local + 3))
     same_pp = draw(st.booleans()) if pp_size > 1 else False
-    attention = draw(st.sampled_from(ATTENTION_KINDS))
-    return LayoutCase(local * pp_size, pp_size, stage, draft, same_pp, attention)
+    attention = "mha" if rule == "common" else draw(st.sampled_from(ATTENTION_KINDS))
+    num_layers, partition, layer_ids = local * pp_size, (), False
+    if wide:
+        split = draw(st.sampled_from(("even", "uneven", "partition")))
+        if split == "uneven":
+            num_layers += draw(st.integers(0, pp_size - 1))  # the last L % pp stages get one layer more
+        elif split == "partition":
+            partition = tuple(draw(st.lists(st.integers(1, 2 * local), min_size=pp_size, max_size=pp_size)))
+            num_layers = sum(partition)
+        layer_ids = draw(st.booleans())
+    return LayoutCase(num_layers, pp_size, stage, 0 if same_pp else draft, same_pp, attention, partition,
+                      layer_ids, rule)
 
 
 LAYOUT_CASES = layout_cases()
-LAYOUT_CASES_ANY_DRAFT = layout_cases(draft_below_stage=False)
+LAYOUT_CASES_ANY_DRAFT = layout_cases(draft_below_stage=False, wide=True)
+COMMON_LAYOUT_CASES = layout_cases(draft_below_stage=False, wide=True, rule="common")
 
 
 @st.composite
