@@ -108,3 +108,65 @@ def test_committed_findings_are_what_the_generator_writes_now():
     for name, text in want.items():
         with open(os.path.join(folder, name), encoding="utf-8") as fh:
             assert fh.read() == text, f"docs/findings/{name} is stale: run scripts/generate_findings.py"
+
+
+# -- pd-staging's findings against SGLang 0.5.23: function names, verdicts, the modelled fix --------------------
+
+def _defined(path):
+    import ast
+
+    tree = ast.parse(open(path, encoding="utf-8").read())
+    names = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
+        names |= {f"{cls.name}.{m.name}" for m in cls.body if isinstance(m, ast.FunctionDef)}
+    return names
+
+
+def test_pd_staging_reports_name_functions_that_exist_in_0_5_23(reg):
+    from kvsim.conform.source import resolve_source
+
+    src = resolve_source("sglang", version="0.5.23")
+    checked = 0
+    for bug in (b for b in reg.bugs.values() if b.model == "pd-staging"):
+        for site in bug.upstream_files:
+            names = _defined(src.file(site.path.removeprefix("python/")))
+            missing = [f for f in site.functions if f not in names]
+            assert not missing, f"{bug.id}: {site.path} has no {missing} in 0.5.23"
+            checked += len(site.functions)
+    assert checked >= 40
+
+
+def test_repro_shows_the_release_verdicts_and_checks_the_modelled_fix(reg):
+    from kvsim.app.repro import baseline_variant, latest_verdict, release_verdicts, reproduce
+
+    stale = reg.bug("sglang-05c7ebf-staging-stale-write-after-release")
+    assert release_verdicts(stale) == "05c7ebf present; 0.5.23 fixed in 0.5.21"
+    assert latest_verdict(stale) == "0.5.23 fixed in 0.5.21"
+    assert latest_verdict(reg.bug("sglang-05c7ebf-staging-prefix-overwrite")) == "-"
+    dup = reg.bug("sglang-0523-staging-dup-ready-reenqueue")
+    assert baseline_variant(dup) == "proposed_per_dst_retry" and baseline_variant(stale) is None
+    assert baseline_variant(reg.bug("sglang-05c7ebf-staging-prefix-overwrite")) == "fixed"
+    result = reproduce(dup)
+    assert result.reproduced and result.fixed_passes is True and result.ok  # the fix variant removes it
+    assert len(result.counterexample["trace"]) == 7
+
+
+def test_a_finding_with_a_modelled_fix_breaks_when_the_fix_does_not_remove_it(reg):
+    from dataclasses import replace
+
+    from kvsim.app.repro import reproduce
+
+    wrong = replace(reg.bug("sglang-0523-staging-dup-ready-reenqueue"), fix_variant="sglang_0_5_23")
+    result = reproduce(wrong)
+    assert result.reproduced and result.fixed_passes is False and not result.ok
+
+
+def test_the_0_5_23_findings_are_in_docs_findings_with_their_fix_run(reg):
+    folder = os.path.join(ROOT, "docs", "findings")
+    for bug_id in ("sglang-0523-staging-dup-ready-reenqueue", "sglang-05c7ebf-staging-resend-after-free",
+                   "sglang-35049-staging-stale-write-after-timeout"):
+        assert os.path.exists(os.path.join(folder, f"{bug_id}.md")), bug_id
+    text = open(os.path.join(folder, "sglang-05c7ebf-staging-resend-after-free.md"), encoding="utf-8").read()
+    assert "variant `proposed_per_dst_retry`" in text and "holds, the violation is gone" in text
+    assert "`MooncakeKVManager.transfer_worker`" in text
+    assert "sglang-05c7ebf-staging-stale-write-after-release.md" not in os.listdir(folder)  # fixed in 0.5.23

@@ -15,7 +15,7 @@ from kvsim.models.pd_staging.layout import HeadReshard, HeadSliceParams, compute
 from kvsim.models.pd_staging.plan import (StagingPlanConfig, StagingReq, compute_grid_segments, full_chunk_pages,
                                     grid_tokens, prefetch_plan, scatter_token_range, staging_prefix_accepted)
 from kvsim.models.pd_staging.ring import Allocation, StagingAllocator, is_watermark_ready, merge_remote_watermark
-from kvsim.models.pd_staging.variants import AFTER_05C7EBF, FIXED, VARIANTS, StagingVariant
+from kvsim.models.pd_staging.variants import AFTER_05C7EBF, FIXED, IN_EVERY_RELEASE, VARIANTS, StagingVariant
 from kvsim.properties.pd_staging.cases import (LLAMA_31_8B, SCENARIO_A, SCENARIO_A_EARLY, SCENARIO_B, SCENARIO_D,
                                                STAGED_A_DOWN, STAGED_A_UP)
 from kvsim.properties.pd_staging.plan import staged_writes
@@ -156,14 +156,15 @@ def test_config_errors_name_the_field():
         StagingPlanConfig(1000, 1000, 16)
     with pytest.raises(ConfigError, match="chunked_prefill_size"):
         StagingPlanConfig(1000, 0, 16, 0)
-    with pytest.raises(ConfigError, match="--variant: expected one of fixed, pre_05c7ebf, sglang_0_5_23, got 'old'"):
+    with pytest.raises(ConfigError, match="--variant: expected one of fixed, pre_05c7ebf, sglang_0_5_23, proposed_per_dst_retry, got 'old'"):
         VARIANTS["old"]
 
 
 def test_each_flag_is_one_05c7ebf_change_read_where_it_was_made():
     """Turning one flag of `fixed` off changes only the function that reads it."""
-    own = [name for name in FIXED.flags() if name not in AFTER_05C7EBF]
-    assert all(FIXED.flags()[n] for n in own) and not any(PRE.flags().values())
+    own = [name for name in FIXED.flags() if name not in AFTER_05C7EBF + IN_EVERY_RELEASE]
+    assert all(FIXED.flags()[n] for n in own) and not any(PRE.flags()[n] for n in own + list(AFTER_05C7EBF))
+    assert all(v.flags()[n] for v in (FIXED, PRE) for n in IN_EVERY_RELEASE)
     assert not any(FIXED.flags()[n] for n in AFTER_05C7EBF)  # `fixed` is 05c7ebf: no later upstream change
     off = {name: StagingVariant("probe", **{**FIXED.flags(), name: False}) for name in own}
     assert plan.floor_non_last_end(864, 0, 16, 256, off["grid_floored_sends"]) == 864

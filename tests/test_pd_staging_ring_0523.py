@@ -23,14 +23,19 @@ PRE = VARIANTS["pre_05c7ebf"]
 # -- the variant table ---------------------------------------------------------------------------------------------
 
 def test_variant_table_has_the_release_after_fixed_and_pre():
-    assert VARIANTS.names == ("fixed", "pre_05c7ebf", "sglang_0_5_23") and DESCRIPTOR.variants is VARIANTS
+    assert VARIANTS.names == ("fixed", "pre_05c7ebf", "sglang_0_5_23", "proposed_per_dst_retry")
+    assert DESCRIPTOR.variants is VARIANTS
     assert DESCRIPTOR.variant("sglang_0_5_23") is NEW
 
 
 def test_sglang_0_5_23_is_fixed_plus_37166_and_fixed_stays_05c7ebf():
-    assert NEW.flags() == {**FIXED.flags(), "fresh_round_when_empty": True}
-    assert AFTER_05C7EBF == ("fresh_round_when_empty",)
-    assert not FIXED.fresh_round_when_empty and not PRE.fresh_round_when_empty
+    after = {"fresh_round_when_empty": True, "deferred_decode_kv_release": True, "pp_prefill_writers": True}
+    assert NEW.flags() == {**FIXED.flags(), **after}
+    assert AFTER_05C7EBF == tuple(after)
+    assert not any(getattr(v, f) for v in (FIXED, PRE) for f in AFTER_05C7EBF)
+    # the whole-chunk re-enqueue is in every release; only the proposed fix lacks it
+    assert FIXED.whole_chunk_reenqueue and PRE.whole_chunk_reenqueue and NEW.whole_chunk_reenqueue
+    assert VARIANTS["proposed_per_dst_retry"].flags() == {**NEW.flags(), "whole_chunk_reenqueue": False}
 
 
 # -- the ring: the one line #37166 changed --------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from ..engine.errors import ConfigError
 from ..engine.explore import explore
 from ..engine.registry import REGISTRY, BugReport
 from ..engine.system import transition
-from .repro import FIXED_CHECK_EXAMPLES, ReproResult, reproduce
+from .repro import FIXED_CHECK_EXAMPLES, ReproResult, baseline_variant, reproduce
 
 LIVENESS_DOC = "from every reachable state some run concludes every room on both sides (no hang)"
 
@@ -70,17 +70,17 @@ def check_doc(bug: BugReport) -> str:
         return REGISTRY.property(bug.model, bug.property).doc.strip()
     system = model.build_system(bug.variant, dict(bug.params))
     if bug.invariant == getattr(system, "liveness", None):
-        return LIVENESS_DOC
+        return getattr(system, "liveness_doc", LIVENESS_DOC)  # a model whose goal is not rooms names its own
     inv = next(i for i in system.invariants if i.name == bug.invariant)
     return inv.doc.strip() or bug.invariant
 
 
 def fix_run(bug: BugReport, result: ReproResult, seed: int = 0) -> tuple[str | None, bool | None]:
     """(the fix variant, whether the bug's check holds on it); (None, None) where no fix is modelled."""
-    variant = bug.fix_variant or (None if bug.variant == "fixed" else "fixed")
+    variant = baseline_variant(bug)
     if variant is None:
         return None, None
-    if variant == "fixed" and result.fixed_passes is not None:
+    if result.fixed_passes is not None:  # `reproduce` already ran the same variant
         return variant, result.fixed_passes
     model = REGISTRY.model(bug.model)
     if bug.property is not None:
@@ -175,8 +175,12 @@ def render(bug: BugReport, result: ReproResult, seed: int = 0) -> str:
     else:
         model = REGISTRY.model(bug.model)
         flags = _flag_diff(model.variant(bug.variant), model.variant(variant))
-        out += [f"Model run with the fix: variant `{variant}`" + (f" (flags {flags})" if flags else "") + ": "
-                + (f"`{bug.check}` holds, the violation is gone." if holds else f"`{bug.check}` STILL FAILS."), ""]
+        if bug.fix_variant or bug.status != "open upstream":
+            out += [f"Model run with the fix: variant `{variant}`" + (f" (flags {flags})" if flags else "") + ": "
+                    + (f"`{bug.check}` holds, the violation is gone." if holds else f"`{bug.check}` STILL FAILS."), ""]
+        else:  # a finding on a later release with no modelled fix: `fixed` is the older code, not a fix
+            out += [f"No fix variant is modelled. On variant `{variant}` (without flags {flags}) the same search "
+                    + (f"finds no violation of `{bug.check}`." if holds else f"also violates `{bug.check}`."), ""]
     out += ["## Reproduce", "", "```sh", *commands(bug), "```", ""]
     if bug.note:
         out += ["## Notes", "", bug.note, ""]

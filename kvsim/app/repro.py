@@ -1,4 +1,10 @@
-"""Reproduce a catalogued bug report: the property fails on its variant, and (for a seed bug) passes on fixed."""
+"""Reproduce a catalogued bug report: the property fails on its variant, and (for a seed bug) passes on fixed.
+
+The "fixed" side is the report's `fix_variant` where it names one (a finding with a modelled fix), else the
+model's `fixed` variant for a report on another variant. A seed bug holds when it fails before and passes
+after; an "open upstream" finding holds when it still reproduces (and its modelled fix, if any, removes it);
+a finding on a later release may be present on `fixed` too, which is shown, not required.
+"""
 
 from __future__ import annotations
 
@@ -40,9 +46,28 @@ class ReproResult:
         """The catalog entry holds: reproducible bugs fail before and pass after; findings still reproduce."""
         if self.bug.status == "not reproducible":
             return not self.reproduced
-        if self.bug.variant == "fixed":
+        if self.bug.status == "open upstream" and not self.bug.fix_variant:
             return self.reproduced
         return self.reproduced and bool(self.fixed_passes)
+
+
+def _verdict(v: Any) -> str:
+    return f"{v.release.split(' ')[0]} {v.state}" + (f" in {v.fixed_in.split(' ')[0]}" if v.fixed_in else "")
+
+
+def release_verdicts(bug: BugReport) -> str:
+    """The report's verdict per upstream release in one cell: `05c7ebf present; 0.5.23 fixed in 0.5.21`."""
+    return "; ".join(_verdict(v) for v in bug.verdicts) or "-"
+
+
+def latest_verdict(bug: BugReport) -> str:
+    """The verdict for the newest release the report names (`0.5.23 present`), for a narrow table."""
+    return _verdict(bug.verdicts[-1]) if bug.verdicts else "-"
+
+
+def baseline_variant(bug: BugReport) -> str | None:
+    """The variant the report must pass on: its modelled fix, else `fixed` for a report on another variant."""
+    return bug.fix_variant or (None if bug.variant == "fixed" else "fixed")
 
 
 def reproduce(bug: BugReport, seed: int = 0) -> ReproResult:
@@ -52,8 +77,9 @@ def reproduce(bug: BugReport, seed: int = 0) -> ReproResult:
     found = run_property(prop, bug.variant, max_examples=bug.max_examples, seed=seed, use_examples=False,
                          params=dict(bug.params))
     fixed_passes = None
-    if bug.variant != "fixed":
-        fixed = run_property(prop, "fixed", max_examples=FIXED_CHECK_EXAMPLES, seed=seed, params=dict(bug.params))
+    if baseline_variant(bug):
+        fixed = run_property(prop, baseline_variant(bug), max_examples=FIXED_CHECK_EXAMPLES, seed=seed,
+                             params=dict(bug.params))
         fixed_passes = fixed.status == "passed"
     return ReproResult(bug, found.status == "failed", fixed_passes, found.examples, found.seconds,
                        found.counterexample, found.message)
@@ -70,8 +96,8 @@ def _reproduce_by_explore(bug: BugReport) -> ReproResult:
 
     hit, seconds, states = search(bug.variant)
     fixed_passes = None
-    if bug.variant != "fixed":
-        fixed_passes = search("fixed")[0] is None
+    if baseline_variant(bug):
+        fixed_passes = search(baseline_variant(bug))[0] is None
     counterexample = {"trace": hit.trace, "kind": hit.kind} if hit else None
     return ReproResult(bug, hit is not None, fixed_passes, states, seconds, counterexample,
                        hit.message if hit else "")

@@ -3,8 +3,11 @@
 * `variants`: `StagingVariant`, one flag per 05c7ebf change; `VARIANTS`, `FIXED`.
 * `plan`, `layout`, `ring`, `copy`: the step-1 functions (send plan, head slicing and slot layout,
   the staging ring, the byte-level gather and scatter).
-* `actions`, `state`, `data`, `checks`, `system`: the transfer as a transition system (`PdStaging`),
-  its config (`StagingSystemConfig`, the `kvsim explore --param`s) and invariants.
+* `actions`, `state`, `data`, `checks`, `system` (with its `prefill` and `decode` sides): the transfer
+  as a transition system (`PdStaging`),
+  its config (`StagingSystemConfig`, the `kvsim explore --param`s) and invariants;
+  `decode_rules`: the decode handler's three pure decisions (dedupe, fan-in, completion), which
+  `kvsim conform sglang` compares with upstream's own functions.
 * `sim`: the timed simulation, a timing policy over that system (`SimConfig`).
 """
 

@@ -26,6 +26,7 @@ ReadyMsg = tagged("READY", "room", "chunk_idx", "page_start", "num_pages", "writ
 StatusMsg = tagged("STATUS", "room", "writer", "status", name="StatusMsg")
 WatermarkMsg = tagged("WM", "writer", "round", "tail", name="WatermarkMsg")
 AbortMsg = tagged("ABORT", "room", "writer", name="AbortMsg")
+AckMsg = tagged("ACK", "room", "writer", name="AckMsg")  # ABORT_ACK: the room's chunks drained (0.5.21+)
 
 # -- what a prefill writer learned from STAGING_RSP about one slot ----------------------------------------
 SlotOffset = tagged("slot", "alloc_id", "offset", "round", "end", name="SlotOffset")
@@ -45,10 +46,12 @@ Reorder = tagged("reorder", "side", "writer", "msg")
 Drop = tagged("drop", "side", "writer", "msg")
 Duplicate = tagged("duplicate", "side", "writer", "msg")
 PeerDeath = tagged("peer_death")
+DeferDst = tagged("defer_dst", "writer")  # the head chunk is written, then a sibling destination defers
+ReleaseTimeout = tagged("release_timeout", "room")  # the deferred release's 30 s deadline passes
 
 ACTIONS = type_table((Batch, Work, Clear, Deliver, ScatterDone, Deadline, WaitingTimeout, HeartbeatFailure, Abort,
                       Reorder, Drop, Duplicate, PeerDeath, ReqMsg, RspMsg, ReadyMsg, StatusMsg, WatermarkMsg,
-                      AbortMsg))
+                      AbortMsg, AckMsg, DeferDst, ReleaseTimeout))
 
 # -- effects: what a step did, for a timing policy (`PdStaging.transition`) ----------------------------------
 Sent = tagged("sent", "side", "writer", "msg")  # appended to that channel
@@ -58,6 +61,7 @@ PollTerminal = tagged("poll_terminal", "writer", "room")  # sender.poll() is now
 ScatterSubmitted = tagged("scatter_submitted", "room", "alloc_id")  # its completion event is pending
 DeadlineArmed = tagged("deadline_armed", "room")  # all ranks succeeded: the completion deadline starts
 Concluded = tagged("concluded", "room", "status")  # the decode room committed or aborted
+Held = tagged("held", "room")  # a failed room's slots are held for its ABORT_ACKs: the release timeout starts
 
 
 # -- describe: one action, message or effect in words, for bug reports (`kvsim repro ID --report`) ----------
@@ -80,13 +84,15 @@ def _message(m: tuple) -> str:
         return f"WATERMARK (round {m[2]}, tail {m[3]})"
     if kind == "ABORT":
         return f"ABORT room {m[1]}"
+    if kind == "ACK":
+        return f"ABORT_ACK room {m[1]}"
     return repr(m)
 
 
 def describe(record: tuple) -> str:
     """An action (or a message, or a `Sent`/`Deferred`/`Concluded` effect) of this model in words."""
     kind = record[0]
-    if kind in ("REQ", "RSP", "READY", "STATUS", "WM", "ABORT"):
+    if kind in ("REQ", "RSP", "READY", "STATUS", "WM", "ABORT", "ACK"):
         return _message(record)
     if kind == "batch":
         return f"prefill: a forward batch of room {record[1]}; its next chunk joins every writer's transfer queue"
@@ -114,11 +120,18 @@ def describe(record: tuple) -> str:
         return f"DUPLICATE: {_route(record[1], record[2])}: {_message(record[3])} will arrive twice"
     if kind == "peer_death":
         return "FAULT: the prefill node dies"
+    if kind == "defer_dst":
+        return (f"prefill writer {record[1]}: the transfer worker writes the head chunk to this decode rank, then "
+                f"a sibling destination is not ready: the whole chunk is re-enqueued")
+    if kind == "release_timeout":
+        return f"decode: room {record[1]}'s deferred KV release times out (30 s); its slots are freed"
+    if kind == "held":
+        return f"room {record[1]}'s staging slots are held until every prefill writer acknowledges the abort"
     if kind == "sent":
         who = f"prefill writer {record[2]} sends" if record[1] == UP else f"sends prefill writer {record[2]}"
         return f"{who} {_message(record[3])}"
     if kind == "deferred":
-        return "defers the chunk (re-enqueued: its slot offset or watermark is not ready)"
+        return "re-enqueues the chunk (a destination is not ready: its slot offset or watermark)"
     if kind == "scatter_submitted":
         return f"scatter of room {record[1]} from slot {record[2]} submitted"
     if kind == "concluded":

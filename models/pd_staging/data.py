@@ -38,7 +38,10 @@ TOKENS = 4096  # tokens one room's cell values can name: prompts are shorter
 MAX_PROMPT_LEN = TOKENS - 1
 
 FAULT_KINDS = ("drop_req", "drop_rsp", "drop_ready", "drop_status", "drop_wm", "drop_abort",
-               "dup_req", "dup_ready", "reorder", "abort", "peer_death")
+               "dup_req", "dup_ready", "reorder", "abort", "peer_death",
+               # after 05c7ebf's model: a sibling destination defers (the worker re-enqueues the whole chunk;
+               # needs dsts >= 2), a lost ABORT_ACK, the deferred release's 30 s timeout passing
+               "defer_dst", "drop_ack", "release_timeout")
 DEFAULT_FAULTS = "drop_ready,abort,peer_death"
 
 
@@ -83,6 +86,11 @@ class StagingSystemConfig:
     faults: str = param(DEFAULT_FAULTS, "comma-separated fault kinds: " + ", ".join(FAULT_KINDS))
     fault_budget: int = param(1, "fault actions allowed on one path", minimum=0, maximum=3)
     timeouts: bool = param(True, "1: the decode waiting timeout and (fixed) the completion deadline may pass")
+    dsts: int = param(1, "destinations per prefill writer rank (D_tp / P_tp when prefill TP < decode TP): the "
+                         "modelled decode rank and dsts - 1 sibling ranks the transfer worker also writes; "
+                         "W >= 2 with dsts >= 2 needs PP prefill writers (0.5.23)", minimum=1, maximum=2)
+    deferred_release: bool = param(True, "SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE (variants with the "
+                                         "mechanism, 0.5.21+): 1 holds a failed room's slots until every ABORT_ACK")
     # The timed simulation's network (not a --param): any message in flight may arrive next, and the fault
     # plan, not a budget, drops and duplicates messages and kills the prefill.
     timed: bool = False
@@ -122,6 +130,21 @@ class StagingSystemConfig:
         """
         f = self.plan.full_chunk_pages
         return f if self.writers > 1 else 4 * f
+
+
+def writers_are_stages(cfg: StagingSystemConfig, variant: StagingVariant, check: bool = True) -> bool:
+    """The W writers are PP prefill stages (each with `dsts` destinations), not TP writers of one stage.
+
+    `num_writers_for` is `tp_writers * pp_writers` since PP staging (`variant.pp_prefill_writers`); before
+    it, a prefill rank with several destinations (prefill TP < decode TP) meant exactly one writer:
+    ConfigError there (`check`; the system checks when it starts, so its invariants can still be listed).
+    """
+    if cfg.dsts == 1:
+        return False
+    if cfg.writers > 1 and not variant.pp_prefill_writers and check:
+        raise ConfigError("--param writers", f"1 when dsts={cfg.dsts} on variant {variant.name} (prefill TP < "
+                                             "decode TP means one writer without PP prefill writers)", cfg.writers)
+    return cfg.writers > 1
 
 
 def send_groups(cfg: StagingSystemConfig, variant: StagingVariant) -> tuple[tuple[SendCall, ...], ...]:

@@ -22,7 +22,9 @@ back as the step's effects. The simulation only decides *when*:
   all-ranks Success), the staging completion deadline (300 s after Success,
   armed by the system where the variant has it), heartbeats every 5 s with 2
   misses after a prefill death (`crash=prefill@T`); the scheduler clears a
-  prefill room as soon as `sender.poll()` is terminal.
+  prefill room as soon as `sender.poll()` is terminal; where the variant has
+  the deferred decode KV release, a failed room's slots are freed on its last
+  ABORT_ACK or ``DEFERRED_KV_RELEASE_TIMEOUT`` after it was held.
 
 The summary gives each outcome (Success, or Failed and why), the time to
 conclude, rooms that never concluded, leaked staging slots and held prefill
@@ -43,12 +45,13 @@ from . import data
 from ..pd_common.status import (SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL, SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE,
                                 SGLANG_DISAGGREGATION_WAITING_TIMEOUT, STAGING_WATERMARK_WAIT_S, KVPoll)
 from .actions import (ACTIONS, DOWN, UP, Batch, Clear, Deadline, Deliver, Drop, Duplicate, HeartbeatFailure,
-                      PeerDeath, ScatterDone, WaitingTimeout, Work)
+                      PeerDeath, ReleaseTimeout, ScatterDone, WaitingTimeout, Work)
 from .state import TERMINAL
 from .system import PdStaging
 from .variants import StagingVariant
 
 FAULT_KINDS = ("drop", "delay", "duplicate", "reorder", "crash")
+DEFERRED_KV_RELEASE_TIMEOUT = 30.0  # SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE_TIMEOUT (environ.py, 0.5.23)
 PEERS = ("prefill",)
 
 
@@ -109,7 +112,7 @@ def trace_actions(steps: Iterable[dict[str, Any]]) -> list[tuple]:
 
 # The order the decode room's effects are acted on within a room (scatter events before the deadline before
 # the conclusion), rooms in increasing order.
-_ROOM_EFFECTS = {"scatter_submitted": 0, "deadline_armed": 1, "concluded": 2}
+_ROOM_EFFECTS = {"scatter_submitted": 0, "deadline_armed": 1, "held": 2, "concluded": 3}
 
 
 def _room_order(e: tuple) -> tuple[int, int]:
@@ -200,6 +203,8 @@ class _Run:
                 self.sim.schedule(self.p.scatter_time, self._scatter_done, e.room, e.alloc_id)
             elif e.tag == "deadline_armed":
                 self.sim.schedule(SGLANG_DISAGGREGATION_WAITING_TIMEOUT, self._timer, Deadline(e.room))
+            elif e.tag == "held":
+                self.sim.schedule(DEFERRED_KV_RELEASE_TIMEOUT, self._timer, ReleaseTimeout(e.room))
             else:
                 why = "Success" if e.status == KVPoll.Success else f"Failed: {self.why}"
                 self.concluded[e.room] = (now, why)
@@ -248,7 +253,8 @@ class _Run:
 
     def _timer(self, action: tuple) -> None:
         if self.system.is_enabled(self.state, action):
-            why = "staging completion deadline" if action[0] == "deadline" else "waiting timeout"
+            why = {"deadline": "staging completion deadline", "release_timeout": "deferred release timeout"}.get(
+                action[0], "waiting timeout")
             self.apply(action, why)
 
     def crash(self, peer: str) -> None:

@@ -27,6 +27,7 @@ class Chunk(NamedTuple):
     num_pages: int
     is_last: bool
     counted: bool = False
+    dst_done: bool = False  # (proposed fix only) the modelled destination was written on an earlier pass
 
 
 class PrefillRoom(NamedTuple):
@@ -35,6 +36,7 @@ class PrefillRoom(NamedTuple):
     infos: bool  # transfer_infos[room] present (popped by teardown and clear)
     offsets: tuple  # per chunk_idx: None, or the `SlotOffset` STAGING_RSP taught
     outcome: KVPoll | None  # the terminal status clear() saw
+    ack: bool = False  # an ABORT_ACK is owed once the room's chunks drain (_deferred_ack_targets[room])
 
 
 class DecodeRoom(NamedTuple):
@@ -46,6 +48,8 @@ class DecodeRoom(NamedTuple):
     success_from: tuple[bool, ...]  # prefill_response_tracker: Success received from each writer
     all_success: bool  # _staging_all_success
     rows: tuple[int, ...]  # own suffix rows [D, D + N*ps) x W head slices
+    held: bool = False  # failed, its slots held until every ABORT_ACK (deferred decode KV release)
+    acks: tuple[int, ...] = ()  # the writers whose ABORT_ACK arrived while held
 
 
 class StagingState(NamedTuple):

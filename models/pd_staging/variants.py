@@ -13,14 +13,31 @@ Each flag is read at exactly the line the change touched:
 - `plan.scatter_token_range`: the decode prefix added to the scatter's rows;
 - `plan.prefill_write_accepted`: the decode-size check against the slot
   rather than the rest of the ring;
-- `system.PdStaging`: the last chunk's CHUNK_READY (instead of the blind tail
+- `system.PdStaging` (its `prefill` and `decode` sides): the last chunk's CHUNK_READY (instead of the blind tail
   scatter of the last allocated slot on all-ranks Success), the
   `_staging_outstanding` count (worker skip path, teardown and `sender.poll()`),
   and the staging completion deadline;
 - `ring.StagingAllocator.free` (after 05c7ebf): SGLang #37166, in releases
   0.5.19 and later, starts a fresh round when a free empties the ring
   (round + 1, head 0, watermark (round + 1, 0)) instead of keeping the stale
-  head; `fixed` stays 05c7ebf here.
+  head; `fixed` stays 05c7ebf here;
+- `decode.DecodeSide._conclude` / `_release` (after 05c7ebf): the deferred decode
+  KV release (#35049 Mooncake, #35360 NIXL; on by default since 0.5.21,
+  `SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE`, the config's
+  `deferred_release`): a failed room keeps its staging slots until every
+  prefill writer sent ABORT_ACK (sent once the room's chunks drained,
+  `_maybe_ack_drained_abort`) or its 30 s release timeout passes;
+- `decode.DecodeSide._on_decode` and `data.writers_are_stages` (after 05c7ebf): PP
+  prefill writers, `num_writers_for = tp_writers * pp_writers`: several PP
+  stages write one room while each prefill rank has several destinations
+  (prefill TP < decode TP), and STAGING_RSP goes only to the requester's
+  pp_rank (`handle_staging_req`);
+- `prefill.PrefillSide._work` (05c7ebf and every release since): the Mooncake
+  transfer worker re-enqueues the *whole* chunk when one destination defers
+  (`_do_staging_transfer` -> `queue.put(kv_chunk)`; `break`), so destinations
+  already written are written again and get a second CHUNK_READY.
+  `proposed_per_dst_retry` is `sglang_0_5_23` with per-destination progress
+  instead: the fix the findings propose, not an upstream release.
 """
 
 from __future__ import annotations
@@ -43,23 +60,37 @@ class StagingVariant(Variant):
     completion_deadline: bool  # the staging completion deadline after all-ranks Success
     # after 05c7ebf (the flags named in AFTER_05C7EBF)
     fresh_round_when_empty: bool  # SGLang #37166, 0.5.19+: a free emptying the ring starts round + 1 at head 0
+    deferred_decode_kv_release: bool  # #35049/#35360, default on 0.5.21+: failed rooms hold slots until ABORT_ACKs
+    pp_prefill_writers: bool  # PP staging: W = tp_writers * pp_writers; STAGING_RSP to the requester's pp_rank only
+    # in 05c7ebf and every release since; False only in the proposed fix
+    whole_chunk_reenqueue: bool = True  # one deferred destination re-enqueues the whole chunk (mooncake transfer_worker)
 
 
-AFTER_05C7EBF = ("fresh_round_when_empty",)  # the flags of upstream changes made after 05c7ebf
+# the flags of upstream changes made after 05c7ebf
+AFTER_05C7EBF = ("fresh_round_when_empty", "deferred_decode_kv_release", "pp_prefill_writers")
+# behaviour of every release (before and after 05c7ebf) that only a proposed fix changes
+IN_EVERY_RELEASE = ("whole_chunk_reenqueue",)
 
 
 VARIANTS = VariantTable(
     StagingVariant("fixed", grid_floored_sends=True, grid_segmented_sends=True, early_send_under_staging=True,
                    aligned_prefix_check=True, scatter_adds_decode_prefix=True, slot_size_write_check=True,
                    last_chunk_ready=True, staging_outstanding=True, completion_deadline=True,
-                   fresh_round_when_empty=False),
+                   fresh_round_when_empty=False, deferred_decode_kv_release=False, pp_prefill_writers=False),
     StagingVariant("pre_05c7ebf", grid_floored_sends=False, grid_segmented_sends=False,
                    early_send_under_staging=False, aligned_prefix_check=False, scatter_adds_decode_prefix=False,
                    slot_size_write_check=False, last_chunk_ready=False, staging_outstanding=False,
-                   completion_deadline=False, fresh_round_when_empty=False),
+                   completion_deadline=False, fresh_round_when_empty=False, deferred_decode_kv_release=False,
+                   pp_prefill_writers=False),
     StagingVariant("sglang_0_5_23", grid_floored_sends=True, grid_segmented_sends=True, early_send_under_staging=True,
                    aligned_prefix_check=True, scatter_adds_decode_prefix=True, slot_size_write_check=True,
                    last_chunk_ready=True, staging_outstanding=True, completion_deadline=True,
-                   fresh_round_when_empty=True),
+                   fresh_round_when_empty=True, deferred_decode_kv_release=True, pp_prefill_writers=True),
+    # not a release: 0.5.23 with the findings' proposed fix (a retry re-sends only the deferred destinations)
+    StagingVariant("proposed_per_dst_retry", grid_floored_sends=True, grid_segmented_sends=True,
+                   early_send_under_staging=True, aligned_prefix_check=True, scatter_adds_decode_prefix=True,
+                   slot_size_write_check=True, last_chunk_ready=True, staging_outstanding=True,
+                   completion_deadline=True, fresh_round_when_empty=True, deferred_decode_kv_release=True,
+                   pp_prefill_writers=True, whole_chunk_reenqueue=False),
 )
 FIXED = VARIANTS.fixed

@@ -11,6 +11,13 @@ Each bug report names small `params`, found by `explore` on `pre_05c7ebf`
 and absent on `fixed`. The three open findings of the research note were
 checked against `fixed`: two reproduce (recorded "open upstream" with their
 counterexamples), the third does not (recorded "not reproducible", with why).
+
+Each finding carries its verdict per release (`verdicts`), settled by explore on
+`sglang_0_5_23` (the deferred decode KV release, PP prefill writers, the
+whole-chunk re-enqueue); the findings that 0.5.23's model turned up (dup-ready
+through the re-enqueue, the re-send into a freed slot, the stale write after the
+release timeout) are in `findings`. Functions are named as in SGLang 0.5.23 (`Class.method`),
+checked against the release by tests/test_findings_report.py.
 """
 
 from __future__ import annotations
@@ -113,12 +120,14 @@ LOST_REQ_SUCCESS = BugReport(
     affected="SGLang from 05c7ebf (PR #30545) through 0.5.23, PD disaggregation with Mooncake staging, one prefill "
              "writer per decode rank (prefill TP <= decode TP) and a request of two or more staging chunks",
     upstream_files=(
-        UpstreamSite(STAGING_HANDLER, ("advance_scatter",), "completes a room when no allocated slot remains"),
+        UpstreamSite(STAGING_HANDLER, ("DecodeStagingHandler.advance_scatter",),
+                     "completes a room when no allocated slot remains"),
         UpstreamSite(STAGING_HANDLER, ("prefetch_staging_reqs", "handle_staging_req"),
                      "one STAGING_REQ per (room, chunk, session); a lost one is never re-sent"),
-        UpstreamSite(MOONCAKE, ("transfer_worker", "conclude_transfer"),
-                     "re-enqueues the chunk with no offset forever; the last chunk still sends Success"),
-        UpstreamSite(COMMON_CONN, ("poll",), "the sender holds Transferring with no timeout"),
+        UpstreamSite(MOONCAKE, ("MooncakeKVManager.transfer_worker", "MooncakeKVManager._do_staging_transfer"),
+                     "re-enqueues the chunk with no offset forever"),
+        UpstreamSite(COMMON_CONN, ("CommonKVManager.conclude_transfer", "CommonKVSender.poll"),
+                     "the last chunk still sends Success; the sender holds Transferring with no timeout"),
     ),
     harm="silent KV corruption",
     consequence="Decode commits the request with the rows of the lost chunk never written and decodes from "
@@ -129,7 +138,10 @@ LOST_REQ_SUCCESS = BugReport(
         "offset stalls (open PR #29978).",
     verdicts=(Verdict(AT_05C7EBF, "present"),
               Verdict("0.5.23", "present", "advance_scatter's completion rule and the one-shot prefetch are "
-                                           "unchanged; PR #29978 (re-send on lost control messages) is not merged")),
+                                           "unchanged; PR #29978 (re-send on lost control messages) is not merged; "
+                                           "explore on sglang_0_5_23 with these params: 10 steps; the completion "
+                                           "rule fails the property on 0.5.19's and 0.5.23's own advance_scatter "
+                                           "(kvsim conform sglang --target staging-completion)")),
 )
 
 DUP_READY = BugReport(
@@ -148,12 +160,13 @@ DUP_READY = BugReport(
              "writers per decode rank and several destinations per prefill rank); at 05c7ebf the counting rule is "
              "there but nothing produces a duplicate",
     upstream_files=(
-        UpstreamSite(STAGING_HANDLER, ("handle_chunk_arrived",),
+        UpstreamSite(STAGING_HANDLER, ("DecodeStagingHandler.handle_chunk_arrived",),
                      "completes the fan-in on len(arrivals) >= num_writers, counting entries, not writers"),
-        UpstreamSite(MOONCAKE, ("transfer_worker",),
+        UpstreamSite(MOONCAKE, ("MooncakeKVManager.transfer_worker", "MooncakeKVManager._do_staging_transfer"),
                      "re-enqueues a whole chunk when one destination is deferred: destinations already written get "
                      "a second RDMA and a second CHUNK_READY; writer_id is the decode session, the same for all"),
-        UpstreamSite(STAGING_HANDLER, ("num_writers_for",), "W = tp_writers * pp_writers since PP staging"),
+        UpstreamSite(STAGING_HANDLER, ("DecodeStagingHandler.num_writers_for",),
+                     "W = tp_writers * pp_writers since PP staging"),
     ),
     harm="silent KV corruption",
     consequence="The duplicate completes the fan-in before another writer (another PP stage's layers) has written, "
@@ -164,7 +177,9 @@ DUP_READY = BugReport(
                                                    "one destination per room and ZMQ over TCP does not duplicate"),
               Verdict("0.5.23", "present", "reachable: the transfer worker's whole-chunk re-enqueue duplicates "
                                            "CHUNK_READY, and PP prefill writers give W >= 2 with several "
-                                           "destinations per rank")),
+                                           "destinations per rank (sglang-0523-staging-dup-ready-reenqueue); the "
+                                           "count fails S11 on 0.5.23's own handle_chunk_arrived (kvsim conform "
+                                           "sglang --target staging-fan-in)")),
 )
 
 SKIP_POP = BugReport(
@@ -183,7 +198,9 @@ SKIP_POP = BugReport(
          "is what empties the count a FAIL_ROOM or a deferred chunk left behind. The harm #36707 describes is to "
          "the deferred-ABORT_ACK release logic added after 05c7ebf, which this model does not contain.",
     verdicts=(Verdict(AT_05C7EBF, "not reachable", "a room's chunks share one queue and one worker thread, so the "
-                                                   "skip-path pop never races a live decrement"),),
+                                                   "skip-path pop never races a live decrement"),
+              Verdict("0.5.23", "not reachable", "the same one-queue-per-room rule; the invariant holds on "
+                                                 "sglang_0_5_23 with these params")),
 )
 
 # -- further findings on `fixed` that the exhaustive search turned up ----------------------------------
@@ -206,11 +223,14 @@ STALE_WRITE_AFTER_RELEASE = BugReport(
     affected="SGLang 05c7ebf through 0.5.20 by default; 0.5.21 through 0.5.23 only with "
              "SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE=0 or after its 30 s release timeout",
     upstream_files=(
-        UpstreamSite(DECODE, ("pop_transferred", "_do_release"),
-                     "releases a failed room's staging slots (deferred until every ABORT_ACK since #35049)"),
-        UpstreamSite(STAGING_HANDLER, ("unregister_decode_req", "release_room", "is_watermark_ready"),
+        UpstreamSite(DECODE, ("DecodeTransferQueue.pop_transferred", "DecodeTransferQueue._do_release",
+                              "DecodeTransferQueue.resolve_deferred_releases"),
+                     "releases a failed room's staging slots (deferred until every ABORT_ACK or its timeout since "
+                     "#35049)"),
+        UpstreamSite(STAGING_HANDLER, ("DecodeStagingHandler.unregister_decode_req", "DecodeStagingHandler.release_room",
+                                       "is_watermark_ready"),
                      "frees unscattered slots and broadcasts WATERMARK; round-0 slots always pass the gate"),
-        UpstreamSite(MOONCAKE, ("transfer_worker",), "writes a queued chunk of the aborted room"),
+        UpstreamSite(MOONCAKE, ("MooncakeKVManager.transfer_worker",), "writes a queued chunk of the aborted room"),
     ),
     harm="silent KV corruption",
     consequence="Another room's slot on the wrapped ring receives the aborted room's KV, and that room is scattered "
@@ -218,8 +238,10 @@ STALE_WRITE_AFTER_RELEASE = BugReport(
     fix="Release an aborted room's staging slots only after every prefill writer acknowledged the abort (the "
         "deferred decode KV release of #35049 / #35360), with no release on timeout while a write may be in flight.",
     verdicts=(Verdict(AT_05C7EBF, "present"),
-              Verdict("0.5.23", "fixed", "in the default configuration; still present with "
-                                         "SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE=0 or after its 30 s timeout",
+              Verdict("0.5.23", "fixed", "in the default configuration (these params hold on sglang_0_5_23); still "
+                                         "present with SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE=0 "
+                                         "(deferred_release=0) or after its 30 s timeout when the ABORT is lost or "
+                                         "overtaken (sglang-35049-staging-stale-write-after-timeout)",
                       fixed_in="0.5.21 (deferred decode KV release on by default; #35049, #35360)")),
 )
 
@@ -238,12 +260,14 @@ LOST_WATERMARK = BugReport(
     affected="SGLang from 05c7ebf (PR #30545) through 0.5.23, PD disaggregation with Mooncake staging; since #37166 "
              "(0.5.19) without any ring pressure",
     upstream_files=(
-        UpstreamSite(STAGING_HANDLER, ("release_room", "register_wm_subscriber"),
+        UpstreamSite(STAGING_HANDLER, ("DecodeStagingHandler._send_watermark",
+                                       "DecodeStagingHandler.register_wm_subscriber"),
                      "WATERMARK is best-effort (errors swallowed), re-sent only by a later free or to a new subscriber"),
         UpstreamSite(STAGING_BUFFER, ("StagingAllocator.free",), "an emptied ring starts a new round (#37166)"),
-        UpstreamSite(MOONCAKE, ("transfer_worker", "is_watermark_ready"),
+        UpstreamSite(MOONCAKE, ("MooncakeKVManager._do_staging_transfer",),
                      "re-enqueues the chunk every ~1 ms while the watermark is behind"),
-        UpstreamSite(DECODE, ("_check_waiting_timeout",), "fails the room after 300 s"),
+        UpstreamSite(STAGING_HANDLER, ("is_watermark_ready",), "the gate the deferred chunk waits on"),
+        UpstreamSite(COMMON_CONN, ("CommonKVReceiver._check_waiting_timeout",), "fails the room after 300 s"),
     ),
     harm="a hang until a timeout",
     consequence="The next room's chunk is re-enqueued every millisecond until the decode's 300 s waiting timeout "
@@ -275,7 +299,8 @@ LATE_REQ_REALLOC = BugReport(
     upstream_files=(
         UpstreamSite(STAGING_HANDLER, ("handle_staging_req",),
                      "deduplicates only on infos[chunk][0] >= 0, so a scattered (zeroed) slot is allocated again"),
-        UpstreamSite(STAGING_HANDLER, ("advance_scatter",), "zeroes a slot's entry to (-1, -1, 0, -1, 0) after scatter"),
+        UpstreamSite(STAGING_HANDLER, ("DecodeStagingHandler.submit_chunk_scatter",),
+                     "zeroes a slot's entry to (-1, -1, 0, -1, 0) once its scatter is submitted"),
         UpstreamSite(STAGING_HANDLER, ("prefetch_staging_reqs",),
                      "sends STAGING_REQ on its own PUSH socket: no FIFO with CHUNK_READY"),
     ),
@@ -285,7 +310,10 @@ LATE_REQ_REALLOC = BugReport(
     fix="Keep a distinct 'scattered' state per chunk (e.g. offset -3) and answer a late STAGING_REQ from it without "
         "allocating.",
     verdicts=(Verdict(AT_05C7EBF, "present"),
-              Verdict("0.5.23", "present", "the same code; needs the STAGING_REQ and CHUNK_READY sockets to reorder")),
+              Verdict("0.5.23", "present", "the same code; needs the STAGING_REQ and CHUNK_READY sockets to reorder; "
+                                           "explore on sglang_0_5_23 with these params: a hang in 8 steps; the "
+                                           "dedupe re-allocates on 0.5.23's own handle_staging_req (kvsim conform "
+                                           "sglang --target staging-dedupe)")),
 )
 
 LOST_WATERMARK_NO_PRESSURE = BugReport(
@@ -305,10 +333,12 @@ LOST_WATERMARK_NO_PRESSURE = BugReport(
     affected="SGLang 0.5.19 (#37166) through 0.5.23, PD disaggregation with Mooncake staging",
     upstream_files=(
         UpstreamSite(STAGING_BUFFER, ("StagingAllocator.free",), "an emptied ring starts a new round (#37166)"),
-        UpstreamSite(STAGING_HANDLER, ("release_room", "register_wm_subscriber"),
+        UpstreamSite(STAGING_HANDLER, ("DecodeStagingHandler._send_watermark",
+                                       "DecodeStagingHandler.register_wm_subscriber"),
                      "WATERMARK is best-effort (errors swallowed), re-sent only by a later free or to a new subscriber"),
-        UpstreamSite(MOONCAKE, ("transfer_worker", "is_watermark_ready"),
+        UpstreamSite(MOONCAKE, ("MooncakeKVManager._do_staging_transfer",),
                      "re-enqueues the chunk every ~1 ms while the watermark is behind"),
+        UpstreamSite(STAGING_HANDLER, ("is_watermark_ready",), "the gate the deferred chunk waits on"),
     ),
     harm="a hang until a timeout",
     consequence="Any room that follows a quiet moment (the ring emptied) waits for a watermark that was lost: its "
@@ -318,3 +348,4 @@ LOST_WATERMARK_NO_PRESSURE = BugReport(
     verdicts=(Verdict(AT_05C7EBF, "not reachable", "without a wrap the next room's slot is in round 0"),
               Verdict("0.5.23", "present", "#37166 (0.5.19) starts round + 1 on every emptying free")),
 )
+
