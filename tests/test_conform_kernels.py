@@ -122,8 +122,41 @@ def test_budget_is_capped_in_ci(monkeypatch) -> None:  # type: ignore[no-untyped
     assert budget(RunOptions()) == 200
 
 
-def test_the_launcher_before_d6af803_is_not_present_with_the_reason():
-    """0.27.1's kernel takes no per-segment stride: the adapter says so instead of failing inside the child."""
-    result = _target("vllm", "zero-kv-blocks-kernel").run(resolve_source("vllm", version="0.27.1"), RunOptions())
-    assert result.status == "not present" and result.compared == 0
-    assert "seg_block_strides_ptr" in result.note and "d6af803" in result.note
+def test_a_planted_change_in_the_pre_fix_kernel_diverges(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """0.27.1's launcher (no stride column) driven with the model's pre_d6af803 plan: one word off in a copy of
+    its kernel is a byte difference (the unplanted release agrees byte for byte: test_conform_releases)."""
+    from kvsim.conform.vllm.kernels import zero_compare
+    from kvsim.gpu_oracle.kernels.zero_kv_blocks.cases import sentinel_cases
+
+    release = resolve_source("vllm", version="0.27.1")
+    tree = _planted(tmp_path, release, "vllm/v1/worker/utils.py", "cols = tl.arange(0, BLOCK_SIZE).to(tl.int64)",
+                    "cols = tl.arange(0, BLOCK_SIZE).to(tl.int64) + 1")
+    case = next(c for c in sentinel_cases() if c.name.startswith("last block page") and c.chunk_width is None)
+    with KernelChild(release, "cpu") as child:
+        assert zero_compare(child, case) is None
+    with KernelChild(resolve_source("vllm", from_path=tree), "cpu") as child:
+        found = zero_compare(child, case)
+    assert found is not None and "pre_d6af803" in found.model and "bytes differ" in found.note
+
+
+# before ptr_table.py: gpu_id and cuda:{gpu_id} in the gather (0.5.17: streams kept on the buffer; 0.5.19:
+# get_gather_stream); the scatter is the same in both
+OLD_SGLANG = [("0.5.17", name) for name in KERNEL_TARGETS["sglang"]] + [("0.5.19", "staging-gather-triton"),
+                                                                        ("0.5.19", "staging-gather-torch")]
+
+
+@pytest.mark.parametrize("version,name", OLD_SGLANG)
+def test_staging_kernels_before_the_ptr_table_conform(version: str, name: str) -> None:
+    result = _target("sglang", name).run(resolve_source("sglang", version=version), RunOptions(max_examples=4))
+    assert result.status == "conforms", result
+    assert result.compared >= 4 and result.divergent == 0
+
+
+def test_a_planted_change_in_the_0_5_17_gather_diverges(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    release = resolve_source("sglang", version="0.5.17")
+    tree = _planted(tmp_path, release, "sglang/srt/disaggregation/common/staging_buffer.py",
+                    "pool_token * stride_pool_token.to(tl.int64) + head_offset.to(tl.int64) + e_idx",
+                    "pool_token * stride_pool_token.to(tl.int64) + e_idx")
+    result = _target("sglang", "staging-gather-triton").run(resolve_source("sglang", from_path=tree),
+                                                           RunOptions(max_examples=20))
+    assert result.status == "diverges", result

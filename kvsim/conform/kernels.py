@@ -101,8 +101,8 @@ def run_kernel_check(check: KernelCheck, source: EngineSource, options: Any) -> 
                     result.diverge(**found.record())
 
             def one(case: Any) -> None:
+                found = check.compare(child, case)  # may reject the input (hypothesis.reject): not counted
                 result.compared += 1
-                found = check.compare(child, case)
                 if found:
                     raise found
 

@@ -17,7 +17,8 @@ from .targets import TargetResult
 class SeedBug:
     bug: str        # the catalog's bug report id
     engine: str
-    target: str     # the conform target that runs the report's property on the real code
+    target: str | tuple[str, ...]  # the conform target(s) that run the report's property on the real code: in
+    # each release the first of them present there (where the code changed shape across the fix)
     property: str   # the bug report's property
     fix: str        # the upstream change
     before: str     # last release before the fix
@@ -32,15 +33,32 @@ SEED_BUGS = (
             "overlaid_groups_get_the_widest_page", "widest-page merge of overlaid segments (after 0.28.0)",
             "0.28.0", "0.33.0", "fixed upstream: 0.33.0 is the first release checked with the merge (0.29-0.32 "
             "not checked)"),
-    SeedBug("vllm-b38e111d-mla-chunk-blowup", "vllm", "plan_mla_context_chunks", "chunk_count_within_alignment_slack",
-            "b38e111d (#50613)", "0.27.1", "0.28.0",
-            "0.27.1 has no per-request planner (plan_mla_context_chunks is absent: the uniform plan is inline in "
-            "the metadata builder), so the report's property cannot run on the release before the fix; on 0.28.0 and "
-            "later it runs on upstream's per-request plans"),
+    SeedBug("vllm-b38e111d-mla-chunk-blowup", "vllm", ("mla_uniform_plan", "plan_mla_context_chunks"),
+            "chunk_count_within_alignment_slack", "b38e111d (#50613)", "0.27.1", "0.28.0",
+            "0.27.1: the uniform plan inline in build_mla_chunked_context_metadata (target mla_uniform_plan); "
+            "0.28.0 and later: the per-request plan_mla_context_chunks (target plan_mla_context_chunks)"),
     SeedBug("sglang-05c7ebf-staging-slot-overrun", "sglang", "send_plan", "each_send_fits_one_slot",
             "05c7ebf (#30545)", "0.5.17", "0.5.19",
             "upstream's send_kv_chunk itself, driven room by room; 0.5.13-0.5.17 page-floor only (no "
             "compute_grid_segments), 0.5.19+ grid-floor and split at grid lines"),
+    SeedBug("vllm-d6af803-packed-zeroing-stride", "vllm", "zero-kv-blocks-kernel", "zeroing_preserves_other_bytes",
+            "d6af803 (#50276)", "0.27.1", "0.28.0",
+            "kernel side: upstream's KVBlockZeroer plan zeroed by upstream's Triton _zero_kv_blocks_kernel (its "
+            "own launcher; 0.27.1 without the stride column), red-zone guard bytes around every allocation"),
+    SeedBug("sglang-pd-common-failed-not-sticky", "sglang", "update_status", "failed_is_sticky",
+            "early return on Failed in CommonKVManager.update_status", "0.5.19", "0.5.20",
+            "upstream's own update_status on every short trace; 0.5.13-0.5.19 take max(Failed, status), 0.5.20+ "
+            "return early on Failed (and create an absent room only from an opening status)"),
+    SeedBug("sglang-pr35281-mori-draft-layout", "sglang", "_get_mha_mem_desc_slices", "layout_selects_main_kv",
+            "PR #35281 (area 4)", "0.5.18", "0.5.19",
+            "upstream's own MoriKVManager._get_mha_mem_desc_slices: 0.5.13-0.5.18 split the list in half, 0.5.19+ "
+            "the V-offset rule (whose wider cases are the open finding sglang-pr35281-mori-wide-draft-layout)"),
+    SeedBug("vllm-49294-mla-empty-span", "vllm", "mla-context-accumulation",
+            "context_partial_matches_context_attention",
+            "#49294 (fixes #49334)", "0.25.1", "0.26.0",
+            "the uniform loop's accumulation on the release's own mask_empty_context (absent in 0.25.1 and earlier) "
+            "and merge_attn_states, Triton under the interpreter; the per-chunk attention is the model's backend "
+            "(an empty span leaves NaN output, finite LSE); 0.28.0 and later plan no empty spans (not present)"),
 )
 
 
@@ -56,18 +74,31 @@ def property_status(result: TargetResult | None, name: str) -> str:
     return "not run"
 
 
+def bug_targets(bug: SeedBug) -> tuple[str, ...]:
+    return (bug.target,) if isinstance(bug.target, str) else tuple(bug.target)
+
+
+def release_status(bug: SeedBug, version: str, table: Mapping[str, Mapping[str, TargetResult]]) -> tuple[str, str]:
+    """(status, target) of the bug's property in one release: the first of its targets that ran it there."""
+    found = [(property_status(table[name].get(version), bug.property), name) for name in bug_targets(bug)
+             if name in table]
+    return next((f for f in found if f[0] in ("fails", "holds")), found[0])
+
+
 def bug_rows(engine: str, versions: Sequence[str],
              table: Mapping[str, Mapping[str, TargetResult]]) -> list[dict[str, Any]]:
     rows = []
     for bug in SEED_BUGS:
-        if bug.engine != engine or bug.target not in table:
+        if bug.engine != engine or not any(name in table for name in bug_targets(bug)):
             continue
-        statuses = {v: property_status(table[bug.target].get(v), bug.property) for v in versions}
+        ran = {v: release_status(bug, v, table) for v in versions}
+        statuses = {v: status for v, (status, _) in ran.items()}
         shown = None
         if bug.before in statuses and bug.after in statuses and statuses[bug.before] in ("fails", "holds"):
             shown = statuses[bug.before] == "fails" and statuses[bug.after] == "holds"
         rows.append({"bug": bug.bug, "property": bug.property, "fix": bug.fix, "before": bug.before,
-                     "after": bug.after, "statuses": statuses, "reproduced_across_fix": shown, "note": bug.note})
+                     "after": bug.after, "statuses": statuses, "targets": {v: name for v, (_, name) in ran.items()},
+                     "reproduced_across_fix": shown, "note": bug.note})
     return rows
 
 
@@ -80,7 +111,8 @@ def format_bug_rows(rows: Sequence[Mapping[str, Any]], versions: Sequence[str]) 
         verdict = {True: "fails before, holds after: reproduced", False: "NOT reproduced across the fix",
                    None: f"not shown (needs {row['before']} and {row['after']} in --versions, with the code "
                          f"present in {row['before']})"}[row["reproduced_across_fix"]]
-        lines.append(f"  {row['bug']} [{row['property']}, fix {row['fix']}]: {cells}: {verdict}")
+        via = "/".join(dict.fromkeys(row["targets"].values()))
+        lines.append(f"  {row['bug']} [{row['property']} on {via}, fix {row['fix']}]: {cells}: {verdict}")
         if row["note"]:
             lines.append(f"      {row['note']}")
     return lines

@@ -89,9 +89,13 @@ def format_table(engine: str, versions: Sequence[str], table: dict[str, dict[str
     notes = [f"  {v} {name}: {r.note}" for name, row in table.items() for v, r in row.items() if r.note]
     failing = [f"  {v} {name}: property {p['property']} fails" for name, row in table.items()
                for v, r in row.items() for p in r.properties if p["status"] == "fails"]
+    confirmed = [f"  {v} {name}: {p['property']}: {p['message']}" for name, row in table.items()
+                 for v, r in row.items() for p in r.properties if p["status"] == "finding confirmed"]
     bugs = format_bug_rows(bug_rows(engine, versions, table), versions)
-    return "\n".join(lines + (["notes:"] + notes if notes else []) + (["properties failing on the real code:"]
-                                                                      + failing if failing else []) + bugs)
+    return "\n".join(lines + (["notes:"] + notes if notes else [])
+                     + (["properties failing on the real code:"] + failing if failing else [])
+                     + (["open-upstream findings confirmed on the real code:"] + confirmed if confirmed else [])
+                     + bugs)
 
 
 def parse_versions(text: str) -> list[str]:

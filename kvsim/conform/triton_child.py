@@ -45,7 +45,8 @@ from kvsim.engine.errors import ConfigError, KvsimError
 from .source import EngineSource
 
 DEVICES = ("cpu", "cuda")
-KERNEL_MODULES = ("kvsim.conform.vllm.kernels", "kvsim.conform.sglang.kernels")
+KERNEL_MODULES = ("kvsim.conform.vllm.kernels", "kvsim.conform.vllm.context_merge", "kvsim.conform.vllm.offload_mapping",
+                  "kvsim.conform.sglang.kernels")
 
 
 class KernelSkipped(KvsimError):

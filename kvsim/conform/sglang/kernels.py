@@ -22,6 +22,11 @@
   for bit over the whole decode pool. Adapter: upstream scatters the whole slot of one decode rank
   in one call (its writers at `writer * per_rank_bytes`), so a case's single `writer`/`offset` are
   not read: the slot is the case's garbage buffer, laid out by the model's `StagingLayout`.
+  Before 0.5.23 (0.5.13-0.5.19: the same file, no `ptr_table.py`): the launchers build their layer
+  pointer tables with `torch.tensor` themselves, and the gather takes a `gpu_id` and hard-codes
+  `cuda:{gpu_id}` streams and devices. Adapter (CPU only): the loaded code's `torch` is the real one but
+  for `torch.cuda` (a no-op device/stream shim), `gpu_id` is 0 and a torch function mode maps a
+  `cuda:N` device argument to the CPU (`--device cuda` runs the release's code unchanged).
   Deliberate refusal (documented convention, probe `triton_staging_8_byte_elements`): upstream's
   Triton paths view the buffers through `{1: int8, 2: int16, 4: int32}.get(size, int16)`, so an
   8-byte KV dtype (float64) is copied as int16 with element offsets: a quarter of the bytes,
@@ -57,12 +62,71 @@ TRITON_DTYPES = ("float16", "uint8", "float32")  # element sizes upstream's int 
 _LOADED: dict[str, Any] = {}
 
 
+class _CudaShim:
+    """`torch.cuda` for a pre-0.5.23 launcher on the CPU: devices and streams are no-ops."""
+
+    @staticmethod
+    def set_device(index: Any) -> None:
+        pass
+
+    @staticmethod
+    def Stream(*args: Any, **kwargs: Any) -> "_Stream":  # noqa: N802 - torch's name
+        return _Stream()
+
+    @staticmethod
+    def default_stream(*args: Any, **kwargs: Any) -> "_Stream":
+        return _Stream()
+
+    current_stream = default_stream
+
+    @staticmethod
+    def stream(stream: Any) -> Any:
+        return contextlib.nullcontext()
+
+
+def _host_torch() -> types.ModuleType:
+    import torch
+
+    host = types.ModuleType("torch")
+    host.__dict__.update({k: v for k, v in vars(torch).items() if not k.startswith("__")})
+    host.cuda = _CudaShim()  # type: ignore[attr-defined]
+    return host
+
+
+def _on_cpu() -> Any:
+    """A torch function mode mapping `cuda[:N]` device arguments to the CPU (the pre-0.5.23 gather's
+    `cuda:{gpu_id}`)."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    def host(value: Any) -> Any:
+        if isinstance(value, str) and value.startswith("cuda"):
+            return "cpu"
+        if isinstance(value, torch.device) and value.type == "cuda":
+            return torch.device("cpu")
+        return value
+
+    class CudaOnCpu(TorchFunctionMode):
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            return func(*(host(a) for a in args), **{k: host(v) for k, v in (kwargs or {}).items()})
+
+    return CudaOnCpu()
+
+
+def _pre_ptr_table(source: EngineSource) -> bool:
+    return not source.has(PTR_TABLE)
+
+
 def _load(source: EngineSource, device: str) -> Any:
     import torch
 
     from ..triton_child import load_upstream
 
     key = str(source.root)
+    if key not in _LOADED and _pre_ptr_table(source):
+        extra = {"torch": _host_torch()} if device != "cuda" else {}
+        _LOADED[key] = load_upstream(source, STAGING, tuple(dict.fromkeys(GATHER_SYMBOLS + SCATTER_SYMBOLS)),
+                                     extra_globals=extra)
     if key not in _LOADED:
         ptr = load_upstream(source, PTR_TABLE, ("make_ptr_table",))
         if device == "cuda":
@@ -120,8 +184,13 @@ def run_gather(source: EngineSource, case: Mapping[str, Any], device: str) -> di
     buffer = types.SimpleNamespace(buffer=staging[case["offset"]:], device=staging.device,
                                    device_module=torch.cuda if on_cuda else types.SimpleNamespace(set_device=lambda i: None),
                                    get_gather_stream=lambda: stream, producer_stream=lambda: stream)
-    written = ns.gather_all_layers_to_staging(k, v, np.asarray(case["pages"], dtype=np.int64), buffer,
-                                              case["head_start"], case["num_heads"], pool.shape[3])
+    args = (k, v, np.asarray(case["pages"], dtype=np.int64), buffer, case["head_start"], case["num_heads"],
+            pool.shape[3])
+    if _pre_ptr_table(source):  # 0.5.13-0.5.19: a trailing gpu_id, and cuda:{gpu_id} devices
+        with contextlib.nullcontext() if on_cuda else _on_cpu():
+            written = ns.gather_all_layers_to_staging(*args, 0)
+    else:
+        written = ns.gather_all_layers_to_staging(*args)
     if on_cuda:
         torch.cuda.synchronize()
     return {"staging": pack(staging.cpu().numpy()), "written": int(written)}
