@@ -24,8 +24,10 @@ from pathlib import Path
 
 from kvsim.engine.errors import ConfigError, KvsimError
 
-ENGINES = ("vllm", "sglang")
-DEFAULT_VERSIONS = {"vllm": "0.33.0", "sglang": "0.5.23"}
+ENGINES = ("vllm", "sglang", "flashinfer")
+DEFAULT_VERSIONS = {"vllm": "0.33.0", "sglang": "0.5.23", "flashinfer": "0.7.4"}
+# the name pip knows an engine by, where it differs from the package folder (`flashinfer/`)
+DISTRIBUTIONS = {"flashinfer": "flashinfer-python"}
 DOWNLOAD_TIMEOUT_S = 900
 
 
@@ -73,23 +75,30 @@ def _check_version(version: str) -> str:
     return version
 
 
+def distribution(engine: str) -> str:
+    """The engine's name on the package index (`flashinfer-python` for the `flashinfer` package)."""
+    return DISTRIBUTIONS.get(engine, engine)
+
+
 def download_wheel(engine: str, version: str) -> Path:
     """The release's wheel, fetched once with `pip download --no-deps` into the cache."""
+    dist = distribution(engine)
+    stem = dist.replace("-", "_")  # a wheel's file name spells the distribution with underscores
     wheel_dir = cache_root() / "wheels" / f"{engine}-{version}"
-    found = sorted(wheel_dir.glob(f"{engine}-{version}-*.whl"))
+    found = sorted(wheel_dir.glob(f"{stem}-{version}-*.whl"))
     if found:
         return found[0]
     wheel_dir.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-           "-q", "-d", str(wheel_dir), f"{engine}=={version}"]
+           "-q", "-d", str(wheel_dir), f"{dist}=={version}"]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=DOWNLOAD_TIMEOUT_S)
     except (OSError, subprocess.SubprocessError) as exc:
-        raise KvsimError(f"downloading {engine}=={version} failed: {exc}") from exc
-    found = sorted(wheel_dir.glob(f"{engine}-{version}-*.whl"))
+        raise KvsimError(f"downloading {dist}=={version} failed: {exc}") from exc
+    found = sorted(wheel_dir.glob(f"{stem}-{version}-*.whl"))
     if done.returncode != 0 or not found:
         reason = " ".join((done.stderr or done.stdout).split()[-60:])
-        raise KvsimError(f"downloading {engine}=={version} with pip failed "
+        raise KvsimError(f"downloading {dist}=={version} with pip failed "
                          f"(exit {done.returncode}): {reason or 'no wheel was produced'}")
     return found[0]
 
@@ -159,4 +168,4 @@ def resolve_source(engine: str, *, version: str | None = None, from_path: str | 
     src = cache_root() / "src" / f"{engine}-{version}"
     if not (src / engine / "__init__.py").is_file():
         unpack_wheel(engine, download_wheel(engine, version), src)
-    return EngineSource(engine, version, src, f"wheel {engine}=={version} (cache {src})")
+    return EngineSource(engine, version, src, f"wheel {distribution(engine)}=={version} (cache {src})")
