@@ -1,0 +1,160 @@
+"""Invariants of the pipelined-transfer transition system (research note section 1.9), on every state.
+
+Checked on state, data where possible: S1 against the free record and the
+writes in flight, S5 on the destination cells. What only a transition can
+see (a receiver indexing a task it does not have, an outcome changing, a
+cancel_request returning True with credits outstanding) is recorded as a flag
+by the step that does it. S4 (coverage) and S10 (gates) are properties of the
+pure functions (`chunks`, `gates`), not of a run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvsim.engine.system import Invariant
+
+from .status import TERMINAL_SESSION, LlmRequestState, TaskStatus, is_completed, tx_status
+
+S = LlmRequestState
+FLAGGED = ("rx_resolves_task", "S9_outcome_stable", "E2_cancel_true_once")
+
+
+def flag(s: Any, name: str, message: str) -> Any:
+    if any(f[0] == name for f in s.flags):
+        return s
+    return s._replace(flags=tuple(sorted(s.flags + ((name, message),))))
+
+
+def _flagged(name: str):
+    def check(s: Any) -> str | None:
+        for f in s.flags:
+            if f[0] == name:
+                return f[1]
+        return None
+    return check
+
+
+def invariants(system: Any) -> tuple[Invariant, ...]:
+    cfg = system.cfg
+    blocks, per_rank = cfg.blocks, cfg.cells_per_rank
+
+    def s1(s: Any) -> str | None:
+        for r, q in enumerate(s.reqs):
+            if not q.freed:
+                continue
+            for k, fl in enumerate(s.flight[r]):
+                for w in fl:
+                    if not w.is_aux and w.cells:
+                        pages = sorted(b for b, _ in w.cells)
+                        return (f"request {r} rank {k}: pages {pages} freed while slice {w.slice_id}'s write reads "
+                                f"them: expected no page freed with an unsettled accessor")
+        return None
+
+    def s2(s: Any) -> str | None:
+        for r in range(len(s.reqs)):
+            for k, fl in enumerate(s.flight[r]):
+                tx = s.tx[r][k]
+                if fl and (tx is None or not tx.in_map):
+                    return (f"request {r} rank {k}: {len(fl)} writes in flight, has_inflight_transfer False: "
+                            f"expected the session still registered")
+                credits = tx.credits if tx is not None else 0
+                if credits != len(fl):
+                    return f"request {r} rank {k}: credits {credits}: expected {len(fl)} (the writes in flight)"
+        return None
+
+    def s3(s: Any) -> str | None:
+        for r, q in enumerate(s.reqs):
+            if q.ctx == S.DISAGG_CONTEXT_COMPLETE:
+                for k, tx in enumerate(s.tx[r]):
+                    if tx is None or not is_completed(tx, True):
+                        got = "no session" if tx is None else (
+                            f"final slice submitted {tx.final}, tasks {[int(t.status) for t in tx.tasks]}, aux "
+                            f"{None if tx.aux is None else int(tx.aux)}")
+                        return (f"request {r} reported complete on the context side with rank {k}: {got}: expected "
+                                f"the final slice submitted and every KV and aux task TRANSFERRED")
+            rx = s.rx[r]
+            if rx.state == S.DISAGG_GENERATION_TRANS_COMPLETE:
+                for k, tx in enumerate(s.tx[r]):
+                    unfinished = [t.slice_id for t in (tx.tasks if tx else ()) if t.status != TaskStatus.TRANSFERRED]
+                    if tx is None or not tx.final or unfinished or rx.finals[k] < 1:
+                        return (f"request {r}: generation state 12 with rank {k}'s final-slice results "
+                                f"{rx.finals[k]} and slices {unfinished} not written: expected every rank's final "
+                                f"SUCCESS and all its earlier slices complete")
+        return None
+
+    def s5(s: Any) -> str | None:
+        for r, rx in enumerate(s.rx):
+            if rx.state != S.DISAGG_GENERATION_TRANS_COMPLETE:
+                continue
+            bad = [(i // per_rank, i % per_rank, v) for i, v in enumerate(rx.dest) if v != cfg.expected(i % per_rank)]
+            if bad:
+                k, u, v = bad[0]
+                g, b = divmod(u, blocks)
+                where = f"destination block {b} of rank {k}" + (f" (layer group {g})" if g else "")
+                return (f"request {r}: {where} holds {v} of {cfg.full(b)} tokens after completion: expected "
+                        f"{cfg.expected(u)} (the fully computed source block, or nothing outside a window)")
+        return None
+
+    def s6(s: Any) -> str | None:
+        for r, row in enumerate(s.tx):
+            for k, tx in enumerate(row):
+                if tx is None:
+                    continue
+                ids = [t.slice_id for t in tx.tasks]
+                lasts = [i for i, t in enumerate(tx.tasks) if t.is_last]
+                if ids != list(range(len(ids))) or len(lasts) > 1 or (lasts and lasts[0] != len(ids) - 1):
+                    return (f"request {r} rank {k}: slice ids {ids}, is_last at {lasts}: expected 0..n-1 and "
+                            f"is_last only on the highest")
+        return None
+
+    def s7(s: Any) -> str | None:
+        for r, q in enumerate(s.reqs):
+            if q.computed < system.n or q.stopping or q.retired or q.freed:
+                continue
+            for k, tx in enumerate(s.tx[r]):
+                if tx is not None and tx_status(tx) in TERMINAL_SESSION:
+                    break
+            else:
+                missing = [k for k, tx in enumerate(s.tx[r]) if tx is None or not tx.final]
+                if missing:
+                    return (f"request {r}: prefill complete, not cancelled, ranks {missing} emitted no final slice: "
+                            f"expected a final slice on every rank")
+        return None
+
+    def s8(s: Any) -> str | None:
+        for r, q in enumerate(s.reqs):
+            if q.ctx != S.DISAGG_CONTEXT_COMPLETE:
+                continue
+            bad = [k for k, tx in enumerate(s.tx[r]) if tx is not None and tx_status(tx) in TERMINAL_SESSION]
+            if bad:
+                return f"request {r}: completed while ranks {bad} report cancelled or failed: expected no completion"
+        return None
+
+    def e1(s: Any) -> str | None:
+        for r, q in enumerate(s.reqs):
+            if q.freed > 1:
+                return f"request {r}: pages released {q.freed} times: expected once"
+            if q.notices > 1:
+                return f"request {r}: cancel notification sent {q.notices} times: expected at most once"
+            if q.freed and q.pinned:
+                return f"request {r}: pages released while start_transfer's pins are held: expected unpinned"
+        return None
+
+    return (
+        Invariant("S1_no_use_after_free", s1, "no page is freed while a write that reads it is unsettled"),
+        Invariant("rx_resolves_task", _flagged("rx_resolves_task"),
+                  "the single-task receiver finds its task for every result frame (#15519)"),
+        Invariant("S3_no_early_completion", s3,
+                  "complete only after the final slice, every KV task and aux; gen 12 only after every rank's "
+                  "final SUCCESS and its earlier slices"),
+        Invariant("S5_content_fresh", s5, "every destination block holds the fully computed source block"),
+        Invariant("S2_ownership_covers_flight", s2, "writes in flight => registered session; credits = in flight"),
+        Invariant("S6_slice_ids", s6, "slice ids 0..n-1 in submission order, is_last only on the highest"),
+        Invariant("S7_final_slice_always", s7, "a finished, uncancelled prefill emits a final slice on every rank"),
+        Invariant("S8_consensus", s8, "completed only if no rank reports cancelled or failed"),
+        Invariant("S9_outcome_stable", _flagged("S9_outcome_stable"), "a committed outcome never changes"),
+        Invariant("E1_released_once", e1, "pages released once, unpinned; one cancel notification"),
+        Invariant("E2_cancel_true_once", _flagged("E2_cancel_true_once"),
+                  "cancel_request returns True only with no credits outstanding"),
+    )

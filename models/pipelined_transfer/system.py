@@ -1,0 +1,395 @@
+"""The pipelined KV transfer as a transition system (TensorRT-LLM #15727, Python cache transceiver).
+
+Research note ../shared/research/trtllm_flashinfer.md, sections 1.3-1.9. One receiver (gen-first: one
+KVRecvTask over the whole prompt) and K sender TP ranks, each with its own TxSession per request and one
+fabric queue per (request, rank). Events (section 1.7) as actions: `peer_info`/`promote` (with `promotion`);
+`compute`, a forward step then `respond_and_send_async` on every rank (extent, `KVSendTask`, write; at the
+last chunk `start_transfer` pins, the final slice, `_finalize_send`'s aux task); `write_done` (task
+TRANSFERRED, credit retired, result frame); `deliver` (`last_slice_count == expected_transfers`, plus aux);
+`poll`, the collective context poll (completed = intersection, cancelled/failed = union, retire only when
+quiesced); `timeout` and `stall_report`, the clock. Faults are actions with a per-path budget.
+
+Simplifications: a task is TRANSFERRING from dispatch (cancel never finds an INIT task); the layer groups
+are the full-attention one and, with `swa_window`, one window group; the receiver never releases its
+destination pages here (no gen-side cancel).
+"""
+
+from __future__ import annotations
+
+from kvsim.engine.system import Invariant
+
+from . import checks
+from .chunks import MASKED, build_slices
+from .config import PipelinedConfig
+from .state import (NO_SLICE_ID, Cancel, Compute, CtxConcluded, Deliver, Dispatched, DropFrame, DupFrame, Fence,
+                    Frame, FrameSent, PagesFreed, PeerInfo, Poll, Promote, PtState, Req, Rx, RxConcluded, RxTimeout,
+                    Settled, Shutdown, Silent, Stalled, StallReport, Timeout, Write, WriteDone, WriteFail, put)
+from .status import (NEW_TX, TERMINAL_SESSION, KVSendTask, LlmRequestState, TaskStatus, TxSession, cancel,
+                     is_completed, set_exception, tx_status)
+from .variants import FIXED, PipelinedVariant
+
+S = LlmRequestState
+Effects = list
+OPEN = (S.DISAGG_CONTEXT_WAIT_SCHEDULER, S.CONTEXT_INIT, S.DISAGG_CONTEXT_TRANS_IN_PROGRESS)  # not yet concluded
+
+
+class PipelinedTransfer:
+    def __init__(self, variant: PipelinedVariant = FIXED, config: PipelinedConfig = PipelinedConfig()) -> None:
+        self.name, self.variant, self.cfg = "pipelined-transfer", variant, config
+        self.liveness = "E4_every_request_settles" if config.goal == "settle" else "E3_every_cancel_releases"
+        self.liveness_doc = (
+            "from every reachable state some run ends each request released on the context side (or reported "
+            "stalled) and concluded on the receiver (or its peer silent): no silent hang (E4)"
+            if config.goal == "settle" else
+            "from every reachable state some run releases every request's pages on the context side and concludes "
+            "its receiver (E3: a cancelled request releases its pages)")
+        self.extents = config.extents()
+        self.n = len(self.extents)
+        self.k = config.ranks
+        self.fault_kinds = config.fault_kinds
+        blocks = config.blocks
+        slices = iter(build_slices(config.chunks(), config.prompt_len, config.tokens_per_block, config.groups(),
+                                   config.prefix_hit, config.rx_cached_blocks, config.boundary, config.prefix_sent))
+        cells = []
+        for c, ext in enumerate(self.extents):  # an empty non-final chunk emits no slice
+            per_group = next(slices).block_ids_per_layer_groups if ext is not None else ()
+            cells.append(tuple((g * blocks + b, config.fill(b, c + 1)) for g, ids in enumerate(per_group)
+                               for b, d in enumerate(ids) if d != MASKED))
+        self.cells = tuple(cells)  # per prefill chunk: (group * blocks + block, fill) its write snapshots
+        self.invariants: tuple[Invariant, ...] = checks.invariants(self)
+
+    # -- contract -----------------------------------------------------------------------------
+    def initial_states(self) -> tuple[PtState, ...]:
+        c, k = self.cfg, self.k
+        promoted = not c.promotion
+        req = Req(S.CONTEXT_INIT if promoted else S.DISAGG_CONTEXT_WAIT_SCHEDULER, 0, False, False, False, False,
+                  False, 0, False, False, 0, (promoted,) * k)
+        rx = Rx(S.DISAGG_GENERATION_TRANS_IN_PROGRESS, (0,) * k, (0,) * k, False, c.initial_dest())
+        empty = (((),) * k,) * c.requests
+        return (PtState((req,) * c.requests, ((None,) * k,) * c.requests, empty, empty, (rx,) * c.requests,
+                        c.fault_budget, ()),)
+
+    def ctx_done(self, s: PtState, r: int) -> bool:
+        q = s.reqs[r]
+        return q.freed > 0 or (self.cfg.goal == "settle" and q.stalled)
+
+    def rx_done(self, s: PtState, r: int) -> bool:
+        return s.rx[r].state != S.DISAGG_GENERATION_TRANS_IN_PROGRESS or s.reqs[r].silent or s.rx[r].crashed
+
+    def done(self, s: PtState) -> bool:
+        return all(self.ctx_done(s, r) and self.rx_done(s, r) for r in range(self.cfg.requests))
+
+    def computing(self, q: Req) -> bool:
+        """The request will still run forward steps (a cancelled one only in the older revision)."""
+        return q.ctx == S.CONTEXT_INIT and q.freed == 0 and q.computed < self.n and (
+            not q.stopping or self.cfg.cancel_final)
+
+    def poll_enabled(self, s: PtState, r: int) -> bool:
+        """`Poll(r) in enabled(s)`, without listing every other action."""
+        return self._poll(s, r, []) != s
+
+    def _indices(self, flight: tuple) -> range:
+        return range(1) if self.cfg.fifo else range(len(flight))
+
+    def enabled(self, s: PtState) -> list[tuple]:
+        c, v, acts = self.cfg, self.variant, []
+        faults = self.fault_kinds if s.faults_left else ()
+        for r, q in enumerate(s.reqs):
+            if self.computing(q):
+                acts.append(Compute(r))
+            if q.ctx == S.DISAGG_CONTEXT_WAIT_SCHEDULER and not q.stopping:
+                acts += [PeerInfo(r, k) for k in range(self.k) if not q.peer_info[k]]
+                if all(q.peer_info):
+                    acts.append(Promote(r))
+            if self.poll_enabled(s, r):
+                acts.append(Poll(r))
+            for k in range(self.k):
+                fl = s.flight[r][k]
+                if fl and not q.silent:
+                    acts += [WriteDone(r, k, i) for i in self._indices(fl)]
+                if s.frames[r][k] and not q.silent:
+                    acts.append(Deliver(r, k))
+            in_flight = any(s.flight[r])
+            if c.timeouts and q.clock and not q.timed_out and not q.freed:
+                acts.append(Timeout(r))
+            if q.timed_out and not q.stalled and in_flight and not q.freed:
+                acts.append(StallReport(r))
+            if v.drain_deadline and q.stalled and in_flight:
+                acts.append(Fence(r))
+            if v.rx_deadline and c.timeouts and not self.rx_done(s, r):
+                acts.append(RxTimeout(r))
+        for r, q in enumerate(s.reqs):
+            for k in range(self.k):
+                fl = s.flight[r][k]
+                if "fail" in faults and fl and not q.silent:
+                    acts += [WriteFail(r, k, i) for i in self._indices(fl)]
+                if s.frames[r][k]:
+                    if "drop" in faults:
+                        acts.append(DropFrame(r, k))
+                    if "dup" in faults:
+                        acts.append(DupFrame(r, k))
+            if "silent" in faults and not q.silent and not (self.ctx_done(s, r) and self.rx_done(s, r)):
+                acts.append(Silent(r))
+            if "cancel" in faults and not q.stopping and not q.freed:
+                acts.append(Cancel(r))
+        if "shutdown" in faults and any(not q.stopping and not q.freed for q in s.reqs):
+            acts.append(Shutdown())
+        return acts
+
+    def step(self, s: PtState, a: tuple) -> PtState:
+        return self.transition(s, a)[0]
+
+    def transition(self, s: PtState, a: tuple) -> tuple[PtState, tuple[tuple, ...]]:
+        fx: Effects = []
+        return self._step(s, a, fx), tuple(fx)
+
+    def _step(self, s: PtState, a: tuple, fx: Effects) -> PtState:
+        kind = a[0]
+        if kind == "compute":
+            return self._compute(s, a[1], fx)
+        if kind == "peer_info":  # has_all_peer_req_infos_for_send on that rank
+            q = s.reqs[a[1]]
+            return self._set_req(s, a[1], q._replace(peer_info=put(q.peer_info, a[2], True)))
+        if kind == "promote":  # consensus over the TP ranks: DISAGG_CONTEXT_WAIT_SCHEDULER -> CONTEXT_INIT
+            return self._set_req(s, a[1], s.reqs[a[1]]._replace(ctx=S.CONTEXT_INIT))
+        if kind == "write_done":
+            return self._settle(s, a[1], a[2], a[3], True, fx)
+        if kind == "deliver":
+            return self._deliver(s, a[1], a[2], fx)
+        if kind == "poll":
+            return self._poll(s, a[1], fx)
+        if kind == "timeout":
+            return self._timeout(s, a[1], fx)
+        if kind == "stall_report":
+            fx.append(Stalled(a[1]))
+            return self._set_req(s, a[1], s.reqs[a[1]]._replace(stalled=True))
+        if kind == "fence":
+            return self._fence(s, a[1], fx)
+        if kind == "rx_timeout":
+            return self._set_rx(s, a[1], s.rx[a[1]]._replace(state=S.DISAGG_TRANS_ERROR), fx)
+        s = s._replace(faults_left=s.faults_left - 1)
+        if kind == "write_fail":
+            return self._settle(s, a[1], a[2], a[3], False, fx)
+        if kind == "drop_frame":
+            r, k = a[1], a[2]
+            return self._set_frames(s, r, k, s.frames[r][k][1:])
+        if kind == "dup_frame":
+            r, k = a[1], a[2]
+            frames = s.frames[r][k]
+            return self._set_frames(s, r, k, frames[:1] + frames)
+        if kind == "silent":
+            return self._set_req(s, a[1], s.reqs[a[1]]._replace(silent=True))
+        if kind == "cancel":
+            return self._cancel(s, a[1], fx)
+        if kind == "shutdown":
+            for r, q in enumerate(s.reqs):
+                if not q.stopping and not q.freed:
+                    s = self._cancel(s, r, fx)
+            return s
+        raise ValueError(f"unknown action {a!r}")
+
+    # -- the context executor -------------------------------------------------------------------
+    def _compute(self, s: PtState, r: int, fx: Effects) -> PtState:
+        q = s.reqs[r]
+        c = q.computed
+        q = q._replace(computed=c + 1)
+        ext = self.extents[c]
+        if c == self.n - 1:  # is_context_finished: the last chunk
+            if q.retired and self.variant.retired_check_first:
+                # a retired session is caught before start_transfer: the request fails, nothing stays pinned
+                return self._free(self._set_req(s, r, q), r, S.DISAGG_TRANS_ERROR, fx)
+            # start_transfer pins (and commits to the reuse tree), then the final slice, then _finalize_send
+            q = q._replace(pinned=True, ctx=S.DISAGG_CONTEXT_TRANS_IN_PROGRESS, clock=True)
+            s = self._set_req(s, r, q)
+            for k in range(self.k):
+                s, ok = self._send(s, r, k, c, fx)
+                if ok:
+                    tx = s.tx[r][k]
+                    s = self._set_tx(s, r, k, tx._replace(final=True, aux=TaskStatus.TRANSFERRING,
+                                                          credits=tx.credits + 1))
+                    s = self._dispatch(s, r, k, Write(NO_SLICE_ID, False, True, ()), fx)
+            return s
+        s = self._set_req(s, r, q)
+        if q.stopping or ext is None:
+            return s  # a cancelled request's intermediate chunk, or an empty one: nothing is sent
+        for k in range(self.k):
+            s, _ = self._send(s, r, k, c, fx)
+        if self.variant.clock_from_first_chunk:  # a mid-prefill request owning an in-flight session is monitored
+            s = self._set_req(s, r, s.reqs[r]._replace(clock=True))
+        return s
+
+    def _send(self, s: PtState, r: int, k: int, c: int, fx: Effects) -> tuple[PtState, bool]:
+        """TxSession.send: rejected once retired (never recreated) or sealed; else a KVSendTask and its write."""
+        if s.reqs[r].retired:
+            return s, False
+        tx = s.tx[r][k] or NEW_TX  # created lazily on the first send
+        if tx.sealed:
+            return s, False
+        ext = self.extents[c]
+        slice_id = len(tx.tasks)
+        tx = tx._replace(tasks=tx.tasks + (KVSendTask(slice_id, ext.is_last, TaskStatus.TRANSFERRING),),
+                         credits=tx.credits + 1)
+        s = self._set_tx(s, r, k, tx)
+        return self._dispatch(s, r, k, Write(slice_id, ext.is_last, False, self.cells[c]), fx), True
+
+    def _dispatch(self, s: PtState, r: int, k: int, w: tuple, fx: Effects) -> PtState:
+        fx.append(Dispatched(r, k, w))
+        return s._replace(flight=put(s.flight, r, put(s.flight[r], k, s.flight[r][k] + (w,))))
+
+    def _settle(self, s: PtState, r: int, k: int, i: int, ok: bool, fx: Effects) -> PtState:
+        """A fabric write settles: task TRANSFERRED (or ERROR), credit retired, a result frame to the receiver."""
+        fl = s.flight[r][k]
+        w = fl[i]
+        s = s._replace(flight=put(s.flight, r, put(s.flight[r], k, fl[:i] + fl[i + 1:])))
+        fx.append(Settled(r, k, w, ok))
+        tx = s.tx[r][k]
+        status = TaskStatus.TRANSFERRED if ok else TaskStatus.ERROR
+        if w.is_aux:
+            tx = tx._replace(aux=status)
+        else:
+            tx = tx._replace(tasks=put(tx.tasks, w.slice_id, tx.tasks[w.slice_id]._replace(status=status)))
+            if ok:  # the bytes land in the destination cells
+                rx = s.rx[r]
+                dest = list(rx.dest)
+                for u, fill in w.cells:
+                    dest[k * self.cfg.cells_per_rank + u] = fill
+                s = s._replace(rx=put(s.rx, r, rx._replace(dest=tuple(dest))))
+        if not ok:
+            tx = set_exception(tx)
+        s = self._set_tx(s, r, k, tx._replace(credits=tx.credits - 1))
+        # before the #15519 split the frame carried one slice id, the sender's, which the receiver indexes by
+        receiver_slice = 0 if self.variant.split_slice_ids else w.slice_id
+        if w.is_aux:
+            receiver_slice = NO_SLICE_ID
+        frame = Frame(k, w.slice_id, receiver_slice, w.is_last, w.is_aux, ok)
+        fx.append(FrameSent(r, k, frame))
+        return self._set_frames(s, r, k, s.frames[r][k] + (frame,))
+
+    def _poll(self, s: PtState, r: int, fx: Effects) -> PtState:
+        """The collective context poll for one request: intersection for completion, union for failure."""
+        q = s.reqs[r]
+        if q.freed:
+            return s
+        txs = s.tx[r]
+        live = [t for t in txs if t is not None and t.in_map]
+        if (q.ctx in (S.CONTEXT_INIT, S.DISAGG_CONTEXT_TRANS_IN_PROGRESS) and not q.stopping and len(live) == self.k
+                and all(is_completed(t, self.variant.final_slice_flag) for t in live)):
+            for k in range(self.k):  # close(): credits are 0, finalize and unregister
+                s = self._set_tx(s, r, k, txs[k]._replace(in_map=False))
+            return self._free(s, r, S.DISAGG_CONTEXT_COMPLETE, fx)
+        if not q.stopping and not any(tx_status(t) in TERMINAL_SESSION for t in live):
+            return s
+        if not q.stopping:  # a failed rank fails the request on every rank (union)
+            s = self._cancel(s, r, fx)
+            q = s.reqs[r]
+        if q.retired:
+            return s
+        live = [t for t in s.tx[r] if t is not None and t.in_map]
+        quiet = [t.credits == 0 for t in live]
+        # cancel_request: True only when safe to free; retirement needs every rank quiesced
+        if live and not (all(quiet) if self.variant.retire_needs_quiescence else any(quiet)):
+            return s
+        if any(t.credits for t in live):
+            s = checks.flag(s, "E2_cancel_true_once",
+                            f"request {r}: cancel_request returned True with credits "
+                            f"{[t.credits for t in live]}: expected 0 on every rank")
+        for k, t in enumerate(s.tx[r]):
+            if t is not None:
+                s = self._set_tx(s, r, k, t._replace(in_map=False))
+        s = self._set_req(s, r, s.reqs[r]._replace(retired=True))
+        if not self.computing(s.reqs[r]) and s.reqs[r].ctx in OPEN:
+            s = self._free(s, r, S.DISAGG_TRANS_ERROR, fx)
+        return s
+
+    def _cancel(self, s: PtState, r: int, fx: Effects) -> PtState:
+        """cancel_request's first half: sessions cancelled (sealed), the receiver notified once."""
+        q = s.reqs[r]
+        for k, t in enumerate(s.tx[r]):
+            if t is not None and t.in_map:
+                s = self._set_tx(s, r, k, cancel(t))
+        s = self._set_req(s, r, q._replace(stopping=True, notices=q.notices + (q.notices == 0)))
+        if q.notices == 0 and not q.silent:  # CANCEL_SESSION: the receiver's task fails (a committed one stays)
+            rx = s.rx[r]
+            if rx.state == S.DISAGG_GENERATION_TRANS_IN_PROGRESS and not rx.crashed:
+                s = self._set_rx(s, r, rx._replace(state=S.DISAGG_TRANS_ERROR), fx)
+        return s
+
+    def _timeout(self, s: PtState, r: int, fx: Effects) -> PtState:
+        s = self._set_req(s, r, s.reqs[r]._replace(timed_out=True))
+        s = self._cancel(s, r, fx)
+        q = s.reqs[r]
+        if q.retired and not self.computing(q) and not q.freed:
+            # cancel_request on a request whose session is gone: nothing in flight, safe to free
+            s = self._free(s, r, S.DISAGG_TRANS_ERROR, fx)
+        return s
+
+    def _fence(self, s: PtState, r: int, fx: Effects) -> PtState:
+        """Proposed drain deadline: abort every write in flight (the fabric guarantees none lands), then release."""
+        for k in range(self.k):
+            for w in s.flight[r][k]:
+                fx.append(Settled(r, k, w, False))
+                tx = s.tx[r][k]
+                if w.is_aux:
+                    tx = tx._replace(aux=TaskStatus.ERROR)
+                else:
+                    tx = tx._replace(tasks=put(tx.tasks, w.slice_id,
+                                               tx.tasks[w.slice_id]._replace(status=TaskStatus.ERROR)))
+                s = self._set_tx(s, r, k, set_exception(tx)._replace(credits=tx.credits - 1))
+            s = s._replace(flight=put(s.flight, r, put(s.flight[r], k, ())))
+        return self._poll(s, r, fx)
+
+    # -- the receiver ---------------------------------------------------------------------------
+    def _deliver(self, s: PtState, r: int, k: int, fx: Effects) -> PtState:
+        f = s.frames[r][k][0]
+        s = self._set_frames(s, r, k, s.frames[r][k][1:])
+        rx = s.rx[r]
+        if rx.state != S.DISAGG_GENERATION_TRANS_IN_PROGRESS or rx.crashed:
+            return s  # a late result after the outcome is committed changes nothing
+        if not f.is_aux and f.receiver_slice_id != 0:  # the receiver posted one task, slice 0
+            s = checks.flag(s, "rx_resolves_task",
+                            f"request {r}: result frame from rank {k} names receiver slice {f.receiver_slice_id}: "
+                            f"expected 0 (the receiver's only task); the receiver crashes")
+            return self._set_rx(s, r, rx._replace(crashed=True), fx)
+        if not f.ok:
+            return self._set_rx(s, r, rx._replace(state=S.DISAGG_TRANS_ERROR), fx)
+        seen = rx.auxes[k] if f.is_aux else rx.finals[k]
+        if self.variant.dedupe_results and (f.is_aux or f.is_last) and seen:
+            return s  # this writer rank's result was counted already
+        if f.is_aux:
+            rx = rx._replace(auxes=put(rx.auxes, k, rx.auxes[k] + 1))
+        elif f.is_last:
+            rx = rx._replace(finals=put(rx.finals, k, rx.finals[k] + 1))
+        if sum(rx.finals) == self.k and sum(rx.auxes) == self.k:  # last_slice_count == expected_transfers, aux
+            rx = rx._replace(state=S.DISAGG_GENERATION_TRANS_COMPLETE)
+        return self._set_rx(s, r, rx, fx)
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def _free(self, s: PtState, r: int, ctx: LlmRequestState, fx: Effects) -> PtState:
+        q = s.reqs[r]
+        fx.append(PagesFreed(r))
+        fx.append(CtxConcluded(r, int(ctx)))
+        return self._set_req(s, r, q._replace(freed=q.freed + 1, pinned=False, ctx=ctx))
+
+    def _set_req(self, s: PtState, r: int, q: Req) -> PtState:
+        old = s.reqs[r]
+        if old.freed and old.ctx != q.ctx:
+            s = checks.flag(s, "S9_outcome_stable", f"request {r}: context outcome {old.ctx.name} changed to "
+                                                    f"{q.ctx.name}: expected it to stay")
+        return s._replace(reqs=put(s.reqs, r, q))
+
+    def _set_rx(self, s: PtState, r: int, rx: Rx, fx: Effects) -> PtState:
+        old = s.rx[r]
+        if old.state != rx.state:
+            if old.state != S.DISAGG_GENERATION_TRANS_IN_PROGRESS:
+                s = checks.flag(s, "S9_outcome_stable", f"request {r}: receiver outcome {old.state.name} changed "
+                                                        f"to {rx.state.name}: expected it to stay")
+            fx.append(RxConcluded(r, int(rx.state)))
+        return s._replace(rx=put(s.rx, r, rx))
+
+    @staticmethod
+    def _set_tx(s: PtState, r: int, k: int, tx: TxSession) -> PtState:
+        return s._replace(tx=put(s.tx, r, put(s.tx[r], k, tx)))
+
+    @staticmethod
+    def _set_frames(s: PtState, r: int, k: int, frames: tuple) -> PtState:
+        return s._replace(frames=put(s.frames, r, put(s.frames[r], k, frames)))

@@ -1,0 +1,66 @@
+"""The variants of pipelined-transfer: one flag per upstream change (or proposed fix), read where it was made.
+
+`fixed` is TensorRT-LLM #15727 as merged, with its follow-ups (research note
+../shared/research/trtllm_flashinfer.md, sections 1.1 and 1.12), plus the
+explicit "final slice submitted" flag the #17526 review asked for. Flags:
+
+- `split_slice_ids` (#15519 review): result frames carry a sender and a
+  receiver slice id; the single-task receiver resolves by the receiver id
+  (`system._on_frame`). Before: one slice id, so `slice_id >= 1` crashed it.
+- `final_slice_flag` (#17526 review): completion needs the final slice
+  submitted (`status.is_completed`). Before: nothing marks it, and a wait that
+  skips a `None` aux task completes mid-prefill.
+- `clock_from_first_chunk` (#15727 review 2026-08-14, newer executor): the
+  timeout clock runs for a mid-prefill request owning an in-flight session
+  (`system._send`). Before: only from the final chunk (E4).
+- `retire_needs_quiescence` (#15727 review 2026-08-21): a CANCELLED/ERROR
+  session is retired only when every rank has quiesced (`system._poll`).
+- `retired_check_first` (section 1.8, rule 3): a retired session is caught
+  before `start_transfer` at the final chunk (`system._compute`).
+- `drain_deadline` (not upstream; the open review point, E3): a stalled drain
+  fences the domain and releases (`system.enabled`).
+- `rx_deadline` (not upstream; #17665 open): the receiver gives up on a
+  transfer whose notification never came (`system.enabled`).
+- `dedupe_results` (not upstream; a model finding): the receiver counts one
+  final-slice and one aux result per writer rank (`system._deliver`), so a
+  duplicated result cannot push `last_slice_count` past `expected_transfers`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvsim.engine.variants import Variant, VariantTable
+
+
+@dataclass(frozen=True)
+class PipelinedVariant(Variant):
+    split_slice_ids: bool  # #15519 review: sender_slice_id and receiver_slice_id in result frames
+    final_slice_flag: bool  # #17526 review: completion requires "final slice submitted"
+    clock_from_first_chunk: bool  # #15727 review: timeouts cover mid-prefill requests with an in-flight session
+    retire_needs_quiescence: bool  # #15727 review: retire CANCELLED/ERROR only when quiesced on every rank
+    retired_check_first: bool  # section 1.8 rule 3: retired session caught before start_transfer
+    drain_deadline: bool = False  # proposed (open upstream): a stalled cancel drain is fenced and released
+    rx_deadline: bool = False  # proposed (#17665 open): the receiver times out a missing notification
+    dedupe_results: bool = False  # proposed (model finding): count one final / aux result per writer rank
+
+
+def _v(name: str, **changes: bool) -> PipelinedVariant:
+    flags = dict(split_slice_ids=True, final_slice_flag=True, clock_from_first_chunk=True,
+                 retire_needs_quiescence=True, retired_check_first=True)
+    flags.update(changes)
+    return PipelinedVariant(name, **flags)
+
+
+VARIANTS = VariantTable(
+    _v("fixed"),
+    _v("pre_15519", split_slice_ids=False),
+    _v("pre_17526", final_slice_flag=False),
+    _v("final_chunk_clock", clock_from_first_chunk=False),
+    _v("local_quiescence", retire_needs_quiescence=False),
+    _v("retired_unchecked", retired_check_first=False),
+    _v("proposed_drain_deadline", drain_deadline=True),
+    _v("proposed_rx_deadline", rx_deadline=True),
+    _v("proposed_dedupe_results", dedupe_results=True),
+)
+FIXED = VARIANTS.fixed

@@ -1,0 +1,68 @@
+"""Inputs of the pipelined-transfer chunk properties, and the pinned upstream cases (no Hypothesis).
+
+The pinned cases are the research note's (section 1.4 and 1.11): revision B's
+boundary example (tpb 4, 8 blocks, token chunks (0,6), (6,12), (12,32) -> block
+spans [0,2), [1,3), [3,8)), revision A's worked example (prompt 32, reuse hit 12
+tokens, chunks 12..24 and 24..32 -> [0,6), [6,8) with is_last), `prefix_sent`,
+and a single chunk after a reuse hit degenerating to one monolithic slice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvsim.models.pipelined_transfer.chunks import Group, Slice, build_slices, cdiv
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    """A receiver layer group: `held` resident blocks, the suffix of `[0, resident_end)`; a window or None."""
+
+    held: int
+    resident_end: int
+    window: int | None = None
+
+    def group(self, index: int) -> Group:
+        base = 1000 * (index + 1)  # destination ids distinct across groups and never -1
+        return Group(tuple(base + i for i in range(self.held)), self.resident_end, self.window)
+
+
+@dataclass(frozen=True)
+class ChunkCase:
+    prompt_len: int
+    tokens_per_block: int
+    chunks: tuple[tuple[int, int], ...]  # contiguous prefill chunks from prefix_hit to prompt_len
+    prefix_hit: int = 0
+    boundary: str = "A"
+    prefix_sent: bool = False
+    rx_cached_blocks: int = 0
+    groups: tuple[GroupSpec, ...] = ()
+
+    @property
+    def total_blocks(self) -> int:
+        return cdiv(self.prompt_len, self.tokens_per_block)
+
+    def all_groups(self) -> tuple[GroupSpec, ...]:
+        return self.groups or (GroupSpec(self.total_blocks, self.total_blocks),)
+
+    def slices(self) -> tuple[Slice, ...]:
+        return build_slices(self.chunks, self.prompt_len, self.tokens_per_block,
+                            [g.group(i) for i, g in enumerate(self.all_groups())], self.prefix_hit,
+                            self.rx_cached_blocks, self.boundary, self.prefix_sent)
+
+    def spans(self) -> list[tuple[int, int]]:
+        return [(s.extent.block_start, s.extent.block_end) for s in self.slices()]
+
+
+B_BOUNDARY = ChunkCase(32, 4, ((0, 6), (6, 12), (12, 32)), boundary="B")
+B_BOUNDARY_SPANS = [(0, 2), (1, 3), (3, 8)]
+A_WORKED = ChunkCase(32, 4, ((12, 24), (24, 32)), prefix_hit=12)
+A_WORKED_SPANS = [(0, 6), (6, 8)]
+B_PREFIX_SENT = ChunkCase(32, 4, ((12, 24), (24, 32)), prefix_hit=12, boundary="B", prefix_sent=True)
+B_PREFIX_SENT_SPANS = [(3, 6), (6, 8)]
+MONOLITHIC = ChunkCase(32, 4, ((12, 32),), prefix_hit=12, boundary="B")
+MONOLITHIC_SPANS = [(0, 8)]
+SHORT_AND_SWA = ChunkCase(10, 2, ((0, 3), (3, 7), (7, 10)), rx_cached_blocks=1,
+                          groups=(GroupSpec(5, 5), GroupSpec(2, 4), GroupSpec(5, 5, window=4)))
+
+PINNED = (B_BOUNDARY, A_WORKED, B_PREFIX_SENT, MONOLITHIC, SHORT_AND_SWA)
