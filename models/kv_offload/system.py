@@ -1,0 +1,279 @@
+"""The CPU offloading manager under several requests, as a transition system (`kvsim explore kv-offload`).
+
+Request r offers the keys `r*stride .. r*stride + prompt_len - 1` (overlapping windows share keys). Its
+scheduler side stores them (`prepare_store`; the keys to store become one transfer job), loads the
+longest prefix that looks up as HIT (`prepare_load`, one job), touches them, and finishes
+(`on_request_finished`) once no job of its is in flight. Transfers complete (`complete_store`,
+`complete_load`); a failed store is a fault with a budget. `reset_cache` runs with no transfer in
+flight (the scheduler flushes first), a bounded number of times. After every step the connector
+drains `take_events` and `get_stats`; both come back as the step's effects, so the state holds none.
+
+Abstractions (sound for the behaviour): the store-threshold tracker's counts are kept up to the
+threshold (a count only matters through `count >= store_threshold`; the tracker order is kept), and a
+finished request's access record is dropped (it makes no more calls; upstream keeps the record in the
+request's own context, which the scheduler discards).
+
+Invariants on every state: 3.3 items 2 and 3 on the manager, the jobs matching the slots (every
+write-pending key belongs to exactly one store job, every load in flight pins its keys), and the
+step checks of items 4-6 (recorded by the step that broke them). Liveness (`every_job_concludes`):
+from every state all requests can finish, every pending store completed or failed, every load completed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from kvsim.engine.errors import ConfigError
+from kvsim.engine.params import param
+from kvsim.engine.system import Invariant
+
+from . import checks
+from .actions import (CompleteLoad, CompleteStore, Events, Finish, Load, Loaded, NothingToStore, Reset, Stats,
+                      Store, Stored, StoreRefused, Touch)
+from .manager import CPUOffloadingManager, ManagerState
+from .status import CPUOffloadingMetrics, LookupResult
+from .variants import FIXED, OffloadVariant
+
+
+@dataclass(frozen=True)
+class OffloadSystemConfig:
+    """`kvsim explore kv-offload --param`: the cache, the requests and the fault budgets (one place each)."""
+
+    num_chunks: int = param(2, "CPU chunk slots (the manager's capacity)", minimum=0, maximum=8)
+    cache_policy: str = param("lru", "the cache policy", choices=("lru", "arc"))
+    requests: int = param(2, "requests offering keys", minimum=1, maximum=4)
+    prompt_len: int = param(2, "keys each request offers", minimum=1, maximum=4)
+    stride: int = param(1, "key offset between consecutive requests (< prompt_len: shared keys)", minimum=0,
+                        maximum=4)
+    store_threshold: int = param(1, "offers a key needs before it is stored (>= 2: the tracker)", minimum=1,
+                                 maximum=3)
+    max_tracker_size: int = param(4, "keys the store-threshold tracker holds", minimum=1, maximum=16)
+    store_failures: int = param(1, "failed stores (complete_store success=False) allowed", minimum=0, maximum=3)
+    resets: int = param(0, "reset_cache calls allowed", minimum=0, maximum=2)
+    # the timed simulation's workload: each request's keys (not a --param; empty: the windows above)
+    prompts: tuple[tuple[int, ...], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.cache_policy not in ("lru", "arc"):
+            raise ConfigError("--param cache_policy", "one of lru, arc", self.cache_policy)
+        if self.prompts and len(self.prompts) != self.requests:
+            raise ConfigError("prompts", f"one key tuple per request ({self.requests})", len(self.prompts))
+
+    def keys_of(self, req: int) -> tuple[int, ...]:
+        if self.prompts:
+            return self.prompts[req]
+        return tuple(range(req * self.stride, req * self.stride + self.prompt_len))
+
+
+class Job(NamedTuple):
+    store: tuple[int, ...] | None  # keys of the store in flight
+    load: tuple[int, ...] | None  # keys of the load in flight
+    finished: bool
+
+
+class OffloadState(NamedTuple):
+    manager: ManagerState
+    jobs: tuple[Job, ...]
+    failures_left: int
+    resets_left: int
+    fault: tuple[str, str] | None = None  # (invariant, message) a step broke
+
+
+class OffloadSystem:
+    liveness = "every_job_concludes"
+
+    def __init__(self, variant: OffloadVariant = FIXED, config: OffloadSystemConfig = OffloadSystemConfig()) -> None:
+        self.name, self.variant, self.cfg = "kv-offload", variant, config
+        self.keys = tuple(sorted({k for r in range(config.requests) for k in config.keys_of(r)}))
+        self._live: tuple[ManagerState, CPUOffloadingManager] | None = None  # the last step's manager object
+        self.invariants = (
+            Invariant("capacity_and_free_list", self._capacity, "3.3 item 2: allocation high-water mark and "
+                      "LIFO free list partition [0, allocated) with the live slots"),
+            Invariant("counters", lambda s: checks.counters(s.manager), "3.3 item 3: evictable and write-pending "
+                      "counts equal the ref_cnt census"),
+            Invariant("jobs_match_slots", self._jobs, "every write-pending key is in exactly one store job; "
+                      "every load in flight pins its keys"),
+            Invariant("no_input_key_evicted", _fault("no_input_key_evicted"), "3.3 item 4 (#35846): prepare_store "
+                      "never evicts a key it was offered"),
+            Invariant("store_semantics", _fault("store_semantics"), "3.3 item 4: distinct free slots co-indexed "
+                      "with the keys, idle victims only, None changes no slot"),
+            Invariant("load_semantics", _fault("load_semantics"), "3.3 item 5: the keys' slots in key order"),
+            Invariant("failed_store_recovers", _fault("failed_store_recovers"), "3.3 item 6: a failed store's "
+                      "keys miss, their slots are free, other chunks unchanged"),
+        )
+
+    # -- the contract ----------------------------------------------------------------------------
+    def manager(self, state: ManagerState | None = None) -> CPUOffloadingManager:
+        """A manager object of `state` the caller may change (the one the last step left, if it is its state)."""
+        cfg = self.cfg
+        if state is None:
+            return CPUOffloadingManager(cfg.num_chunks, cfg.cache_policy, True, cfg.store_threshold,
+                                        cfg.max_tracker_size, self.variant)
+        live = self._live
+        if live is not None and live[0] is state:
+            self._live = None  # handed out: it will change
+            return live[1]
+        return CPUOffloadingManager.thaw(state, cfg.num_chunks, cfg.store_threshold, cfg.max_tracker_size,
+                                         self.variant)
+
+    def _reader(self, state: ManagerState) -> CPUOffloadingManager:
+        """A manager object of `state` to read only (lookups)."""
+        live = self._live
+        if live is not None and live[0] is state:
+            return live[1]
+        return self.manager(state)
+
+    def initial_states(self) -> tuple[OffloadState, ...]:
+        jobs = (Job(None, None, False),) * self.cfg.requests
+        return (OffloadState(self.manager().freeze(), jobs, self.cfg.store_failures, self.cfg.resets),)
+
+    def done(self, s: OffloadState) -> bool:
+        return s.fault is None and all(j.finished for j in s.jobs)
+
+    def ready_prefix(self, m: CPUOffloadingManager, req: int) -> tuple[int, ...]:
+        """The keys a load would take: the longest prefix of the request's keys that look up as HIT."""
+        out = []
+        for key in self.cfg.keys_of(req):
+            if m.lookup(key) is not LookupResult.HIT:
+                break
+            out.append(key)
+        return tuple(out)
+
+    def enabled(self, s: OffloadState) -> list[tuple]:
+        if s.fault is not None:
+            return []
+        actions: list[tuple] = []
+        m = self._reader(s.manager) if any(not j.finished and j.load is None for j in s.jobs) else None
+        for r in range(len(s.jobs)):
+            actions.extend(self._enabled_for(s, r, m))
+        if s.resets_left and all(j.store is None and j.load is None for j in s.jobs):
+            actions.append(Reset())
+        return actions
+
+    def enabled_for(self, s: OffloadState, r: int) -> list[tuple]:
+        """The enabled actions of request r alone (a timing policy asks this, not the whole list)."""
+        return [] if s.fault is not None else self._enabled_for(s, r, None)
+
+    def _enabled_for(self, s: OffloadState, r: int, m: CPUOffloadingManager | None) -> list[tuple]:
+        actions: list[tuple] = []
+        job = s.jobs[r]
+        if job.store is not None:
+            actions.append(CompleteStore(r, True))
+            if s.failures_left:
+                actions.append(CompleteStore(r, False))
+        if job.load is not None:
+            actions.append(CompleteLoad(r))
+        if job.finished:
+            return actions
+        if job.store is None:
+            actions.append(Store(r))
+        if job.load is None:
+            m = m or self._reader(s.manager)
+            if self.ready_prefix(m, r):
+                actions.append(Load(r))
+        actions.append(Touch(r))
+        if job.store is None and job.load is None:
+            actions.append(Finish(r))
+        return actions
+
+    def step(self, s: OffloadState, action: tuple) -> OffloadState:
+        return self.transition(s, action)[0]
+
+    def transition(self, s: OffloadState, action: tuple) -> tuple[OffloadState, tuple[tuple, ...]]:
+        m = self.manager(s.manager)
+        before = s.manager
+        kind = action[0]
+        jobs = list(s.jobs)
+        effects: list[tuple] = []
+        fault = None
+        failures_left, resets_left = s.failures_left, s.resets_left
+        if kind == "store":
+            r = action.req
+            keys = self.cfg.keys_of(r)
+            out = m.prepare_store(keys, r)
+            after = m.freeze()
+            fault = _first(("no_input_key_evicted", checks.no_input_key_evicted(keys, out)),
+                           ("store_semantics", checks.store_semantics(before, after, keys, out)))
+            if out is None:
+                effects.append(StoreRefused(r, keys))
+            elif not out.keys_to_store:
+                effects.append(NothingToStore(r))
+            else:
+                jobs[r] = jobs[r]._replace(store=out.keys_to_store)
+                effects.append(Stored(r, out.keys_to_store, out.chunk_ids, out.evicted_keys))
+        elif kind == "complete_store":
+            r, success = action.req, action.success
+            keys = jobs[r].store
+            m.complete_store(keys, success)
+            jobs[r] = jobs[r]._replace(store=None)
+            if not success:
+                failures_left -= 1
+                fault = _first(("failed_store_recovers", checks.failed_store_recovers(before, m.freeze(), keys)))
+        elif kind == "load":
+            r = action.req
+            keys = self.ready_prefix(m, r)
+            ids = m.prepare_load(keys, r)
+            fault = _first(("load_semantics", checks.load_semantics(before, keys, ids)))
+            jobs[r] = jobs[r]._replace(load=keys)
+            effects.append(Loaded(r, keys, ids))
+        elif kind == "complete_load":
+            r = action.req
+            m.complete_load(jobs[r].load)
+            jobs[r] = jobs[r]._replace(load=None)
+        elif kind == "touch":
+            m.touch(self.cfg.keys_of(action.req))
+        elif kind == "finish":
+            m.on_request_finished(action.req)
+            jobs[action.req] = jobs[action.req]._replace(finished=True)
+        elif kind == "reset":
+            m.reset_cache()
+            resets_left -= 1
+        else:
+            raise ValueError(f"unknown action {action!r}")
+        events = m.take_events()
+        if events:
+            effects.append(Events(events))
+        stats = m.get_stats()
+        effects.append(Stats(stats["gauges"][CPUOffloadingMetrics.CPU_CACHE_USAGE_PERC],
+                             stats["histograms"][CPUOffloadingMetrics.CPU_ALLOCATION_SIZE],
+                             stats["counters"].get(CPUOffloadingMetrics.STORES_SKIPPED, 0)))
+        if action[0] == "finish":  # a finished request acts no more: the scheduler drops its context
+            m.forget_request(action.req)
+        frozen = m.freeze()
+        if frozen.counts is not None:  # counts above the threshold behave alike (see the module doc)
+            cap = self.cfg.store_threshold
+            frozen = frozen._replace(counts=tuple((k, min(c, cap)) for k, c in frozen.counts))
+        else:
+            self._live = (frozen, m)  # `m` is exactly `frozen`: the next step from this state reuses it
+        return OffloadState(frozen, tuple(jobs), failures_left, resets_left, fault), tuple(effects)
+
+    # -- invariants ------------------------------------------------------------------------------
+    def _capacity(self, s: OffloadState) -> str | None:
+        return checks.capacity_and_free_list(s.manager, self.cfg.num_chunks)
+
+    def _jobs(self, s: OffloadState) -> str | None:
+        slots = checks.resident(s.manager)
+        pending = sorted(k for k, (ref, _) in slots.items() if ref == -1)
+        stored = sorted(k for j in s.jobs if j.store is not None for k in j.store)
+        if stored != pending:
+            return f"write-pending keys: expected exactly the store jobs' keys {stored}, got {pending}"
+        for key, (ref, _) in slots.items():
+            loads = sum(j.load.count(key) for j in s.jobs if j.load is not None)
+            if ref >= 0 and ref != loads:
+                return f"key {key}: expected ref_cnt {loads} (loads in flight), got {ref}"
+        return None
+
+
+def _first(*found: tuple[str, str | None]) -> tuple[str, str] | None:
+    for name, message in found:
+        if message is not None:
+            return name, message
+    return None
+
+
+def _fault(name: str):
+    def check(s: OffloadState) -> str | None:
+        return s.fault[1] if s.fault is not None and s.fault[0] == name else None
+    check.__name__ = name
+    return check
