@@ -89,6 +89,7 @@ class SimpyClock:
         self.rng = random.Random(seed)  # the same generator, drawn in the same order
         self.env = simpy.Environment()
         self.events_run = 0
+        self.stopped_by = None  # no work budget here: SimPy runs to the end
         self.schedule = self._schedule_callback if style == "callbacks" else self._schedule_process
 
     @property

@@ -13,4 +13,7 @@ MODELS = (  # in the order the models were added; the catalog lists them so
     "mla_chunks",
     "pd_staging",
     "pd_protocol",
+    "mla_backends",
+    "pipelined_transfer",
+    "kv_offload",
 )

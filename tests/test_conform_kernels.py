@@ -142,7 +142,9 @@ def test_a_planted_change_in_the_pre_fix_kernel_diverges(tmp_path) -> None:  # t
 # before ptr_table.py: gpu_id and cuda:{gpu_id} in the gather (0.5.17: streams kept on the buffer; 0.5.19:
 # get_gather_stream); the scatter is the same in both
 OLD_SGLANG = [("0.5.17", name) for name in KERNEL_TARGETS["sglang"]] + [("0.5.19", "staging-gather-triton"),
-                                                                        ("0.5.19", "staging-gather-torch")]
+                                                                        ("0.5.19", "staging-gather-torch"),
+                                                                        # ptr_table.py shipped, the old gather kept
+                                                                        ("0.5.20", "staging-gather-triton")]
 
 
 @pytest.mark.parametrize("version,name", OLD_SGLANG)

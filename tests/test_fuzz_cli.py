@@ -40,7 +40,8 @@ SECONDS = 4.0  # the --max-seconds every generated command line carries (when it
 SLACK = 20.0  # start-up, catalog loading, and the simulate/replay backstop alarm
 
 COMMANDS = ("list", "check", "repro", "explore", "simulate", "replay", "oracle")
-MODELS = ("swa-budget", "pd-staging", "pd-protocol", "mla-chunks", "kv-zeroing")
+MODELS = ("swa-budget", "pd-staging", "pd-protocol", "mla-chunks", "kv-zeroing", "kv-offload", "mla-backends",
+          "pipelined-transfer")
 PARAM_NAMES = ("requests", "chunks", "rooms", "page_size", "prompt_max", "output_max", "arrival_rate", "step_time",
                "ring_units", "prompts", "outputs", "writers", "faults", "backend", "staging", "chunk_time",
                "prompt_len", "fault_budget", "max_failures", "sliding_window", "full_pages", "swa_pages")

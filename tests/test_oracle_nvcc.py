@@ -20,7 +20,7 @@ def test_there_are_kernels_to_check() -> None:
     # every source has a descriptor in its family, and every descriptor a source and a CPU launcher
     assert sorted(k.stem for k in KERNELS) == sorted(k.name for f in families() for k in f.kernels) \
         == build.shim_kernels()
-    assert sorted(f.model for f in families()) == ["kv-zeroing", "mla-chunks", "pd-staging"]
+    assert sorted(f.model for f in families()) == ["kv-offload", "kv-zeroing", "mla-backends", "mla-chunks", "pd-staging"]
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc not found on PATH, in $CUDA_HOME/bin or /usr/local/cuda/bin")

@@ -483,7 +483,7 @@ def _check_one(prop: Any, run: RunSpec, args: argparse.Namespace, backend: str |
 
 
 def cmd_repro(args: argparse.Namespace) -> int:
-    from .repro import reproduce
+    from .repro import latest_verdict, release_verdicts, reproduce
 
     reg = catalog.load()
     bugs = list(reg.bugs.values()) if args.all else [reg.bug(args.bug_id)]
@@ -517,19 +517,25 @@ def cmd_repro(args: argparse.Namespace) -> int:
                      {True: "yes", False: "NO", None: "-"}[r.fixed_passes], "holds" if r.ok else "BROKEN"]
             if args.wide:
                 cells[2:2] = [r.bug.source, r.bug.check]
+                cells.append(release_verdicts(r.bug))
                 cells.append(_short(r.counterexample, 80) if r.counterexample else "")
             return cells
 
         headers = ["bug", "status", "searched", "seconds", "repro", "fixed", "verdict"]
         if args.wide:  # everything; the default fits a 120-column terminal
             headers[2:2] = ["upstream source", "property / invariant"]
-            headers.append("counterexample")
+            headers += ["upstream releases", "counterexample"]
         ok = sum(r.ok for r in results)
+        width = max([len(r.bug.id) for r in results] + [0])
         tail = ""
         if not_run:
             tail = (f"\nINCOMPLETE: --max-seconds {args.max_seconds:g} ran out; not run: {', '.join(not_run)}"
                     + ("" if broken else "; nothing was found, and nothing is proved (exit 3)"))
-        return _table(headers, [row(r) for r in results]) + \
+        releases = "" if args.wide else "".join(
+            f"\n  {r.bug.id:<{width}}  {latest_verdict(r.bug)}" for r in results if r.bug.verdicts)
+        if releases:  # below the table, which stays within 120 columns (--wide puts every release in a column)
+            releases = "\n\nin the newest upstream release each finding names (--wide: every release):" + releases
+        return _table(headers, [row(r) for r in results]) + releases + \
             f"\n\n{ok} of {len(results) + len(not_run)} bug reports hold" + tail
 
     _emit(args, doc, text)

@@ -60,7 +60,7 @@ def cmd_conform(args: argparse.Namespace) -> int:
                           "results": [to_json(r) for r in results]}, indent=1))
     else:
         print(format_results(source, results))
-    return exit_code(results)
+    return exit_code(results, chosen=args.target is not None)
 
 
 def main(argv: list[str] | None = None) -> int:

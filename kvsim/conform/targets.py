@@ -17,9 +17,20 @@ from kvsim.engine.errors import ConfigError
 from .source import EngineSource
 
 ADAPTER_MODULES = {
-    "vllm": ("kvsim.conform.vllm.planner", "kvsim.conform.vllm.zeroer", "kvsim.conform.vllm.kernels"),
+    "vllm": ("kvsim.conform.vllm.planner", "kvsim.conform.vllm.zeroer", "kvsim.conform.vllm.kernels",
+             "kvsim.conform.vllm.uniform_plan",
+             "kvsim.conform.vllm.workspace",
+             "kvsim.conform.vllm.offload_mapping",
+             "kvsim.conform.vllm.context_merge",
+             "kvsim.conform.vllm.offload"),
     "sglang": ("kvsim.conform.sglang.staging", "kvsim.conform.sglang.budget", "kvsim.conform.sglang.ring",
-               "kvsim.conform.sglang.send_plan", "kvsim.conform.sglang.kernels"),
+               "kvsim.conform.sglang.send_plan", "kvsim.conform.sglang.kernels",
+               "kvsim.conform.sglang.layout", "kvsim.conform.sglang.status",
+               "kvsim.conform.sglang.findings"),
+    "flashinfer": ("kvsim.conform.flashinfer.merge", "kvsim.conform.flashinfer.metadata",
+                   "kvsim.conform.flashinfer.selection", "kvsim.conform.flashinfer.fallback",
+                   "kvsim.conform.flashinfer.triton_merge", "kvsim.conform.flashinfer.inputs",
+                   "kvsim.conform.flashinfer.contract"),
 }
 STATUSES = ("conforms", "diverges", "not present", "skipped", "error")
 MAX_REPORTED = 5  # divergences kept per target (the count is always exact)

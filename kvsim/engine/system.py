@@ -41,6 +41,26 @@ class TransitionSystem(Protocol[S, A]):
     def done(self, state: S) -> bool: ...
 
 
+def flag(state: Any, name: str, message: str) -> Any:
+    """`state` (a NamedTuple with a sorted `flags` tuple) with the invariant `name` marked violated, once.
+
+    A transition that sees a violation it cannot express as a check over the state records it here;
+    `flagged(name)` is the matching invariant."""
+    if any(f[0] == name for f in state.flags):
+        return state
+    return state._replace(flags=tuple(sorted(state.flags + ((name, message),))))
+
+
+def flagged(name: str) -> Callable[[Any], str | None]:
+    """The invariant check of a `flag`: the recorded message, or None."""
+    def check(state: Any) -> str | None:
+        for f in state.flags:
+            if f[0] == name:
+                return f[1]
+        return None
+    return check
+
+
 def transition(system: Any, state: Any, action: Any) -> tuple[Any, tuple[Any, ...]]:
     """`system.transition(state, action)` where the system has one; else its `step` with no effects."""
     fn = getattr(system, "transition", None)

@@ -12,28 +12,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvsim.engine.system import Invariant
+from kvsim.engine.system import Invariant, flag, flagged
 
 from . import data
 from ..pd_common.status import KVPoll
 
 FLAGGED = ("slot_writes_within_size", "scatter_after_all_writers", "unaligned_prefix_fails_room",
            "outstanding_never_negative")
-
-
-def flag(s: Any, name: str, message: str) -> Any:
-    if any(f[0] == name for f in s.flags):
-        return s
-    return s._replace(flags=tuple(sorted(s.flags + ((name, message),))))
-
-
-def _flagged(name: str):
-    def check(s: Any) -> str | None:
-        for f in s.flags:
-            if f[0] == name:
-                return f[1]
-        return None
-    return check
 
 
 def _cells(bad: list[tuple[int, int, int]]) -> str:
@@ -100,9 +85,9 @@ def invariants(system: Any) -> tuple[Invariant, ...]:
 
     # transition flags that explain a data violation come first: explore reports one invariant per state
     return (
-        Invariant("unaligned_prefix_fails_room", _flagged("unaligned_prefix_fails_room"),
+        Invariant("unaligned_prefix_fails_room", flagged("unaligned_prefix_fails_room"),
                   "S13: a decode prefix that is not page-aligned fails the room; nothing is scattered"),
-        Invariant("slot_writes_within_size", _flagged("slot_writes_within_size"),
+        Invariant("slot_writes_within_size", flagged("slot_writes_within_size"),
                   "S7: no writer writes past its region of the slot allocated for the chunk"),
         Invariant("shared_prefix_rows_unchanged", prefix_unchanged,
                   "S10: no scatter writes a shared radix-prefix row [0, D)"),
@@ -110,11 +95,11 @@ def invariants(system: Any) -> tuple[Invariant, ...]:
                   "S10/S11 on data: every scattered suffix row holds the prefill's KV for its (request, token, head)"),
         Invariant("success_commits_prefill_kv", committed,
                   "S15 on data: decode reports Success only when every suffix row holds the prefill's KV"),
-        Invariant("scatter_after_all_writers", _flagged("scatter_after_all_writers"),
+        Invariant("scatter_after_all_writers", flagged("scatter_after_all_writers"),
                   "S11: a slot is scattered only after W distinct writers reported"),
         Invariant("no_early_teardown", no_early_teardown,
                   "S14: prefill transfer state is torn down only when no chunk of the room is outstanding"),
-        Invariant("outstanding_never_negative", _flagged("outstanding_never_negative"),
+        Invariant("outstanding_never_negative", flagged("outstanding_never_negative"),
                   "S17: _staging_outstanding[room] >= 0"),
         Invariant("no_room_state_after_teardown", no_state_after_teardown,
                   "S9/L4: after teardown no slot, event, arrival, count or offset of the room is left"),

@@ -12,27 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvsim.engine.system import Invariant
+from kvsim.engine.system import Invariant, flag, flagged
 
 from .status import TERMINAL_SESSION, LlmRequestState, TaskStatus, is_completed, tx_status
 
 S = LlmRequestState
 FLAGGED = ("rx_resolves_task", "S9_outcome_stable", "E2_cancel_true_once")
-
-
-def flag(s: Any, name: str, message: str) -> Any:
-    if any(f[0] == name for f in s.flags):
-        return s
-    return s._replace(flags=tuple(sorted(s.flags + ((name, message),))))
-
-
-def _flagged(name: str):
-    def check(s: Any) -> str | None:
-        for f in s.flags:
-            if f[0] == name:
-                return f[1]
-        return None
-    return check
 
 
 def invariants(system: Any) -> tuple[Invariant, ...]:
@@ -143,7 +128,7 @@ def invariants(system: Any) -> tuple[Invariant, ...]:
 
     return (
         Invariant("S1_no_use_after_free", s1, "no page is freed while a write that reads it is unsettled"),
-        Invariant("rx_resolves_task", _flagged("rx_resolves_task"),
+        Invariant("rx_resolves_task", flagged("rx_resolves_task"),
                   "the single-task receiver finds its task for every result frame (#15519)"),
         Invariant("S3_no_early_completion", s3,
                   "complete only after the final slice, every KV task and aux; gen 12 only after every rank's "
@@ -153,8 +138,8 @@ def invariants(system: Any) -> tuple[Invariant, ...]:
         Invariant("S6_slice_ids", s6, "slice ids 0..n-1 in submission order, is_last only on the highest"),
         Invariant("S7_final_slice_always", s7, "a finished, uncancelled prefill emits a final slice on every rank"),
         Invariant("S8_consensus", s8, "completed only if no rank reports cancelled or failed"),
-        Invariant("S9_outcome_stable", _flagged("S9_outcome_stable"), "a committed outcome never changes"),
+        Invariant("S9_outcome_stable", flagged("S9_outcome_stable"), "a committed outcome never changes"),
         Invariant("E1_released_once", e1, "pages released once, unpinned; one cancel notification"),
-        Invariant("E2_cancel_true_once", _flagged("E2_cancel_true_once"),
+        Invariant("E2_cancel_true_once", flagged("E2_cancel_true_once"),
                   "cancel_request returns True only with no credits outstanding"),
     )

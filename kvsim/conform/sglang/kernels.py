@@ -37,6 +37,7 @@
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import types
 from dataclasses import replace
@@ -114,7 +115,14 @@ def _on_cpu() -> Any:
 
 
 def _pre_ptr_table(source: EngineSource) -> bool:
-    return not source.has(PTR_TABLE)
+    """The launchers of 0.5.13-0.5.22: the gather takes a trailing `gpu_id` and builds its own pointer table on
+    `cuda:{gpu_id}` (0.5.20-0.5.22 ship `ptr_table.py` but their staging launchers do not use it yet)."""
+    if not source.has(PTR_TABLE):
+        return True
+    tree = ast.parse(source.file(STAGING).read_text(encoding="utf-8"))
+    gather = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "gather_all_layers_to_staging"),
+                  None)
+    return gather is not None and "gpu_id" in [a.arg for a in gather.args.args]
 
 
 def _load(source: EngineSource, device: str) -> Any:
@@ -186,7 +194,7 @@ def run_gather(source: EngineSource, case: Mapping[str, Any], device: str) -> di
                                    get_gather_stream=lambda: stream, producer_stream=lambda: stream)
     args = (k, v, np.asarray(case["pages"], dtype=np.int64), buffer, case["head_start"], case["num_heads"],
             pool.shape[3])
-    if _pre_ptr_table(source):  # 0.5.13-0.5.19: a trailing gpu_id, and cuda:{gpu_id} devices
+    if _pre_ptr_table(source):  # 0.5.13-0.5.22: a trailing gpu_id, and cuda:{gpu_id} devices
         with contextlib.nullcontext() if on_cuda else _on_cpu():
             written = ns.gather_all_layers_to_staging(*args, 0)
     else:
