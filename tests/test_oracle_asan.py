@@ -40,7 +40,8 @@ def test_pre_fix_last_block_page_is_a_heap_buffer_overflow_in_the_kernel() -> No
     report = child.report
     assert report is not None
     assert (report.kind, report.access, report.size) == ("heap-buffer-overflow", "WRITE", 4)
-    assert report.file.endswith("gpu_oracle/kernels/zero_kv_blocks.cu") and report.line == STORE_LINE
+    # the kernel lives in its family folder since the house move (a build cached from before named the old path)
+    assert report.file.endswith("gpu_oracle/kernels/zero_kv_blocks/zero_kv_blocks.cu") and report.line == STORE_LINE
     assert report.function == "zero_kv_blocks"
     assert report.region == "0 bytes to the right of 192-byte region"  # the first word past the (4, 12) backing
 

@@ -101,8 +101,8 @@ def build_shim(kernel: str = "zero_kv_blocks", *, asan: bool = False, kernel_dir
     key = hashlib.sha256()
     for part in (compiler_version(cxx), " ".join(flags)):
         key.update(part.encode())
-    for path in sources:
-        key.update(path.name.encode() + b"\0" + path.read_bytes())
+    for path in sources:  # the full path too: ASan and debug info name the source file a build came from
+        key.update(str(path.resolve()).encode() + b"\0" + path.read_bytes())
     target = cache_dir() / f"lib{kernel}{'-asan' if asan else ''}-{key.hexdigest()[:16]}.so"
     if target.exists():
         return target
