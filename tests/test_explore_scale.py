@@ -21,6 +21,8 @@ REAL = (("swa-budget", "pre_af7c62e"), ("pd-staging", "pre_05c7ebf"), ("pd-stagi
 
 def outcome(result, with_paths: bool = True) -> tuple:
     violations = [(v.property, v.kind, v.trace if with_paths else len(v.trace)) for v in result.violations]
+    if not with_paths:  # workers report the same violations; ties in depth come in an order that follows hashing
+        violations.sort()
     return (result.states, result.transitions, result.depth, result.hang_states, violations,
             result.coverage.to_json(), result.bound_hit)
 

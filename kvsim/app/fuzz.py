@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..engine.errors import ConfigError
+from ..engine.parallel import connect_ray
 from ..engine.registry import Registry
 
 ROUND = 50  # examples of one property per round (a round is the unit between two looks at the clock)
@@ -121,12 +122,6 @@ def fuzz(model: str, variant: str, properties: Sequence[str], params: dict[str, 
 
 
 def _on_ray(jobs: list[tuple[Any, ...]], address: str) -> list[dict[str, Any]]:
-    try:
-        import ray
-    except ImportError:
-        raise ConfigError("--ray", "the ray package installed (pip install 'kvsim[ray]')", "not installed") from None
-    if not ray.is_initialized():
-        ray.init(address=None if address == "local" else address, include_dashboard=False, log_to_driver=False,
-                 logging_level="ERROR")
+    ray = connect_ray(address)
     task = ray.remote(num_cpus=0)(work)
     return ray.get([task.remote(*job) for job in jobs])

@@ -17,7 +17,7 @@ import time
 from array import array
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from .canon import to_jsonable
 from .store import FingerprintStore, FullStore, state_bytes
@@ -261,25 +261,22 @@ def _violation(system: Any, canon: Callable[[Any], Any] | None, visited: Any, na
     return Violation(name, kind, [to_jsonable(a) for a in actions], message, real)
 
 
-def _find_hangs(visited: Any, system: TransitionSystem[Any, Any], canon: Callable[[Any], Any] | None,
-                violations: dict[str, Violation]) -> int:
-    """Reverse reachability from every state that is done, unexpanded (cut by a bound) or already a violation."""
-    n = len(visited)
-    # predecessors as one compressed array (no list per state: fingerprint runs hold millions)
+def cannot_finish(n: int, edges: Callable[[], Iterable[tuple[int, int]]], alive: bytearray) -> list[int]:
+    """The states 0..n-1 from which no `alive` state (done, cut by a bound, or a violation) can be reached.
+
+    `edges()` yields every transition (source, target) afresh (it is read twice); predecessors are kept as
+    one compressed array, not a list per state (fingerprint runs hold millions). `alive` is extended in place.
+    """
     count = array("I", bytes(4 * (n + 1)))
-    for sid in range(n):
-        for tid in visited.successors(sid):
-            count[tid + 1] += 1
+    for _, tid in edges():
+        count[tid + 1] += 1
     for i in range(n):
         count[i + 1] += count[i]
     fill = array("I", count)
     preds = array("i", bytes(4 * count[n]))
-    for sid in range(n):
-        for tid in visited.successors(sid):
-            preds[fill[tid]] = sid
-            fill[tid] += 1
-    done, bad, expanded = visited.done, visited.bad, visited.expanded
-    alive = bytearray(1 if done[s] or not expanded(s) or bad[s] else 0 for s in range(n))
+    for sid, tid in edges():
+        preds[fill[tid]] = sid
+        fill[tid] += 1
     stack = [s for s in range(n) if alive[s]]
     while stack:
         s = stack.pop()
@@ -288,7 +285,16 @@ def _find_hangs(visited: Any, system: TransitionSystem[Any, Any], canon: Callabl
             if not alive[p]:
                 alive[p] = 1
                 stack.append(p)
-    hangs = [s for s in range(n) if not alive[s]]
+    return [s for s in range(n) if not alive[s]]
+
+
+def _find_hangs(visited: Any, system: TransitionSystem[Any, Any], canon: Callable[[Any], Any] | None,
+                violations: dict[str, Violation]) -> int:
+    """Reverse reachability from every state that is done, unexpanded (cut by a bound) or already a violation."""
+    n = len(visited)
+    done, bad, expanded = visited.done, visited.bad, visited.expanded
+    alive = bytearray(1 if done[s] or not expanded(s) or bad[s] else 0 for s in range(n))
+    hangs = cannot_finish(n, lambda: ((sid, tid) for sid in range(n) for tid in visited.successors(sid)), alive)
     if hangs:
         first = min(hangs, key=lambda s: (visited.depth[s], s))
         name = getattr(system, "liveness", "liveness")

@@ -22,10 +22,9 @@ from __future__ import annotations
 import pickle
 import time
 from array import array
-from collections import deque
 from typing import Any, Callable, Sequence
 
-from .explore import Coverage, ExploreResult, Violation, action_kind, realize
+from .explore import Coverage, ExploreResult, Violation, action_kind, cannot_finish, realize
 from .canon import to_jsonable
 from .errors import ConfigError
 from .store import FingerprintSet, fingerprint, state_bytes
@@ -219,19 +218,23 @@ def _serve(pipe: Any, factory: Callable[[], Any], worker: int, workers: int, opt
             pipe.send((False, f"{type(exc).__name__}: {exc}"))
 
 
+def connect_ray(address: str | None) -> Any:
+    """The `ray` module, connected to the cluster at `address` (None or "local": start one on this machine)."""
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError("--ray", "the ray package installed (pip install 'kvsim[ray]')", "not installed") from None
+    if not ray.is_initialized():
+        ray.init(address=None if address in (None, "", "local") else address, include_dashboard=False,
+                 log_to_driver=False, logging_level="ERROR", runtime_env={"env_vars": {"PYTHONHASHSEED": HASH_SEED}})
+    return ray
+
+
 class RayPool:
     """The same partitions as Ray actors (`ray.init(address)`; no address starts a local cluster)."""
 
     def __init__(self, factory: Callable[[], Any], workers: int, address: str | None, **options: Any) -> None:
-        try:
-            import ray
-        except ImportError:
-            raise ConfigError("--ray", "the ray package installed (pip install 'kvsim[ray]')", "not installed") \
-                from None
-
-        if not ray.is_initialized():
-            ray.init(address=address or None, include_dashboard=False, log_to_driver=False, logging_level="ERROR",
-                     runtime_env={"env_vars": {"PYTHONHASHSEED": HASH_SEED}})
+        ray = connect_ray(address)
         actor = ray.remote(num_cpus=0)(Partition)
         self.ray = ray
         self.actors = [actor.remote(factory, w, workers, **options) for w in range(workers)]
@@ -360,37 +363,31 @@ def _report(system: Any, canon: Callable[[Any], Any] | None, name: str, kind: st
 
 def _hangs(system: Any, canon: Callable[[Any], Any] | None, summaries: list[dict[str, Any]], n: int,
            trail: Callable[[int], tuple[int, list[int]]], violations: dict[str, Violation]) -> int:
-    """Reverse reachability over every worker's states, as `explore`'s liveness pass."""
-    alive: dict[int, bool] = {}
-    preds: dict[int, list[int]] = {}
-    out_degree: dict[int, int] = {}
-    depth_of: dict[int, int] = {}
+    """`explore`'s liveness pass (`cannot_finish`) over every worker's states, numbered densely here."""
+    gids: list[int] = []
+    alive = bytearray()
+    depth_of: list[int] = []
     for w, s in enumerate(summaries):
-        flags = s["flags"]
         depths = array("I")
         depths.frombytes(s["depth"])
-        for lid, flag in enumerate(flags):
-            gid = lid * n + w
-            alive[gid] = bool(flag & 1) or not flag & 4 or bool(flag & 2)
-            depth_of[gid] = depths[lid]
+        for lid, flag in enumerate(s["flags"]):
+            gids.append(lid * n + w)
+            alive.append(1 if flag & 1 or not flag & 4 or flag & 2 else 0)
+            depth_of.append(depths[lid])
+    index = {g: i for i, g in enumerate(gids)}
+    edges = array("i")  # (source, target) pairs, dense
+    for s in summaries:
         src, dst = array("q"), array("q")
         src.frombytes(s["rev_src"])
         dst.frombytes(s["rev_dst"])
         for a, b in zip(src, dst):
-            preds.setdefault(b, []).append(a)
-            out_degree[a] = out_degree.get(a, 0) + 1
-    stack = deque(g for g, ok in alive.items() if ok)
-    while stack:
-        g = stack.pop()
-        for p in preds.get(g, ()):
-            if not alive[p]:
-                alive[p] = True
-                stack.append(p)
-    hangs = [g for g, ok in alive.items() if not ok]
+            edges.append(index[a])
+            edges.append(index[b])
+    hangs = cannot_finish(len(gids), lambda: zip(edges[0::2], edges[1::2]), alive)
     if hangs:
-        first = min(hangs, key=lambda g: (depth_of[g], g))
-        kind = "livelock" if out_degree.get(first) else "deadlock"
+        first = min(hangs, key=lambda i: (depth_of[i], gids[i]))
+        kind = "livelock" if first in edges[0::2] else "deadlock"
         name = getattr(system, "liveness", "liveness")
-        violations[name] = _report(system, canon, name, "hang", trail(first),
+        violations[name] = _report(system, canon, name, "hang", trail(gids[first]),
                                    f"{kind}: no done state is reachable from this state ({len(hangs)} such states)")
     return len(hangs)
