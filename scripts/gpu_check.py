@@ -99,7 +99,7 @@ def triton_native(examples: int) -> dict[str, Any]:
     from kvsim.conform.targets import RunOptions, targets
 
     reason = cuda_reason()
-    names = {"vllm": ("zero-kv-blocks-kernel", "merge-attn-states-triton"),
+    names = {"vllm": ("zero-kv-blocks-kernel", "merge-attn-states-triton", "mla-paged-decode"),
              "sglang": ("staging-gather-triton", "staging-gather-torch", "staging-scatter-triton",
                         "staging-scatter-torch")}
     if reason is not None:

@@ -46,7 +46,7 @@ from .source import EngineSource
 
 DEVICES = ("cpu", "cuda")
 KERNEL_MODULES = ("kvsim.conform.vllm.kernels", "kvsim.conform.vllm.context_merge", "kvsim.conform.vllm.offload_mapping",
-                  "kvsim.conform.sglang.kernels")
+                  "kvsim.conform.vllm.mla_decode", "kvsim.conform.sglang.kernels")
 
 
 class KernelSkipped(KvsimError):

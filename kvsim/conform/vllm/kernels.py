@@ -59,6 +59,9 @@ def vllm_modules(device: str) -> dict[str, Any]:
         def fp8_dtype(self) -> Any:
             return torch.float8_e4m3fn
 
+        def is_rocm(self) -> bool:  # kernels pick their CUDA tile sizes
+            return False
+
     def async_tensor_h2d(data: Any, dtype: Any, target_device: Any = None, pin_memory: bool = False,
                          device: Any = None) -> Any:
         return torch.tensor(data, dtype=dtype, device=device or target_device)
