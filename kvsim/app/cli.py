@@ -28,7 +28,7 @@ from ..engine.progress import Progress
 from ..engine.sim import DEFAULT_MAX_EVENTS, DEFAULT_MAX_SECONDS
 from ..conform.cli import add_arguments as conform_arguments
 from ..conform.cli import cmd_conform
-from . import catalog, counterexample, linecov
+from . import catalog, counterexample, junit, linecov
 
 
 EXIT_OK, EXIT_VIOLATION, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
@@ -109,6 +109,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="Hypothesis seed: same seed, same counterexample (default: 0)")
     _model_params(c)
     c.add_argument("--save", metavar="FILE", help="write the first counterexample here (kvsim replay FILE re-runs it)")
+    _junit_option(c)
     _max_seconds(c, SUITE_MAX_SECONDS)
 
     r = sub.add_parser("repro", parents=[common], help="reproduce bug reports from the seeds")
@@ -119,6 +120,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--wide", action="store_true", help="add the source, property and counterexample columns")
     r.add_argument("--report", action="store_true", help="write a Markdown bug report (to stdout, or --out)")
     r.add_argument("--out", metavar="FILE", help="with --report: the file (a folder with --all: FOLDER/ID.md)")
+    _junit_option(r)
     _max_seconds(r, SUITE_MAX_SECONDS)
 
     e = sub.add_parser("explore", parents=[common], help="exhaustive bounded search of a model's transition system")
@@ -147,6 +149,7 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--coverage", action="store_true",
                    help="also measure line coverage of the model's package during the run (needs the coverage "
                         "package; default: off)")
+    _junit_option(e)
     _max_seconds(e, RUN_MAX_SECONDS)
 
     f = sub.add_parser("fuzz", parents=[common],
@@ -190,10 +193,30 @@ def _parser() -> argparse.ArgumentParser:
     o.add_argument("--max-examples", type=_positive_int("--max-examples"), default=50,
                    help="Hypothesis examples per kernel property and backend (default: 50)")
     o.add_argument("--seed", type=_int("--seed"), default=0, help="Hypothesis seed (default: 0)")
+    _junit_option(o)
     _max_seconds(o, SUITE_MAX_SECONDS)
     cf = sub.add_parser("conform", parents=[common],
                         help="run the models' properties against real vLLM / SGLang releases or a working tree")
     conform_arguments(cf)
+    sh = sub.add_parser("show", parents=[common], help="draw a counterexample: a sequence chart, or the shrunk input")
+    what = sh.add_mutually_exclusive_group(required=True)
+    what.add_argument("bug_id", nargs="?", help="a bug report (kvsim list): its counterexample, reproduced")
+    what.add_argument("--from", dest="from_file", metavar="FILE", help="a saved counterexample (check or explore "
+                      "--save, or their --json output) or a simulation trace")
+    sh.add_argument("--out", metavar="FILE", help="write the drawing to FILE (.svg or .png) (default: text on stdout)")
+    sh.add_argument("--seed", type=_int("--seed"), default=0, help="Hypothesis seed of the reproduction (default: 0)")
+    sh.add_argument("--steps", type=_positive_int("--steps"), default=40,
+                    help="a trace: draw this many steps, ending at the first violation (default: 40)")
+    _max_seconds(sh, SUITE_MAX_SECONDS)
+    rt = sub.add_parser("report", parents=[common], help="write the catalog, bug reports, counterexample charts, "
+                                                         "conformance and benchmark results as a static HTML site")
+    rt.add_argument("--out", metavar="DIR", required=True, help="the folder to write (index.html in it)")
+    rt.add_argument("--conform", metavar="FILE", action="append", default=[],
+                    help="output of kvsim conform ... --json to include (repeatable)")
+    rt.add_argument("--bench", metavar="FILE", action="append", default=[],
+                    help="a benchmark's JSON results to include (repeatable)")
+    rt.add_argument("--seed", type=_int("--seed"), default=0, help="Hypothesis seed of the reproductions (default: 0)")
+    _max_seconds(rt, SUITE_MAX_SECONDS)
     return p
 
 
@@ -207,6 +230,12 @@ def _max_events(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-events", type=_positive_int("--max-events"), default=DEFAULT_MAX_EVENTS, metavar="N",
                    help="simulated events budget: the run stops cleanly after N events, incomplete "
                         "(exit 3 if nothing was found) (default: %(default)s)")
+
+
+def _junit_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--junit", metavar="FILE", help="also write the results as JUnit XML to FILE for CI: one "
+                   "testcase per check, a violation as a failure with its counterexample and the kvsim line "
+                   "that replays it (stdout is unchanged) (default: none)")
 
 
 def _model_params(p: argparse.ArgumentParser) -> None:
@@ -266,6 +295,8 @@ def _paths(args: argparse.Namespace) -> None:
         value = getattr(args, flag, None)
         if value is not None and not value.strip() and not (flag == "trace" and args.command == "replay"):
             raise ConfigError(f"--{flag}", "a file path", value)
+    if getattr(args, "junit", None) is not None:
+        junit.check_path(args.junit)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -432,6 +463,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     doc = {"model": model.name, "variant": run.variant.name, "seed": args.seed, "max_examples": args.max_examples,
            "params": run.given, "backend": backend, "results": [r.to_json() for r in results],
            "complete": not not_run, "stopped_by": "max-seconds" if not_run else None, "not_run": not_run}
+    if args.junit:
+        junit.write(args.junit, "kvsim check", [junit.check(doc)])
     failed = [r for r in results if r.status not in ("passed", "skipped")]
     if args.save and failed:
         counterexample.write(args.save, counterexample.check_document(run, failed[0], args.seed, args.max_examples,
@@ -500,6 +533,8 @@ def cmd_repro(args: argparse.Namespace) -> int:
     _disarm()
     progress.close()
     broken = not all(r.ok for r in results)
+    if args.junit:
+        junit.write(args.junit, "kvsim repro", [junit.repro(results, not_run, args.seed)])
     if args.report:
         from .report_md import write_reports
 
@@ -587,6 +622,9 @@ def cmd_explore(args: argparse.Namespace) -> int:
     doc = {**result.to_json(), "params": params}
     if lines_run is not None:
         doc["line_coverage"] = lines_run
+    if args.junit:
+        liveness = None if args.no_liveness else getattr(system, "liveness", "liveness")
+        junit.write(args.junit, "kvsim explore", [junit.explore(doc, args, run.given, liveness)])
     if args.save and result.violations:
         counterexample.write(args.save, counterexample.explore_document(run, result.violations[0]))
 
@@ -712,6 +750,8 @@ def cmd_oracle(args: argparse.Namespace) -> int:
 
     doc["totals"] = {s: sum(c["status"] == s for c in doc["checks"]) for s in ("passed", "failed", "error", "skipped")}
     failed = any(c["status"] not in ("passed", "skipped") for c in doc["checks"])
+    if args.junit:
+        junit.write(args.junit, "kvsim oracle", [junit.oracle(doc, args.max_examples, args.seed)])
     _emit(args, doc, text)
     return 1 if failed else EXIT_INCOMPLETE if doc["not_run"] else 0
 
@@ -759,8 +799,57 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def cmd_show(args: argparse.Namespace) -> int:
+    from .show import sources
+    from .show.text import render_text
+
+    if args.out is not None:
+        from .show.draw import draw, output_format
+
+        output_format(args.out)  # a wrong suffix is refused before anything runs
+    reg = catalog.load()
+    if args.from_file is not None:
+        drawing = sources.of_file(args.from_file, reg, steps=args.steps)
+    else:
+        bug = reg.bug(args.bug_id)
+        drawing = sources.of_bug(reg, bug, seed=args.seed)
+        if drawing is None:
+            _emit(args, {"bug": bug.id, "counterexample": None}, lambda: f"{bug.id}: no counterexample: "
+                  f"{bug.check} does not fail on {bug.variant} (status: {bug.status})")
+            return 1
+    _disarm()
+    if args.out is not None:
+        draw(drawing, args.out)
+    doc = {**drawing.to_json(), "out": args.out}
+
+    def text() -> str:
+        if args.out is None or sys.stdout.isatty():
+            return render_text(drawing) + (f"\nwritten to {args.out}" if args.out else "")
+        return f"written to {args.out}"
+
+    _emit(args, doc, text)
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from .site import build_site
+
+    if not args.out.strip():
+        raise ConfigError("--out", "a folder path", args.out)
+    reg = catalog.load()
+    progress = Progress(len(reg.bugs), "report")
+    result = build_site(args.out, reg, seed=args.seed, conform=args.conform, bench=args.bench,
+                        progress=progress.step)
+    _disarm()
+    progress.close()
+    _emit(args, result.to_json(), lambda: f"{args.out}/index.html: {result.bugs} bug reports ({result.holding} "
+          f"hold), {len(result.charts)} charts, {len(result.pages)} files, {result.bytes / 1024:.0f} KiB, "
+          f"{result.seconds:.1f} s")
+    return 0 if result.holding == result.bugs else 1
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "list": cmd_list, "check": cmd_check, "repro": cmd_repro, "explore": cmd_explore,
     "simulate": cmd_simulate, "replay": cmd_replay, "oracle": cmd_oracle, "conform": cmd_conform,
-    "fuzz": cmd_fuzz,
+    "fuzz": cmd_fuzz, "show": cmd_show, "report": cmd_report,
 }

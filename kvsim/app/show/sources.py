@@ -1,0 +1,145 @@
+"""Where a counterexample to draw comes from: a catalogued bug (reproduced once per process), or a file.
+
+A file is a saved counterexample of `check` or `explore` (or their `--json` output,
+`counterexample.sniff`), or a JSONL trace of `kvsim simulate`, which is re-run from its header and
+checked against its digest before its actions are drawn.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...engine.errors import ConfigError, TraceError
+from ...engine.registry import BugReport, Registry
+from ...engine.trace import read_trace
+from .. import counterexample
+from ..repro import ReproResult, reproduce
+from .chart import CaseTable, SequenceChart, case_table, realize, sequence_chart
+
+TRACE_STEPS = 40  # the steps of a long trace drawn by default: those ending at the first violation
+
+_REPRODUCED: dict[tuple[str, int], ReproResult] = {}
+
+
+def reproduced(bug: BugReport, seed: int = 0) -> ReproResult:
+    """`repro.reproduce(bug, seed)`, run once per process: `kvsim report` and `show` share it."""
+    key = (bug.id, seed)
+    if key not in _REPRODUCED:
+        _REPRODUCED[key] = reproduce(bug, seed=seed)
+    return _REPRODUCED[key]
+
+
+def of_bug(registry: Registry, bug: BugReport, seed: int = 0) -> SequenceChart | CaseTable | None:
+    """The drawing of a bug report's counterexample; None where the bug does not reproduce."""
+    result = reproduced(bug, seed)
+    if not result.reproduced or result.counterexample is None:
+        return None
+    title = f"{bug.id}: {bug.model} [{bug.variant}]"
+    replay = f"kvsim repro {bug.id}" + (f" --seed {seed}" if seed else "")
+    found = result.counterexample
+    if bug.driver == "explore":
+        system = registry.model(bug.model).build_system(bug.variant, dict(bug.params))
+        return _path_chart(system, found["trace"], None, title, bug.invariant or "", found.get("kind", "invariant"),
+                           result.message, replay)
+    return _property_chart(registry, bug.model, bug.variant, dict(bug.params), bug.property or "", found,
+                           result.message, title, replay)
+
+
+def _path_chart(system: Any, trace: list, initial: Any, title: str, check: str, kind: str, verdict: str,
+                replay: str) -> SequenceChart:
+    start, actions = realize(system, trace, initial)
+    return sequence_chart(system, start, actions, title=title, check=check, kind=kind, verdict=verdict,
+                          replay=replay)
+
+
+def _property_chart(registry: Registry, model: str, variant: str, params: dict, name: str, found: dict,
+                    verdict: str, title: str, replay: str) -> SequenceChart | CaseTable:
+    prop = registry.property(model, name)
+    if prop.kind == "stateful":
+        system = registry.model(model).build_system(variant, params)
+        return _path_chart(system, found.get("actions") or [], found.get("initial"), title,
+                           found.get("invariant", ""), "invariant", verdict, replay)
+    return case_table(found.get("case"), title=title, check=name, verdict=verdict, replay=replay)
+
+
+def of_file(path: str, registry: Registry, steps: int = TRACE_STEPS) -> SequenceChart | CaseTable:
+    """The drawing of a saved counterexample or of a simulation trace (`steps`: the trace window)."""
+    doc = counterexample.sniff(path)
+    if doc is None:
+        return _trace_chart(path, registry, steps)
+    model = registry.model(_text(doc, "model", path))
+    variant = _text(doc, "variant", path)
+    model.variant(variant)
+    params = doc.get("params") or {}
+    if not isinstance(params, dict):
+        raise TraceError(path, 1, f"counterexample field 'params': expected an object, got {params!r}")
+    title = f"{path}: {model.name} [{variant}]"
+    replay = f"kvsim replay {path}"
+    try:
+        if doc.get("command") == "explore":
+            system = model.build_system(variant, params)
+            trace = doc.get("trace")
+            if not isinstance(trace, list):
+                raise TraceError(path, 1, f"counterexample field 'trace': expected a list, got {trace!r}")
+            return _path_chart(system, trace, None, title, _text(doc, "invariant", path), doc.get("kind", "invariant"),
+                               str(doc.get("message", "")), replay)
+        if doc.get("command") == "check":
+            found = doc.get("counterexample") or {}
+            return _property_chart(registry, model.name, variant, params, _text(doc, "property", path), found,
+                                   str(doc.get("message", "")), title, replay)
+    except ValueError as exc:  # a path that is not a path of the rebuilt system
+        raise TraceError(path, 1, f"the counterexample does not replay: {exc}") from None
+    raise TraceError(path, 1, f"counterexample field 'command': expected check or explore, got {doc.get('command')!r}")
+
+
+def _text(doc: dict, key: str, path: str) -> str:
+    value = doc.get(key)
+    if not isinstance(value, str) or not value:
+        raise TraceError(path, 1, f"counterexample field {key!r}: expected a string, got {value!r}")
+    return value
+
+
+def _trace_chart(path: str, registry: Registry, steps: int) -> SequenceChart:
+    from ..simulate import header_params, simulate_model
+
+    trace = read_trace(path)
+    header = trace.header
+    spec = registry.models.get(header["model"])
+    if spec is None or spec.simulate is None:
+        raise TraceError(path, 1, f"header field model: expected a model with a timed simulation, got "
+                                  f"{header['model']!r}")
+    params = header_params(path, spec, header["params"])
+    try:
+        result = simulate_model(spec, header["variant"], header["seed"], params, header["faults"] or None,
+                                max_events=(trace.end or {}).get("events") or None)
+    except ConfigError as exc:
+        raise TraceError(path, 1, f"header does not describe a run: {exc}") from None
+    if result.digest != trace.digest:
+        raise TraceError(path, len(trace.steps) + 2, "the re-run does not give the trace's digest (kvsim replay "
+                                                     f"{path} says where it diverges)")
+    driver = result.driver
+    system, actions = driver.system, list(driver.actions)
+    first_bad = _first_violation(system, driver.initial, actions)
+    check, verdict, end = "", "no invariant fails on this run", len(actions)
+    if first_bad is not None:
+        end, check, verdict = first_bad
+    start = max(1, end - steps + 1)
+    chart = sequence_chart(system, driver.initial, actions, title=f"{path}: {spec.name} [{header['variant']}] seed "
+                           f"{header['seed']}", check=check, kind="invariant", verdict=verdict,
+                           replay=f"kvsim replay {path}", window=(start, end))
+    if first_bad is None:
+        chart.marked_step = None
+    chart.notes.append(f"steps {start}..{end} of {len(actions)} actions the simulation took"
+                       + (f" (faults: {header['faults']})" if header["faults"] else ""))
+    return chart
+
+
+def _first_violation(system: Any, state: Any, actions: list) -> tuple[int, str, str] | None:
+    """(step, invariant, message) of the first state on the path where an invariant fails."""
+    for n, action in enumerate(actions, start=1):
+        state = system.step(state, action)
+        for inv in system.invariants:
+            message = inv.check(state)
+            if message is not None:
+                return n, inv.name, message
+    return None

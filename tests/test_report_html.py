@@ -1,0 +1,116 @@
+"""`kvsim report --out DIR`: the static site, its structure, and the site in a real browser.
+
+The browser test opens the site in headless Chromium (Debian's /usr/bin/chromium, driven by the
+playwright package); it is skipped, with the reason, only where either is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from kvsim.app import catalog
+from kvsim.app.cli import main
+from kvsim.conform.report import to_json
+from kvsim.conform.targets import TargetResult
+
+CHROMIUM = os.environ.get("KVSIM_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+REG = catalog.load()
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    work = tmp_path_factory.mktemp("report")
+    diverged = TargetResult("sglang.staging_ring", "0.5.23", status="diverges", compared=12)
+    diverged.diverge({"pages": 3}, "slot 1", "slot 2")
+    conform = work / "conform.json"
+    conform.write_text(json.dumps({"engine": "sglang", "version": "0.5.23", "origin": "test",
+                                   "results": [to_json(TargetResult("sglang.send_plan", "0.5.23", compared=40)),
+                                               to_json(diverged)]}))
+    bench = work / "bench.json"
+    bench.write_text(json.dumps({"model": "pd-staging", "rows": [{"workers": 1, "states_per_second": 91000.0},
+                                                                 {"workers": 2, "states_per_second": 160000.0}]}))
+    out = work / "site"
+    code = main(["report", "--out", str(out), "--conform", str(conform), "--bench", str(bench)])
+    return out, code
+
+
+def test_the_site_has_every_bug_page_and_chart_and_nothing_remote(site):
+    out, code = site
+    assert code == 0  # every bug report holds
+    index = (out / "index.html").read_text()
+    for bug in REG.bugs.values():
+        page = out / "bugs" / f"{bug.id}.html"
+        assert f'href="bugs/{bug.id}.html"' in index and page.exists(), bug.id
+        text = page.read_text()
+        assert f"kvsim repro {bug.id}" in text and bug.source.split(" ")[0] in text, bug.id
+        if bug.status != "not reproducible":
+            assert f'src="../charts/{bug.id}.svg"' in text and (out / "charts" / f"{bug.id}.svg").exists(), bug.id
+    for model in REG.models.values():
+        assert f"<b>{model.name}</b>" in index
+        assert all(f"<code>{v}</code>" in index for v in model.variants.names)
+    conform = (out / "conform.html").read_text()
+    assert "sglang.staging_ring" in conform and "diverges" in conform
+    assert 'src="figures/bench-0-0.svg"' in (out / "bench.html").read_text()
+    for path in out.rglob("*"):
+        if path.suffix in (".html", ".css", ".svg"):
+            text = path.read_text()
+            assert "<script" not in text and "@import" not in text and "@font-face" not in text, path
+            assert not re.search(r'(?:src|href)="(?:https?:)?//', text), path
+
+
+def test_bad_conform_and_bench_files_are_one_line_errors(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text("[1, 2]")
+    assert main(["report", "--out", str(tmp_path / "s"), "--conform", str(bad), "--json"]) == 2
+    assert json.loads(capsys.readouterr().out)["error"]["field"] == "--conform"
+    assert main(["report", "--out", str(tmp_path / "s"), "--bench", str(tmp_path / "missing.json")]) == 2
+    assert "--bench" in capsys.readouterr().err
+    assert not (tmp_path / "s").exists()  # refused before anything was written
+
+
+def _browser():
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.skip("the playwright package is not installed (pip install playwright)")
+    if not os.access(CHROMIUM, os.X_OK):
+        pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install -y chromium)")
+    return sync_playwright
+
+
+def test_the_site_in_headless_chromium(site, tmp_path):
+    sync_playwright = _browser()
+    out, _ = site
+    bug = "sglang-05c7ebf-staging-dup-ready"
+    shots = Path(os.environ.get("KVSIM_SCREENSHOTS", tmp_path))
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            errors: list[str] = []
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.on("requestfailed", lambda r: errors.append(f"failed: {r.url}"))
+            for name, url in (("index", "index.html"), ("bug", f"bugs/{bug}.html"), ("bench", "bench.html")):
+                page.goto((out / url).as_uri())
+                page.wait_for_load_state("load")
+                images = page.evaluate("Array.from(document.images).map(i => [i.src, i.complete, i.naturalWidth])")
+                assert all(done and width > 0 for _, done, width in images), images
+                if name == "bug":
+                    assert len(images) == 1 and images[0][0].endswith(f"charts/{bug}.svg")
+                    assert page.locator("h1").inner_text() == bug
+                if name == "index":
+                    assert page.locator('a[href^="bugs/"]').count() == len(REG.bugs)
+                if name != "bench":
+                    page.screenshot(path=str(shots / f"report-{name}.png"), full_page=name == "bug")
+                    assert (shots / f"report-{name}.png").stat().st_size > 10_000
+        finally:
+            browser.close()
+    assert errors == []
