@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 import shutil
 import textwrap
+import threading
+import types
 
 import pytest
 
-from kvsim.conform.loader import Inert, check_signature, load_definitions
+from kvsim.conform.loader import Inert, answered_by, check_signature, load_definitions
 from kvsim.conform.source import resolve_source
 from kvsim.engine.errors import ConfigError
 
@@ -101,3 +103,22 @@ def test_wheel_and_package_dir_sources(vllm_src):
         resolve_source("vllm", from_path="/nonexistent/vllm")
     with pytest.raises(ConfigError, match="engine"):
         resolve_source("tgi")
+
+
+def test_an_answer_stands_in_for_the_file_in_this_thread_only(tmp_path):
+    path = tmp_path / "mod.py"
+    path.write_text("def f():\n    return 1\n\n\ndef g():\n    return 10\n")
+
+    def answer(p, names, **kw):  # f from the caller, the rest from the file (the answer runs unset)
+        loaded = vars(load_definitions(p, [n for n in names if n != "f"], **kw)) if names != ["f"] else {}
+        return types.SimpleNamespace(**loaded, **({"f": lambda: 2} if "f" in names else {}))
+
+    with answered_by(answer):
+        both = load_definitions(path, ["f", "g"])
+        assert (both.f(), both.g()) == (2, 10)
+        elsewhere: list[int] = []
+        thread = threading.Thread(target=lambda: elsewhere.append(load_definitions(path, ["f"]).f()))
+        thread.start()
+        thread.join()
+        assert elsewhere == [1]
+    assert load_definitions(path, ["f"]).f() == 1
