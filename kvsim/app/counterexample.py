@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 from .. import __version__
 from ..engine.canon import canonical_json, to_jsonable
@@ -168,13 +168,15 @@ class _From:
         return (self.state,)
 
 
-def _replay_path(path: str, run: RunSpec, check: str, kind: str, trace: list, initial: Any,
-                 command: str = "explore", name: str | None = None) -> CounterexampleReplay:
-    system = run.system()
+def match_path(system: Any, trace: Sequence[Any], initial: Any = None) -> tuple[Any, list[Any], str]:
+    """`(initial state, the system's own actions, "")` for a path given as actions or their JSON form, each
+    matched against the enabled actions by its canonical JSON (from `initial`, else from each initial state in
+    turn); where no start admits the whole path, the actions matched from the last one and the step that is not
+    enabled."""
     starts = list(system.initial_states())
     if initial is not None:
         starts = [s for s in starts if canonical_json(s) == canonical_json(initial)] or starts
-    failure = "no initial state"
+    start, taken, failure = None, [], "no initial state"
     for start in starts:
         state, taken, failure = start, [], ""
         for i, saved in enumerate(trace):
@@ -187,6 +189,15 @@ def _replay_path(path: str, run: RunSpec, check: str, kind: str, trace: list, in
             state = system.step(state, action)
         if not failure:
             break
+    return start, taken, failure
+
+
+def _replay_path(path: str, run: RunSpec, check: str, kind: str, trace: list, initial: Any,
+                 command: str = "explore", name: str | None = None) -> CounterexampleReplay:
+    system = run.system()
+    state, taken, failure = match_path(system, trace, initial)
+    for action in taken:
+        state = system.step(state, action)
     program = ["state = initial_state()"] + [f"state = step(state, {a!r})" for a in taken]
     result = CounterexampleReplay(path, command, run.model.name, run.variant.name, name or check, False, failure,
                                   len(taken), program)

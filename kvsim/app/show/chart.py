@@ -8,6 +8,7 @@ from types import ModuleType
 from typing import Any, Sequence
 
 from ...engine.canon import canonical_json, to_jsonable
+from ..counterexample import match_path
 
 
 @dataclass(frozen=True)
@@ -86,28 +87,13 @@ def chart_hook(system: Any) -> ModuleType | None:
 
 
 def realize(system: Any, trace: Sequence[Any], initial: Any = None) -> tuple[Any, list[Any]]:
-    """(initial state, the system's own actions) for a path given as actions or their JSON form.
-
-    Each saved action is matched against the enabled actions by its canonical JSON, as `kvsim replay`
-    does; a step that is not enabled is a ValueError naming it.
+    """(initial state, the system's own actions) for a path given as actions or their JSON form, matched as
+    `kvsim replay` matches it (`counterexample.match_path`); a step that is not enabled is a ValueError naming it.
     """
-    starts = list(system.initial_states())
-    if initial is not None:
-        starts = [s for s in starts if canonical_json(to_jsonable(s)) == canonical_json(initial)] or starts
-    failure = "no initial state"
-    for start in starts:
-        state, taken, failure = start, [], ""
-        for i, saved in enumerate(trace):
-            key = canonical_json(to_jsonable(saved))
-            action = next((a for a in system.enabled(state) if canonical_json(to_jsonable(a)) == key), None)
-            if action is None:
-                failure = f"step {i + 1}: action {key[:200]} is not enabled there"
-                break
-            taken.append(action)
-            state = system.step(state, action)
-        if not failure:
-            return start, taken
-    raise ValueError(failure)
+    start, taken, failure = match_path(system, trace, initial)
+    if failure:
+        raise ValueError(failure)
+    return start, taken
 
 
 def _short(action: Any, limit: int = 48) -> str:
