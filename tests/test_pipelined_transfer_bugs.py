@@ -16,7 +16,8 @@ REG = catalog.load()
 BUGS = ("trtllm-15519-slice-id-crash", "trtllm-17526-early-completion", "trtllm-15727-final-chunk-clock",
         "trtllm-15727-cancel-drain-no-deadline", "trtllm-17665-dropped-notification",
         "trtllm-15727-retire-without-quiescence", "trtllm-15727-final-chunk-into-retired-session",
-        "trtllm-15727-duplicated-final-result", "trtllm-15727-duplicated-results-complete-early")
+        "trtllm-15727-duplicated-final-result", "trtllm-15727-duplicated-results-complete-early",
+        "trtllm-rx-cancel-releases-early")
 
 
 @pytest.mark.parametrize("bug_id", BUGS)

@@ -93,7 +93,7 @@ def test_fixed_is_clean_on_more_configurations(kw):
 def test_happy_path_completes_both_sides_and_lands_fresh_data():
     system = PipelinedTransfer(FIXED, PipelinedConfig(boundary="B", timeouts=False, **NO_FAULTS))
     driver = Driver(system)
-    order = ("compute", "write_done", "deliver", "poll")
+    order = ("compute", "write_done", "deliver", "poll", "gen_release")
     while not system.done(driver.state):
         action = min(driver.enabled(), key=lambda a: order.index(a[0]))
         driver.apply(action)
@@ -101,6 +101,7 @@ def test_happy_path_completes_both_sides_and_lands_fresh_data():
     assert s.reqs[0].ctx == LlmRequestState.DISAGG_CONTEXT_COMPLETE and s.reqs[0].freed == 1
     assert s.rx[0].state == LlmRequestState.DISAGG_GENERATION_TRANS_COMPLETE
     assert s.rx[0].dest == (2, 2, 2) and s.tx[0][0].final and s.tx[0][0].aux == TaskStatus.TRANSFERRED
+    assert s.tx[0][0].aux_frees == 1 and s.rx[0].releases == 1  # the aux slot and the destination pages, once
     # revision B sends block 1 twice: stale (1 token of 2) with slice 0, complete with slice 1
     writes = [a for a in driver.actions if a[0] == "write_done"]
     assert len(writes) == 3
@@ -221,9 +222,17 @@ def test_cli_explore_runs():
 
 
 def test_every_action_and_effect_has_words():
-    system = PipelinedTransfer(VARIANTS["proposed_drain_deadline"],
-                               PipelinedConfig(promotion=True, faults="fail,drop,dup,silent,cancel,shutdown"))
-    seen, frontier, visited = set(), list(system.initial_states()), set()
+    seen = set()
+    for config in (PipelinedConfig(promotion=True, faults="fail,drop,dup,silent,cancel,shutdown,gen_cancel"),
+                   PipelinedConfig(requests=2, rx_pages=3, faults="gen_cancel,drop", fault_budget=2)):
+        _walk(PipelinedTransfer(VARIANTS["proposed_drain_deadline"], config), seen)
+    assert seen >= {"peer_info", "promote", "compute", "write_done", "write_fail", "deliver", "drop_frame",
+                    "dup_frame", "poll", "timeout", "stall_report", "fence", "silent", "cancel", "shutdown",
+                    "gen_post", "gen_cancel", "remote_cancel", "drop_cancel", "gen_release"}
+
+
+def _walk(system, seen):
+    frontier, visited = list(system.initial_states()), set()
     while frontier and len(visited) < 3000:
         state = frontier.pop(0)
         for action in system.enabled(state):
@@ -237,8 +246,6 @@ def test_every_action_and_effect_has_words():
             for record in (action, *effects):
                 text = describe(record)
                 assert text == "" or not text.startswith(("(", "'")), record
-    assert seen >= {"peer_info", "promote", "compute", "write_done", "write_fail", "deliver", "drop_frame",
-                    "dup_frame", "poll", "timeout", "stall_report", "fence", "silent", "cancel", "shutdown"}
 
 
 def test_saved_counterexamples_replay(tmp_path):

@@ -64,6 +64,20 @@ def describe(record: tuple) -> str:
         return f"FAULT: request {record[1]} is cancelled"
     if kind == "shutdown":
         return "FAULT: shutdown: every open request is cancelled"
+    if kind == "gen_cancel":
+        return (f"FAULT: request {record[1]}: the generation side cancels its receive; CANCEL_SESSION to every "
+                f"context rank")
+    if kind == "drop_cancel":
+        return f"FAULT: request {record[1]}: the CANCEL_SESSION to rank {record[2]} is lost"
+    if kind == "gen_post":
+        return (f"request {record[1]}: the generation side takes its destination pages from the pool and posts "
+                f"the receive (REQUEST_DATA)")
+    if kind == "remote_cancel":
+        return f"request {record[1]}: CANCEL_SESSION reaches rank {record[2]}"
+    if kind == "gen_release":
+        return f"request {record[1]}: the receiver returns its destination pages to the pool"
+    if kind == "dest_released":
+        return f"request {record[1]}'s destination pages {list(record[2])} are free"
     if kind == "write":
         return _write(record)
     if kind == "frame":

@@ -1,7 +1,10 @@
 """Invariants of the pipelined-transfer transition system (research note section 1.9), on every state.
 
-Checked on state, data where possible: S1 against the free record and the
-writes in flight, S5 on the destination cells. What only a transition can
+Checked on state, data where possible: S1 against the writes in flight, on
+both ends of each write: its source pages (the context side's free record)
+and its destination pages (the receiver's pool: each in-flight write's pages
+must still be held by its own request, not released nor reallocated to
+another), S5 on the destination cells. What only a transition can
 see (a receiver indexing a task it does not have, an outcome changing, a
 cancel_request returning True with credits outstanding) is recorded as a flag
 by the step that does it. S4 (coverage) and S10 (gates) are properties of the
@@ -26,14 +29,26 @@ def invariants(system: Any) -> tuple[Invariant, ...]:
 
     def s1(s: Any) -> str | None:
         for r, q in enumerate(s.reqs):
-            if not q.freed:
-                continue
+            rx = s.rx[r]
             for k, fl in enumerate(s.flight[r]):
                 for w in fl:
-                    if not w.is_aux and w.cells:
+                    if w.is_aux or not w.cells:
+                        continue
+                    if q.freed:
                         pages = sorted(b for b, _ in w.cells)
                         return (f"request {r} rank {k}: pages {pages} freed while slice {w.slice_id}'s write reads "
                                 f"them: expected no page freed with an unsettled accessor")
+                    if not rx.held:
+                        u = min(u for u, _ in w.cells)
+                        page = rx.pages[u] if rx.pages else None
+                        owner = next((o for o, other in enumerate(s.rx) if other.held and page in other.pages), None)
+                        now = "free" if owner is None else f"reallocated to request {owner}"
+                        return (f"request {r} rank {k}: destination page {page} (block {u % blocks}) released by the "
+                                f"receiver ({now}) while slice {w.slice_id}'s write into it is in flight: expected "
+                                f"no page released or reallocated with an unsettled accessor")
+        held = [p for rx in s.rx if rx.held for p in rx.pages]
+        if len(held) != len(set(held)):
+            return f"receiver pages {sorted(held)}: a page allocated to two requests at once: expected each once"
         return None
 
     def s2(s: Any) -> str | None:
@@ -120,14 +135,39 @@ def invariants(system: Any) -> tuple[Invariant, ...]:
         for r, q in enumerate(s.reqs):
             if q.freed > 1:
                 return f"request {r}: pages released {q.freed} times: expected once"
+            if s.rx[r].releases > 1:
+                return f"request {r}: destination pages released {s.rx[r].releases} times: expected once"
+            for k, tx in enumerate(s.tx[r]):
+                if tx is None:
+                    continue
+                if tx.aux_frees > 1 or (tx.aux_frees and tx.aux is None):
+                    return (f"request {r} rank {k}: aux slot freed {tx.aux_frees} times (aux task "
+                            f"{'created' if tx.aux is not None else 'never created'}): expected once per slot")
+                if tx.aux_frees and any(w.is_aux for w in s.flight[r][k]):
+                    return (f"request {r} rank {k}: aux slot freed while the aux write reads it: expected it "
+                            f"freed after the write settles")
+                if q.freed and tx.aux is not None and not tx.aux_frees:
+                    return (f"request {r} rank {k}: request released with its aux slot still held: expected the "
+                            f"slot freed at finalization (a leak)")
             if q.notices > 1:
                 return f"request {r}: cancel notification sent {q.notices} times: expected at most once"
             if q.freed and q.pinned:
                 return f"request {r}: pages released while start_transfer's pins are held: expected unpinned"
         return None
 
+    e2_flag = flagged("E2_cancel_true_once")
+
+    def e2(s: Any) -> str | None:
+        for r, q in enumerate(s.reqs):
+            if q.retired and any(t is not None and t.in_map for t in s.tx[r]):
+                return (f"request {r}: cancel_request returned True with a session still in the send-session map: "
+                        f"expected it gone from both maps")
+        return e2_flag(s)
+
     return (
-        Invariant("S1_no_use_after_free", s1, "no page is freed while a write that reads it is unsettled"),
+        Invariant("S1_no_use_after_free", s1, "no page is freed while a write that reads it is unsettled, and no "
+                                              "destination page is released or reallocated while a write into it "
+                                              "is"),
         Invariant("rx_resolves_task", flagged("rx_resolves_task"),
                   "the single-task receiver finds its task for every result frame (#15519)"),
         Invariant("S3_no_early_completion", s3,
@@ -139,7 +179,8 @@ def invariants(system: Any) -> tuple[Invariant, ...]:
         Invariant("S7_final_slice_always", s7, "a finished, uncancelled prefill emits a final slice on every rank"),
         Invariant("S8_consensus", s8, "completed only if no rank reports cancelled or failed"),
         Invariant("S9_outcome_stable", flagged("S9_outcome_stable"), "a committed outcome never changes"),
-        Invariant("E1_released_once", e1, "pages released once, unpinned; one cancel notification"),
-        Invariant("E2_cancel_true_once", flagged("E2_cancel_true_once"),
-                  "cancel_request returns True only with no credits outstanding"),
+        Invariant("E1_released_once", e1, "context and receiver pages released once, unpinned; the aux slot freed "
+                                          "once, after its write, never leaked; one cancel notification"),
+        Invariant("E2_cancel_true_once", e2,
+                  "cancel_request returns True only with no credits outstanding, and the session is then gone"),
     )

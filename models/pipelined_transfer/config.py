@@ -4,7 +4,9 @@ The `param()` fields are `kvsim explore pipelined-transfer --param`; the
 bounds are what explore finishes. Part 3 of the research note asks for three
 parameters: the chunk-boundary revision (`boundary`), whether a cancelled
 request still emits its final chunk (`cancel_final`, the older revision) and
-whether writes to one (request, peer) are FIFO (`fifo`).
+whether writes to one (request, peer) are FIFO (`fifo`). `rx_pages` sizes
+the receiver's page pool: smaller than every request's pages at once, the
+requests post one by one and a released page is reallocated (S1 across reuse).
 
 KV data is tracked as fill levels: a source block's content is the number of
 its tokens computed when a write snapshots it (a write reads its source at
@@ -23,7 +25,7 @@ from kvsim.engine.params import param
 from .chunks import (BOUNDARIES, ChunkExtent, Group, cdiv, emitted_extents, is_pipelined_group, prefill_chunks,
                      swa_window_blocks)
 
-FAULT_KINDS = ("fail", "drop", "dup", "silent", "cancel", "shutdown")
+FAULT_KINDS = ("fail", "drop", "dup", "silent", "cancel", "shutdown", "gen_cancel")
 DEFAULT_FAULTS = "fail,silent,cancel"
 GOALS = ("settle", "release")
 MAX_CHUNKS = 4
@@ -59,6 +61,9 @@ class PipelinedConfig:
     timeouts: bool = param(True, "the kv_transfer_timeout_ms clock may pass (and the stall report at 2x)")
     faults: str = param(DEFAULT_FAULTS, f"fault actions, a comma-separated subset of {', '.join(FAULT_KINDS)}")
     fault_budget: int = param(1, "faults per path", minimum=0, maximum=3)
+    rx_pages: int = param(0, "the receiver's page pool (0: a set of pages per request, none shared); fewer makes a "
+                              "request wait in DISAGG_GENERATION_INIT until a release frees pages, which it then "
+                              "reallocates", minimum=0, maximum=64)
     goal: str = param("settle", "liveness goal: settle (release or a reported stall, E4) or release (E3)",
                       choices=GOALS)
     max_chunks: int = MAX_CHUNKS  # not a --param: the timed simulation builds longer prompts
@@ -75,6 +80,19 @@ class PipelinedConfig:
         if self.prefix_sent and self.boundary != "B":
             raise ConfigError("--param prefix_sent", "0 unless boundary=B (an option of revision B)", 1)
         parse_faults(self.faults)
+        if self.rx_pages and not self.cells_per_rank <= self.rx_pages:
+            raise ConfigError("--param rx_pages", f"0 or at least the pages of one request ({self.cells_per_rank})",
+                              self.rx_pages)
+
+    @property
+    def pool_size(self) -> int:
+        """The receiver's page pool: `rx_pages`, or one set of pages per request."""
+        return self.rx_pages or self.requests * self.cells_per_rank
+
+    @property
+    def shared_pool(self) -> bool:
+        """The pool cannot hold every request at once: requests post (allocate) one by one and reuse pages."""
+        return self.pool_size < self.requests * self.cells_per_rank
 
     @property
     def blocks(self) -> int:

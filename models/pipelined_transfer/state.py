@@ -40,9 +40,16 @@ DupFrame = tagged("dup_frame", "rid", "rank")
 Silent = tagged("silent", "rid")  # the receiving peer never answers again
 Cancel = tagged("cancel", "rid")  # a user cancel of the context request
 Shutdown = tagged("shutdown")
+GenCancel = tagged("gen_cancel", "rid")  # the generation side cancels: CANCEL_SESSION to every context rank
+DropCancel = tagged("drop_cancel", "rid", "rank")  # that rank's CANCEL_SESSION message is lost
+# the generation side
+GenPost = tagged("gen_post", "rid")  # pages from the free list, receive posted, REQUEST_DATA to the ranks
+RemoteCancel = tagged("remote_cancel", "rid", "rank")  # CANCEL_SESSION reaches that rank (pre-cancel if no session)
+GenRelease = tagged("gen_release", "rid")  # the receiver's destination pages go back to the free list
 
 ACTIONS = type_table((PeerInfo, Promote, Compute, WriteDone, Deliver, Poll, Timeout, StallReport, Fence, RxTimeout,
-                      WriteFail, DropFrame, DupFrame, Silent, Cancel, Shutdown, Write, Frame))
+                      WriteFail, DropFrame, DupFrame, Silent, Cancel, Shutdown, GenCancel, DropCancel, GenPost,
+                      RemoteCancel, GenRelease, Write, Frame))
 
 # -- effects (`transition`): what a step did, for a timing policy -------------------------------------
 Dispatched = tagged("dispatched", "rid", "rank", "write")  # a write joined that rank's fabric queue
@@ -52,6 +59,7 @@ RxConcluded = tagged("rx_concluded", "rid", "state")
 CtxConcluded = tagged("ctx_concluded", "rid", "state")
 PagesFreed = tagged("pages_freed", "rid")
 Stalled = tagged("stalled", "rid")
+DestReleased = tagged("dest_released", "rid", "pages")  # the receiver's pages are free (reallocatable)
 
 
 class Req(NamedTuple):
@@ -72,13 +80,22 @@ class Req(NamedTuple):
 
 
 class Rx(NamedTuple):
-    """The receiver's RxSession: one KVRecvTask (slice 0) over the whole prompt."""
+    """The receiver's RxSession: one KVRecvTask (slice 0) over the whole prompt, and its destination pages."""
 
-    state: LlmRequestState  # 9, then 12 or -1
+    state: LlmRequestState  # 8 until posted, 9, then 12 or -1
     finals: tuple[int, ...]  # per writer rank: final-slice SUCCESS results counted (last_slice_count = sum)
     auxes: tuple[int, ...]  # per writer rank: aux results counted
     crashed: bool  # a result frame named a task the receiver does not have
     dest: tuple[int, ...]  # destination cells [rank * blocks + block]: fill level written
+    pages: tuple[int, ...]  # the pool page of each destination cell (group * blocks + block); () before posting
+    releases: int  # how many times those pages went back to the free list (E1: at most once)
+    cancel_to: tuple[bool, ...]  # per context rank: a CANCEL_SESSION from the generation side in flight
+    gen_cancelled: bool  # the generation side cancelled (cancel_request on the receive session)
+
+    @property
+    def held(self) -> bool:
+        """Its destination pages are allocated to it (posted, not yet released)."""
+        return bool(self.pages) and not self.releases
 
 
 class PtState(NamedTuple):

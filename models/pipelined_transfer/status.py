@@ -80,6 +80,7 @@ class TxSession(NamedTuple):
     sealed: bool  # no further send is accepted
     credits: int  # outstanding write obligations: has_transferring_tasks() <=> credits != 0
     ready: bool = True  # receiver_ready (gen-first: the peer's REQUEST_DATA is here)
+    aux_frees: int = 0  # times the aux slot (held from _finalize_send's aux task) was freed at finalization
 
 
 NEW_TX = TxSession(True, (), False, None, None, False, 0)

@@ -9,9 +9,19 @@ TRANSFERRED, credit retired, result frame); `deliver` (`last_slice_count == expe
 `poll`, the collective context poll (completed = intersection, cancelled/failed = union, retire only when
 quiesced); `timeout` and `stall_report`, the clock. Faults are actions with a per-path budget.
 
+The generation side: `gen_post` takes the receiver's destination pages from the free list of its pool
+(`rx_pages`; by default every request is posted at the start with its own pages), `gen_release` returns
+them: once generation has run (state 12), or after an error once every context rank has drained (the
+cancel-ACK, section 1.6). `gen_cancel` (a fault: the generation side's `cancel_request`) concludes the
+receive session and sends CANCEL_SESSION to every context rank; `remote_cancel` is its arrival (cancels
+a session, or is remembered as a pre-cancel when none exists yet; `drop_cancel` loses it). In `fixed` a
+generation-side cancel releases the destination pages at once, the open gap of the lifecycle ledger;
+S1 checks every in-flight write against the pages its request still holds, so a page released (or
+reallocated to another request) under a write is a violation.
+
 Simplifications: a task is TRANSFERRING from dispatch (cancel never finds an INIT task); the layer groups
-are the full-attention one and, with `swa_window`, one window group; the receiver never releases its
-destination pages here (no gen-side cancel).
+are the full-attention one and, with `swa_window`, one window group; the cancel-ACK is not a message (the
+receiver sees when the context ranks have drained); context pages are released, not reallocated.
 """
 
 from __future__ import annotations
@@ -21,9 +31,11 @@ from kvsim.engine.system import Invariant
 from . import checks
 from .chunks import MASKED, build_slices
 from .config import PipelinedConfig
-from .state import (NO_SLICE_ID, Cancel, Compute, CtxConcluded, Deliver, Dispatched, DropFrame, DupFrame, Fence,
-                    Frame, FrameSent, PagesFreed, PeerInfo, Poll, Promote, PtState, Req, Rx, RxConcluded, RxTimeout,
-                    Settled, Shutdown, Silent, Stalled, StallReport, Timeout, Write, WriteDone, WriteFail, put)
+from . import symmetry
+from .state import (NO_SLICE_ID, Cancel, Compute, CtxConcluded, Deliver, DestReleased, Dispatched, DropCancel,
+                    DropFrame, DupFrame, Fence, Frame, FrameSent, GenCancel, GenPost, GenRelease, PagesFreed, PeerInfo,
+                    Poll, Promote, PtState, RemoteCancel, Req, Rx, RxConcluded, RxTimeout, Settled, Shutdown, Silent,
+                    Stalled, StallReport, Timeout, Write, WriteDone, WriteFail, put)
 from .status import (NEW_TX, TERMINAL_SESSION, KVSendTask, LlmRequestState, TaskStatus, TxSession, cancel,
                      is_completed, set_exception, tx_status)
 from .variants import FIXED, PipelinedVariant
@@ -31,6 +43,7 @@ from .variants import FIXED, PipelinedVariant
 S = LlmRequestState
 Effects = list
 OPEN = (S.DISAGG_CONTEXT_WAIT_SCHEDULER, S.CONTEXT_INIT, S.DISAGG_CONTEXT_TRANS_IN_PROGRESS)  # not yet concluded
+RX_OPEN = (S.DISAGG_GENERATION_INIT, S.DISAGG_GENERATION_TRANS_IN_PROGRESS)  # the receiver has not concluded
 
 
 class PipelinedTransfer:
@@ -56,25 +69,65 @@ class PipelinedTransfer:
             cells.append(tuple((g * blocks + b, config.fill(b, c + 1)) for g, ids in enumerate(per_group)
                                for b, d in enumerate(ids) if d != MASKED))
         self.cells = tuple(cells)  # per prefill chunk: (group * blocks + block, fill) its write snapshots
+        # pages move with their request under relabelling when each request owns a fixed block of the pool
+        self.page_block = 0 if config.shared_pool else config.cells_per_rank
         self.invariants: tuple[Invariant, ...] = checks.invariants(self)
 
     # -- contract -----------------------------------------------------------------------------
     def initial_states(self) -> tuple[PtState, ...]:
-        c, k = self.cfg, self.k
-        promoted = not c.promotion
+        """Every request posted with its own pages; with a shared pool (`rx_pages`) none is posted yet."""
+        c, k, cells = self.cfg, self.k, self.cfg.cells_per_rank
+        posted = not c.shared_pool
+        promoted = posted and not c.promotion
         req = Req(S.CONTEXT_INIT if promoted else S.DISAGG_CONTEXT_WAIT_SCHEDULER, 0, False, False, False, False,
                   False, 0, False, False, 0, (promoted,) * k)
-        rx = Rx(S.DISAGG_GENERATION_TRANS_IN_PROGRESS, (0,) * k, (0,) * k, False, c.initial_dest())
+        rxs = tuple(Rx(S.DISAGG_GENERATION_TRANS_IN_PROGRESS if posted else S.DISAGG_GENERATION_INIT, (0,) * k,
+                       (0,) * k, False, c.initial_dest(), tuple(range(r * cells, (r + 1) * cells)) if posted else (),
+                       0, (False,) * k, False) for r in range(c.requests))
         empty = (((),) * k,) * c.requests
-        return (PtState((req,) * c.requests, ((None,) * k,) * c.requests, empty, empty, (rx,) * c.requests,
-                        c.fault_budget, ()),)
+        return (PtState((req,) * c.requests, ((None,) * k,) * c.requests, empty, empty, rxs, c.fault_budget, ()),)
+
+    def canonical(self, s: PtState) -> PtState:
+        """The requests are interchangeable: one representative per orbit (`symmetry.canonical`)."""
+        return symmetry.canonical(s, self.page_block)
 
     def ctx_done(self, s: PtState, r: int) -> bool:
         q = s.reqs[r]
-        return q.freed > 0 or (self.cfg.goal == "settle" and q.stalled)
+        return q.freed > 0 or (self.cfg.goal == "settle" and q.stalled) or self._wedged(s, r)
+
+    @staticmethod
+    def _wedged(s: PtState, r: int) -> bool:
+        """Not yet posted (a shared pool), while the one receiver went silent for another request: its pages are
+        held for ever and admission is wedged, which is not this transfer's to settle."""
+        return s.rx[r].state == S.DISAGG_GENERATION_INIT and any(q.silent for q in s.reqs)
 
     def rx_done(self, s: PtState, r: int) -> bool:
-        return s.rx[r].state != S.DISAGG_GENERATION_TRANS_IN_PROGRESS or s.reqs[r].silent or s.rx[r].crashed
+        """Concluded with its destination pages back in the pool, or its peer silent, or crashed (or `_wedged`)."""
+        rx = s.rx[r]
+        if rx.state == S.DISAGG_GENERATION_INIT:
+            return self._wedged(s, r)
+        return (rx.state not in RX_OPEN and not rx.held) or s.reqs[r].silent or rx.crashed
+
+    def drained(self, s: PtState, r: int) -> bool:
+        """No context rank of `r` has a write in flight or can start one: what the cancel-ACK reports."""
+        q = s.reqs[r]
+        if any(s.flight[r]):
+            return False
+        return q.freed > 0 or q.retired or all(t is not None and (t.sealed or not t.in_map) for t in s.tx[r])
+
+    def _may_release(self, s: PtState, r: int) -> bool:
+        """The receiver may return its destination pages: generation ran (12), or, after an error, every context
+        rank drained; a generation-side cancel in `fixed` releases at once (the lifecycle ledger's open gap)."""
+        rx = s.rx[r]
+        if not rx.held or rx.state in RX_OPEN or rx.crashed or s.reqs[r].silent:
+            return False
+        if rx.state == S.DISAGG_GENERATION_TRANS_COMPLETE:
+            return True
+        return (rx.gen_cancelled and not self.variant.rx_release_after_drain) or self.drained(s, r)
+
+    def _free_pages(self, s: PtState) -> list[int]:
+        held = {p for rx in s.rx if rx.held for p in rx.pages}
+        return [p for p in range(self.cfg.pool_size) if p not in held]
 
     def done(self, s: PtState) -> bool:
         return all(self.ctx_done(s, r) and self.rx_done(s, r) for r in range(self.cfg.requests))
@@ -97,7 +150,11 @@ class PipelinedTransfer:
         for r, q in enumerate(s.reqs):
             if self.computing(q):
                 acts.append(Compute(r))
-            if q.ctx == S.DISAGG_CONTEXT_WAIT_SCHEDULER and not q.stopping:
+            rx = s.rx[r]
+            if rx.state == S.DISAGG_GENERATION_INIT and not q.stopping and (
+                    len(self._free_pages(s)) >= self.cfg.cells_per_rank):
+                acts.append(GenPost(r))
+            if q.ctx == S.DISAGG_CONTEXT_WAIT_SCHEDULER and not q.stopping and rx.state != S.DISAGG_GENERATION_INIT:
                 acts += [PeerInfo(r, k) for k in range(self.k) if not q.peer_info[k]]
                 if all(q.peer_info):
                     acts.append(Promote(r))
@@ -116,10 +173,17 @@ class PipelinedTransfer:
                 acts.append(StallReport(r))
             if v.drain_deadline and q.stalled and in_flight:
                 acts.append(Fence(r))
-            if v.rx_deadline and c.timeouts and not self.rx_done(s, r):
+            if v.rx_deadline and c.timeouts and rx.state == S.DISAGG_GENERATION_TRANS_IN_PROGRESS and not (
+                    q.silent or rx.crashed):
                 acts.append(RxTimeout(r))
+            acts += [RemoteCancel(r, k) for k in range(self.k) if rx.cancel_to[k]]
+            if self._may_release(s, r):
+                acts.append(GenRelease(r))
         for r, q in enumerate(s.reqs):
+            posted = s.rx[r].state != S.DISAGG_GENERATION_INIT
             for k in range(self.k):
+                if "drop" in faults and s.rx[r].cancel_to[k]:
+                    acts.append(DropCancel(r, k))
                 fl = s.flight[r][k]
                 if "fail" in faults and fl and not q.silent:
                     acts += [WriteFail(r, k, i) for i in self._indices(fl)]
@@ -128,10 +192,13 @@ class PipelinedTransfer:
                         acts.append(DropFrame(r, k))
                     if "dup" in faults:
                         acts.append(DupFrame(r, k))
-            if "silent" in faults and not q.silent and not (self.ctx_done(s, r) and self.rx_done(s, r)):
+            if "silent" in faults and posted and not q.silent and not (self.ctx_done(s, r) and self.rx_done(s, r)):
                 acts.append(Silent(r))
-            if "cancel" in faults and not q.stopping and not q.freed:
+            if "cancel" in faults and posted and not q.stopping and not q.freed:
                 acts.append(Cancel(r))
+            if ("gen_cancel" in faults and s.rx[r].state == S.DISAGG_GENERATION_TRANS_IN_PROGRESS and not q.silent
+                    and not s.rx[r].crashed):
+                acts.append(GenCancel(r))
         if "shutdown" in faults and any(not q.stopping and not q.freed for q in s.reqs):
             acts.append(Shutdown())
         return acts
@@ -167,6 +234,14 @@ class PipelinedTransfer:
             return self._fence(s, a[1], fx)
         if kind == "rx_timeout":
             return self._set_rx(s, a[1], s.rx[a[1]]._replace(state=S.DISAGG_TRANS_ERROR), fx)
+        if kind == "gen_post":
+            return self._gen_post(s, a[1], fx)
+        if kind == "remote_cancel":
+            return self._remote_cancel(s, a[1], a[2])
+        if kind == "gen_release":
+            rx = s.rx[a[1]]
+            fx.append(DestReleased(a[1], rx.pages))
+            return self._set_rx(s, a[1], rx._replace(releases=rx.releases + 1), fx)
         s = s._replace(faults_left=s.faults_left - 1)
         if kind == "write_fail":
             return self._settle(s, a[1], a[2], a[3], False, fx)
@@ -183,9 +258,19 @@ class PipelinedTransfer:
             return self._cancel(s, a[1], fx)
         if kind == "shutdown":
             for r, q in enumerate(s.reqs):
-                if not q.stopping and not q.freed:
+                if s.rx[r].state == S.DISAGG_GENERATION_INIT:  # never posted: both sides concluded, nothing held
+                    s = self._set_rx(s, r, s.rx[r]._replace(state=S.DISAGG_TRANS_ERROR), fx)
+                    s = self._free(self._set_req(s, r, q._replace(stopping=True)), r, S.DISAGG_TRANS_ERROR, fx)
+                elif not q.stopping and not q.freed:
                     s = self._cancel(s, r, fx)
             return s
+        if kind == "gen_cancel":  # the receive session is cancelled; CANCEL_SESSION to every context rank
+            rx = s.rx[a[1]]
+            return self._set_rx(s, a[1], rx._replace(state=S.DISAGG_TRANS_ERROR, gen_cancelled=True,
+                                                     cancel_to=(True,) * self.k), fx)
+        if kind == "drop_cancel":
+            rx = s.rx[a[1]]
+            return s._replace(rx=put(s.rx, a[1], rx._replace(cancel_to=put(rx.cancel_to, a[2], False))))
         raise ValueError(f"unknown action {a!r}")
 
     # -- the context executor -------------------------------------------------------------------
@@ -223,6 +308,8 @@ class PipelinedTransfer:
         if s.reqs[r].retired:
             return s, False
         tx = s.tx[r][k] or NEW_TX  # created lazily on the first send
+        if not tx.in_map:  # a remembered pre-cancel: the session is created cancelled and the send refused
+            return self._set_tx(s, r, k, tx._replace(in_map=True)), False
         if tx.sealed:
             return s, False
         ext = self.extents[c]
@@ -274,8 +361,8 @@ class PipelinedTransfer:
         live = [t for t in txs if t is not None and t.in_map]
         if (q.ctx in (S.CONTEXT_INIT, S.DISAGG_CONTEXT_TRANS_IN_PROGRESS) and not q.stopping and len(live) == self.k
                 and all(is_completed(t, self.variant.final_slice_flag) for t in live)):
-            for k in range(self.k):  # close(): credits are 0, finalize and unregister
-                s = self._set_tx(s, r, k, txs[k]._replace(in_map=False))
+            for k in range(self.k):  # close(): credits are 0, finalize (the aux slot) and unregister
+                s = self._set_tx(s, r, k, self._finalize(txs[k]))
             return self._free(s, r, S.DISAGG_CONTEXT_COMPLETE, fx)
         if not q.stopping and not any(tx_status(t) in TERMINAL_SESSION for t in live):
             return s
@@ -295,11 +382,18 @@ class PipelinedTransfer:
                             f"{[t.credits for t in live]}: expected 0 on every rank")
         for k, t in enumerate(s.tx[r]):
             if t is not None:
-                s = self._set_tx(s, r, k, t._replace(in_map=False))
+                s = self._set_tx(s, r, k, self._finalize(t))
         s = self._set_req(s, r, s.reqs[r]._replace(retired=True))
         if not self.computing(s.reqs[r]) and s.reqs[r].ctx in OPEN:
             s = self._free(s, r, S.DISAGG_TRANS_ERROR, fx)
         return s
+
+    @staticmethod
+    def _finalize(tx: TxSession) -> TxSession:
+        """Unregister from the Sender; a session that created its aux task frees the aux slot."""
+        if not tx.in_map:
+            return tx
+        return tx._replace(in_map=False, aux_frees=tx.aux_frees + (tx.aux is not None))
 
     def _cancel(self, s: PtState, r: int, fx: Effects) -> PtState:
         """cancel_request's first half: sessions cancelled (sealed), the receiver notified once."""
@@ -337,6 +431,29 @@ class PipelinedTransfer:
                 s = self._set_tx(s, r, k, set_exception(tx)._replace(credits=tx.credits - 1))
             s = s._replace(flight=put(s.flight, r, put(s.flight[r], k, ())))
         return self._poll(s, r, fx)
+
+    # -- the generation side ----------------------------------------------------------------------
+    def _gen_post(self, s: PtState, r: int, fx: Effects) -> PtState:
+        """The lowest free pages of the pool become request r's destination; REQUEST_DATA to the context ranks
+        (without `promotion` it is on every rank at once and the request is promoted)."""
+        pages = tuple(self._free_pages(s)[:self.cfg.cells_per_rank])
+        s = self._set_rx(s, r, s.rx[r]._replace(state=S.DISAGG_GENERATION_TRANS_IN_PROGRESS, pages=pages), fx)
+        if not self.cfg.promotion:
+            q = s.reqs[r]
+            s = self._set_req(s, r, q._replace(ctx=S.CONTEXT_INIT, peer_info=(True,) * self.k))
+        return s
+
+    def _remote_cancel(self, s: PtState, r: int, k: int) -> PtState:
+        """CANCEL_SESSION reaches rank k: its session is cancelled; before one exists the cancel is remembered
+        (a pre-cancel: the session will be created cancelled); a late one changes nothing."""
+        rx = s.rx[r]
+        s = s._replace(rx=put(s.rx, r, rx._replace(cancel_to=put(rx.cancel_to, k, False))))
+        q, tx = s.reqs[r], s.tx[r][k]
+        if q.freed or q.retired:
+            return s
+        if tx is None:
+            return self._set_tx(s, r, k, cancel(NEW_TX)._replace(in_map=False))
+        return self._set_tx(s, r, k, cancel(tx)) if tx.in_map else s
 
     # -- the receiver ---------------------------------------------------------------------------
     def _deliver(self, s: PtState, r: int, k: int, fx: Effects) -> PtState:
@@ -380,10 +497,11 @@ class PipelinedTransfer:
     def _set_rx(self, s: PtState, r: int, rx: Rx, fx: Effects) -> PtState:
         old = s.rx[r]
         if old.state != rx.state:
-            if old.state != S.DISAGG_GENERATION_TRANS_IN_PROGRESS:
+            if old.state not in RX_OPEN:
                 s = checks.flag(s, "S9_outcome_stable", f"request {r}: receiver outcome {old.state.name} changed "
                                                         f"to {rx.state.name}: expected it to stay")
-            fx.append(RxConcluded(r, int(rx.state)))
+            if rx.state not in RX_OPEN:
+                fx.append(RxConcluded(r, int(rx.state)))
         return s._replace(rx=put(s.rx, r, rx))
 
     @staticmethod

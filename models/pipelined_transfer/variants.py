@@ -24,6 +24,11 @@ explicit "final slice submitted" flag the #17526 review asked for. Flags:
 - `dedupe_results` (not upstream; a model finding): the receiver counts one
   final-slice and one aux result per writer rank (`system._deliver`), so a
   duplicated result cannot push `last_slice_count` past `expected_transfers`.
+- `rx_release_after_drain` (not upstream for this path; the open gap that
+  `tests/unittest/disaggregated/lifecycle_acceptance.md` records with two
+  strict xfails): a generation-side cancel releases the destination pages only
+  once every context rank has drained (the cancel-ACK, section 1.6), not at
+  once (`system._may_release`).
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ class PipelinedVariant(Variant):
     drain_deadline: bool = False  # proposed (open upstream): a stalled cancel drain is fenced and released
     rx_deadline: bool = False  # proposed (#17665 open): the receiver times out a missing notification
     dedupe_results: bool = False  # proposed (model finding): count one final / aux result per writer rank
+    rx_release_after_drain: bool = False  # proposed (lifecycle ledger, open): gen cancel waits for the drain ACK
 
 
 def _v(name: str, **changes: bool) -> PipelinedVariant:
@@ -62,5 +68,6 @@ VARIANTS = VariantTable(
     _v("proposed_drain_deadline", drain_deadline=True),
     _v("proposed_rx_deadline", rx_deadline=True),
     _v("proposed_dedupe_results", dedupe_results=True),
+    _v("proposed_rx_release_after_drain", rx_release_after_drain=True),
 )
 FIXED = VARIANTS.fixed

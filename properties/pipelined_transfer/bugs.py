@@ -197,3 +197,31 @@ DUPLICATED_RESULTS_COMPLETE_EARLY = BugReport(
                                  "completes on last_slice_count == expected_transfers"),),
     verdicts=(Verdict("#15727", "present", "if a result frame can be delivered twice"),),
 )
+
+RX_CANCEL_EARLY_RELEASE = BugReport(
+    id="trtllm-rx-cancel-releases-early",
+    model=MODEL,
+    variant="fixed",
+    invariant="S1_no_use_after_free",
+    params={"faults": "gen_cancel"},
+    source="TensorRT-LLM tests/unittest/disaggregated/lifecycle_acceptance.md (two strict xfail tests: the default, "
+           "bridge-off receive cancellation releases pending destinations early)",
+    summary="the generation side cancels its receive while the context side's chunk 0 is in flight: the default "
+            "receive-cancellation path releases the destination pages at once, before CANCEL_SESSION reached the "
+            "context ranks and they drained, so the write lands in pages back in the pool (or already reallocated "
+            "to another request): a use-after-free on the receiver (S1)",
+    status="open upstream",
+    note="The ledger records the gap for the Python transceiver's receive path; its lifecycle profile excludes "
+         "pipelining, so this rests on pipelined transfer sharing that receive path (not checked against the "
+         "pipelined receiver's code). With pipelining the window is wider: chunks are in flight during prefill. "
+         "With a shared pool (`--param rx_pages=3 requests=2`) the freed pages are reallocated to the next "
+         "request. The proposed fix (`proposed_rx_release_after_drain`) releases only after every context rank "
+         "drained (the cancel-ACK of section 1.6); S1 and E3/E4 then hold.",
+    harm="silent KV corruption",
+    fix="hold the destination pages of a cancelled receive until every context rank acknowledged the cancel after "
+        "draining its writes (or the domain is fenced)",
+    fix_variant="proposed_rx_release_after_drain",
+    upstream_files=(UpstreamSite(TRANSCEIVER, ("RxSession", "cancel"), "the receive session's cancellation"),
+                    UpstreamSite(KV_TRANSCEIVER, ("cancel_request",), "releases the request's resources")),
+    verdicts=(Verdict("#15727", "present", "the lifecycle ledger's strict xfails"),),
+)

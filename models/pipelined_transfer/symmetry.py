@@ -1,0 +1,88 @@
+"""The requests of pipelined-transfer are interchangeable: relabelling and one representative per orbit.
+
+Nothing in the system depends on a request's number except which entry of
+each per-request tuple it reads: a request's context view (`reqs`), its
+sessions (`tx`), writes and result frames in flight (`flight`, `frames`) and
+its receiver (`rx`). Pages: with a shared pool (`rx_pages`) they keep their
+numbers and only their owner is relabelled (the pool hands out the lowest
+free pages whoever asks, and every request starts unposted); otherwise each
+request holds its own block of `page_block` pages for life (request r: pages
+r * page_block ...), and the block moves with the request. The fault budget
+is shared. The only request numbers
+inside a record are the `rid` of actions and effects and the text of a
+transition's flag ("request N: ..."), and `relabel` rewrites both.
+`canonical` sorts the requests by their whole per-request component, so any
+two states that differ by a permutation of the requests get the same
+representative (the explorer's symmetry reduction; docs/architecture.md).
+Sender ranks are not reduced: the receiver's layout and the frames name them.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Sequence
+
+from .state import PtState, put
+
+_REQUEST = re.compile(r"request (\d+)")
+
+
+def _tx_key(tx: Any) -> tuple:
+    if tx is None:
+        return (-1,)
+    return (tx.in_map, tx.tasks, tx.final, -1 if tx.aux is None else int(tx.aux),
+            -1 if tx.terminal is None else int(tx.terminal), tx.sealed, tx.credits, tx.ready, tx.aux_frees)
+
+
+def request_key(s: PtState, r: int, page_block: int = 0) -> tuple:
+    """Everything of request r that a relabelling keeps, comparable: the sort key of `canonical`."""
+    rx = s.rx[r]
+    if page_block:  # the block's number is the request's: only the offsets are its own
+        rx = rx._replace(pages=tuple(p % page_block for p in rx.pages))
+    return (s.reqs[r], tuple(_tx_key(t) for t in s.tx[r]), s.flight[r], s.frames[r], rx)
+
+
+def _rename(text: str, perm: Sequence[int]) -> str:
+    return _REQUEST.sub(lambda m: f"request {perm[int(m.group(1))]}", text)
+
+
+def relabel(s: PtState, perm: Sequence[int], page_block: int = 0) -> PtState:
+    """The state with request r renamed `perm[r]` everywhere (perm: a permutation of the request numbers), its
+    block of pages too when each request owns one (`page_block` pages each)."""
+    n = len(s.reqs)
+    src = [0] * n
+    for r, p in enumerate(perm):
+        src[p] = r
+
+    def move(seq: tuple) -> tuple:
+        return tuple(seq[src[i]] for i in range(n))
+
+    flags = tuple(sorted((name, _rename(msg, perm)) for name, msg in s.flags))
+    rxs = move(s.rx)
+    if page_block:
+        rxs = tuple(rx._replace(pages=tuple(perm[p // page_block] * page_block + p % page_block for p in rx.pages))
+                    for rx in rxs)
+    return s._replace(reqs=move(s.reqs), tx=move(s.tx), flight=move(s.flight), frames=move(s.frames), rx=rxs,
+                      flags=flags)
+
+
+def relabel_action(action: Any, perm: Sequence[int]) -> Any:
+    """An action (or effect) with its request renamed; one without a request unchanged."""
+    fields = getattr(action, "fields", ())
+    if fields and fields[0] == "rid":
+        return type(action)(*put(tuple(action[1:]), 0, perm[action[1]]))
+    return action
+
+
+def canonical(s: PtState, page_block: int = 0) -> PtState:
+    """The representative of s's orbit: the requests in the order of their `request_key`."""
+    n = len(s.reqs)
+    if n == 1:
+        return s
+    order = sorted(range(n), key=lambda r: request_key(s, r, page_block))
+    if order == list(range(n)):
+        return s
+    perm = [0] * n
+    for i, r in enumerate(order):
+        perm[r] = i
+    return relabel(s, perm, page_block)

@@ -1,0 +1,113 @@
+"""pipelined-transfer: the requests are interchangeable, so `canonical` is a symmetry of the system.
+
+Proved on small two-request configurations by checking every reachable state (no reduction) against the
+swap of the two requests: the relabelled state has exactly the relabelled enabled actions, each step
+commutes with the relabelling, `done` and every invariant's verdict agree, and both states get one
+representative. Then the explorer with and without the reduction gives the same violations, trace lengths
+and liveness verdict, and its reported paths are real paths of the unreduced system.
+"""
+
+import pytest
+
+from kvsim.engine.actions import decode
+from kvsim.engine.explore import explore
+from kvsim.engine.system import run_actions
+from kvsim.models.pipelined_transfer import DESCRIPTOR, symmetry
+from kvsim.models.pipelined_transfer.state import ACTIONS
+
+SWAP = (1, 0)
+OWN_PAGES = {"requests": 2, "prompt_len": 4, "chunk_tokens": 2, "faults": "gen_cancel,drop", "timeouts": 0}
+SHARED_POOL = {"requests": 2, "prompt_len": 2, "chunk_tokens": 1, "rx_pages": 1, "faults": "gen_cancel",
+               "timeouts": 0}
+
+
+def reachable(system):
+    result = explore(system, symmetry=False, check_liveness=False)
+    assert result.bound_hit is None
+    store = result._store
+    return [store.state(sid) for sid in range(len(store))]
+
+
+def symmetry_breaks(system, states, relabel=symmetry.relabel):
+    """The first way the swap fails to be a symmetry on `states`, or None."""
+    block = system.page_block
+    for s in states:
+        t = relabel(s, SWAP, block)
+        if system.canonical(t) != system.canonical(s) or system.canonical(s) not in (s, t):
+            return f"one representative per orbit: {s}"
+        if system.done(t) != system.done(s):
+            return f"done: {s}"
+        for inv in system.invariants:
+            if (inv.check(t) is None) != (inv.check(s) is None):
+                return f"{inv.name}: {s}"
+        acts = system.enabled(s)
+        if sorted(system.enabled(t)) != sorted(symmetry.relabel_action(a, SWAP) for a in acts):
+            return f"enabled: {s}"
+        for a in acts:
+            if system.step(t, symmetry.relabel_action(a, SWAP)) != relabel(system.step(s, a), SWAP, block):
+                return f"step {a}: {s}"
+    return None
+
+
+@pytest.mark.parametrize("variant,params", [("fixed", OWN_PAGES), ("fixed", SHARED_POOL),
+                                            ("proposed_rx_release_after_drain", SHARED_POOL)])
+def test_swapping_the_requests_is_a_symmetry_on_every_reachable_state(variant, params):
+    system = DESCRIPTOR.build_system(variant, params)
+    states = reachable(system)
+    assert len(states) > 500
+    assert symmetry_breaks(system, states) is None
+
+
+def test_a_relabelling_that_forgets_a_component_is_no_symmetry():
+    """The check above can fail: relabel everything but the result frames in flight."""
+    system = DESCRIPTOR.build_system("fixed", OWN_PAGES)
+
+    def forgetful(s, perm, block):
+        return symmetry.relabel(s, perm, block)._replace(frames=s.frames)
+
+    assert "step" in symmetry_breaks(system, reachable(system), forgetful)
+
+
+def test_a_canonical_form_that_is_no_symmetry_is_caught_by_the_explorer(monkeypatch):
+    """The explorer's own check: mapping a reported path back through a bad representative fails."""
+    system = DESCRIPTOR.build_system("fixed", OWN_PAGES)
+
+    def forgetful(s):  # sorts the requests but leaves their result frames where they were
+        c = symmetry.canonical(s, system.page_block)
+        return c if c == s else c._replace(frames=s.frames)
+
+    monkeypatch.setattr(system, "canonical", forgetful)
+    with pytest.raises(AssertionError, match="not a symmetry"):
+        explore(system)
+
+
+@pytest.mark.parametrize("variant,params,found", [
+    ("fixed", OWN_PAGES, {"S1_no_use_after_free", "E4_every_request_settles"}),
+    ("fixed", SHARED_POOL, {"S1_no_use_after_free"}),
+    ("proposed_rx_release_after_drain", SHARED_POOL, set())])
+def test_reduction_keeps_violations_and_liveness_and_stores_fewer_states(variant, params, found):
+    system = DESCRIPTOR.build_system(variant, params)
+    every, reduced = explore(system, symmetry=False), explore(system)
+    assert reduced.symmetry and not every.symmetry and reduced.states < every.states
+    assert {v.property: len(v.trace) for v in reduced.violations} == {
+        v.property: len(v.trace) for v in every.violations}
+    assert {v.property for v in every.violations} == found
+    assert (reduced.hang_states > 0) == (every.hang_states > 0)
+    for v in reduced.violations:  # a real path of the unreduced system, ending where the report says
+        end = run_actions(system, [decode(a, ACTIONS) for a in v.trace])[-1]
+        if v.kind == "invariant":
+            inv = next(i for i in system.invariants if i.name == v.property)
+            assert inv.check(end) is not None
+        else:
+            assert not system.done(end) and end == v.state
+
+
+def test_canonical_sorts_by_request_and_renames_flags():
+    system = DESCRIPTOR.build_system("fixed", OWN_PAGES)
+    s = system.initial_states()[0]
+    later = system.step(s, system.enabled(s)[0])  # request 0 computed its first chunk
+    swapped = symmetry.relabel(later, SWAP, system.page_block)
+    assert swapped.reqs[1].computed == 1 and swapped.rx[1].pages == (2, 3)
+    assert system.canonical(later) == system.canonical(swapped)
+    flagged = later._replace(flags=(("S9_outcome_stable", "request 0: outcome changed"),))
+    assert symmetry.relabel(flagged, SWAP).flags == (("S9_outcome_stable", "request 1: outcome changed"),)
