@@ -1,17 +1,20 @@
-"""The explorer at scale: states/s and bytes a state per store, one process against workers and Ray (not a test).
+"""The explorer at scale: states/s and bytes a state, one process against workers and Ray, with and without symmetry.
 
-    python benchmarks/bench_explore_scale.py [--max-states N] [--workers N] [--ray] [--only NAME]
+    python benchmarks/bench_explore_scale.py [--max-states N] [--max-seconds S] [--workers N] [--ray] [--full]
+                                             [--only NAME]
 
-For each configuration it runs, in one process and one after another:
-  full store, one process              (the peer every ratio is measured against)
-  fingerprint store, one process       (bytes a state, collision probability)
-  full store, --workers N              (forked processes, state space partitioned by hash)
-  fingerprint store, --workers N
-  full store on a local Ray cluster    (--ray; N actors)
-and prints states, transitions, seconds, states/s, the ratio to the one-process full run, bytes a
-state, and whether the run finished. Runs that finish are checked against each other (same state
-count, transitions, violated invariants). `--max-states` bounds every run (default 300,000) so a
-configuration that does not finish still gives a rate.
+For each configuration (pd-staging 2 rooms x 2 writers, pd-protocol 2 rooms per backend, swa-budget
+6 requests) it runs, in one process and one after another, with the fingerprint store:
+  1 process, every state               (the peer every ratio is measured against)
+  1 process, symmetry                  (one representative per orbit, where the model declares `canonical`)
+  --workers N, every state / symmetry  (forked processes, state space partitioned by hash)
+  Ray N actors, symmetry               (--ray: a local Ray cluster; its overhead against --workers N)
+  full store, 1 process                (--full: states kept as objects)
+and prints states, transitions, seconds, states/s (per worker too), the ratio to the first run,
+bytes a state, and whether the run finished. Finished runs are checked against each other: the
+same violated invariants, counterexample lengths and hang verdict (and, between runs that reduce
+alike, the same state and transition counts). `--max-states` and `--max-seconds` bound every run
+(defaults 300,000 states and 600 s) so a configuration that does not finish still gives a rate.
 """
 
 from __future__ import annotations
@@ -34,21 +37,24 @@ CONFIGS = (
     ("swa-budget 6 requests", "swa-budget", "fixed",
      {"prompts": "1,3,2,2,1,3", "outputs": "3,2,2,1,2,1", "full_pages": 6, "swa_pages": 5}),
     ("pd-protocol mooncake 2 rooms", "pd-protocol", "fixed", {"backend": "mooncake", "rooms": 2}),
+    ("pd-protocol nixl 2 rooms", "pd-protocol", "fixed", {"backend": "nixl", "rooms": 2}),
+    ("pd-protocol mori 2 rooms", "pd-protocol", "fixed", {"backend": "mori", "rooms": 2}),
     ("pd-staging 2 rooms x 2 writers", "pd-staging", "fixed", {"rooms": 2, "writers": 2}),
 )
 
 
-def run(label: str, fn, base: float | None) -> dict:
+def run(label: str, fn, base: float | None, workers: int = 1) -> dict:
     start = time.perf_counter()
     r = fn()
     seconds = time.perf_counter() - start
     rate = r.states / seconds
     row = {"run": label, "states": r.states, "transitions": r.transitions, "seconds": round(seconds, 2),
-           "states_per_second": round(rate), "ratio": round(rate / base, 2) if base else 1.0,
-           "bytes_per_state": r.bytes_per_state, "complete": r.bound_hit is None,
-           "violations": sorted(v.property for v in r.violations)}
-    print(f"  {label:34s} {r.states:>9,} states {r.transitions:>10,} transitions {seconds:8.1f} s "
-          f"{rate:>9,.0f}/s  x{row['ratio']:<5} {r.bytes_per_state or '':>6} B/state "
+           "states_per_second": round(rate), "per_worker": round(rate / workers), "ratio": round(rate / base, 2)
+           if base else 1.0, "bytes_per_state": r.bytes_per_state, "complete": r.bound_hit is None,
+           "symmetry": r.symmetry, "depth": r.depth,
+           "verdicts": sorted((v.property, v.kind, len(v.trace)) for v in r.violations) + [("hang", r.hang_states > 0)]}
+    print(f"  {label:30s} {r.states:>10,} states {r.transitions:>11,} transitions {seconds:8.1f} s "
+          f"{rate:>8,.0f}/s ({rate / workers:>7,.0f}/worker) x{row['ratio']:<5} {r.bytes_per_state or '':>6} B/state "
           f"{'complete' if row['complete'] else 'bound: ' + str(r.bound_hit)}", flush=True)
     return row
 
@@ -56,35 +62,51 @@ def run(label: str, fn, base: float | None) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--max-states", type=int, default=300_000)
+    ap.add_argument("--max-seconds", type=float, default=600.0)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--ray", action="store_true", help="also run on a local Ray cluster")
+    ap.add_argument("--full", action="store_true", help="also run the full store in one process")
     ap.add_argument("--only", help="run only configurations whose label contains this")
     ap.add_argument("--json", metavar="FILE")
     args = ap.parse_args()
-    print(f"python {platform.python_version()}, {os.cpu_count()} CPUs, max states {args.max_states:,}")
+    print(f"python {platform.python_version()}, {os.cpu_count()} CPUs, max states {args.max_states:,}, "
+          f"max seconds {args.max_seconds:,.0f}")
     reg = catalog.models()
     report = []
+    n = args.workers
     for label, model, variant, params in CONFIGS:
         if args.only and args.only not in label:
             continue
         spec = RunSpec.resolve(reg.model(model), variant, [f"{k}={v}" for k, v in params.items()])
-        print(label, flush=True)
-        bound = {"max_states": args.max_states, "check_liveness": True}
-        base = run("full, 1 process", lambda: explore(spec.system(), **bound), None)
+        symmetric = getattr(spec.system(), "canonical", None) is not None
+        print(f"{label} (symmetry {'declared' if symmetric else 'not declared'})", flush=True)
+        bound = {"max_states": args.max_states, "max_seconds": args.max_seconds, "check_liveness": True,
+                 "store": "fingerprint"}
+        base = run("1 process, every state", lambda: explore(spec.system(), symmetry=False, **bound), None)
         rows = [base]
         rate = base["states_per_second"]
-        rows.append(run("fingerprint, 1 process", lambda: explore(spec.system(), store="fingerprint", **bound), rate))
-        rows.append(run(f"full, {args.workers} workers",
-                        lambda: explore_parallel(spec.system, args.workers, **bound), rate))
-        rows.append(run(f"fingerprint, {args.workers} workers",
-                        lambda: explore_parallel(spec.system, args.workers, store="fingerprint", **bound), rate))
+        if symmetric:
+            rows.append(run("1 process, symmetry", lambda: explore(spec.system(), **bound), rate))
+        rows.append(run(f"{n} workers, every state",
+                        lambda: explore_parallel(spec.system, n, symmetry=False, **bound), rate, n))
+        if symmetric:
+            rows.append(run(f"{n} workers, symmetry", lambda: explore_parallel(spec.system, n, **bound), rate, n))
         if args.ray:
-            rows.append(run(f"full, Ray {args.workers} actors",
-                            lambda: explore_parallel(spec.system, args.workers, use_ray=True, **bound), rate))
+            ray_row = run(f"Ray {n} actors{', symmetry' if symmetric else ''}",
+                          lambda: explore_parallel(spec.system, n, use_ray=True, **bound), rate, n)
+            rows.append(ray_row)
+            peer = rows[-2]
+            print(f"  Ray overhead against {n} workers: x{peer['seconds'] / max(ray_row['seconds'], 1e-9):.2f} "
+                  f"the rate ({ray_row['seconds'] - peer['seconds']:+.1f} s)")
+        if args.full:
+            rows.append(run("full store, 1 process, every state",
+                            lambda: explore(spec.system(), symmetry=False, **{**bound, "store": "full"}), rate))
         done = [r for r in rows if r["complete"]]
         if len(done) > 1:
-            same = {(r["states"], r["transitions"], tuple(r["violations"])) for r in done}
-            print(f"  finished runs agree: {len(same) == 1}")
+            same = len({tuple(map(tuple, r["verdicts"])) for r in done}) == 1
+            counts = all(len({(r["states"], r["transitions"]) for r in done if r["symmetry"] == sym}) <= 1
+                         for sym in (False, True))
+            print(f"  finished runs agree: verdicts {same}, counts {counts}")
         report.append({"config": label, "params": params, "runs": rows})
     if args.json:
         with open(args.json, "w") as fh:

@@ -12,6 +12,7 @@ from kvsim.engine.explore import explore, realize
 from kvsim.engine.parallel import explore_parallel
 from kvsim.engine.store import FingerprintSet, FingerprintStore
 from kvsim.engine.system import first_violation, run_actions
+from kvsim.models.pd_staging.symmetry import relabel, room_symmetry
 from toys import Counter, Pair
 
 # (model, variant): configurations with violations, hangs, and clean ones
@@ -108,6 +109,62 @@ def test_a_canonical_form_that_is_no_symmetry_is_caught_when_a_path_is_mapped_ba
     system = Pair(lopsided=True)
     with pytest.raises(AssertionError, match="not a symmetry"):
         realize(system, system.canonical, [(0, 0), (2, 0)])  # no step of the real system reaches (2, 0)
+
+
+# -- pd-staging's rooms and dead prefill --------------------------------------------------------------------------
+
+# (variant, params): clean, an invariant violation, a hang (a second fault after the prefill died: the quotient of
+# its channels is in play), the wrapped ring of 0.5.23
+STAGING_SMALL = (("pre_05c7ebf", {"rooms": 2, "prompt_len": 1}),
+                 ("fixed", {"rooms": 2, "prompt_len": 1, "ring_units": 1, "timeouts": 0}),
+                 ("fixed", {"rooms": 2, "prompt_len": 1, "fault_budget": 2, "timeouts": 0,
+                            "faults": "drop_wm,drop_abort,peer_death,abort"}),
+                 ("sglang_0_5_23", {"rooms": 2, "prompt_len": 1, "ring_units": 1, "timeouts": 0}))
+
+
+def staging(variant, params):
+    return RunSpec.resolve(catalog.models().model("pd-staging"), variant, params).system()
+
+
+def verdicts(result) -> tuple:
+    return (sorted((v.property, v.kind, len(v.trace)) for v in result.violations), result.hang_states > 0,
+            result.bound_hit)
+
+
+@pytest.mark.parametrize("variant,params", STAGING_SMALL)
+def test_pd_staging_room_symmetry_keeps_every_verdict(variant, params):
+    system = staging(variant, params)
+    every, reduced = explore(system, symmetry=False, store="fingerprint"), explore(system, store="fingerprint")
+    assert reduced.symmetry and reduced.states < every.states / 2
+    assert verdicts(reduced) == verdicts(every)
+    for v in reduced.violations:
+        assert_replays_to_violation(system, v)
+        if v.kind == "invariant":  # the message is the real state's, not the representative's
+            assert v.message == first_violation(system, v.state)[1]
+
+
+def test_pd_staging_canonical_form_is_one_per_orbit():
+    system = staging("fixed", {"rooms": 2, "prompt_len": 1, "ring_units": 1, "fault_budget": 2, "timeouts": 0,
+                               "faults": "drop_wm,drop_abort,peer_death,abort"})
+    states = explore(system, symmetry=False, max_states=3000)._store.states
+    canon = system.canonical
+    swapped = 0
+    for s in states:
+        c = canon(s)
+        other = relabel(s, (1, 0))
+        assert relabel(other, (1, 0)) == s  # the relabelling is a permutation of the states
+        assert canon(other) == c and canon(c) == c
+        assert system.done(c) == system.done(s)
+        assert (first_violation(system, c) or ("",))[0] == (first_violation(system, s) or ("",))[0]
+        swapped += other != s
+    assert swapped > len(states) // 2  # most states are not their own mirror image
+
+
+def test_pd_staging_rooms_are_not_interchangeable_where_the_initial_state_orders_them():
+    # an unaligned decode prefix fails every room at registration: the ABORTs go out in room order to a live prefill
+    assert room_symmetry(staging("fixed", {"rooms": 2, "prompt_len": 3, "decode_prefix_len": 1, "page_size": 2})) is None
+    assert staging("fixed", {"rooms": 1}).canonical is None
+    assert staging("fixed", {"rooms": 2}).canonical is not None
 
 
 # -- workers and Ray ---------------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
 from .canon import to_jsonable
-from .store import FingerprintStore, FullStore, state_bytes
+from .store import FingerprintStore, FullStore, fingerprint_function
 from .system import TransitionSystem
 
 
@@ -121,13 +121,12 @@ def explore(system: TransitionSystem[Any, Any], *, max_depth: int | None = None,
     deadline = None if max_seconds is None else start + max_seconds
     canon = getattr(system, "canonical", None) if symmetry else None
     enabled, step, done = system.enabled, system.step, system.done
-    if canon is not None:
-        raw_step = step
-
-        def step(state: Any, action: Any) -> Any:  # noqa: F811 (the reduced system's step)
-            return canon(raw_step(state, action))
     initial = [s if canon is None else canon(s) for s in system.initial_states()]
-    visited = _make_store(store, system, initial, step)
+    visited = _make_store(store, system, initial, step if canon is None else _reduced(step, canon))
+    # successors seen lately, by value (hash and ==, no fingerprint): most transitions that reach a known
+    # state reach one found a few expansions before (the other side of a diamond), so the fingerprint (and
+    # the canonical form) is computed about once per state, not once per transition
+    recent = Recent() if visited.kind == "fingerprint" or canon is not None else None
     queue: deque[tuple[int, Any]] = deque()
     violations: dict[str, Violation] = {}
     invariants = list(system.invariants)
@@ -136,11 +135,11 @@ def explore(system: TransitionSystem[Any, Any], *, max_depth: int | None = None,
     max_depth_seen = 0
     checked = [0] * len(invariants)
     fired: dict[str, int] = {}
-    find, add, depth_of = visited.find, visited.add, visited.depth
+    key, find, add, depth_of = visited.key, visited.find, visited.add, visited.depth
     bad, done_flag = visited.bad, visited.done
 
-    def discover(state: Any, parent: int, action: Any, index: int, depth: int) -> int:
-        sid = add(state, parent, action, index, depth)
+    def discover(found: Any, state: Any, parent: int, action: Any, index: int, depth: int) -> int:
+        sid = add(found, state, parent, action, index, depth)
         done_flag[sid] = done(state)
         for k, inv in enumerate(invariants):
             checked[k] += 1
@@ -155,8 +154,8 @@ def explore(system: TransitionSystem[Any, Any], *, max_depth: int | None = None,
         return sid
 
     for k, init in enumerate(initial):
-        if find(init) is None:
-            discover(init, -1, None, k, 0)
+        if find(key(init)) is None:
+            discover(key(init), init, -1, None, k, 0)
 
     while queue:
         sid, state = queue.popleft()
@@ -167,15 +166,21 @@ def explore(system: TransitionSystem[Any, Any], *, max_depth: int | None = None,
         succ: list[tuple[int, Any]] = []
         for index, action in enumerate(enabled(state)):
             nxt = step(state, action)
-            tid = find(nxt)
+            tid = None if recent is None else recent.get(nxt)
             if tid is None:
-                if len(visited) >= max_states:
-                    bound_hit = "states"
-                    succ = []  # leave this state unexpanded: its successors are unknown
-                    break
-                tid = discover(nxt, sid, action, index, depth + 1)
-                if depth + 1 > max_depth_seen:
-                    max_depth_seen = depth + 1
+                rep = nxt if canon is None else canon(nxt)
+                k = key(rep)
+                tid = find(k)
+                if tid is None:
+                    if len(visited) >= max_states:
+                        bound_hit = "states"
+                        succ = []  # leave this state unexpanded: its successors are unknown
+                        break
+                    tid = discover(k, rep, sid, action, index, depth + 1)
+                    if depth + 1 > max_depth_seen:
+                        max_depth_seen = depth + 1
+                if recent is not None:
+                    recent.put(nxt, tid)
             succ.append((tid, action))
         else:
             visited.expand(sid, succ)
@@ -206,6 +211,31 @@ def explore(system: TransitionSystem[Any, Any], *, max_depth: int | None = None,
                          _store=visited)
 
 
+class Recent:
+    """state -> id for the states reached lately (two generations of at most `capacity` each), by value."""
+
+    __slots__ = ("young", "old", "capacity")
+
+    def __init__(self, capacity: int = 1 << 15) -> None:
+        self.young: dict[Any, int] = {}
+        self.old: dict[Any, int] = {}
+        self.capacity = capacity
+
+    def get(self, state: Any) -> int | None:
+        sid = self.young.get(state)
+        return self.old.get(state) if sid is None else sid
+
+    def put(self, state: Any, sid: int) -> None:
+        if len(self.young) >= self.capacity:
+            self.old, self.young = self.young, {}
+        self.young[state] = sid
+
+
+def _reduced(step: Callable[[Any, Any], Any], canon: Callable[[Any], Any]) -> Callable[[Any, Any], Any]:
+    """The step of the reduced system: from a representative to the representative of the successor."""
+    return lambda state, action: canon(step(state, action))
+
+
 def _make_store(kind: str, system: Any, initial: list[Any], step: Callable[[Any, Any], Any]) -> Any:
     if kind == "full":
         return FullStore()
@@ -221,7 +251,7 @@ def _make_store(kind: str, system: Any, initial: list[Any], step: Callable[[Any,
             state = step(state, action)
         return state, actions
 
-    return FingerprintStore(getattr(system, "encode_state", state_bytes), replay)
+    return FingerprintStore(fingerprint_function(system), replay)
 
 
 def realize(system: Any, canon: Callable[[Any], Any], states: Sequence[Any]) -> tuple[Any, list[Any]]:
@@ -258,7 +288,16 @@ def _violation(system: Any, canon: Callable[[Any], Any] | None, visited: Any, na
     if canon is None:
         return Violation(name, kind, visited.path(sid), message, visited.state(sid))
     real, actions = realize(system, canon, _path_states(visited, sid))
-    return Violation(name, kind, [to_jsonable(a) for a in actions], message, real)
+    return Violation(name, kind, [to_jsonable(a) for a in actions], real_message(system, name, real, message), real)
+
+
+def real_message(system: Any, name: str, real: Any, message: str) -> str:
+    """An invariant's message on the real state a path was mapped back to (the representative's may name
+    other rooms, requests or writers); a hang's message is the search's own."""
+    for inv in system.invariants:
+        if inv.name == name:
+            return inv.check(real) or message
+    return message
 
 
 def cannot_finish(n: int, edges: Callable[[], Iterable[tuple[int, int]]], alive: bytearray) -> list[int]:

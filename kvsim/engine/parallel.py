@@ -24,10 +24,10 @@ import time
 from array import array
 from typing import Any, Callable, Sequence
 
-from .explore import Coverage, ExploreResult, Violation, action_kind, cannot_finish, realize
+from .explore import Coverage, ExploreResult, Violation, action_kind, cannot_finish, real_message, realize
 from .canon import to_jsonable
 from .errors import ConfigError
-from .store import FingerprintSet, fingerprint, state_bytes
+from .store import FingerprintSet, fingerprint_function
 
 HASH_SEED = "0"  # PYTHONHASHSEED asked of Ray workers: when they all have it, routing is by `hash(state)`
 
@@ -40,7 +40,7 @@ class Partition:
         self.system = factory()
         self.w, self.n = worker, workers
         self.canon = getattr(self.system, "canonical", None) if symmetry else None
-        self.encode = getattr(self.system, "encode_state", state_bytes)
+        self.fp = fingerprint_function(self.system)
         self.max_depth = max_depth
         self.full = store == "full"
         self.ids: dict[Any, int] | FingerprintSet = {} if self.full else FingerprintSet()
@@ -62,8 +62,8 @@ class Partition:
         return hash((None, "kvsim partition"))
 
     def route_by_fingerprint(self) -> None:
-        encode, n = self.encode, self.n
-        self.owner = lambda state: fingerprint(encode(state)) % n  # type: ignore[method-assign]
+        fp, n = self.fp, self.n
+        self.owner = lambda state: fp(state) % n  # type: ignore[method-assign]
 
     def _step(self, state: Any, action: Any) -> Any:
         nxt = self.system.step(state, action)
@@ -114,7 +114,7 @@ class Partition:
         invariants, done = self.system.invariants, self.system.done
         for payload in inbox:
             for state, edges in pickle.loads(payload):
-                key = state if self.full else fingerprint(self.encode(state))
+                key = state if self.full else self.fp(state)
                 lid = self.ids.get(key)
                 if lid is None:
                     lid = len(self.parent)
@@ -358,6 +358,7 @@ def _report(system: Any, canon: Callable[[Any], Any] | None, name: str, kind: st
     state, states, actions = _replay(system, canon, *where)
     if canon is not None:
         state, actions = realize(system, canon, states)
+        message = real_message(system, name, state, message)
     return Violation(name, kind, [to_jsonable(a) for a in actions], message, state)
 
 

@@ -248,12 +248,16 @@ class Driver:
         self.state = next(iter(system.initial_states())) if initial is None else initial
         self.initial = self.state
         self.actions: list[Any] = []
+        # `kvsim.engine.system.transition(system, ...)`, resolved once: a driver applies an action per event
+        fn = getattr(system, "transition", None)
+        self._transition: Callable[[Any, Any], tuple[Any, tuple[Any, ...]]] = \
+            fn if fn is not None else (lambda state, action: transition(system, state, action))
 
     def enabled(self) -> Any:
         return self.system.enabled(self.state)
 
     def apply(self, action: Any) -> tuple[Any, ...]:
         """Take `action` (it must be enabled) and return its effects."""
-        self.state, effects = transition(self.system, self.state, action)
+        self.state, effects = self._transition(self.state, action)
         self.actions.append(action)
         return effects

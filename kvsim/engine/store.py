@@ -1,8 +1,9 @@
 """The explorer's visited-state stores: full states, or 64-bit fingerprints in flat arrays.
 
-Both give the breadth-first search of `explore` the same five operations: `find` a state's id,
-`add` a new state (with its parent, the action that reached it and its index among the parent's
-enabled actions, its depth), `expand` (record a state's successor ids), the `done`/`bad` flags,
+Both give the breadth-first search of `explore` the same operations: `key` (what identifies a
+state: the state itself, or its fingerprint, computed once per reached state), `find` a key's id,
+`add` a new state (with its key, its parent, the action that reached it and its index among the
+parent's enabled actions, its depth), `expand` (record a state's successor ids), the `done`/`bad` flags,
 and `path` / `state` to report a violation. The search order, and so every result, is the same
 with either store as long as no two reached states share a fingerprint.
 
@@ -42,12 +43,16 @@ class FullStore:
     def __len__(self) -> int:
         return len(self.states)
 
-    def find(self, state: Any) -> int | None:
-        return self.ids.get(state)
+    @staticmethod
+    def key(state: Any) -> Any:
+        return state
 
-    def add(self, state: Any, parent: int, action: Any, index: int, depth: int) -> int:
+    def find(self, key: Any) -> int | None:
+        return self.ids.get(key)
+
+    def add(self, key: Any, state: Any, parent: int, action: Any, index: int, depth: int) -> int:
         sid = len(self.states)
-        self.ids[state] = sid
+        self.ids[key] = sid
         self.states.append(state)
         self.parent.append(parent)
         self.via.append(action)
@@ -98,8 +103,15 @@ def fingerprint(text: bytes) -> int:
 
 
 def state_bytes(state: Any) -> bytes:
-    """The default canonical text of a state: its `repr` (value-based for tuples, dataclasses, records)."""
+    """A canonical text of a state: its `repr` (value-based for tuples, dataclasses, records)."""
     return repr(state).encode("utf-8", "backslashreplace")
+
+
+def fingerprint_function(system: Any) -> Callable[[Any], int]:
+    """The fingerprint a run uses: BLAKE2b of the system's `encode_state(state) -> bytes` where it has one,
+    else of the state's `repr`."""
+    encode = getattr(system, "encode_state", state_bytes)
+    return lambda state: fingerprint(encode(state))
 
 
 class FingerprintSet:
@@ -163,8 +175,8 @@ class FingerprintStore:
 
     kind = "fingerprint"
 
-    def __init__(self, encode: Callable[[Any], bytes], replay: Callable[[Sequence[int], int], Any]) -> None:
-        self.encode = encode
+    def __init__(self, key: Callable[[Any], int], replay: Callable[[Sequence[int], int], Any]) -> None:
+        self.key = key  # state -> 64-bit fingerprint (never 0): `fingerprint_function(system)`
         self.replay = replay
         self.visited = FingerprintSet()
         self.parent = array("i")  # 32-bit ids: 2**31 states is beyond any run of one machine
@@ -177,12 +189,12 @@ class FingerprintStore:
     def __len__(self) -> int:
         return len(self.parent)
 
-    def find(self, state: Any) -> int | None:
-        return self.visited.get(fingerprint(self.encode(state)))
+    def find(self, key: int) -> int | None:
+        return self.visited.get(key)
 
-    def add(self, state: Any, parent: int, action: Any, index: int, depth: int) -> int:
+    def add(self, key: int, state: Any, parent: int, action: Any, index: int, depth: int) -> int:
         sid = len(self.parent)
-        self.visited.put(fingerprint(self.encode(state)), sid)
+        self.visited.put(key, sid)
         self.parent.append(parent)
         self.index.append(index)
         self.depth.append(depth)

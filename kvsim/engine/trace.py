@@ -21,11 +21,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import json.encoder
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Callable, Iterator
 
 from .canon import canonical_json, dumps, to_jsonable
 from .errors import TraceError
+
+
 
 FORMAT = 1
 HEADER_KEYS = ("model", "variant", "seed", "params", "faults")
@@ -36,35 +39,47 @@ MAX_LINE = 1 << 20  # bytes: the longest line a trace may hold (real step lines 
 class TraceRecorder:
     """Records the steps of one run and their digest.
 
-    `keep=False` keeps no step (a replay compares each step as it comes and needs none of them);
-    `on_step(line)` is called with each step line as it is recorded.
+    Each step is turned into its canonical text once, when it is recorded: that text is what the digest
+    covers (hashed as it comes, so a run keeping no step holds none in memory), what `lines` and `write`
+    give, and what `steps` parses back on first use. `keep=False` keeps no step (a replay compares each
+    step as it comes and needs none of them); `on_step(line)` is called with each step line as it is
+    recorded.
     """
 
     def __init__(self, header: dict[str, Any], *, keep: bool = True,
                  on_step: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.header = {"kvsim_trace": FORMAT, **to_jsonable(header)}
-        self.steps: list[dict[str, Any]] = []
         self.count = 0
         self.keep = keep
         self.on_step = on_step
         self.end_extra: dict[str, Any] = {}  # what the end line adds (a budget that stopped the run)
+        self._texts: list[str] = []  # the canonical text of every kept step, in order
+        self._parsed: list[dict[str, Any]] = []  # `steps`: the kept texts parsed so far
         self._hash = hashlib.sha256(canonical_json(_core(self.header)).encode("ascii"))
 
     def record(self, t: float, event: str, data: Any = None) -> None:
         line = {"i": self.count, "t": t, "event": event, "data": to_jsonable(data)}
+        text = dumps(line)
         self.count += 1
         if self.keep:
-            self.steps.append(line)
-        self._hash.update(b"\n" + dumps(line).encode("ascii"))
+            self._texts.append(text)
+        self._hash.update(("\n" + text).encode("ascii"))
         if self.on_step is not None:
             self.on_step(line)
+
+    @property
+    def steps(self) -> list[dict[str, Any]]:
+        """The kept step lines as data (what a trace file's lines parse to)."""
+        if len(self._parsed) < len(self._texts):
+            self._parsed.extend(json.loads(text) for text in self._texts[len(self._parsed):])
+        return self._parsed
 
     def digest(self) -> str:
         return self._hash.hexdigest()
 
     def lines(self) -> list[str]:
-        end = {"end": True, "steps": len(self.steps), "digest": self.digest(), **self.end_extra}
-        return [canonical_json(self.header)] + [canonical_json(s) for s in self.steps] + [canonical_json(end)]
+        end = {"end": True, "steps": len(self._texts), "digest": self.digest(), **self.end_extra}
+        return [canonical_json(self.header)] + self._texts + [canonical_json(end)]
 
     def write(self, path: str) -> None:
         with open(path, "w", encoding="ascii") as fh:

@@ -23,6 +23,7 @@ writers owns one head slice of the decode rank (W = P_tp / D_tp).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from kvsim.engine.errors import ConfigError, check_int
 from kvsim.engine.params import param
@@ -106,11 +107,12 @@ class StagingSystemConfig:
         object.__setattr__(self, "fault_kinds", parse_faults(self.faults))
         self.plan  # validates page size, prefix and chunked-prefill size
 
-    @property
+    # derived once per config (frozen): a step asks for them on every write and scatter
+    @cached_property
     def plan(self) -> StagingPlanConfig:
         return StagingPlanConfig(self.prompt_len, self.decode_prefix_len, self.page_size, self.chunked_prefill_size)
 
-    @property
+    @cached_property
     def slot_pages(self) -> tuple[int, ...]:
         """Pages of slot k, as the prefetch asks for them (`min(F, N - k*F)`)."""
         p = self.plan
@@ -120,7 +122,7 @@ class StagingSystemConfig:
     def total_units(self) -> int:
         return self.ring_units or self.rooms * self.writers * sum(self.slot_pages)
 
-    @property
+    @cached_property
     def buffer_pages(self) -> int:
         """Pages of one writer's slice the prefill-local staging buffer holds (#31217: one grid slot).
 

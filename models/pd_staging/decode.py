@@ -136,7 +136,7 @@ class DecodeSide:
         ring = s.ring
         for aid in ids:
             ring = ring.free(aid, self.variant)  # StagingAllocator.free: #37166's fresh round is a flag
-        owners = tuple(o for o in s.owners if o[0] not in ids)
+        owners = tuple([o for o in s.owners if o[0] not in ids])
         s = s._replace(ring=ring, owners=owners)
         for w in range(self.cfg.writers):  # WATERMARK to every subscribed session (one per batch of frees)
             s = self._send(s, DOWN, w, fx, WatermarkMsg(w, ring.watermark[0], ring.watermark[1]))

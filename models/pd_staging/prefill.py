@@ -20,7 +20,7 @@ from ..pd_common.status import KVPoll, update_status
 from .actions import UP, AckMsg, Deferred, Enqueued, ReadyMsg, ReqMsg, SlotOffset, StatusMsg
 from .plan import prefill_write_accepted
 from .ring import merge_remote_watermark
-from .state import ALLOC_OVERSIZED, Chunk, PrefillRoom, StagingState
+from .state import ALLOC_OVERSIZED, QUEUES, Chunk, PrefillRoom, StagingState, replace_at
 
 Effects = list  # what a step did, collected as it goes (see `actions`)
 
@@ -51,7 +51,7 @@ class PrefillSide:
         (`_do_staging_transfer` returns deferred: `queue.put(kv_chunk)`; `break`)."""
         defer = self.defers(s, w)
         chunk, rest = s.queues[w][0], s.queues[w][1:]
-        s = s._replace(queues=put(s.queues, w, rest))
+        s = replace_at(s, QUEUES, put(s.queues, w, rest))
         r, k = chunk.room, chunk.chunk_idx
         p = s.prefill[w][r]
         if p.status is None or p.status == KVPoll.Failed:
@@ -66,7 +66,7 @@ class PrefillSide:
             chunk = chunk._replace(counted=True)
         if defer:
             # DEFER: re-enqueue at the tail (after the bounded watermark wait); chunks of a room reorder
-            s = s._replace(queues=put(s.queues, w, rest + (chunk,)))
+            s = replace_at(s, QUEUES, put(s.queues, w, rest + (chunk,)))
             fx.append(Deferred(w))
             return self._set_prefill(s, w, r, p, fx)
         if chunk.dst_done:  # (proposed fix) written on an earlier pass: only the status sync is left

@@ -22,7 +22,9 @@ instead: round + 1, head 0, watermark (round + 1, 0).
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass, replace
+from operator import attrgetter
 from typing import Iterable, Sequence
 
 from kvsim.engine.errors import ConfigError, check_int
@@ -42,6 +44,9 @@ class Allocation:
     @property
     def end(self) -> int:
         return self.offset + self.size
+
+
+_alloc_id = attrgetter("alloc_id")
 
 
 def is_watermark_ready(alloc_round: int, end: int, watermark: Watermark) -> bool:
@@ -97,9 +102,10 @@ class StagingAllocator:
     def free(self, alloc_id: int, variant: StagingVariant = FIXED) -> StagingAllocator:
         """Free a live allocation and move the watermark to the oldest live one (or, when none is live,
         to the head at 05c7ebf, or to a fresh round's start since #37166)."""
-        if alloc_id not in self.live_ids:
+        i = self._index(alloc_id)  # ids are unique: dropping that one is dropping every match
+        if i is None:
             raise ConfigError("alloc_id", f"a live allocation id (one of {list(self.live_ids)})", alloc_id)
-        live = tuple(a for a in self.allocations if a.alloc_id != alloc_id)
+        live = self.allocations[:i] + self.allocations[i + 1:]
         if live:
             return replace(self, allocations=live, watermark=(live[0].round, live[0].offset))
         if variant.fresh_round_when_empty:  # #37166: the whole prior round is reusable; start the next at 0
@@ -111,10 +117,19 @@ class StagingAllocator:
         return tuple(a.alloc_id for a in self.allocations)
 
     def get(self, alloc_id: int) -> Allocation:
-        for a in self.allocations:
-            if a.alloc_id == alloc_id:
-                return a
-        raise ConfigError("alloc_id", "a live allocation id", alloc_id)
+        i = self._index(alloc_id)
+        if i is None:
+            raise ConfigError("alloc_id", "a live allocation id", alloc_id)
+        return self.allocations[i]
+
+    def _index(self, alloc_id: int) -> int | None:
+        """Where the live allocation `alloc_id` is, or None. Ids are unique, and `assign` appends increasing
+        ids, so a binary search finds it; a ring built with its allocations in another order is searched."""
+        allocations = self.allocations
+        i = bisect_left(allocations, alloc_id, key=_alloc_id)
+        if i < len(allocations) and allocations[i].alloc_id == alloc_id:
+            return i
+        return next((i for i, a in enumerate(allocations) if a.alloc_id == alloc_id), None)
 
     def ready(self, alloc: Allocation) -> bool:
         return is_watermark_ready(alloc.round, alloc.end, self.watermark)

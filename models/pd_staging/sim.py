@@ -148,11 +148,12 @@ class _Run:
         return self.driver.state
 
     def _channel(self, side: int, w: int, faults: FaultPlan) -> Channel:
+        deliverable = self.system.deliverable  # `is_enabled` of a Deliver, asked directly: this runs per message
+
         def deliver(m: tuple) -> None:
-            action = Deliver(side, w, m)
-            if self.system.is_enabled(self.state, action):
-                self.apply(action, "prefill reported Failed" if m[0] == "STATUS" else m[0])
-                if side == DOWN:
+            if deliverable(self.driver.state, side, w, m):
+                self.apply(Deliver(side, w, m), "prefill reported Failed" if m[0] == "STATUS" else m[0])
+                if side == DOWN and self.parked[w]:
                     self._unpark(w)
 
         def on_fault(kind: str, m: tuple) -> None:
@@ -167,12 +168,18 @@ class _Run:
     # -- one action of the transition system, and what it sets in motion ---------------------------
     def apply(self, action: tuple, why: str) -> tuple[tuple, ...]:
         self.why = why
-        self.rec.record(self.sim.now, action[0], list(action[1:]))
+        self.rec.record(self.sim.now, action[0], action[1:])  # the fields, written as the JSON list they are
         effects = self.driver.apply(action)
         self._follow(effects)
         return effects
 
     def _follow(self, effects: tuple[tuple, ...]) -> None:
+        busy, parked = self.busy, self.parked
+        if not effects:  # most deliveries: nothing set in motion, only the idle workers to try
+            for w in range(len(busy)):
+                if not busy[w] and not parked[w]:
+                    self._kick(w)
+            return
         sent, room_effects, clears, enqueued = [], [], [], set()
         for e in effects:  # one pass: this runs once per event
             tag = e[0]
@@ -189,12 +196,15 @@ class _Run:
         if room_effects:
             self._follow_rooms(sorted(room_effects, key=_room_order) if len(room_effects) > 1 else room_effects)
         clears.sort()
-        for w in range(self.system.cfg.writers):
-            for _, r in (c for c in clears if c[0] == w):
-                self.apply(Clear(w, r), self.why)  # the scheduler's next poll
+        i = 0
+        for w in range(len(busy)):
+            while i < len(clears) and clears[i][0] == w:
+                self.apply(Clear(w, clears[i][1]), self.why)  # the scheduler's next poll
+                i += 1
             if w in enqueued:
                 self._unpark(w)  # a new batch: its chunks may be ready
-            self._kick(w)
+            if not busy[w] and not parked[w]:
+                self._kick(w)
 
     def _follow_rooms(self, effects: list[tuple]) -> None:
         now = self.sim.now
@@ -234,7 +244,11 @@ class _Run:
             return
         effects = self.apply(Work(w), "work")  # busy stays set: the step's follow-ups must not start this worker
         self.busy[w] = False
-        deferred = any(e.tag == "deferred" for e in effects)
+        deferred = False
+        for e in effects:
+            if e[0] == "deferred":
+                deferred = True
+                break
         self.defers[w] = self.defers[w] + 1 if deferred else 0
         # every queued chunk waited in turn: sleep until a message reaches this rank or a batch adds work
         self.parked[w] = deferred and self.defers[w] >= len(self.state.queues[w])

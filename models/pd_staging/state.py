@@ -68,6 +68,16 @@ class StagingState(NamedTuple):
     flags: tuple[tuple[str, str], ...]  # (invariant, message) seen at a transition
 
 
+def replace_at(record: tuple, i: int, value) -> tuple:
+    """`record._replace(<its field i>=value)` without `_replace`'s keyword handling: a step's hot path."""
+    return tuple.__new__(type(record), record[:i] + (value,) + record[i + 1:])
+
+
+# field indices for `replace_at`
+QUEUES, PREFILL_ROOMS, DECODE_ROOMS, CHANS = (StagingState._fields.index(f) for f in ("queues", "prefill", "decode",
+                                                                                    "chans"))
+
+
 def remove(seq: tuple, item) -> tuple:
     """`seq` without the first occurrence of `item`."""
     i = seq.index(item)

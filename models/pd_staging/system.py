@@ -49,6 +49,8 @@ deadlines armed, rooms concluded), which is all a timing policy needs to know.
 
 from __future__ import annotations
 
+from functools import cached_property
+
 from kvsim.engine.system import Invariant
 
 from . import checks
@@ -62,7 +64,9 @@ from .decode import DecodeSide
 from .plan import staging_prefix_accepted
 from .prefill import PrefillSide
 from .ring import StagingAllocator, is_watermark_ready
-from .state import ALLOC_OVERSIZED, NOT_ALLOCATED, TERMINAL, DecodeRoom, PrefillRoom, StagingState, remove
+from .symmetry import RoomSymmetry, room_symmetry
+from .state import (ALLOC_OVERSIZED, CHANS, DECODE_ROOMS, NOT_ALLOCATED, PREFILL_ROOMS, TERMINAL, DecodeRoom,
+                    PrefillRoom, StagingState, remove, replace_at)
 from .variants import FIXED, StagingVariant
 
 Effects = list  # what a step did, collected as it goes (see `actions`)
@@ -100,6 +104,18 @@ class PdStaging(PrefillSide, DecodeSide):
             for r in range(n):
                 s = self._conclude(s, r, KVPoll.Failed, [])
         return (s,)
+
+    # -- symmetry: interchangeable rooms, a dead prefill's quotient (`symmetry`; explore reduces by them) --
+    @cached_property
+    def symmetry(self) -> RoomSymmetry | None:
+        return room_symmetry(self)
+
+    @property
+    def canonical(self):  # one representative per orbit, or None where the rooms are not interchangeable
+        return None if self.symmetry is None else self.symmetry.canonical
+
+    def encode_state(self, s: StagingState) -> bytes:
+        return repr(s).encode("utf-8", "backslashreplace") if self.symmetry is None else self.symmetry.encode(s)
 
     def done(self, s: StagingState) -> bool:
         if any(d.status not in TERMINAL for d in s.decode):
@@ -280,7 +296,8 @@ class PdStaging(PrefillSide, DecodeSide):
     def _send(self, s: StagingState, side: int, w: int, fx: Effects, *messages: tuple) -> StagingState:
         if side == UP and s.dead:
             return s  # a dead prefill sends nothing
-        fx.extend(Sent(side, w, m) for m in messages)
+        for m in messages:
+            fx.append(Sent(side, w, m))
         return self._set_chan(s, side, w, s.chans[side][w] + messages)
 
     def _take(self, s: StagingState, side: int, w: int, m: tuple) -> StagingState:
@@ -288,13 +305,15 @@ class PdStaging(PrefillSide, DecodeSide):
 
     @staticmethod
     def _set_chan(s: StagingState, side: int, w: int, chan: tuple) -> StagingState:
-        return s._replace(chans=put(s.chans, side, put(s.chans[side], w, chan)))
+        return replace_at(s, CHANS, put(s.chans, side, put(s.chans[side], w, chan)))
 
     def _set_prefill(self, s: StagingState, w: int, r: int, p: PrefillRoom, fx: Effects) -> StagingState:
-        if p is not s.prefill[w][r] and self.poll_concludes(p):
+        if p is s.prefill[w][r]:
+            return s  # the room as it was: the state as it was
+        if self.poll_concludes(p):
             fx.append(PollTerminal(w, r))
-        return s._replace(prefill=put(s.prefill, w, put(s.prefill[w], r, p)))
+        return replace_at(s, PREFILL_ROOMS, put(s.prefill, w, put(s.prefill[w], r, p)))
 
     @staticmethod
     def _set_decode(s: StagingState, r: int, d: DecodeRoom) -> StagingState:
-        return s._replace(decode=put(s.decode, r, d))
+        return replace_at(s, DECODE_ROOMS, put(s.decode, r, d))
