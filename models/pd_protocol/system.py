@@ -34,6 +34,7 @@ from typing import NamedTuple
 from kvsim.engine.system import Invariant
 
 from . import rooms as R
+from .symmetry import room_symmetry
 from ..pd_common.status import KVPoll
 from ..pd_common.rooms import Rooms, put
 from .actions import (DECODE, FAULTS, PREFILL, Abort, BootstrapTimeout, Clear, Concluded, CrashPrefill,
@@ -100,6 +101,8 @@ class PdProtocol:
         self.init = R.init_sequence(self.backend, variant)
         self.heartbeat = R.has_heartbeat_checker(self.backend, variant)
         self.fields_read_by = {kind: R.fields_read(self.backend, kind) for kind in ("REG", "TINFO", "WATERMARK")}
+        # the rooms are interchangeable (`symmetry`): explore stores one representative per orbit
+        self.canonical = room_symmetry(config.rooms)
         self.invariants = (
             Invariant("bootstrap_thread_survives_malformed", lambda s: _dead(s, "malformed"),
                       "P3: no frame kills the bootstrap thread"),
