@@ -29,6 +29,14 @@ def run(sys_, *actions):
     return s
 
 
+def run_from(sys_, s, *actions):
+    for a in actions:
+        a = decode(list(a), ACTIONS)
+        assert a in sys_.enabled(s), (a, sys_.enabled(s))
+        s = sys_.step(s, a)
+    return s
+
+
 def violations(sys_, **kw):
     result = explore(sys_, **kw)
     assert result.bound_hit is None
@@ -60,14 +68,19 @@ def test_a_cancel_before_the_session_exists_is_remembered():
     pre = s.tx[0][0]
     assert pre is not None and not pre.in_map and pre.terminal == SessionStatus.CANCELLED  # a pre-cancel
     assert ("gen_release", 0) not in two.enabled(s)  # rank 1 has not heard and may still send: not drained
+    assert ("cancel_ack", 0, 0) in two.enabled(s) and ("cancel_ack", 0, 1) not in two.enabled(s)
     s = two.step(s, decode(["remote_cancel", 0, 1], ACTIONS))
-    assert ("gen_release", 0) in two.enabled(s)  # no rank can send any more
+    assert ("cancel_ack", 0, 1) in two.enabled(s)  # no rank can send any more: each acknowledges
+    s = run_from(two, s, ("cancel_ack", 0, 0))
+    assert ("gen_release", 0) not in two.enabled(s)  # one cancel-ACK still missing
+    s = run_from(two, s, ("cancel_ack", 0, 1))
+    assert ("gen_release", 0) in two.enabled(s)
     sys_ = system(DRAIN, faults="gen_cancel", timeouts=False)
     s = run(sys_, ("gen_cancel", 0), ("remote_cancel", 0, 0), ("compute", 0))
     assert s.tx[0][0].in_map and s.tx[0][0].tasks == () and not any(s.flight[0])  # created cancelled, nothing sent
     s = sys_.step(s, decode(["poll", 0], ACTIONS))
     assert s.reqs[0].retired and s.reqs[0].freed == 1 and s.reqs[0].ctx == S.DISAGG_TRANS_ERROR
-    s = sys_.step(s, decode(["gen_release", 0], ACTIONS))
+    s = run_from(sys_, s, ("cancel_ack", 0, 0), ("gen_release", 0))
     assert sys_.done(s) and s.rx[0].releases == 1
 
 
@@ -79,7 +92,9 @@ def test_a_remote_cancel_mid_write_waits_for_the_drain():
     assert ("compute", 0) not in sys_.enabled(s) or sys_.step(s, decode(["compute", 0], ACTIONS)).flight[0][0] == \
         s.flight[0][0]
     s = sys_.step(s, decode(["write_done", 0, 0, 0], ACTIONS))
-    assert ("gen_release", 0) in sys_.enabled(s)  # sealed and settled: the cancel-ACK
+    assert ("gen_release", 0) not in sys_.enabled(s)  # sealed and settled: the cancel-ACK is sent, not yet here
+    s = run_from(sys_, s, ("cancel_ack", 0, 0))
+    assert ("gen_release", 0) in sys_.enabled(s)
     fixed = system(FIXED, faults="gen_cancel", timeouts=False)
     early = run(fixed, ("compute", 0), ("gen_cancel", 0))
     assert ("gen_release", 0) in fixed.enabled(early)  # fixed: at once, the write still in flight
@@ -93,6 +108,7 @@ def test_a_lost_cancel_session_is_released_after_the_context_completes():
     for a in (("write_done", 0, 0, 0), ("write_done", 0, 0, 0), ("poll", 0)):
         s = sys_.step(s, decode(list(a), ACTIONS))
     assert s.reqs[0].ctx == S.DISAGG_CONTEXT_COMPLETE and s.rx[0].state == S.DISAGG_TRANS_ERROR  # stays cancelled
+    s = run_from(sys_, s, ("cancel_ack", 0, 0))  # the drained rank's answer
     assert ("gen_release", 0) in sys_.enabled(s)
 
 
@@ -158,3 +174,60 @@ def test_shutdown_concludes_requests_never_posted():
 def test_rx_pages_smaller_than_one_request_is_a_config_error():
     with pytest.raises(ConfigError, match="rx_pages"):
         PipelinedConfig(rx_pages=2)
+
+
+# -- the cancel-ACK as a message ----------------------------------------------------------------------
+
+def test_a_lost_cancel_ack_holds_the_pages_and_ends_as_a_reported_stall():
+    """Rank 0 drained after a context cancel, but its ACK is lost: the receiver never releases; its deadline
+    reports the stall (settled for E4, not released for E3); without timeouts it is a silent hang."""
+    sys_ = system(faults="cancel,drop", fault_budget=2)
+    s = run(sys_, ("cancel", 0))
+    assert s.rx[0].state == S.DISAGG_TRANS_ERROR and s.rx[0].held
+    s = run_from(sys_, s, ("poll", 0))  # nothing in flight: retired and freed on the context side
+    assert s.reqs[0].freed == 1 and ("gen_release", 0) not in sys_.enabled(s)
+    assert {("cancel_ack", 0, 0), ("drop_ack", 0, 0)} <= set(sys_.enabled(s))
+    lost = run_from(sys_, s, ("drop_ack", 0, 0))
+    assert ("gen_release", 0) not in sys_.enabled(lost) and not sys_.done(lost)
+    stalled = run_from(sys_, lost, ("rx_stall", 0))
+    assert sys_.done(stalled) and stalled.rx[0].held and stalled.rx[0].releases == 0
+    acked = run_from(sys_, s, ("cancel_ack", 0, 0), ("gen_release", 0))
+    assert sys_.done(acked) and acked.rx[0].releases == 1
+
+
+@pytest.mark.parametrize("kw,found", [
+    (dict(faults="cancel,drop", fault_budget=2, timeouts=False), {"E4_every_request_settles"}),  # silent hang
+    (dict(faults="cancel,drop", fault_budget=2, goal="release"), {"E3_every_cancel_releases"}),  # stall, no release
+    (dict(faults="cancel,drop", fault_budget=2), set()),  # the deadline reports the stall: settled
+])
+def test_a_lost_cancel_ack_is_a_hang_without_the_receivers_deadline(kw, found):
+    """proposed_rx_deadline: a lost final result (#17665) is taken care of, so only the lost ACK is left."""
+    result, bad = violations(system(VARIANTS["proposed_rx_deadline"], **kw))
+    assert set(bad) == found
+
+
+def test_every_acknowledged_cancel_releases_after_the_drain():
+    _, bad = violations(system(DRAIN, faults="gen_cancel,cancel", ranks=2, fault_budget=2, goal="release"))
+    assert bad == {}
+
+
+# -- a failed rank never reports success afterwards (upstream aborts its later writes) ------------------
+
+def test_a_write_after_a_failed_one_is_aborted_and_reported_failed_and_last():
+    sys_ = system(faults="fail", timeouts=False)
+    s = run(sys_, ("compute", 0), ("compute", 0), ("write_fail", 0, 0, 0))
+    assert s.tx[0][0].terminal == SessionStatus.ERROR and len(s.flight[0][0]) == 2  # slice 1 and aux queued
+    dest = s.rx[0].dest
+    s = run_from(sys_, s, ("write_done", 0, 0, 0))  # slice 1: aborted, nothing written
+    assert s.rx[0].dest == dest and s.tx[0][0].tasks[1].status == TaskStatus.ERROR
+    failed, aborted = s.frames[0][0]
+    assert not failed.ok and not aborted.ok and aborted.is_last and aborted.sender_slice_id == 1
+    s = run_from(sys_, s, ("write_done", 0, 0, 0))  # the aux write is not checked upstream: it lands
+    assert s.frames[0][0][-1].is_aux and s.frames[0][0][-1].ok
+
+
+def test_a_dropped_failed_result_cannot_let_the_receiver_complete():
+    """The finding left open: a lost FAILED frame and the same rank's later success. Upstream the later writes
+    are aborted (FAILED, is_last), so the receiver fails: no S3 (it was a model artefact)."""
+    _, bad = violations(system(ranks=2, faults="fail,drop", fault_budget=2), check_liveness=False)
+    assert bad == {}

@@ -1,10 +1,11 @@
-"""pipelined-transfer: the requests are interchangeable, so `canonical` is a symmetry of the system.
+"""pipelined-transfer: the requests, and the sender ranks, are interchangeable, so `canonical` is a symmetry.
 
 Proved on small two-request configurations by checking every reachable state (no reduction) against the
 swap of the two requests: the relabelled state has exactly the relabelled enabled actions, each step
 commutes with the relabelling, `done` and every invariant's verdict agree, and both states get one
 representative. Then the explorer with and without the reduction gives the same violations, trace lengths
-and liveness verdict, and its reported paths are real paths of the unreduced system.
+and liveness verdict, and its reported paths are real paths of the unreduced system. The same for the swap of
+the two sender ranks (each rank sends the same slices into its own destination segment).
 """
 
 import pytest
@@ -19,6 +20,9 @@ SWAP = (1, 0)
 OWN_PAGES = {"requests": 2, "prompt_len": 4, "chunk_tokens": 2, "faults": "gen_cancel,drop", "timeouts": 0}
 SHARED_POOL = {"requests": 2, "prompt_len": 2, "chunk_tokens": 1, "rx_pages": 1, "faults": "gen_cancel",
                "timeouts": 0}
+TWO_RANKS = {"ranks": 2, "prompt_len": 4, "chunk_tokens": 2, "faults": "fail,drop,gen_cancel"}
+TWO_BY_TWO = {"requests": 2, "ranks": 2, "prompt_len": 2, "chunk_tokens": 2, "faults": "", "fault_budget": 0,
+              "timeouts": 0}
 
 
 def reachable(system):
@@ -111,3 +115,63 @@ def test_canonical_sorts_by_request_and_renames_flags():
     assert system.canonical(later) == system.canonical(swapped)
     flagged = later._replace(flags=(("S9_outcome_stable", "request 0: outcome changed"),))
     assert symmetry.relabel(flagged, SWAP).flags == (("S9_outcome_stable", "request 1: outcome changed"),)
+
+
+def rank_symmetry_breaks(system, states, relabel=symmetry.relabel_ranks):
+    """The first way swapping the two sender ranks fails to be a symmetry on `states`, or None."""
+    for s in states:
+        t = relabel(s, SWAP)
+        if system.canonical(t) != system.canonical(s):
+            return f"one representative per orbit: {s}"
+        if system.done(t) != system.done(s):
+            return f"done: {s}"
+        for inv in system.invariants:
+            if (inv.check(t) is None) != (inv.check(s) is None):
+                return f"{inv.name}: {s}"
+        acts = system.enabled(s)
+        if sorted(system.enabled(t)) != sorted(symmetry.relabel_rank_action(a, SWAP) for a in acts):
+            return f"enabled: {s}"
+        for a in acts:
+            if system.step(t, symmetry.relabel_rank_action(a, SWAP)) != relabel(system.step(s, a), SWAP):
+                return f"step {a}: {s}"
+    return None
+
+
+@pytest.mark.parametrize("variant,params", [("fixed", TWO_RANKS), ("pre_15519", TWO_RANKS),
+                                            ("proposed_rx_release_after_drain", TWO_RANKS), ("fixed", TWO_BY_TWO)])
+def test_swapping_the_ranks_is_a_symmetry_on_every_reachable_state(variant, params):
+    system = DESCRIPTOR.build_system(variant, params)
+    states = reachable(system)
+    assert len(states) > 500
+    assert rank_symmetry_breaks(system, states) is None
+
+
+def test_a_rank_relabelling_that_forgets_the_destination_segments_is_no_symmetry():
+    """The check above can fail: relabel the ranks everywhere but in the receiver's destination cells."""
+    system = DESCRIPTOR.build_system("fixed", TWO_RANKS)
+
+    def forgetful(s, perm):
+        out = symmetry.relabel_ranks(s, perm)
+        return out._replace(rx=tuple(rx._replace(dest=old.dest) for rx, old in zip(out.rx, s.rx)))
+
+    assert rank_symmetry_breaks(system, reachable(system), forgetful) is not None
+
+
+@pytest.mark.parametrize("variant,params,found", [
+    ("fixed", TWO_RANKS, {"S1_no_use_after_free", "E4_every_request_settles"}),
+    ("fixed", dict(TWO_RANKS, faults="dup", fault_budget=2), {"S3_no_early_completion", "E4_every_request_settles"}),
+    ("local_quiescence", dict(TWO_RANKS, faults="cancel"), {"S1_no_use_after_free", "S2_ownership_covers_flight"}),
+    ("proposed_rx_release_after_drain", dict(TWO_RANKS, faults="gen_cancel,cancel"), set())])
+def test_rank_reduction_keeps_violations_and_liveness(variant, params, found):
+    system = DESCRIPTOR.build_system(variant, params)
+    every, reduced = explore(system, symmetry=False), explore(system)
+    assert reduced.states < every.states
+    assert {v.property: len(v.trace) for v in reduced.violations} == {
+        v.property: len(v.trace) for v in every.violations}
+    assert {v.property for v in every.violations} == found
+    assert (reduced.hang_states > 0) == (every.hang_states > 0)
+    for v in reduced.violations:
+        end = run_actions(system, [decode(a, ACTIONS) for a in v.trace])[-1]
+        if v.kind == "invariant":
+            inv = next(i for i in system.invariants if i.name == v.property)
+            assert inv.check(end) is not None

@@ -76,6 +76,13 @@ def describe(record: tuple) -> str:
         return f"request {record[1]}: CANCEL_SESSION reaches rank {record[2]}"
     if kind == "gen_release":
         return f"request {record[1]}: the receiver returns its destination pages to the pool"
+    if kind == "cancel_ack":
+        return f"request {record[1]}: rank {record[2]} drained; its cancel-ACK reaches the receiver"
+    if kind == "drop_ack":
+        return f"FAULT: request {record[1]}: rank {record[2]} drained, but its cancel-ACK is lost"
+    if kind == "rx_stall":
+        return (f"request {record[1]}: the receiver's wait for a cancel-ACK passes its deadline: reported stalled, "
+                f"destination pages kept")
     if kind == "dest_released":
         return f"request {record[1]}'s destination pages {list(record[2])} are free"
     if kind == "write":

@@ -51,4 +51,20 @@ def arrows(system: Any, state: Any, action: tuple) -> tuple[tuple[str, str, str,
         return ((EXECUTOR, EXECUTOR, f"req {rid}: cancelled", True),)
     if kind == "shutdown":
         return ((EXECUTOR, EXECUTOR, "shutdown", True),)
+    if kind == "gen_post":
+        return tuple((RECEIVER, rank(k), f"req {rid}: REQUEST_DATA", False) for k in range(system.cfg.ranks))
+    if kind == "gen_cancel":
+        return ((RECEIVER, RECEIVER, f"req {rid}: receive cancelled", True),)
+    if kind == "remote_cancel":
+        return ((RECEIVER, rank(action.rank), f"req {rid}: CANCEL_SESSION", False),)
+    if kind == "drop_cancel":
+        return ((RECEIVER, rank(action.rank), f"req {rid}: CANCEL_SESSION LOST", True),)
+    if kind == "cancel_ack":
+        return ((rank(action.rank), RECEIVER, f"req {rid}: cancel-ACK", False),)
+    if kind == "drop_ack":
+        return ((rank(action.rank), RECEIVER, f"req {rid}: cancel-ACK LOST", True),)
+    if kind == "rx_stall":
+        return ((RECEIVER, RECEIVER, f"req {rid}: ACK deadline: stalled", False),)
+    if kind == "gen_release":
+        return ((RECEIVER, RECEIVER, f"req {rid}: destination pages released", False),)
     return ((EXECUTOR, EXECUTOR, kind, False),)

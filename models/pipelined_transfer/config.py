@@ -4,7 +4,8 @@ The `param()` fields are `kvsim explore pipelined-transfer --param`; the
 bounds are what explore finishes. Part 3 of the research note asks for three
 parameters: the chunk-boundary revision (`boundary`), whether a cancelled
 request still emits its final chunk (`cancel_final`, the older revision) and
-whether writes to one (request, peer) are FIFO (`fifo`). `rx_pages` sizes
+whether writes to one (request, peer) are FIFO (`fifo`). The `drop` fault
+loses a message: a result frame, a CANCEL_SESSION or a cancel-ACK. `rx_pages` sizes
 the receiver's page pool: smaller than every request's pages at once, the
 requests post one by one and a released page is reallocated (S1 across reuse).
 

@@ -15,6 +15,7 @@ from kvsim.engine.actions import tagged, type_table
 from .status import LlmRequestState, TxSession
 
 NO_SLICE_ID = -1  # a result no KVSendTask owns (the aux task's frame)
+ACK_NONE, ACK_RECEIVED, ACK_LOST = 0, 1, 2  # `Rx.acks`: a context rank's cancel-ACK not sent, received, lost
 
 # -- what travels -------------------------------------------------------------------------------------
 # A fabric write of one rank: a KV slice (cells: (block, fill) snapshots of its source) or the aux task.
@@ -46,10 +47,13 @@ DropCancel = tagged("drop_cancel", "rid", "rank")  # that rank's CANCEL_SESSION 
 GenPost = tagged("gen_post", "rid")  # pages from the free list, receive posted, REQUEST_DATA to the ranks
 RemoteCancel = tagged("remote_cancel", "rid", "rank")  # CANCEL_SESSION reaches that rank (pre-cancel if no session)
 GenRelease = tagged("gen_release", "rid")  # the receiver's destination pages go back to the free list
+CancelAck = tagged("cancel_ack", "rid", "rank")  # that rank drained after the error: its cancel-ACK reaches the receiver
+DropAck = tagged("drop_ack", "rid", "rank")  # fault (`drop`): that rank drained, but its cancel-ACK is lost
+RxStall = tagged("rx_stall", "rid")  # the receiver's wait for a missing cancel-ACK passes its deadline: stall, pages kept
 
 ACTIONS = type_table((PeerInfo, Promote, Compute, WriteDone, Deliver, Poll, Timeout, StallReport, Fence, RxTimeout,
                       WriteFail, DropFrame, DupFrame, Silent, Cancel, Shutdown, GenCancel, DropCancel, GenPost,
-                      RemoteCancel, GenRelease, Write, Frame))
+                      RemoteCancel, GenRelease, CancelAck, DropAck, RxStall, Write, Frame))
 
 # -- effects (`transition`): what a step did, for a timing policy -------------------------------------
 Dispatched = tagged("dispatched", "rid", "rank", "write")  # a write joined that rank's fabric queue
@@ -91,6 +95,8 @@ class Rx(NamedTuple):
     releases: int  # how many times those pages went back to the free list (E1: at most once)
     cancel_to: tuple[bool, ...]  # per context rank: a CANCEL_SESSION from the generation side in flight
     gen_cancelled: bool  # the generation side cancelled (cancel_request on the receive session)
+    acks: tuple[int, ...]  # per context rank: its cancel-ACK (ACK_NONE, ACK_RECEIVED, ACK_LOST)
+    stalled: bool  # reported stalled waiting for a cancel-ACK that never came (pages kept)
 
     @property
     def held(self) -> bool:

@@ -14,17 +14,29 @@ transition's flag ("request N: ..."), and `relabel` rewrites both.
 `canonical` sorts the requests by their whole per-request component, so any
 two states that differ by a permutation of the requests get the same
 representative (the explorer's symmetry reduction; docs/architecture.md).
-Sender ranks are not reduced: the receiver's layout and the frames name them.
+The sender ranks are interchangeable too: every rank sends the same slices
+(the same source blocks) into its own segment of the receiver's destination
+cells, the receiver counts results per rank only to compare the sum with
+`expected_transfers`, and the collective poll takes intersections and unions.
+`relabel_ranks` renames a rank everywhere its number lives: the per-rank
+tuples (`Req.peer_info`, `tx`, `flight`, `frames`, `Rx.finals`, `auxes`,
+`cancel_to`, `acks`), the receiver's destination segments (`Rx.dest`), each
+result frame's `peer_rank`, the `rank` of actions and "rank N" in flag text
+(the E2 flag counts ranks rather than listing them). `canonical` takes the
+least, by `state_key`, of the request-sorted forms of every rank relabelling:
+the same set for every member of an orbit of requests x ranks.
 """
 
 from __future__ import annotations
 
 import re
+from itertools import permutations
 from typing import Any, Sequence
 
 from .state import PtState, put
 
 _REQUEST = re.compile(r"request (\d+)")
+_RANK = re.compile(r"rank (\d+)")
 
 
 def _tx_key(tx: Any) -> tuple:
@@ -74,8 +86,56 @@ def relabel_action(action: Any, perm: Sequence[int]) -> Any:
     return action
 
 
-def canonical(s: PtState, page_block: int = 0) -> PtState:
-    """The representative of s's orbit: the requests in the order of their `request_key`."""
+def relabel_ranks(s: PtState, perm: Sequence[int]) -> PtState:
+    """The state with sender rank k renamed `perm[k]` everywhere (perm: a permutation of the rank numbers)."""
+    k = len(perm)
+    src = [0] * k
+    for j, p in enumerate(perm):
+        src[p] = j
+
+    def move(seq: tuple) -> tuple:
+        return tuple(seq[src[i]] for i in range(k))
+
+    def frames(row: tuple) -> tuple:
+        return move(tuple(tuple(f._replace(peer_rank=perm[f.peer_rank]) for f in q) for q in row))
+
+    rxs = []
+    for rx in s.rx:
+        per = len(rx.dest) // k
+        dest = tuple(v for j in range(k) for v in rx.dest[src[j] * per:(src[j] + 1) * per])
+        rxs.append(rx._replace(finals=move(rx.finals), auxes=move(rx.auxes), cancel_to=move(rx.cancel_to),
+                               acks=move(rx.acks), dest=dest))
+    flags = tuple(sorted((name, _RANK.sub(lambda m: f"rank {perm[int(m.group(1))]}", msg)) for name, msg in s.flags))
+    return s._replace(reqs=tuple(q._replace(peer_info=move(q.peer_info)) for q in s.reqs),
+                      tx=tuple(move(row) for row in s.tx), flight=tuple(move(row) for row in s.flight),
+                      frames=tuple(frames(row) for row in s.frames), rx=tuple(rxs), flags=flags)
+
+
+def relabel_rank_action(action: Any, perm: Sequence[int]) -> Any:
+    """An action (or effect) with its sender rank renamed; one without a rank unchanged."""
+    fields = getattr(action, "fields", ())
+    if "rank" not in fields:
+        return action
+    i = fields.index("rank")
+    return type(action)(*put(tuple(action[1:]), i, perm[action[1 + i]]))
+
+
+def state_key(s: PtState, page_block: int = 0) -> tuple:
+    """A total order on states (to pick one of several request-sorted forms)."""
+    return tuple(request_key(s, r, page_block) for r in range(len(s.reqs))) + (s.faults_left, s.flags)
+
+
+def canonical(s: PtState, page_block: int = 0, ranks: int = 1) -> PtState:
+    """The representative of s's orbit: with several sender ranks, the least (`state_key`) request-sorted form
+    over every relabelling of the ranks; then the requests in the order of their `request_key`."""
+    if ranks < 2:
+        return _sort_requests(s, page_block)
+    forms = [_sort_requests(relabel_ranks(s, perm) if list(perm) != list(range(ranks)) else s, page_block)
+             for perm in permutations(range(ranks))]
+    return min(forms, key=lambda f: state_key(f, page_block))
+
+
+def _sort_requests(s: PtState, page_block: int) -> PtState:
     n = len(s.reqs)
     if n == 1:
         return s

@@ -11,17 +11,34 @@ quiesced); `timeout` and `stall_report`, the clock. Faults are actions with a pe
 
 The generation side: `gen_post` takes the receiver's destination pages from the free list of its pool
 (`rx_pages`; by default every request is posted at the start with its own pages), `gen_release` returns
-them: once generation has run (state 12), or after an error once every context rank has drained (the
-cancel-ACK, section 1.6). `gen_cancel` (a fault: the generation side's `cancel_request`) concludes the
+them: once generation has run (state 12), or after an error once every context rank's cancel-ACK arrived
+(section 1.6: a rank sends it only after it drained, `cancel_ack`). The ACK is a message: `drop_ack` (a `drop`
+fault) loses it, and the receiver then waits; with `timeouts` its deadline reports the stall once and keeps the
+pages (`rx_stall`, as the context side's stall report: settled for E4, not released for E3). `gen_cancel` (a fault: the generation side's `cancel_request`) concludes the
 receive session and sends CANCEL_SESSION to every context rank; `remote_cancel` is its arrival (cancels
 a session, or is remembered as a pre-cancel when none exists yet; `drop_cancel` loses it). In `fixed` a
 generation-side cancel releases the destination pages at once, the open gap of the lifecycle ledger;
 S1 checks every in-flight write against the pages its request still holds, so a page released (or
 reallocated to another request) under a write is a violation.
 
-Simplifications: a task is TRANSFERRING from dispatch (cancel never finds an INIT task); the layer groups
-are the full-attention one and, with `swa_window`, one window group; the cancel-ACK is not a message (the
-receiver sees when the context ranks have drained); context pages are released, not reallocated.
+A rank's writes to one peer run one at a time on one worker thread (upstream `Sender._enqueue` routes by
+(request, peer)), and `_deliver_kv_to_agent` aborts a write whose session is already ERROR: once a write
+of a rank failed, every later KV write of that rank settles as an abort, a FAILED result flagged `is_last`,
+nothing written (`_settle`). So a rank never reports SUCCESS after FAILED for one request, and a lost FAILED
+frame is followed by another FAILED one (the aux write is not checked upstream and still lands). An earlier
+model let those later writes land: a dropped FAILED result and the same rank's final SUCCESS then completed
+the receiver with a slice never written (S3, `ranks=2 faults=fail,drop fault_budget=2`); not upstream
+behaviour, so not filed (read in tensorrt_llm/_torch/disaggregation/native/transfer.py, the stored revision
+006dd5ec: `Sender._enqueue`, `Sender._process_task_queue`, `Sender._deliver_kv_to_agent`; the receiver's
+`RxSession.process_kv_agent_result` also never un-fails a task after a FAILED result). Result frames travel
+on ZMQ DEALER -> ROUTER sockets over TCP (`native/messenger.py`): ordered, and lost only with a broken
+connection or a handler that raises (the receiver's listener logs and drops the message), which the `drop`
+fault stands for (#17665).
+
+Simplifications: a task is TRANSFERRING from dispatch (cancel never finds an INIT task; upstream a write
+still queued behind a cancel is aborted too, so the model lets more writes land than upstream, which only
+widens S1's windows); the layer groups are the full-attention one and, with `swa_window`, one window group;
+the cancel-ACK is sent and received in one step (`cancel_ack`); context pages are released, not reallocated.
 """
 
 from __future__ import annotations
@@ -32,12 +49,13 @@ from . import checks
 from .chunks import MASKED, build_slices
 from .config import PipelinedConfig
 from . import symmetry
-from .state import (NO_SLICE_ID, Cancel, Compute, CtxConcluded, Deliver, DestReleased, Dispatched, DropCancel,
-                    DropFrame, DupFrame, Fence, Frame, FrameSent, GenCancel, GenPost, GenRelease, PagesFreed, PeerInfo,
-                    Poll, Promote, PtState, RemoteCancel, Req, Rx, RxConcluded, RxTimeout, Settled, Shutdown, Silent,
-                    Stalled, StallReport, Timeout, Write, WriteDone, WriteFail, put)
-from .status import (NEW_TX, TERMINAL_SESSION, KVSendTask, LlmRequestState, TaskStatus, TxSession, cancel,
-                     is_completed, set_exception, tx_status)
+from .state import (ACK_LOST, ACK_NONE, ACK_RECEIVED, NO_SLICE_ID, Cancel, CancelAck, Compute, CtxConcluded, Deliver,
+                    DestReleased, Dispatched, DropAck, DropCancel, DropFrame, DupFrame, Fence, Frame, FrameSent,
+                    GenCancel, GenPost, GenRelease, PagesFreed, PeerInfo, Poll, Promote, PtState, RemoteCancel, Req, Rx,
+                    RxConcluded, RxStall, RxTimeout, Settled, Shutdown, Silent, Stalled, StallReport, Timeout, Write,
+                    WriteDone, WriteFail, put)
+from .status import (NEW_TX, TERMINAL_SESSION, KVSendTask, LlmRequestState, SessionStatus, TaskStatus, TxSession,
+                     cancel, is_completed, set_exception, tx_status)
 from .variants import FIXED, PipelinedVariant
 
 S = LlmRequestState
@@ -83,13 +101,14 @@ class PipelinedTransfer:
                   False, 0, False, False, 0, (promoted,) * k)
         rxs = tuple(Rx(S.DISAGG_GENERATION_TRANS_IN_PROGRESS if posted else S.DISAGG_GENERATION_INIT, (0,) * k,
                        (0,) * k, False, c.initial_dest(), tuple(range(r * cells, (r + 1) * cells)) if posted else (),
-                       0, (False,) * k, False) for r in range(c.requests))
+                       0, (False,) * k, False, (ACK_NONE,) * k, False) for r in range(c.requests))
         empty = (((),) * k,) * c.requests
         return (PtState((req,) * c.requests, ((None,) * k,) * c.requests, empty, empty, rxs, c.fault_budget, ()),)
 
     def canonical(self, s: PtState) -> PtState:
-        """The requests are interchangeable: one representative per orbit (`symmetry.canonical`)."""
-        return symmetry.canonical(s, self.page_block)
+        """The requests, and the sender ranks, are interchangeable: one representative per orbit
+        (`symmetry.canonical`)."""
+        return symmetry.canonical(s, self.page_block, self.k)
 
     def ctx_done(self, s: PtState, r: int) -> bool:
         q = s.reqs[r]
@@ -106,24 +125,38 @@ class PipelinedTransfer:
         rx = s.rx[r]
         if rx.state == S.DISAGG_GENERATION_INIT:
             return self._wedged(s, r)
-        return (rx.state not in RX_OPEN and not rx.held) or s.reqs[r].silent or rx.crashed
+        return ((rx.state not in RX_OPEN and not rx.held) or s.reqs[r].silent or rx.crashed
+                or (self.cfg.goal == "settle" and rx.stalled))
+
+    def rank_drained(self, s: PtState, r: int, k: int) -> bool:
+        """Context rank k of `r` has no write in flight and can start none: what its cancel-ACK reports."""
+        q, t = s.reqs[r], s.tx[r][k]
+        if s.flight[r][k]:
+            return False
+        return q.freed > 0 or q.retired or (t is not None and (t.sealed or not t.in_map))
 
     def drained(self, s: PtState, r: int) -> bool:
-        """No context rank of `r` has a write in flight or can start one: what the cancel-ACK reports."""
-        q = s.reqs[r]
-        if any(s.flight[r]):
-            return False
-        return q.freed > 0 or q.retired or all(t is not None and (t.sealed or not t.in_map) for t in s.tx[r])
+        return all(self.rank_drained(s, r, k) for k in range(self.k))
+
+    def _releases_at_once(self, rx: Rx) -> bool:
+        """A generation-side cancel in `fixed` releases without waiting (the lifecycle ledger's open gap)."""
+        return rx.gen_cancelled and not self.variant.rx_release_after_drain
+
+    def _ack_due(self, s: PtState, r: int, k: int) -> bool:
+        """Rank k drained after the error and the receiver waits for its cancel-ACK (not yet sent)."""
+        rx = s.rx[r]
+        return (rx.state == S.DISAGG_TRANS_ERROR and rx.held and not rx.crashed and not s.reqs[r].silent
+                and rx.acks[k] == ACK_NONE and not self._releases_at_once(rx) and self.rank_drained(s, r, k))
 
     def _may_release(self, s: PtState, r: int) -> bool:
         """The receiver may return its destination pages: generation ran (12), or, after an error, every context
-        rank drained; a generation-side cancel in `fixed` releases at once (the lifecycle ledger's open gap)."""
+        rank's cancel-ACK arrived; a generation-side cancel in `fixed` releases at once."""
         rx = s.rx[r]
         if not rx.held or rx.state in RX_OPEN or rx.crashed or s.reqs[r].silent:
             return False
         if rx.state == S.DISAGG_GENERATION_TRANS_COMPLETE:
             return True
-        return (rx.gen_cancelled and not self.variant.rx_release_after_drain) or self.drained(s, r)
+        return self._releases_at_once(rx) or all(a == ACK_RECEIVED for a in rx.acks)
 
     def _free_pages(self, s: PtState) -> list[int]:
         held = {p for rx in s.rx if rx.held for p in rx.pages}
@@ -177,6 +210,9 @@ class PipelinedTransfer:
                     q.silent or rx.crashed):
                 acts.append(RxTimeout(r))
             acts += [RemoteCancel(r, k) for k in range(self.k) if rx.cancel_to[k]]
+            acts += [CancelAck(r, k) for k in range(self.k) if self._ack_due(s, r, k)]
+            if c.timeouts and rx.held and not rx.stalled and ACK_LOST in rx.acks:
+                acts.append(RxStall(r))
             if self._may_release(s, r):
                 acts.append(GenRelease(r))
         for r, q in enumerate(s.reqs):
@@ -184,6 +220,8 @@ class PipelinedTransfer:
             for k in range(self.k):
                 if "drop" in faults and s.rx[r].cancel_to[k]:
                     acts.append(DropCancel(r, k))
+                if "drop" in faults and self._ack_due(s, r, k):
+                    acts.append(DropAck(r, k))
                 fl = s.flight[r][k]
                 if "fail" in faults and fl and not q.silent:
                     acts += [WriteFail(r, k, i) for i in self._indices(fl)]
@@ -242,7 +280,16 @@ class PipelinedTransfer:
             rx = s.rx[a[1]]
             fx.append(DestReleased(a[1], rx.pages))
             return self._set_rx(s, a[1], rx._replace(releases=rx.releases + 1), fx)
+        if kind == "cancel_ack":
+            rx = s.rx[a[1]]
+            return self._set_rx(s, a[1], rx._replace(acks=put(rx.acks, a[2], ACK_RECEIVED)), fx)
+        if kind == "rx_stall":
+            fx.append(Stalled(a[1]))
+            return self._set_rx(s, a[1], s.rx[a[1]]._replace(stalled=True), fx)
         s = s._replace(faults_left=s.faults_left - 1)
+        if kind == "drop_ack":
+            rx = s.rx[a[1]]
+            return self._set_rx(s, a[1], rx._replace(acks=put(rx.acks, a[2], ACK_LOST)), fx)
         if kind == "write_fail":
             return self._settle(s, a[1], a[2], a[3], False, fx)
         if kind == "drop_frame":
@@ -324,9 +371,13 @@ class PipelinedTransfer:
         return s._replace(flight=put(s.flight, r, put(s.flight[r], k, s.flight[r][k] + (w,))))
 
     def _settle(self, s: PtState, r: int, k: int, i: int, ok: bool, fx: Effects) -> PtState:
-        """A fabric write settles: task TRANSFERRED (or ERROR), credit retired, a result frame to the receiver."""
+        """A fabric write settles: task TRANSFERRED (or ERROR), credit retired, a result frame to the receiver.
+        A KV write of a session already failed (an earlier write of this rank failed) is aborted instead:
+        nothing written, a FAILED result flagged is_last (upstream `_deliver_kv_to_agent`)."""
         fl = s.flight[r][k]
         w = fl[i]
+        aborted = ok and not w.is_aux and s.tx[r][k].terminal == SessionStatus.ERROR
+        ok = ok and not aborted
         s = s._replace(flight=put(s.flight, r, put(s.flight[r], k, fl[:i] + fl[i + 1:])))
         fx.append(Settled(r, k, w, ok))
         tx = s.tx[r][k]
@@ -348,7 +399,7 @@ class PipelinedTransfer:
         receiver_slice = 0 if self.variant.split_slice_ids else w.slice_id
         if w.is_aux:
             receiver_slice = NO_SLICE_ID
-        frame = Frame(k, w.slice_id, receiver_slice, w.is_last, w.is_aux, ok)
+        frame = Frame(k, w.slice_id, receiver_slice, w.is_last or aborted, w.is_aux, ok)
         fx.append(FrameSent(r, k, frame))
         return self._set_frames(s, r, k, s.frames[r][k] + (frame,))
 
@@ -378,8 +429,9 @@ class PipelinedTransfer:
             return s
         if any(t.credits for t in live):
             s = checks.flag(s, "E2_cancel_true_once",
-                            f"request {r}: cancel_request returned True with credits "
-                            f"{[t.credits for t in live]}: expected 0 on every rank")
+                            f"request {r}: cancel_request returned True with {sum(t.credits for t in live)} "
+                            f"credits outstanding on {sum(t.credits > 0 for t in live)} of {len(live)} ranks: "
+                            f"expected 0 on every rank")
         for k, t in enumerate(s.tx[r]):
             if t is not None:
                 s = self._set_tx(s, r, k, self._finalize(t))

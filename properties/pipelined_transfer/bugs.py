@@ -215,8 +215,9 @@ RX_CANCEL_EARLY_RELEASE = BugReport(
          "pipelining, so this rests on pipelined transfer sharing that receive path (not checked against the "
          "pipelined receiver's code). With pipelining the window is wider: chunks are in flight during prefill. "
          "With a shared pool (`--param rx_pages=3 requests=2`) the freed pages are reallocated to the next "
-         "request. The proposed fix (`proposed_rx_release_after_drain`) releases only after every context rank "
-         "drained (the cancel-ACK of section 1.6); S1 and E3/E4 then hold.",
+         "request. The proposed fix (`proposed_rx_release_after_drain`) releases only once every context rank's "
+         "cancel-ACK arrived (sent after that rank drained, section 1.6); S1 and E3/E4 then hold. A lost ACK "
+         "(`drop`) keeps the pages: the receiver's deadline reports the stall (E4 settles; E3 does not release).",
     harm="silent KV corruption",
     fix="hold the destination pages of a cancelled receive until every context rank acknowledged the cancel after "
         "draining its writes (or the domain is fenced)",
