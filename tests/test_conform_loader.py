@@ -6,10 +6,13 @@ import os
 import shutil
 import textwrap
 import threading
+import time
 import types
+import zipfile
 
 import pytest
 
+from kvsim.conform import source
 from kvsim.conform.loader import Inert, answered_by, check_signature, load_definitions
 from kvsim.conform.source import resolve_source
 from kvsim.engine.errors import ConfigError
@@ -122,3 +125,32 @@ def test_an_answer_stands_in_for_the_file_in_this_thread_only(tmp_path):
         thread.join()
         assert elsewhere == [1]
     assert load_definitions(path, ["f"]).f() == 1
+
+
+def test_processes_fetching_one_release_at_once_see_one_whole_wheel(tmp_path, monkeypatch):
+    """Two fetches of the same release on an empty cache: one download, and neither sees half a wheel."""
+    monkeypatch.setenv("KVSIM_CACHE_DIR", str(tmp_path))
+    calls = []
+
+    def slow_pip(dist, version, into, stem):  # writes the wheel in two steps, as a download does
+        calls.append(dist)
+        wheel = into / f"{stem}-{version}-py3-none-any.whl"
+        with zipfile.ZipFile(wheel, "w") as archive:
+            archive.writestr("vllm/__init__.py", "")
+            time.sleep(0.3)
+            archive.writestr("vllm/x.py", "A = 1\n")
+        return wheel
+
+    monkeypatch.setattr(source, "_pip_download", slow_pip)
+    got: list = []
+
+    def fetch():
+        wheel = source.download_wheel("vllm", "9.9.9")
+        got.append(sorted(zipfile.ZipFile(wheel).namelist()))
+
+    threads = [threading.Thread(target=fetch) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert got == [["vllm/__init__.py", "vllm/x.py"]] * 2 and calls == ["vllm"]

@@ -11,6 +11,7 @@ repository: upstream code lives in the user's cache, like any library under test
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import re
@@ -81,7 +82,12 @@ def distribution(engine: str) -> str:
 
 
 def download_wheel(engine: str, version: str) -> Path:
-    """The release's wheel, fetched once with `pip download --no-deps` into the cache."""
+    """The release's wheel, fetched once with `pip download --no-deps` into the cache.
+
+    Processes that ask for the same release at once (test workers on an empty cache) take turns on a lock
+    file; pip downloads into a private folder and the finished wheel is renamed into place, so no process
+    ever sees half a wheel.
+    """
     dist = distribution(engine)
     stem = dist.replace("-", "_")  # a wheel's file name spells the distribution with underscores
     wheel_dir = cache_root() / "wheels" / f"{engine}-{version}"
@@ -89,13 +95,29 @@ def download_wheel(engine: str, version: str) -> Path:
     if found:
         return found[0]
     wheel_dir.mkdir(parents=True, exist_ok=True)
+    with open(wheel_dir / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        found = sorted(wheel_dir.glob(f"{stem}-{version}-*.whl"))
+        if found:  # another process fetched it while this one waited
+            return found[0]
+        tmp = Path(tempfile.mkdtemp(prefix=".download.", dir=wheel_dir))
+        try:
+            wheel = _pip_download(dist, version, tmp, stem)
+            target = wheel_dir / wheel.name
+            os.replace(wheel, target)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def _pip_download(dist: str, version: str, into: Path, stem: str) -> Path:
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-           "-q", "-d", str(wheel_dir), f"{dist}=={version}"]
+           "-q", "-d", str(into), f"{dist}=={version}"]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=DOWNLOAD_TIMEOUT_S)
     except (OSError, subprocess.SubprocessError) as exc:
         raise KvsimError(f"downloading {dist}=={version} failed: {exc}") from exc
-    found = sorted(wheel_dir.glob(f"{stem}-{version}-*.whl"))
+    found = sorted(into.glob(f"{stem}-{version}-*.whl"))
     if done.returncode != 0 or not found:
         reason = " ".join((done.stderr or done.stdout).split()[-60:])
         raise KvsimError(f"downloading {dist}=={version} with pip failed "
