@@ -159,7 +159,7 @@ def _index(registry: Registry, rows: list[list[str]], result: SiteResult) -> str
 
 def _bug_page(bug: BugReport, repro: Any, drawing: SequenceChart | CaseTable | None, chart: str | None,
               seed: int) -> str:
-    facts = [["model", escape(bug.model)], ["variant (pre-fix)", f"<code>{escape(bug.variant)}</code>"],
+    facts = [["model", escape(bug.model)], ["variant where it fails", f"<code>{escape(bug.variant)}</code>"],
              ["must fail", f"<code>{escape(bug.check)}</code> ({'property, Hypothesis' if bug.property else 'explore'})"],
              ["status", _status(bug.status)], ["upstream source", escape(bug.source)],
              ["upstream releases", escape(release_verdicts(bug))],
