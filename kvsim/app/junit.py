@@ -25,6 +25,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from .. import __version__
 from ..engine.canon import canonical_json, to_jsonable
 from ..engine.errors import ConfigError
+from ..engine.params import param_args
 
 MAX_SECONDS_NOT_RUN = "not run: --max-seconds ran out before it started"
 
@@ -317,11 +318,7 @@ def _counterexample(value: Any) -> str:
 
 
 def _params(values: Mapping[str, Any]) -> str:
-    out = ""
-    for key, value in sorted(values.items()):
-        value = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else value
-        out += f" --param {shlex.quote(f'{key}={value}')}"
-    return out
+    return " " + param_args(dict(sorted(values.items()))) if values else ""
 
 
 def _classname(model: str, variant: str) -> str:

@@ -15,13 +15,13 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import shlex
 from dataclasses import fields
 from typing import Any, Callable
 
 from ..engine.canon import canonical_json, to_jsonable
 from ..engine.errors import ConfigError
 from ..engine.explore import explore
+from ..engine.params import param_args
 from ..engine.registry import REGISTRY, BugReport
 from ..engine.system import transition
 from .repro import FIXED_CHECK_EXAMPLES, ReproResult, baseline_variant, reproduce
@@ -93,14 +93,12 @@ def fix_run(bug: BugReport, result: ReproResult, seed: int = 0) -> tuple[str | N
     return variant, not any(v.property == bug.invariant for v in found.violations)
 
 
-def _param_args(bug: BugReport) -> str:
-    return " ".join(f"--param {shlex.quote(f'{k}={v}')}" for k, v in bug.params.items())
 
 
 def commands(bug: BugReport) -> list[str]:
     """The exact commands that reproduce it: repro, then the search that saves the counterexample, and its replay."""
     file = f"{bug.id}.json"
-    params = _param_args(bug)
+    params = param_args(bug.params)
     lines = [f"kvsim repro {bug.id}"]
     if bug.property is not None:
         lines.append(f"kvsim check {bug.model} --variant {bug.variant} --property {bug.property} "

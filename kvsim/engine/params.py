@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import shlex
 import typing
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
@@ -114,6 +115,16 @@ class _ParamMeta:
     minimum: float | None
     maximum: float | None
     choices: tuple[str, ...]
+
+
+def param_args(values: Mapping[str, Any]) -> str:
+    """The `--param NAME=VALUE` arguments that give `values` back through `resolve` (shell-quoted, in order; a
+    list of integers as its comma-separated form)."""
+    return " ".join(f"--param {shlex.quote(f'{k}={_arg(v)}')}" for k, v in values.items())
+
+
+def _arg(value: Any) -> Any:
+    return ",".join(map(str, value)) if isinstance(value, (list, tuple)) else value
 
 
 def param(default: Any, doc: str, *, minimum: float | None = None, maximum: float | None = None,
