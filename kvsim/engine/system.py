@@ -61,6 +61,17 @@ def flagged(name: str) -> Callable[[Any], str | None]:
     return check
 
 
+def least_by_repr(state: Any, others: Iterable[Any]) -> tuple[Any, str]:
+    """`(form, repr(form))` of the least `repr` among `state` and `others`: the canonical form of a symmetry whose
+    relabellings of `state` are `others` (one representative per orbit, the same whichever member is given)."""
+    best, text = state, repr(state)
+    for other in others:
+        other_text = repr(other)
+        if other_text < text:
+            best, text = other, other_text
+    return best, text
+
+
 def transition(system: Any, state: Any, action: Any) -> tuple[Any, tuple[Any, ...]]:
     """`system.transition(state, action)` where the system has one; else its `step` with no effects."""
     fn = getattr(system, "transition", None)

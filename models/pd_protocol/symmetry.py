@@ -20,6 +20,8 @@ from __future__ import annotations
 from itertools import permutations
 from typing import Any, Callable, Sequence
 
+from kvsim.engine.system import least_by_repr
+
 from .actions import WorkItem
 
 ROOM_MESSAGES = frozenset(("TINFO", "ABORT", "STATUS"))  # messages whose field 1 is a room
@@ -65,12 +67,6 @@ def room_symmetry(rooms: int) -> Callable[[Any], Any] | None:
     perms = [p for p in permutations(range(rooms)) if p != tuple(range(rooms))]
 
     def canonical(s: Any) -> Any:
-        best, text = s, repr(s)
-        for p in perms:
-            other = relabel(s, p)
-            other_text = repr(other)
-            if other_text < text:
-                best, text = other, other_text
-        return best
+        return least_by_repr(s, (relabel(s, p) for p in perms))[0]
 
     return canonical

@@ -34,6 +34,8 @@ from __future__ import annotations
 from itertools import permutations
 from typing import Any, Callable
 
+from kvsim.engine.system import least_by_repr
+
 from . import data
 from .actions import DOWN
 from .state import Chunk, DecodeRoom, PrefillRoom, StagingState
@@ -56,13 +58,7 @@ class RoomSymmetry:
         self._text: tuple[Any, bytes] | None = None
 
     def canonical(self, s: StagingState) -> StagingState:
-        best = self.quiet(s)
-        text = repr(best)
-        for p in self.perms:
-            other = self.quiet(relabel(s, p))
-            other_text = repr(other)
-            if other_text < text:
-                best, text = other, other_text
+        best, text = least_by_repr(self.quiet(s), (self.quiet(relabel(s, p)) for p in self.perms))
         self._text = (best, text.encode("utf-8", "backslashreplace"))
         return best
 
