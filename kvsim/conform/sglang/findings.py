@@ -37,7 +37,7 @@ import threading
 import time
 from itertools import product
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Callable
 
 from kvsim.engine.errors import ConfigError
 from kvsim.models.pd_staging.decode_rules import fan_in_complete, req_allocates, scatter_complete
@@ -161,18 +161,29 @@ def staging_req(ns: SimpleNamespace, h: SimpleNamespace, chunk: int, pages: int 
     return len(h.staging_allocator.assigned) > before
 
 
+def on_release(name: str, body: Callable[[SimpleNamespace, TargetResult], None]) -> Callable[..., TargetResult]:
+    """A target's `run`: the release's handler loaded, "not present" where it has another shape, else `body`
+    (exhaustive, so the Hypothesis options do not apply)."""
+
+    def run(source: EngineSource, options: RunOptions) -> TargetResult:
+        started = time.perf_counter()
+        ns = load(source)
+        result = TargetResult(name, source.version)
+        if (why := other_shape(ns)) is not None:
+            result.status, result.note = "not present", why
+        else:
+            body(ns, result)
+        return result.finish(started)
+
+    return run
+
+
 # -- staging-dedupe ----------------------------------------------------------------------------------------------
 
 DEDUPE_OPS = (("req", 0), ("req", 1), ("scatter", 0), ("scatter", 1))
 
 
-def run_dedupe(source: EngineSource, options: RunOptions) -> TargetResult:
-    started = time.perf_counter()
-    ns = load(source)
-    result = TargetResult("staging-dedupe", source.version)
-    if (why := other_shape(ns)) is not None:
-        result.status, result.note = "not present", why
-        return result.finish(started)
+def _dedupe(ns: SimpleNamespace, result: TargetResult) -> None:
     first_late: list[Any] | None = None
     for n in range(1, 5):
         for ops in product(DEDUPE_OPS, repeat=n):
@@ -198,18 +209,11 @@ def run_dedupe(source: EngineSource, options: RunOptions) -> TargetResult:
     _finding(result, "late_req_never_reallocates", first_late, (LATE_REQ,),
              "a STAGING_REQ for a chunk already scattered allocates the slot again")
     result.note = "exhaustive: every sequence of up to 4 REQ/scatter operations on chunks 0 and 1"
-    return result.finish(started)
 
 
 # -- staging-fan-in ----------------------------------------------------------------------------------------------
 
-def run_fan_in(source: EngineSource, options: RunOptions) -> TargetResult:
-    started = time.perf_counter()
-    ns = load(source)
-    result = TargetResult("staging-fan-in", source.version)
-    if (why := other_shape(ns)) is not None:
-        result.status, result.note = "not present", why
-        return result.finish(started)
+def _fan_in(ns: SimpleNamespace, result: TargetResult) -> None:
     first_dup: list[Any] | None = None
     for tp, pp in WRITER_SPLITS:
         w = tp * pp
@@ -234,18 +238,11 @@ def run_fan_in(source: EngineSource, options: RunOptions) -> TargetResult:
     _finding(result, "scatter_after_all_writers", first_dup, DUP_READY,
              "the scatter is submitted before W distinct writers arrived (a duplicate CHUNK_READY counts)")
     result.note = "exhaustive: (tp, pp) writers 1x1, 2x1, 1x2, 1x3, 2x2; arrival sequences of up to W + 1 writers"
-    return result.finish(started)
 
 
 # -- staging-completion ------------------------------------------------------------------------------------------
 
-def run_completion(source: EngineSource, options: RunOptions) -> TargetResult:
-    started = time.perf_counter()
-    ns = load(source)
-    result = TargetResult("staging-completion", source.version)
-    if (why := other_shape(ns)) is not None:
-        result.status, result.note = "not present", why
-        return result.finish(started)
+def _completion(ns: SimpleNamespace, result: TargetResult) -> None:
     first_lost: dict[str, Any] | None = None
     for chunks in (1, 2, 3):
         # per chunk: 0 never allocated (its STAGING_REQ lost), 1 allocated, 2 scattered, 3 scattered and completed
@@ -275,7 +272,6 @@ def run_completion(source: EngineSource, options: RunOptions) -> TargetResult:
              "the room completes with a chunk never allocated (its STAGING_REQ lost), so never scattered")
     result.note = ("exhaustive: rooms of 1-3 chunks, each never allocated / allocated / scattered / completed, "
                    "with and without all-ranks Success")
-    return result.finish(started)
 
 
 def _finding(result: TargetResult, name: str, counterexample: Any, findings: tuple[str, ...], what: str) -> None:
@@ -288,11 +284,11 @@ def _finding(result: TargetResult, name: str, counterexample: Any, findings: tup
 TARGETS = (
     Target("sglang", "staging-dedupe", HANDLER, ("handle_staging_req", "DecodeStagingHandler"), "pd-staging",
            "handle_staging_req's dedupe test vs decode_rules.req_allocates; late-REQ finding on upstream",
-           run_dedupe),
+           on_release("staging-dedupe", _dedupe)),
     Target("sglang", "staging-fan-in", HANDLER, ("DecodeStagingHandler",), "pd-staging",
            "handle_chunk_arrived's fan-in count vs decode_rules.fan_in_complete; dup-ready finding on upstream",
-           run_fan_in),
+           on_release("staging-fan-in", _fan_in)),
     Target("sglang", "staging-completion", HANDLER, ("DecodeStagingHandler", "handle_staging_req"), "pd-staging",
            "advance_scatter's completion rule vs decode_rules.scatter_complete; lost-REQ finding on upstream",
-           run_completion),
+           on_release("staging-completion", _completion)),
 )
