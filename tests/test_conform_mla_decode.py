@@ -14,7 +14,7 @@ from kvsim.conform.targets import RunOptions, targets
 from kvsim.conform.triton_child import KernelChild
 from kvsim.conform.vllm.mla_decode import (DECODE, NAME, DecodeCase, bf16, decode_compare, decode_rows,
                                            empty_row_probe)
-from kvsim.properties.mla_backends.cases import PAGED_DECODE, PAGED_PREFILL, PagedCase
+from kvsim.properties.mla_backends.cases import PAGED_DECODE, PagedCase
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")

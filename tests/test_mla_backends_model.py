@@ -15,7 +15,7 @@ from kvsim.models.mla_backends import DESCRIPTOR, VARIANTS
 from kvsim.models.mla_backends import wrapper as wrapper_module
 from kvsim.models.mla_backends.capabilities import PlanContract
 from kvsim.models.mla_backends.inputs import RunInput, resolve
-from kvsim.models.mla_backends.merge import empty_state, merge_state
+from kvsim.models.mla_backends.merge import merge_state
 from kvsim.models.mla_backends.metadata import PlanMetadata, dense_from_csr, resolve_dense
 from kvsim.models.mla_backends.selection import DEFAULT_ORDER, auto_order, select_backend
 from kvsim.properties.mla_backends import merge as merge_props, metadata as metadata_props, selection as sel_props

@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from kvsim.engine.canon import to_jsonable
-from kvsim.engine.errors import ConfigError
 
 from .source import EngineSource
 from .triton_child import KernelChild, KernelChildError, KernelSkipped

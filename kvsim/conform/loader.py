@@ -22,7 +22,7 @@ import sys
 import types
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from kvsim.engine.errors import ConfigError
 

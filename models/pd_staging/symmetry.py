@@ -32,7 +32,7 @@ shortest counterexample lengths and liveness verdict are those of the full searc
 from __future__ import annotations
 
 from itertools import permutations
-from typing import Any, Callable
+from typing import Any
 
 from kvsim.engine.system import least_by_repr
 
@@ -134,8 +134,3 @@ def room_symmetry(system: Any) -> RoomSymmetry | None:
         if type(s.decode) is not tuple or any(relabel(s, p) != s for p in sym.perms):
             return None
     return sym
-
-
-def canonical_of(system: Any) -> Callable[[StagingState], StagingState] | None:
-    sym = room_symmetry(system)
-    return None if sym is None else sym.canonical

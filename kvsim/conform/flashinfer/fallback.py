@@ -21,12 +21,11 @@ import time
 from types import SimpleNamespace
 from typing import Any
 
-from kvsim.models.mla_backends.metadata import csr_from_dense
 from kvsim.models.mla_backends.selection import select_backend
 
 from ..source import EngineSource
 from ..targets import RunOptions, Target, TargetResult, drive
-from .common import MLA, int32, load, upstream_capabilities
+from .common import MLA, load, upstream_capabilities
 from .selection import CAPS, POLICY, upstream_args
 
 WRAPPER = f"{MLA}/_wrapper.py"

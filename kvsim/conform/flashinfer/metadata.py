@@ -70,7 +70,6 @@ def outcome(fn: Callable[[], Any], convert: Callable[[Any], Any]) -> Any:
 
 def run_metadata(source: EngineSource, options: RunOptions) -> TargetResult:
     import torch
-    from hypothesis import strategies as st
 
     from kvsim.properties.mla_backends.metadata import broken
     from kvsim.properties.mla_backends.strategies import BROKEN_METADATA_CASES, METADATA_CASES

@@ -16,7 +16,6 @@ from __future__ import annotations
 import time
 from itertools import product
 from types import SimpleNamespace
-from typing import Any
 
 from kvsim.models.mla_chunks.dcp import DcpConfig
 from kvsim.models.mla_chunks.planner import (VARIANTS, chunked_context_workspace_size,
