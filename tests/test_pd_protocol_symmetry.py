@@ -3,14 +3,16 @@ step on reachable states, and the reduced search keeps every verdict of the full
 
 from __future__ import annotations
 
+from itertools import permutations
+
 import pytest
 
 from kvsim.app import catalog
 from kvsim.engine.canon import canonical_json
 from kvsim.engine.descriptor import RunSpec
 from kvsim.engine.explore import explore
-from kvsim.engine.system import first_violation, run_actions
-from kvsim.models.pd_protocol.symmetry import relabel, relabel_action, room_symmetry
+from kvsim.engine.system import Relabellings, first_violation, least_by_repr, run_actions
+from kvsim.models.pd_protocol.symmetry import relabel, relabel_action, room_symmetry, signature
 
 SWAP = (1, 0)
 
@@ -84,3 +86,34 @@ def test_the_reduced_search_keeps_every_verdict(variant, backend):
 def test_one_room_or_a_tree_of_rooms_is_not_reduced():
     assert room_symmetry(1) is None and room_symmetry(4) is None
     assert protocol("fixed", rooms=1).canonical is None and protocol("fixed", rooms=2).canonical is not None
+
+
+def one_per_orbit(canon, states, perms) -> int:
+    """`canon` gives every relabelling of every state the same form, a fixed point; how many states it moved."""
+    moved = 0
+    for s in states:
+        c = canon(s)
+        assert canon(c) == c
+        for p in perms:
+            assert canon(relabel(s, p)) == c, (s, p)
+        moved += c != s
+    return moved
+
+
+def test_the_signature_ordered_form_is_one_per_orbit_of_three_rooms():
+    system = protocol("fixed", rooms=3, chunks=1)
+    states = explore(system, symmetry=False, max_states=4000, check_liveness=False)._store.states
+    perms = list(permutations(range(3)))
+    assert one_per_orbit(system.canonical, states, perms) > len(states) // 3
+    # the same states under the least `repr` of all six relabellings (the form before signatures): as many orbits
+    by_repr = lambda s: least_by_repr(s, (relabel(s, p) for p in perms))[0]  # noqa: E731
+    assert len({system.canonical(s) for s in states}) == len({by_repr(s) for s in states})
+
+
+def test_a_signature_a_relabelling_does_not_carry_is_caught():
+    # the room's index in the signature: the order then depends on which member of the orbit is given
+    system = protocol("fixed", rooms=2, chunks=1)
+    states = explore(system, symmetry=False, max_states=2000, check_liveness=False)._store.states
+    wrong = Relabellings(2, relabel, lambda s, r: (signature(s, r), -r if r else 0)).canonical
+    with pytest.raises(AssertionError):
+        one_per_orbit(wrong, states, [SWAP])

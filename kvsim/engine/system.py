@@ -61,6 +61,46 @@ def flagged(name: str) -> Callable[[Any], str | None]:
     return check
 
 
+class Relabellings:
+    """The canonical form of a symmetry that permutes `n` interchangeable components (rooms, requests).
+
+    `relabel(state, p)` renames component c to p[c] everywhere; `signature(state, c)` is a comparable
+    summary of component c that a relabelling carries along with it
+    (`signature(relabel(s, p), p[c]) == signature(s, c)`), cheap next to a `repr` of the state.
+    `canonical(state)` is the least by `repr` of the relabellings that put the components in
+    signature order: that set of relabellings depends only on the orbit, so the result is one
+    representative per orbit, as `least_by_repr` over every relabelling would give, but the `repr`s
+    are only taken where signatures tie (and the relabelling only where the order is not already
+    the signature order). `text` returns the `repr` of the form it last chose where it took one.
+    """
+
+    def __init__(self, n: int, relabel: Callable[[Any, tuple[int, ...]], Any],
+                 signature: Callable[[Any, int], Any]) -> None:
+        from itertools import permutations
+
+        self.identity = tuple(range(n))
+        # each permutation with its inverse: position i of the relabelled state holds component inverse[i]
+        self.perms = [(p, tuple(p.index(i) for i in range(n))) for p in permutations(range(n))]
+        self.relabel, self.signature = relabel, signature
+        self.last: tuple[Any, str] | None = None
+
+    def canonical(self, state: Any) -> Any:
+        sigs = [self.signature(state, c) for c in self.identity]
+        ordered = [p for p, inverse in self.perms
+                   if all(sigs[inverse[i]] <= sigs[inverse[i + 1]] for i in range(len(inverse) - 1))]
+        forms = (state if p == self.identity else self.relabel(state, p) for p in ordered)
+        if len(ordered) == 1:
+            return next(forms)
+        best, text = least_by_repr(next(forms), forms)
+        self.last = (best, text)
+        return best
+
+    def text(self, state: Any) -> str:
+        """`repr(state)`, taken again only if `state` is not the form `canonical` last chose by `repr`."""
+        last = self.last
+        return last[1] if last is not None and last[0] is state else repr(state)
+
+
 def least_by_repr(state: Any, others: Iterable[Any]) -> tuple[Any, str]:
     """`(form, repr(form))` of the least `repr` among `state` and `others`: the canonical form of a symmetry whose
     relabellings of `state` are `others` (one representative per orbit, the same whichever member is given)."""

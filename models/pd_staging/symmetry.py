@@ -23,8 +23,9 @@ the kinds of the messages a fault may still take, are bisimilar: `quiet` maps a 
 of its class (prefill side reset, each decode -> prefill channel replaced by sorted kind
 placeholders, or emptied when no fault can take them).
 
-`canonical(state)` is the least, by `repr`, of the quieted relabellings of `state`: one
-representative per orbit, and a state bisimilar to the given one, so the explorer's violations,
+`canonical(state)` is the least, by `repr`, of the quieted relabellings of `state` that put the rooms in
+the order of their own fields (`signature`; most states have one, and then no `repr` is taken): one
+representative per orbit (`kvsim.engine.system.Relabellings`), and a state bisimilar to the given one, so the explorer's violations,
 shortest counterexample lengths and liveness verdict are those of the full search
 (`tests/test_explore_scale.py` compares them).
 """
@@ -34,7 +35,7 @@ from __future__ import annotations
 from itertools import permutations
 from typing import Any
 
-from kvsim.engine.system import least_by_repr
+from kvsim.engine.system import Relabellings
 
 from . import data
 from .actions import DOWN
@@ -42,6 +43,7 @@ from .state import Chunk, DecodeRoom, PrefillRoom, StagingState
 
 _ROOM_FIELD_KINDS = frozenset(("REQ", "RSP", "READY", "STATUS", "ABORT", "ACK"))  # messages whose field 1 is a room
 _STRIDE = data.TOKENS * data.HEAD_SLICES  # a room's span of KV cell values
+_ROWS = DecodeRoom._fields.index("rows")
 
 
 class RoomSymmetry:
@@ -55,19 +57,14 @@ class RoomSymmetry:
         self.down_faults = frozenset(f.split("_", 1)[1].upper() for f in cfg.fault_kinds
                                      if f.startswith(("drop_", "dup_")))
         self.idle_prefill = (PrefillRoom(None, 0, False, (None,) * system.k, None),) * cfg.rooms
-        self._text: tuple[Any, bytes] | None = None
+        self.order = Relabellings(cfg.rooms, lambda s, p: self.quiet(relabel(s, p)), signature)
 
     def canonical(self, s: StagingState) -> StagingState:
-        best, text = least_by_repr(self.quiet(s), (self.quiet(relabel(s, p)) for p in self.perms))
-        self._text = (best, text.encode("utf-8", "backslashreplace"))
-        return best
+        return self.order.canonical(self.quiet(s))
 
     def encode(self, s: StagingState) -> bytes:
-        """The canonical text (the `repr`) of a state; the representative just chosen is not written twice."""
-        last = self._text
-        if last is not None and last[0] is s:
-            return last[1]
-        return repr(s).encode("utf-8", "backslashreplace")
+        """The canonical text (the `repr`) of a state; a representative chosen by its text is not written twice."""
+        return self.order.text(s).encode("utf-8", "backslashreplace")
 
     def quiet(self, s: StagingState) -> StagingState:
         """A dead state's representative of its bisimulation class (see the module); any other state as is."""
@@ -84,6 +81,16 @@ class RoomSymmetry:
 def _placeholder(m: tuple) -> tuple:
     """A message of the same kind with every field zero: all a dead prefill's channel still tells."""
     return tuple.__new__(type(m), (m[0],) + (0,) * (len(m) - 1))
+
+
+def signature(s: StagingState, r: int) -> tuple:
+    """Room r's own fields, none of which names a room (the decode rows, whose cells do, are left out), as
+    comparable values: `Relabellings` orders the rooms by it (a relabelling moves it with the room)."""
+    d = s.decode[r]
+    prefill = tuple((-1 if p.status is None else int(p.status), p.outstanding, p.infos,
+                     -1 if p.outcome is None else int(p.outcome), p.ack, sum(o is not None for o in p.offsets))
+                    for p in (rooms[r] for rooms in s.prefill))
+    return s.batches[r], prefill, d[:_ROWS], d[_ROWS + 1:]
 
 
 def _cells(cells: tuple[int, ...], shift: tuple[int, ...]) -> tuple[int, ...]:
