@@ -212,3 +212,53 @@ def test_cli_refuses_a_graph_without_the_full_single_process_store(args, tmp_pat
     proc = kvsim("explore", "swa-budget", *args, "--graph", str(tmp_path / "g.graphml"))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().count("\n") == 0 and "--graph" in proc.stderr
+
+
+# -- the collector during a search ------------------------------------------------------------------------------
+
+def test_a_search_leaves_the_collector_as_it_found_it():
+    import gc
+
+    frozen = gc.get_freeze_count()
+    for enabled in (True, False):
+        (gc.enable if enabled else gc.disable)()
+        try:
+            explore(Pair(gap=3, jam=True), store="fingerprint")
+            assert gc.isenabled() is enabled and gc.get_freeze_count() == frozen
+        finally:
+            gc.enable()
+    class Crashing(Counter):  # a model that fails mid-search
+        def step(self, state, action):
+            if state == 2:
+                raise ZeroDivisionError("step")
+            return super().step(state, action)
+
+    with pytest.raises(ZeroDivisionError):
+        explore(Crashing(limit=5))
+    assert gc.isenabled() and gc.get_freeze_count() == frozen
+
+
+def test_the_collector_still_reclaims_cycles_a_model_makes():
+    import gc
+    import weakref
+
+    from kvsim.engine.explore import YoungCollections
+
+    class Node:
+        pass
+
+    refs = []
+    collector = YoungCollections()
+    try:
+        for _ in range(40):
+            for _ in range(50):
+                node = Node()
+                node.self = node  # a reference cycle, unreachable once `node` moves on
+                refs.append(weakref.ref(node))
+            del node
+            collector.tick()
+        assert collector.collect  # the first sampled tick found cycles: every tick collects since
+        assert sum(r() is not None for r in refs) == 0  # none was frozen alive
+    finally:
+        collector.close()
+    assert gc.isenabled()

@@ -24,7 +24,8 @@ import time
 from array import array
 from typing import Any, Callable, Sequence
 
-from .explore import Coverage, ExploreResult, Violation, action_kind, cannot_finish, real_message, realize
+from .explore import (Coverage, ExploreResult, Violation, YoungCollections, action_kind, cannot_finish,
+                      real_message, realize)
 from .canon import to_jsonable
 from .errors import ConfigError
 from .store import FingerprintSet, fingerprint_function
@@ -53,6 +54,7 @@ class Partition:
         self.frontier: list[tuple[int, Any]] = []
         self.fired: dict[str, int] = {}
         self.checked = [0] * len(self.system.invariants)
+        self.collector = YoungCollections()  # as in `explore`; a tick each level, closed by `finish`
 
     def owner(self, state: Any) -> int:
         return hash(state) % self.n
@@ -83,6 +85,7 @@ class Partition:
         A successor reached from several frontier states goes once, with every (parent, action index)
         that reaches it, in the order they were found: the first is its breadth-first parent.
         """
+        self.collector.tick()
         boxes: list[dict[Any, list[tuple[int, int]]]] = [{} for _ in range(self.n)]
         transitions = cut = 0
         fired, enabled, owner, step = self.fired, self.system.enabled, self.owner, self._step
@@ -152,6 +155,7 @@ class Partition:
 
     def finish(self) -> dict[str, Any]:
         """Flags, depths and reverse edges (as bytes) for the liveness pass; counters; memory."""
+        self.collector.close()
         store_bytes = (self.ids.nbytes() if not self.full else 0) + len(self.flags) + sum(
             a.itemsize * len(a) for a in (self.parent, self.index, self.depth))
         return {"flags": bytes(self.flags), "depth": self.depth.tobytes(), "rev_src": self.rev_src.tobytes(),
