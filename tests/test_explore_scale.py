@@ -207,6 +207,17 @@ def test_cli_workers_and_store_agree_with_the_plain_run():
     assert doc["store"] == "fingerprint" and doc["bytes_per_state"] > 0 and doc["collision_probability"] > 0
 
 
+@pytest.mark.parametrize("extra", [(), ("--workers", "2")])
+def test_a_search_stops_cleanly_at_its_memory_bound(extra):
+    # 0.05 GiB is passed at once (an interpreter with the model loaded holds more): the search stops at its first
+    # check, says so and proves nothing; the same search with the default bound finishes
+    doc = kvsim_json("explore", "pd-staging", "--param", "rooms=2", "--max-memory", "0.05", *extra, expect=3)
+    assert doc["bound_hit"] == "memory" and doc["complete"] is False and doc["violations"] == []
+    assert 0 < doc["states"] < 100_000
+    finished = kvsim_json("explore", "pd-staging", "--variant", "pre_05c7ebf", *extra, expect=1)
+    assert finished["complete"] is True
+
+
 @pytest.mark.parametrize("args", [("--store", "fingerprint"), ("--workers", "2")])
 def test_cli_refuses_a_graph_without_the_full_single_process_store(args, tmp_path):
     proc = kvsim("explore", "swa-budget", *args, "--graph", str(tmp_path / "g.graphml"))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import signal
 import sys
 import threading
@@ -35,6 +36,14 @@ EXIT_OK, EXIT_VIOLATION, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
 VARIANT_HELP = "the model variant: fixed (today's upstream) or a pre-fix variant (kvsim list MODEL) (default: fixed)"
 
 
+def _memory_gib() -> float:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2 ** 30
+    except (ValueError, OSError, AttributeError):
+        return 16.0
+
+
+DEFAULT_MAX_MEMORY_GIB = round(0.8 * _memory_gib(), 1)  # explore stops cleanly before the machine runs out
 # --max-seconds defaults: the long suites (check, repro, oracle) get an hour, a search or one run ten minutes
 SUITE_MAX_SECONDS = 3600.0
 RUN_MAX_SECONDS = DEFAULT_MAX_SECONDS
@@ -149,6 +158,10 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--coverage", action="store_true",
                    help="also measure line coverage of the model's package during the run (needs the coverage "
                         "package; default: off)")
+    e.add_argument("--max-memory", type=_positive_float("--max-memory"), default=DEFAULT_MAX_MEMORY_GIB,
+                   metavar="GIB", help="stop cleanly when the search's resident memory (workers included) passes "
+                                       "this many GiB, checked every few thousand states or each level "
+                                       f"(default: {DEFAULT_MAX_MEMORY_GIB:g}, 80%% of this machine's memory)")
     _junit_option(e)
     _max_seconds(e, RUN_MAX_SECONDS)
 
@@ -596,6 +609,7 @@ def cmd_explore(args: argparse.Namespace) -> int:
                           f"--workers {args.workers}" if args.workers > 1 else f"--ray {args.ray}")
     bounds = {"max_depth": args.max_depth, "max_states": args.max_states, "check_liveness": not args.no_liveness,
               "max_seconds": args.max_seconds, "store": args.store, "symmetry": not args.no_symmetry,
+              "max_memory": int(args.max_memory * 2 ** 30),
               "progress": lambda states, depth: progress.note(f"{states} states, depth {depth}")}
 
     def search() -> Any:

@@ -14,6 +14,8 @@ reported path is mapped back to a path of the real system (`realize`).
 from __future__ import annotations
 
 import gc
+import os
+import sys
 import time
 from array import array
 from collections import deque
@@ -108,10 +110,12 @@ class Coverage:
 
 def explore(system: TransitionSystem[Any, Any], *, max_depth: int | None = None, max_states: int = 1_000_000,
             check_liveness: bool = True, progress: Callable[[int, int], None] | None = None,
-            max_seconds: float | None = None, store: str = "full", symmetry: bool = True) -> ExploreResult:
+            max_seconds: float | None = None, store: str = "full", symmetry: bool = True,
+            max_memory: int | None = None) -> ExploreResult:
     """BFS with invariants on every state and, unless `check_liveness` is off, the hang search.
 
-    Bounds (`max_depth`, `max_states`, `max_seconds`) stop the search cleanly: `bound_hit` names the one
+    Bounds (`max_depth`, `max_states`, `max_seconds`, `max_memory`: bytes resident, checked every
+    few thousand expansions) stop the search cleanly: `bound_hit` names the one
     that did, and states left unexpanded count as "might still finish" (no false hang). `store` is
     "full" (every state kept; the graph can be exported) or "fingerprint" (64-bit fingerprints in flat
     arrays, see `kvsim.engine.store`). A system that defines `canonical(state)` (one representative
@@ -198,6 +202,9 @@ def explore(system: TransitionSystem[Any, Any], *, max_depth: int | None = None,
                     if deadline is not None and time.perf_counter() > deadline:
                         bound_hit = "seconds"
                         break  # the work budget: what was found so far is kept, the rest is unexplored
+                    if max_memory is not None and resident_bytes() > max_memory:
+                        bound_hit = "memory"
+                        break  # stopped before the machine runs out, with what was found so far
                 continue
             break  # state bound hit
 
@@ -215,6 +222,18 @@ def explore(system: TransitionSystem[Any, Any], *, max_depth: int | None = None,
                          bytes_per_state=visited.bytes_per_state(),
                          collision_probability=getattr(visited, "collision_probability", lambda: None)(),
                          _store=visited)
+
+
+def resident_bytes() -> int:
+    """This process's resident memory now (Linux `/proc/self/statm`), else its peak (`getrusage`)."""
+    try:
+        with open("/proc/self/statm", "rb") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        import resource
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak if sys.platform == "darwin" else peak * 1024  # bytes on macOS, KiB elsewhere
 
 
 class YoungCollections:

@@ -8,7 +8,8 @@ Each level has two phases. In *expand*, every worker takes the successors of its
 sorts them into one outbox per owner; in *absorb*, every worker takes its inbox (the outboxes
 addressed to it, in worker order), keeps the states it has not seen (its own visited set, full
 states or fingerprints as in `kvsim.engine.store`), checks every invariant on them and makes them
-its next frontier. A global state id is `local * W + worker`.
+its next frontier. The outbox a worker addresses to itself never leaves it (neither pickled nor sent).
+Automatic garbage collection is off in a worker (`explore.YoungCollections`, a tick a level). A global state id is `local * W + worker`.
 
 Every reachable state is found at its breadth-first depth, exactly as by `explore`: the same
 state count, transitions, depth, violated invariants and liveness verdict, and counterexamples
@@ -25,7 +26,7 @@ from array import array
 from typing import Any, Callable, Sequence
 
 from .explore import (Coverage, ExploreResult, Violation, YoungCollections, action_kind, cannot_finish,
-                      real_message, realize)
+                      real_message, realize, resident_bytes)
 from .canon import to_jsonable
 from .errors import ConfigError
 from .store import FingerprintSet, fingerprint_function
@@ -55,6 +56,7 @@ class Partition:
         self.fired: dict[str, int] = {}
         self.checked = [0] * len(self.system.invariants)
         self.collector = YoungCollections()  # as in `explore`; a tick each level, closed by `finish`
+        self.own: list[tuple[Any, list[tuple[int, int]]]] = []  # this level's successors that are our own
 
     def owner(self, state: Any) -> int:
         return hash(state) % self.n
@@ -79,11 +81,12 @@ class Partition:
             boxes[self.owner(state)].setdefault(state, []).append((-1, k))
         return [pickle.dumps(list(box.items()), protocol=pickle.HIGHEST_PROTOCOL) for box in boxes]
 
-    def expand(self) -> tuple[list[bytes], int, int]:
+    def expand(self) -> tuple[list[bytes | None], int, int]:
         """(one pickled outbox per owner, transitions taken, states cut by the depth bound) for this level.
 
         A successor reached from several frontier states goes once, with every (parent, action index)
-        that reaches it, in the order they were found: the first is its breadth-first parent.
+        that reaches it, in the order they were found: the first is its breadth-first parent. The
+        outbox addressed to this worker stays here as it is (None in its place): `absorb` takes it back.
         """
         self.collector.tick()
         boxes: list[dict[Any, list[tuple[int, int]]]] = [{} for _ in range(self.n)]
@@ -107,16 +110,17 @@ class Partition:
                 transitions += 1
             self.flags[lid] |= 4
         self.frontier = []
-        return ([pickle.dumps(list(box.items()), protocol=pickle.HIGHEST_PROTOCOL) for box in boxes],
-                transitions, cut)
+        self.own = list(boxes[self.w].items())
+        return ([None if dst == self.w else pickle.dumps(list(box.items()), protocol=pickle.HIGHEST_PROTOCOL)
+                 for dst, box in enumerate(boxes)], transitions, cut)
 
-    def absorb(self, inbox: Sequence[bytes], depth: int) -> tuple[int, list[tuple[str, str, int, int]]]:
+    def absorb(self, inbox: Sequence[bytes], depth: int) -> tuple[int, list[tuple[str, str, int, int]], int]:
         """(new states, violations as (invariant, message, gid, depth)) after taking in this level's inbox."""
         found: list[tuple[str, str, int, int]] = []
         new = 0
         invariants, done = self.system.invariants, self.system.done
         for payload in inbox:
-            for state, edges in pickle.loads(payload):
+            for state, edges in self.own if payload is None else pickle.loads(payload):
                 key = state if self.full else self.fp(state)
                 lid = self.ids.get(key)
                 if lid is None:
@@ -146,7 +150,8 @@ class Partition:
                     if parent >= 0:
                         self.rev_src.append(parent)
                         self.rev_dst.append(gid)
-        return new, found
+        self.own = []
+        return new, found, resident_bytes()
 
     def trail(self, gid: int) -> tuple[int, int, int]:
         """(parent gid, enabled-action index, depth) of one of this worker's states."""
@@ -257,22 +262,24 @@ class RayPool:
 def explore_parallel(factory: Callable[[], Any], workers: int, *, ray_address: str | None = None,
                      use_ray: bool = False, max_depth: int | None = None, max_states: int = 1_000_000,
                      check_liveness: bool = True, progress: Callable[[int, int], None] | None = None,
-                     max_seconds: float | None = None, store: str = "full", symmetry: bool = True) -> ExploreResult:
-    """`explore` over `workers` partitions; `factory()` builds the system (in every worker and here)."""
+                     max_seconds: float | None = None, store: str = "full", symmetry: bool = True,
+                     max_memory: int | None = None) -> ExploreResult:
+    """`explore` over `workers` partitions; `factory()` builds the system (in every worker and here).
+    `max_memory` bounds the resident bytes of the workers and this process together, checked between levels."""
     start = time.perf_counter()
     system = factory()
     options = {"store": store, "symmetry": symmetry, "max_depth": max_depth}
     pool = RayPool(factory, workers, ray_address, **options) if use_ray else ProcessPool(factory, workers, **options)
     try:
         return _search(system, pool, workers, start, max_states, max_seconds, check_liveness, progress, store,
-                       symmetry)
+                       symmetry, max_memory)
     finally:
         pool.close()
 
 
 def _search(system: Any, pool: Any, n: int, start: float, max_states: int, max_seconds: float | None,
             check_liveness: bool, progress: Callable[[int, int], None] | None, store: str,
-            symmetry: bool) -> ExploreResult:
+            symmetry: bool, max_memory: int | None = None) -> ExploreResult:
     canon = getattr(system, "canonical", None) if symmetry else None
     if len(set(pool.call("secret", [()] * n))) > 1:
         pool.call("route_by_fingerprint", [()] * n)
@@ -287,7 +294,7 @@ def _search(system: Any, pool: Any, n: int, start: float, max_states: int, max_s
         states += new
         if new:
             depth = level
-        for w, (_, found) in enumerate(absorbed):
+        for w, (_, found, _) in enumerate(absorbed):
             for name, message, gid, d in found:
                 key = (d, gid)
                 if name not in first or key < first[name][:2]:
@@ -301,6 +308,9 @@ def _search(system: Any, pool: Any, n: int, start: float, max_states: int, max_s
             break
         if max_seconds is not None and time.perf_counter() - start > max_seconds:
             bound_hit = "seconds"
+            break
+        if max_memory is not None and sum(a[2] for a in absorbed) + resident_bytes() > max_memory:
+            bound_hit = "memory"
             break
         expanded = pool.call("expand", [()] * n)
         outboxes = [e[0] for e in expanded]
