@@ -43,9 +43,10 @@ class Tagged(tuple):
             raise TypeError(f"{cls.__name__}: unknown fields {sorted(kwargs)}")
         return tuple.__new__(cls, (cls.tag, *values))
 
+    _repr_fmt: str = "()"  # "deliver(side=%r, writer=%r, msg=%r)": `tagged` writes it once per type
+
     def __repr__(self) -> str:
-        body = ", ".join(f"{n}={v!r}" for n, v in zip(self.fields, self[1:]))
-        return f"{self.tag}({body})"
+        return self._repr_fmt % self[1:]  # a state's fingerprint is its repr: this runs for every record in it
 
     def __reduce__(self) -> tuple[Any, ...]:  # pickling (worker processes): the defining module's own class
         cls = type(self)
@@ -57,7 +58,8 @@ class Tagged(tuple):
 
 def tagged(tag: str, *fields: str, name: str | None = None) -> type[Tagged]:
     """A tagged record type: a tuple `(tag, *fields)` with the fields readable by name."""
-    namespace: dict[str, Any] = {"tag": tag, "fields": tuple(fields), "__slots__": ()}
+    namespace: dict[str, Any] = {"tag": tag, "fields": tuple(fields), "__slots__": (),
+                                 "_repr_fmt": tag.replace("%", "%%") + "(" + ", ".join(f"{f}=%r" for f in fields) + ")"}
     for index, field_name in enumerate(fields, start=1):
         namespace[field_name] = property(lambda self, i=index: self[i], doc=f"field {field_name!r}")
     cls_name = name or "".join(part.capitalize() for part in tag.replace("-", "_").split("_"))
