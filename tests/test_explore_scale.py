@@ -24,8 +24,9 @@ def outcome(result, with_paths: bool = True) -> tuple:
     violations = [(v.property, v.kind, v.trace if with_paths else len(v.trace)) for v in result.violations]
     if not with_paths:  # workers report the same violations; ties in depth come in an order that follows hashing
         violations.sort()
+    assert sum(result.levels) == result.states and len(result.levels) == result.depth + 1
     return (result.states, result.transitions, result.depth, result.hang_states, violations,
-            result.coverage.to_json(), result.bound_hit)
+            result.coverage.to_json(), result.bound_hit, result.levels)
 
 
 def run_of(model: str, variant: str) -> RunSpec:

@@ -653,6 +653,8 @@ def cmd_explore(args: argparse.Namespace) -> int:
                      f"collision in this run {result.collision_probability:.1e}")
         if result.coverage is not None:
             head += "".join("\n" + line for line in result.coverage.lines())
+        if result.bound_hit:  # the growth tells whether the search was near its end
+            head += "\nstates first reached per depth: " + ", ".join(f"{n:,}" for n in result.levels)
         if lines_run is not None:
             head += "".join("\n" + line for line in linecov.coverage_lines(lines_run))
         if not result.violations and result.bound_hit:

@@ -56,6 +56,7 @@ class ExploreResult:
     symmetry: bool = False
     bytes_per_state: float | None = None
     collision_probability: float | None = None
+    levels: list[int] = field(default_factory=list)  # states first reached at each depth (0: the initial ones)
     _store: Any = field(default=None, repr=False)
 
     @property
@@ -67,7 +68,8 @@ class ExploreResult:
                 "transitions": self.transitions, "depth": self.depth, "seconds": round(self.seconds, 4),
                 "states_per_second": round(self.states_per_second, 1), "bound_hit": self.bound_hit,
                 "complete": self.bound_hit is None,
-                "hang_states": self.hang_states, "violations": [v.to_json() for v in self.violations],
+                "hang_states": self.hang_states, "states_per_depth": self.levels,
+                "violations": [v.to_json() for v in self.violations],
                 **({"coverage": self.coverage.to_json()} if self.coverage is not None else {}),
                 "store": self.store, "symmetry": self.symmetry,
                 **({"bytes_per_state": self.bytes_per_state} if self.bytes_per_state is not None else {}),
@@ -221,7 +223,18 @@ def explore(system: TransitionSystem[Any, Any], *, max_depth: int | None = None,
                          store=visited.kind, symmetry=canon is not None,
                          bytes_per_state=visited.bytes_per_state(),
                          collision_probability=getattr(visited, "collision_probability", lambda: None)(),
-                         _store=visited)
+                         levels=states_per_depth(visited.depth), _store=visited)
+
+
+def states_per_depth(depths: Iterable[int]) -> list[int]:
+    """How many states were first reached at each depth: the growth a researcher reads to judge whether a
+    bounded search was near its end."""
+    levels: list[int] = []
+    for d in depths:
+        while d >= len(levels):
+            levels.append(0)
+        levels[d] += 1
+    return levels
 
 
 def resident_bytes() -> int:

@@ -285,6 +285,7 @@ def _search(system: Any, pool: Any, n: int, start: float, max_states: int, max_s
         pool.call("route_by_fingerprint", [()] * n)
     boxes = [[payload] for payload in pool.one(0, "initial")]
     states = transitions = depth = 0
+    levels: list[int] = []
     first: dict[str, tuple[int, int, str, int]] = {}  # invariant -> (depth, gid, message, order)
     bound_hit = None
     level = 0
@@ -292,6 +293,8 @@ def _search(system: Any, pool: Any, n: int, start: float, max_states: int, max_s
         absorbed = pool.call("absorb", [(boxes[w], level) for w in range(n)])
         new = sum(a[0] for a in absorbed)
         states += new
+        if new:
+            levels.append(new)
         if new:
             depth = level
         for w, (_, found, _) in enumerate(absorbed):
@@ -351,7 +354,7 @@ def _search(system: Any, pool: Any, n: int, start: float, max_states: int, max_s
                          store=store, symmetry=canon is not None,
                          bytes_per_state=round(total_bytes / max(1, states), 1) if store == "fingerprint" else None,
                          collision_probability=states * (states - 1) / 2 / 2.0 ** 64 if store == "fingerprint"
-                         else None)
+                         else None, levels=levels)
 
 
 def _replay(system: Any, canon: Callable[[Any], Any] | None, root: int, steps: Sequence[int]) -> tuple[Any, list, list]:
