@@ -254,7 +254,7 @@ def test_the_collector_still_reclaims_cycles_a_model_makes():
     import gc
     import weakref
 
-    from kvsim.engine.explore import YoungCollections
+    from kvsim.engine.memory import YoungCollections
 
     class Node:
         pass

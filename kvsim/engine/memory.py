@@ -1,0 +1,51 @@
+"""The memory of a search: its resident size (the `max_memory` bound) and the garbage collector paused."""
+
+from __future__ import annotations
+
+import gc
+import os
+import sys
+
+
+def resident_bytes() -> int:
+    """This process's resident memory now (Linux `/proc/self/statm`), else its peak (`getrusage`)."""
+    try:
+        with open("/proc/self/statm", "rb") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        import resource
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak if sys.platform == "darwin" else peak * 1024  # bytes on macOS, KiB elsewhere
+
+
+class YoungCollections:
+    """Automatic garbage collection off while a search runs; `tick()` now and then instead.
+
+    A search keeps millions of long-lived objects (states, caches, frontier) that hold no reference
+    cycles, and the collector's passes over them are wasted work: a quarter of the time of
+    pd-staging's 2 x 2 search at 200,000 states. `tick()` (every few thousand expansions, or once a
+    level) moves what exists to the collector's permanent generation (`gc.freeze`, no traversal);
+    one tick in 16 first collects the young objects made since the last tick, and if that finds
+    unreachable cycles (a model whose steps make them), every tick collects from then on, so such
+    garbage is still reclaimed. `close()` returns the objects to the collector and turns automatic
+    collection back on if it was on. No kvsim model's steps make cycles.
+    """
+
+    def __init__(self) -> None:
+        self.was_enabled = gc.isenabled()
+        self.ticks = 0
+        self.collect = False
+        gc.disable()
+        gc.freeze()  # what the caller made before the search is not the search's to collect (`close` returns it)
+
+    def tick(self) -> None:
+        if self.collect or self.ticks % 16 == 0:
+            self.collect = gc.collect(1) > 0 or self.collect
+        self.ticks += 1
+        gc.freeze()
+
+    def close(self) -> None:
+        gc.unfreeze()
+        if self.was_enabled:
+            gc.enable()
