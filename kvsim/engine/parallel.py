@@ -9,7 +9,8 @@ sorts them into one outbox per owner; in *absorb*, every worker takes its inbox 
 addressed to it, in worker order), keeps the states it has not seen (its own visited set, full
 states or fingerprints as in `kvsim.engine.store`), checks every invariant on them and makes them
 its next frontier. The outbox a worker addresses to itself never leaves it (neither pickled nor sent).
-Automatic garbage collection is off in a worker (`memory.YoungCollections`, a tick a level). A global state id is `local * W + worker`.
+Automatic garbage collection is off in a worker (`memory.YoungCollections`, a tick a level).
+A global state id is `local * W + worker`.
 
 Every reachable state is found at its breadth-first depth, exactly as by `explore`: the same
 state count, transitions, depth, violated invariants and liveness verdict, and counterexamples

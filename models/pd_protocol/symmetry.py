@@ -12,8 +12,8 @@ transition (the action relabelled the same way), and keeps `done` and every inva
 
 `canonical(state)` is the least relabelling by `repr` among those that put the rooms in the order of
 their own fields (`signature`; usually one, and then no `repr` is taken; rooms <= 3: at most 6
-permutations), so the explorer stores one representative per orbit; its violations, shortest counterexample lengths and
-liveness verdict are those of the full search (also tested).
+permutations), so the explorer stores one representative per orbit; its violations, shortest
+counterexample lengths and liveness verdict are those of the full search (also tested).
 """
 
 from __future__ import annotations

@@ -23,11 +23,11 @@ the kinds of the messages a fault may still take, are bisimilar: `quiet` maps a 
 of its class (prefill side reset, each decode -> prefill channel replaced by sorted kind
 placeholders, or emptied when no fault can take them).
 
-`canonical(state)` is the least, by `repr`, of the quieted relabellings of `state` that put the rooms in
-the order of their own fields (`signature`; most states have one, and then no `repr` is taken): one
-representative per orbit (`kvsim.engine.system.Relabellings`), and a state bisimilar to the given one, so the explorer's violations,
-shortest counterexample lengths and liveness verdict are those of the full search
-(`tests/test_explore_scale.py` compares them).
+`canonical(state)` is the least, by `repr`, of the quieted relabellings of `state` that put the
+rooms in the order of their own fields (`signature`; most states have one, and then no `repr` is
+taken): one representative per orbit (`kvsim.engine.system.Relabellings`), and a state bisimilar
+to the given one, so the explorer's violations, shortest counterexample lengths and liveness
+verdict are those of the full search (`tests/test_explore_scale.py` compares them).
 """
 
 from __future__ import annotations
