@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..engine.errors import ConfigError
-from ..engine.parallel import connect_ray
+from ..engine.pools import connect_ray
 from ..engine.registry import Registry
 
 ROUND = 50  # examples of one property per round (a round is the unit between two looks at the clock)
