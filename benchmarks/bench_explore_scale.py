@@ -2,6 +2,7 @@
 
     python benchmarks/bench_explore_scale.py [--max-states N] [--max-seconds S] [--workers N] [--ray] [--full]
                                              [--only NAME]
+    python benchmarks/bench_explore_scale.py --largest --max-states 60000000 [--only NAME]
 
 For each configuration (pd-staging 2 rooms x 2 writers, pd-protocol 2 rooms per backend, swa-budget
 6 requests) it runs, in one process and one after another, with the fingerprint store:
@@ -15,6 +16,11 @@ bytes a state, and whether the run finished. Finished runs are checked against e
 same violated invariants, counterexample lengths and hang verdict (and, between runs that reduce
 alike, the same state and transition counts). `--max-states` and `--max-seconds` bound every run
 (defaults 300,000 states and 600 s) so a configuration that does not finish still gives a rate.
+
+`--largest` runs instead the largest configurations that finish in 10 minutes on a 2-core machine
+(pd-protocol 3 rooms per backend and on the sglang_0_5_23 variant, pd-staging 2 rooms, pd-staging
+2 writers), each in one process and with `--workers N`, both with the model's symmetry: the
+"largest configuration each model finishes" figures, several minutes a run.
 """
 
 from __future__ import annotations
@@ -42,6 +48,16 @@ CONFIGS = (
     ("pd-staging 2 rooms x 2 writers", "pd-staging", "fixed", {"rooms": 2, "writers": 2}),
 )
 
+# --largest: the largest configurations that finish in 10 minutes on a 2-core machine (issue 16's closing notes)
+LARGEST = (
+    ("pd-protocol mooncake 3 rooms", "pd-protocol", "fixed", {"backend": "mooncake", "rooms": 3}),
+    ("pd-protocol nixl 3 rooms", "pd-protocol", "fixed", {"backend": "nixl", "rooms": 3}),
+    ("pd-protocol mori 3 rooms", "pd-protocol", "fixed", {"backend": "mori", "rooms": 3}),
+    ("pd-protocol mooncake 3 rooms, sglang_0_5_23", "pd-protocol", "sglang_0_5_23", {"backend": "mooncake", "rooms": 3}),
+    ("pd-staging 2 rooms", "pd-staging", "fixed", {"rooms": 2}),
+    ("pd-staging 2 writers", "pd-staging", "fixed", {"writers": 2}),
+)
+
 
 def run(label: str, fn, base: float | None, workers: int = 1) -> dict:
     start = time.perf_counter()
@@ -59,6 +75,30 @@ def run(label: str, fn, base: float | None, workers: int = 1) -> dict:
     return row
 
 
+def compare(spec: RunSpec, bound: dict, symmetric: bool, n: int, args: argparse.Namespace) -> list[dict]:
+    """Every state and symmetry, one process and workers (and Ray, the full store where asked)."""
+    base = run("1 process, every state", lambda: explore(spec.system(), symmetry=False, **bound), None)
+    rows = [base]
+    rate = base["states_per_second"]
+    if symmetric:
+        rows.append(run("1 process, symmetry", lambda: explore(spec.system(), **bound), rate))
+    rows.append(run(f"{n} workers, every state",
+                    lambda: explore_parallel(spec.system, n, symmetry=False, **bound), rate, n))
+    if symmetric:
+        rows.append(run(f"{n} workers, symmetry", lambda: explore_parallel(spec.system, n, **bound), rate, n))
+    if args.ray:
+        ray_row = run(f"Ray {n} actors{', symmetry' if symmetric else ''}",
+                      lambda: explore_parallel(spec.system, n, use_ray=True, **bound), rate, n)
+        rows.append(ray_row)
+        peer = rows[-2]
+        print(f"  Ray overhead against {n} workers: x{peer['seconds'] / max(ray_row['seconds'], 1e-9):.2f} "
+              f"the rate ({ray_row['seconds'] - peer['seconds']:+.1f} s)")
+    if args.full:
+        rows.append(run("full store, 1 process, every state",
+                        lambda: explore(spec.system(), symmetry=False, **{**bound, "store": "full"}), rate))
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--max-states", type=int, default=300_000)
@@ -67,6 +107,9 @@ def main() -> None:
     ap.add_argument("--ray", action="store_true", help="also run on a local Ray cluster")
     ap.add_argument("--full", action="store_true", help="also run the full store in one process")
     ap.add_argument("--only", help="run only configurations whose label contains this")
+    ap.add_argument("--largest", action="store_true",
+                    help="instead: the largest configurations that finish here, one process and --workers N, each "
+                         "with the model's symmetry (use --max-states 60000000; several minutes each)")
     ap.add_argument("--json", metavar="FILE")
     args = ap.parse_args()
     print(f"python {platform.python_version()}, {os.cpu_count()} CPUs, max states {args.max_states:,}, "
@@ -74,7 +117,7 @@ def main() -> None:
     reg = catalog.models()
     report = []
     n = args.workers
-    for label, model, variant, params in CONFIGS:
+    for label, model, variant, params in LARGEST if args.largest else CONFIGS:
         if args.only and args.only not in label:
             continue
         spec = RunSpec.resolve(reg.model(model), variant, [f"{k}={v}" for k, v in params.items()])
@@ -82,25 +125,12 @@ def main() -> None:
         print(f"{label} (symmetry {'declared' if symmetric else 'not declared'})", flush=True)
         bound = {"max_states": args.max_states, "max_seconds": args.max_seconds, "check_liveness": True,
                  "store": "fingerprint"}
-        base = run("1 process, every state", lambda: explore(spec.system(), symmetry=False, **bound), None)
-        rows = [base]
-        rate = base["states_per_second"]
-        if symmetric:
-            rows.append(run("1 process, symmetry", lambda: explore(spec.system(), **bound), rate))
-        rows.append(run(f"{n} workers, every state",
-                        lambda: explore_parallel(spec.system, n, symmetry=False, **bound), rate, n))
-        if symmetric:
-            rows.append(run(f"{n} workers, symmetry", lambda: explore_parallel(spec.system, n, **bound), rate, n))
-        if args.ray:
-            ray_row = run(f"Ray {n} actors{', symmetry' if symmetric else ''}",
-                          lambda: explore_parallel(spec.system, n, use_ray=True, **bound), rate, n)
-            rows.append(ray_row)
-            peer = rows[-2]
-            print(f"  Ray overhead against {n} workers: x{peer['seconds'] / max(ray_row['seconds'], 1e-9):.2f} "
-                  f"the rate ({ray_row['seconds'] - peer['seconds']:+.1f} s)")
-        if args.full:
-            rows.append(run("full store, 1 process, every state",
-                            lambda: explore(spec.system(), symmetry=False, **{**bound, "store": "full"}), rate))
+        if args.largest:  # one process against workers, both reduced as the model declares
+            rows = [run("1 process", lambda: explore(spec.system(), **bound), None)]
+            rows.append(run(f"{n} workers", lambda: explore_parallel(spec.system, n, **bound),
+                            rows[0]["states_per_second"], n))
+        else:
+            rows = compare(spec, bound, symmetric, n, args)
         done = [r for r in rows if r["complete"]]
         if len(done) > 1:
             same = len({tuple(map(tuple, r["verdicts"])) for r in done}) == 1
