@@ -63,13 +63,17 @@ def rank_symmetry_breaks(system, states, relabel=symmetry.relabel_ranks):
     return symmetry_breaks(system, states, lambda s: relabel(s, SWAP), lambda a: symmetry.relabel_rank_action(a, SWAP))
 
 
-@pytest.mark.parametrize("variant,params", [("fixed", OWN_PAGES), ("fixed", SHARED_POOL),
-                                            ("proposed_rx_release_after_drain", SHARED_POOL)])
-def test_swapping_the_requests_is_a_symmetry_on_every_reachable_state(variant, params):
+@pytest.mark.parametrize("swap,variant,params", [
+    ("requests", "fixed", OWN_PAGES), ("requests", "fixed", SHARED_POOL),
+    ("requests", "proposed_rx_release_after_drain", SHARED_POOL),
+    ("ranks", "fixed", TWO_RANKS), ("ranks", "pre_15519", TWO_RANKS),
+    ("ranks", "proposed_rx_release_after_drain", TWO_RANKS), ("ranks", "fixed", TWO_BY_TWO)])
+def test_swapping_requests_or_ranks_is_a_symmetry_on_every_reachable_state(swap, variant, params):
     system = DESCRIPTOR.build_system(variant, params)
     states = reachable(system)
     assert len(states) > 500
-    assert request_swap_breaks(system, states) is None
+    breaks = request_swap_breaks if swap == "requests" else rank_symmetry_breaks
+    assert breaks(system, states) is None
 
 
 def test_a_relabelling_that_forgets_a_component_is_no_symmetry():
@@ -125,15 +129,6 @@ def test_canonical_sorts_by_request_and_renames_flags():
     assert system.canonical(later) == system.canonical(swapped)
     flagged = later._replace(flags=(("S9_outcome_stable", "request 0: outcome changed"),))
     assert symmetry.relabel(flagged, SWAP).flags == (("S9_outcome_stable", "request 1: outcome changed"),)
-
-
-@pytest.mark.parametrize("variant,params", [("fixed", TWO_RANKS), ("pre_15519", TWO_RANKS),
-                                            ("proposed_rx_release_after_drain", TWO_RANKS), ("fixed", TWO_BY_TWO)])
-def test_swapping_the_ranks_is_a_symmetry_on_every_reachable_state(variant, params):
-    system = DESCRIPTOR.build_system(variant, params)
-    states = reachable(system)
-    assert len(states) > 500
-    assert rank_symmetry_breaks(system, states) is None
 
 
 def test_a_rank_relabelling_that_forgets_the_destination_segments_is_no_symmetry():

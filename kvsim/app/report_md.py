@@ -93,8 +93,6 @@ def fix_run(bug: BugReport, result: ReproResult, seed: int = 0) -> tuple[str | N
     return variant, not any(v.property == bug.invariant for v in found.violations)
 
 
-
-
 def commands(bug: BugReport) -> list[str]:
     """The exact commands that reproduce it: repro, then the search that saves the counterexample, and its replay."""
     file = f"{bug.id}.json"

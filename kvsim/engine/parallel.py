@@ -33,7 +33,6 @@ from .canon import to_jsonable
 from .store import FingerprintSet, fingerprint_function
 
 
-
 class Partition:
     """One worker's share of the search: its visited set, flags, reverse edges and frontier."""
 
@@ -115,7 +114,8 @@ class Partition:
                  for dst, box in enumerate(boxes)], transitions, cut)
 
     def absorb(self, inbox: Sequence[bytes], depth: int) -> tuple[int, list[tuple[str, str, int, int]], int]:
-        """(new states, violations as (invariant, message, gid, depth)) after taking in this level's inbox."""
+        """(new states, violations as (invariant, message, gid, depth), this worker's resident bytes) after
+        taking in this level's inbox (the coordinator's memory bound reads the last)."""
         found: list[tuple[str, str, int, int]] = []
         new = 0
         invariants, done = self.system.invariants, self.system.done

@@ -14,6 +14,7 @@ in the common case.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import permutations
 from typing import Any, Callable, Generic, Hashable, Iterable, Protocol, Sequence, TypeVar
 
 S = TypeVar("S", bound=Hashable)
@@ -76,8 +77,6 @@ class Relabellings:
 
     def __init__(self, n: int, relabel: Callable[[Any, tuple[int, ...]], Any],
                  signature: Callable[[Any, int], Any]) -> None:
-        from itertools import permutations
-
         self.identity = tuple(range(n))
         # each permutation with its inverse: position i of the relabelled state holds component inverse[i]
         self.perms = [(p, tuple(p.index(i) for i in range(n))) for p in permutations(range(n))]
