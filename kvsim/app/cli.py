@@ -23,7 +23,7 @@ from .. import __version__
 from ..engine.canon import canonical_json, to_jsonable
 from ..engine.descriptor import ModelDescriptor, RunSpec
 from ..engine.errors import ConfigError, KvsimError, TraceError
-from ..engine.explore import explore
+from ..engine.explore import DEFAULT_MAX_STATES, explore
 from ..engine.parallel import explore_parallel
 from ..engine.progress import Progress
 from ..engine.sim import DEFAULT_MAX_EVENTS, DEFAULT_MAX_SECONDS
@@ -137,8 +137,8 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--variant", default="fixed", help=VARIANT_HELP)
     e.add_argument("--max-depth", type=_positive_int("--max-depth"),
                    help="stop expanding at this depth (default: none)")
-    e.add_argument("--max-states", type=_positive_int("--max-states"), default=1_000_000,
-                   help="stop after this many distinct states (default: 1000000)")
+    e.add_argument("--max-states", type=_positive_int("--max-states"), default=DEFAULT_MAX_STATES,
+                   help=f"stop after this many distinct states (default: {DEFAULT_MAX_STATES})")
     _model_params(e)
     e.add_argument("--graph", metavar="FILE", help="write the state graph as GraphML")
     e.add_argument("--save", metavar="FILE", help="write the first violation here (kvsim replay FILE re-runs it)")
@@ -162,6 +162,16 @@ def _parser() -> argparse.ArgumentParser:
                    metavar="GIB", help="stop cleanly when the search's resident memory (workers included) passes "
                                        "this many GiB, checked every few thousand states or each level "
                                        f"(default: {DEFAULT_MAX_MEMORY_GIB:g}, 80%% of this machine's memory)")
+    saving = e.add_mutually_exclusive_group()
+    saving.add_argument("--checkpoint", metavar="DIR",
+                        help="save the search in DIR (a new or empty folder) every --checkpoint-minutes and when "
+                             "--max-seconds, --max-memory or --max-states stops it; go on with --resume DIR "
+                             "(default: no checkpoint)")
+    saving.add_argument("--resume", metavar="DIR",
+                        help="go on from the search saved in DIR: the command that saved it, with larger bounds; "
+                             "it keeps saving there (a checkpoint is pickled: resume only your own)")
+    e.add_argument("--checkpoint-minutes", type=_positive_float("--checkpoint-minutes"), default=10.0, metavar="M",
+                   help="with --checkpoint or --resume: minutes between two saves while the search runs (default: 10)")
     _junit_option(e)
     _max_seconds(e, RUN_MAX_SECONDS)
 
@@ -590,6 +600,31 @@ def cmd_repro(args: argparse.Namespace) -> int:
     return 1 if broken else EXIT_INCOMPLETE if not_run else 0
 
 
+def _checkpoint(args: argparse.Namespace, spec: ModelDescriptor, run: RunSpec, system: Any) -> dict[str, Any]:
+    """`explore`'s checkpoint options for --checkpoint DIR / --resume DIR (none without them).
+
+    The header names what a resumed search must share with the saved one: the model, variant and
+    parameters, the search options that change what it finds, the workers, the kvsim version and code."""
+    folder = args.checkpoint or args.resume
+    if folder is None:
+        return {}
+    import importlib
+
+    from ..engine import checkpoint
+
+    header = {"model": spec.name, "--variant": run.variant.name,
+              **{f"--param {name}": canonical_json(value) for name, value in run.params.items()},
+              "--store": args.store, "--no-symmetry": args.no_symmetry, "--max-depth": args.max_depth,
+              "--workers": args.workers if args.workers > 1 or args.ray else 1, "kvsim version": __version__,
+              "kvsim code": checkpoint.code_digest(checkpoint, importlib.import_module(type(system).__module__))}
+    saves = checkpoint.CheckpointDir(folder, header, every=args.checkpoint_minutes * 60, on_stop=_disarm)
+    if args.checkpoint:
+        saves.fresh()
+    else:
+        saves.check()  # a wrong folder or command is refused before any worker starts
+    return {"checkpoint": saves, "resume": bool(args.resume)}
+
+
 def cmd_explore(args: argparse.Namespace) -> int:
     reg = catalog.models()
     spec = reg.model(args.model)
@@ -610,7 +645,8 @@ def cmd_explore(args: argparse.Namespace) -> int:
     bounds = {"max_depth": args.max_depth, "max_states": args.max_states, "check_liveness": not args.no_liveness,
               "max_seconds": args.max_seconds, "store": args.store, "symmetry": not args.no_symmetry,
               "max_memory": int(args.max_memory * 2 ** 30),
-              "progress": lambda states, depth: progress.note(f"{states} states, depth {depth}")}
+              "progress": lambda states, depth: progress.note(f"{states} states, depth {depth}"),
+              **_checkpoint(args, spec, run, system)}
 
     def search() -> Any:
         if args.ray:
@@ -657,6 +693,11 @@ def cmd_explore(args: argparse.Namespace) -> int:
             head += "\nstates first reached per depth: " + ", ".join(f"{n:,}" for n in result.levels)
         if lines_run is not None:
             head += "".join("\n" + line for line in linecov.coverage_lines(lines_run))
+        if result.resumed:
+            head += f"\nresumed from the checkpoint in {args.resume} (the seconds count every run of this search)"
+        if result.checkpoint:
+            again = "this command" if args.resume else f"this command with --resume {result.checkpoint} for --checkpoint"
+            head += f"\nsearch saved to {result.checkpoint}: go on with {again} and a larger bound"
         if not result.violations and result.bound_hit:
             return (head + f"\nINCOMPLETE: the {result.bound_hit} bound stopped the search before every reachable "
                            "state was seen; nothing was found, and nothing is proved (exit 3)")

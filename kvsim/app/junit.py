@@ -25,6 +25,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from .. import __version__
 from ..engine.canon import canonical_json, to_jsonable
 from ..engine.errors import ConfigError
+from ..engine.explore import DEFAULT_MAX_STATES
 from ..engine.params import param_args
 
 MAX_SECONDS_NOT_RUN = "not run: --max-seconds ran out before it started"
@@ -184,7 +185,7 @@ def explore_command(model: str, variant: str, given: Mapping[str, Any], args: An
     cmd = f"kvsim explore {model} --variant {variant}" + _params(given)
     if args.max_depth is not None:
         cmd += f" --max-depth {args.max_depth}"
-    cmd += f" --max-states {args.max_states}" if args.max_states != 1_000_000 else ""
+    cmd += f" --max-states {args.max_states}" if args.max_states != DEFAULT_MAX_STATES else ""
     cmd += f" --store {args.store}" if args.store != "full" else ""
     cmd += " --no-symmetry" if args.no_symmetry else ""
     return cmd + (" --no-liveness" if args.no_liveness else "")

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
 from .canon import to_jsonable
+from .checkpoint import CheckpointDir, Snapshot
 from .memory import YoungCollections, resident_bytes
 from .store import FingerprintStore, FullStore, fingerprint_function
 from .system import TransitionSystem
@@ -55,6 +56,8 @@ class ExploreResult:
     bytes_per_state: float | None = None
     collision_probability: float | None = None
     levels: list[int] = field(default_factory=list)  # states first reached at each depth (0: the initial ones)
+    resumed: bool = False  # went on from a checkpoint (`seconds` counts every run of the search)
+    checkpoint: str | None = None  # the folder the search saved itself to (go on with `resume`), if it did
     _store: Any = field(default=None, repr=False)
 
     @property
@@ -72,7 +75,9 @@ class ExploreResult:
                 "store": self.store, "symmetry": self.symmetry,
                 **({"bytes_per_state": self.bytes_per_state} if self.bytes_per_state is not None else {}),
                 **({"collision_probability": self.collision_probability}
-                   if self.collision_probability is not None else {})}
+                   if self.collision_probability is not None else {}),
+                **({"resumed": self.resumed, "checkpoint": self.checkpoint} if self.resumed or self.checkpoint
+                   else {})}
 
     def graph(self) -> Any:
         """The explored state graph (a networkx MultiDiGraph): nodes carry the state, depth and flags."""
@@ -108,10 +113,16 @@ class Coverage:
         return [f"actions taken: {acts}", f"invariants checked on: {invs}"]
 
 
-def explore(system: TransitionSystem[Any, Any], *, max_depth: int | None = None, max_states: int = 1_000_000,
+DEFAULT_MAX_STATES = 1_000_000  # the state bound by default
+RESUMABLE = ("states", "seconds", "memory")  # the bounds a checkpoint goes on from (a depth bound is the search's own)
+
+
+def explore(system: TransitionSystem[Any, Any], *, max_depth: int | None = None,
+            max_states: int = DEFAULT_MAX_STATES,
             check_liveness: bool = True, progress: Callable[[int, int], None] | None = None,
             max_seconds: float | None = None, store: str = "full", symmetry: bool = True,
-            max_memory: int | None = None) -> ExploreResult:
+            max_memory: int | None = None, checkpoint: CheckpointDir | None = None,
+            resume: bool = False) -> ExploreResult:
     """BFS with invariants on every state and, unless `check_liveness` is off, the hang search.
 
     Bounds (`max_depth`, `max_states`, `max_seconds`, `max_memory`: bytes resident, checked every
@@ -120,7 +131,9 @@ def explore(system: TransitionSystem[Any, Any], *, max_depth: int | None = None,
     "full" (every state kept; the graph can be exported) or "fingerprint" (64-bit fingerprints in flat
     arrays, see `kvsim.engine.store`). A system that defines `canonical(state)` (one representative
     per orbit of its symmetries) is explored one representative per orbit unless `symmetry=False`;
-    the reported paths are mapped back to paths of the real system.
+    the reported paths are mapped back to paths of the real system. With a `checkpoint`, the search is
+    saved there every `checkpoint.every` seconds and when a bound other than the depth stops it;
+    `resume` goes on from its last save, to the result one uninterrupted search would give.
     """
     start = time.perf_counter()
     deadline = None if max_seconds is None else start + max_seconds
@@ -135,13 +148,22 @@ def explore(system: TransitionSystem[Any, Any], *, max_depth: int | None = None,
     queue: deque[tuple[int, Any]] = deque()
     violations: dict[str, Violation] = {}
     invariants = list(system.invariants)
-    bound_hit: str | None = None
-    transitions = 0
-    max_depth_seen = 0
+    transitions = max_depth_seen = 0
     checked = [0] * len(invariants)
     fired: dict[str, int] = {}
+    depth_cut, before = False, 0.0
+    if resume:
+        if checkpoint is None:
+            raise ValueError("resume: needs the checkpoint to go on from")
+        saved = checkpoint.resume_as(Snapshot, f"a checkpoint of a single-process search with the {visited.kind} store",
+                                     lambda body: body.store.kind == visited.kind)[1]
+        visited, queue, violations = visited.adopt(saved.store), deque(saved.queue), dict(saved.violations)
+        transitions, max_depth_seen, checked, fired = saved.transitions, saved.depth, saved.checked, saved.fired
+        depth_cut, before = saved.depth_cut, saved.seconds
+    bound_hit: str | None = "depth" if depth_cut else None
     key, find, add, depth_of = visited.key, visited.find, visited.add, visited.depth
     bad, done_flag = visited.bad, visited.done
+    saved_gen: str | None = None
 
     def discover(found: Any, state: Any, parent: int, action: Any, index: int, depth: int) -> int:
         sid = add(found, state, parent, action, index, depth)
@@ -158,17 +180,27 @@ def explore(system: TransitionSystem[Any, Any], *, max_depth: int | None = None,
             queue.append((sid, state))
         return sid
 
-    for k, init in enumerate(initial):
-        if find(key(init)) is None:
-            discover(key(init), init, -1, None, k, 0)
+    def save() -> str:
+        snapshot = Snapshot(visited, list(queue), dict(violations), transitions, max_depth_seen, checked, fired,
+                            depth_cut, before + time.perf_counter() - start)
+        gen = checkpoint.begin()
+        checkpoint.commit(gen, snapshot)
+        return gen
 
+    if not resume:
+        for k, init in enumerate(initial):
+            if find(key(init)) is None:
+                discover(key(init), init, -1, None, k, 0)
+
+    every = None if checkpoint is None else checkpoint.every
+    next_save = None if every is None else start + every
     collector = YoungCollections()
     try:
         while queue:
             sid, state = queue.popleft()
             depth = depth_of[sid]
             if max_depth is not None and depth >= max_depth:
-                bound_hit = bound_hit or "depth"
+                bound_hit, depth_cut = bound_hit or "depth", True
                 continue
             succ: list[tuple[int, Any]] = []
             for index, action in enumerate(enabled(state)):
@@ -181,7 +213,7 @@ def explore(system: TransitionSystem[Any, Any], *, max_depth: int | None = None,
                     if tid is None:
                         if len(visited) >= max_states:
                             bound_hit = "states"
-                            succ = []  # leave this state unexpanded: its successors are unknown
+                            queue.appendleft((sid, state))  # unexpanded: its successors are not all known
                             break
                         tid = discover(k, rep, sid, action, index, depth + 1)
                         if depth + 1 > max_depth_seen:
@@ -199,21 +231,29 @@ def explore(system: TransitionSystem[Any, Any], *, max_depth: int | None = None,
                     collector.tick()
                     if progress is not None:
                         progress(len(visited), depth)
-                    if deadline is not None and time.perf_counter() > deadline:
+                    now = time.perf_counter()
+                    if deadline is not None and now > deadline:
                         bound_hit = "seconds"
                         break  # the work budget: what was found so far is kept, the rest is unexplored
                     if max_memory is not None and resident_bytes() > max_memory:
                         bound_hit = "memory"
                         break  # stopped before the machine runs out, with what was found so far
+                    if next_save is not None and now >= next_save:
+                        saved_gen = save()
+                        next_save = time.perf_counter() + every
                 continue
             break  # state bound hit
 
+        if checkpoint is not None and bound_hit in RESUMABLE:
+            if checkpoint.on_stop is not None:
+                checkpoint.on_stop()
+            saved_gen = save()
         hang_states = 0
         if check_liveness:
             hang_states = _find_hangs(visited, system, canon, violations)
     finally:
         collector.close()
-    seconds = time.perf_counter() - start
+    seconds = before + time.perf_counter() - start
     return ExploreResult(model=system.name, variant=str(system.variant), states=len(visited),
                          transitions=transitions, depth=max_depth_seen, seconds=seconds, bound_hit=bound_hit,
                          violations=list(violations.values()), hang_states=hang_states,
@@ -221,7 +261,9 @@ def explore(system: TransitionSystem[Any, Any], *, max_depth: int | None = None,
                          store=visited.kind, symmetry=canon is not None,
                          bytes_per_state=visited.bytes_per_state(),
                          collision_probability=getattr(visited, "collision_probability", lambda: None)(),
-                         levels=states_per_depth(visited.depth), _store=visited)
+                         levels=states_per_depth(visited.depth), resumed=resume,
+                         checkpoint=None if saved_gen is None else checkpoint.path,
+                         _store=visited)
 
 
 def states_per_depth(depths: Iterable[int]) -> list[int]:

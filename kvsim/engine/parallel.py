@@ -26,10 +26,13 @@ import time
 from array import array
 from typing import Any, Callable, Sequence
 
-from .explore import Coverage, ExploreResult, Violation, action_kind, cannot_finish, real_message, realize
+from .checkpoint import CheckpointDir, Level, dump, load, partition_file
+from .explore import (DEFAULT_MAX_STATES, RESUMABLE, Coverage, ExploreResult, Violation, action_kind, cannot_finish, real_message,
+                      realize)
 from .memory import YoungCollections, resident_bytes
 from .pools import ProcessPool, RayPool
 from .canon import to_jsonable
+from .errors import ConfigError
 from .store import FingerprintSet, fingerprint_function
 
 
@@ -153,6 +156,22 @@ class Partition:
         self.own = []
         return new, found, resident_bytes()
 
+    SAVED = ("ids", "parent", "index", "depth", "flags", "rev_src", "rev_dst", "frontier", "fired", "checked")
+
+    def save(self, path: str) -> None:
+        """Write this partition (between two levels) to `path`, for `load` in a resumed search."""
+        dump(path, {name: getattr(self, name) for name in self.SAVED})
+
+    def load(self, path: str) -> None:
+        saved = load(path, 1)[0]
+        for name in self.SAVED:
+            setattr(self, name, saved[name])
+
+    @staticmethod
+    def memory() -> int:
+        """This worker's resident bytes (the coordinator's memory bound, when a resumed search starts)."""
+        return resident_bytes()
+
     def trail(self, gid: int) -> tuple[int, int, int]:
         """(parent gid, enabled-action index, depth) of one of this worker's states."""
         lid = gid // self.n
@@ -169,12 +188,14 @@ class Partition:
 
 
 def explore_parallel(factory: Callable[[], Any], workers: int, *, ray_address: str | None = None,
-                     use_ray: bool = False, max_depth: int | None = None, max_states: int = 1_000_000,
+                     use_ray: bool = False, max_depth: int | None = None, max_states: int = DEFAULT_MAX_STATES,
                      check_liveness: bool = True, progress: Callable[[int, int], None] | None = None,
                      max_seconds: float | None = None, store: str = "full", symmetry: bool = True,
-                     max_memory: int | None = None) -> ExploreResult:
+                     max_memory: int | None = None, checkpoint: CheckpointDir | None = None,
+                     resume: bool = False) -> ExploreResult:
     """`explore` over `workers` partitions; `factory()` builds the system (in every worker and here).
-    `max_memory` bounds the resident bytes of the workers and this process together, checked between levels."""
+    `max_memory` bounds the resident bytes of the workers and this process together, checked between levels.
+    `checkpoint` and `resume` as for `explore`: saved between two levels, every worker writing its partition."""
     start = time.perf_counter()
     system = factory()
     options = {"store": store, "symmetry": symmetry, "max_depth": max_depth}
@@ -182,57 +203,89 @@ def explore_parallel(factory: Callable[[], Any], workers: int, *, ray_address: s
             else ProcessPool(Partition, factory, workers, **options))
     try:
         return _search(system, pool, workers, start, max_states, max_seconds, check_liveness, progress, store,
-                       symmetry, max_memory)
+                       symmetry, max_memory, checkpoint, resume)
     finally:
         pool.close()
 
 
 def _search(system: Any, pool: Any, n: int, start: float, max_states: int, max_seconds: float | None,
             check_liveness: bool, progress: Callable[[int, int], None] | None, store: str,
-            symmetry: bool, max_memory: int | None = None) -> ExploreResult:
+            symmetry: bool, max_memory: int | None = None, checkpoint: CheckpointDir | None = None,
+            resume: bool = False) -> ExploreResult:
     canon = getattr(system, "canonical", None) if symmetry else None
-    if len(set(pool.call("secret", [()] * n))) > 1:
-        pool.call("route_by_fingerprint", [()] * n)
-    boxes = [[payload] for payload in pool.one(0, "initial")]
-    states = transitions = depth = 0
-    levels: list[int] = []
-    first: dict[str, tuple[int, int, str, int]] = {}  # invariant -> (depth, gid, message, order)
-    bound_hit = None
-    level = 0
-    while True:
-        absorbed = pool.call("absorb", [(boxes[w], level) for w in range(n)])
-        new = sum(a[0] for a in absorbed)
-        states += new
-        if new:
-            levels.append(new)
-        if new:
-            depth = level
-        for w, (_, found, _) in enumerate(absorbed):
-            for name, message, gid, d in found:
-                key = (d, gid)
-                if name not in first or key < first[name][:2]:
-                    first[name] = (d, gid, message, 0)
-        if progress is not None:
-            progress(states, level)
-        if not new:
-            break
-        if states >= max_states:
-            bound_hit = "states"
-            break
+    if checkpoint is not None or len(set(pool.call("secret", [()] * n))) > 1:
+        pool.call("route_by_fingerprint", [()] * n)  # a resumed search's workers must route as the saved ones
+    at, before, saved_gen = Level(workers=n), 0.0, None
+    if resume:
+        if checkpoint is None:
+            raise ValueError("resume: needs the checkpoint to go on from")
+        gen, at = checkpoint.resume_as(Level, f"a checkpoint of a search over {n} workers", lambda at: at.workers == n)
+        try:
+            pool.call("load", [(partition_file(gen, w),) for w in range(n)])
+        except Exception as exc:  # a worker's part missing, truncated or foreign: one line, never a traceback
+            raise ConfigError("--resume", "a checkpoint written by kvsim explore --checkpoint", checkpoint.path,
+                              f"a worker's part: {exc}") from None
+        before = at.seconds
+    bound_hit = "depth" if at.depth_cut else None
+
+    def save() -> str:
+        gen = checkpoint.begin()
+        pool.call("save", [(partition_file(gen, w),) for w in range(n)])
+        at.seconds = before + time.perf_counter() - start
+        checkpoint.commit(gen, at)
+        return gen
+
+    def stop() -> str | None:
+        """The bound that stops the search before the next level, if one does."""
+        if at.states >= max_states:
+            return "states"
         if max_seconds is not None and time.perf_counter() - start > max_seconds:
-            bound_hit = "seconds"
+            return "seconds"
+        if max_memory is not None and sum(worker_bytes) + resident_bytes() > max_memory:
+            return "memory"
+        return None
+
+    every = None if checkpoint is None else checkpoint.every
+    next_save = None if every is None else start + every
+    boxes = None if resume else [[payload] for payload in pool.one(0, "initial")]
+    worker_bytes = pool.call("memory", [()] * n) if resume and max_memory is not None else []
+    while True:
+        if boxes is not None:  # a resumed search goes on with the level it saved: expanded first
+            absorbed = pool.call("absorb", [(boxes[w], at.level) for w in range(n)])
+            new = sum(a[0] for a in absorbed)
+            worker_bytes = [a[2] for a in absorbed]
+            at.states += new
+            if new:
+                at.levels.append(new)
+                at.depth = at.level
+            for _, found, _ in absorbed:
+                for name, message, gid, d in found:
+                    if name not in at.first or (d, gid) < at.first[name][:2]:
+                        at.first[name] = (d, gid, message, 0)
+        if progress is not None:
+            progress(at.states, at.level)
+        if boxes is not None and not new:
             break
-        if max_memory is not None and sum(a[2] for a in absorbed) + resident_bytes() > max_memory:
-            bound_hit = "memory"
+        stopped = stop()
+        if stopped is not None:
+            bound_hit = stopped
             break
+        if next_save is not None and time.perf_counter() >= next_save:
+            saved_gen = save()
+            next_save = time.perf_counter() + every
         expanded = pool.call("expand", [()] * n)
         outboxes = [e[0] for e in expanded]
-        transitions += sum(e[1] for e in expanded)
+        at.transitions += sum(e[1] for e in expanded)
         if any(e[2] for e in expanded):
-            bound_hit = bound_hit or "depth"
+            bound_hit, at.depth_cut = bound_hit or "depth", True
         boxes = [[outboxes[src][dst] for src in range(n)] for dst in range(n)]
-        level += 1
+        at.level += 1
+    if checkpoint is not None and bound_hit in RESUMABLE:
+        if checkpoint.on_stop is not None:
+            checkpoint.on_stop()
+        saved_gen = save()
     summaries = pool.call("finish", [()] * n)
+    first = at.first
 
     def trail(gid: int) -> tuple[int, list[int]]:
         steps = []
@@ -257,14 +310,16 @@ def _search(system: Any, pool: Any, n: int, start: float, max_states: int, max_s
             fired[k] = fired.get(k, 0) + v
         checked = [a + b for a, b in zip(checked, s["checked"])]
     total_bytes = sum(s["store_bytes"] for s in summaries)
-    return ExploreResult(model=system.name, variant=str(system.variant), states=states, transitions=transitions,
-                         depth=depth, seconds=time.perf_counter() - start, bound_hit=bound_hit,
+    states = at.states
+    return ExploreResult(model=system.name, variant=str(system.variant), states=states, transitions=at.transitions,
+                         depth=at.depth, seconds=before + time.perf_counter() - start, bound_hit=bound_hit,
                          violations=list(violations.values()), hang_states=hang_states,
                          coverage=Coverage(fired, {inv.name: c for inv, c in zip(system.invariants, checked)}),
                          store=store, symmetry=canon is not None,
                          bytes_per_state=round(total_bytes / max(1, states), 1) if store == "fingerprint" else None,
                          collision_probability=states * (states - 1) / 2 / 2.0 ** 64 if store == "fingerprint"
-                         else None, levels=levels)
+                         else None, levels=at.levels, resumed=resume,
+                         checkpoint=None if saved_gen is None else checkpoint.path)
 
 
 def _replay(system: Any, canon: Callable[[Any], Any] | None, root: int, steps: Sequence[int]) -> tuple[Any, list, list]:

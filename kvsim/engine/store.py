@@ -84,6 +84,10 @@ class FullStore:
     def bytes_per_state(self) -> None:
         return None  # Python objects: not a flat figure
 
+    def adopt(self, saved: "FullStore") -> "FullStore":
+        """A store of the same search saved by a checkpoint, to go on with: it needs nothing of this run's."""
+        return saved
+
     def to_graph(self) -> Any:
         import networkx as nx
 
@@ -188,6 +192,14 @@ class FingerprintStore:
 
     def __len__(self) -> int:
         return len(self.parent)
+
+    def __getstate__(self) -> dict[str, Any]:  # a checkpoint saves the arrays, not this run's functions
+        return {k: v for k, v in self.__dict__.items() if k not in ("key", "replay")}
+
+    def adopt(self, saved: "FingerprintStore") -> "FingerprintStore":
+        """A store of the same search saved by a checkpoint, with this run's fingerprint and replay functions."""
+        saved.key, saved.replay = self.key, self.replay
+        return saved
 
     def find(self, key: int) -> int | None:
         return self.visited.get(key)

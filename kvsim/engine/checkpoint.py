@@ -1,0 +1,186 @@
+"""A stopped search saved to a directory, to go on later from where it stopped (`kvsim explore --checkpoint`).
+
+A search that a bound stops (`--max-seconds`, `--max-memory`, `--max-states`) or that is killed loses
+nothing it had done: it saves its store, frontier and counters here when it stops and every few minutes
+while it runs, and `--resume DIR` goes on from the last save. A resumed search ends exactly as one
+uninterrupted search would: the same states, transitions, depths, violations and liveness verdict.
+
+Layout: each save is a new generation folder (`gen-000001`, ...) holding `search.pkl` (a header, then
+the coordinator's part) and, for a partitioned search, one `partition-W.pkl` per worker, written by the
+worker itself (on a Ray cluster the folder must be on storage every node sees). The file `CURRENT`
+names the last complete generation; it is replaced atomically once every file of a generation is
+written, so a search killed while saving leaves the previous generation in force.
+
+The header says what made the checkpoint: the model, variant, parameters and search options, the
+kvsim version and a digest of the engine's and the model's source. A resume with any of them
+different is refused with one line naming the field: the saved states and fingerprints mean nothing
+to other code. A checkpoint is pickled: resume only checkpoints you made.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from .errors import ConfigError
+
+FORMAT = 1
+CURRENT = "CURRENT"
+SEARCH = "search.pkl"
+
+
+def partition_file(gen: str, worker: int) -> str:
+    return os.path.join(gen, f"partition-{worker}.pkl")
+
+
+def code_digest(*modules: Any) -> str:
+    """SHA-256 over the Python sources of the packages these modules live in (paths and contents, sorted)."""
+    h = hashlib.sha256()
+    roots = sorted({Path(m.__file__).resolve().parent for m in modules})
+    for root in roots:
+        for path in sorted(root.rglob("*.py")):
+            h.update(str(path.relative_to(root.parent)).encode())
+            h.update(b"\0")
+            h.update(path.read_bytes())
+            h.update(b"\0")
+    return h.hexdigest()[:16]
+
+
+def dump(path: str, *objects: Any) -> None:
+    with open(path, "wb") as f:
+        for obj in objects:
+            pickle.dump(obj, f, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def load(path: str, count: int) -> list[Any]:
+    with open(path, "rb") as f:
+        return [pickle.load(f) for _ in range(count)]
+
+
+@dataclass
+class Snapshot:
+    """What a stopped single-process search (`explore`) needs to go on: `search.pkl` after its header."""
+
+    store: Any
+    queue: list[tuple[int, Any]]  # the states found and not yet expanded, in breadth-first order
+    violations: dict[str, "Violation"]  # the invariant violations found so far (the hang search comes at the end)
+    transitions: int
+    depth: int
+    checked: list[int]
+    fired: dict[str, int]
+    depth_cut: bool  # the depth bound left some state unexpanded
+    seconds: float  # spent on this search so far, every run of it
+
+
+@dataclass
+class Level:
+    """The coordinator's part of a partitioned search (`explore_parallel`) between two levels; each worker
+    saves its own partition beside it."""
+
+    level: int = 0  # the depth last absorbed
+    states: int = 0
+    transitions: int = 0
+    depth: int = 0
+    levels: list[int] = field(default_factory=list)
+    first: dict[str, tuple[int, int, str, int]] = field(default_factory=dict)  # invariant -> (depth, gid, message, 0)
+    depth_cut: bool = False
+    seconds: float = 0.0
+    workers: int = 0
+
+
+class CheckpointDir:
+    """The checkpoint folder of one search: `header` describes the search saving to it or resuming from it."""
+
+    def __init__(self, path: str, header: Mapping[str, Any], every: float | None = 600.0,
+                 on_stop: Callable[[], None] | None = None) -> None:
+        self.path, self.header, self.every = str(path), dict(header, format=FORMAT), every
+        self.on_stop = on_stop  # called once a bound stopped the search, before its last save
+        self.saves = 0
+
+    # -- reading ---------------------------------------------------------------------------------------
+    def current(self) -> str | None:
+        """The folder of the last complete generation, or None where nothing was saved."""
+        try:
+            name = Path(self.path, CURRENT).read_text().strip()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise ConfigError("--resume", "a readable checkpoint folder", self.path, exc.strerror or "") from None
+        gen = os.path.join(self.path, name)
+        if not name.startswith("gen-") or not os.path.isfile(os.path.join(gen, SEARCH)):
+            raise ConfigError("--resume", "a checkpoint folder written by kvsim explore --checkpoint", self.path,
+                              f"{CURRENT} names {name!r}, which holds no {SEARCH}")
+        return gen
+
+    def fresh(self) -> None:
+        """Refuse to start a new search over a checkpoint (its saves would replace it)."""
+        if os.path.exists(os.path.join(self.path, CURRENT)):
+            raise ConfigError("--checkpoint", "a new or empty folder", self.path,
+                              "it holds a checkpoint: go on from it with --resume, or name another folder")
+
+    def check(self) -> str:
+        """The current generation's folder, once its header matches this search's (the saved search unread)."""
+        gen = self.current()
+        if gen is None:
+            raise ConfigError("--resume", "a folder holding a checkpoint (kvsim explore --checkpoint DIR)",
+                              self.path, f"no {CURRENT} file")
+        saved = self._read(gen, 1)[0]
+        if not isinstance(saved, dict):
+            raise ConfigError("--resume", "a checkpoint written by kvsim explore --checkpoint", self.path,
+                              "no header")
+        for field, value in self.header.items():
+            if saved.get(field) != value:
+                raise ConfigError("--resume", f"the search the checkpoint was made by ({field} "
+                                              f"{_show(saved.get(field))})", f"{field} {_show(value)}",
+                                  "repeat its command with --resume DIR")
+        return gen
+
+    def resume(self) -> tuple[str, Any]:
+        """(the generation folder, the coordinator's saved part) after checking that the header matches."""
+        gen = self.check()
+        return gen, self._read(gen, 2)[1]
+
+    def resume_as(self, kind: type, expected: str, fits: Callable[[Any], bool] = lambda body: True) -> tuple[str, Any]:
+        """`resume()`, refused unless the saved part is a `kind` that `fits` this search (`expected` says what)."""
+        gen, body = self.resume()
+        if not isinstance(body, kind) or not fits(body):
+            raise ConfigError("--resume", expected, self.path, f"it holds a {type(body).__name__}"
+                              + (f" over {body.workers} workers" if isinstance(body, Level) else ""))
+        return gen, body
+
+    def _read(self, gen: str, count: int) -> list[Any]:
+        try:
+            return load(os.path.join(gen, SEARCH), count)
+        except Exception as exc:  # truncated, foreign or corrupt: one line, never a traceback
+            raise ConfigError("--resume", "a checkpoint written by kvsim explore --checkpoint", self.path,
+                              f"{type(exc).__name__}: {exc}") from None
+
+    # -- writing ---------------------------------------------------------------------------------------
+    def begin(self) -> str:
+        """A new, empty generation folder: fill it, then `commit` it."""
+        os.makedirs(self.path, exist_ok=True)
+        gens = [int(p.name[4:]) for p in Path(self.path).glob("gen-*") if p.name[4:].isdigit()]
+        gen = os.path.join(self.path, f"gen-{max(gens, default=0) + 1:06d}")
+        shutil.rmtree(gen, ignore_errors=True)
+        os.makedirs(gen)
+        return gen
+
+    def commit(self, gen: str, body: Any) -> None:
+        """Write the coordinator's part, make `gen` the current generation, and drop the older ones."""
+        dump(os.path.join(gen, SEARCH), self.header, body)
+        tmp = os.path.join(self.path, CURRENT + ".tmp")
+        Path(tmp).write_text(os.path.basename(gen) + "\n")
+        os.replace(tmp, os.path.join(self.path, CURRENT))
+        for old in Path(self.path).glob("gen-*"):
+            if str(old) != gen:
+                shutil.rmtree(old, ignore_errors=True)
+        self.saves += 1
+
+
+def _show(value: Any) -> str:
+    return "none" if value is None else str(value)

@@ -1,0 +1,184 @@
+"""A search saved to a checkpoint goes on to the result one uninterrupted search gives (`--checkpoint`, `--resume`)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from clihelp import kvsim, kvsim_json
+from kvsim.engine import checkpoint
+from kvsim.engine.checkpoint import CURRENT, CheckpointDir, code_digest
+from kvsim.engine.errors import ConfigError
+from kvsim.engine.explore import explore
+from kvsim.engine.parallel import explore_parallel
+from test_explore_scale import REAL, outcome, run_of
+from toys import Counter
+
+
+def resumed_in_thirds(search, whole, folder):
+    """`search(max_states=..., checkpoint=..., resume=...)` cut by the state bound at a third of the states, saved,
+    and resumed from the folder (a fresh `CheckpointDir` each time, as a new process has) until it finishes."""
+    step = max(1, whole.states // 3)
+    result, runs = search(max_states=step, checkpoint=CheckpointDir(folder, {"what": "test"}), resume=False), 1
+    while result.bound_hit == "states":
+        assert result.checkpoint == str(folder) and result.states < whole.states
+        result = search(max_states=result.states + step, checkpoint=CheckpointDir(folder, {"what": "test"}),
+                        resume=True)
+        runs += 1
+    assert result.resumed and runs >= 3
+    return result
+
+
+@pytest.mark.parametrize("store", ["full", "fingerprint"])
+@pytest.mark.parametrize("model,variant", REAL)
+def test_a_resumed_search_ends_as_one_uninterrupted_search(model, variant, store, tmp_path):
+    system = run_of(model, variant).system()
+    whole = explore(system, store=store)
+    result = resumed_in_thirds(lambda **kw: explore(system, store=store, **kw), whole, tmp_path)
+    assert outcome(result) == outcome(whole)
+    assert [v.state for v in result.violations] == [v.state for v in whole.violations]
+    assert result.checkpoint is None  # it finished: nothing was saved by the last run
+
+
+@pytest.mark.parametrize("store", ["full", "fingerprint"])
+def test_a_resumed_partitioned_search_ends_as_one_uninterrupted_one(store, tmp_path):
+    run = run_of("pd-staging", "pre_05c7ebf")
+    plain = explore_parallel(run.system, 2, store=store)
+    # a search that may be resumed routes states by fingerprint (the same in every process), not by hash: with a
+    # checkpoint that never saves, the uninterrupted search splits the states as the resumed one does
+    whole = explore_parallel(run.system, 2, store=store, checkpoint=CheckpointDir(tmp_path / "never", {}, every=None))
+    assert whole.checkpoint is None and outcome(whole, with_paths=False) == outcome(plain, with_paths=False)
+    result = resumed_in_thirds(lambda **kw: explore_parallel(run.system, 2, store=store, **kw), whole,
+                               tmp_path / "search")
+    assert outcome(result) == outcome(whole)  # the same worker split: even the same paths
+    assert result.violations and [v.trace for v in result.violations] == [v.trace for v in whole.violations]
+
+
+def test_a_depth_bound_stays_the_searchs_own_across_a_resume(tmp_path):
+    system = run_of("pd-protocol", "pre_35281").system()
+    whole = explore(system, max_depth=9)
+    assert whole.bound_hit == "depth"
+    result = resumed_in_thirds(lambda **kw: explore(system, max_depth=9, **kw), whole, tmp_path)
+    assert outcome(result) == outcome(whole)
+
+
+class Killed(Exception):
+    """Stands for the process being killed while the search runs."""
+
+
+def test_a_search_killed_after_a_periodic_save_goes_on_from_it(tmp_path):
+    # every=0: a save at each check (every 4,096 states); the third check kills the search after two saves
+    system = Counter(limit=20_000, bad=None)
+    whole = explore(system, store="fingerprint")
+    calls = []
+
+    def progress(states, depth):
+        calls.append(states)
+        if len(calls) == 3:
+            raise Killed
+
+    with pytest.raises(Killed):
+        explore(system, store="fingerprint", progress=progress, checkpoint=CheckpointDir(tmp_path, {}, every=0))
+    result = explore(system, store="fingerprint", checkpoint=CheckpointDir(tmp_path, {}, every=None), resume=True)
+    assert outcome(result) == outcome(whole) and result.resumed
+    assert len(list(tmp_path.glob("gen-*"))) == 1  # older generations are dropped once a newer one is in force
+
+
+def test_a_partitioned_search_killed_after_a_periodic_save_goes_on_from_it(tmp_path):
+    run = run_of("pd-staging", "pre_05c7ebf")
+    whole = explore_parallel(run.system, 2, store="fingerprint",
+                             checkpoint=CheckpointDir(tmp_path / "never", {}, every=None))  # routed alike
+    levels = []
+
+    def progress(states, level):
+        levels.append(level)
+        if level == 6:
+            raise Killed
+
+    with pytest.raises(Killed):
+        explore_parallel(run.system, 2, store="fingerprint", progress=progress,
+                         checkpoint=CheckpointDir(tmp_path / "search", {}, every=0))
+    result = explore_parallel(run.system, 2, store="fingerprint", resume=True,
+                              checkpoint=CheckpointDir(tmp_path / "search", {}, every=None))
+    assert outcome(result) == outcome(whole)
+
+
+def test_a_half_written_save_leaves_the_last_complete_one_in_force(tmp_path):
+    system = Counter(limit=30, bad=None)
+    whole = explore(system)
+    cut = explore(system, max_states=10, checkpoint=CheckpointDir(tmp_path, {}))
+    assert cut.bound_hit == "states"
+    torn = CheckpointDir(tmp_path, {}).begin()  # a newer generation the process died writing
+    (tmp_path / os.path.basename(torn) / "search.pkl").write_bytes(b"\x80\x05 half")
+    result = explore(system, checkpoint=CheckpointDir(tmp_path, {}), resume=True)
+    assert outcome(result) == outcome(whole)
+
+
+def test_a_checkpoint_of_another_search_is_refused(tmp_path):
+    explore(Counter(limit=30, bad=None), max_states=10, checkpoint=CheckpointDir(tmp_path, {"model": "counter"}))
+    with pytest.raises(ConfigError, match=r"--resume: .*\(model counter\).*model pair"):
+        CheckpointDir(tmp_path, {"model": "pair"}).resume()
+    with pytest.raises(ConfigError, match="--checkpoint: expected a new or empty folder"):
+        CheckpointDir(tmp_path, {"model": "counter"}).fresh()
+    with pytest.raises(ConfigError, match="over 2 workers"):  # a single-process save is no partitioned one
+        explore_parallel(lambda: Counter(limit=30, bad=None), 2, checkpoint=CheckpointDir(tmp_path, {"model": "counter"}),
+                         resume=True)
+
+
+def test_the_code_digest_follows_every_source_file(tmp_path):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "model.py").write_text("X = 1\n")
+
+    class Module:
+        __file__ = str(pkg / "model.py")
+
+    before = code_digest(Module)
+    assert code_digest(Module) == before
+    (pkg / "model.py").write_text("X = 2\n")
+    assert code_digest(Module) != before
+    (pkg / "model.py").write_text("X = 1\n")
+    (pkg / "more.py").write_text("")
+    assert code_digest(Module) != before
+    assert code_digest(checkpoint) != code_digest(Module)
+
+
+# -- the command line --------------------------------------------------------------------------------------------
+
+def test_cli_checkpoint_then_resume_gives_the_uninterrupted_result(tmp_path):
+    args = ("explore", "pd-staging", "--variant", "pre_05c7ebf", "--store", "fingerprint")
+    whole = kvsim_json(*args, expect=1)
+    folder = str(tmp_path / "search")
+    cut = kvsim_json(*args, "--max-states", "300", "--checkpoint", folder, expect=1)
+    assert cut["bound_hit"] == "states" and cut["checkpoint"] == folder and cut["resumed"] is False
+    done = kvsim_json(*args, "--resume", folder, expect=1)
+    assert done["resumed"] is True and done["checkpoint"] is None and done["complete"] is True
+    for key in ("states", "transitions", "depth", "hang_states", "coverage", "states_per_depth", "violations"):
+        assert done[key] == whole[key], key
+    text = kvsim(*args, "--max-states", "300", "--checkpoint", str(tmp_path / "again"))
+    assert f"--resume {tmp_path / 'again'}" in text.stdout
+
+
+@pytest.mark.parametrize("case", ["other params", "no checkpoint", "corrupt", "corrupt part", "occupied", "both"])
+def test_cli_refuses_a_checkpoint_it_cannot_go_on_from(case, tmp_path):
+    folder = tmp_path / "search"
+    base = ("explore", "swa-budget", "--max-states", "20") + (("--workers", "2") if case == "corrupt part" else ())
+    if case != "no checkpoint":
+        assert kvsim(*base, "--checkpoint", str(folder)).returncode == 3
+    args = {"other params": (*base, "--param", "full_pages=5", "--resume", str(folder)),
+            "occupied": (*base, "--checkpoint", str(folder)),
+            "both": (*base, "--checkpoint", str(folder), "--resume", str(folder))}.get(case, (*base, "--resume",
+                                                                                          str(folder)))
+    if case.startswith("corrupt"):
+        gen = folder / (folder / CURRENT).read_text().strip()
+        (gen / ("partition-1.pkl" if case == "corrupt part" else "search.pkl")).write_bytes(b"not a pickle")
+    proc = kvsim(*args, "--json")
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr and proc.stderr.strip().count("\n") == 0
+    error = json.loads(proc.stdout)["error"]
+    assert "--resume" in error["message"] or "--checkpoint" in error["message"]
+    if case == "other params":
+        assert error["field"] == "--resume" and "full_pages" in error["message"]
