@@ -53,6 +53,9 @@ class UsageError(Exception):
     """An argument the parser refused; reported like any other bad input (one line, JSON too)."""
 
 
+EXPIRED_AGAIN = 0.25  # seconds after a --max-seconds alarm that it fires again, until the command stops
+
+
 class BudgetExceeded(KeyboardInterrupt):
     """`--max-seconds` ran out. Raised from SIGALRM as a KeyboardInterrupt, which Hypothesis and the models
     let through as they do Ctrl-C (never mistaken for a failure of the code it interrupts)."""
@@ -72,6 +75,9 @@ def _deadline(seconds: float | None):
         return
 
     def expire(signum: int, frame: Any) -> None:
+        # again shortly, in case this one is swallowed: raised inside a garbage-collector callback (Hypothesis
+        # installs one) or a __del__, an exception is only printed as unraisable, and the budget would be lost
+        signal.setitimer(signal.ITIMER_REAL, EXPIRED_AGAIN)
         raise BudgetExceeded()
 
     previous = signal.signal(signal.SIGALRM, expire)
