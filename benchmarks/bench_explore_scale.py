@@ -3,6 +3,7 @@
     python benchmarks/bench_explore_scale.py [--max-states N] [--max-seconds S] [--workers N] [--ray] [--full]
                                              [--only NAME]
     python benchmarks/bench_explore_scale.py --largest --max-states 60000000 [--only NAME]
+    python benchmarks/bench_explore_scale.py --checkpoint [--only NAME]
 
 For each configuration (pd-staging 2 rooms x 2 writers, pd-protocol 2 rooms per backend, swa-budget
 6 requests) it runs, in one process and one after another, with the fingerprint store:
@@ -21,6 +22,11 @@ alike, the same state and transition counts). `--max-states` and `--max-seconds`
 (pd-protocol 3 rooms per backend and on the sglang_0_5_23 variant, pd-staging 2 rooms, pd-staging
 2 writers), each in one process and with `--workers N`, both with the model's symmetry: the
 "largest configuration each model finishes" figures, several minutes a run.
+
+`--checkpoint` adds, after the symmetric single process, the same search cut in three by the state
+bound, each piece saved to a checkpoint and resumed by the next (`kvsim explore --checkpoint/--resume`):
+its seconds against the uninterrupted run, the seconds spent saving and loading, and the checkpoint's
+size per state (the frontier is most of it).
 """
 
 from __future__ import annotations
@@ -29,12 +35,16 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from kvsim.app import catalog  # noqa: E402
+from kvsim.engine.checkpoint import CheckpointDir  # noqa: E402
 from kvsim.engine.descriptor import RunSpec  # noqa: E402
 from kvsim.engine.explore import explore  # noqa: E402
 from kvsim.engine.parallel import explore_parallel  # noqa: E402
@@ -75,6 +85,54 @@ def run(label: str, fn, base: float | None, workers: int = 1) -> dict:
     return row
 
 
+class TimedCheckpoint(CheckpointDir):
+    """A checkpoint folder that adds up the seconds its saves and loads take."""
+
+    def __init__(self, path: str, every: float | None = None) -> None:
+        super().__init__(path, {"bench": "explore"}, every=every)
+        self.saving = self.loading = 0.0
+
+    def commit(self, gen: str, body) -> None:
+        start = time.perf_counter()
+        super().commit(gen, body)
+        self.saving += time.perf_counter() - start
+
+    def resume(self):
+        start = time.perf_counter()
+        out = super().resume()
+        self.loading += time.perf_counter() - start
+        return out
+
+
+def checkpointed(spec: RunSpec, bound: dict, peer: dict) -> dict:
+    """`peer`'s search (one process, symmetry) in three pieces, each saved and resumed by the next."""
+    folder = tempfile.mkdtemp(prefix="kvsim-bench-checkpoint-")
+    try:
+        third = -(-peer["states"] // 3)
+        saving = loading = 0.0
+        largest = 0
+        start = time.perf_counter()
+        for piece in (1, 2, 3):
+            saves = TimedCheckpoint(folder)
+            r = explore(spec.system(), **{**bound, "max_states": min(bound["max_states"], third * piece)},
+                        checkpoint=saves, resume=piece > 1)
+            saving, loading = saving + saves.saving, loading + saves.loading
+            largest = max(largest, sum(f.stat().st_size for f in Path(folder).rglob("*") if f.is_file()))
+        seconds = time.perf_counter() - start
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    same = (r.states, r.transitions) == (peer["states"], peer["transitions"])
+    row = {"run": "3 pieces, checkpointed", "states": r.states, "transitions": r.transitions,
+           "seconds": round(seconds, 2), "ratio": round(peer["seconds"] / seconds, 2), "saving": round(saving, 2),
+           "loading": round(loading, 2), "largest_checkpoint_bytes": largest, "same_counts": same,
+           "complete": r.bound_hit is None, "symmetry": r.symmetry, "depth": r.depth,
+           "verdicts": sorted((v.property, v.kind, len(v.trace)) for v in r.violations) + [("hang", r.hang_states > 0)]}
+    print(f"  {row['run']:30s} {r.states:>10,} states {seconds:8.1f} s, x{row['ratio']} the uninterrupted rate; "
+          f"saving {saving:.1f} s, loading {loading:.1f} s; largest checkpoint {largest / 2 ** 20:.1f} MiB "
+          f"({largest / max(r.states, 1):.0f} B/state); same counts {same}", flush=True)
+    return row
+
+
 def compare(spec: RunSpec, bound: dict, symmetric: bool, n: int, args: argparse.Namespace) -> list[dict]:
     """Every state and symmetry, one process and workers (and Ray, the full store where asked)."""
     base = run("1 process, every state", lambda: explore(spec.system(), symmetry=False, **bound), None)
@@ -82,6 +140,8 @@ def compare(spec: RunSpec, bound: dict, symmetric: bool, n: int, args: argparse.
     rate = base["states_per_second"]
     if symmetric:
         rows.append(run("1 process, symmetry", lambda: explore(spec.system(), **bound), rate))
+    if args.checkpoint:
+        rows.append(checkpointed(spec, bound, rows[-1]))
     rows.append(run(f"{n} workers, every state",
                     lambda: explore_parallel(spec.system, n, symmetry=False, **bound), rate, n))
     if symmetric:
@@ -110,6 +170,8 @@ def main() -> None:
     ap.add_argument("--largest", action="store_true",
                     help="instead: the largest configurations that finish here, one process and --workers N, each "
                          "with the model's symmetry (use --max-states 60000000; several minutes each)")
+    ap.add_argument("--checkpoint", action="store_true",
+                    help="also run the single-process search in three pieces, saved and resumed")
     ap.add_argument("--json", metavar="FILE")
     args = ap.parse_args()
     print(f"python {platform.python_version()}, {os.cpu_count()} CPUs, max states {args.max_states:,}, "

@@ -113,7 +113,9 @@ class Coverage:
         return [f"actions taken: {acts}", f"invariants checked on: {invs}"]
 
 
-DEFAULT_MAX_STATES = 1_000_000  # the state bound by default
+# the state bound by default: past every configuration the parameter caps allow (pd-protocol rooms=3 has 3.3M
+# orbits); --max-seconds and --max-memory bound a run's time and memory whatever its state count
+DEFAULT_MAX_STATES = 10_000_000
 RESUMABLE = ("states", "seconds", "memory")  # the bounds a checkpoint goes on from (a depth bound is the search's own)
 
 
