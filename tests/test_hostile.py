@@ -271,6 +271,18 @@ def test_argument_errors_are_one_line_and_json(capsys, argv):
     one_line_error(*run(capsys, *argv, "--json"), json_mode=True)
 
 
+@pytest.mark.parametrize("option, value, expected", [
+    ("--max-examples", "zero", "an integer"), ("--max-seconds", "nan", "a finite number > 0"),
+    ("--max-memory", "-1", "a finite number > 0"), ("--workers", "0", "an integer >= 1")])
+def test_a_bad_option_value_names_its_option_once_with_the_value_received(capsys, option, value, expected):
+    command = "check" if option == "--max-examples" else "explore"
+    err = run(capsys, command, "swa-budget", f"{option}={value}")[2]
+    assert err.startswith(f"kvsim: error: {option}: expected {expected}, got {value!r}") and err.count(option) == 1
+    code, out, err = run(capsys, command, "swa-budget", f"{option}={value}", "--json")
+    error = json.loads(out)["error"]
+    assert code == 2 and (error["field"], error["expected"], error["received"]) == (option, expected, value)
+
+
 @pytest.mark.parametrize("argv", [
     ["simulate", "swa-budget", "--trace", ""],
     ["check", "swa-budget", "--save", ""],

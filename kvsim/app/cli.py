@@ -13,6 +13,7 @@ import argparse
 import json
 import math
 import os
+import re
 import signal
 import sys
 import threading
@@ -95,7 +96,8 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:  # one line, not argparse's usage block (`--help` has the usage)
-        raise UsageError(message)
+        named = re.match(r"argument (\S+): (\1: .*)$", message)  # a type check of ours names its option itself
+        raise UsageError(named.group(2) if named else message)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -342,8 +344,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except UsageError as exc:
-        return _fail(wants_json, {"field": "arguments", "expected": "a valid kvsim command line (kvsim --help)",
-                                  "received": " ".join(argv), "message": str(exc)}, f"{exc} (kvsim --help)")
+        value = re.match(r"(--[\w-]+): expected (.+), got '(.*)'$", str(exc))  # an option's value: its field
+        error = {"field": value[1], "expected": value[2], "received": value[3]} if value else {
+            "field": "arguments", "expected": "a valid kvsim command line (kvsim --help)", "received": " ".join(argv)}
+        return _fail(wants_json, {**error, "message": str(exc)}, f"{exc} (kvsim --help)")
     except ConfigError as exc:
         return _fail(wants_json, {"field": exc.field, "expected": exc.expected, "received": to_jsonable(exc.received),
                                   "message": str(exc)}, str(exc))
