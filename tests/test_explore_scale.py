@@ -274,3 +274,40 @@ def test_the_collector_still_reclaims_cycles_a_model_makes():
     finally:
         collector.close()
     assert gc.isenabled()
+
+
+# -- the text a fingerprint is taken of ------------------------------------------------------------------------------
+
+def test_record_text_is_the_repr_of_every_state_each_model_reaches():
+    # the fields' texts are looked up by value: the models must give equal field values one repr (0 and False in
+    # one field would be two states to `repr` and one to the cache); checked on every state of each model's default
+    # configuration and of a pre-fix variant, in the order the search meets them, the cache warm
+    from kvsim.engine.system import RecordText
+
+    reg = catalog.models()
+    models = [m for m in reg.models.values() if m.system is not None]
+    assert len(models) >= 5
+    for spec in models:
+        for variant in ("fixed", spec.variants.names[-1]):
+            system = RunSpec.resolve(spec, variant, {}).system()
+            states = explore(system, max_states=20_000, check_liveness=False, symmetry=False)._store.states
+            text = RecordText()
+            assert [text(s) for s in states] == [repr(s) for s in states], (spec.name, variant)
+
+
+def test_record_text_tells_apart_what_repr_tells_apart():
+    from collections import namedtuple
+
+    from kvsim.engine.system import RecordText
+
+    Two = namedtuple("Two", "a b")
+
+    class Custom(Two):
+        def __repr__(self):
+            return "custom"
+
+    text = RecordText(capacity=4)
+    seen = [Two(1, (2, 3)), Two(1, (2, 4)), Two((), None), Custom(1, 2), Two(Two(1, 2), "x"), (1, 2), "s"]
+    for _ in range(3):  # the second and third rounds come from the caches (and from the old generation)
+        assert [text(s) for s in seen] == [repr(s) for s in seen]
+    assert text(Two(0, 1)) == "Two(a=0, b=1)" and text(Two(False, 1)) == "Two(a=0, b=1)"  # one value, one text

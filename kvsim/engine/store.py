@@ -23,6 +23,7 @@ from array import array
 from typing import Any, Callable, Iterator, Sequence
 
 from .canon import canonical_json, to_jsonable
+from .system import RecordText
 
 
 class FullStore:
@@ -113,8 +114,11 @@ def state_bytes(state: Any) -> bytes:
 
 def fingerprint_function(system: Any) -> Callable[[Any], int]:
     """The fingerprint a run uses: BLAKE2b of the system's `encode_state(state) -> bytes` where it has one,
-    else of the state's `repr`."""
-    encode = getattr(system, "encode_state", state_bytes)
+    else of the state's `repr` (written by a `RecordText` of this run)."""
+    encode = getattr(system, "encode_state", None)
+    if encode is None:
+        text = RecordText()
+        return lambda state: fingerprint(text(state).encode("utf-8", "backslashreplace"))
     return lambda state: fingerprint(encode(state))
 
 

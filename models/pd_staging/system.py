@@ -51,7 +51,7 @@ from __future__ import annotations
 
 from functools import cached_property
 
-from kvsim.engine.system import Invariant
+from kvsim.engine.system import Invariant, RecordText
 
 from . import checks
 from . import data
@@ -115,7 +115,11 @@ class PdStaging(PrefillSide, DecodeSide):
         return None if self.symmetry is None else self.symmetry.canonical
 
     def encode_state(self, s: StagingState) -> bytes:
-        return repr(s).encode("utf-8", "backslashreplace") if self.symmetry is None else self.symmetry.encode(s)
+        return self.text(s).encode("utf-8", "backslashreplace") if self.symmetry is None else self.symmetry.encode(s)
+
+    @cached_property
+    def text(self) -> RecordText:  # `repr(state)`, the fields met before looked up (`kvsim.engine.system`)
+        return RecordText()
 
     def done(self, s: StagingState) -> bool:
         if any(d.status not in TERMINAL for d in s.decode):
