@@ -56,6 +56,19 @@ def test_a_resumed_partitioned_search_ends_as_one_uninterrupted_one(store, tmp_p
     assert result.violations and [v.trace for v in result.violations] == [v.trace for v in whole.violations]
 
 
+def test_a_search_saved_by_ray_actors_goes_on_in_worker_processes(tmp_path):
+    # each partition writes and reads its own part, whichever pool runs it: Ray actors here, forked processes after
+    pytest.importorskip("ray", reason="ray is in the test extra; CI installs it")
+    run = run_of("pd-staging", "pre_05c7ebf")
+    whole = explore_parallel(run.system, 2, checkpoint=CheckpointDir(tmp_path / "never", {}, every=None))
+    cut = explore_parallel(run.system, 2, use_ray=True, max_states=whole.states // 2,
+                           checkpoint=CheckpointDir(tmp_path / "search", {}))
+    assert cut.bound_hit == "states" and sorted(os.listdir(checkpoint.CheckpointDir(tmp_path / "search", {}).current())) \
+        == ["partition-0.pkl", "partition-1.pkl", "search.pkl"]
+    result = explore_parallel(run.system, 2, checkpoint=CheckpointDir(tmp_path / "search", {}), resume=True)
+    assert outcome(result) == outcome(whole)
+
+
 def test_a_depth_bound_stays_the_searchs_own_across_a_resume(tmp_path):
     system = run_of("pd-protocol", "pre_35281").system()
     whole = explore(system, max_depth=9)
@@ -103,6 +116,14 @@ def test_a_partitioned_search_killed_after_a_periodic_save_goes_on_from_it(tmp_p
     result = explore_parallel(run.system, 2, store="fingerprint", resume=True,
                               checkpoint=CheckpointDir(tmp_path / "search", {}, every=None))
     assert outcome(result) == outcome(whole)
+
+
+def test_periodic_saves_come_every_interval_but_not_just_before_the_deadline(tmp_path):
+    saves = CheckpointDir(tmp_path, {}, every=10)
+    saves.schedule(100.0)
+    assert not saves.due(105.0, None) and saves.due(110.0, None) and saves.due(110.0, 115.5)
+    assert not saves.due(110.0, 115.0)  # the save at the --max-seconds bound comes within half an interval
+    assert not CheckpointDir(tmp_path, {}, every=None).due(1e9, None)
 
 
 def test_a_half_written_save_leaves_the_last_complete_one_in_force(tmp_path):

@@ -101,6 +101,19 @@ class CheckpointDir:
         self.path, self.header, self.every = str(path), dict(header, format=FORMAT), every
         self.on_stop = on_stop  # called once a bound stopped the search, before its last save
         self.saves = 0
+        self.next_save: float | None = None
+
+    def schedule(self, now: float) -> None:
+        """The search started or saved at `now`: the next periodic save is `every` seconds on."""
+        self.next_save = None if self.every is None else now + self.every
+
+    def due(self, now: float, deadline: float | None) -> bool:
+        """A periodic save is due, unless `deadline` (the search's --max-seconds) is within half an interval:
+        the save made when that bound stops the search comes soon enough (and a save must not run into the
+        command's own time limit)."""
+        if self.next_save is None or now < self.next_save:
+            return False
+        return deadline is None or deadline - now > self.every / 2
 
     # -- reading ---------------------------------------------------------------------------------------
     def current(self) -> str | None:

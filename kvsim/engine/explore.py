@@ -194,8 +194,8 @@ def explore(system: TransitionSystem[Any, Any], *, max_depth: int | None = None,
             if find(key(init)) is None:
                 discover(key(init), init, -1, None, k, 0)
 
-    every = None if checkpoint is None else checkpoint.every
-    next_save = None if every is None else start + every
+    if checkpoint is not None:
+        checkpoint.schedule(start)
     collector = YoungCollections()
     try:
         while queue:
@@ -240,9 +240,9 @@ def explore(system: TransitionSystem[Any, Any], *, max_depth: int | None = None,
                     if max_memory is not None and resident_bytes() > max_memory:
                         bound_hit = "memory"
                         break  # stopped before the machine runs out, with what was found so far
-                    if next_save is not None and now >= next_save:
+                    if checkpoint is not None and checkpoint.due(now, deadline):
                         saved_gen = save()
-                        next_save = time.perf_counter() + every
+                        checkpoint.schedule(time.perf_counter())
                 continue
             break  # state bound hit
 

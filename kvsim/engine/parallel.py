@@ -239,14 +239,15 @@ def _search(system: Any, pool: Any, n: int, start: float, max_states: int, max_s
         """The bound that stops the search before the next level, if one does."""
         if at.states >= max_states:
             return "states"
-        if max_seconds is not None and time.perf_counter() - start > max_seconds:
+        if deadline is not None and time.perf_counter() > deadline:
             return "seconds"
         if max_memory is not None and sum(worker_bytes) + resident_bytes() > max_memory:
             return "memory"
         return None
 
-    every = None if checkpoint is None else checkpoint.every
-    next_save = None if every is None else start + every
+    deadline = None if max_seconds is None else start + max_seconds
+    if checkpoint is not None:
+        checkpoint.schedule(start)
     boxes = None if resume else [[payload] for payload in pool.one(0, "initial")]
     worker_bytes = pool.call("memory", [()] * n) if resume and max_memory is not None else []
     while True:
@@ -270,9 +271,9 @@ def _search(system: Any, pool: Any, n: int, start: float, max_states: int, max_s
         if stopped is not None:
             bound_hit = stopped
             break
-        if next_save is not None and time.perf_counter() >= next_save:
+        if checkpoint is not None and checkpoint.due(time.perf_counter(), deadline):
             saved_gen = save()
-            next_save = time.perf_counter() + every
+            checkpoint.schedule(time.perf_counter())
         expanded = pool.call("expand", [()] * n)
         outboxes = [e[0] for e in expanded]
         at.transitions += sum(e[1] for e in expanded)
