@@ -56,8 +56,9 @@ def test_graph_has_every_state_and_transition(tmp_path):
 def test_json_record_has_stable_keys():
     doc = explore(Counter()).to_json()
     assert {"model", "variant", "states", "transitions", "depth", "seconds", "states_per_second", "bound_hit",
-            "violations"} <= set(doc)
+            "violations", "resumed", "checkpoint"} <= set(doc)
     assert set(doc["violations"][0]) >= {"property", "kind", "trace"}
+    assert doc["resumed"] is False and doc["checkpoint"] is None  # a search without a checkpoint says so too
 
 
 def test_coverage_counts_every_transition_and_every_check():

@@ -76,8 +76,7 @@ class ExploreResult:
                 **({"bytes_per_state": self.bytes_per_state} if self.bytes_per_state is not None else {}),
                 **({"collision_probability": self.collision_probability}
                    if self.collision_probability is not None else {}),
-                **({"resumed": self.resumed, "checkpoint": self.checkpoint} if self.resumed or self.checkpoint
-                   else {})}
+                "resumed": self.resumed, "checkpoint": self.checkpoint}
 
     def graph(self) -> Any:
         """The explored state graph (a networkx MultiDiGraph): nodes carry the state, depth and flags."""
