@@ -20,8 +20,10 @@ alike, the same state and transition counts). `--max-states` and `--max-seconds`
 
 `--largest` runs instead the largest configurations that finish in 10 minutes on a 2-core machine
 (pd-protocol 3 rooms per backend and on the sglang_0_5_23 variant, pd-staging 2 rooms, pd-staging
-2 writers), each in one process and with `--workers N`, both with the model's symmetry: the
-"largest configuration each model finishes" figures, several minutes a run.
+2 writers; each other model's binding caps: pd-protocol 32 chunks and 6 faults, mla-backends 32
+plans, kv-offload 48 resets, pipelined-transfer 2 requests), each in one process and with
+`--workers N`, both with the model's symmetry: the "largest configuration each model finishes"
+figures, several minutes a run.
 
 `--checkpoint` adds, after the symmetric single process, the same search cut in three by the state
 bound, each piece saved to a checkpoint and resumed by the next (`kvsim explore --checkpoint/--resume`):
@@ -66,6 +68,12 @@ LARGEST = (
     ("pd-protocol mooncake 3 rooms, sglang_0_5_23", "pd-protocol", "sglang_0_5_23", {"backend": "mooncake", "rooms": 3}),
     ("pd-staging 2 rooms", "pd-staging", "fixed", {"rooms": 2}),
     ("pd-staging 2 writers", "pd-staging", "fixed", {"writers": 2}),
+    # the other caps raised to what finishes (each alone, the rest at their defaults)
+    ("pd-protocol 32 chunks", "pd-protocol", "fixed", {"chunks": 32}),
+    ("pd-protocol 6 faults", "pd-protocol", "fixed", {"faults": 6}),
+    ("mla-backends 32 plans", "mla-backends", "fixed", {"plans": 32}),
+    ("kv-offload 48 resets", "kv-offload", "fixed", {"resets": 48}),
+    ("pipelined-transfer 2 requests", "pipelined-transfer", "fixed", {"requests": 2}),
 )
 
 

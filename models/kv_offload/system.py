@@ -49,8 +49,9 @@ class OffloadSystemConfig:
     store_threshold: int = param(1, "offers a key needs before it is stored (>= 2: the tracker)", minimum=1,
                                  maximum=3)
     max_tracker_size: int = param(4, "keys the store-threshold tracker holds", minimum=1, maximum=16)
-    store_failures: int = param(1, "failed stores (complete_store success=False) allowed", minimum=0, maximum=3)
-    resets: int = param(0, "reset_cache calls allowed", minimum=0, maximum=2)
+    store_failures: int = param(1, "failed stores (complete_store success=False) allowed", minimum=0,
+                                maximum=64)
+    resets: int = param(0, "reset_cache calls allowed", minimum=0, maximum=48)
     # the timed simulation's workload: each request's keys (not a --param; empty: the windows above)
     prompts: tuple[tuple[int, ...], ...] = ()
 

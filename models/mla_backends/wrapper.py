@@ -77,8 +77,8 @@ class WrapperConfig:
     mla_backend: str = param("auto", "backend= of the wrapper (not a kernel --backend)", choices=REQUESTS)
     device: str = param("sm90", "compute capability of the device", choices=tuple(DEVICES))
     use_cuda_graph: bool = param(False, "use_cuda_graph=True (0 or 1)")
-    plans: int = param(3, "plan() calls", minimum=1, maximum=4)
-    runs: int = param(2, "run() calls", minimum=0, maximum=4)
+    plans: int = param(3, "plan() calls", minimum=1, maximum=32)
+    runs: int = param(2, "run() calls", minimum=0, maximum=64)
     requests: tuple[int, ...] = param((0, 1, 2), "indices of PLAN_REQUESTS plan() may declare", minimum=0,
                                       maximum=len(PLAN_REQUESTS) - 1)
 

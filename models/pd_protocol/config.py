@@ -23,11 +23,11 @@ class ProtocolConfig:
 
     backend: str = param("mooncake", "PD transfer backend", choices=BACKENDS)
     rooms: int = param(1, "requests sharing the prefill/decode pair", minimum=1, maximum=3)
-    chunks: int = param(2, "KV chunks per room on the worker queue", minimum=1, maximum=4)
-    faults: int = param(1, "fault actions allowed (drop, stale work, garbage, crash)", minimum=0, maximum=3)
+    chunks: int = param(2, "KV chunks per room on the worker queue", minimum=1, maximum=32)
+    faults: int = param(1, "fault actions allowed (drop, stale work, garbage, crash)", minimum=0, maximum=6)
     staging: bool = param(False, "1: the decode sends a staging WATERMARK after registering")
     max_failures: int = param(SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE,
-                              "missed heartbeats before _handle_node_failure", minimum=1, maximum=4)
+                              "missed heartbeats before _handle_node_failure", minimum=1, maximum=64)
 
     def __post_init__(self) -> None:
         check_backend(self.backend)
