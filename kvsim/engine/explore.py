@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable, Sequence
 from .canon import to_jsonable
 from .checkpoint import CheckpointDir, Snapshot
 from .memory import YoungCollections, resident_bytes
-from .store import FingerprintStore, FullStore, fingerprint_function
+from .store import FingerprintStore, FullStore, Recent, fingerprint_function
 from .system import TransitionSystem
 
 
@@ -276,26 +276,6 @@ def states_per_depth(depths: Iterable[int]) -> list[int]:
             levels.append(0)
         levels[d] += 1
     return levels
-
-
-class Recent:
-    """state -> id for the states reached lately (two generations of at most `capacity` each), by value."""
-
-    __slots__ = ("young", "old", "capacity")
-
-    def __init__(self, capacity: int = 1 << 15) -> None:
-        self.young: dict[Any, int] = {}
-        self.old: dict[Any, int] = {}
-        self.capacity = capacity
-
-    def get(self, state: Any) -> int | None:
-        sid = self.young.get(state)
-        return self.old.get(state) if sid is None else sid
-
-    def put(self, state: Any, sid: int) -> None:
-        if len(self.young) >= self.capacity:
-            self.old, self.young = self.young, {}
-        self.young[state] = sid
 
 
 def _reduced(step: Callable[[Any, Any], Any], canon: Callable[[Any], Any]) -> Callable[[Any, Any], Any]:

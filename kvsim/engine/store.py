@@ -13,7 +13,8 @@ canonical text (BLAKE2b of its `repr`, or of the system's own `encode_state`), a
 action indices, depths, flags and the successor lists live in `array` buffers (no object per
 state); a state wanted for a report is rebuilt by replaying its actions from the initial state.
 Two different states with one fingerprint would make the search skip the second: the run
-reports the chance of that, as TLC does (`collision_probability`).
+reports the chance of that, as TLC does (`collision_probability`). `Recent` maps the successors met
+lately to their ids by value, so most transitions to a known state need no fingerprint at all.
 """
 
 from __future__ import annotations
@@ -107,11 +108,6 @@ def fingerprint(text: bytes) -> int:
     return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little") or 1
 
 
-def state_bytes(state: Any) -> bytes:
-    """A canonical text of a state: its `repr` (value-based for tuples, dataclasses, records)."""
-    return repr(state).encode("utf-8", "backslashreplace")
-
-
 def fingerprint_function(system: Any) -> Callable[[Any], int]:
     """The fingerprint a run uses: BLAKE2b of the system's `encode_state(state) -> bytes` where it has one,
     else of the state's `repr` (written by a `RecordText` of this run)."""
@@ -170,6 +166,26 @@ class FingerprintSet:
 
     def nbytes(self) -> int:
         return self.keys.itemsize * len(self.keys) + self.vals.itemsize * len(self.vals)
+
+
+class Recent:
+    """state -> id for the states reached lately (two generations of at most `capacity` each), by value."""
+
+    __slots__ = ("young", "old", "capacity")
+
+    def __init__(self, capacity: int = 1 << 15) -> None:
+        self.young: dict[Any, int] = {}
+        self.old: dict[Any, int] = {}
+        self.capacity = capacity
+
+    def get(self, state: Any) -> int | None:
+        sid = self.young.get(state)
+        return self.old.get(state) if sid is None else sid
+
+    def put(self, state: Any, sid: int) -> None:
+        if len(self.young) >= self.capacity:
+            self.old, self.young = self.young, {}
+        self.young[state] = sid
 
 
 class FingerprintStore:
