@@ -311,3 +311,20 @@ def test_record_text_tells_apart_what_repr_tells_apart():
     for _ in range(3):  # the second and third rounds come from the caches (and from the old generation)
         assert [text(s) for s in seen] == [repr(s) for s in seen]
     assert text(Two(0, 1)) == "Two(a=0, b=1)" and text(Two(False, 1)) == "Two(a=0, b=1)"  # one value, one text
+
+
+def test_collection_paused_restores_the_collector_as_it_was():
+    import gc
+
+    from kvsim.engine.memory import collection_paused
+
+    for enabled in (True, False):
+        (gc.enable if enabled else gc.disable)()
+        try:
+            with pytest.raises(KeyError):
+                with collection_paused():
+                    assert not gc.isenabled()
+                    raise KeyError
+            assert gc.isenabled() is enabled
+        finally:
+            gc.enable()

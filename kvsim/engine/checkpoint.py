@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from .errors import ConfigError
+from .memory import collection_paused
 
 FORMAT = 1
 CURRENT = "CURRENT"
@@ -52,13 +53,13 @@ def code_digest(*modules: Any) -> str:
 
 
 def dump(path: str, *objects: Any) -> None:
-    with open(path, "wb") as f:
+    with open(path, "wb") as f, collection_paused():
         for obj in objects:
             pickle.dump(obj, f, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def load(path: str, count: int) -> list[Any]:
-    with open(path, "rb") as f:
+    with open(path, "rb") as f, collection_paused():
         return [pickle.load(f) for _ in range(count)]
 
 

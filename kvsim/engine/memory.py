@@ -5,6 +5,8 @@ from __future__ import annotations
 import gc
 import os
 import sys
+from contextlib import contextmanager
+from typing import Iterator
 
 
 def resident_bytes() -> int:
@@ -48,4 +50,18 @@ class YoungCollections:
     def close(self) -> None:
         gc.unfreeze()
         if self.was_enabled:
+            gc.enable()
+
+
+@contextmanager
+def collection_paused() -> Iterator[None]:
+    """Automatic garbage collection off for a while, then as it was: pickling or unpickling a search's
+    millions of acyclic objects is several times faster without the collector's passes over them
+    (a pd-staging frontier of 40,000 states: loaded in 0.2 s against 2.0 s)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
             gc.enable()
