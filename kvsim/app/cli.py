@@ -626,7 +626,9 @@ def _checkpoint(args: argparse.Namespace, spec: ModelDescriptor, run: RunSpec, s
               **{f"--param {name}": canonical_json(value) for name, value in run.params.items()},
               "--store": args.store, "--no-symmetry": args.no_symmetry, "--max-depth": args.max_depth,
               "--workers": args.workers if args.workers > 1 or args.ray else 1, "kvsim version": __version__,
-              "kvsim code": checkpoint.code_digest(checkpoint, importlib.import_module(type(system).__module__))}
+              # the engine, every model (they share packages: pd_common) and the model's own package
+              "kvsim code": checkpoint.code_digest(checkpoint, importlib.import_module("kvsim.models"),
+                                                   importlib.import_module(type(system).__module__))}
     saves = checkpoint.CheckpointDir(folder, header, every=args.checkpoint_minutes * 60, on_stop=_disarm)
     if args.checkpoint:
         saves.fresh()
