@@ -183,6 +183,12 @@ def test_cli_checkpoint_then_resume_gives_the_uninterrupted_result(tmp_path):
     assert f"--resume {tmp_path / 'again'}" in text.stdout
 
 
+def test_cli_checkpoint_minutes_alone_is_refused():
+    proc = kvsim("explore", "swa-budget", "--checkpoint-minutes", "5", "--json")
+    error = json.loads(proc.stdout)["error"]
+    assert proc.returncode == 2 and error["field"] == "--checkpoint-minutes" and "--resume DIR" in error["expected"]
+
+
 @pytest.mark.parametrize("case", ["other params", "no checkpoint", "corrupt", "corrupt part", "occupied", "both"])
 def test_cli_refuses_a_checkpoint_it_cannot_go_on_from(case, tmp_path):
     folder = tmp_path / "search"

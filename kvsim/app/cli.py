@@ -178,7 +178,7 @@ def _parser() -> argparse.ArgumentParser:
     saving.add_argument("--resume", metavar="DIR",
                         help="go on from the search saved in DIR: the command that saved it, with larger bounds; "
                              "it keeps saving there (a checkpoint is pickled: resume only your own)")
-    e.add_argument("--checkpoint-minutes", type=_positive_float("--checkpoint-minutes"), default=10.0, metavar="M",
+    e.add_argument("--checkpoint-minutes", type=_positive_float("--checkpoint-minutes"), metavar="M",
                    help="with --checkpoint or --resume: minutes between two saves while the search runs (default: 10)")
     _junit_option(e)
     _max_seconds(e, RUN_MAX_SECONDS)
@@ -617,6 +617,9 @@ def _checkpoint(args: argparse.Namespace, spec: ModelDescriptor, run: RunSpec, s
     parameters, the search options that change what it finds, the workers, the kvsim version and code."""
     folder = args.checkpoint or args.resume
     if folder is None:
+        if args.checkpoint_minutes is not None:
+            raise ConfigError("--checkpoint-minutes", "--checkpoint DIR or --resume DIR beside it",
+                              args.checkpoint_minutes)
         return {}
     import importlib
 
@@ -629,7 +632,8 @@ def _checkpoint(args: argparse.Namespace, spec: ModelDescriptor, run: RunSpec, s
               # the engine, every model (they share packages: pd_common) and the model's own package
               "kvsim code": checkpoint.code_digest(checkpoint, importlib.import_module("kvsim.models"),
                                                    importlib.import_module(type(system).__module__))}
-    saves = checkpoint.CheckpointDir(folder, header, every=args.checkpoint_minutes * 60, on_stop=_disarm)
+    minutes = 10.0 if args.checkpoint_minutes is None else args.checkpoint_minutes
+    saves = checkpoint.CheckpointDir(folder, header, every=minutes * 60, on_stop=_disarm)
     if args.checkpoint:
         saves.fresh()
     else:
