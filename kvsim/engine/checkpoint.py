@@ -23,6 +23,7 @@ import hashlib
 import os
 import pickle
 import shutil
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -33,6 +34,7 @@ from .memory import collection_paused
 FORMAT = 1
 CURRENT = "CURRENT"
 SEARCH = "search.pkl"
+RESUMABLE = ("states", "seconds", "memory")  # the bounds a search goes on from (a depth bound is the search's own)
 
 
 def partition_file(gen: str, worker: int) -> str:
@@ -107,6 +109,15 @@ class CheckpointDir:
     def schedule(self, now: float) -> None:
         """The search started or saved at `now`: the next periodic save is `every` seconds on."""
         self.next_save = None if self.every is None else now + self.every
+
+    def stopped(self, bound: str | None) -> bool:
+        """The search ended at `bound`: whether it saves itself now (a bound it can go on from). Before that
+        save, `on_stop` is called (the CLI disarms its time limit: a large save is not cut short)."""
+        if bound not in RESUMABLE:
+            return False
+        if self.on_stop is not None:
+            self.on_stop()
+        return True
 
     def due(self, now: float, deadline: float | None) -> bool:
         """A periodic save is due, unless `deadline` (the search's --max-seconds) is within half an interval:
@@ -194,6 +205,7 @@ class CheckpointDir:
             if str(old) != gen:
                 shutil.rmtree(old, ignore_errors=True)
         self.saves += 1
+        self.schedule(time.perf_counter())
 
 
 def _show(value: Any) -> str:

@@ -115,7 +115,6 @@ class Coverage:
 # the state bound by default: past every configuration the parameter caps allow (pd-protocol rooms=3 has 3.3M
 # orbits); --max-seconds and --max-memory bound a run's time and memory whatever its state count
 DEFAULT_MAX_STATES = 10_000_000
-RESUMABLE = ("states", "seconds", "memory")  # the bounds a checkpoint goes on from (a depth bound is the search's own)
 
 
 def explore(system: TransitionSystem[Any, Any], *, max_depth: int | None = None,
@@ -241,13 +240,10 @@ def explore(system: TransitionSystem[Any, Any], *, max_depth: int | None = None,
                         break  # stopped before the machine runs out, with what was found so far
                     if checkpoint is not None and checkpoint.due(now, deadline):
                         saved_gen = save()
-                        checkpoint.schedule(time.perf_counter())
                 continue
             break  # state bound hit
 
-        if checkpoint is not None and bound_hit in RESUMABLE:
-            if checkpoint.on_stop is not None:
-                checkpoint.on_stop()
+        if checkpoint is not None and checkpoint.stopped(bound_hit):
             saved_gen = save()
         hang_states = 0
         if check_liveness:

@@ -27,8 +27,8 @@ from array import array
 from typing import Any, Callable, Sequence
 
 from .checkpoint import CheckpointDir, Level, dump, load, partition_file
-from .explore import (DEFAULT_MAX_STATES, RESUMABLE, Coverage, ExploreResult, Violation, action_kind, cannot_finish, real_message,
-                      realize)
+from .explore import (DEFAULT_MAX_STATES, Coverage, ExploreResult, Violation, action_kind, cannot_finish,
+                      real_message, realize)
 from .memory import YoungCollections, resident_bytes
 from .pools import ProcessPool, RayPool
 from .canon import to_jsonable
@@ -273,7 +273,6 @@ def _search(system: Any, pool: Any, n: int, start: float, max_states: int, max_s
             break
         if checkpoint is not None and checkpoint.due(time.perf_counter(), deadline):
             saved_gen = save()
-            checkpoint.schedule(time.perf_counter())
         expanded = pool.call("expand", [()] * n)
         outboxes = [e[0] for e in expanded]
         at.transitions += sum(e[1] for e in expanded)
@@ -281,9 +280,7 @@ def _search(system: Any, pool: Any, n: int, start: float, max_states: int, max_s
             bound_hit, at.depth_cut = bound_hit or "depth", True
         boxes = [[outboxes[src][dst] for src in range(n)] for dst in range(n)]
         at.level += 1
-    if checkpoint is not None and bound_hit in RESUMABLE:
-        if checkpoint.on_stop is not None:
-            checkpoint.on_stop()
+    if checkpoint is not None and checkpoint.stopped(bound_hit):
         saved_gen = save()
     summaries = pool.call("finish", [()] * n)
     first = at.first

@@ -13,8 +13,8 @@ in the common case.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from collections import namedtuple
+from dataclasses import dataclass
 from itertools import permutations
 from typing import Any, Callable, Generic, Hashable, Iterable, Protocol, Sequence, TypeVar
 

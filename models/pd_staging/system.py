@@ -51,7 +51,7 @@ from __future__ import annotations
 
 from functools import cached_property
 
-from kvsim.engine.system import Invariant, RecordText
+from kvsim.engine.system import Invariant
 
 from . import checks
 from . import data
@@ -114,12 +114,9 @@ class PdStaging(PrefillSide, DecodeSide):
     def canonical(self):  # one representative per orbit, or None where the rooms are not interchangeable
         return None if self.symmetry is None else self.symmetry.canonical
 
-    def encode_state(self, s: StagingState) -> bytes:
-        return self.text(s).encode("utf-8", "backslashreplace") if self.symmetry is None else self.symmetry.encode(s)
-
-    @cached_property
-    def text(self) -> RecordText:  # `repr(state)`, the fields met before looked up (`kvsim.engine.system`)
-        return RecordText()
+    @property
+    def encode_state(self):  # the symmetry's text (its canonical form's, not written twice); else the store's own
+        return None if self.symmetry is None else self.symmetry.encode
 
     def done(self, s: StagingState) -> bool:
         if any(d.status not in TERMINAL for d in s.decode):
