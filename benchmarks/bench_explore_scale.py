@@ -74,6 +74,7 @@ LARGEST = (
     ("mla-backends 32 plans", "mla-backends", "fixed", {"plans": 32}),
     ("kv-offload 48 resets", "kv-offload", "fixed", {"resets": 48}),
     ("pipelined-transfer 2 requests", "pipelined-transfer", "fixed", {"requests": 2}),
+    ("pipelined-transfer 4 ranks", "pipelined-transfer", "fixed", {"ranks": 4}),
 )
 
 

@@ -8,11 +8,13 @@ and liveness verdict, and its reported paths are real paths of the unreduced sys
 the two sender ranks (each rank sends the same slices into its own destination segment).
 """
 
+from itertools import permutations
+
 import pytest
 
 from kvsim.engine.actions import decode
 from kvsim.engine.explore import explore
-from kvsim.engine.system import run_actions
+from kvsim.engine.system import Relabellings, least_by_repr, run_actions
 from kvsim.models.pipelined_transfer import DESCRIPTOR, symmetry
 from kvsim.models.pipelined_transfer.state import ACTIONS
 
@@ -160,3 +162,65 @@ def test_rank_reduction_keeps_violations_and_liveness(variant, params, found):
         if v.kind == "invariant":
             inv = next(i for i in system.invariants if i.name == v.property)
             assert inv.check(end) is not None
+
+
+THREE_RANKS = {"ranks": 3, "prompt_len": 4, "chunk_tokens": 2, "faults": "fail,drop", "timeouts": 0}
+TWO_BY_THREE = {"requests": 2, "ranks": 3, "prompt_len": 2, "chunk_tokens": 2, "faults": "drop", "fault_budget": 1,
+                "timeouts": 0}
+
+
+def orbit_breaks(canon, system, states, rank_perms, request_perms=((0,),)):
+    """The first state of `states` whose relabellings (ranks, then requests) `canon` does not map to one form."""
+    for s in states:
+        c = canon(s)
+        if canon(c) != c:
+            return s
+        for p in rank_perms:
+            for q in request_perms:
+                t = symmetry.relabel_ranks(s, p)
+                t = symmetry.relabel(t, q, system.page_block) if len(q) > 1 else t
+                if canon(t) != c:
+                    return s
+    return None
+
+
+@pytest.mark.parametrize("params", [THREE_RANKS, TWO_BY_THREE])
+def test_the_rank_signature_form_is_one_per_orbit_of_three_ranks(params):
+    system = DESCRIPTOR.build_system("fixed", params)
+    states = explore(system, symmetry=False, max_states=6000, check_liveness=False)._store.states
+    ranks = list(permutations(range(3)))
+    requests = list(permutations(range(params.get("requests", 1))))
+    assert orbit_breaks(system.canonical, system, states, ranks, requests) is None
+    # as many orbits as the least `repr` of the request-sorted forms of all six rank relabellings (the form before
+    # rank signatures)
+    sort = symmetry.Canonical(system.page_block)
+    every = lambda s: least_by_repr(sort(s), (sort(symmetry.relabel_ranks(s, p)) for p in ranks))[0]  # noqa: E731
+    forms = {system.canonical(s) for s in states}
+    assert len(forms) == len({every(s) for s in states}) < len(states) // 2
+
+
+def test_identical_ranks_are_ordered_once():
+    """Every rank alike (the initial state): one relabelling, not six. Rank 0 ahead of ranks 1 and 2, still
+    alike: one, not two. A flag naming rank 1 tells it from rank 2: two."""
+    system = DESCRIPTOR.build_system("fixed", THREE_RANKS)
+    order = system._canonical.order
+    untwinned = Relabellings(3, order.relabel, symmetry.rank_signature)
+    s = system.initial_states()[0]
+    assert (len(order.ordered(s)), len(untwinned.ordered(s))) == (1, 6)
+    s = system.step(s, next(a for a in system.enabled(s) if a.tag == "compute"))
+    s = system.step(s, next(a for a in system.enabled(s) if a.tag == "write_done" and a.rank == 0))
+    assert (len(order.ordered(s)), len(untwinned.ordered(s))) == (1, 2)
+    named = s._replace(flags=(("S3_no_early_completion", "rank 1: early"),))
+    assert len(order.ordered(named)) == 2
+    assert system.canonical(symmetry.relabel_ranks(s, (2, 0, 1))) == system.canonical(s)
+
+
+def test_a_twin_that_calls_unlike_ranks_identical_is_caught():
+    """Two requests: ranks with one signature (their slices sorted) can still differ in which request holds
+    what. A twin that calls them identical tries one order only, and the form then depends on the member."""
+    system = DESCRIPTOR.build_system("fixed", TWO_BY_THREE)
+    states = explore(system, symmetry=False, max_states=6000, check_liveness=False)._store.states
+    sort = symmetry.Canonical(system.page_block)
+    lying = Relabellings(3, system._canonical.order.relabel, symmetry.rank_signature, lambda s, k: 0)
+    wrong = lambda s: lying.canonical(sort(s))  # noqa: E731
+    assert orbit_breaks(wrong, system, states, list(permutations(range(3))), [(0, 1), (1, 0)]) is not None

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections import namedtuple
 from dataclasses import dataclass
-from itertools import permutations
+from itertools import product
 from typing import Any, Callable, Generic, Hashable, Iterable, Protocol, Sequence, TypeVar
 
 S = TypeVar("S", bound=Hashable)
@@ -74,21 +74,22 @@ class Relabellings:
     representative per orbit, as `least_by_repr` over every relabelling would give, but the `repr`s
     are only taken where signatures tie (and the relabelling only where the order is not already
     the signature order). `text` returns the `repr` of the form it last chose where it took one.
+
+    `twin(state, c)`, where given, is a hashable value such that two components with one signature and
+    one twin value are identical: exchanging them leaves the state as it is. Of the orders of such
+    components only one is tried (the others give the same forms), so a state whose components are
+    all alike costs one relabelling, not n! of them.
     """
 
     def __init__(self, n: int, relabel: Callable[[Any, tuple[int, ...]], Any],
-                 signature: Callable[[Any, int], Any]) -> None:
+                 signature: Callable[[Any, int], Any], twin: Callable[[Any, int], Hashable] | None = None) -> None:
         self.identity = tuple(range(n))
-        # each permutation with its inverse: position i of the relabelled state holds component inverse[i]
-        self.perms = [(p, tuple(p.index(i) for i in range(n))) for p in permutations(range(n))]
-        self.relabel, self.signature = relabel, signature
+        self.relabel, self.signature, self.twin = relabel, signature, twin
         self.last: tuple[Any, str] | None = None
         self.texts = RecordText()
 
     def canonical(self, state: Any) -> Any:
-        sigs = [self.signature(state, c) for c in self.identity]
-        ordered = [p for p, inverse in self.perms
-                   if all(sigs[inverse[i]] <= sigs[inverse[i + 1]] for i in range(len(inverse) - 1))]
+        ordered = self.ordered(state)
         forms = (state if p == self.identity else self.relabel(state, p) for p in ordered)
         if len(ordered) == 1:
             return next(forms)
@@ -96,10 +97,66 @@ class Relabellings:
         self.last = (best, text)
         return best
 
+    def ordered(self, state: Any) -> list[tuple[int, ...]]:
+        """The relabellings of `state` that put its components in signature order, one per order of twins."""
+        sigs = [self.signature(state, c) for c in self.identity]
+        order = sorted(self.identity, key=sigs.__getitem__)  # position i holds component order[i]
+        groups = [[order[0]]]
+        for c in order[1:]:
+            if sigs[c] == sigs[groups[-1][0]]:
+                groups[-1].append(c)
+            else:
+                groups.append([c])
+        if len(groups) == len(order):
+            return [_inverse(order)]
+        arrangements = [_arrangements(self._twins(state, g)) for g in groups]
+        return [_inverse([c for part in parts for c in part]) for parts in product(*arrangements)]
+
+    def _twins(self, state: Any, group: list[int]) -> list[list[int]]:
+        """The components of `group` in classes of identical ones (each its own class without `twin`)."""
+        if self.twin is None or len(group) == 1:
+            return [[c] for c in group]
+        classes: dict[Hashable, list[int]] = {}
+        for c in group:
+            classes.setdefault(self.twin(state, c), []).append(c)
+        return list(classes.values())
+
     def text(self, state: Any) -> str:
         """`repr(state)`, taken again only if `state` is not the form `canonical` last chose by `repr`."""
         last = self.last
         return last[1] if last is not None and last[0] is state else self.texts(state)
+
+
+def _inverse(order: Sequence[int]) -> tuple[int, ...]:
+    """The relabelling that puts component order[i] at position i."""
+    p = [0] * len(order)
+    for i, c in enumerate(order):
+        p[c] = i
+    return tuple(p)
+
+
+def _arrangements(classes: list[list[int]]) -> list[tuple[int, ...]]:
+    """Every sequence of all the components of `classes` in which each class keeps its members' order: the
+    orders that differ other than by exchanging members of one class."""
+    total = sum(map(len, classes))
+    taken = [0] * len(classes)
+    out: list[int] = []
+    found: list[tuple[int, ...]] = []
+
+    def extend() -> None:
+        if len(out) == total:
+            found.append(tuple(out))
+            return
+        for i, members in enumerate(classes):
+            if taken[i] < len(members):
+                out.append(members[taken[i]])
+                taken[i] += 1
+                extend()
+                taken[i] -= 1
+                out.pop()
+
+    extend()
+    return found
 
 
 def least_by_repr(state: Any, others: Iterable[Any], text_of: Callable[[Any], str] = repr) -> tuple[Any, str]:

@@ -43,7 +43,7 @@ def parse_faults(text: str) -> tuple[str, ...]:
 @dataclass(frozen=True)
 class PipelinedConfig:
     requests: int = param(1, "requests (each its own sessions on every rank)", minimum=1, maximum=2)
-    ranks: int = param(1, "sender TP writer ranks = the receiver's expected_transfers", minimum=1, maximum=2)
+    ranks: int = param(1, "sender TP writer ranks = the receiver's expected_transfers", minimum=1, maximum=4)
     prompt_len: int = param(6, "prompt tokens", minimum=1, maximum=64)
     tokens_per_block: int = param(2, "tokens per KV block (tpb)", minimum=1, maximum=16)
     chunk_tokens: int = param(3, "prefill chunk size in tokens", minimum=1, maximum=64)

@@ -22,16 +22,18 @@ cells, the receiver counts results per rank only to compare the sum with
 tuples (`Req.peer_info`, `tx`, `flight`, `frames`, `Rx.finals`, `auxes`,
 `cancel_to`, `acks`), the receiver's destination segments (`Rx.dest`), each
 result frame's `peer_rank`, the `rank` of actions and "rank N" in flag text
-(the E2 flag counts ranks rather than listing them). `canonical` takes the
-least, by `state_key`, of the request-sorted forms of every rank relabelling:
-the same set for every member of an orbit of requests x ranks.
+(the E2 flag counts ranks rather than listing them). `Canonical` takes the
+least, by `repr`, of the request-sorted forms of the rank relabellings that
+put the ranks in the order of a signature no relabelling of the requests
+changes: the same set for every member of an orbit of requests x ranks.
 """
 
 from __future__ import annotations
 
 import re
-from itertools import permutations
 from typing import Any, Sequence
+
+from kvsim.engine.system import Relabellings
 
 from .state import PtState, put
 
@@ -120,19 +122,54 @@ def relabel_rank_action(action: Any, perm: Sequence[int]) -> Any:
     return type(action)(*put(tuple(action[1:]), i, perm[action[1 + i]]))
 
 
-def state_key(s: PtState, page_block: int = 0) -> tuple:
-    """A total order on states (to pick one of several request-sorted forms)."""
-    return tuple(request_key(s, r, page_block) for r in range(len(s.reqs))) + (s.faults_left, s.flags)
+class Canonical:
+    """`canonical(state)`: the representative of a state's orbit under the requests x the sender ranks.
+
+    The requests are put in `request_key` order. With several ranks, the least by `repr` of the request-sorted
+    forms of the rank relabellings that put the ranks in `rank_signature` order, and of ranks with one
+    signature and one `rank_slice` (identical), one order only (`Relabellings`): a state whose ranks all
+    moved alike costs one relabelling, not `ranks`! of them.
+    """
+
+    def __init__(self, page_block: int = 0, ranks: int = 1) -> None:
+        self.page_block = page_block
+        self.order = Relabellings(ranks, self.relabel_ranks, rank_signature, rank_twin) if ranks > 1 else None
+
+    def relabel_ranks(self, s: PtState, perm: Sequence[int]) -> PtState:
+        return _sort_requests(relabel_ranks(s, perm), self.page_block)
+
+    def __call__(self, s: PtState) -> PtState:
+        s = _sort_requests(s, self.page_block)
+        return s if self.order is None else self.order.canonical(s)
 
 
 def canonical(s: PtState, page_block: int = 0, ranks: int = 1) -> PtState:
-    """The representative of s's orbit: with several sender ranks, the least (`state_key`) request-sorted form
-    over every relabelling of the ranks; then the requests in the order of their `request_key`."""
-    if ranks < 2:
-        return _sort_requests(s, page_block)
-    forms = [_sort_requests(relabel_ranks(s, perm) if list(perm) != list(range(ranks)) else s, page_block)
-             for perm in permutations(range(ranks))]
-    return min(forms, key=lambda f: state_key(f, page_block))
+    """The representative of s's orbit (`Canonical`), for one state."""
+    return Canonical(page_block, ranks)(s)
+
+
+def rank_slice(s: PtState, k: int) -> tuple:
+    """Everything of sender rank k, request by request, none of it naming a rank (a result frame's
+    `peer_rank` is the rank whose queue holds it): two ranks with one slice are identical."""
+    out = []
+    for r, q in enumerate(s.reqs):
+        rx = s.rx[r]
+        per = len(rx.dest) // len(q.peer_info)
+        out.append((q.peer_info[k], _tx_key(s.tx[r][k]), s.flight[r][k], tuple(f[2:] for f in s.frames[r][k]),
+                    rx.finals[k], rx.auxes[k], rx.cancel_to[k], rx.acks[k], rx.dest[k * per:(k + 1) * per]))
+    return tuple(out)
+
+
+def rank_signature(s: PtState, k: int) -> tuple:
+    """Rank k's slice with the requests in a fixed order: the same whatever the requests' numbers, and carried
+    with the rank by `relabel_ranks`."""
+    return tuple(sorted(rank_slice(s, k)))
+
+
+def rank_twin(s: PtState, k: int) -> tuple:
+    """Rank k's slice, and its number where a flag's text names it: two ranks with one of these are identical."""
+    named = any(int(n) == k for _, text in s.flags for n in _RANK.findall(text))
+    return rank_slice(s, k), k if named else -1
 
 
 def _sort_requests(s: PtState, page_block: int) -> PtState:

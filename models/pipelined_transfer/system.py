@@ -89,6 +89,7 @@ class PipelinedTransfer:
         self.cells = tuple(cells)  # per prefill chunk: (group * blocks + block, fill) its write snapshots
         # pages move with their request under relabelling when each request owns a fixed block of the pool
         self.page_block = 0 if config.shared_pool else config.cells_per_rank
+        self._canonical = symmetry.Canonical(self.page_block, self.k)
         self.invariants: tuple[Invariant, ...] = checks.invariants(self)
 
     # -- contract -----------------------------------------------------------------------------
@@ -108,7 +109,7 @@ class PipelinedTransfer:
     def canonical(self, s: PtState) -> PtState:
         """The requests, and the sender ranks, are interchangeable: one representative per orbit
         (`symmetry.canonical`)."""
-        return symmetry.canonical(s, self.page_block, self.k)
+        return self._canonical(s)
 
     def ctx_done(self, s: PtState, r: int) -> bool:
         q = s.reqs[r]
