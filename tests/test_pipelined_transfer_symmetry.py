@@ -224,3 +224,20 @@ def test_a_twin_that_calls_unlike_ranks_identical_is_caught():
     lying = Relabellings(3, system._canonical.order.relabel, symmetry.rank_signature, lambda s, k: 0)
     wrong = lambda s: lying.canonical(sort(s))  # noqa: E731
     assert orbit_breaks(wrong, system, states, list(permutations(range(3))), [(0, 1), (1, 0)]) is not None
+
+
+def test_the_canonical_form_makes_no_reference_cycles():
+    """A search collects cycles every few thousand states once its steps make any (`memory.YoungCollections`):
+    ordering tied ranks must leave none behind."""
+    import gc
+
+    system = DESCRIPTOR.build_system("fixed", THREE_RANKS)
+    s = system.initial_states()[0]  # every rank tied
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(50):
+            system.canonical(symmetry.relabel_ranks(s, (1, 2, 0)))
+        assert gc.collect() == 0
+    finally:
+        gc.enable()

@@ -138,25 +138,25 @@ def _inverse(order: Sequence[int]) -> tuple[int, ...]:
 def _arrangements(classes: list[list[int]]) -> list[tuple[int, ...]]:
     """Every sequence of all the components of `classes` in which each class keeps its members' order: the
     orders that differ other than by exchanging members of one class."""
-    total = sum(map(len, classes))
-    taken = [0] * len(classes)
-    out: list[int] = []
     found: list[tuple[int, ...]] = []
-
-    def extend() -> None:
-        if len(out) == total:
-            found.append(tuple(out))
-            return
-        for i, members in enumerate(classes):
-            if taken[i] < len(members):
-                out.append(members[taken[i]])
-                taken[i] += 1
-                extend()
-                taken[i] -= 1
-                out.pop()
-
-    extend()
+    _extend(classes, [0] * len(classes), [], sum(map(len, classes)), found)
     return found
+
+
+def _extend(classes: list[list[int]], taken: list[int], out: list[int], total: int,
+            found: list[tuple[int, ...]]) -> None:
+    # a function of the module, not a closure calling itself: that would be a reference cycle a call, and a
+    # search collects cycles every few thousand states once it meets one (`memory.YoungCollections`)
+    if len(out) == total:
+        found.append(tuple(out))
+        return
+    for i, members in enumerate(classes):
+        if taken[i] < len(members):
+            out.append(members[taken[i]])
+            taken[i] += 1
+            _extend(classes, taken, out, total, found)
+            taken[i] -= 1
+            out.pop()
 
 
 def least_by_repr(state: Any, others: Iterable[Any], text_of: Callable[[Any], str] = repr) -> tuple[Any, str]:
