@@ -21,7 +21,7 @@ alike, the same state and transition counts). `--max-states` and `--max-seconds`
 `--largest` runs instead the largest configurations that finish in 10 minutes on a 2-core machine
 (pd-protocol 3 rooms per backend and on the sglang_0_5_23 variant, pd-staging 2 rooms, pd-staging
 2 writers; each other model's binding caps: pd-protocol 32 chunks and 6 faults, mla-backends 32
-plans, kv-offload 48 resets, pipelined-transfer 2 requests), each in one process and with
+plans, kv-offload 48 resets, pipelined-transfer 2 requests and 4 ranks), each in one process and with
 `--workers N`, both with the model's symmetry: the "largest configuration each model finishes"
 figures, several minutes a run.
 

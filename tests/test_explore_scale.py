@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pickle
+
 import pytest
 
 from clihelp import kvsim, kvsim_json
@@ -9,7 +11,8 @@ from kvsim.app import catalog
 from kvsim.engine.canon import canonical_json
 from kvsim.engine.descriptor import RunSpec
 from kvsim.engine.explore import explore, realize
-from kvsim.engine.parallel import explore_parallel
+from kvsim.engine.parallel import Partition, explore_parallel
+from kvsim.engine.pools import RayPool
 from kvsim.engine.store import FingerprintSet, FingerprintStore
 from kvsim.engine.system import first_violation, run_actions
 from kvsim.models.pd_staging.symmetry import relabel, room_symmetry
@@ -194,6 +197,64 @@ def test_ray_local_cluster_finds_what_one_process_finds():
     one = explore(run.system())
     on_ray = explore_parallel(run.system, 2, use_ray=True)
     assert outcome(on_ray, with_paths=False) == outcome(one, with_paths=False)
+
+
+def test_ray_workers_pass_their_states_past_the_coordinator():
+    # an outbox for another worker reaches the coordinator as a reference into Ray's object store, not as bytes
+    ray = pytest.importorskip("ray", reason="ray is in the test extra; CI installs it")
+    run = run_of("pd-staging", "pre_05c7ebf")
+    pool = RayPool(Partition, run.system, 2, "local", store="fingerprint", symmetry=True, max_depth=None)
+    try:
+        inboxes = [[box] for box in pool.one(0, "initial")]
+        for depth in range(3):
+            pool.call("absorb", [(inboxes[w], depth) for w in range(2)])
+            outboxes = [e[0] for e in pool.call("expand", [(), ()])]
+            inboxes = [[outboxes[src][dst] for src in range(2)] for dst in range(2)]
+        assert outboxes[0][0] is None and outboxes[1][1] is None
+        assert isinstance(outboxes[0][1], ray.ObjectRef) and isinstance(outboxes[1][0], ray.ObjectRef)
+        assert sum(a[0] for a in pool.call("absorb", [(inboxes[w], 3) for w in range(2)])) > 0  # read by reference
+    finally:
+        pool.close()
+
+
+def test_a_fingerprint_that_routes_a_state_is_taken_once():
+    # routed by fingerprint, a worker takes it once per distinct successor of the level, and the owner takes none
+    run = run_of("pd-staging", "fixed")
+    parts = [Partition(run.system, w, 2, "fingerprint", True, None) for w in range(2)]
+    calls = [0, 0]
+    for w, part in enumerate(parts):
+        fp = part.fp
+
+        def counted(state, fp=fp, w=w):
+            calls[w] += 1
+            return fp(state)
+
+        part.fp = counted
+        part.route_by_fingerprint()
+    try:
+        expanded, transitions = route_levels(parts, calls)
+    finally:
+        for part in parts:  # each partition paused the collector (closed by `finish`)
+            part.finish()
+    assert expanded < transitions  # a successor reached twice in a level is routed once
+
+
+def route_levels(parts, calls):
+    """Six levels over in-process partitions, checking the fingerprints each takes: (entries, transitions)."""
+    inboxes = [[box] for box in parts[0].initial()]
+    expanded = 0
+    for depth in range(6):
+        before = list(calls)
+        for w, part in enumerate(parts):
+            part.absorb(inboxes[w], depth)
+        assert calls == before  # the owner took no fingerprint
+        outboxes = [part.expand()[0] for part in parts]
+        entries = [len(part.own) + sum(len(pickle.loads(b)) for b in out if b is not None)
+                   for part, out in zip(parts, outboxes)]
+        assert [c - b for c, b in zip(calls, before)] == entries
+        expanded += sum(entries)
+        inboxes = [[outboxes[src][dst] for src in range(2)] for dst in range(2)]
+    return expanded, sum(sum(part.fired.values()) for part in parts)
 
 
 # -- the command line --------------------------------------------------------------------------------------------

@@ -5,10 +5,13 @@ hashes alike (forked processes do: same string secret, same addresses for None a
 objects hashed by identity; the coordinator checks), else to worker
 `fingerprint(state) % W` (the BLAKE2b fingerprint of `kvsim.engine.store`, the same in any process).
 Each level has two phases. In *expand*, every worker takes the successors of its frontier and
-sorts them into one outbox per owner; in *absorb*, every worker takes its inbox (the outboxes
+sorts them into one outbox per owner (each distinct successor is routed once, and a fingerprint
+taken to route it travels with it); in *absorb*, every worker takes its inbox (the outboxes
 addressed to it, in worker order), keeps the states it has not seen (its own visited set, full
 states or fingerprints as in `kvsim.engine.store`), checks every invariant on them and makes them
-its next frontier. The outbox a worker addresses to itself never leaves it (neither pickled nor sent).
+its next frontier. The outbox a worker addresses to itself never leaves it (neither pickled nor sent);
+the others go through the coordinator's pipes (forked processes) or, on Ray, stay in the object
+store while the coordinator passes on references (`kvsim.engine.pools.RayMail`).
 Automatic garbage collection is off in a worker (`memory.YoungCollections`, a tick a level).
 A global state id is `local * W + worker`.
 
@@ -30,18 +33,22 @@ from .checkpoint import CheckpointDir, Level, dump, load, partition_file
 from .explore import (DEFAULT_MAX_STATES, Coverage, ExploreResult, Violation, action_kind, cannot_finish,
                       real_message, realize)
 from .memory import YoungCollections, resident_bytes
-from .pools import ProcessPool, RayPool
+from .pools import Mail, ProcessPool, RayPool
 from .canon import to_jsonable
 from .errors import ConfigError
 from .store import FingerprintSet, fingerprint_function
+
+
+Entry = tuple[Any, "int | None", list[tuple[int, int]]]  # an outbox's state, its fingerprint if taken, its edges
 
 
 class Partition:
     """One worker's share of the search: its visited set, flags, reverse edges and frontier."""
 
     def __init__(self, factory: Callable[[], Any], worker: int, workers: int, store: str, symmetry: bool,
-                 max_depth: int | None) -> None:
+                 max_depth: int | None, mail: Mail | None = None) -> None:
         self.system = factory()
+        self.mail = Mail() if mail is None else mail
         self.w, self.n = worker, workers
         self.canon = getattr(self.system, "canonical", None) if symmetry else None
         self.fp = fingerprint_function(self.system)
@@ -58,10 +65,11 @@ class Partition:
         self.fired: dict[str, int] = {}
         self.checked = [0] * len(self.system.invariants)
         self.collector = YoungCollections()  # as in `explore`; a tick each level, closed by `finish`
-        self.own: list[tuple[Any, list[tuple[int, int]]]] = []  # this level's successors that are our own
+        self.own: list[Entry] = []  # this level's successors that are our own
 
-    def owner(self, state: Any) -> int:
-        return hash(state) % self.n
+    def owner(self, state: Any) -> tuple[int, int | None]:
+        """(the worker a state belongs to, its fingerprint where that was taken to route it)."""
+        return hash(state) % self.n, None
 
     def secret(self) -> int:
         """Equal in every worker iff they hash alike: the string secret, and None's hash (its address in 3.11)."""
@@ -69,7 +77,12 @@ class Partition:
 
     def route_by_fingerprint(self) -> None:
         fp, n = self.fp, self.n
-        self.owner = lambda state: fp(state) % n  # type: ignore[method-assign]
+
+        def owner(state: Any) -> tuple[int, int]:
+            key = fp(state)
+            return key % n, key
+
+        self.owner = owner  # type: ignore[method-assign]
 
     def _step(self, state: Any, action: Any) -> Any:
         nxt = self.system.step(state, action)
@@ -77,21 +90,31 @@ class Partition:
 
     def initial(self) -> list[bytes]:
         """The initial states, routed like successors (only worker 0 is asked)."""
-        boxes: list[dict[Any, list[tuple[int, int]]]] = [{} for _ in range(self.n)]
+        boxes: list[list[Entry]] = [[] for _ in range(self.n)]
+        seen: dict[Any, list[tuple[int, int]]] = {}
         for k, state in enumerate(self.system.initial_states()):
             state = state if self.canon is None else self.canon(state)
-            boxes[self.owner(state)].setdefault(state, []).append((-1, k))
-        return [pickle.dumps(list(box.items()), protocol=pickle.HIGHEST_PROTOCOL) for box in boxes]
+            edges = seen.get(state)
+            if edges is None:
+                edges = seen[state] = []
+                dst, key = self.owner(state)
+                boxes[dst].append((state, key, edges))
+            edges.append((-1, k))
+        return [pickle.dumps(box, protocol=pickle.HIGHEST_PROTOCOL) for box in boxes]
 
-    def expand(self) -> tuple[list[bytes | None], int, int]:
-        """(one pickled outbox per owner, transitions taken, states cut by the depth bound) for this level.
+    def expand(self) -> tuple[list[Any], int, int]:
+        """(one pickled outbox per owner, as `mail.post` hands it on, transitions taken, states cut by the depth
+        bound) for this level.
 
         A successor reached from several frontier states goes once, with every (parent, action index)
-        that reaches it, in the order they were found: the first is its breadth-first parent. The
-        outbox addressed to this worker stays here as it is (None in its place): `absorb` takes it back.
+        that reaches it, in the order they were found: the first is its breadth-first parent. Its owner
+        is found once (and its fingerprint, when that routes it, travels with it: the owner does not
+        take it again). The outbox addressed to this worker stays here as it is (None in its place):
+        `absorb` takes it back.
         """
         self.collector.tick()
-        boxes: list[dict[Any, list[tuple[int, int]]]] = [{} for _ in range(self.n)]
+        boxes: list[list[Entry]] = [[] for _ in range(self.n)]
+        level: dict[Any, list[tuple[int, int]]] = {}  # this level's successors, whoever owns them
         transitions = cut = 0
         fired, enabled, owner, step = self.fired, self.system.enabled, self.owner, self._step
         for lid, state in self.frontier:
@@ -101,30 +124,31 @@ class Partition:
             gid = lid * self.n + self.w
             for index, action in enumerate(enabled(state)):
                 nxt = step(state, action)
-                box = boxes[owner(nxt)]
-                edges = box.get(nxt)
+                edges = level.get(nxt)
                 if edges is None:
-                    box[nxt] = [(gid, index)]
-                else:
-                    edges.append((gid, index))
+                    edges = level[nxt] = []
+                    dst, key = owner(nxt)
+                    boxes[dst].append((nxt, key, edges))
+                edges.append((gid, index))
                 kind = action_kind(action)
                 fired[kind] = fired.get(kind, 0) + 1
                 transitions += 1
             self.flags[lid] |= 4
         self.frontier = []
-        self.own = list(boxes[self.w].items())
-        return ([None if dst == self.w else pickle.dumps(list(box.items()), protocol=pickle.HIGHEST_PROTOCOL)
+        self.own = boxes[self.w]
+        post = self.mail.post
+        return ([None if dst == self.w else post(pickle.dumps(box, protocol=pickle.HIGHEST_PROTOCOL))
                  for dst, box in enumerate(boxes)], transitions, cut)
 
-    def absorb(self, inbox: Sequence[bytes], depth: int) -> tuple[int, list[tuple[str, str, int, int]], int]:
+    def absorb(self, inbox: Sequence[Any], depth: int) -> tuple[int, list[tuple[str, str, int, int]], int]:
         """(new states, violations as (invariant, message, gid, depth), this worker's resident bytes) after
         taking in this level's inbox (the coordinator's memory bound reads the last)."""
         found: list[tuple[str, str, int, int]] = []
         new = 0
         invariants, done = self.system.invariants, self.system.done
-        for payload in inbox:
-            for state, edges in self.own if payload is None else pickle.loads(payload):
-                key = state if self.full else self.fp(state)
+        for payload in self.mail.fetch(inbox):
+            for state, key, edges in self.own if payload is None else pickle.loads(payload):
+                key = state if self.full else self.fp(state) if key is None else key
                 lid = self.ids.get(key)
                 if lid is None:
                     lid = len(self.parent)

@@ -3,6 +3,11 @@
 Both offer the coordinator the same three calls: `call(method, args)` runs `method` on every
 partition (one argument tuple each) and returns their answers in worker order, `one(worker, method,
 *args)` asks one partition, `close()` ends them. A worker's exception is raised in the coordinator.
+
+Each gives its partitions a `mail` (`post`, `fetch`): how the states one worker addresses to another
+reach it. Forked processes on one machine send them through the coordinator's pipes (`Mail`); Ray
+actors put them in Ray's object store, and the coordinator passes on only references, so the
+addressee reads them from the sender's node and no state goes through the coordinator (`RayMail`).
 """
 
 from __future__ import annotations
@@ -12,6 +17,37 @@ from typing import Any, Callable, Sequence
 from .errors import ConfigError
 
 HASH_SEED = "0"  # PYTHONHASHSEED asked of Ray workers: when they all have it, routing is by `hash(state)`
+
+
+class Mail:
+    """A worker's outboxes go to the coordinator and on to their addressees as they are."""
+
+    def post(self, payload: bytes) -> Any:
+        """What the coordinator is handed for an outbox (the outbox itself)."""
+        return payload
+
+    def fetch(self, inbox: Sequence[Any]) -> list[Any]:
+        """The outboxes an inbox of `post`ed handles stands for (None, the worker's own, stays None)."""
+        return list(inbox)
+
+
+class RayMail(Mail):
+    """Outboxes in Ray's object store, owned by the worker that put them; the coordinator passes on the
+    references, and each addressee gets its inbox from the senders' nodes at once (`ray.get`)."""
+
+    def post(self, payload: bytes) -> Any:
+        import ray
+
+        return ray.put(payload)
+
+    def fetch(self, inbox: Sequence[Any]) -> list[Any]:
+        import ray
+
+        refs = [k for k, p in enumerate(inbox) if isinstance(p, ray.ObjectRef)]
+        out = list(inbox)
+        for k, value in zip(refs, ray.get([inbox[k] for k in refs])):
+            out[k] = value
+        return out
 
 
 class ProcessPool:
@@ -94,7 +130,7 @@ class RayPool:
         ray = connect_ray(address)
         actor = ray.remote(num_cpus=0)(partition)
         self.ray = ray
-        self.actors = [actor.remote(factory, w, workers, **options) for w in range(workers)]
+        self.actors = [actor.remote(factory, w, workers, mail=RayMail(), **options) for w in range(workers)]
 
     def call(self, method: str, args: Sequence[tuple[Any, ...]]) -> list[Any]:
         return self.ray.get([getattr(a, method).remote(*x) for a, x in zip(self.actors, args)])
