@@ -199,6 +199,18 @@ def test_ray_local_cluster_finds_what_one_process_finds():
     assert outcome(on_ray, with_paths=False) == outcome(one, with_paths=False)
 
 
+@pytest.mark.parametrize("factory", [lambda: run_of("pd-staging", "pre_05c7ebf").system(),
+                                     lambda: Pair(gap=3, jam=True)], ids=["livelock", "deadlock"])
+def test_workers_name_the_hang_one_process_names(factory):
+    # the liveness pass runs in the workers, in rounds that pass predecessors to their owners
+    def hangs(result):
+        return [(v.property, v.message, len(v.trace)) for v in result.violations if v.kind == "hang"]
+
+    one, three = explore(factory()), explore_parallel(factory, 3, store="fingerprint")
+    assert hangs(three) == hangs(one) and len(hangs(one)) == 1
+    assert three.hang_states == one.hang_states > 0
+
+
 def test_ray_workers_pass_their_states_past_the_coordinator():
     # an outbox for another worker reaches the coordinator as a reference into Ray's object store, not as bytes
     ray = pytest.importorskip("ray", reason="ray is in the test extra; CI installs it")

@@ -15,6 +15,8 @@ store while the coordinator passes on references (`kvsim.engine.pools.RayMail`).
 Automatic garbage collection is off in a worker (`memory.YoungCollections`, a tick a level).
 A global state id is `local * W + worker`.
 
+The liveness pass (`cannot_finish`) runs in the workers as well, in rounds (`kvsim.engine.hangs`).
+
 Every reachable state is found at its breadth-first depth, exactly as by `explore`: the same
 state count, transitions, depth, violated invariants and liveness verdict, and counterexamples
 of the same (shortest) length; which of several shortest paths is reported may differ. Bounds
@@ -30,8 +32,9 @@ from array import array
 from typing import Any, Callable, Sequence
 
 from .checkpoint import CheckpointDir, Level, dump, load, partition_file
-from .explore import (DEFAULT_MAX_STATES, Coverage, ExploreResult, Violation, action_kind, cannot_finish,
+from .explore import (DEFAULT_MAX_STATES, Coverage, ExploreResult, Violation, action_kind,
                       real_message, realize)
+from .hangs import HangRounds, spread_hangs
 from .memory import YoungCollections, resident_bytes
 from .pools import Mail, ProcessPool, RayPool
 from .canon import to_jsonable
@@ -42,7 +45,7 @@ from .store import FingerprintSet, fingerprint_function
 Entry = tuple[Any, "int | None", list[tuple[int, int]]]  # an outbox's state, its fingerprint if taken, its edges
 
 
-class Partition:
+class Partition(HangRounds):
     """One worker's share of the search: its visited set, flags, reverse edges and frontier."""
 
     def __init__(self, factory: Callable[[], Any], worker: int, workers: int, store: str, symmetry: bool,
@@ -58,7 +61,7 @@ class Partition:
         self.parent = array("q")
         self.index = array("I")
         self.depth = array("I")
-        self.flags = bytearray()  # bit 0 done, bit 1 bad, bit 2 expanded
+        self.flags = bytearray()  # bit 0 done, bit 1 bad, bit 2 expanded, bit 3 has a successor
         self.rev_src = array("q")  # reverse edges: (source gid -> target gid) for every transition into ours
         self.rev_dst = array("q")
         self.frontier: list[tuple[int, Any]] = []
@@ -66,6 +69,7 @@ class Partition:
         self.checked = [0] * len(self.system.invariants)
         self.collector = YoungCollections()  # as in `explore`; a tick each level, closed by `finish`
         self.own: list[Entry] = []  # this level's successors that are our own
+        self.alive: bytearray | None = None  # the liveness pass (`HangRounds`): can reach a done state
 
     def owner(self, state: Any) -> tuple[int, int | None]:
         """(the worker a state belongs to, its fingerprint where that was taken to route it)."""
@@ -122,7 +126,8 @@ class Partition:
                 cut += 1
                 continue
             gid = lid * self.n + self.w
-            for index, action in enumerate(enabled(state)):
+            actions = enabled(state)
+            for index, action in enumerate(actions):
                 nxt = step(state, action)
                 edges = level.get(nxt)
                 if edges is None:
@@ -133,7 +138,7 @@ class Partition:
                 kind = action_kind(action)
                 fired[kind] = fired.get(kind, 0) + 1
                 transitions += 1
-            self.flags[lid] |= 4
+            self.flags[lid] |= 12 if actions else 4
         self.frontier = []
         self.own = boxes[self.w]
         post = self.mail.post
@@ -202,13 +207,11 @@ class Partition:
         return self.parent[lid], self.index[lid], self.depth[lid]
 
     def finish(self) -> dict[str, Any]:
-        """Flags, depths and reverse edges (as bytes) for the liveness pass; counters; memory."""
+        """Counters and memory; the collector back as it was."""
         self.collector.close()
         store_bytes = (self.ids.nbytes() if not self.full else 0) + len(self.flags) + sum(
             a.itemsize * len(a) for a in (self.parent, self.index, self.depth))
-        return {"flags": bytes(self.flags), "depth": self.depth.tobytes(), "rev_src": self.rev_src.tobytes(),
-                "rev_dst": self.rev_dst.tobytes(), "fired": self.fired, "checked": self.checked,
-                "store_bytes": store_bytes, "states": len(self.parent)}
+        return {"fired": self.fired, "checked": self.checked, "store_bytes": store_bytes, "states": len(self.parent)}
 
 
 def explore_parallel(factory: Callable[[], Any], workers: int, *, ray_address: str | None = None,
@@ -306,7 +309,6 @@ def _search(system: Any, pool: Any, n: int, start: float, max_states: int, max_s
         at.level += 1
     if checkpoint is not None and checkpoint.stopped(bound_hit):
         saved_gen = save()
-    summaries = pool.call("finish", [()] * n)
     first = at.first
 
     def trail(gid: int) -> tuple[int, list[int]]:
@@ -324,7 +326,8 @@ def _search(system: Any, pool: Any, n: int, start: float, max_states: int, max_s
         violations[name] = _report(system, canon, name, "invariant", trail(gid), message)
     hang_states = 0
     if check_liveness:
-        hang_states = _hangs(system, canon, summaries, n, trail, violations)
+        hang_states = _hangs(system, canon, pool, n, trail, violations)
+    summaries = pool.call("finish", [()] * n)
     fired: dict[str, int] = {}
     checked = [0] * len(system.invariants)
     for s in summaries:
@@ -366,33 +369,17 @@ def _report(system: Any, canon: Callable[[Any], Any] | None, name: str, kind: st
     return Violation(name, kind, [to_jsonable(a) for a in actions], message, state)
 
 
-def _hangs(system: Any, canon: Callable[[Any], Any] | None, summaries: list[dict[str, Any]], n: int,
+def _hangs(system: Any, canon: Callable[[Any], Any] | None, pool: Any, n: int,
            trail: Callable[[int], tuple[int, list[int]]], violations: dict[str, Violation]) -> int:
-    """`explore`'s liveness pass (`cannot_finish`) over every worker's states, numbered densely here."""
-    gids: list[int] = []
-    alive = bytearray()
-    depth_of: list[int] = []
-    for w, s in enumerate(summaries):
-        depths = array("I")
-        depths.frombytes(s["depth"])
-        for lid, flag in enumerate(s["flags"]):
-            gids.append(lid * n + w)
-            alive.append(1 if flag & 1 or not flag & 4 or flag & 2 else 0)
-            depth_of.append(depths[lid])
-    index = {g: i for i, g in enumerate(gids)}
-    edges = array("i")  # (source, target) pairs, dense
-    for s in summaries:
-        src, dst = array("q"), array("q")
-        src.frombytes(s["rev_src"])
-        dst.frombytes(s["rev_dst"])
-        for a, b in zip(src, dst):
-            edges.append(index[a])
-            edges.append(index[b])
-    hangs = cannot_finish(len(gids), lambda: zip(edges[0::2], edges[1::2]), alive)
-    if hangs:
-        first = min(hangs, key=lambda i: (depth_of[i], gids[i]))
-        kind = "livelock" if first in edges[0::2] else "deadlock"
-        name = getattr(system, "liveness", "liveness")
-        violations[name] = _report(system, canon, name, "hang", trail(gids[first]),
-                                   f"{kind}: no done state is reachable from this state ({len(hangs)} such states)")
-    return len(hangs)
+    """`explore`'s liveness pass (`cannot_finish`), spread over the workers: rounds of `hang_round` until
+    one sends nothing; the coordinator passes on the outboxes and holds no edge."""
+    found = [h for h in spread_hangs(pool, n) if h[0]]
+    if not found:
+        return 0
+    total = sum(h[0] for h in found)
+    _, (_, gid), moves = min(found, key=lambda h: h[1])
+    name = getattr(system, "liveness", "liveness")
+    kind = "livelock" if moves else "deadlock"
+    violations[name] = _report(system, canon, name, "hang", trail(gid),
+                               f"{kind}: no done state is reachable from this state ({total} such states)")
+    return total
