@@ -11,7 +11,7 @@ from kvsim.app import catalog
 from kvsim.engine.canon import canonical_json
 from kvsim.engine.descriptor import RunSpec
 from kvsim.engine.explore import explore, realize
-from kvsim.engine.parallel import Partition, explore_parallel
+from kvsim.engine.parallel import Partition, absorb_level, explore_parallel
 from kvsim.engine.pools import RayPool
 from kvsim.engine.store import FingerprintSet, FingerprintStore
 from kvsim.engine.system import first_violation, run_actions
@@ -219,18 +219,29 @@ def test_ray_workers_pass_their_states_past_the_coordinator():
     try:
         inboxes = [[box] for box in pool.one(0, "initial")]
         for depth in range(3):
-            pool.call("absorb", [(inboxes[w], depth) for w in range(2)])
+            absorb_level(pool, 2, inboxes, depth)
             outboxes = [e[0] for e in pool.call("expand", [(), ()])]
             inboxes = [[outboxes[src][dst] for src in range(2)] for dst in range(2)]
         assert outboxes[0][0] is None and outboxes[1][1] is None
         assert isinstance(outboxes[0][1], ray.ObjectRef) and isinstance(outboxes[1][0], ray.ObjectRef)
-        assert sum(a[0] for a in pool.call("absorb", [(inboxes[w], 3) for w in range(2)])) > 0  # read by reference
+        assert sum(a[0] for a in absorb_level(pool, 2, inboxes, 3)) > 0  # keys and states read by reference
     finally:
         pool.close()
 
 
-def test_a_fingerprint_that_routes_a_state_is_taken_once():
-    # routed by fingerprint, a worker takes it once per distinct successor of the level, and the owner takes none
+class Inline:
+    """Partitions in this process, as a pool."""
+
+    def __init__(self, parts):
+        self.parts = parts
+
+    def call(self, method, args):
+        return [getattr(part, method)(*a) for part, a in zip(self.parts, args)]
+
+
+def test_a_fingerprint_is_taken_once_and_a_known_state_is_not_sent():
+    # with the fingerprint store a worker takes the fingerprint once per distinct successor of the level and
+    # sends keys and edges; its owner takes none, and asks for the states it finds new, nothing else
     run = run_of("pd-staging", "fixed")
     parts = [Partition(run.system, w, 2, "fingerprint", True, None) for w in range(2)]
     calls = [0, 0]
@@ -244,29 +255,37 @@ def test_a_fingerprint_that_routes_a_state_is_taken_once():
         part.fp = counted
         part.route_by_fingerprint()
     try:
-        expanded, transitions = route_levels(parts, calls)
+        routed, crossed, sent, new = route_levels(parts, calls)
+        transitions = sum(sum(part.fired.values()) for part in parts)
     finally:
         for part in parts:  # each partition paused the collector (closed by `finish`)
             part.finish()
-    assert expanded < transitions  # a successor reached twice in a level is routed once
+    assert routed < transitions  # a successor reached twice in a level is routed once
+    assert 0 < sent < crossed and sent < new  # only new states travel, and not every new one came from afar
 
 
 def route_levels(parts, calls):
-    """Six levels over in-process partitions, checking the fingerprints each takes: (entries, transitions)."""
+    """Six levels over in-process partitions, checking the fingerprints each takes and that only keys go out
+    with `expand`: (entries routed, of them to the other worker, states sent for, new states)."""
+    pool = Inline(parts)
     inboxes = [[box] for box in parts[0].initial()]
-    expanded = 0
+    routed = crossed = sent = new = pending = 0
     for depth in range(6):
-        before = list(calls)
-        for w, part in enumerate(parts):
-            part.absorb(inboxes[w], depth)
+        before, crossed = list(calls), crossed + pending  # entries from the other worker taken in this level
+        asked = pool.call("absorb", [(inboxes[w], depth) for w in range(2)])
+        sent += sum(len(positions) for a in asked for positions in a)
+        served = pool.call("serve", [([asked[dst][src] for dst in range(2)],) for src in range(2)])
+        new += sum(r[0] for r in pool.call("receive", [([served[src][dst] for src in range(2)],) for dst in range(2)]))
         assert calls == before  # the owner took no fingerprint
         outboxes = [part.expand()[0] for part in parts]
-        entries = [len(part.own) + sum(len(pickle.loads(b)) for b in out if b is not None)
-                   for part, out in zip(parts, outboxes)]
+        cross = [[e for b in out if b is not None for e in pickle.loads(b)] for out in outboxes]
+        assert all(state is None for entries in cross for state, _, _ in entries)  # keys and edges only
+        entries = [len(part.own) + len(c) for part, c in zip(parts, cross)]
         assert [c - b for c, b in zip(calls, before)] == entries
-        expanded += sum(entries)
+        routed += sum(entries)
+        pending = sum(map(len, cross))
         inboxes = [[outboxes[src][dst] for src in range(2)] for dst in range(2)]
-    return expanded, sum(sum(part.fired.values()) for part in parts)
+    return routed, crossed, sent, new
 
 
 # -- the command line --------------------------------------------------------------------------------------------

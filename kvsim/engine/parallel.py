@@ -9,7 +9,9 @@ sorts them into one outbox per owner (each distinct successor is routed once, an
 taken to route it travels with it); in *absorb*, every worker takes its inbox (the outboxes
 addressed to it, in worker order), keeps the states it has not seen (its own visited set, full
 states or fingerprints as in `kvsim.engine.store`), checks every invariant on them and makes them
-its next frontier. The outbox a worker addresses to itself never leaves it (neither pickled nor sent);
+its next frontier (`absorb_level`). With the fingerprint store an outbox holds keys and edges only:
+the owner asks for the states it finds new (`absorb`), their senders send them (`serve`), and the
+owner checks them (`receive`), so a state already known never travels. The outbox a worker addresses to itself never leaves it (neither pickled nor sent);
 the others go through the coordinator's pipes (forked processes) or, on Ray, stay in the object
 store while the coordinator passes on references (`kvsim.engine.pools.RayMail`).
 Automatic garbage collection is off in a worker (`memory.YoungCollections`, a tick a level).
@@ -70,6 +72,12 @@ class Partition(HangRounds):
         self.collector = YoungCollections()  # as in `explore`; a tick each level, closed by `finish`
         self.own: list[Entry] = []  # this level's successors that are our own
         self.alive: bytearray | None = None  # the liveness pass (`HangRounds`): can reach a done state
+        # a level's exchange with the fingerprint store: the states sent for only as they turn out new
+        self.held: list[list[Any]] = []  # per worker: the states of what `expand` addressed to it, by position
+        self.arriving: list[Any] = []  # this level's new states, in id order (None: sent for, not here yet)
+        self.awaiting: list[list[int]] = []  # per worker: where in `arriving` the states it is asked for go
+        if not self.full:  # the fingerprint is the key the owner needs: taken once, by the sender
+            self.route_by_fingerprint()
 
     def owner(self, state: Any) -> tuple[int, int | None]:
         """(the worker a state belongs to, its fingerprint where that was taken to route it)."""
@@ -141,18 +149,23 @@ class Partition(HangRounds):
             self.flags[lid] |= 12 if actions else 4
         self.frontier = []
         self.own = boxes[self.w]
+        if not self.full:  # only keys and edges go now: a state goes once its owner finds it new (`serve`)
+            self.held = [[e[0] for e in box] for box in boxes]
+            boxes = [[(None, key, edges) for _, key, edges in box] for box in boxes]
         post = self.mail.post
         return ([None if dst == self.w else post(pickle.dumps(box, protocol=pickle.HIGHEST_PROTOCOL))
                  for dst, box in enumerate(boxes)], transitions, cut)
 
-    def absorb(self, inbox: Sequence[Any], depth: int) -> tuple[int, list[tuple[str, str, int, int]], int]:
-        """(new states, violations as (invariant, message, gid, depth), this worker's resident bytes) after
-        taking in this level's inbox (the coordinator's memory bound reads the last)."""
-        found: list[tuple[str, str, int, int]] = []
-        new = 0
-        invariants, done = self.system.invariants, self.system.done
-        for payload in self.mail.fetch(inbox):
-            for state, key, edges in self.own if payload is None else pickle.loads(payload):
+    def absorb(self, inbox: Sequence[Any], depth: int) -> list[list[int]]:
+        """Take in this level's inbox (outboxes in worker order): a state not seen before gets the next id,
+        every edge its reverse edge. Returns, per worker, the positions in the outbox it sent of the new
+        states that came without their state (the fingerprint store sends keys first): `serve` sends
+        those, `receive` checks them all."""
+        asked: list[list[int]] = [[] for _ in range(self.n)]
+        self.awaiting = [[] for _ in range(self.n)]
+        self.arriving = []
+        for src, payload in enumerate(self.mail.fetch(inbox)):
+            for i, (state, key, edges) in enumerate(self.own if payload is None else pickle.loads(payload)):
                 key = state if self.full else self.fp(state) if key is None else key
                 lid = self.ids.get(key)
                 if lid is None:
@@ -165,24 +178,52 @@ class Partition(HangRounds):
                     self.parent.append(parent)
                     self.index.append(index)
                     self.depth.append(depth)
-                    flag = 1 if done(state) else 0
-                    for k, inv in enumerate(invariants):
-                        self.checked[k] += 1
-                        message = inv.check(state)
-                        if message is not None:
-                            flag |= 2
-                            found.append((inv.name, message, lid * self.n + self.w, depth))
-                            break
-                    self.flags.append(flag)
-                    if not flag & 2:
-                        self.frontier.append((lid, state))
-                    new += 1
+                    if state is None:
+                        asked[src].append(i)
+                        self.awaiting[src].append(len(self.arriving))
+                    self.arriving.append(state)
                 gid = lid * self.n + self.w
                 for parent, _ in edges:
                     if parent >= 0:
                         self.rev_src.append(parent)
                         self.rev_dst.append(gid)
         self.own = []
+        return asked
+
+    def serve(self, asked: Sequence[Sequence[int]]) -> list[Any]:
+        """Per worker, the states it asked for (positions in the outbox sent to it), as `mail.post` hands
+        them on; None where it asked for none."""
+        post = self.mail.post
+        out = [None if not positions else post(pickle.dumps([self.held[dst][i] for i in positions],
+                                                            protocol=pickle.HIGHEST_PROTOCOL))
+               for dst, positions in enumerate(asked)]
+        self.held = []
+        return out
+
+    def receive(self, inbox: Sequence[Any]) -> tuple[int, list[tuple[str, str, int, int]], int]:
+        """Put the states served in their places, then check this level's new states in id order: (how
+        many, violations as (invariant, message, gid, depth), this worker's resident bytes; the
+        coordinator's memory bound reads the last)."""
+        for src, payload in enumerate(self.mail.fetch(inbox)):
+            if payload is not None:
+                for at, state in zip(self.awaiting[src], pickle.loads(payload)):
+                    self.arriving[at] = state
+        found: list[tuple[str, str, int, int]] = []
+        invariants, done = self.system.invariants, self.system.done
+        first = len(self.parent) - len(self.arriving)
+        for lid, state in enumerate(self.arriving, start=first):
+            flag = 1 if done(state) else 0
+            for k, inv in enumerate(invariants):
+                self.checked[k] += 1
+                message = inv.check(state)
+                if message is not None:
+                    flag |= 2
+                    found.append((inv.name, message, lid * self.n + self.w, self.depth[lid]))
+                    break
+            self.flags.append(flag)
+            if not flag & 2:
+                self.frontier.append((lid, state))
+        new, self.arriving, self.awaiting = len(self.arriving), [], []
         return new, found, resident_bytes()
 
     SAVED = ("ids", "parent", "index", "depth", "flags", "rev_src", "rev_dst", "frontier", "fired", "checked")
@@ -279,7 +320,7 @@ def _search(system: Any, pool: Any, n: int, start: float, max_states: int, max_s
     worker_bytes = pool.call("memory", [()] * n) if resume and max_memory is not None else []
     while True:
         if boxes is not None:  # a resumed search goes on with the level it saved: expanded first
-            absorbed = pool.call("absorb", [(boxes[w], at.level) for w in range(n)])
+            absorbed = absorb_level(pool, n, boxes, at.level)
             new = sum(a[0] for a in absorbed)
             worker_bytes = [a[2] for a in absorbed]
             at.states += new
@@ -345,6 +386,18 @@ def _search(system: Any, pool: Any, n: int, start: float, max_states: int, max_s
                          collision_probability=states * (states - 1) / 2 / 2.0 ** 64 if store == "fingerprint"
                          else None, levels=at.levels, resumed=resume,
                          checkpoint=None if saved_gen is None else checkpoint.path)
+
+
+def absorb_level(pool: Any, n: int, boxes: Sequence[Sequence[Any]], depth: int) -> list[Any]:
+    """A level's inboxes (`boxes[w]`: the outboxes addressed to worker w, in worker order) taken in by the `n`
+    partitions of `pool`: `absorb`, `serve` where a worker asked another for new states, `receive`.
+    Each worker's (new states, violations, resident bytes)."""
+    asked = pool.call("absorb", [(boxes[w], depth) for w in range(n)])
+    if any(any(a) for a in asked):
+        served = pool.call("serve", [([asked[dst][src] for dst in range(n)],) for src in range(n)])
+    else:
+        served = [[None] * n for _ in range(n)]
+    return pool.call("receive", [([served[src][dst] for src in range(n)],) for dst in range(n)])
 
 
 def _replay(system: Any, canon: Callable[[Any], Any] | None, root: int, steps: Sequence[int]) -> tuple[Any, list, list]:
