@@ -11,7 +11,8 @@ from kvsim.app import catalog
 from kvsim.engine.canon import canonical_json
 from kvsim.engine.descriptor import RunSpec
 from kvsim.engine.explore import explore, realize
-from kvsim.engine.parallel import Partition, absorb_level, explore_parallel
+from kvsim.engine.parallel import absorb_level, explore_parallel
+from kvsim.engine.partition import Partition
 from kvsim.engine.pools import RayPool
 from kvsim.engine.store import FingerprintSet, FingerprintStore
 from kvsim.engine.system import first_violation, run_actions
