@@ -231,13 +231,14 @@ def test_ray_workers_pass_their_states_past_the_coordinator():
 
 
 class Inline:
-    """Partitions in this process, as a pool."""
+    """Partitions in this process, as a pool; `answers[method]`: what the last call of each method returned."""
 
     def __init__(self, parts):
-        self.parts = parts
+        self.parts, self.answers = parts, {}
 
     def call(self, method, args):
-        return [getattr(part, method)(*a) for part, a in zip(self.parts, args)]
+        self.answers[method] = [getattr(part, method)(*a) for part, a in zip(self.parts, args)]
+        return self.answers[method]
 
 
 def test_a_fingerprint_is_taken_once_and_a_known_state_is_not_sent():
@@ -273,10 +274,8 @@ def route_levels(parts, calls):
     routed = crossed = sent = new = pending = 0
     for depth in range(6):
         before, crossed = list(calls), crossed + pending  # entries from the other worker taken in this level
-        asked = pool.call("absorb", [(inboxes[w], depth) for w in range(2)])
-        sent += sum(len(positions) for a in asked for positions in a)
-        served = pool.call("serve", [([asked[dst][src] for dst in range(2)],) for src in range(2)])
-        new += sum(r[0] for r in pool.call("receive", [([served[src][dst] for src in range(2)],) for dst in range(2)]))
+        new += sum(r[0] for r in absorb_level(pool, 2, inboxes, depth))
+        sent += sum(len(positions) for a in pool.answers["absorb"] for positions in a)
         assert calls == before  # the owner took no fingerprint
         outboxes = [part.expand()[0] for part in parts]
         cross = [[e for b in out if b is not None for e in pickle.loads(b)] for out in outboxes]

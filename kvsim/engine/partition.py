@@ -136,8 +136,10 @@ class Partition(HangRounds):
         self.frontier = []
         self.own = boxes[self.w]
         if not self.full:  # only keys and edges go now: a state goes once its owner finds it new (`serve`)
-            self.held = [[e[0] for e in box] for box in boxes]
-            boxes = [[(None, key, edges) for _, key, edges in box] for box in boxes]
+            own = self.w
+            self.held = [[] if dst == own else [e[0] for e in box] for dst, box in enumerate(boxes)]
+            boxes = [[] if dst == own else [(None, key, edges) for _, key, edges in box]
+                     for dst, box in enumerate(boxes)]
         post = self.mail.post
         return ([None if dst == self.w else post(pickle.dumps(box, protocol=pickle.HIGHEST_PROTOCOL))
                  for dst, box in enumerate(boxes)], transitions, cut)
@@ -152,7 +154,7 @@ class Partition(HangRounds):
         self.arriving = []
         for src, payload in enumerate(self.mail.fetch(inbox)):
             for i, (state, key, edges) in enumerate(self.own if payload is None else pickle.loads(payload)):
-                key = state if self.full else self.fp(state) if key is None else key
+                key = state if self.full else key  # the fingerprint store routes by it (`route_by_fingerprint`)
                 lid = self.ids.get(key)
                 if lid is None:
                     lid = len(self.parent)
