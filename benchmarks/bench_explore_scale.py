@@ -1,7 +1,7 @@
 """The explorer at scale: states/s and bytes a state, one process against workers and Ray, with and without symmetry.
 
-    python benchmarks/bench_explore_scale.py [--max-states N] [--max-seconds S] [--workers N] [--ray] [--full]
-                                             [--only NAME]
+    python benchmarks/bench_explore_scale.py [--max-states N] [--max-seconds S] [--workers N] [--ray]
+                                             [--ray-nodes] [--full] [--only NAME]
     python benchmarks/bench_explore_scale.py --largest --max-states 60000000 [--only NAME]
     python benchmarks/bench_explore_scale.py --checkpoint [--only NAME]
 
@@ -11,6 +11,8 @@ For each configuration (pd-staging 2 rooms x 2 writers, pd-protocol 2 rooms per 
   1 process, symmetry                  (one representative per orbit, where the model declares `canonical`)
   --workers N, every state / symmetry  (forked processes, state space partitioned by hash)
   Ray N actors, symmetry               (--ray: a local Ray cluster; its overhead against --workers N)
+  Ray N actors, 1 node / N nodes       (--ray-nodes: local clusters started beforehand, one node with N CPUs,
+                                        then N nodes with one each, so every outbox crosses between nodes)
   full store, 1 process                (--full: states kept as objects)
 and prints states, transitions, seconds, states/s (per worker too), the ratio to the first run,
 bytes a state, and whether the run finished. Finished runs are checked against each other: the
@@ -162,9 +164,42 @@ def compare(spec: RunSpec, bound: dict, symmetric: bool, n: int, args: argparse.
         peer = rows[-2]
         print(f"  Ray overhead against {n} workers: x{peer['seconds'] / max(ray_row['seconds'], 1e-9):.2f} "
               f"the rate ({ray_row['seconds'] - peer['seconds']:+.1f} s)")
+    if args.ray_nodes:
+        rows += across_nodes(spec, bound, symmetric, n, rate)
     if args.full:
         rows.append(run("full store, 1 process, every state",
                         lambda: explore(spec.system(), symmetry=False, **{**bound, "store": "full"}), rate))
+    return rows
+
+
+def across_nodes(spec: RunSpec, bound: dict, symmetric: bool, n: int, rate: float) -> list[dict]:
+    """The Ray search on a local cluster of one node with n CPUs, then of n nodes with a CPU each (every
+    outbox then crosses between object stores, as between machines); each cluster started before the clock."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    from kvsim.engine.pools import connect_ray
+
+    rows = []
+    for nodes in (1, n):
+        if ray.is_initialized():
+            ray.shutdown()
+        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": n // nodes, "include_dashboard": False})
+        try:
+            for _ in range(nodes - 1):
+                cluster.add_node(num_cpus=1)
+            cluster.wait_for_nodes()
+            connect_ray(cluster.address, n)
+            rows.append(run(f"Ray {n} actors, {nodes} node{'s' if nodes > 1 else ''}"
+                            f"{', symmetry' if symmetric else ''}",
+                            lambda: explore_parallel(spec.system, n, use_ray=True, ray_address=cluster.address,
+                                                     **bound), rate, n))
+        finally:
+            ray.shutdown()
+            cluster.shutdown()
+    one, many = rows
+    print(f"  {n} nodes against 1: x{one['seconds'] / max(many['seconds'], 1e-9):.2f} the rate "
+          f"({many['seconds'] - one['seconds']:+.1f} s)")
     return rows
 
 
@@ -174,6 +209,8 @@ def main() -> None:
     ap.add_argument("--max-seconds", type=float, default=600.0)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--ray", action="store_true", help="also run on a local Ray cluster")
+    ap.add_argument("--ray-nodes", action="store_true",
+                    help="also run on a local Ray cluster of one node, then of --workers nodes (a worker a node)")
     ap.add_argument("--full", action="store_true", help="also run the full store in one process")
     ap.add_argument("--only", help="run only configurations whose label contains this")
     ap.add_argument("--largest", action="store_true",

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..engine.errors import ConfigError
-from ..engine.pools import connect_ray
+from ..engine.pools import WORKER, connect_ray
 from ..engine.registry import Registry
 
 ROUND = 50  # examples of one property per round (a round is the unit between two looks at the clock)
@@ -122,6 +122,6 @@ def fuzz(model: str, variant: str, properties: Sequence[str], params: dict[str, 
 
 
 def _on_ray(jobs: list[tuple[Any, ...]], address: str) -> list[dict[str, Any]]:
-    ray = connect_ray(address)
-    task = ray.remote(num_cpus=0)(work)
+    ray = connect_ray(address, len(jobs))
+    task = ray.remote(**WORKER)(work)
     return ray.get([task.remote(*job) for job in jobs])

@@ -12,6 +12,7 @@ addressee reads them from the sender's node and no state goes through the coordi
 
 from __future__ import annotations
 
+import os
 from typing import Any, Callable, Sequence
 
 from .errors import ConfigError
@@ -110,27 +111,50 @@ def _serve(pipe: Any, partition: type, factory: Callable[[], Any], worker: int, 
             pipe.send((False, f"{type(exc).__name__}: {exc}"))
 
 
-def connect_ray(address: str | None) -> Any:
-    """The `ray` module, connected to the cluster at `address` (None or "local": start one on this machine)."""
+def connect_ray(address: str | None, workers: int) -> Any:
+    """The `ray` module, connected to the cluster at `address` (None or "local": start one on this machine,
+    with a CPU for each of `workers` at least), once the cluster is found to have a CPU for each worker."""
     try:
         import ray
     except ImportError:
         raise ConfigError("--ray", "the ray package installed (pip install 'kvsim[ray]')", "not installed") from None
     if not ray.is_initialized():
-        ray.init(address=None if address in (None, "", "local") else address, include_dashboard=False,
-                 log_to_driver=False, logging_level="ERROR", runtime_env={"env_vars": {"PYTHONHASHSEED": HASH_SEED}})
+        local = address in (None, "", "local")
+        ray.init(address=None if local else address, include_dashboard=False, log_to_driver=False,
+                 logging_level="ERROR", runtime_env={"env_vars": {"PYTHONHASHSEED": HASH_SEED}},
+                 **({"num_cpus": max(os.cpu_count() or 1, workers)} if local else {}))
+    cpus = ray.cluster_resources().get("CPU", 0)
+    if cpus < workers:
+        raise ConfigError("--workers", f"at most the {cpus:g} CPUs of the Ray cluster (a worker takes one)", workers)
     return ray
+
+
+# A worker is one busy thread: it takes a CPU, so the cluster never puts two workers on one of its CPUs, and
+# the workers are spread over the nodes (each holds its share of the states in its node's memory).
+WORKER = {"num_cpus": 1, "scheduling_strategy": "SPREAD"}
+PLACE_SECONDS = 120.0  # how long the workers may wait for CPUs that other jobs on the cluster hold
 
 
 class RayPool:
     """The same partitions as Ray actors (`ray.init(address)`; no address starts a local cluster)."""
 
     def __init__(self, partition: type, factory: Callable[[], Any], workers: int, address: str | None,
-                 **options: Any) -> None:
-        ray = connect_ray(address)
-        actor = ray.remote(num_cpus=0)(partition)
+                 place_seconds: float = PLACE_SECONDS, **options: Any) -> None:
+        ray = connect_ray(address, workers)
+        actor = ray.remote(**WORKER)(partition)
         self.ray = ray
         self.actors = [actor.remote(factory, w, workers, mail=RayMail(), **options) for w in range(workers)]
+        placed, waiting = ray.wait([a.__ray_ready__.remote() for a in self.actors], num_returns=workers,
+                                   timeout=place_seconds)
+        if waiting:  # other jobs hold the CPUs: refused, not left waiting with no word
+            free = ray.available_resources().get("CPU", 0) + len(placed)
+            self.close()
+            raise ConfigError("--workers", f"at most the {free:g} CPUs free on the Ray cluster (a worker takes one)",
+                              workers, f"{len(waiting)} workers found no CPU in {place_seconds:g} s")
+
+    def nodes(self) -> list[str]:
+        """The Ray node each worker runs on."""
+        return self.ray.get([a.__ray_call__.remote(_node_id) for a in self.actors])
 
     def call(self, method: str, args: Sequence[tuple[Any, ...]]) -> list[Any]:
         return self.ray.get([getattr(a, method).remote(*x) for a, x in zip(self.actors, args)])
@@ -141,3 +165,9 @@ class RayPool:
     def close(self) -> None:
         for a in self.actors:
             self.ray.kill(a)
+
+
+def _node_id(_actor: Any) -> str:
+    import ray
+
+    return ray.get_runtime_context().get_node_id()

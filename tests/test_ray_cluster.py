@@ -1,0 +1,83 @@
+"""A partitioned search on a Ray cluster of two nodes.
+
+The two nodes run on this machine (`ray.cluster_utils.Cluster`), each with its own raylet and object
+store, as two machines would: an outbox one worker sends the other is read from the other node's
+object store. The workers take a CPU each, so the cluster spreads them over its nodes and never
+puts more workers on a node than it has CPUs; a search that asks for more is refused at once.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from clihelp import kvsim
+from kvsim.engine.errors import ConfigError
+from kvsim.engine.explore import explore
+from kvsim.engine.parallel import explore_parallel
+from kvsim.engine.partition import Partition
+from kvsim.engine.pools import RayPool, connect_ray
+from test_explore_scale import assert_replays_to_violation, outcome, run_of
+
+ray = pytest.importorskip("ray", reason="ray is in the test extra; CI installs it")
+
+
+@pytest.fixture(scope="module")
+def two_nodes():
+    from ray.cluster_utils import Cluster
+
+    if ray.is_initialized():  # a local cluster an earlier test of this process started
+        ray.shutdown()
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    try:
+        cluster.add_node(num_cpus=1)
+        cluster.wait_for_nodes()
+        connect_ray(cluster.address, 2)
+        yield cluster.address
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+def test_a_search_over_two_nodes_finds_what_one_process_finds(two_nodes):
+    run = run_of("pd-staging", "pre_05c7ebf")
+    pool = RayPool(Partition, run.system, 2, two_nodes, store="fingerprint", symmetry=True, max_depth=None)
+    try:
+        assert len(set(pool.nodes())) == 2  # a worker on each node
+    finally:
+        pool.close()
+    one = explore(run.system())
+    on_two = explore_parallel(run.system, 2, use_ray=True, ray_address=two_nodes, store="fingerprint")
+    assert outcome(on_two, with_paths=False) == outcome(one, with_paths=False)
+    for v in on_two.violations:
+        if v.kind == "invariant":
+            assert_replays_to_violation(run.system(), v)
+
+
+def test_more_workers_than_the_cluster_has_cpus_are_refused(two_nodes):
+    run = run_of("pd-staging", "pre_05c7ebf")
+    with pytest.raises(ConfigError, match=r"--workers: expected at most the 2 CPUs of the Ray cluster"):
+        explore_parallel(run.system, 3, use_ray=True, ray_address=two_nodes)
+    proc = kvsim("explore", "pd-staging", "--ray", two_nodes, "--workers", "3", "--json")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    error = json.loads(proc.stdout)["error"]
+    assert error["field"] == "--workers" and error["received"] == 3
+
+
+def test_workers_that_find_no_free_cpu_are_refused_in_time(two_nodes):
+    # another job holds one of the two CPUs: the second worker cannot be placed, and the search says so
+    class Holder:  # defined here: Ray sends it to its node by value (this test module is not importable there)
+        def ready(self) -> bool:
+            return True
+
+    holder = ray.remote(num_cpus=1)(Holder).remote()
+    ray.get(holder.ready.remote())
+    try:
+        run = run_of("pd-staging", "pre_05c7ebf")
+        refused = r"at most the 1 CPUs free on the Ray cluster .*, got 2 \(1 workers found no CPU in 2 s\)"
+        with pytest.raises(ConfigError, match=refused):
+            RayPool(Partition, run.system, 2, two_nodes, place_seconds=2, store="full", symmetry=True,
+                    max_depth=None)
+    finally:
+        ray.kill(holder)
