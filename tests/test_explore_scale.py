@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import time
 
 import pytest
 
@@ -11,7 +12,8 @@ from kvsim.app import catalog
 from kvsim.engine.canon import canonical_json
 from kvsim.engine.descriptor import RunSpec
 from kvsim.engine.explore import explore, realize
-from kvsim.engine.parallel import absorb_level, explore_parallel
+from kvsim.engine.memory import machine, over_budget, resident_bytes
+from kvsim.engine.parallel import _search, absorb_level, explore_parallel
 from kvsim.engine.partition import Partition
 from kvsim.engine.pools import RayPool
 from kvsim.engine.store import FingerprintSet, FingerprintStore
@@ -240,6 +242,9 @@ class Inline:
         self.answers[method] = [getattr(part, method)(*a) for part, a in zip(self.parts, args)]
         return self.answers[method]
 
+    def one(self, worker, method, *args):
+        return getattr(self.parts[worker], method)(*args)
+
 
 def test_a_fingerprint_is_taken_once_and_a_known_state_is_not_sent():
     # with the fingerprint store a worker takes the fingerprint once per distinct successor of the level and
@@ -309,6 +314,25 @@ def test_a_search_stops_cleanly_at_its_memory_bound(extra):
     assert 0 < doc["states"] < 100_000
     finished = kvsim_json("explore", "pd-staging", "--variant", "pre_05c7ebf", *extra, expect=1)
     assert finished["complete"] is True
+
+
+@pytest.mark.parametrize("elsewhere", [False, True])
+def test_the_memory_bound_holds_on_each_machine(elsewhere):
+    # two workers in this process, each reporting its resident size R: on this machine, with the coordinator's R,
+    # they hold 3R against a bound of 2.5R, and the search stops; said to run on two other machines, each holds R,
+    # and it finishes (a cluster's workers do not share one machine's memory)
+    system = run_of("pd-staging", "pre_05c7ebf").system
+    parts = [Partition(system, w, 2, "fingerprint", True, None) for w in range(2)]
+    if elsewhere:
+        for w, part in enumerate(parts):
+            part.machine = lambda w=w: (f"node {w}", machine()[1])
+    bound = int(2.5 * resident_bytes())
+    result = _search(system(), Inline(parts), 2, time.perf_counter(), 10 ** 7, None, False, None, "fingerprint",
+                     True, memory=(bound, None))
+    assert result.bound_hit == (None if elsewhere else "memory")
+    assert over_budget([(("a", 100), 60), (("a", 100), 30)], None, 0.8)  # 90 > 80% of a's 100 bytes
+    assert not over_budget([(("a", 100), 60), (("b", 100), 30)], None, 0.8)
+    assert over_budget([(("a", 100), 60), (("b", 100), 30)], 50, None)  # the bytes bound, on a alone
 
 
 @pytest.mark.parametrize("args", [("--store", "fingerprint"), ("--workers", "2")])

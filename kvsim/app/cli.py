@@ -25,6 +25,7 @@ from ..engine.canon import canonical_json, to_jsonable
 from ..engine.descriptor import ModelDescriptor, RunSpec
 from ..engine.errors import ConfigError, KvsimError, TraceError
 from ..engine.explore import DEFAULT_MAX_STATES, explore
+from ..engine.memory import DEFAULT_SHARE, machine
 from ..engine.parallel import explore_parallel
 from ..engine.progress import Progress
 from ..engine.sim import DEFAULT_MAX_EVENTS, DEFAULT_MAX_SECONDS
@@ -37,14 +38,6 @@ EXIT_OK, EXIT_VIOLATION, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
 VARIANT_HELP = "the model variant: fixed (today's upstream) or a pre-fix variant (kvsim list MODEL) (default: fixed)"
 
 
-def _memory_gib() -> float:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2 ** 30
-    except (ValueError, OSError, AttributeError):
-        return 16.0
-
-
-DEFAULT_MAX_MEMORY_GIB = round(0.8 * _memory_gib(), 1)  # explore stops cleanly before the machine runs out
 # --max-seconds defaults: the long suites (check, repro, oracle) get an hour, a search or one run ten minutes
 SUITE_MAX_SECONDS = 3600.0
 RUN_MAX_SECONDS = DEFAULT_MAX_SECONDS
@@ -166,10 +159,11 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--coverage", action="store_true",
                    help="also measure line coverage of the model's package during the run (needs the coverage "
                         "package; default: off)")
-    e.add_argument("--max-memory", type=_positive_float("--max-memory"), default=DEFAULT_MAX_MEMORY_GIB,
-                   metavar="GIB", help="stop cleanly when the search's resident memory (workers included) passes "
-                                       "this many GiB, checked every few thousand states or each level "
-                                       f"(default: {DEFAULT_MAX_MEMORY_GIB:g}, 80%% of this machine's memory)")
+    e.add_argument("--max-memory", type=_positive_float("--max-memory"), metavar="GIB",
+                   help="stop cleanly when the search's resident memory on a machine (its workers there included) "
+                        "passes this many GiB, checked every few thousand states or each level (default: "
+                        f"{DEFAULT_SHARE * 100:.0f}%% of each machine's memory, here "
+                        f"{DEFAULT_SHARE * machine()[1] / 2 ** 30:.1f})")
     saving = e.add_mutually_exclusive_group()
     saving.add_argument("--checkpoint", metavar="DIR",
                         help="save the search in DIR (a new or empty folder) every --checkpoint-minutes and when "
@@ -660,7 +654,8 @@ def cmd_explore(args: argparse.Namespace) -> int:
                           f"--workers {args.workers}" if args.workers > 1 else f"--ray {args.ray}")
     bounds = {"max_depth": args.max_depth, "max_states": args.max_states, "check_liveness": not args.no_liveness,
               "max_seconds": args.max_seconds, "store": args.store, "symmetry": not args.no_symmetry,
-              "max_memory": int(args.max_memory * 2 ** 30),
+              "max_memory": None if args.max_memory is None else int(args.max_memory * 2 ** 30),
+              "memory_share": DEFAULT_SHARE if args.max_memory is None else None,
               "progress": lambda states, depth: progress.note(f"{states} states, depth {depth}"),
               **_checkpoint(args, spec, run, system)}
 

@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from .canon import to_jsonable
 from .checkpoint import CheckpointDir, Snapshot
-from .memory import YoungCollections, resident_bytes
+from .memory import YoungCollections, machine, memory_limit, resident_bytes
 from .store import FingerprintStore, FullStore, Recent, fingerprint_function
 from .system import TransitionSystem
 
@@ -121,15 +121,15 @@ def explore(system: TransitionSystem[Any, Any], *, max_depth: int | None = None,
             max_states: int = DEFAULT_MAX_STATES,
             check_liveness: bool = True, progress: Callable[[int, int], None] | None = None,
             max_seconds: float | None = None, store: str = "full", symmetry: bool = True,
-            max_memory: int | None = None, checkpoint: CheckpointDir | None = None,
-            resume: bool = False) -> ExploreResult:
+            max_memory: int | None = None, memory_share: float | None = None,
+            checkpoint: CheckpointDir | None = None, resume: bool = False) -> ExploreResult:
     """BFS with invariants on every state and, unless `check_liveness` is off, the hang search.
 
-    Bounds (`max_depth`, `max_states`, `max_seconds`, `max_memory`: bytes resident, checked every
-    few thousand expansions) stop the search cleanly: `bound_hit` names the one
-    that did, and states left unexpanded count as "might still finish" (no false hang). `store` is
-    "full" (every state kept; the graph can be exported) or "fingerprint" (64-bit fingerprints in flat
-    arrays, see `kvsim.engine.store`). A system that defines `canonical(state)` (one representative
+    Bounds (`max_depth`, `max_states`, `max_seconds`, `max_memory`: bytes resident, `memory_share`: that
+    share of the machine's memory resident, both checked every few thousand expansions) stop the search
+    cleanly: `bound_hit` names the one that did, and states left unexpanded count as "might still
+    finish" (no false hang). `store` is "full" (every state kept; the graph can be exported) or
+    "fingerprint" (64-bit fingerprints in flat arrays, see `kvsim.engine.store`). A system that defines `canonical(state)` (one representative
     per orbit of its symmetries) is explored one representative per orbit unless `symmetry=False`;
     the reported paths are mapped back to paths of the real system. With a `checkpoint`, the search is
     saved there every `checkpoint.every` seconds and when a bound other than the depth stops it;
@@ -137,6 +137,7 @@ def explore(system: TransitionSystem[Any, Any], *, max_depth: int | None = None,
     """
     start = time.perf_counter()
     deadline = None if max_seconds is None else start + max_seconds
+    memory_cap = memory_limit(machine()[1], max_memory, memory_share)
     canon = getattr(system, "canonical", None) if symmetry else None
     enabled, step, done = system.enabled, system.step, system.done
     initial = [s if canon is None else canon(s) for s in system.initial_states()]
@@ -235,7 +236,7 @@ def explore(system: TransitionSystem[Any, Any], *, max_depth: int | None = None,
                     if deadline is not None and now > deadline:
                         bound_hit = "seconds"
                         break  # the work budget: what was found so far is kept, the rest is unexplored
-                    if max_memory is not None and resident_bytes() > max_memory:
+                    if memory_cap is not None and resident_bytes() > memory_cap:
                         bound_hit = "memory"
                         break  # stopped before the machine runs out, with what was found so far
                     if checkpoint is not None and checkpoint.due(now, deadline):

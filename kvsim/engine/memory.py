@@ -1,4 +1,4 @@
-"""The memory of a search: its resident size (the `max_memory` bound) and the garbage collector paused."""
+"""The memory of a search: its resident size against its bound on each machine, and the collector paused."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ import gc
 import os
 import sys
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Iterable, Iterator
+
+DEFAULT_SHARE = 0.8  # the CLI's memory bound where none is given: this share of each machine's memory
 
 
 def resident_bytes() -> int:
@@ -19,6 +21,42 @@ def resident_bytes() -> int:
 
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         return peak if sys.platform == "darwin" else peak * 1024  # bytes on macOS, KiB elsewhere
+
+
+def machine() -> tuple[str, int]:
+    """This machine: an id that every process on it shares and no other machine has (the kernel's boot id,
+    with the host name), and its physical memory in bytes (16 GiB where the system does not say)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as fh:
+            boot = fh.read().strip()
+    except OSError:
+        boot = ""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        total = 16 * 2 ** 30
+    return f"{os.uname().nodename}/{boot}", total
+
+
+def memory_limit(total: int, max_memory: int | None, share: float | None) -> int | None:
+    """The resident bytes a search may hold on a machine of `total` bytes: `max_memory`, or `share` of
+    the machine, whichever is less (None: no bound)."""
+    limits = [b for b in (max_memory, None if share is None else int(share * total)) if b is not None]
+    return min(limits) if limits else None
+
+
+def over_budget(usage: Iterable[tuple[tuple[str, int], int]], max_memory: int | None, share: float | None) -> bool:
+    """Whether, on some machine, the search's processes there hold more than `memory_limit` allows together.
+    `usage`: ((machine id, its memory), resident bytes) for each process of the search (the workers of a
+    cluster run on many machines, and each machine's processes share only its memory)."""
+    held: dict[tuple[str, int], int] = {}
+    for where, size in usage:
+        held[where] = held.get(where, 0) + size
+    for (_, total), size in held.items():
+        limit = memory_limit(total, max_memory, share)
+        if limit is not None and size > limit:
+            return True
+    return False
 
 
 class YoungCollections:

@@ -23,7 +23,7 @@ from typing import Any, Callable, Sequence
 from .checkpoint import CheckpointDir, Level, partition_file
 from .explore import DEFAULT_MAX_STATES, Coverage, ExploreResult, Violation, real_message, realize
 from .hangs import spread_hangs
-from .memory import resident_bytes
+from .memory import machine, over_budget, resident_bytes
 from .partition import Partition
 from .pools import ProcessPool, RayPool
 from .canon import to_jsonable
@@ -34,10 +34,11 @@ def explore_parallel(factory: Callable[[], Any], workers: int, *, ray_address: s
                      use_ray: bool = False, max_depth: int | None = None, max_states: int = DEFAULT_MAX_STATES,
                      check_liveness: bool = True, progress: Callable[[int, int], None] | None = None,
                      max_seconds: float | None = None, store: str = "full", symmetry: bool = True,
-                     max_memory: int | None = None, checkpoint: CheckpointDir | None = None,
-                     resume: bool = False) -> ExploreResult:
+                     max_memory: int | None = None, memory_share: float | None = None,
+                     checkpoint: CheckpointDir | None = None, resume: bool = False) -> ExploreResult:
     """`explore` over `workers` partitions; `factory()` builds the system (in every worker and here).
-    `max_memory` bounds the resident bytes of the workers and this process together, checked between levels.
+    `max_memory` (bytes) and `memory_share` (of the machine's memory) bound, on each machine the search
+    runs on, the resident bytes of the workers there and of this process, checked between levels.
     `checkpoint` and `resume` as for `explore`: saved between two levels, every worker writing its partition."""
     start = time.perf_counter()
     system = factory()
@@ -46,15 +47,15 @@ def explore_parallel(factory: Callable[[], Any], workers: int, *, ray_address: s
             else ProcessPool(Partition, factory, workers, **options))
     try:
         return _search(system, pool, workers, start, max_states, max_seconds, check_liveness, progress, store,
-                       symmetry, max_memory, checkpoint, resume)
+                       symmetry, (max_memory, memory_share), checkpoint, resume)
     finally:
         pool.close()
 
 
 def _search(system: Any, pool: Any, n: int, start: float, max_states: int, max_seconds: float | None,
             check_liveness: bool, progress: Callable[[int, int], None] | None, store: str,
-            symmetry: bool, max_memory: int | None = None, checkpoint: CheckpointDir | None = None,
-            resume: bool = False) -> ExploreResult:
+            symmetry: bool, memory: tuple[int | None, float | None] = (None, None),
+            checkpoint: CheckpointDir | None = None, resume: bool = False) -> ExploreResult:
     canon = getattr(system, "canonical", None) if symmetry else None
     if checkpoint is not None or len(set(pool.call("secret", [()] * n))) > 1:
         pool.call("route_by_fingerprint", [()] * n)  # a resumed search's workers must route as the saved ones
@@ -84,7 +85,7 @@ def _search(system: Any, pool: Any, n: int, start: float, max_states: int, max_s
             return "states"
         if deadline is not None and time.perf_counter() > deadline:
             return "seconds"
-        if max_memory is not None and sum(worker_bytes) + resident_bytes() > max_memory:
+        if bounded and over_budget([*zip(machines, worker_bytes), (here, resident_bytes())], *memory):
             return "memory"
         return None
 
@@ -92,7 +93,9 @@ def _search(system: Any, pool: Any, n: int, start: float, max_states: int, max_s
     if checkpoint is not None:
         checkpoint.schedule(start)
     boxes = None if resume else [[payload] for payload in pool.one(0, "initial")]
-    worker_bytes = pool.call("memory", [()] * n) if resume and max_memory is not None else []
+    bounded = memory != (None, None)
+    machines, here = pool.call("machine", [()] * n) if bounded else [], machine()
+    worker_bytes = pool.call("memory", [()] * n) if resume and bounded else []
     while True:
         if boxes is not None:  # a resumed search goes on with the level it saved: expanded first
             absorbed = absorb_level(pool, n, boxes, at.level)

@@ -25,7 +25,7 @@ from typing import Any, Callable, Sequence
 from .checkpoint import dump, load
 from .explore import action_kind
 from .hangs import HangRounds
-from .memory import YoungCollections, resident_bytes
+from .memory import YoungCollections, machine, resident_bytes
 from .pools import Mail
 from .store import FingerprintSet, fingerprint_function
 
@@ -229,6 +229,11 @@ class Partition(HangRounds):
     def memory() -> int:
         """This worker's resident bytes (the coordinator's memory bound, when a resumed search starts)."""
         return resident_bytes()
+
+    @staticmethod
+    def machine() -> tuple[str, int]:
+        """The machine this worker runs on, and its memory: the memory bound holds on each machine."""
+        return machine()
 
     def trail(self, gid: int) -> tuple[int, int, int]:
         """(parent gid, enabled-action index, depth) of one of this worker's states."""
