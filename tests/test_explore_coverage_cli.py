@@ -22,6 +22,17 @@ def test_explore_reports_actions_invariants_and_line_coverage():
     assert 0 < lines["percent"] < 100
 
 
+@pytest.mark.parametrize("workers", [("--workers", "2"), ("--workers", "2", "--ray", "local")],
+                         ids=["forked", "ray"])
+def test_workers_measure_the_lines_one_process_runs(workers):
+    # each worker measures the model's lines it runs, and the coordinator counts them with its own
+    run = ("explore", "pd-staging", "--variant", "pre_05c7ebf", "--store", "fingerprint", "--coverage")
+    one, spread = kvsim_json(*run, expect=1), kvsim_json(*run, *workers, expect=1)
+    assert spread["states"] == one["states"]
+    assert spread["line_coverage"] == one["line_coverage"]
+    assert 0 < one["line_coverage"]["percent"] < 100
+
+
 def test_module_level_lines_count_as_run(tmp_path):
     src = tmp_path / "m.py"
     src.write_text("X = 1\n\ndef f(a):\n    if a:\n        return 1\n    return 2\n")

@@ -660,12 +660,15 @@ def cmd_explore(args: argparse.Namespace) -> int:
               **_checkpoint(args, spec, run, system)}
 
     def search() -> Any:
+        if args.coverage and (args.ray or args.workers > 1):  # each worker measures the lines it runs
+            bounds["lines"] = linecov.WorkerLines(linecov.model_package(spec))
         if args.ray:
             return explore_parallel(run.system, args.workers, use_ray=True, **bounds,
                                     ray_address=None if args.ray == "local" else args.ray)
         if args.workers > 1:
             return explore_parallel(run.system, args.workers, **bounds)
-        return explore(system, **bounds)
+        # under --coverage the system is built again inside the measured run, as a partitioned search builds its own
+        return explore(run.system() if args.coverage else system, **bounds)
 
     lines_run = None
     if args.coverage:

@@ -29,20 +29,40 @@ def model_package(descriptor: Any) -> str:
     return ".".join(parts[:3])
 
 
+class WorkerLines:
+    """The lines of `package` a worker of a partitioned search runs (a forked process or a Ray actor, on any
+    machine): `start` where the worker starts, `stop` when it finishes gives them, by path in the package."""
+
+    def __init__(self, package: str) -> None:
+        self.package = package
+        self._cov: Any = None
+
+    def start(self) -> None:
+        self._cov = _coverage(self.package)
+        self._cov.start()
+
+    def stop(self) -> dict[str, list[int]]:
+        self._cov.stop()
+        data, folder = self._cov.get_data(), _folder(self.package)
+        return {os.path.relpath(path, folder): sorted(data.lines(path) or ()) for path in data.measured_files()}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"package": self.package, "_cov": None}  # a worker measures itself
+
+
 def run_with_coverage(package: str, fn: Callable[[], T]) -> tuple[T, dict[str, Any]]:
-    """Run `fn` measuring line coverage of `package`'s files; (its result, the coverage document)."""
-    try:
-        import coverage
-    except ImportError:
-        raise ConfigError("--coverage", "the coverage package installed (pip install coverage)",
-                          "not installed") from None
-    folder = os.path.dirname(importlib.import_module(package).__file__ or "")
-    cov = coverage.Coverage(source=[folder], data_file=None, branch=False, config_file=False)
+    """Run `fn` measuring line coverage of `package`'s files; (its result, the coverage document). The lines
+    its workers ran (`worker_lines` of the result, from `WorkerLines`) are counted as run."""
+    folder = _folder(package)
+    cov = _coverage(package)
     cov.start()
     try:
         result = fn()
     finally:
         cov.stop()
+    elsewhere = getattr(result, "worker_lines", None)
+    if elsewhere:
+        cov.get_data().add_lines({os.path.join(folder, rel): lines for rel, lines in elsewhere.items()})
     files: dict[str, Any] = {}
     total = hit = 0
     for path in sorted(cov.get_data().measured_files()):
@@ -57,6 +77,19 @@ def run_with_coverage(package: str, fn: Callable[[], T]) -> tuple[T, dict[str, A
         hit += len(statements) - len(missing)
     doc = {"package": package, "percent": round(100.0 * hit / total, 1) if total else 100.0, "files": files}
     return result, doc
+
+
+def _folder(package: str) -> str:
+    return os.path.dirname(importlib.import_module(package).__file__ or "")
+
+
+def _coverage(package: str) -> Any:
+    try:
+        import coverage
+    except ImportError:
+        raise ConfigError("--coverage", "the coverage package installed (pip install coverage)",
+                          "not installed") from None
+    return coverage.Coverage(source=[_folder(package)], data_file=None, branch=False, config_file=False)
 
 
 def function_body_lines(path: str) -> set[int]:

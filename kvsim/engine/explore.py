@@ -58,6 +58,7 @@ class ExploreResult:
     levels: list[int] = field(default_factory=list)  # states first reached at each depth (0: the initial ones)
     resumed: bool = False  # went on from a checkpoint (`seconds` counts every run of the search)
     checkpoint: str | None = None  # the folder the search saved itself to (go on with `resume`), if it did
+    worker_lines: dict[str, list[int]] | None = field(default=None, repr=False)  # lines a partition's workers ran
     _store: Any = field(default=None, repr=False)
 
     @property

@@ -35,14 +35,17 @@ def explore_parallel(factory: Callable[[], Any], workers: int, *, ray_address: s
                      check_liveness: bool = True, progress: Callable[[int, int], None] | None = None,
                      max_seconds: float | None = None, store: str = "full", symmetry: bool = True,
                      max_memory: int | None = None, memory_share: float | None = None,
-                     checkpoint: CheckpointDir | None = None, resume: bool = False) -> ExploreResult:
+                     checkpoint: CheckpointDir | None = None, resume: bool = False,
+                     lines: Any = None) -> ExploreResult:
     """`explore` over `workers` partitions; `factory()` builds the system (in every worker and here).
+    `lines` (`kvsim.app.linecov.WorkerLines`, for `--coverage`) is started in each worker and stopped when it
+    finishes: the result's `worker_lines` are the lines every worker ran, by path in the package.
     `max_memory` (bytes) and `memory_share` (of the machine's memory) bound, on each machine the search
     runs on, the resident bytes of the workers there and of this process, checked between levels.
     `checkpoint` and `resume` as for `explore`: saved between two levels, every worker writing its partition."""
     start = time.perf_counter()
     system = factory()
-    options = {"store": store, "symmetry": symmetry, "max_depth": max_depth}
+    options = {"store": store, "symmetry": symmetry, "max_depth": max_depth, "lines": lines}
     pool = (RayPool(Partition, factory, workers, ray_address, **options) if use_ray
             else ProcessPool(Partition, factory, workers, **options))
     try:
@@ -153,6 +156,10 @@ def _search(system: Any, pool: Any, n: int, start: float, max_states: int, max_s
         for k, v in s["fired"].items():
             fired[k] = fired.get(k, 0) + v
         checked = [a + b for a, b in zip(checked, s["checked"])]
+    worker_lines: dict[str, set[int]] = {}
+    for s in summaries:
+        for path, ran in (s["lines"] or {}).items():
+            worker_lines.setdefault(path, set()).update(ran)
     total_bytes = sum(s["store_bytes"] for s in summaries)
     states = at.states
     return ExploreResult(model=system.name, variant=str(system.variant), states=states, transitions=at.transitions,
@@ -163,7 +170,9 @@ def _search(system: Any, pool: Any, n: int, start: float, max_states: int, max_s
                          bytes_per_state=round(total_bytes / max(1, states), 1) if store == "fingerprint" else None,
                          collision_probability=states * (states - 1) / 2 / 2.0 ** 64 if store == "fingerprint"
                          else None, levels=at.levels, resumed=resume,
-                         checkpoint=None if saved_gen is None else checkpoint.path)
+                         checkpoint=None if saved_gen is None else checkpoint.path,
+                         worker_lines={p: sorted(r) for p, r in worker_lines.items()}
+                         if any(s["lines"] is not None for s in summaries) else None)
 
 
 def absorb_level(pool: Any, n: int, boxes: Sequence[Sequence[Any]], depth: int) -> list[Any]:

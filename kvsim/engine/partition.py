@@ -37,8 +37,11 @@ class Partition(HangRounds):
     """One worker's share of the search: its visited set, flags, reverse edges and frontier."""
 
     def __init__(self, factory: Callable[[], Any], worker: int, workers: int, store: str, symmetry: bool,
-                 max_depth: int | None, mail: Mail | None = None) -> None:
+                 max_depth: int | None, mail: Mail | None = None, lines: Any = None) -> None:
         self.system = factory()
+        self.lines = lines  # line coverage of the search (not of building the system), measured here, if asked
+        if lines is not None:
+            lines.start()
         self.mail = Mail() if mail is None else mail
         self.w, self.n = worker, workers
         self.canon = getattr(self.system, "canonical", None) if symmetry else None
@@ -245,4 +248,5 @@ class Partition(HangRounds):
         self.collector.close()
         store_bytes = (self.ids.nbytes() if not self.full else 0) + len(self.flags) + sum(
             a.itemsize * len(a) for a in (self.parent, self.index, self.depth))
-        return {"fired": self.fired, "checked": self.checked, "store_bytes": store_bytes, "states": len(self.parent)}
+        return {"fired": self.fired, "checked": self.checked, "store_bytes": store_bytes, "states": len(self.parent),
+                "lines": None if self.lines is None else self.lines.stop()}
