@@ -13,6 +13,7 @@ from kvsim.engine.checkpoint import CURRENT, CheckpointDir, code_digest
 from kvsim.engine.errors import ConfigError
 from kvsim.engine.explore import explore
 from kvsim.engine.parallel import explore_parallel
+from kvsim.engine.partition import Partition
 from test_explore_scale import REAL, outcome, run_of
 from toys import Counter
 
@@ -67,6 +68,18 @@ def test_a_search_saved_by_ray_actors_goes_on_in_worker_processes(tmp_path):
         == ["partition-0.pkl", "partition-1.pkl", "search.pkl"]
     result = explore_parallel(run.system, 2, checkpoint=CheckpointDir(tmp_path / "search", {}), resume=True)
     assert outcome(result) == outcome(whole)
+
+
+def test_a_folder_a_worker_does_not_see_is_refused_before_the_search(tmp_path, monkeypatch):
+    # worker 1 runs where the folder is not (another machine's disk): refused with one line before any work,
+    # and the probe leaves nothing behind
+    real = Partition.sees
+    monkeypatch.setattr(Partition, "sees", staticmethod(lambda probe, token, reply: not reply.endswith("-1")
+                                                        and real(probe, token, reply)))
+    run = run_of("pd-staging", "pre_05c7ebf")
+    with pytest.raises(ConfigError, match=r"^--checkpoint: expected a folder every worker sees .* \(worker 1 cannot"):
+        explore_parallel(run.system, 2, checkpoint=CheckpointDir(tmp_path / "search", {}))
+    assert os.listdir(tmp_path / "search") == []
 
 
 def test_a_depth_bound_stays_the_searchs_own_across_a_resume(tmp_path):

@@ -9,10 +9,14 @@ puts more workers on a node than it has CPUs; a search that asks for more is ref
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
 from clihelp import kvsim
+from kvsim.engine.checkpoint import CheckpointDir
 from kvsim.engine.errors import ConfigError
 from kvsim.engine.explore import explore
 from kvsim.engine.parallel import explore_parallel
@@ -53,6 +57,22 @@ def test_a_search_over_two_nodes_finds_what_one_process_finds(two_nodes):
     for v in on_two.violations:
         if v.kind == "invariant":
             assert_replays_to_violation(run.system(), v)
+
+
+def test_a_relative_checkpoint_folder_is_saved_and_resumed_on_two_nodes(two_nodes, tmp_path):
+    # a node's workers do not run in the command's working folder: `ck` is taken from where the command runs
+    command = [sys.executable, "-m", "kvsim", "explore", "pd-staging", "--variant", "pre_05c7ebf", "--ray",
+               two_nodes, "--workers", "2", "--json"]
+    cut = subprocess.run([*command, "--max-states", "300", "--checkpoint", "ck"], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=240)
+    assert cut.returncode == 1 and "Traceback" not in cut.stderr, cut.stderr[-2000:]  # found, and stopped
+    assert json.loads(cut.stdout)["bound_hit"] == "states"
+    gen = CheckpointDir(tmp_path / "ck", {}).current()
+    assert sorted(os.listdir(gen)) == ["partition-0.pkl", "partition-1.pkl", "search.pkl"]
+    done = subprocess.run([*command, "--resume", "ck"], cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 1, done.stderr[-2000:]
+    whole = explore(run_of("pd-staging", "pre_05c7ebf").system())
+    assert json.loads(done.stdout)["states"] == whole.states
 
 
 def test_more_workers_than_the_cluster_has_cpus_are_refused(two_nodes):

@@ -7,7 +7,8 @@ uninterrupted search would: the same states, transitions, depths, violations and
 
 Layout: each save is a new generation folder (`gen-000001`, ...) holding `search.pkl` (a header, then
 the coordinator's part) and, for a partitioned search, one `partition-W.pkl` per worker, written by the
-worker itself (on a Ray cluster the folder must be on storage every node sees). The file `CURRENT`
+worker itself, at the folder's absolute path (on a Ray cluster the folder must be on storage every
+node sees, which a partitioned search checks before it starts: `unshared`). The file `CURRENT`
 names the last complete generation; it is replaced atomically once every file of a generation is
 written, so a search killed while saving leaves the previous generation in force.
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
+import secrets
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -102,6 +104,7 @@ class CheckpointDir:
     def __init__(self, path: str, header: Mapping[str, Any], every: float | None = 600.0,
                  on_stop: Callable[[], None] | None = None) -> None:
         self.path, self.header, self.every = str(path), dict(header, format=FORMAT), every
+        self.root = os.path.abspath(self.path)  # a worker elsewhere (a Ray node) has a working folder of its own
         self.on_stop = on_stop  # called once a bound stopped the search, before its last save
         self.saves = 0
         self.next_save: float | None = None
@@ -131,12 +134,12 @@ class CheckpointDir:
     def current(self) -> str | None:
         """The folder of the last complete generation, or None where nothing was saved."""
         try:
-            name = Path(self.path, CURRENT).read_text().strip()
+            name = Path(self.root, CURRENT).read_text().strip()
         except FileNotFoundError:
             return None
         except OSError as exc:
             raise ConfigError("--resume", "a readable checkpoint folder", self.path, exc.strerror or "") from None
-        gen = os.path.join(self.path, name)
+        gen = os.path.join(self.root, name)
         if not name.startswith("gen-") or not os.path.isfile(os.path.join(gen, SEARCH)):
             raise ConfigError("--resume", "a checkpoint folder written by kvsim explore --checkpoint", self.path,
                               f"{CURRENT} names {name!r}, which holds no {SEARCH}")
@@ -144,7 +147,7 @@ class CheckpointDir:
 
     def fresh(self) -> None:
         """Refuse to start a new search over a checkpoint (its saves would replace it)."""
-        if os.path.exists(os.path.join(self.path, CURRENT)):
+        if os.path.exists(os.path.join(self.root, CURRENT)):
             raise ConfigError("--checkpoint", "a new or empty folder", self.path,
                               "it holds a checkpoint: go on from it with --resume, or name another folder")
 
@@ -188,9 +191,9 @@ class CheckpointDir:
     # -- writing ---------------------------------------------------------------------------------------
     def begin(self) -> str:
         """A new, empty generation folder: fill it, then `commit` it."""
-        os.makedirs(self.path, exist_ok=True)
-        gens = [int(p.name[4:]) for p in Path(self.path).glob("gen-*") if p.name[4:].isdigit()]
-        gen = os.path.join(self.path, f"gen-{max(gens, default=0) + 1:06d}")
+        os.makedirs(self.root, exist_ok=True)
+        gens = [int(p.name[4:]) for p in Path(self.root).glob("gen-*") if p.name[4:].isdigit()]
+        gen = os.path.join(self.root, f"gen-{max(gens, default=0) + 1:06d}")
         shutil.rmtree(gen, ignore_errors=True)
         os.makedirs(gen)
         return gen
@@ -198,14 +201,52 @@ class CheckpointDir:
     def commit(self, gen: str, body: Any) -> None:
         """Write the coordinator's part, make `gen` the current generation, and drop the older ones."""
         dump(os.path.join(gen, SEARCH), self.header, body)
-        tmp = os.path.join(self.path, CURRENT + ".tmp")
+        tmp = os.path.join(self.root, CURRENT + ".tmp")
         Path(tmp).write_text(os.path.basename(gen) + "\n")
-        os.replace(tmp, os.path.join(self.path, CURRENT))
-        for old in Path(self.path).glob("gen-*"):
+        os.replace(tmp, os.path.join(self.root, CURRENT))
+        for old in Path(self.root).glob("gen-*"):
             if str(old) != gen:
                 shutil.rmtree(old, ignore_errors=True)
         self.saves += 1
         self.schedule(time.perf_counter())
+
+
+    def unshared(self, ask: Callable[[list[tuple[str, str, str]]], list[bool]], workers: int) -> list[int]:
+        """The workers that do not share this folder with this process (another machine's disk, or none). This
+        process writes a token there; `ask` has each worker read it and write it back beside it (`sees`), and
+        this process reads what each wrote."""
+        os.makedirs(self.root, exist_ok=True)
+        token = secrets.token_hex(8)
+        probe = os.path.join(self.root, f"probe-{token}")
+        replies = [f"{probe}-{w}" for w in range(workers)]
+        try:
+            Path(probe).write_text(token)
+            seen = ask([(probe, token, reply) for reply in replies])
+            return [w for w in range(workers) if not (seen[w] and _holds(replies[w], token))]
+        finally:
+            for path in (probe, *replies):
+                try:
+                    os.remove(path)
+                except OSError:
+                    pass
+
+
+def sees(probe: str, token: str, reply: str) -> bool:
+    """Whether this process reads `token` in `probe` and can write it to `reply` (`CheckpointDir.unshared`)."""
+    if not _holds(probe, token):
+        return False
+    try:
+        Path(reply).write_text(token)
+    except OSError:
+        return False
+    return True
+
+
+def _holds(path: str, token: str) -> bool:
+    try:
+        return Path(path).read_text() == token
+    except OSError:
+        return False
 
 
 def _show(value: Any) -> str:

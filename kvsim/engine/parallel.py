@@ -63,6 +63,13 @@ def _search(system: Any, pool: Any, n: int, start: float, max_states: int, max_s
     if checkpoint is not None or len(set(pool.call("secret", [()] * n))) > 1:
         pool.call("route_by_fingerprint", [()] * n)  # a resumed search's workers must route as the saved ones
     at, before, saved_gen = Level(workers=n), 0.0, None
+    if checkpoint is not None:  # every worker writes its part there: refused before any work where one cannot
+        apart = checkpoint.unshared(lambda asks: pool.call("sees", asks), n)
+        if apart:
+            raise ConfigError("--resume" if resume else "--checkpoint",
+                              "a folder every worker sees (on a cluster, storage every node shares)", checkpoint.path,
+                              f"{'workers' if len(apart) > 1 else 'worker'} {', '.join(map(str, apart))} cannot "
+                              "read or write it where it runs")
     if resume:
         if checkpoint is None:
             raise ValueError("resume: needs the checkpoint to go on from")

@@ -22,7 +22,7 @@ import pickle
 from array import array
 from typing import Any, Callable, Sequence
 
-from .checkpoint import dump, load
+from .checkpoint import dump, load, sees
 from .explore import action_kind
 from .hangs import HangRounds
 from .memory import YoungCollections, machine, resident_bytes
@@ -232,6 +232,11 @@ class Partition(HangRounds):
     def memory() -> int:
         """This worker's resident bytes (the coordinator's memory bound, when a resumed search starts)."""
         return resident_bytes()
+
+    @staticmethod
+    def sees(probe: str, token: str, reply: str) -> bool:
+        """Whether this worker shares the coordinator's checkpoint folder (`CheckpointDir.unshared`)."""
+        return sees(probe, token, reply)
 
     @staticmethod
     def machine() -> tuple[str, int]:
