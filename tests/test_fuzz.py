@@ -8,6 +8,7 @@ import pytest
 
 from clihelp import kvsim, kvsim_json
 from kvsim.app import fuzz
+from kvsim.engine.errors import ConfigError
 
 BUGGY = ("swa-budget", "pre_af7c62e", "resumed_requests_fit_physical_pages")
 
@@ -62,6 +63,17 @@ def test_a_database_that_cannot_be_made_is_one_line(tmp_path):
     proc = kvsim("fuzz", "swa-budget", "--minutes", "0.01", "--database", str(blocker / "db"), "--json")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert json.loads(proc.stdout)["error"]["field"] == "--database"
+
+
+def test_a_database_a_worker_does_not_see_is_refused(tmp_path, monkeypatch):
+    # worker 1 runs where the folder is not (another machine's disk): its examples would never reach the others
+    real = fuzz.sees
+    monkeypatch.setattr(fuzz, "sees", lambda probe, token, reply: not reply.endswith("-1")
+                        and real(probe, token, reply))
+    model, variant, prop = BUGGY
+    with pytest.raises(ConfigError, match=r"^--database: expected a directory every worker sees .*\(worker 1 cannot"):
+        fuzz.fuzz(model, variant, [prop], {}, str(tmp_path / "db"), 2, 0, 1.0)
+    assert [p.name for p in (tmp_path / "db").iterdir() if p.name.startswith(".kvsim-probe")] == []
 
 
 def test_fuzz_on_a_local_ray_cluster(tmp_path):

@@ -75,6 +75,18 @@ def test_a_relative_checkpoint_folder_is_saved_and_resumed_on_two_nodes(two_node
     assert json.loads(done.stdout)["states"] == whole.states
 
 
+def test_fuzz_workers_on_two_nodes_save_to_the_database_the_command_names(two_nodes, tmp_path):
+    # a relative --database is the folder where the command runs, whichever node a worker is on
+    proc = subprocess.run([sys.executable, "-m", "kvsim", "fuzz", "swa-budget", "--variant", "pre_af7c62e",
+                           "--property", "resumed_requests_fit_physical_pages", "--ray", two_nodes, "--workers", "2",
+                           "--minutes", "0.05", "--database", "db", "--json"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=240)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert json.loads(proc.stdout)["results"][0]["status"] == "failed"
+    saved = [p for p in (tmp_path / "db").rglob("*") if p.is_file()]
+    assert saved and not any(p.name.startswith(".kvsim-probe") for p in saved)  # the counterexample, kept
+
+
 def test_more_workers_than_the_cluster_has_cpus_are_refused(two_nodes):
     run = run_of("pd-staging", "pre_05c7ebf")
     with pytest.raises(ConfigError, match=r"--workers: expected at most the 2 CPUs of the Ray cluster"):

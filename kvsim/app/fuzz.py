@@ -24,6 +24,7 @@ from typing import Any, Sequence
 from ..engine.errors import ConfigError
 from ..engine.pools import WORKER, connect_ray
 from ..engine.registry import Registry
+from ..engine.shared import Probe, sees
 
 ROUND = 50  # examples of one property per round (a round is the unit between two looks at the clock)
 SEED_STRIDE = 1_000_003
@@ -34,9 +35,13 @@ def default_database(model: str) -> str:
     return os.path.join(base, "fuzz", model)
 
 
+def _is_url(spec: str) -> bool:
+    return spec.startswith(("redis://", "rediss://", "unix://"))
+
+
 def open_database(spec: str) -> Any:
     """A Hypothesis example database from a directory path or a redis:// URL."""
-    if spec.startswith(("redis://", "rediss://", "unix://")):
+    if _is_url(spec):
         try:
             import redis
             from hypothesis.extra.redis import RedisExampleDatabase
@@ -55,12 +60,16 @@ def open_database(spec: str) -> Any:
 
 
 def work(model: str, variant: str, properties: Sequence[str], params: dict[str, Any], database: str, worker: int,
-         seed: int, seconds: float, round_examples: int = ROUND) -> dict[str, Any]:
+         seed: int, seconds: float, round_examples: int = ROUND,
+         probe: tuple[str, str, str] | None = None) -> dict[str, Any]:
     """One worker's share: rounds over `properties` until `seconds` have passed (at least one round) or
-    every property has failed."""
+    every property has failed. With a directory database, first whether it sees the `probe` written there
+    (`kvsim.engine.shared`): a worker that does not (another machine's disk) reports so and does nothing."""
     from ..engine.runner import run_property
     from . import catalog
 
+    if probe is not None and not sees(*probe):
+        return {"worker": worker, "unseen": True}
     reg: Registry = catalog.load()
     props = [reg.property(model, name) for name in properties]
     db = open_database(database)
@@ -92,17 +101,31 @@ def fuzz(model: str, variant: str, properties: Sequence[str], params: dict[str, 
          seed: int, seconds: float, ray_address: str | None = None, round_examples: int = ROUND) -> dict[str, Any]:
     """Run `workers` workers and merge their records into `check`'s shape."""
     open_database(database)  # a bad path or URL is refused here, before any worker starts
-    jobs = [(model, variant, tuple(properties), params, database, w, seed, seconds, round_examples)
-            for w in range(workers)]
-    if ray_address is not None:
-        reports = _on_ray(jobs, ray_address)
-    elif workers == 1:
-        reports = [work(*jobs[0])]
-    else:
-        import multiprocessing as mp
+    # a directory is given to the workers by its absolute path (a Ray node's workers run in a folder of their
+    # own), with a probe each must find there: a worker that does not share it would keep its examples apart
+    folder = None if _is_url(database) else os.path.abspath(database)
+    probe = None if folder is None else Probe(folder)
+    jobs = [(model, variant, tuple(properties), params, folder or database, w, seed, seconds, round_examples,
+             None if probe is None else probe.ask(w)) for w in range(workers)]
+    try:
+        if ray_address is not None:
+            reports = _on_ray(jobs, ray_address)
+        elif workers == 1:
+            reports = [work(*jobs[0])]
+        else:
+            import multiprocessing as mp
 
-        with mp.get_context("fork").Pool(workers) as pool:
-            reports = pool.starmap(work, jobs)
+            with mp.get_context("fork").Pool(workers) as pool:
+                reports = pool.starmap(work, jobs)
+        unseen = [r["worker"] for r in reports if r.get("unseen") or not (probe is None or probe.seen(r["worker"]))]
+    finally:
+        if probe is not None:
+            probe.close()
+    if unseen:
+        raise ConfigError("--database", "a directory every worker sees (on a cluster: shared storage, or a redis:// "
+                                        "URL)", database, f"{'workers' if len(unseen) > 1 else 'worker'} "
+                                                          f"{', '.join(map(str, unseen))} cannot read or write it "
+                                                          "where it runs")
     merged = []
     for name in properties:
         rows = [r["results"][name] for r in reports]

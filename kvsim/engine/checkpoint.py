@@ -23,7 +23,6 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
-import secrets
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -32,6 +31,7 @@ from typing import Any, Callable, Mapping
 
 from .errors import ConfigError
 from .memory import collection_paused
+from .shared import Probe
 
 FORMAT = 1
 CURRENT = "CURRENT"
@@ -212,41 +212,14 @@ class CheckpointDir:
 
 
     def unshared(self, ask: Callable[[list[tuple[str, str, str]]], list[bool]], workers: int) -> list[int]:
-        """The workers that do not share this folder with this process (another machine's disk, or none). This
-        process writes a token there; `ask` has each worker read it and write it back beside it (`sees`), and
-        this process reads what each wrote."""
-        os.makedirs(self.root, exist_ok=True)
-        token = secrets.token_hex(8)
-        probe = os.path.join(self.root, f"probe-{token}")
-        replies = [f"{probe}-{w}" for w in range(workers)]
+        """The workers that do not share this folder with this process (another machine's disk, or none):
+        `ask` has each worker check a `kvsim.engine.shared.Probe` written there (`shared.sees`)."""
+        probe = Probe(self.root)
         try:
-            Path(probe).write_text(token)
-            seen = ask([(probe, token, reply) for reply in replies])
-            return [w for w in range(workers) if not (seen[w] and _holds(replies[w], token))]
+            seen = ask([probe.ask(w) for w in range(workers)])
+            return [w for w in range(workers) if not (seen[w] and probe.seen(w))]
         finally:
-            for path in (probe, *replies):
-                try:
-                    os.remove(path)
-                except OSError:
-                    pass
-
-
-def sees(probe: str, token: str, reply: str) -> bool:
-    """Whether this process reads `token` in `probe` and can write it to `reply` (`CheckpointDir.unshared`)."""
-    if not _holds(probe, token):
-        return False
-    try:
-        Path(reply).write_text(token)
-    except OSError:
-        return False
-    return True
-
-
-def _holds(path: str, token: str) -> bool:
-    try:
-        return Path(path).read_text() == token
-    except OSError:
-        return False
+            probe.close()
 
 
 def _show(value: Any) -> str:

@@ -22,11 +22,12 @@ import pickle
 from array import array
 from typing import Any, Callable, Sequence
 
-from .checkpoint import dump, load, sees
+from .checkpoint import dump, load
 from .explore import action_kind
 from .hangs import HangRounds
 from .memory import YoungCollections, machine, resident_bytes
 from .pools import Mail
+from .shared import sees
 from .store import FingerprintSet, fingerprint_function
 
 
