@@ -11,9 +11,10 @@ from clihelp import kvsim, kvsim_json
 from kvsim.app import catalog
 from kvsim.engine.canon import canonical_json
 from kvsim.engine.descriptor import RunSpec
+from kvsim.engine.errors import ConfigError
 from kvsim.engine.explore import explore, realize
 from kvsim.engine.memory import machine, over_budget, resident_bytes
-from kvsim.engine.parallel import _search, absorb_level, explore_parallel
+from kvsim.engine.parallel import _search, absorb_level, explore_parallel, same_code
 from kvsim.engine.partition import Partition
 from kvsim.engine.pools import RayPool
 from kvsim.engine.store import FingerprintSet, FingerprintStore
@@ -169,7 +170,8 @@ def test_pd_staging_canonical_form_is_one_per_orbit():
 
 def test_pd_staging_rooms_are_not_interchangeable_where_the_initial_state_orders_them():
     # an unaligned decode prefix fails every room at registration: the ABORTs go out in room order to a live prefill
-    assert room_symmetry(staging("fixed", {"rooms": 2, "prompt_len": 3, "decode_prefix_len": 1, "page_size": 2})) is None
+    unaligned = {"rooms": 2, "prompt_len": 3, "decode_prefix_len": 1, "page_size": 2}
+    assert room_symmetry(staging("fixed", unaligned)) is None
     assert staging("fixed", {"rooms": 1}).canonical is None
     assert staging("fixed", {"rooms": 2}).canonical is not None
 
@@ -333,6 +335,20 @@ def test_the_memory_bound_holds_on_each_machine(elsewhere):
     assert over_budget([(("a", 100), 60), (("a", 100), 30)], None, 0.8)  # 90 > 80% of a's 100 bytes
     assert not over_budget([(("a", 100), 60), (("b", 100), 30)], None, 0.8)
     assert over_budget([(("a", 100), 60), (("b", 100), 30)], 50, None)  # the bytes bound, on a alone
+
+
+def test_workers_running_other_kvsim_sources_are_refused():
+    # a cluster node with another kvsim installed would search another system: refused before the search
+    system = run_of("pd-staging", "pre_05c7ebf").system
+    parts = [Partition(system, w, 2, "fingerprint", True, None) for w in range(2)]
+    try:
+        same_code(Inline(parts), 2)  # this tree everywhere
+        parts[1].code = lambda: "0123456789abcdef"
+        with pytest.raises(ConfigError, match=r"^--ray: expected every worker running this kvsim .*\(worker 1 run "):
+            same_code(Inline(parts), 2)
+    finally:
+        for part in parts:
+            part.finish()
 
 
 @pytest.mark.parametrize("args", [("--store", "fingerprint"), ("--workers", "2")])

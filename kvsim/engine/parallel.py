@@ -49,6 +49,8 @@ def explore_parallel(factory: Callable[[], Any], workers: int, *, ray_address: s
     pool = (RayPool(Partition, factory, workers, ray_address, **options) if use_ray
             else ProcessPool(Partition, factory, workers, **options))
     try:
+        if use_ray:
+            same_code(pool, workers)
         return _search(system, pool, workers, start, max_states, max_seconds, check_liveness, progress, store,
                        symmetry, (max_memory, memory_share), checkpoint, resume)
     finally:
@@ -180,6 +182,16 @@ def _search(system: Any, pool: Any, n: int, start: float, max_states: int, max_s
                          checkpoint=None if saved_gen is None else checkpoint.path,
                          worker_lines={p: sorted(r) for p, r in worker_lines.items()}
                          if any(s["lines"] is not None for s in summaries) else None)
+
+
+def same_code(pool: Any, n: int) -> None:
+    """Refuse a cluster whose workers run other kvsim sources than this process (a node with another version)."""
+    ours = Partition.code()
+    apart = [w for w, theirs in enumerate(pool.call("code", [()] * n)) if theirs != ours]
+    if apart:
+        raise ConfigError("--ray", f"every worker running this kvsim (sources {ours})", "a cluster",
+                          f"{'workers' if len(apart) > 1 else 'worker'} {', '.join(map(str, apart))} run other "
+                          "sources: install this kvsim on every node")
 
 
 def absorb_level(pool: Any, n: int, boxes: Sequence[Sequence[Any]], depth: int) -> list[Any]:

@@ -18,11 +18,12 @@ its `mail` (`kvsim.engine.pools`). Automatic garbage collection is off in a work
 
 from __future__ import annotations
 
+import importlib
 import pickle
 from array import array
 from typing import Any, Callable, Sequence
 
-from .checkpoint import dump, load
+from .checkpoint import code_digest, dump, load
 from .explore import action_kind
 from .hangs import HangRounds
 from .memory import YoungCollections, machine, resident_bytes
@@ -238,6 +239,12 @@ class Partition(HangRounds):
     def sees(probe: str, token: str, reply: str) -> bool:
         """Whether this worker shares the coordinator's checkpoint folder (`CheckpointDir.unshared`)."""
         return sees(probe, token, reply)
+
+    @staticmethod
+    def code() -> str:
+        """A digest of the kvsim this worker runs (the engine's and every model's sources): on a cluster, each
+        node's installed kvsim must be the coordinator's, or the workers would search another system."""
+        return code_digest(importlib.import_module("kvsim.engine"), importlib.import_module("kvsim.models"))
 
     @staticmethod
     def machine() -> tuple[str, int]:
