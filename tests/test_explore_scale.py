@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pickle
 import time
+from collections import deque
 
 import pytest
 
@@ -17,7 +18,7 @@ from kvsim.engine.memory import machine, over_budget, resident_bytes
 from kvsim.engine.parallel import _search, absorb_level, explore_parallel, same_code
 from kvsim.engine.partition import Partition
 from kvsim.engine.pools import RayPool
-from kvsim.engine.store import FingerprintSet, FingerprintStore
+from kvsim.engine.store import FingerprintSet, FingerprintStore, Interner
 from kvsim.engine.system import first_violation, run_actions
 from kvsim.models.pd_staging.symmetry import relabel, room_symmetry
 from toys import Counter, Pair
@@ -421,10 +422,72 @@ def test_record_text_is_the_repr_of_every_state_each_model_reaches():
     assert len(models) >= 5
     for spec in models:
         for variant in ("fixed", spec.variants.names[-1]):
-            system = RunSpec.resolve(spec, variant, {}).system()
-            states = explore(system, max_states=20_000, check_liveness=False, symmetry=False)._store.states
-            text = RecordText()
+            states = reached(RunSpec.resolve(spec, variant, {}).system(), 20_000)
+            text, intern = RecordText(), Interner()
             assert [text(s) for s in states] == [repr(s) for s in states], (spec.name, variant)
+            assert [repr(intern(s)) for s in states] == [repr(s) for s in states], (spec.name, variant)
+
+
+def reached(system, limit: int) -> list:
+    """The first `limit` states a breadth-first search meets, as the model's steps built them (not interned)."""
+    seen = {s: None for s in system.initial_states()}
+    queue = deque(seen)
+    while queue and len(seen) < limit:
+        state = queue.popleft()
+        for action in system.enabled(state):
+            nxt = system.step(state, action)
+            if nxt not in seen:
+                seen[nxt] = None
+                queue.append(nxt)
+    return list(seen)[:limit]
+
+
+def test_a_search_holds_equal_fields_of_its_states_once():
+    # every state the search keeps (full store: all of them) is made of the equal field values held before
+    def shared(states):
+        return all(len({id(s[i]) for s in states}) == len({s[i] for s in states}) for i in range(len(states[0])))
+
+    system = run_of("pd-staging", "pre_05c7ebf").system
+    assert not shared(reached(system(), 1000))  # the steps rebuild equal fields
+    assert shared(explore(system(), store="full")._store.states)
+    parts = [Partition(system, w, 2, "full", True, None) for w in range(2)]
+    result = _search(system(), Inline(parts), 2, time.perf_counter(), 10 ** 7, None, False, None, "full", True)
+    assert result.bound_hit is None and all(shared(list(part.ids)) for part in parts)  # each its own
+
+
+def test_an_interned_state_keeps_its_parents_fields_and_equal_values_as_one_object():
+    from collections import namedtuple
+
+    Two = namedtuple("Two", "a b")
+    intern = Interner(capacity=8)
+    first = intern(Two(tuple([1, 2]), "p"))
+    second = intern(Two(tuple([1, 2]), "q"))
+    assert second == Two((1, 2), "q") and second.a is first.a  # one (1, 2)
+    again = Two(first.a, "p")
+    assert intern(again) is again  # nothing to replace: the state itself
+    parent = Two([0], (3,))
+    child = Two(parent.a, (4,))
+    assert intern(child, like=parent) == child  # the parent's own field is kept as it is, without a lookup
+    with pytest.raises(TypeError):
+        intern(child)  # (a lookup would take its hash: a list has none)
+    plain = (1, 2)
+    assert intern(plain) is plain
+
+
+def test_a_state_whose_text_was_just_written_is_interned_from_the_text_cache():
+    from collections import namedtuple
+
+    from kvsim.engine.system import RecordText
+
+    Two = namedtuple("Two", "a b")
+    text = RecordText()
+    intern = Interner(text=text)
+    first, second = Two(tuple([1, 2]), "p"), Two(tuple([1, 2]), "q")
+    assert (text(first), text(second)) == (repr(first), repr(second))
+    assert text.held(first) is None  # not the state last written
+    held = intern(second)
+    assert held == second and held.a is first.a  # the cache's (1, 2)
+    assert intern.young == {}  # no lookup of its own
 
 
 def test_record_text_tells_apart_what_repr_tells_apart():

@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable, Sequence
 from .canon import to_jsonable
 from .checkpoint import CheckpointDir, Snapshot
 from .memory import YoungCollections, machine, memory_limit, resident_bytes
-from .store import FingerprintStore, FullStore, Recent, fingerprint_function
+from .store import FingerprintStore, FullStore, Interner, Recent, fingerprint_function
 from .system import TransitionSystem
 
 
@@ -166,8 +166,12 @@ def explore(system: TransitionSystem[Any, Any], *, max_depth: int | None = None,
     key, find, add, depth_of = visited.key, visited.find, visited.add, visited.depth
     bad, done_flag = visited.bad, visited.done
     saved_gen: str | None = None
+    intern = Interner(text=getattr(key, "text", None))
 
-    def discover(found: Any, state: Any, parent: int, action: Any, index: int, depth: int) -> int:
+    def discover(found: Any, reached: Any, parent: int, action: Any, index: int, depth: int, like: Any = None) -> int:
+        state = intern(reached, like)  # held from now on: its fields are the equal ones held already
+        if found is reached:  # the full store: the state is its own key, and one object
+            found = state
         sid = add(found, state, parent, action, index, depth)
         done_flag[sid] = done(state)
         for k, inv in enumerate(invariants):
@@ -217,7 +221,7 @@ def explore(system: TransitionSystem[Any, Any], *, max_depth: int | None = None,
                             bound_hit = "states"
                             queue.appendleft((sid, state))  # unexpanded: its successors are not all known
                             break
-                        tid = discover(k, rep, sid, action, index, depth + 1)
+                        tid = discover(k, rep, sid, action, index, depth + 1, state)
                         if depth + 1 > max_depth_seen:
                             max_depth_seen = depth + 1
                     if recent is not None:

@@ -29,7 +29,7 @@ from .hangs import HangRounds
 from .memory import YoungCollections, machine, resident_bytes
 from .pools import Mail
 from .shared import sees
-from .store import FingerprintSet, fingerprint_function
+from .store import FingerprintSet, Interner, fingerprint_function
 
 
 Entry = tuple[Any, "int | None", list[tuple[int, int]]]  # an outbox's state, its fingerprint if taken, its edges
@@ -58,6 +58,7 @@ class Partition(HangRounds):
         self.rev_src = array("q")  # reverse edges: (source gid -> target gid) for every transition into ours
         self.rev_dst = array("q")
         self.frontier: list[tuple[int, Any]] = []
+        self.intern = Interner()  # the states this worker holds share their equal fields
         self.fired: dict[str, int] = {}
         self.checked = [0] * len(self.system.invariants)
         self.collector = YoungCollections()  # as in `explore`; a tick each level, closed by `finish`
@@ -163,8 +164,10 @@ class Partition(HangRounds):
                 lid = self.ids.get(key)
                 if lid is None:
                     lid = len(self.parent)
+                    if state is not None:
+                        state = self.intern(state)  # held until the next level: its equal parts shared
                     if self.full:
-                        self.ids[key] = lid
+                        self.ids[state] = lid
                     else:
                         self.ids.put(key, lid)
                     parent, index = edges[0]
@@ -200,7 +203,7 @@ class Partition(HangRounds):
         for src, payload in enumerate(self.mail.fetch(inbox)):
             if payload is not None:
                 for at, state in zip(self.awaiting[src], pickle.loads(payload)):
-                    self.arriving[at] = state
+                    self.arriving[at] = self.intern(state)
         found: list[tuple[str, str, int, int]] = []
         invariants, done = self.system.invariants, self.system.done
         first = len(self.parent) - len(self.arriving)

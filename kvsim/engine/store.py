@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import hashlib
 from array import array
+from itertools import compress
+from operator import is_not
 from typing import Any, Callable, Iterator, Sequence
 
 from .canon import canonical_json, to_jsonable
@@ -108,14 +110,29 @@ def fingerprint(text: bytes) -> int:
     return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little") or 1
 
 
-def fingerprint_function(system: Any) -> Callable[[Any], int]:
-    """The fingerprint a run uses: BLAKE2b of the system's `encode_state(state) -> bytes` where it has one,
-    else of the state's `repr` (written by a `RecordText` of this run)."""
+def fingerprint_function(system: Any) -> "Fingerprint":
+    """The fingerprint a run uses: BLAKE2b of the system's `encode_state(state) -> bytes` where it has one
+    (its `state_text`, if it has one, is the `RecordText` that writes it), else of the state's `repr`,
+    written by a `RecordText` of this run."""
     encode = getattr(system, "encode_state", None)
     if encode is None:
-        text = RecordText()
-        return lambda state: fingerprint(text(state).encode("utf-8", "backslashreplace"))
-    return lambda state: fingerprint(encode(state))
+        return Fingerprint(RecordText())
+    return Fingerprint(getattr(system, "state_text", None), encode)
+
+
+class Fingerprint:
+    """A state's fingerprint: of `encode(state)`, or of the `repr` that `text` writes. `text` is the
+    `RecordText` that wrote the last state's text, where one did: its fields are held there (`Interner`)."""
+
+    __slots__ = ("text", "encode")
+
+    def __init__(self, text: RecordText | None, encode: Callable[[Any], bytes] | None = None) -> None:
+        self.text, self.encode = text, encode
+
+    def __call__(self, state: Any) -> int:
+        if self.encode is None:
+            return fingerprint(self.text(state).encode("utf-8", "backslashreplace"))
+        return fingerprint(self.encode(state))
 
 
 class FingerprintSet:
@@ -302,3 +319,60 @@ class _Flag:
             self.flags[sid] |= self.bit
         else:
             self.flags[sid] &= ~self.bit & 0xFF
+
+
+class Interner:
+    """A state whose fields are the equal values met lately (two generations per field position), as one object
+    each: the states a search holds (its frontier, the full store) then share their equal parts, instead of
+    each successor holding its own copy of what its step rebuilt (pd-staging 2 x 2: a level of 354,054
+    states takes 188 bytes a state where it took 879). Fields that are `like`'s own objects (a successor's
+    unchanged fields are its parent's) are kept without a lookup, and a state whose fingerprint `text` (the
+    search's `RecordText`) wrote last is made of the values that cache holds, with no lookup at all. Rests on
+    `RecordText`'s contract: equal field values are one value to the explorer. Anything but a named tuple
+    is returned as it is."""
+
+    __slots__ = ("young", "old", "size", "capacity", "kinds", "text")
+
+    def __init__(self, capacity: int = 1 << 16, text: RecordText | None = None) -> None:
+        self.text = text  # a `RecordText` that wrote the state last already holds its fields: no lookup then
+        self.young: dict[type, list[dict[Any, Any]]] = {}
+        self.old: dict[type, list[dict[Any, Any]]] = {}
+        self.size, self.capacity = 0, capacity
+        self.kinds: dict[type, range | None] = {}  # a named tuple's field positions; None for any other type
+
+    def __call__(self, state: Any, like: Any = None) -> Any:
+        held = None if self.text is None else self.text.held(state)
+        if held is not None:
+            return held
+        kind = type(state)
+        every = self.kinds.get(kind, False)
+        if every is False:
+            every = self._learn(kind)
+        if every is None:
+            return state
+        young, old = self.young[kind], self.old[kind]
+        fields = None
+        for i in every if type(like) is not kind else compress(every, map(is_not, state, like)):
+            value = state[i]
+            held = young[i].get(value)
+            if held is None:
+                held = old[i].get(value, value)
+                young[i][held] = held
+                self.size += 1
+            if held is not value:
+                if fields is None:
+                    fields = list(state)
+                fields[i] = held
+        if self.size >= self.capacity:
+            self.old, self.size = self.young, 0
+            self.young = {k: [{} for _ in v] for k, v in self.old.items()}
+        return state if fields is None else tuple.__new__(kind, fields)
+
+    def _learn(self, kind: type) -> range | None:
+        if not (issubclass(kind, tuple) and hasattr(kind, "_fields")):
+            self.kinds[kind] = None
+            return None
+        every = self.kinds[kind] = range(len(kind._fields))
+        self.young[kind] = [{} for _ in every]
+        self.old[kind] = [{} for _ in every]
+        return every

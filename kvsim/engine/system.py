@@ -183,16 +183,23 @@ class RecordText:
     `capacity` entries together. A value stands for every value equal to it: states that compare
     equal are one state to the explorer (the full store and its cache of recent successors already
     hold them so), and the models' tests check that equal fields have one `repr`. Anything that is not
-    a named tuple gets its `repr`.
+    a named tuple gets its `repr`. The cache keeps the first of equal field values it met: `held` gives
+    the state last written made of those (what a search keeps, `kvsim.engine.store.Interner`).
     """
 
-    __slots__ = ("young", "old", "size", "capacity", "formats")
+    __slots__ = ("young", "old", "size", "capacity", "formats", "last", "last_held")
 
     def __init__(self, capacity: int = 1 << 14) -> None:
-        self.young: dict[type, list[dict[Any, str]]] = {}
-        self.old: dict[type, list[dict[Any, str]]] = {}
+        self.young: dict[type, list[dict[Any, tuple[str, Any]]]] = {}
+        self.old: dict[type, list[dict[Any, tuple[str, Any]]]] = {}
         self.size, self.capacity = 0, capacity
         self.formats: dict[type, str | None] = {}
+        self.last: Any = None  # the state last written, and that state made of the field values held here
+        self.last_held: Any = None
+
+    def held(self, state: Any) -> Any:
+        """`state` made of the equal field values this cache holds, if it is the state last written; else None."""
+        return self.last_held if state is self.last else None
 
     def __call__(self, state: Any) -> str:
         kind = type(state)
@@ -202,19 +209,24 @@ class RecordText:
         if form is None:
             return repr(state)
         young, old = self.young[kind], self.old[kind]
-        texts = []
+        texts, fields = [], None
         for i, value in enumerate(state):
-            text = young[i].get(value)
-            if text is None:
-                text = old[i].get(value)
-                if text is None:
-                    text = repr(value)
-                young[i][value] = text
+            entry = young[i].get(value)
+            if entry is None:
+                entry = old[i].get(value)
+                if entry is None:
+                    entry = (repr(value), value)
+                young[i][entry[1]] = entry
                 self.size += 1
-            texts.append(text)
+            texts.append(entry[0])
+            if entry[1] is not value:
+                if fields is None:
+                    fields = list(state)
+                fields[i] = entry[1]
         if self.size >= self.capacity:
             self.old, self.size = self.young, 0
             self.young = {k: [{} for _ in v] for k, v in self.old.items()}
+        self.last, self.last_held = state, state if fields is None else tuple.__new__(kind, fields)
         return form % tuple(texts)
 
     def _learn(self, kind: type) -> str | None:
