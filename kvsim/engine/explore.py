@@ -130,8 +130,9 @@ def explore(system: TransitionSystem[Any, Any], *, max_depth: int | None = None,
     share of the machine's memory resident, both checked every few thousand expansions) stop the search
     cleanly: `bound_hit` names the one that did, and states left unexpanded count as "might still
     finish" (no false hang). `store` is "full" (every state kept; the graph can be exported) or
-    "fingerprint" (64-bit fingerprints in flat arrays, see `kvsim.engine.store`). A system that defines `canonical(state)` (one representative
-    per orbit of its symmetries) is explored one representative per orbit unless `symmetry=False`;
+    "fingerprint" (64-bit fingerprints in flat arrays, see `kvsim.engine.store`). A system that defines
+    `canonical(state)` (one representative per orbit of its symmetries) is explored one representative
+    per orbit unless `symmetry=False`;
     the reported paths are mapped back to paths of the real system. With a `checkpoint`, the search is
     saved there every `checkpoint.every` seconds and when a bound other than the depth stops it;
     `resume` goes on from its last save, to the result one uninterrupted search would give.
