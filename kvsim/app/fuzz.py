@@ -24,7 +24,7 @@ from typing import Any, Sequence
 from ..engine.errors import ConfigError
 from ..engine.pools import WORKER, connect_ray
 from ..engine.registry import Registry
-from ..engine.shared import Probe, sees
+from ..engine.shared import Probe, named, sees
 
 ROUND = 50  # examples of one property per round (a round is the unit between two looks at the clock)
 SEED_STRIDE = 1_000_003
@@ -123,9 +123,7 @@ def fuzz(model: str, variant: str, properties: Sequence[str], params: dict[str, 
             probe.close()
     if unseen:
         raise ConfigError("--database", "a directory every worker sees (on a cluster: shared storage, or a redis:// "
-                                        "URL)", database, f"{'workers' if len(unseen) > 1 else 'worker'} "
-                                                          f"{', '.join(map(str, unseen))} cannot read or write it "
-                                                          "where it runs")
+                                        "URL)", database, f"{named(unseen)} cannot read or write it where it runs")
     merged = []
     for name in properties:
         rows = [r["results"][name] for r in reports]

@@ -26,6 +26,7 @@ from .hangs import spread_hangs
 from .memory import machine, over_budget, resident_bytes
 from .partition import Partition
 from .pools import ProcessPool, RayPool
+from .shared import named
 from .canon import to_jsonable
 from .errors import ConfigError
 
@@ -70,8 +71,7 @@ def _search(system: Any, pool: Any, n: int, start: float, max_states: int, max_s
         if apart:
             raise ConfigError("--resume" if resume else "--checkpoint",
                               "a folder every worker sees (on a cluster, storage every node shares)", checkpoint.path,
-                              f"{'workers' if len(apart) > 1 else 'worker'} {', '.join(map(str, apart))} cannot "
-                              "read or write it where it runs")
+                              f"{named(apart)} cannot read or write it where it runs")
     if resume:
         if checkpoint is None:
             raise ValueError("resume: needs the checkpoint to go on from")
@@ -106,7 +106,8 @@ def _search(system: Any, pool: Any, n: int, start: float, max_states: int, max_s
         checkpoint.schedule(start)
     boxes = None if resume else [[payload] for payload in pool.one(0, "initial")]
     bounded = memory != (None, None)
-    machines, here = pool.call("machine", [()] * n) if bounded else [], machine()
+    machines = pool.call("machine", [()] * n) if bounded else []  # where each worker runs, and its memory
+    here = machine()
     worker_bytes = pool.call("memory", [()] * n) if resume and bounded else []
     while True:
         if boxes is not None:  # a resumed search goes on with the level it saved: expanded first
@@ -186,12 +187,11 @@ def _search(system: Any, pool: Any, n: int, start: float, max_states: int, max_s
 
 def same_code(pool: Any, n: int) -> None:
     """Refuse a cluster whose workers run other kvsim sources than this process (a node with another version)."""
-    ours = Partition.code()
-    apart = [w for w, theirs in enumerate(pool.call("code", [()] * n)) if theirs != ours]
+    ours, theirs = Partition.code(), pool.call("code", [()] * n)
+    apart = [w for w in range(n) if theirs[w] != ours]
     if apart:
-        raise ConfigError("--ray", f"every worker running this kvsim (sources {ours})", "a cluster",
-                          f"{'workers' if len(apart) > 1 else 'worker'} {', '.join(map(str, apart))} run other "
-                          "sources: install this kvsim on every node")
+        raise ConfigError("--ray", f"every worker running this kvsim (sources {ours})", f"sources {theirs[apart[0]]}",
+                          f"{named(apart)}: install this kvsim on every node")
 
 
 def absorb_level(pool: Any, n: int, boxes: Sequence[Sequence[Any]], depth: int) -> list[Any]:

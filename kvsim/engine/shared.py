@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import secrets
 from pathlib import Path
+from typing import Sequence
 
 
 class Probe:
@@ -51,6 +52,11 @@ def sees(probe: str, token: str, reply: str) -> bool:
     except OSError:
         return False
     return True
+
+
+def named(workers: Sequence[int]) -> str:
+    """`worker 1` or `workers 0, 2`: the workers an error names."""
+    return f"{'workers' if len(workers) > 1 else 'worker'} {', '.join(map(str, workers))}"
 
 
 def holds(path: str, token: str) -> bool:
