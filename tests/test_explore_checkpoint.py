@@ -82,6 +82,31 @@ def test_a_folder_a_worker_does_not_see_is_refused_before_the_search(tmp_path, m
     assert os.listdir(tmp_path / "search") == []
 
 
+def test_a_save_that_fails_ends_with_one_line_and_leaves_the_last_save_in_force(tmp_path, monkeypatch):
+    # a worker's disk is full at the second save: one line, not a traceback; the first save is resumed as if
+    # the failed run had never been
+    run = run_of("pd-staging", "pre_05c7ebf")
+    whole = explore_parallel(run.system, 2, checkpoint=CheckpointDir(tmp_path / "never", {}, every=None))
+    explore_parallel(run.system, 2, max_states=whole.states // 3, checkpoint=CheckpointDir(tmp_path / "search", {}))
+    first = CheckpointDir(tmp_path / "search", {}).current()
+
+    def full(self, path):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Partition, "save", full)  # the forked workers inherit it
+    with pytest.raises(ConfigError, match=r"^--resume: expected a folder the search can save to, .* \(saving failed: "
+                                          r".*No space left on device; the last complete save stays in force\)$"):
+        explore_parallel(run.system, 2, max_states=2 * whole.states // 3,
+                         checkpoint=CheckpointDir(tmp_path / "search", {}), resume=True)
+    monkeypatch.undo()
+    assert CheckpointDir(tmp_path / "search", {}).current() == first
+    result = explore_parallel(run.system, 2, checkpoint=CheckpointDir(tmp_path / "search", {}), resume=True)
+    assert outcome(result) == outcome(whole)
+    monkeypatch.setattr(checkpoint, "dump", lambda path, *objects: full(None, path))  # one process, a first save
+    with pytest.raises(ConfigError, match=r"^--checkpoint: .*No space left on device; nothing was saved\)$"):
+        explore(run.system(), max_states=whole.states // 3, checkpoint=CheckpointDir(tmp_path / "other", {}))
+
+
 def test_a_depth_bound_stays_the_searchs_own_across_a_resume(tmp_path):
     system = run_of("pd-protocol", "pre_35281").system()
     whole = explore(system, max_depth=9)

@@ -25,11 +25,12 @@ import os
 import pickle
 import shutil
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
-from .errors import ConfigError
+from .errors import ConfigError, KvsimError
 from .memory import collection_paused
 from .shared import Probe
 
@@ -189,6 +190,20 @@ class CheckpointDir:
                               f"{type(exc).__name__}: {exc}") from None
 
     # -- writing ---------------------------------------------------------------------------------------
+    @contextmanager
+    def saving(self, option: str) -> Iterator[None]:
+        """A save that fails (a full disk, a worker that cannot write) ends the search with one line naming
+        `option`, not a traceback: the save `CURRENT` names, if any, is untouched and stays the one to resume."""
+        try:
+            yield
+        except KvsimError:
+            raise
+        except Exception as exc:  # from this process or, through its pool, from a worker
+            last = (str(exc).strip().splitlines() or [""])[-1]
+            kept = "the last complete save stays in force" if self.current() else "nothing was saved"
+            raise ConfigError(option, "a folder the search can save to", self.path,
+                              f"saving failed: {type(exc).__name__}: {last}; {kept}") from None
+
     def begin(self) -> str:
         """A new, empty generation folder: fill it, then `commit` it."""
         os.makedirs(self.root, exist_ok=True)

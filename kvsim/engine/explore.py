@@ -190,8 +190,9 @@ def explore(system: TransitionSystem[Any, Any], *, max_depth: int | None = None,
     def save() -> str:
         snapshot = Snapshot(visited, list(queue), dict(violations), transitions, max_depth_seen, checked, fired,
                             depth_cut, before + time.perf_counter() - start)
-        gen = checkpoint.begin()
-        checkpoint.commit(gen, snapshot)
+        with checkpoint.saving("--resume" if resume else "--checkpoint"):
+            gen = checkpoint.begin()
+            checkpoint.commit(gen, snapshot)
         return gen
 
     if not resume:

@@ -85,10 +85,11 @@ def _search(system: Any, pool: Any, n: int, start: float, max_states: int, max_s
     bound_hit = "depth" if at.depth_cut else None
 
     def save() -> str:
-        gen = checkpoint.begin()
-        pool.call("save", [(partition_file(gen, w),) for w in range(n)])
-        at.seconds = before + time.perf_counter() - start
-        checkpoint.commit(gen, at)
+        with checkpoint.saving("--resume" if resume else "--checkpoint"):
+            gen = checkpoint.begin()
+            pool.call("save", [(partition_file(gen, w),) for w in range(n)])
+            at.seconds = before + time.perf_counter() - start
+            checkpoint.commit(gen, at)
         return gen
 
     def stop() -> str | None:
