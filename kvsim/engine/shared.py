@@ -22,21 +22,24 @@ class Probe:
         os.makedirs(folder, exist_ok=True)
         self.token = secrets.token_hex(8)
         self.path = os.path.join(folder, f".kvsim-probe-{self.token}")
-        self.replies: list[str] = []
+        self.asked: list[int] = []
         Path(self.path).write_text(self.token)
+
+    def reply(self, worker: int) -> str:
+        """Where worker `worker` writes the token back."""
+        return f"{self.path}-{worker}"
 
     def ask(self, worker: int) -> tuple[str, str, str]:
         """What worker `worker` is given to check: (the probe's path, its token, where to write it back)."""
-        reply = f"{self.path}-{worker}"
-        self.replies.append(reply)
-        return self.path, self.token, reply
+        self.asked.append(worker)
+        return self.path, self.token, self.reply(worker)
 
     def seen(self, worker: int) -> bool:
         """Whether worker `worker` wrote the token back where this process reads it."""
-        return holds(f"{self.path}-{worker}", self.token)
+        return holds(self.reply(worker), self.token)
 
     def close(self) -> None:
-        for path in (self.path, *self.replies):
+        for path in (self.path, *map(self.reply, self.asked)):
             try:
                 os.remove(path)
             except OSError:

@@ -26,7 +26,7 @@ from operator import is_not
 from typing import Any, Callable, Iterator, Sequence
 
 from .canon import canonical_json, to_jsonable
-from .system import RecordText
+from .system import FieldCaches, RecordText
 
 
 class FullStore:
@@ -321,7 +321,7 @@ class _Flag:
             self.flags[sid] &= ~self.bit & 0xFF
 
 
-class Interner:
+class Interner(FieldCaches):
     """A state whose fields are the equal values met lately (two generations per field position), as one object
     each: the states a search holds (its frontier, the full store) then share their equal parts, instead of
     each successor holding its own copy of what its step rebuilt (pd-staging 2 x 2: a level of 354,054
@@ -331,13 +331,11 @@ class Interner:
     `RecordText`'s contract: equal field values are one value to the explorer. Anything but a named tuple
     is returned as it is."""
 
-    __slots__ = ("young", "old", "size", "capacity", "kinds", "text")
+    __slots__ = ("kinds", "text")
 
     def __init__(self, capacity: int = 1 << 16, text: RecordText | None = None) -> None:
+        super().__init__(capacity)  # entries: value -> the equal value held
         self.text = text  # a `RecordText` that wrote the state last already holds its fields: no lookup then
-        self.young: dict[type, list[dict[Any, Any]]] = {}
-        self.old: dict[type, list[dict[Any, Any]]] = {}
-        self.size, self.capacity = 0, capacity
         self.kinds: dict[type, range | None] = {}  # a named tuple's field positions; None for any other type
 
     def __call__(self, state: Any, like: Any = None) -> Any:
@@ -364,8 +362,7 @@ class Interner:
                     fields = list(state)
                 fields[i] = held
         if self.size >= self.capacity:
-            self.old, self.size = self.young, 0
-            self.young = {k: [{} for _ in v] for k, v in self.old.items()}
+            self._age()
         return state if fields is None else tuple.__new__(kind, fields)
 
     def _learn(self, kind: type) -> range | None:
@@ -373,6 +370,5 @@ class Interner:
             self.kinds[kind] = None
             return None
         every = self.kinds[kind] = range(len(kind._fields))
-        self.young[kind] = [{} for _ in every]
-        self.old[kind] = [{} for _ in every]
+        self._fields(kind, len(every))
         return every

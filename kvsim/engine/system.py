@@ -174,7 +174,29 @@ def least_by_repr(state: Any, others: Iterable[Any], text_of: Callable[[Any], st
 _NAMED_TUPLE_REPR = namedtuple("_Probe", "x").__repr__.__code__  # every named tuple's own `repr` runs this code
 
 
-class RecordText:
+class FieldCaches:
+    """Values met lately, by equal value: per named-tuple type, one dict per field position, in two generations
+    of at most `capacity` entries together (`RecordText`, `kvsim.engine.store.Interner`)."""
+
+    __slots__ = ("young", "old", "size", "capacity")
+
+    def __init__(self, capacity: int) -> None:
+        self.young: dict[type, list[dict[Any, Any]]] = {}
+        self.old: dict[type, list[dict[Any, Any]]] = {}
+        self.size, self.capacity = 0, capacity
+
+    def _fields(self, kind: type, count: int) -> None:
+        """Empty caches for the `count` fields of `kind`."""
+        self.young[kind] = [{} for _ in range(count)]
+        self.old[kind] = [{} for _ in range(count)]
+
+    def _age(self) -> None:
+        """The young generation, full, becomes the old one; the old one is dropped."""
+        self.old, self.size = self.young, 0
+        self.young = {k: [{} for _ in v] for k, v in self.old.items()}
+
+
+class RecordText(FieldCaches):
     """`repr(state)` for a state that is a named tuple, each field's `repr` kept by value for the states to come.
 
     A search writes the text of every state it reaches (the fingerprint is taken of it); most fields of a
@@ -187,12 +209,10 @@ class RecordText:
     the state last written made of those (what a search keeps, `kvsim.engine.store.Interner`).
     """
 
-    __slots__ = ("young", "old", "size", "capacity", "formats", "last", "last_held")
+    __slots__ = ("formats", "last", "last_held")
 
     def __init__(self, capacity: int = 1 << 14) -> None:
-        self.young: dict[type, list[dict[Any, tuple[str, Any]]]] = {}
-        self.old: dict[type, list[dict[Any, tuple[str, Any]]]] = {}
-        self.size, self.capacity = 0, capacity
+        super().__init__(capacity)  # entries: (the value's `repr`, the value)
         self.formats: dict[type, str | None] = {}
         self.last: Any = None  # the state last written, and that state made of the field values held here
         self.last_held: Any = None
@@ -224,8 +244,7 @@ class RecordText:
                     fields = list(state)
                 fields[i] = entry[1]
         if self.size >= self.capacity:
-            self.old, self.size = self.young, 0
-            self.young = {k: [{} for _ in v] for k, v in self.old.items()}
+            self._age()
         self.last, self.last_held = state, state if fields is None else tuple.__new__(kind, fields)
         return form % tuple(texts)
 
@@ -236,8 +255,7 @@ class RecordText:
             self.formats[kind] = None
             return None
         form = self.formats[kind] = kind.__name__ + "(" + ", ".join(f"{f}=%s" for f in fields) + ")"
-        self.young[kind] = [{} for _ in fields]
-        self.old[kind] = [{} for _ in fields]
+        self._fields(kind, len(fields))
         return form
 
 
