@@ -170,3 +170,17 @@ def test_the_0_5_23_findings_are_in_docs_findings_with_their_fix_run(reg):
     assert "variant `proposed_per_dst_retry`" in text and "holds, the violation is gone" in text
     assert "`MooncakeKVManager.transfer_worker`" in text
     assert "sglang-05c7ebf-staging-stale-write-after-release.md" not in os.listdir(folder)  # fixed in 0.5.23
+
+
+@pytest.mark.parametrize("bug_id, step", [
+    # a message record inside the action: the step compares it with the records in the channel
+    ("sglang-pd-common-failed-not-sticky", "5. deliver_prefill(message=TINFO(room=0))"),
+    ("sglang-pr35281-stale-work-flips-success", None),
+    # a model without `actions.describe`: the system's own action, not its JSON list
+    ("flashinfer-4031-nontransactional-replan", "1. plan(request=0)"),
+])
+def test_report_replays_the_path_through_the_systems_own_actions(reg, bug_id, step):
+    result, text = report(reg.bug(bug_id))
+    lines = re.findall(r"^\d+\. (.+)$", text.split("## Minimal counterexample")[1].split("## ")[0], re.M)
+    assert len(lines) == len(result.counterexample["trace"]) and not any(l.startswith("[") for l in lines)
+    assert step is None or step in text

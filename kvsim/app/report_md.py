@@ -24,6 +24,7 @@ from ..engine.explore import explore
 from ..engine.params import param_args
 from ..engine.registry import REGISTRY, BugReport
 from ..engine.system import transition
+from .counterexample import match_path
 from .repro import FIXED_CHECK_EXAMPLES, ReproResult, baseline_variant, reproduce
 
 LIVENESS_DOC = "from every reachable state some run concludes every room on both sides (no hang)"
@@ -42,25 +43,24 @@ def describer(model: Any) -> tuple[Callable[[Any], str] | None, dict | None]:
 
 
 def steps(bug: BugReport, trace: list) -> list[tuple[str, list[str]]]:
-    """The path as (action in words, [what it did in words]), replayed through the bug's system."""
+    """The path as (action in words, [what it did in words]), replayed through the bug's system: each saved
+    action is matched to the system's own enabled action (`counterexample.match_path`), whose nested records
+    the step compares, not to the JSON form's lists."""
     from ..engine.actions import decode
 
     model = REGISTRY.model(bug.model)
     describe, types = describer(model)
     system = model.build_system(bug.variant, dict(bug.params))
-    actions = [decode(a, types) if types else a for a in trace]
-    for start in system.initial_states():
-        state, out = start, []
-        for action in actions:
-            key = canonical_json(action)
-            if not any(canonical_json(a) == key for a in system.enabled(state)):
-                break
-            state, effects = transition(system, state, action)
-            said = [describe(e) for e in effects] if describe else []
-            out.append((describe(action) if describe else repr(action), [s for s in said if s]))
-        else:
-            return out
-    return [(describe(a) if describe else repr(a), []) for a in actions]
+    say = describe or repr
+    state, taken, failure = match_path(system, trace)
+    if failure:
+        return [(say(decode(a, types) if types else a), []) for a in trace]
+    out = []
+    for action in taken:
+        state, effects = transition(system, state, action)
+        said = [describe(e) for e in effects] if describe else []
+        out.append((say(action), [s for s in said if s]))
+    return out
 
 
 def check_doc(bug: BugReport) -> str:
