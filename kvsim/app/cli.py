@@ -31,7 +31,7 @@ from ..engine.progress import Progress
 from ..engine.sim import DEFAULT_MAX_EVENTS, DEFAULT_MAX_SECONDS
 from ..conform.cli import add_arguments as conform_arguments
 from ..conform.cli import cmd_conform
-from . import catalog, counterexample, junit, linecov
+from . import catalog, counterexample, junit, linecov, outputs
 
 
 EXIT_OK, EXIT_VIOLATION, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
@@ -316,12 +316,23 @@ def _positive_int(field: str) -> Callable[[str], int]:
 
 
 def _paths(args: argparse.Namespace) -> None:
-    for flag in ("trace", "save", "graph"):
+    """Every path the command will write to, tried before any work (`outputs`): a long search is not lost to
+    a path it cannot write at its end."""
+    command = args.command
+    files = ["save", "graph", "junit"] + (["trace"] if command == "simulate" else [])
+    folders = ["checkpoint", "resume"] if command == "explore" else []
+    out = getattr(args, "out", None)
+    if command == "repro":
+        if out is not None and not args.report:
+            raise ConfigError("--out", "--report as well", out)
+        # with --all, or naming a folder, --out is the folder the reports go to (`report_md.write_reports`)
+        (folders if out is not None and (args.all or os.path.isdir(out) or out.endswith(os.sep)) else files).append("out")
+    else:
+        (folders if command == "report" else files).append("out")
+    for flag, check in [(f, outputs.writable_file) for f in files] + [(f, outputs.writable_folder) for f in folders]:
         value = getattr(args, flag, None)
-        if value is not None and not value.strip() and not (flag == "trace" and args.command == "replay"):
-            raise ConfigError(f"--{flag}", "a file path", value)
-    if getattr(args, "junit", None) is not None:
-        junit.check_path(args.junit)
+        if value is not None:
+            check(f"--{flag}", value)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -567,8 +578,6 @@ def cmd_repro(args: argparse.Namespace) -> int:
 
         write_reports(results, args.out, folder=args.all, seed=args.seed)
         return 1 if broken else EXIT_INCOMPLETE if not_run else 0
-    if args.out:
-        raise ConfigError("--out", "--report as well", args.out)
     doc = {"seed": args.seed, "bugs": [r.to_json() for r in results], "complete": not not_run,
            "stopped_by": "max-seconds" if not_run else None, "not_run": not_run}
 
@@ -905,8 +914,6 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from .site import build_site
 
-    if not args.out.strip():
-        raise ConfigError("--out", "a folder path", args.out)
     reg = catalog.load()
     progress = Progress(len(reg.bugs), "report")
     result = build_site(args.out, reg, seed=args.seed, conform=args.conform, bench=args.bench,

@@ -16,7 +16,6 @@ off by `--max-seconds` or a search bound) is `<skipped message=...>`.
 
 from __future__ import annotations
 
-import os
 import shlex
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
@@ -229,16 +228,6 @@ def document(name: str, suites: Iterable[ET.Element]) -> ET.ElementTree:
     root.extend(suites)
     ET.indent(root)
     return ET.ElementTree(root)
-
-
-def check_path(path: str) -> None:
-    """Before the work: `path` can be a new or replaced file (its folder exists and is writable)."""
-    if not path.strip() or "\0" in path:
-        raise ConfigError("--junit", "a writable file path", path)
-    folder = os.path.dirname(os.path.abspath(path))
-    if os.path.isdir(path) or not os.path.isdir(folder) or not os.access(folder, os.W_OK):
-        hint = "a folder" if os.path.isdir(path) else f"no writable folder {folder}"
-        raise ConfigError("--junit", "a writable file path", path, hint)
 
 
 def write(path: str, name: str, suites: Iterable[ET.Element]) -> None:

@@ -18,7 +18,7 @@ import os
 from dataclasses import fields
 from typing import Any, Callable
 
-from ..engine.canon import canonical_json, to_jsonable
+from ..engine.canon import to_jsonable
 from ..engine.errors import ConfigError
 from ..engine.explore import explore
 from ..engine.params import param_args

@@ -9,7 +9,7 @@ import argparse
 import json
 import sys
 
-from kvsim.app import junit
+from kvsim.app import junit, outputs
 from kvsim.engine.errors import ConfigError, KvsimError
 
 from .report import (exit_code, format_results, format_table, parse_versions, release_table, run_all,
@@ -43,7 +43,7 @@ def cmd_conform(args: argparse.Namespace) -> int:
         if args.max_examples < 1:
             raise ConfigError("--max-examples", "an integer >= 1", args.max_examples)
         if args.junit is not None:
-            junit.check_path(args.junit)
+            outputs.writable_file("--junit", args.junit)
         options = RunOptions(max_examples=args.max_examples, seed=args.seed, device=args.device)
         chosen = select_targets(args.engine, args.target)
         if args.versions:
