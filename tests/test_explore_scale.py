@@ -308,15 +308,26 @@ def test_cli_workers_and_store_agree_with_the_plain_run():
     assert doc["store"] == "fingerprint" and doc["bytes_per_state"] > 0 and doc["collision_probability"] > 0
 
 
-@pytest.mark.parametrize("extra", [(), ("--workers", "2")])
-def test_a_search_stops_cleanly_at_its_memory_bound(extra):
+def test_a_search_stops_cleanly_at_its_memory_bound():
     # 0.05 GiB is passed at once (an interpreter with the model loaded holds more): the search stops at its first
     # check, says so and proves nothing; the same search with the default bound finishes
-    doc = kvsim_json("explore", "pd-staging", "--param", "rooms=2", "--max-memory", "0.05", *extra, expect=3)
+    doc = kvsim_json("explore", "pd-staging", "--param", "rooms=2", "--max-memory", "0.05", expect=3)
     assert doc["bound_hit"] == "memory" and doc["complete"] is False and doc["violations"] == []
     assert 0 < doc["states"] < 100_000
-    finished = kvsim_json("explore", "pd-staging", "--variant", "pre_05c7ebf", *extra, expect=1)
+    finished = kvsim_json("explore", "pd-staging", "--variant", "pre_05c7ebf", expect=1)
     assert finished["complete"] is True
+    # two forked workers, each a copy of the command's process, do not fit beside it in 0.05 GiB: refused unforked
+    refused = kvsim_json("explore", "pd-staging", "--param", "rooms=2", "--max-memory", "0.05", "--workers", "2",
+                         expect=2)["error"]
+    assert refused["field"] == "--workers" and refused["expected"].startswith("at most 0 forked workers")
+
+
+def test_forked_workers_stop_cleanly_at_the_memory_bound():
+    # a bound that holds the two forks beside this process, and not the search: it stops between two levels
+    run = RunSpec.resolve(catalog.models().model("pd-staging"), "fixed", {"rooms": 2})
+    result = explore_parallel(run.system, 2, store="full", max_memory=int(3.5 * resident_bytes()))
+    assert result.bound_hit == "memory" and not result.violations
+    assert 0 < result.states < 988_343
 
 
 @pytest.mark.parametrize("elsewhere", [False, True])

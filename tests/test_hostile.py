@@ -296,3 +296,19 @@ def test_an_error_echoing_control_characters_stays_one_line(capsys):
     # found by tests/test_fuzz_cli.py: U+001E (and newlines) in an argument split the error line
     line = one_line_error(*run(capsys, "check", "swa-budget", "--faults", "\x1e\nx"))
     assert "\\x1e" in line and "\\n" in line
+
+
+@pytest.mark.parametrize("argv", [
+    ["explore", "swa-budget", "--workers", "200", "--max-memory", "1"],
+    ["fuzz", "swa-budget", "--workers", "1000000", "--minutes", "0.01"],
+])
+def test_more_forked_workers_than_the_memory_bound_holds_are_refused_before_any_fork(capsys, monkeypatch, argv):
+    import os
+
+    monkeypatch.setattr(os, "fork", lambda: pytest.fail("a worker was forked"))
+    code, out, err = run(capsys, *argv, "--json")
+    error = json.loads(out)["error"]
+    assert code == 2 and error["field"] == "--workers" and error["received"] == int(argv[3])
+    assert error["expected"].startswith("at most ") and "forked workers: each starts as a copy of this" in err
+    bound = int(error["expected"].split()[2])
+    assert 0 < bound < int(argv[3])

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..engine.errors import ConfigError
+from ..engine.memory import DEFAULT_SHARE, refuse_forks
 from ..engine.pools import WORKER, connect_ray
 from ..engine.registry import Registry
 from ..engine.shared import Probe, named, sees
@@ -100,6 +101,8 @@ def work(model: str, variant: str, properties: Sequence[str], params: dict[str, 
 def fuzz(model: str, variant: str, properties: Sequence[str], params: dict[str, Any], database: str, workers: int,
          seed: int, seconds: float, ray_address: str | None = None, round_examples: int = ROUND) -> dict[str, Any]:
     """Run `workers` workers and merge their records into `check`'s shape."""
+    if ray_address is None and workers > 1:
+        refuse_forks(workers, None, DEFAULT_SHARE)
     open_database(database)  # a bad path or URL is refused here, before any worker starts
     # a directory is given to the workers by its absolute path (a Ray node's workers run in a folder of their
     # own), with a probe each must find there: a worker that does not share it would keep its examples apart

@@ -59,6 +59,24 @@ def over_budget(usage: Iterable[tuple[tuple[str, int], int]], max_memory: int | 
     return False
 
 
+def refuse_forks(workers: int, max_memory: int | None, share: float | None) -> None:
+    """Before `workers` processes are forked on this machine: refuse (`--workers`, exit 2) more than the memory
+    bound holds beside this process. Each starts as a copy of this process (its resident pages are the
+    child's), which is what the bound counts for it at the first check between levels; forking first and
+    stopping there would have made the processes already, and a count in the thousands ties the machine up."""
+    limit = memory_limit(machine()[1], max_memory, share)
+    own = resident_bytes()
+    if limit is None or workers * own + own <= limit:
+        return
+    from .errors import ConfigError
+
+    bound = (f"--max-memory {max_memory / 2 ** 30:g} GiB" if max_memory is not None and max_memory <= limit
+             else f"{share:.0%} of this machine's {machine()[1] / 2 ** 30:.1f} GiB")
+    raise ConfigError("--workers", f"at most {max(0, limit // own - 1)} forked workers: each starts as a copy of "
+                                   f"this {own / 2 ** 20:.0f} MiB process, and {bound} holds that many beside it",
+                      workers)
+
+
 class YoungCollections:
     """Automatic garbage collection off while a search runs; `tick()` now and then instead.
 

@@ -23,7 +23,7 @@ from typing import Any, Callable, Sequence
 from .checkpoint import CheckpointDir, Level, partition_file
 from .explore import DEFAULT_MAX_STATES, Coverage, ExploreResult, Violation, real_message, realize
 from .hangs import spread_hangs
-from .memory import machine, over_budget, resident_bytes
+from .memory import machine, over_budget, refuse_forks, resident_bytes
 from .partition import Partition
 from .pools import ProcessPool, RayPool
 from .shared import named
@@ -47,6 +47,8 @@ def explore_parallel(factory: Callable[[], Any], workers: int, *, ray_address: s
     start = time.perf_counter()
     system = factory()
     options = {"store": store, "symmetry": symmetry, "max_depth": max_depth, "lines": lines}
+    if not use_ray:
+        refuse_forks(workers, max_memory, memory_share)
     pool = (RayPool(Partition, factory, workers, ray_address, **options) if use_ray
             else ProcessPool(Partition, factory, workers, **options))
     try:
