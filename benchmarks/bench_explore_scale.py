@@ -4,6 +4,7 @@
                                              [--ray-nodes] [--full] [--only NAME]
     python benchmarks/bench_explore_scale.py --largest --max-states 60000000 [--only NAME]
     python benchmarks/bench_explore_scale.py --checkpoint [--only NAME]
+    python benchmarks/bench_explore_scale.py --ceiling [--largest] [--only NAME]
 
 For each configuration (pd-staging 2 rooms x 2 writers, pd-protocol 2 rooms per backend, swa-budget
 6 requests) it runs, in one process and one after another, with the fingerprint store:
@@ -26,6 +27,10 @@ alike, the same state and transition counts). `--max-states` and `--max-seconds`
 plans, kv-offload 48 resets, pipelined-transfer 2 requests and 4 ranks), each in one process and with
 `--workers N`, both with the model's symmetry: the "largest configuration each model finishes"
 figures, several minutes a run.
+
+`--ceiling` runs instead, for each configuration, the every-state search in one process (no hang search) and
+then the model's own calls alone over the states it found (`ceiling`): the share of the search's time that is
+the model, and the rate no complete search over the model can pass.
 
 `--checkpoint` adds, after the symmetric single process, the same search cut in three by the state
 bound, each piece saved to a checkpoint and resumed by the next (`kvsim explore --checkpoint/--resume`):
@@ -203,6 +208,57 @@ def across_nodes(spec: RunSpec, bound: dict, symmetric: bool, n: int, rate: floa
     return rows
 
 
+def ceiling(spec: RunSpec, bound: dict) -> dict:
+    """The model's own calls against the explorer that makes them: how fast any explorer over this model can go.
+
+    The explorer runs every state (fingerprint store, no hang search: its fastest mode). A plain breadth-first
+    search with a set then finds the same states in the same order, untimed; over them, the model's calls alone
+    are timed: `done` and every invariant on each state found, `enabled` and every `step` on each state
+    expanded. A complete search expands every state it finds, so its rate can never pass one state per
+    (expansion + checks) of the model, whatever the explorer does."""
+    r = explore(spec.system(), symmetry=False, store="fingerprint", check_liveness=False,
+                max_states=bound["max_states"], max_seconds=bound["max_seconds"])
+    system = spec.system()
+    enabled, step, done, invariants = system.enabled, system.step, system.done, list(system.invariants)
+    found = list(dict.fromkeys(system.initial_states()))
+    seen, expanded = set(found), []
+    for state in found:  # grows as it goes: breadth-first
+        if len(seen) >= r.states:
+            break
+        expanded.append(state)
+        for action in enabled(state):
+            nxt = step(state, action)
+            if nxt not in seen and len(seen) < r.states:
+                seen.add(nxt)
+                found.append(nxt)
+    start = time.perf_counter()
+    for state in found:
+        done(state)
+        for inv in invariants:
+            if inv.check(state) is not None:
+                break
+    checks = time.perf_counter() - start
+    start, steps = time.perf_counter(), 0
+    for state in expanded:
+        for action in enabled(state):
+            step(state, action)
+            steps += 1
+    expansions = time.perf_counter() - start
+    model = checks + expansions
+    per_state = checks / len(found) + expansions / len(expanded)  # a complete search: each state found, expanded
+    row = {"states": r.states, "expanded": len(expanded), "transitions": steps, "explorer_seconds": round(r.seconds, 2),
+           "model_seconds": round(model, 2), "model_share": round(model / r.seconds, 2),
+           "explorer_states_per_second": round(r.states / r.seconds), "free_explorer": round(len(found) / model),
+           "complete_search_at_most": round(1 / per_state), "steps_per_state": round(steps / len(expanded), 2),
+           "complete": r.bound_hit is None}
+    print(f"  explorer: {r.states:,} states ({len(expanded):,} expanded, {steps:,} steps) in {r.seconds:.1f} s, "
+          f"{row['explorer_states_per_second']:,}/s; the model's calls alone: {model:.1f} s "
+          f"({row['model_share']:.0%} of the explorer's time)")
+    print(f"  the model alone runs {row['free_explorer']:,} of these states/s; a complete search (every state "
+          f"expanded, {row['steps_per_state']} steps each) at most {row['complete_search_at_most']:,}/s", flush=True)
+    return row
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--max-states", type=int, default=300_000)
@@ -218,6 +274,9 @@ def main() -> None:
                          "with the model's symmetry (use --max-states 60000000; several minutes each)")
     ap.add_argument("--checkpoint", action="store_true",
                     help="also run the single-process search in three pieces, saved and resumed")
+    ap.add_argument("--ceiling", action="store_true",
+                    help="instead: the model's own calls timed against the explorer making them (every state, one "
+                         "process), and the rate no explorer over the model can pass")
     ap.add_argument("--json", metavar="FILE")
     args = ap.parse_args()
     print(f"python {platform.python_version()}, {os.cpu_count()} CPUs, max states {args.max_states:,}, "
@@ -233,6 +292,9 @@ def main() -> None:
         print(f"{label} (symmetry {'declared' if symmetric else 'not declared'})", flush=True)
         bound = {"max_states": args.max_states, "max_seconds": args.max_seconds, "check_liveness": True,
                  "store": "fingerprint"}
+        if args.ceiling:
+            report.append({"config": label, "params": params, "ceiling": ceiling(spec, bound)})
+            continue
         if args.largest:  # one process against workers, both reduced as the model declares
             rows = [run("1 process", lambda: explore(spec.system(), **bound), None)]
             rows.append(run(f"{n} workers", lambda: explore_parallel(spec.system, n, **bound),
