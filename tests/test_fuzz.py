@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import io
 import json
+import re
 
 import pytest
 
 from clihelp import kvsim, kvsim_json
 from kvsim.app import fuzz
 from kvsim.engine.errors import ConfigError
+from kvsim.engine.progress import Progress
 
 BUGGY = ("swa-budget", "pre_af7c62e", "resumed_requests_fit_physical_pages")
 
@@ -81,3 +84,22 @@ def test_fuzz_on_a_local_ray_cluster(tmp_path):
     model, variant, prop = BUGGY
     doc = fuzz.fuzz(model, variant, [prop], {}, str(tmp_path / "db"), 2, 0, 120.0, ray_address="local")
     assert doc["results"][0]["status"] == "failed" and len(doc["workers"]) == 2
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_terminal_sees_the_examples_run_so_far(tmp_path, workers):
+    screen = Terminal()
+    doc = fuzz.fuzz("swa-budget", "fixed", ["budgets_stay_nonnegative"], {}, str(tmp_path / "db"), workers, 0, 2.0,
+                    progress=Progress(None, "fuzz", screen))
+    counts = [int(n.replace(",", "")) for n in re.findall(r"fuzz: ([\d,]+) examples so far", screen.getvalue())]
+    assert counts and counts == sorted(counts) and 0 < counts[-1] <= doc["results"][0]["examples"]
+    assert f"{workers} worker" in screen.getvalue() and "2 s budget" in screen.getvalue()
+    quiet = io.StringIO()  # not a terminal: no line, no ticker
+    fuzz.fuzz("swa-budget", "fixed", ["budgets_stay_nonnegative"], {}, str(tmp_path / "db"), workers, 0, 0.5,
+              progress=Progress(None, "fuzz", quiet))
+    assert quiet.getvalue() == ""

@@ -862,8 +862,10 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     if kernels:
         raise ConfigError("--property", "a property that is not a kernel check (kvsim oracle runs those)", kernels[0])
     database = args.database or fuzz.default_database(model.name)
+    progress = Progress(None, "fuzz")
     doc = fuzz.fuzz(model.name, run.variant.name, [p.name for p in props], dict(run.given), database, args.workers,
-                    args.seed, args.minutes * 60, ray_address=args.ray)
+                    args.seed, args.minutes * 60, ray_address=args.ray, progress=progress)
+    progress.close()
     failed = [r for r in doc["results"] if r["status"] != "passed"]
 
     def text() -> str:

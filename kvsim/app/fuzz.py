@@ -17,18 +17,50 @@ first-found counterexample; examples summed) plus each worker's examples per sec
 from __future__ import annotations
 
 import os
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from ..engine.errors import ConfigError
 from ..engine.memory import DEFAULT_SHARE, refuse_forks
 from ..engine.pools import WORKER, connect_ray
+from ..engine.progress import Progress
 from ..engine.registry import Registry
 from ..engine.shared import Probe, named, sees
 
 ROUND = 50  # examples of one property per round (a round is the unit between two looks at the clock)
 SEED_STRIDE = 1_000_003
+_EXAMPLES: Any = None  # the run's examples so far, a slot a worker (shared memory: forked workers inherit it)
+
+
+def _count_into(examples: Any) -> None:
+    global _EXAMPLES
+    _EXAMPLES = examples
+
+
+@contextmanager
+def _ticking(progress: Progress | None, workers: int, seconds: float, examples: Any) -> Iterator[None]:
+    """While the workers run, a progress line on a terminal twice a second: the examples run so far (forked
+    workers and one worker count into shared memory; Ray tasks say nothing until they end) and the budget."""
+    if progress is None or not progress.enabled:
+        yield
+        return
+    stopped = threading.Event()
+
+    def tick() -> None:
+        while not stopped.wait(0.5):
+            ran = "" if examples is None else f"{sum(examples[:]):,} examples so far, "
+            progress.note(f"{ran}{workers} worker{'s' * (workers > 1)}, {seconds:,.0f} s budget")
+
+    ticker = threading.Thread(target=tick, daemon=True)
+    ticker.start()
+    try:
+        yield
+    finally:
+        stopped.set()
+        ticker.join()
 
 
 def default_database(model: str) -> str:
@@ -84,6 +116,8 @@ def work(model: str, variant: str, properties: Sequence[str], params: dict[str, 
                                   database=db, params=params or None, database_key=f"{model}:{prop.name}:{variant}",
                                   use_examples=False)
             examples += result.examples
+            if _EXAMPLES is not None:
+                _EXAMPLES[worker] = examples  # only this worker writes its slot
             row = results.setdefault(prop.name, {"examples": 0, "failure": None, "found_at": None})
             row["examples"] += result.examples
             if result.status != "passed" and row["failure"] is None:
@@ -99,8 +133,9 @@ def work(model: str, variant: str, properties: Sequence[str], params: dict[str, 
 
 
 def fuzz(model: str, variant: str, properties: Sequence[str], params: dict[str, Any], database: str, workers: int,
-         seed: int, seconds: float, ray_address: str | None = None, round_examples: int = ROUND) -> dict[str, Any]:
-    """Run `workers` workers and merge their records into `check`'s shape."""
+         seed: int, seconds: float, ray_address: str | None = None, round_examples: int = ROUND,
+         progress: Progress | None = None) -> dict[str, Any]:
+    """Run `workers` workers and merge their records into `check`'s shape (`progress`: a line while they run)."""
     if ray_address is None and workers > 1:
         refuse_forks(workers, None, DEFAULT_SHARE)
     open_database(database)  # a bad path or URL is refused here, before any worker starts
@@ -110,16 +145,23 @@ def fuzz(model: str, variant: str, properties: Sequence[str], params: dict[str, 
     probe = None if folder is None else Probe(folder)
     jobs = [(model, variant, tuple(properties), params, folder or database, w, seed, seconds, round_examples,
              None if probe is None else probe.ask(w)) for w in range(workers)]
-    try:
-        if ray_address is not None:
-            reports = _on_ray(jobs, ray_address)
-        elif workers == 1:
-            reports = [work(*jobs[0])]
-        else:
-            import multiprocessing as mp
+    import multiprocessing as mp
 
-            with mp.get_context("fork").Pool(workers) as pool:
-                reports = pool.starmap(work, jobs)
+    ctx = mp.get_context("fork")
+    examples = None if ray_address is not None else ctx.Array("q", workers, lock=False)
+    try:
+        with _ticking(progress, workers, seconds, examples):
+            if ray_address is not None:
+                reports = _on_ray(jobs, ray_address)
+            elif workers == 1:
+                _count_into(examples)
+                try:
+                    reports = [work(*jobs[0])]
+                finally:
+                    _count_into(None)
+            else:
+                with ctx.Pool(workers, initializer=_count_into, initargs=(examples,)) as pool:
+                    reports = pool.starmap(work, jobs)
         unseen = [r["worker"] for r in reports if r.get("unseen") or not (probe is None or probe.seen(r["worker"]))]
     finally:
         if probe is not None:
