@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import time
 
 import pytest
 
@@ -12,6 +14,7 @@ from kvsim.engine import checkpoint
 from kvsim.engine.checkpoint import CURRENT, CheckpointDir, code_digest
 from kvsim.engine.errors import ConfigError
 from kvsim.engine.explore import explore
+from kvsim.engine.interrupt import INTERRUPT, stopping_on_signals
 from kvsim.engine.parallel import explore_parallel
 from kvsim.engine.partition import Partition
 from test_explore_scale import REAL, outcome, run_of
@@ -247,3 +250,87 @@ def test_cli_refuses_a_checkpoint_it_cannot_go_on_from(case, tmp_path):
     assert "--resume" in error["message"] or "--checkpoint" in error["message"]
     if case == "other params":
         assert error["field"] == "--resume" and "full_pages" in error["message"]
+
+
+# -- Ctrl-C and SIGTERM --------------------------------------------------------------------------------------------
+
+class Interrupting(Counter):
+    """A counter whose step from `at` sends SIGINT to `pid` (the search's own process) and to the process it runs
+    in (a forked worker ignores it: the search's process decides)."""
+
+    def __init__(self, pid: int, at: int = 5000) -> None:
+        super().__init__(limit=30_000, bad=None)
+        self.pid, self.at = pid, at
+
+    def step(self, state, action):
+        if state == self.at and action[0] == "inc":
+            for pid in {self.pid, os.getpid()}:
+                os.kill(pid, signal.SIGINT)
+        return super().step(state, action)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_an_interrupted_search_saves_itself_and_goes_on_to_the_uninterrupted_result(tmp_path, workers):
+    def search(system, **kw):
+        return explore(system(), **kw) if workers == 1 else explore_parallel(system, workers, **kw)
+
+    whole = search(lambda: Counter(limit=30_000, bad=None), store="fingerprint")
+    pid, before = os.getpid(), signal.getsignal(signal.SIGINT)
+    with stopping_on_signals():
+        stopped = search(lambda: Interrupting(pid), store="fingerprint",
+                         checkpoint=CheckpointDir(tmp_path, {"model": "counter"}))
+    assert stopped.bound_hit == INTERRUPT and 0 < stopped.states < whole.states
+    assert stopped.checkpoint == str(tmp_path)
+    done = search(lambda: Counter(limit=30_000, bad=None), store="fingerprint", resume=True,
+                  checkpoint=CheckpointDir(tmp_path, {"model": "counter"}))
+    assert (done.states, done.transitions, done.depth, done.bound_hit) == (whole.states, whole.transitions,
+                                                                           whole.depth, None)
+    assert signal.getsignal(signal.SIGINT) is before  # as it was
+    with pytest.raises(KeyboardInterrupt):  # outside the context, Ctrl-C interrupts as it always did
+        search(lambda: Interrupting(pid), store="fingerprint")
+
+
+def test_cli_an_interrupted_search_says_so_and_saves(tmp_path, capsys, monkeypatch):
+    from kvsim.app import cli
+
+    def interrupted(*args, **kwargs):  # Ctrl-C as the search starts
+        os.kill(os.getpid(), signal.SIGINT)
+        return explore(*args, **kwargs)
+
+    monkeypatch.setattr(cli, "explore", interrupted)
+    folder = str(tmp_path / "search")
+    argv = ["explore", "pd-staging", "--param", "rooms=2", "--store", "fingerprint", "--checkpoint", folder]
+    assert cli.main(argv + ["--json"]) == 3
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["bound_hit"] == INTERRUPT and doc["checkpoint"] == folder and doc["complete"] is False
+    assert cli.main(argv[:-2] + ["--checkpoint", folder + "2"]) == 3
+    text = capsys.readouterr().out
+    assert "INCOMPLETE: an interrupt (Ctrl-C or SIGTERM) stopped the search" in text
+    assert f"go on with this command with --resume {folder}2 for --checkpoint\n" in text
+
+
+def _sleeping_worker(ready) -> None:
+    from kvsim.engine.interrupt import worker_signals
+
+    worker_signals()
+    ready.set()
+    time.sleep(60)
+
+
+def test_a_forked_worker_ignores_ctrl_c_and_dies_of_sigterm():
+    # forked inside the context, a worker inherits its handler, which would only ask for a stop: a pool that ends
+    # its workers with SIGTERM (multiprocessing's) then waited for ever
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    with stopping_on_signals():
+        ready = ctx.Event()
+        worker = ctx.Process(target=_sleeping_worker, args=(ready,))
+        worker.start()
+        assert ready.wait(30)
+        os.kill(worker.pid, signal.SIGINT)
+        worker.join(0.5)
+        assert worker.exitcode is None  # Ctrl-C ignored
+        worker.terminate()
+        worker.join(30)
+    assert worker.exitcode == -signal.SIGTERM

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
+import signal
+import threading
 
 import pytest
 
 from clihelp import kvsim, kvsim_json
 from kvsim.app import fuzz
 from kvsim.engine.errors import ConfigError
+from kvsim.engine.interrupt import stopping_on_signals
 from kvsim.engine.progress import Progress
 
 BUGGY = ("swa-budget", "pre_af7c62e", "resumed_requests_fit_physical_pages")
@@ -103,3 +107,36 @@ def test_a_terminal_sees_the_examples_run_so_far(tmp_path, workers):
     fuzz.fuzz("swa-budget", "fixed", ["budgets_stay_nonnegative"], {}, str(tmp_path / "db"), workers, 0, 0.5,
               progress=Progress(None, "fuzz", quiet))
     assert quiet.getvalue() == ""
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_sigterm_ends_the_workers_early_with_what_they_ran(tmp_path, workers):
+    # SIGTERM reaches this process only: forked workers hear of it through shared memory
+    before = signal.getsignal(signal.SIGTERM)
+    timer = threading.Timer(1.5, os.kill, (os.getpid(), signal.SIGTERM))
+    timer.start()
+    try:
+        with stopping_on_signals():
+            doc = fuzz.fuzz("swa-budget", "fixed", ["budgets_stay_nonnegative"], {}, str(tmp_path / "db"), workers,
+                            0, 120.0)
+    finally:
+        timer.cancel()
+    assert doc["interrupted"] is True and doc["results"][0]["examples"] > 0
+    assert all(w["seconds"] < 60 for w in doc["workers"]) and len(doc["workers"]) == workers
+    assert signal.getsignal(signal.SIGTERM) is before  # the handler as it was
+
+
+def test_cli_fuzz_stopped_early_says_so_and_exits_3(tmp_path, capsys, monkeypatch):
+    from kvsim.app import cli
+
+    real = fuzz.fuzz
+
+    def stopped(*args, **kwargs):  # SIGTERM as the workers start
+        os.kill(os.getpid(), signal.SIGTERM)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(fuzz, "fuzz", stopped)
+    argv = ["fuzz", "swa-budget", "--property", "budgets_stay_nonnegative", "--workers", "1", "--minutes", "2",
+            "--database", str(tmp_path / "db")]
+    assert cli.main(argv) == 3
+    assert "stopped early: an interrupt (Ctrl-C or SIGTERM) ended the workers" in capsys.readouterr().out

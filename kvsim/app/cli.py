@@ -25,6 +25,7 @@ from ..engine.canon import canonical_json, to_jsonable
 from ..engine.descriptor import ModelDescriptor, RunSpec
 from ..engine.errors import ConfigError, KvsimError, TraceError
 from ..engine.explore import DEFAULT_MAX_STATES, explore
+from ..engine.interrupt import INTERRUPT, stopped_by, stopping_on_signals
 from ..engine.memory import DEFAULT_SHARE, machine
 from ..engine.parallel import explore_parallel
 from ..engine.progress import Progress
@@ -680,10 +681,11 @@ def cmd_explore(args: argparse.Namespace) -> int:
         return explore(run.system() if args.coverage else system, **bounds)
 
     lines_run = None
-    if args.coverage:
-        result, lines_run = linecov.run_with_coverage(linecov.model_package(spec), search)
-    else:
-        result = search()
+    with stopping_on_signals():  # Ctrl-C or SIGTERM: the search stops as at a bound, and saves where it can
+        if args.coverage:
+            result, lines_run = linecov.run_with_coverage(linecov.model_package(spec), search)
+        else:
+            result = search()
     _disarm()
     progress.close()
     if args.graph:
@@ -720,9 +722,10 @@ def cmd_explore(args: argparse.Namespace) -> int:
             head += f"\nresumed from the checkpoint in {args.resume} (the seconds count every run of this search)"
         if result.checkpoint:
             again = "this command" if args.resume else f"this command with --resume {result.checkpoint} for --checkpoint"
-            head += f"\nsearch saved to {result.checkpoint}: go on with {again} and a larger bound"
+            larger = "" if result.bound_hit == INTERRUPT else " and a larger bound"
+            head += f"\nsearch saved to {result.checkpoint}: go on with {again}{larger}"
         if not result.violations and result.bound_hit:
-            return (head + f"\nINCOMPLETE: the {result.bound_hit} bound stopped the search before every reachable "
+            return (head + f"\nINCOMPLETE: {stopped_by(result.bound_hit)} stopped the search before every reachable "
                            "state was seen; nothing was found, and nothing is proved (exit 3)")
         if not result.violations:
             return head + "\nall invariants hold" + ("" if args.no_liveness else "; no hang")
@@ -863,8 +866,9 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         raise ConfigError("--property", "a property that is not a kernel check (kvsim oracle runs those)", kernels[0])
     database = args.database or fuzz.default_database(model.name)
     progress = Progress(None, "fuzz")
-    doc = fuzz.fuzz(model.name, run.variant.name, [p.name for p in props], dict(run.given), database, args.workers,
-                    args.seed, args.minutes * 60, ray_address=args.ray, progress=progress)
+    with stopping_on_signals():  # Ctrl-C or SIGTERM: the workers end after their current property, and report
+        doc = fuzz.fuzz(model.name, run.variant.name, [p.name for p in props], dict(run.given), database,
+                        args.workers, args.seed, args.minutes * 60, ray_address=args.ray, progress=progress)
     progress.close()
     failed = [r for r in doc["results"] if r["status"] != "passed"]
 
@@ -874,11 +878,14 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         workers = "".join(f"\nworker {w['worker']}: {w['examples']} examples in {w['rounds']} rounds, "
                           f"{w['seconds']:.1f} s ({w['examples_per_second']:,.0f} examples/s)" for w in doc["workers"])
         tail = "".join(f"\n{r['property']}: {r['message']}\n  replay: {r['replay']}" for r in failed)
+        if doc["interrupted"]:
+            tail += (f"\nstopped early: {stopped_by(INTERRUPT)} ended the workers before their --minutes; the "
+                     "examples above are what they ran" + ("" if failed else ", and nothing is proved (exit 3)"))
         return (f"{model.name} [{run.variant.name}] database {database}\n"
                 + _table(["property", "status", "examples", "found by", "counterexample"], rows) + workers + tail)
 
     _emit(args, doc, text)
-    return 1 if failed else 0
+    return 1 if failed else EXIT_INCOMPLETE if doc["interrupted"] else 0
 
 
 def cmd_show(args: argparse.Namespace) -> int:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from ..engine.errors import ConfigError
+from ..engine.interrupt import asked, worker_signals
 from ..engine.memory import DEFAULT_SHARE, refuse_forks
 from ..engine.pools import WORKER, connect_ray
 from ..engine.progress import Progress
@@ -32,12 +33,38 @@ from ..engine.shared import Probe, named, sees
 
 ROUND = 50  # examples of one property per round (a round is the unit between two looks at the clock)
 SEED_STRIDE = 1_000_003
-_EXAMPLES: Any = None  # the run's examples so far, a slot a worker (shared memory: forked workers inherit it)
 
 
-def _count_into(examples: Any) -> None:
-    global _EXAMPLES
-    _EXAMPLES = examples
+class Shared:
+    """What a run's coordinator and its workers on this machine share in memory (forked workers inherit it):
+    the examples each worker ran so far (a slot each, written by that worker only), and a stop asked."""
+
+    def __init__(self, workers: int) -> None:
+        import multiprocessing as mp
+
+        ctx = mp.get_context("fork")
+        self.examples = ctx.Array("q", workers, lock=False)
+        self.stop = ctx.Value("b", 0, lock=False)
+
+
+_SHARED: Shared | None = None  # this process's view of its run's `Shared`, where it has one
+
+
+def _share(shared: Shared | None) -> None:
+    global _SHARED
+    _SHARED = shared
+
+
+def _forked_worker(shared: Shared) -> None:
+    """A forked worker's start: Ctrl-C reaches the whole process group, and the coordinator alone decides; and
+    the coordinator's handlers are not the worker's: the pool ends its workers with SIGTERM."""
+    worker_signals()
+    _share(shared)
+
+
+def _stop_asked() -> bool:
+    """Ctrl-C or SIGTERM: asked of this process (`kvsim.engine.interrupt`), or passed on by the coordinator."""
+    return asked() or (_SHARED is not None and bool(_SHARED.stop.value))
 
 
 @contextmanager
@@ -116,20 +143,23 @@ def work(model: str, variant: str, properties: Sequence[str], params: dict[str, 
                                   database=db, params=params or None, database_key=f"{model}:{prop.name}:{variant}",
                                   use_examples=False)
             examples += result.examples
-            if _EXAMPLES is not None:
-                _EXAMPLES[worker] = examples  # only this worker writes its slot
+            if _SHARED is not None:
+                _SHARED.examples[worker] = examples
             row = results.setdefault(prop.name, {"examples": 0, "failure": None, "found_at": None})
             row["examples"] += result.examples
             if result.status != "passed" and row["failure"] is None:
                 row["failure"] = result.to_json()
                 row["found_at"] = round(time.perf_counter() - start, 3)
+            interrupted = _stop_asked()
+            if interrupted:
+                break  # what ran so far is reported; the examples found are in the database already
         rnd += 1
-        if time.perf_counter() - start >= seconds or all(r["failure"] for r in results.values()):
+        if interrupted or time.perf_counter() - start >= seconds or all(r["failure"] for r in results.values()):
             break  # time is up, or every property has its counterexample: nothing left to find
     elapsed = time.perf_counter() - start
     return {"worker": worker, "rounds": rnd, "examples": examples, "seconds": round(elapsed, 3),
             "examples_per_second": round(examples / elapsed, 1) if elapsed > 0 else float(examples),
-            "results": results}
+            "results": results, "interrupted": interrupted}
 
 
 def fuzz(model: str, variant: str, properties: Sequence[str], params: dict[str, Any], database: str, workers: int,
@@ -145,23 +175,19 @@ def fuzz(model: str, variant: str, properties: Sequence[str], params: dict[str, 
     probe = None if folder is None else Probe(folder)
     jobs = [(model, variant, tuple(properties), params, folder or database, w, seed, seconds, round_examples,
              None if probe is None else probe.ask(w)) for w in range(workers)]
-    import multiprocessing as mp
-
-    ctx = mp.get_context("fork")
-    examples = None if ray_address is not None else ctx.Array("q", workers, lock=False)
+    shared = None if ray_address is not None else Shared(workers)
     try:
-        with _ticking(progress, workers, seconds, examples):
-            if ray_address is not None:
+        with _ticking(progress, workers, seconds, None if shared is None else shared.examples):
+            if ray_address is not None:  # Ray tasks run to their budget: nothing passes a stop on to them
                 reports = _on_ray(jobs, ray_address)
             elif workers == 1:
-                _count_into(examples)
+                _share(shared)
                 try:
                     reports = [work(*jobs[0])]
                 finally:
-                    _count_into(None)
+                    _share(None)
             else:
-                with ctx.Pool(workers, initializer=_count_into, initargs=(examples,)) as pool:
-                    reports = pool.starmap(work, jobs)
+                reports = _forked(jobs, shared)
         unseen = [r["worker"] for r in reports if r.get("unseen") or not (probe is None or probe.seen(r["worker"]))]
     finally:
         if probe is not None:
@@ -183,8 +209,22 @@ def fuzz(model: str, variant: str, properties: Sequence[str], params: dict[str, 
             merged[-1]["replay"] = (f"kvsim fuzz {model} --variant {variant} --property {name} --workers 1 "
                                     f"--minutes 0.01 --database {database}")
     return {"model": model, "variant": variant, "seed": seed, "params": params, "database": database,
-            "results": merged, "workers": [{k: r[k] for k in ("worker", "rounds", "examples", "seconds",
+            "results": merged, "interrupted": any(r["interrupted"] for r in reports), "workers": [{k: r[k] for k in ("worker", "rounds", "examples", "seconds",
                                                                "examples_per_second")} for r in reports]}
+
+
+def _forked(jobs: list[tuple[Any, ...]], shared: Shared) -> list[dict[str, Any]]:
+    """The jobs in forked workers; a stop asked of this process (Ctrl-C, SIGTERM) is passed on to them, and
+    each ends after the property it is running."""
+    import multiprocessing as mp
+
+    with mp.get_context("fork").Pool(len(jobs), initializer=_forked_worker, initargs=(shared,)) as pool:
+        running = pool.starmap_async(work, jobs)
+        while not running.ready():
+            running.wait(0.25)
+            if asked():
+                shared.stop.value = 1
+        return running.get()
 
 
 def _on_ray(jobs: list[tuple[Any, ...]], address: str) -> list[dict[str, Any]]:

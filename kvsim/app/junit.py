@@ -25,6 +25,7 @@ from .. import __version__
 from ..engine.canon import canonical_json, to_jsonable
 from ..engine.errors import ConfigError
 from ..engine.explore import DEFAULT_MAX_STATES
+from ..engine.interrupt import stopped_by
 from ..engine.params import param_args
 
 MAX_SECONDS_NOT_RUN = "not run: --max-seconds ran out before it started"
@@ -118,7 +119,7 @@ def explore(doc: Mapping[str, Any], args: Any, given: Mapping[str, Any], livenes
                          f"\nreplay: {command}{saved}")
         elif doc["bound_hit"]:
             case.outcome = "skipped"
-            case.message = (f"INCOMPLETE: the {doc['bound_hit']} bound stopped the search before every reachable "
+            case.message = (f"INCOMPLETE: {stopped_by(doc['bound_hit'])} stopped the search before every reachable "
                             "state was seen; nothing was found, and nothing is proved")
         cases.append(case)
     return suite(f"kvsim explore {doc['model']}", cases,

@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from .canon import to_jsonable
 from .checkpoint import CheckpointDir, Snapshot
+from .interrupt import INTERRUPT, asked
 from .memory import YoungCollections, machine, memory_limit, resident_bytes
 from .store import FingerprintStore, FullStore, Interner, Recent, fingerprint_function
 from .system import TransitionSystem
@@ -246,6 +247,9 @@ def explore(system: TransitionSystem[Any, Any], *, max_depth: int | None = None,
                     if memory_cap is not None and resident_bytes() > memory_cap:
                         bound_hit = "memory"
                         break  # stopped before the machine runs out, with what was found so far
+                    if asked():
+                        bound_hit = INTERRUPT
+                        break  # Ctrl-C or SIGTERM (`interrupt`): kept, and saved where there is a checkpoint
                     if checkpoint is not None and checkpoint.due(now, deadline):
                         saved_gen = save()
                 continue

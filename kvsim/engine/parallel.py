@@ -23,6 +23,7 @@ from typing import Any, Callable, Sequence
 from .checkpoint import CheckpointDir, Level, partition_file
 from .explore import DEFAULT_MAX_STATES, Coverage, ExploreResult, Violation, real_message, realize
 from .hangs import spread_hangs
+from .interrupt import INTERRUPT, asked
 from .memory import machine, over_budget, refuse_forks, resident_bytes
 from .partition import Partition
 from .pools import ProcessPool, RayPool
@@ -102,6 +103,8 @@ def _search(system: Any, pool: Any, n: int, start: float, max_states: int, max_s
             return "seconds"
         if bounded and over_budget([*zip(machines, worker_bytes), (here, resident_bytes())], *memory):
             return "memory"
+        if asked():
+            return INTERRUPT  # seen between two levels, where the search can be saved
         return None
 
     deadline = None if max_seconds is None else start + max_seconds

@@ -16,6 +16,7 @@ import os
 from typing import Any, Callable, Sequence
 
 from .errors import ConfigError
+from .interrupt import worker_signals
 
 HASH_SEED = "0"  # PYTHONHASHSEED asked of Ray workers: when they all have it, routing is by `hash(state)`
 
@@ -99,6 +100,7 @@ class ProcessPool:
 
 def _serve(pipe: Any, partition: type, factory: Callable[[], Any], worker: int, workers: int,
            options: dict[str, Any]) -> None:
+    worker_signals()  # the coordinator decides, and ends its workers through their pipes
     part = partition(factory, worker, workers, **options)
     while True:
         msg = pipe.recv()
