@@ -326,8 +326,9 @@ def _paths(args: argparse.Namespace) -> None:
     if command == "repro":
         if out is not None and not args.report:
             raise ConfigError("--out", "--report as well", out)
-        # with --all, or naming a folder, --out is the folder the reports go to (`report_md.write_reports`)
-        (folders if out is not None and (args.all or os.path.isdir(out) or out.endswith(os.sep)) else files).append("out")
+        from .report_md import to_folder
+
+        (folders if out is not None and to_folder(out, args.all) else files).append("out")
     else:
         (folders if command == "report" else files).append("out")
     for flag, check in [(f, outputs.writable_file) for f in files] + [(f, outputs.writable_folder) for f in folders]:
@@ -345,8 +346,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         with _deadline(_alarm_seconds(args)):
             return COMMANDS[args.command](args)
     except BrokenPipeError:  # the reader went away (`kvsim ... | head`): nothing more to say, and no traceback
-        import os
-
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except UsageError as exc:

@@ -208,9 +208,9 @@ def fuzz(model: str, variant: str, properties: Sequence[str], params: dict[str, 
         if first:  # the saved example replays first from the database: this command shows it again at once
             merged[-1]["replay"] = (f"kvsim fuzz {model} --variant {variant} --property {name} --workers 1 "
                                     f"--minutes 0.01 --database {database}")
+    rates = [{k: r[k] for k in ("worker", "rounds", "examples", "seconds", "examples_per_second")} for r in reports]
     return {"model": model, "variant": variant, "seed": seed, "params": params, "database": database,
-            "results": merged, "interrupted": any(r["interrupted"] for r in reports), "workers": [{k: r[k] for k in ("worker", "rounds", "examples", "seconds",
-                                                               "examples_per_second")} for r in reports]}
+            "results": merged, "interrupted": any(r["interrupted"] for r in reports), "workers": rates}
 
 
 def _forked(jobs: list[tuple[Any, ...]], shared: Shared) -> list[dict[str, Any]]:

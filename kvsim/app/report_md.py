@@ -194,6 +194,11 @@ def report(bug: BugReport, seed: int = 0) -> tuple[ReproResult, str]:
     return result, render(bug, result, seed)
 
 
+def to_folder(out: str, every: bool) -> bool:
+    """Whether `repro --report --out OUT` writes a folder of reports (OUT/ID.md): with --all, or OUT a folder."""
+    return every or os.path.isdir(out) or out.endswith(os.sep)
+
+
 def write_reports(results: list[ReproResult], out: str | None, folder: bool = False, seed: int = 0) -> list[str]:
     """`repro --report`: one report per result, to stdout, to the file `out`, or (`folder`, or `out` a folder or
     ending in a separator) to `out`/ID.md. Returns the paths written."""
@@ -201,7 +206,7 @@ def write_reports(results: list[ReproResult], out: str | None, folder: bool = Fa
     if not out:
         print("\n".join(text for _, text in texts), end="")
         return []
-    folder = folder or os.path.isdir(out) or out.endswith(os.sep)
+    folder = to_folder(out, folder)
     paths = []
     try:
         if folder:

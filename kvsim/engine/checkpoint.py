@@ -1,8 +1,9 @@
 """A stopped search saved to a directory, to go on later from where it stopped (`kvsim explore --checkpoint`).
 
 A search that a bound stops (`--max-seconds`, `--max-memory`, `--max-states`), that is asked to stop
-(Ctrl-C, SIGTERM: `kvsim.engine.interrupt`) or that is killed loses nothing it had done: it saves its store,
-frontier and counters here when it stops (killed: at its last periodic save) and every few minutes while it runs, and `--resume DIR` goes on from the last save. A resumed search ends exactly as one
+(Ctrl-C, SIGTERM: `kvsim.engine.interrupt`) or that is killed loses nothing it had done: it saves its
+store, frontier and counters here when it stops and every few minutes while it runs (killed, it has its
+last periodic save), and `--resume DIR` goes on from the last save. A resumed search ends exactly as one
 uninterrupted search would: the same states, transitions, depths, violations and liveness verdict.
 
 Layout: each save is a new generation folder (`gen-000001`, ...) holding `search.pkl` (a header, then

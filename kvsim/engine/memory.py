@@ -8,6 +8,8 @@ import sys
 from contextlib import contextmanager
 from typing import Iterable, Iterator
 
+from .errors import ConfigError
+
 DEFAULT_SHARE = 0.8  # the CLI's memory bound where none is given: this share of each machine's memory
 
 
@@ -68,8 +70,6 @@ def refuse_forks(workers: int, max_memory: int | None, share: float | None) -> N
     own = resident_bytes()
     if limit is None or workers * own + own <= limit:
         return
-    from .errors import ConfigError
-
     bound = (f"--max-memory {max_memory / 2 ** 30:g} GiB" if max_memory is not None and max_memory <= limit
              else f"{share:.0%} of this machine's {machine()[1] / 2 ** 30:.1f} GiB")
     raise ConfigError("--workers", f"at most {max(0, limit // own - 1)} forked workers: each starts as a copy of "
