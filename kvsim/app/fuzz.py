@@ -136,7 +136,7 @@ def work(model: str, variant: str, properties: Sequence[str], params: dict[str, 
     start = time.perf_counter()
     examples = 0
     results: dict[str, dict[str, Any]] = {}
-    rnd = 0
+    rnd, interrupted = 0, False
     while True:
         for prop in props:
             result = run_property(prop, variant, max_examples=round_examples, seed=seed + worker * SEED_STRIDE + rnd,
