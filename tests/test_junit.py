@@ -328,8 +328,8 @@ def test_conform_targets_pass_fail_error_and_skip(schema, sglang_tree, tmp_path,
     assert {name: _outcome(c) for name, c in cases.items()} == {n: expected[s] for n, s in status.items()}
     assert status["compute_staging_layout"] == "conforms" and status["_prealloc_required_tokens"] == "error"
     failure = cases["compute_head_slice_params"].find("failure")
-    assert failure.get("type") == "divergence" and "inputs diverge from the model" in failure.get("message")
-    assert "\ninput " in failure.text and "upstream " in failure.text
+    assert failure.get("type") == "divergence" and "code diverges from the model: " in failure.get("message")
+    assert "\ninput " in failure.text and "code under test " in failure.text and "first difference: " in failure.text
     argv = _replay_line(failure.text)
     assert argv == ["conform", "sglang", "--from", str(sglang_tree), "--target", "compute_head_slice_params",
                     "--max-examples", "20"]

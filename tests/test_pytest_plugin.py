@@ -5,6 +5,7 @@ the plugin staying inert in a pytest run that does not ask for it."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from importlib import metadata
@@ -76,7 +77,7 @@ def test_names_not_provided_load_from_a_tree_as_kvsim_conform_from_path(toyengin
     """from_path=: the caller's planner in process, the workspace bound loaded from a tree by the real loader
     (here a vllm-shaped tree whose mla_attention.py is toyengine's file)."""
     monkeypatch.setenv("KVSIM_CACHE_DIR", str(tmp_path / "cache"))
-    relpath = inprocess.find_target(PLANNER).relpath
+    relpath = inprocess.relpath(inprocess.find_target(PLANNER))
     (tmp_path / "tree" / relpath).parent.mkdir(parents=True)
     (tmp_path / "tree" / "vllm" / "__init__.py").write_text("")
     (tmp_path / "tree" / relpath).write_text((EXAMPLE / "toyengine" / "mla.py").read_text())
@@ -206,8 +207,8 @@ def test_the_examples_planted_bug_fails_its_ci_with_the_counterexample():
     assert proc.returncode == 1, out[-3000:] + proc.stderr[-2000:]
     assert "FAILED tests/test_mla_conforms.py::test_planner_conforms_to_kvsim" in out
     assert "1 failed, 1 passed" in out
-    assert "plan_mla_context_chunks            diverges          80 inputs" in out  # the example's profile: 80
-    assert 'input {"context_lens": [3, 0], "row_budget": 3' in out
+    assert re.search(r"plan_mla_context_chunks +diverges", out)
+    assert 'input {"context_lens":' in out and "first difference: " in out
     assert "property chunk_count_within_alignment_slack: fails" in out
 
 

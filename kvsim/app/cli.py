@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import re
 import signal
@@ -33,6 +32,7 @@ from ..engine.sim import DEFAULT_MAX_EVENTS, DEFAULT_MAX_SECONDS
 from ..conform.cli import add_arguments as conform_arguments
 from ..conform.cli import cmd_conform
 from . import catalog, counterexample, junit, linecov, outputs
+from .argtypes import integer, positive_float, positive_int
 
 
 EXIT_OK, EXIT_VIOLATION, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
@@ -114,9 +114,9 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("model", help="a model name (kvsim list)")
     c.add_argument("--variant", default="fixed", help=VARIANT_HELP)
     c.add_argument("--property", action="append", help="only this property (repeatable)")
-    c.add_argument("--max-examples", type=_positive_int("--max-examples"), default=200,
+    c.add_argument("--max-examples", type=positive_int("--max-examples"), default=200,
                    help="Hypothesis examples per property (default: 200)")
-    c.add_argument("--seed", type=_int("--seed"), default=0,
+    c.add_argument("--seed", type=integer("--seed"), default=0,
                    help="Hypothesis seed: same seed, same counterexample (default: 0)")
     _model_params(c)
     c.add_argument("--save", metavar="FILE", help="write the first counterexample here (kvsim replay FILE re-runs it)")
@@ -127,7 +127,7 @@ def _parser() -> argparse.ArgumentParser:
     group = r.add_mutually_exclusive_group(required=True)
     group.add_argument("bug_id", nargs="?", help="one bug report (kvsim list)")
     group.add_argument("--all", action="store_true", help="every bug report of the catalog")
-    r.add_argument("--seed", type=_int("--seed"), default=0, help="Hypothesis seed (default: 0)")
+    r.add_argument("--seed", type=integer("--seed"), default=0, help="Hypothesis seed (default: 0)")
     r.add_argument("--wide", action="store_true", help="add the source, property and counterexample columns")
     r.add_argument("--report", action="store_true", help="write a Markdown bug report (to stdout, or --out)")
     r.add_argument("--out", metavar="FILE", help="with --report: the file (a folder with --all: FOLDER/ID.md)")
@@ -137,9 +137,9 @@ def _parser() -> argparse.ArgumentParser:
     e = sub.add_parser("explore", parents=[common], help="exhaustive bounded search of a model's transition system")
     e.add_argument("model", help="a model with a transition system (kvsim list)")
     e.add_argument("--variant", default="fixed", help=VARIANT_HELP)
-    e.add_argument("--max-depth", type=_positive_int("--max-depth"),
+    e.add_argument("--max-depth", type=positive_int("--max-depth"),
                    help="stop expanding at this depth (default: none)")
-    e.add_argument("--max-states", type=_positive_int("--max-states"), default=DEFAULT_MAX_STATES,
+    e.add_argument("--max-states", type=positive_int("--max-states"), default=DEFAULT_MAX_STATES,
                    help=f"stop after this many distinct states (default: {DEFAULT_MAX_STATES})")
     _model_params(e)
     e.add_argument("--graph", metavar="FILE", help="write the state graph as GraphML")
@@ -151,7 +151,7 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--no-symmetry", action="store_true",
                    help="explore every state even where the model declares interchangeable rooms, requests or "
                         "writers (default: one representative per orbit)")
-    e.add_argument("--workers", type=_positive_int("--workers"), default=1,
+    e.add_argument("--workers", type=positive_int("--workers"), default=1,
                    help="search with this many worker processes, the state space partitioned by hash; same results "
                         "as one process (default: 1)")
     e.add_argument("--ray", metavar="ADDRESS",
@@ -160,7 +160,7 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--coverage", action="store_true",
                    help="also measure line coverage of the model's package during the run (needs the coverage "
                         "package; default: off)")
-    e.add_argument("--max-memory", type=_positive_float("--max-memory"), metavar="GIB",
+    e.add_argument("--max-memory", type=positive_float("--max-memory"), metavar="GIB",
                    help="stop cleanly when the search's resident memory on a machine (its workers there included) "
                         "passes this many GiB, checked every few thousand states or each level (default: "
                         f"{DEFAULT_SHARE * 100:.0f}%% of each machine's memory, here "
@@ -173,7 +173,7 @@ def _parser() -> argparse.ArgumentParser:
     saving.add_argument("--resume", metavar="DIR",
                         help="go on from the search saved in DIR: the command that saved it, with larger bounds; "
                              "it keeps saving there (a checkpoint is pickled: resume only your own)")
-    e.add_argument("--checkpoint-minutes", type=_positive_float("--checkpoint-minutes"), metavar="M",
+    e.add_argument("--checkpoint-minutes", type=positive_float("--checkpoint-minutes"), metavar="M",
                    help="with --checkpoint or --resume: minutes between two saves while the search runs (default: 10)")
     _junit_option(e)
     _max_seconds(e, RUN_MAX_SECONDS)
@@ -184,13 +184,13 @@ def _parser() -> argparse.ArgumentParser:
     f.add_argument("--variant", default="fixed", help=VARIANT_HELP)
     f.add_argument("--property", action="append", help="only this property (repeatable) (default: every property "
                                                        "that is not a kernel check)")
-    f.add_argument("--workers", type=_positive_int("--workers"), default=2,
+    f.add_argument("--workers", type=positive_int("--workers"), default=2,
                    help="worker processes (or Ray tasks with --ray), each with its own seeds (default: 2)")
     f.add_argument("--ray", metavar="ADDRESS",
                    help="run the workers as tasks on a Ray cluster ('local' starts one here) (default: no Ray)")
-    f.add_argument("--minutes", type=_positive_float("--minutes"), default=1.0,
+    f.add_argument("--minutes", type=positive_float("--minutes"), default=1.0,
                    help="how long each worker searches (default: 1)")
-    f.add_argument("--seed", type=_int("--seed"), default=0, help="the base seed; worker w, round r runs seed "
+    f.add_argument("--seed", type=integer("--seed"), default=0, help="the base seed; worker w, round r runs seed "
                                                                   "base + w*1000003 + r (default: 0)")
     f.add_argument("--database", metavar="DIR|URL",
                    help="the shared example database: a directory, or a redis:// URL (default: "
@@ -200,7 +200,7 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser("simulate", parents=[common], help="timed, seeded simulation with fault injection")
     s.add_argument("model", help="a model with a timed simulation (kvsim list)")
     s.add_argument("--variant", default="fixed", help=VARIANT_HELP)
-    s.add_argument("--seed", type=_int("--seed"), default=0, help="the run's one random seed (default: 0)")
+    s.add_argument("--seed", type=integer("--seed"), default=0, help="the run's one random seed (default: 0)")
     s.add_argument("--faults", default="", metavar="SPEC", help="e.g. drop=0.05,delay=0.1:2.0,crash=peer@30")
     s.add_argument("--trace", metavar="FILE", help="write the JSONL trace here")
     _model_params(s)
@@ -216,9 +216,9 @@ def _parser() -> argparse.ArgumentParser:
     _max_seconds(rp, RUN_MAX_SECONDS)
 
     o = sub.add_parser("oracle", parents=[common], help="differential kernel checks on every available backend")
-    o.add_argument("--max-examples", type=_positive_int("--max-examples"), default=50,
+    o.add_argument("--max-examples", type=positive_int("--max-examples"), default=50,
                    help="Hypothesis examples per kernel property and backend (default: 50)")
-    o.add_argument("--seed", type=_int("--seed"), default=0, help="Hypothesis seed (default: 0)")
+    o.add_argument("--seed", type=integer("--seed"), default=0, help="Hypothesis seed (default: 0)")
     _junit_option(o)
     _max_seconds(o, SUITE_MAX_SECONDS)
     cf = sub.add_parser("conform", parents=[common],
@@ -230,8 +230,8 @@ def _parser() -> argparse.ArgumentParser:
     what.add_argument("--from", dest="from_file", metavar="FILE", help="a saved counterexample (check or explore "
                       "--save, or their --json output) or a simulation trace")
     sh.add_argument("--out", metavar="FILE", help="write the drawing to FILE (.svg or .png) (default: text on stdout)")
-    sh.add_argument("--seed", type=_int("--seed"), default=0, help="Hypothesis seed of the reproduction (default: 0)")
-    sh.add_argument("--steps", type=_positive_int("--steps"), default=40,
+    sh.add_argument("--seed", type=integer("--seed"), default=0, help="Hypothesis seed of the reproduction (default: 0)")
+    sh.add_argument("--steps", type=positive_int("--steps"), default=40,
                     help="a trace: draw this many steps, ending at the first violation (default: 40)")
     _max_seconds(sh, SUITE_MAX_SECONDS)
     rt = sub.add_parser("report", parents=[common], help="write the catalog, bug reports, counterexample charts, "
@@ -241,19 +241,19 @@ def _parser() -> argparse.ArgumentParser:
                     help="output of kvsim conform ... --json to include (repeatable)")
     rt.add_argument("--bench", metavar="FILE", action="append", default=[],
                     help="a benchmark's JSON results to include (repeatable)")
-    rt.add_argument("--seed", type=_int("--seed"), default=0, help="Hypothesis seed of the reproductions (default: 0)")
+    rt.add_argument("--seed", type=integer("--seed"), default=0, help="Hypothesis seed of the reproductions (default: 0)")
     _max_seconds(rt, SUITE_MAX_SECONDS)
     return p
 
 
 def _max_seconds(p: argparse.ArgumentParser, default: float) -> None:
-    p.add_argument("--max-seconds", type=_positive_float("--max-seconds"), default=default, metavar="S",
+    p.add_argument("--max-seconds", type=positive_float("--max-seconds"), default=default, metavar="S",
                    help="wall-clock work budget: stop cleanly at it with what was found so far, and say so "
                         "(exit 3 if nothing was found) (default: %(default)s)")
 
 
 def _max_events(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--max-events", type=_positive_int("--max-events"), default=DEFAULT_MAX_EVENTS, metavar="N",
+    p.add_argument("--max-events", type=positive_int("--max-events"), default=DEFAULT_MAX_EVENTS, metavar="N",
                    help="simulated events budget: the run stops cleanly after N events, incomplete "
                         "(exit 3 if nothing was found) (default: %(default)s)")
 
@@ -284,36 +284,6 @@ def _kernel_backend(args: argparse.Namespace, model: ModelDescriptor) -> str | N
     if getattr(args, "backend", None) is None or any(s.name == "backend" for s in model.params):
         return None
     return args.backend
-
-
-def _int(field: str) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            return int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{field}: expected an integer, got {text!r}") from None
-    return parse
-
-
-def _positive_float(field: str) -> Callable[[str], float]:
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            value = math.nan
-        if not 0 < value < math.inf:
-            raise argparse.ArgumentTypeError(f"{field}: expected a finite number > 0, got {text!r}")
-        return value
-    return parse
-
-
-def _positive_int(field: str) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        value = _int(field)(text)
-        if value < 1:
-            raise argparse.ArgumentTypeError(f"{field}: expected an integer >= 1, got {text!r}")
-        return value
-    return parse
 
 
 def _paths(args: argparse.Namespace) -> None:
@@ -388,7 +358,8 @@ def _alarm_seconds(args: argparse.Namespace) -> float | None:
         return None
     # simulate and replay stop at --max-seconds between two events, explore between two states, oracle between
     # two property runs: the alarm is only the backstop of one endless step there
-    return seconds + max(10.0, seconds / 10) if args.command in ("simulate", "replay", "explore", "oracle") \
+    return seconds + max(10.0, seconds / 10) if args.command in ("simulate", "replay", "explore", "oracle",
+                                                                 "conform") \
         else seconds
 
 

@@ -158,6 +158,37 @@ def conform(doc: Mapping[str, Any], args: Any) -> ET.Element:
                   "max_examples": args.max_examples, "seed": args.seed, "device": args.device})
 
 
+def conform_error(args: Any, message: str) -> ET.Element:
+    """`kvsim conform` that failed before any target ran (a failed download, a source that is not the engine):
+    one testcase with the `<error>`, so CI shows why and not an empty report."""
+    release = args.version or args.from_path or args.versions or "default release"
+    case = Case("kvsim conform", _classname(f"conform.{args.engine}", str(release)), outcome="error",
+                kind="setup", message=message, text=message)
+    return suite(f"kvsim conform {args.engine} {release}", [case], {"engine": args.engine})
+
+
+def mutation(doc: Mapping[str, Any]) -> ET.Element:
+    """`kvsim conform ENGINE --mutants` (its --json document): one testcase per target; an undocumented
+    surviving mutant is a failure naming each survivor, an unmutated run that does not conform an error."""
+    doc = to_jsonable(doc)
+    release = doc["version"] or doc["origin"]
+    cases = []
+    for r in doc["mutation"]:
+        case = Case(r["target"], _classname(f"conform.{doc['engine']}.mutants", release), r["seconds"])
+        summary = f"{r['mutants']} mutants, {r['killed']} killed, {r['survived']} survived, score {r['score']}%"
+        if r["status"].startswith("baseline"):
+            case.outcome, case.kind, case.message = "error", "baseline", f"{r['status']}: {r['note']}"
+        elif r["survivors"]:
+            case.outcome, case.kind, case.message = "failure", "surviving mutants", summary
+            case.text = summary + "".join(f"\nsurvived: {s['label']}" for s in r["survivors"])
+        elif r["status"] != "measured":
+            case.outcome, case.message = "skipped", f"{r['status']}: {r['note']}"
+        else:
+            case.output = summary
+        cases.append(case)
+    return suite(f"kvsim conform {doc['engine']} {release} --mutants", cases, {"engine": doc["engine"]})
+
+
 def conform_table(doc: Mapping[str, Any], args: Any) -> list[ET.Element]:
     """`kvsim conform ENGINE --versions ...` (its --json document): one testsuite per release."""
     doc = to_jsonable(doc)
@@ -263,18 +294,22 @@ def _target_case(engine: str, version: str | None, r: Mapping[str, Any], args: A
     failing = [p for p in r["properties"] if p["status"] == "fails"]
     notes = [f"property {p['property']}: {p['status']} {p['message']}".rstrip()
              for p in r["properties"] if p["status"] != "holds"]
-    summary = f"{r['compared']} inputs compared, {r['divergent']} divergent" + (f"\n{r['note']}" if r["note"] else "")
-    if status in ("not present", "skipped"):
+    summary = f"{r['compared']} calls compared, {r['divergent']} divergent" + (f"\n{r['note']}" if r["note"] else "")
+    if status in ("not present", "skipped", "not run", "incomplete"):
         case.outcome, case.message = "skipped", f"{status}: {r['note']}" if r["note"] else status
     elif status == "error":
         case.outcome, case.kind, case.message = "error", "load", r["note"] or "error"
         case.text = case.message + f"\nreplay: {conform_command(engine, version, r['target'], args)}"
     elif status == "diverges":
-        problems = ([f"{r['divergent']} of {r['compared']} inputs diverge from the model"] if r["divergent"] else [])
+        problems = ([f"the {r.get('subject', 'upstream')} code diverges from the model: "
+                     + (r["divergences"][0].get("difference") or "")] if r["divergent"] else [])
         problems += [f"property {p['property']} fails: {p['message']}" for p in failing]
-        shown = "".join(f"\ninput {canonical_json(d['input'])}\n  model {canonical_json(d['model'])}\n"
-                        f"  upstream {canonical_json(d['upstream'])}" + (f"\n  {d['note']}" if d.get("note") else "")
-                        for d in r["divergences"])
+        from ..conform.report import divergence_lines
+
+        shown = "".join("\n" + "\n".join(divergence_lines(d, r.get("subject", "upstream"), "")) for d in r["divergences"])
+        shown += "".join(f"\nproperty {p['property']} input {canonical_json(p['input'])}" for p in failing
+                         if p.get("input") is not None)
+        shown += ("\nthe code under test logged: " + " | ".join(r["logged"][:6])) if r.get("logged") else ""
         case.outcome, case.kind, case.message = "failure", "divergence", "; ".join(problems) or "diverges"
         case.text = (summary + shown + "".join(f"\n{n}" for n in notes)
                      + f"\nreplay: {conform_command(engine, version, r['target'], args)}")

@@ -10,6 +10,7 @@ removed) or, where it does not exist yet, its nearest existing parent is.
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 
 from ..engine.errors import ConfigError
@@ -30,7 +31,10 @@ def writable_file(option: str, path: str) -> None:
         raise ConfigError(option, FILE, path, "a folder")
     try:
         if os.path.exists(path):
-            open(path, "ab").close()  # writable; nothing written, the file as it was
+            with open(path, "ab") as fh:  # writable; nothing written to a file, the file as it was
+                mode = os.fstat(fh.fileno()).st_mode
+                if stat.S_ISCHR(mode) and not os.isatty(fh.fileno()):
+                    os.write(fh.fileno(), b"\n")  # a device: /dev/null takes it, /dev/full refuses it
         else:
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
             os.unlink(path)

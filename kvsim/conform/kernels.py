@@ -25,7 +25,9 @@ from typing import Any, Callable, Mapping, Sequence
 from kvsim.engine.canon import to_jsonable
 
 from .source import EngineSource
-from .triton_child import KernelChild, KernelChildError, KernelSkipped
+from kvsim.engine.conformance.answers import Answered as KernelChildError
+
+from .triton_child import KernelChild, KernelSkipped
 
 DEFAULT_EXAMPLES = 40  # budget per kernel target unless KVSIM_PROFILE=dev (one interpreted launch each)
 DEV_EXAMPLES = 200  # KVSIM_PROFILE=dev
@@ -68,6 +70,20 @@ class KernelCheck:
     probes: tuple[Probe, ...] = field(default=())
     # the release's kernel has the shape this adapter drives? None, or why not (the target is then "not present")
     shape: Callable[[EngineSource], str | None] = lambda source: None
+
+
+def kernel_examples() -> int:
+    """A kernel target's cap on examples: each is one interpreted launch (`Differential(examples=...)`)."""
+    import os
+
+    return DEV_EXAMPLES if os.environ.get("KVSIM_PROFILE") == "dev" else DEFAULT_EXAMPLES
+
+
+def call_kernel(ctx: Any, runner: str, document: Mapping[str, Any]) -> dict[str, Any]:
+    """One launch of the upstream kernel in the target's child: `runner` is "kvsim.conform.<engine>.<module>:
+    <function>", the child-side function that loads the kernel and runs `document`; a raise, death or hang of
+    the kernel reaches the runner as that call's answer."""
+    return ctx.child.call(runner, document)
 
 
 def budget(options: Any) -> int:

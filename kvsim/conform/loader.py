@@ -24,11 +24,15 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
+from kvsim.engine.conformance.answers import register_lines
 from kvsim.engine.errors import ConfigError
 
 from .source import cache_root
 
 REAL_MODULES = frozenset({"numpy", "torch", "triton"})
+# The one mutant of the code under test in force while set (`kvsim conform --mutants`): the file it names is
+# read with that edit applied, in this process (and, passed in the header, in a kernel child).
+MUTANT: ContextVar[Any] = ContextVar("kvsim_conform_mutant", default=None)
 # Where top-level definitions come from instead of the file, while set (kvsim.testing's in-process conform: the
 # caller's own objects). Called as `load_definitions` is; it runs with the variable unset, so it may load what it
 # lacks from a release through `load_definitions` itself.
@@ -224,14 +228,20 @@ def load_definitions(path: Path, names: Sequence[str], *, extra_globals: Mapping
             ANSWER.reset(token)
     path = Path(path)
     where = where or str(path)
-    text = path.read_text(encoding="utf-8", errors="replace")
+    text = read_source(path)
     try:
         tree = ast.parse(text, filename=str(path))
     except SyntaxError as exc:
         raise ConfigError(where, "Python source kvsim can parse", f"syntax error line {exc.lineno}") from exc
     lines = text.splitlines(keepends=True)
     chosen = select(tree, names, where, version)
-    body = "".join(f"# {where}:{s.lineno}\n" + _segment(lines, s) + "\n" for s in chosen)
+    body, segments = "", []
+    for stmt in chosen:  # each definition as upstream wrote it, after a comment naming where it came from
+        segment = _segment(lines, stmt)
+        first = min([stmt.lineno] + [d.lineno for d in getattr(stmt, "decorator_list", ())])
+        out_first = body.count("\n") + 2  # after the comment line
+        segments.append((out_first, first, len(segment.splitlines())))
+        body += f"# {where}:{stmt.lineno}\n" + segment + "\n"
     digest = hashlib.sha256((str(path) + "\0" + body).encode()).hexdigest()[:16]
     out = cache_root() / "loaded" / f"{path.stem}_{digest}.py"
     if not out.is_file():
@@ -239,6 +249,7 @@ def load_definitions(path: Path, names: Sequence[str], *, extra_globals: Mapping
         tmp = out.with_suffix(f".{id(out)}.tmp")
         tmp.write_text(body, encoding="utf-8")
         tmp.replace(out)
+    register_lines(str(out), _line_map(where, segments))
     module_name = f"kvsim_upstream_{path.stem}_{digest}"
     module = types.ModuleType(module_name)
     module.__file__ = str(out)
@@ -258,6 +269,36 @@ def load_definitions(path: Path, names: Sequence[str], *, extra_globals: Mapping
             raise ConfigError(f"{where}:{name}", "a definition bound when its module runs",
                               f"unbound in {version} (a branch that did not run)")
     return types.SimpleNamespace(**{n: module.__dict__[n] for n in names})
+
+
+def _line_map(where: str, segments: list[tuple[int, int, int]]) -> Callable[[int], str | None]:
+    """A line of the executed file -> "where:line" of the upstream file (None for the loader's comment lines)."""
+
+    def upstream(line: int) -> str | None:
+        for out_first, first, count in segments:
+            if out_first <= line < out_first + count:
+                return f"{where}:{first + line - out_first}"
+        return None
+    return upstream
+
+
+def read_source(path: Path) -> str:
+    """The file's text, with the mutant in force applied if it names this file."""
+    text = Path(path).read_text(encoding="utf-8", errors="replace")
+    mutant = MUTANT.get()
+    if mutant is not None and Path(path).as_posix().endswith("/" + mutant.file):
+        text = mutant.apply(text)
+    return text
+
+
+@contextlib.contextmanager
+def mutated(mutant: Any) -> Iterator[None]:
+    """While the block runs, definitions of the mutant's file load with the mutant applied."""
+    token = MUTANT.set(mutant)
+    try:
+        yield
+    finally:
+        MUTANT.reset(token)
 
 
 def check_signature(fn: Any, expected_params: Sequence[str], where: str) -> None:

@@ -70,9 +70,9 @@ def _check_engine(engine: str) -> str:
     return engine
 
 
-def _check_version(version: str) -> str:
-    if not re.fullmatch(r"[0-9A-Za-z.+!_-]{1,40}", version or ""):
-        raise ConfigError("--version", "a release number such as 0.33.0", version)
+def check_version(version: str, field: str = "--version") -> str:
+    if not re.fullmatch(r"[0-9][0-9A-Za-z.+!_-]{0,39}", version or ""):
+        raise ConfigError(field, "a release number such as 0.33.0", version)
     return version
 
 
@@ -186,7 +186,7 @@ def resolve_source(engine: str, *, version: str | None = None, from_path: str | 
         raise ConfigError("--from", "either --from or --version, not both", f"{from_path} and {version}")
     if from_path is not None:
         return _from_path(engine, from_path)
-    version = _check_version(version or DEFAULT_VERSIONS[engine])
+    version = check_version(DEFAULT_VERSIONS[engine] if version is None else version)
     src = cache_root() / "src" / f"{engine}-{version}"
     if not (src / engine / "__init__.py").is_file():
         unpack_wheel(engine, download_wheel(engine, version), src)

@@ -40,7 +40,8 @@ import types
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from kvsim.engine.errors import ConfigError, KvsimError
+from kvsim.engine.conformance.runner import TargetSkipped
+from kvsim.engine.errors import ConfigError
 
 from .source import EngineSource
 
@@ -49,12 +50,8 @@ KERNEL_MODULES = ("kvsim.conform.vllm.kernels", "kvsim.conform.vllm.context_merg
                   "kvsim.conform.vllm.mla_decode", "kvsim.conform.sglang.kernels")
 
 
-class KernelSkipped(KvsimError):
+class KernelSkipped(TargetSkipped):
     """The device cannot run the kernels here (no CUDA): a skip with its reason, not a failure."""
-
-
-class KernelChildError(KvsimError):
-    """The child died or answered garbage: the message carries its stderr tail."""
 
 
 # --- child side ----------------------------------------------------------------------------------------
@@ -68,11 +65,36 @@ def load_upstream(source: EngineSource, relpath: str, names: Sequence[str], *,
                             where=relpath, version=source.label)
 
 
+class Runners(dict):
+    """The child's kernel runners by name: "kvsim.conform.<engine>.<module>:<function>" is imported when first
+    asked for (only under kvsim.conform); an old short name comes from the bridge's `CHILD_KERNELS` tables."""
+
+    def __missing__(self, name: str) -> Callable[..., dict[str, Any]]:
+        module, _, function = name.partition(":")
+        if function and module.startswith("kvsim.conform."):
+            try:
+                found = getattr(importlib.import_module(module), function)
+            except (ImportError, AttributeError):
+                raise KeyError(name) from None
+            self[name] = found
+            return found
+        for legacy in KERNEL_MODULES:  # (migration bridge)
+            table = getattr(importlib.import_module(legacy), "CHILD_KERNELS", {})
+            if name in table:
+                self[name] = table[name]
+                return table[name]
+        raise KeyError(name)
+
+    def __contains__(self, name: object) -> bool:
+        try:
+            self[name]  # type: ignore[index]
+        except KeyError:
+            return False
+        return True
+
+
 def child_kernels() -> dict[str, Callable[[EngineSource, Mapping[str, Any], str], dict[str, Any]]]:
-    table: dict[str, Callable[..., dict[str, Any]]] = {}
-    for name in KERNEL_MODULES:
-        table.update(importlib.import_module(name).CHILD_KERNELS)
-    return table
+    return Runners()
 
 
 def cuda_missing_reason() -> str | None:
@@ -85,14 +107,26 @@ def cuda_missing_reason() -> str | None:
 
 def serve(device: str, lines: Any, out: Any) -> int:
     """Answer requests until stdin closes (the child's main loop)."""
+    from kvsim.engine.conformance.answers import where
+    from kvsim.engine.conformance.linetrace import LineTrace
+    from kvsim.engine.conformance.mutants import Mutant
+
+    from .loader import MUTANT
+
     header = json.loads(next(lines))
     source = EngineSource(header["engine"], header["version"], Path(header["root"]), header["origin"])
+    if header.get("mutant"):
+        MUTANT.set(Mutant.from_json(header["mutant"]))
+    trace = LineTrace() if header.get("trace") else None
     skip = cuda_missing_reason() if device == "cuda" else None
     kernels = child_kernels()
     for line in lines:
         if not line.strip():
             continue
         request = json.loads(line)
+        if trace is not None:
+            trace.executed.clear()
+            trace.start()
         try:
             if skip:
                 answer = {"ok": False, "skipped": skip, "error": skip, "config": False}
@@ -102,8 +136,16 @@ def serve(device: str, lines: Any, out: Any) -> int:
                 answer = {"ok": True, "result": kernels[request["kernel"]](source, request["case"], device)}
         except ConfigError as exc:
             answer = {"ok": False, "error": str(exc), "config": True}
-        except Exception as exc:  # an upstream kernel that raises is a result, reported with its message
-            answer = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "config": False}
+        except Exception as exc:  # an upstream kernel that raises is an answer, with where it raised
+            origin, place = where(exc.__traceback__)
+            answer = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "config": False,
+                      "raised": {"type": type(exc).__name__, "message": " ".join(str(exc).split())[:300],
+                                 "where": place, "origin": origin}}
+        finally:
+            if trace is not None:
+                trace.stop()
+        if trace is not None:
+            answer["lines"] = sorted(trace.executed)
         out.write(json.dumps(answer) + "\n")
         out.flush()
     return 0
@@ -123,43 +165,66 @@ def main(argv: Sequence[str] | None = None) -> int:
 # --- parent side ---------------------------------------------------------------------------------------
 
 class KernelChild:
-    """A running child for one engine source and device; `call` sends one case and returns its result."""
+    """A running child for one engine source and device; `call` sends one case and returns its result.
 
-    def __init__(self, source: EngineSource, device: str = "cpu") -> None:
+    `timeout`: seconds one call may take; a call that does not answer in time ends the child (its whole
+    process group) and is the answer `DidNotReturn`, and the next call starts a new child. A kernel that
+    raises is the answer `Raised` (with the upstream line), a child that dies `Raised("ChildDied")`: both
+    reach the runner through `Answered`, so each is a divergence with its input. `mutant`: the mutant the
+    child loads the kernels with; `trace`: a LineTrace the child's executed upstream lines are added to.
+    """
+
+    def __init__(self, source: EngineSource, device: str = "cpu", *, timeout: float | None = None,
+                 mutant: Any = None, trace: Any = None) -> None:
         if device not in DEVICES:
             raise ConfigError("--device", f"one of {', '.join(DEVICES)}", device)
-        self.source, self.device = source, device
+        self.source, self.device, self.timeout, self.mutant, self.trace = source, device, timeout, mutant, trace
         self.process: subprocess.Popen[str] | None = None
-        self._stderr = tempfile.TemporaryFile(mode="w+")
+        self._stderr: Any = None
+        self.started = 0
 
     def __enter__(self) -> "KernelChild":
+        self._start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _start(self) -> None:
         env = dict(os.environ)
         if self.device == "cpu":
             env["TRITON_INTERPRET"] = "1"
         else:
             env.pop("TRITON_INTERPRET", None)
         env.setdefault("PYTHONWARNINGS", "ignore")
+        self._stderr = tempfile.TemporaryFile(mode="w+")
         self.process = subprocess.Popen([sys.executable, "-m", "kvsim.conform.triton_child", "--device", self.device],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
-                                        text=True, env=env)
+                                        text=True, env=env, start_new_session=True)
+        self.started += 1
         s = self.source
-        self._send({"engine": s.engine, "version": s.version, "root": str(s.root), "origin": s.origin})
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
+        self._send({"engine": s.engine, "version": s.version, "root": str(s.root), "origin": s.origin,
+                    "mutant": self.mutant.to_json() if self.mutant is not None else None,
+                    "trace": self.trace is not None})
 
     def close(self) -> None:
-        if self.process is not None:
-            if self.process.stdin:
-                self.process.stdin.close()
+        process, self.process = self.process, None
+        if process is not None:
+            if process.stdin:
+                try:
+                    process.stdin.close()
+                except OSError:
+                    pass
             try:
-                self.process.wait(timeout=30)
+                process.wait(timeout=30)
             except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-            self.process = None
-        self._stderr.close()
+                _kill(process)
+            except BaseException:
+                _kill(process)
+                raise
+        if self._stderr is not None:
+            self._stderr.close()
+            self._stderr = None
 
     def _send(self, document: Mapping[str, Any]) -> None:
         assert self.process is not None and self.process.stdin is not None
@@ -167,31 +232,74 @@ class KernelChild:
         self.process.stdin.flush()
 
     def stderr_tail(self, limit: int = 2000) -> str:
+        if self._stderr is None:
+            return ""
         self._stderr.flush()
         self._stderr.seek(0)
         return self._stderr.read()[-limit:]
 
+    def _readline(self) -> str | None:
+        """The child's next line, or None when it did not answer within the timeout."""
+        import select
+
+        assert self.process is not None and self.process.stdout is not None
+        if self.timeout:
+            ready, _, _ = select.select([self.process.stdout], [], [], self.timeout)
+            if not ready:
+                return None
+        return self.process.stdout.readline()
+
     def call(self, kernel: str, case: Mapping[str, Any]) -> dict[str, Any]:
-        """The kernel's result; ConfigError when upstream cannot be loaded, KernelSkipped without CUDA,
-        KernelChildError when the kernel raised (message included) or the child died."""
+        """The kernel's result; ConfigError when upstream cannot be loaded, KernelSkipped without CUDA; a raise,
+        a death or a hang of the kernel as `Answered` (its answer for the runner)."""
+        from kvsim.engine.conformance.answers import Answered, DidNotReturn, Raised
+
         if self.process is None:
-            raise KernelChildError("kernel child not started (use `with KernelChild(...)`)")
+            self._start()
+        assert self.process is not None
         try:
             self._send({"kernel": kernel, "case": case})
-            assert self.process.stdout is not None
-            line = self.process.stdout.readline()
+            line = self._readline()
         except (BrokenPipeError, OSError) as exc:
-            raise KernelChildError(f"kernel child died: {exc}; stderr: {self.stderr_tail()}") from exc
+            line = ""
+            reason = f"{exc}"
+        else:
+            reason = ""
+        if line is None:
+            _kill(self.process)
+            self.close()
+            raise Answered(DidNotReturn(float(self.timeout or 0)))
         if not line:
-            raise KernelChildError(f"kernel child exited ({self.process.poll()}); stderr: {self.stderr_tail()}")
+            code = self.process.poll()
+            tail = " ".join(self.stderr_tail(600).split())
+            self.close()
+            raise Answered(Raised("ChildDied", f"the kernel's process ended ({code}{'; ' + reason if reason else ''})"
+                                  f": {tail}", kernel))
         answer = json.loads(line)
+        if self.trace is not None and answer.get("lines"):
+            self.trace.add(tuple(x) for x in answer["lines"])
         if answer["ok"]:
             return answer["result"]
         if answer.get("skipped"):
             raise KernelSkipped(answer["skipped"])
         if answer.get("config"):
             raise ConfigError(kernel, "upstream definitions that load", answer["error"])
-        raise KernelChildError(f"{kernel}: {answer['error']}")
+        raised = answer.get("raised") or {"type": "Error", "message": answer["error"], "where": kernel}
+        raise Answered(Raised(raised["type"], raised["message"], raised["where"], raised.get("origin", "upstream")))
+
+
+def _kill(process: subprocess.Popen[str]) -> None:
+    """End the child and everything it started (its own process group)."""
+    import signal
+
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
 
 
 if __name__ == "__main__":

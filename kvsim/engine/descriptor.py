@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from .conformance.declare import ConformTarget, with_model
 from .errors import ConfigError
 from .params import ParamSpec, config_from, params_of, resolve
 from .variants import Variant, VariantTable
@@ -38,6 +39,8 @@ class ModelDescriptor:
     fault_kinds: tuple[str, ...] = ()
     peers: tuple[str, ...] = ()  # who `crash=PEER@T` may name
     data_params: tuple[ParamSpec, ...] = ()  # parameters only data-property strategies read (none of the system's)
+    # the engines' code this model is checked against (`kvsim conform`): declarations, adapters loaded lazily
+    conform: tuple[ConformTarget, ...] = ()
     params: tuple[ParamSpec, ...] = field(init=False)
     sim_params: tuple[ParamSpec, ...] = field(init=False)
 
@@ -49,6 +52,11 @@ class ModelDescriptor:
         system_params = params_of(self.config) if self.config is not None else ()
         object.__setattr__(self, "params", system_params + self.data_params)
         object.__setattr__(self, "sim_params", params_of(self.sim_config) if self.sim_config is not None else ())
+        object.__setattr__(self, "conform", with_model(tuple(self.conform), self.name))
+        for target in self.conform:
+            self.variant(target.variant_name(None))  # every release's variant is one of the model's
+            for _, name in target.releases:
+                self.variant(name)
 
     def variant(self, name: str | Variant) -> Any:
         return self.variants.resolve(name)

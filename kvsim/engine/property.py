@@ -50,6 +50,8 @@ class KvProperty:
     # a kernel property: the backends it runs on (fn takes the backend name as a third argument)
     backends: tuple[str, ...] = ()
     asan_in_child: bool = True  # False: the property starts its own ASan children
+    # stateful: a state machine of its own, machine(record) -> RuleBasedStateMachine class (a conform lockstep)
+    machine: Callable[[dict[str, Any]], Any] | None = None
 
     @builtins.property
     def is_kernel(self) -> bool:

@@ -16,6 +16,7 @@ import hypothesis
 from hypothesis import HealthCheck, Phase, Verbosity, example, given, settings
 from hypothesis.stateful import get_state_machine_test
 from .canon import to_jsonable
+from .descriptor import ModelDescriptor
 from .errors import PropertyViolation
 from .params import resolve
 from .property import KvProperty
@@ -62,7 +63,8 @@ def _replay_command(prop: KvProperty, variant: str, seed: int | None, max_exampl
 def run_property(prop: KvProperty, variant: Any = "fixed", *, max_examples: int = 100, seed: int | None = None,
                  derandomize: bool = False, database: Any = None, use_examples: bool = True,
                  stateful_steps: int = 30, params: dict[str, Any] | None = None,
-                 backend: str | None = None, database_key: str | None = None) -> PropertyResult:
+                 backend: str | None = None, database_key: str | None = None,
+                 descriptor: ModelDescriptor | None = None, shrink: bool = True) -> PropertyResult:
     """Run `prop` on `variant`.
 
     `seed` fixes Hypothesis' generation (same seed, same examples and same
@@ -71,17 +73,20 @@ def run_property(prop: KvProperty, variant: Any = "fixed", *, max_examples: int 
     find (and shrink) the counterexample itself, as `kvsim repro` wants.
     `database_key` keys the examples saved in `database` (every property runs through one wrapper, so
     without a key they would share one); it is set only with a database, as it also seeds derandomized runs.
+    `descriptor`: the model, where the caller resolved it (else it is looked up by the property's model name).
+    `shrink=False`: report the first failing case as found (a mutation run only needs to know that one fails).
     """
-    model = REGISTRY.model(prop.model)
+    model = descriptor if descriptor is not None else REGISTRY.model(prop.model)
     variant = model.variant(variant)  # the one check of the name; the property sees the flag record
-    phases = tuple(p for p in Phase if p is not Phase.explain and (use_examples or p is not Phase.explicit))
+    phases = tuple(p for p in Phase if p is not Phase.explain and (use_examples or p is not Phase.explicit)
+                   and (shrink or p is not Phase.shrink))
     config = _settings(max_examples, derandomize and seed is None, database, phases, stateful_steps)
     record: dict[str, Any] = {"count": 0, "failure": None}
 
     if prop.kind == "stateful":
-        test = _stateful_test(prop, variant, config, record, params)
+        test = _stateful_test(prop, model, variant, config, record, params)
     else:
-        test = _data_test(prop, variant, config, record, params, backend)
+        test = _data_test(prop, model, variant, config, record, params, backend)
     if database_key is not None:
         test.hypothesis.inner_test._hypothesis_internal_add_digest = database_key.encode()
     if seed is not None and database is not None:
@@ -110,10 +115,10 @@ def run_property(prop: KvProperty, variant: Any = "fixed", *, max_examples: int 
                           if status != "passed" else "")
 
 
-def _data_test(prop: KvProperty, variant: Any, config: settings, record: dict[str, Any],
+def _data_test(prop: KvProperty, model: ModelDescriptor, variant: Any, config: settings, record: dict[str, Any],
                params: dict[str, Any] | None, backend: str | None) -> Callable[[], None]:
     assert prop.fn is not None and prop.strategy is not None
-    strategy = prop.build_strategy(resolve(REGISTRY.model(prop.model).params, {**prop.params, **(params or {})}))
+    strategy = prop.build_strategy(resolve(model.params, {**prop.params, **(params or {})}))
 
     def check(case: Any) -> None:
         record["count"] += 1
@@ -132,10 +137,12 @@ def _data_test(prop: KvProperty, variant: Any, config: settings, record: dict[st
     return config(test)
 
 
-def _stateful_test(prop: KvProperty, variant: Any, config: settings, record: dict[str, Any],
-                   params: dict[str, Any] | None) -> Callable[[], None]:
-    system = REGISTRY.model(prop.model).build_system(variant, {**prop.params, **(params or {})})
-    machine = machine_class(system, record)
+def _stateful_test(prop: KvProperty, model: ModelDescriptor, variant: Any, config: settings,
+                   record: dict[str, Any], params: dict[str, Any] | None) -> Callable[[], None]:
+    if prop.machine is not None:  # a machine of its own (a conform lockstep), not the model's system
+        machine = prop.machine(record)
+    else:
+        machine = machine_class(model.build_system(variant, {**prop.params, **(params or {})}), record)
 
     def factory() -> Any:
         record["count"] += 1

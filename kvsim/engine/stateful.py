@@ -9,7 +9,7 @@ invariants are checked after every step; a violation raises
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
@@ -69,3 +69,59 @@ def machine_class(system: TransitionSystem[Any, Any], record: dict[str, Any] | N
 
     SystemMachine.__name__ = f"{system.name.replace('-', '_')}_machine"
     return SystemMachine
+
+
+def call_line(op: str, args: Any) -> str:
+    """One call of a lockstep program as it reads: `assign(5)`, `free(alloc_id=3)`, `reset()`."""
+    if args is None or args == ():
+        return f"{op}()"
+    if isinstance(args, dict):
+        return f"{op}({', '.join(f'{k}={v!r}' for k, v in args.items())})"
+    if isinstance(args, tuple):
+        return f"{op}({', '.join(repr(a) for a in args)})"
+    return f"{op}({args!r})"
+
+
+class LockstepDivergence(PropertyViolation):
+    """The two sides of a lockstep differ after a step: `details` holds the program and the difference."""
+
+    def __init__(self, message: str, details: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.details = details
+
+
+def lockstep_class(start: Any, make_sides: Any, operations: Sequence[Any], step: Any,
+                   record: dict[str, Any]) -> type[RuleBasedStateMachine]:
+    """A state machine driving two sides of a lockstep with the same calls, one rule per operation.
+
+    `start`: a strategy of the initial configuration; `make_sides(config)` -> (model, upstream, view) where
+    `view` is what the operations draw their arguments from; `step(model, upstream, program, op, args)` makes
+    one call on both sides and compares them, raising `LockstepDivergence` (with the program so far) when
+    they differ. Hypothesis shrinks a divergence to the shortest program it can find.
+    """
+    from hypothesis.strategies import SearchStrategy
+
+    def begin(self: Any, config: Any) -> None:
+        self.program = [call_line("start", config)]
+        self.model, self.upstream, self.view = make_sides(config)
+        record["runs"] = record.get("runs", 0) + 1
+        step(self.model, self.upstream, self.program, None, None)
+
+    namespace: dict[str, Any] = {"begin": initialize(config=start)(begin)}
+    for index, operation in enumerate(operations):
+        def act(self: Any, data: st.DataObject, operation: Any = operation) -> None:
+            args = operation.args
+            if not isinstance(args, SearchStrategy) and callable(args):
+                args = args(self.view)
+                if args is None:
+                    return  # not enabled in this state
+            value = data.draw(args, label=operation.name) if isinstance(args, SearchStrategy) else args
+            calls = [(operation.name, value)]
+            if operation.then is not None:
+                calls += list(operation.then(self.view, value))
+            for op, call_args in calls:
+                step(self.model, self.upstream, self.program, op, call_args)
+
+        act.__name__ = f"op_{index}_{operation.name}"
+        namespace[act.__name__] = rule(data=st.data())(act)
+    return type("Lockstep", (RuleBasedStateMachine,), namespace)

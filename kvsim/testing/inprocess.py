@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from ..conform import loader
-from ..conform.report import format_results, run_target
+from ..conform.report import format_results
 from ..conform.source import ENGINES, EngineSource, resolve_source
-from ..conform.targets import RunOptions, Target, TargetResult, targets
+from ..conform.targets import RunOptions, TargetResult, run_target, targets
 from ..engine.errors import ConfigError
 
 MISSING = object()
@@ -45,7 +45,17 @@ class ConformanceFailure(AssertionError):
         self.result = result
 
 
-def find_target(name: str, engine: str | None = None) -> Target:
+def first_symbol(target: Any) -> str:
+    """The name one function or class given alone stands for: the target's first loaded definition."""
+    return target.upstream[0].names[0] if hasattr(target, "upstream") else target.symbols[0]
+
+
+def relpath(target: Any) -> str:
+    """The target's first upstream file."""
+    return target.upstream[0].file if hasattr(target, "upstream") else target.relpath
+
+
+def find_target(name: str, engine: str | None = None) -> Any:
     """The target `name` ("plan_mla_context_chunks", or "vllm:plan_mla_context_chunks"); ConfigError if unknown
     or if two engines have a target of that name and none was named."""
     if ":" in name:
@@ -124,9 +134,23 @@ def provided_loader(provided: Provided, base: EngineSource | None) -> Callable[.
                               "release= / from_path= to take it from", f"not provided by {provided.label}")
         if lacking:
             found.update(vars(real(path, lacking, extra_globals=extra_globals, where=where, **kw)))
+        for value in found.values():
+            code_under_test(value)
         return types.SimpleNamespace(**{n: v if n in lacking else isolated(v, extra_globals)
                                         for n, v in found.items()})
     return load_definitions
+
+
+def code_under_test(obj: Any) -> None:
+    """The caller's file counts as the code under test: a raise there is its answer, its lines its coverage."""
+    from ..engine.conformance.answers import register_lines, registered
+
+    try:
+        path = inspect.getsourcefile(obj)
+    except TypeError:
+        return
+    if path and not registered(path):
+        register_lines(path, lambda line, path=path: f"{path}:{line}")
 
 
 @dataclass(frozen=True)
@@ -161,7 +185,7 @@ def run_in_process(target: str, impl: Any, *, engine: str | None = None, release
                    seed: int | None = None) -> tuple[TargetResult, EngineSource]:
     """`conform`, and the source record its report names."""
     chosen = find_target(target, engine)
-    provided = Provided(impl, chosen.symbols[0])
+    provided = Provided(impl, first_symbol(chosen))
     options = RunOptions(max_examples=max_examples, seed=seed)
     base = resolve_source(chosen.engine, version=release, from_path=from_path) \
         if release is not None or from_path is not None else None

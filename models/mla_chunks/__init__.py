@@ -12,6 +12,7 @@ Data properties only: no transition system, no timed simulation.
 
 from kvsim.engine.descriptor import ModelDescriptor
 
+from .conform import CONFORM
 from .planner import FIXED, VARIANTS, MlaVariant
 
 __all__ = ["DESCRIPTOR", "FIXED", "VARIANTS", "MlaVariant"]
@@ -21,4 +22,5 @@ DESCRIPTOR = ModelDescriptor(
     summary="MLA chunked context: per-request ContextChunk plan, DCP reorg, chunked attention vs full attention",
     source="vLLM b38e111d (#50613, RFC #50497); mask_empty_context #49294",
     variants=VARIANTS,
+    conform=CONFORM,
 )

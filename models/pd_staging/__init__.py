@@ -14,6 +14,7 @@
 from kvsim.engine.descriptor import ModelDescriptor
 
 from . import sim
+from .conform import CONFORM
 from .data import StagingSystemConfig
 from .system import PdStaging
 from .variants import FIXED, VARIANTS, StagingVariant
@@ -30,6 +31,7 @@ DESCRIPTOR = ModelDescriptor(
     simulate=sim.simulate,
     fault_kinds=sim.FAULT_KINDS,
     peers=sim.PEERS,
+    conform=CONFORM,
 )
 
 __all__ = ["DESCRIPTOR", "FIXED", "VARIANTS", "StagingVariant"]

@@ -1,0 +1,148 @@
+"""`kvsim conform ENGINE --mutants [N]`: how strong the checks are on this code, measured by mutation.
+
+For each target, every mutant of its checked upstream definitions (`kvsim.engine.conformance.mutants`; N: a
+sample of N spread over the code) is loaded in place of the real code, one at a time, and the target runs on
+it. A mutant is *killed* when the target diverges (a divergence, a raise, a hang or a failing property, exit 1
+of a normal run), *survives* when the target still conforms, and is *not loadable* when the mutated code cannot
+be used (it does not load, or changes a checked signature: a normal run's exit 2, so not counted). A survivor
+is *reached* when the unmutated run executed its line (a weak check, or an equivalent mutant) and *not reached*
+otherwise (an input gap). A survivor the target's declaration documents (`ConformTarget.survivors`: an
+equivalent mutant, or a path no input reaches, with the reason) is listed as such and left out of the score.
+
+score = killed / (mutants - not loadable - documented survivors). Exit 1 when a target has an undocumented
+survivor, 2 when its unmutated run does not conform (nothing to measure against), 3 when `--max-seconds` cut
+the run short, else 0. Each mutant's calls run under a deadline of 50 times the unmutated run's slowest call
+(at least 1 s, at most `--call-timeout`), so a mutant that hangs costs seconds, not the default deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Sequence
+
+from kvsim.app import junit
+from kvsim.engine.conformance.linetrace import LineTrace
+from kvsim.engine.conformance.mutants import Mutant, mutants, sample
+
+from .loader import mutated
+from .run import run_targets
+from .source import EngineSource
+from .targets import Options, descriptors
+
+MUTANT_DEADLINE_FLOOR = 1.0
+
+
+@dataclass
+class MutationResult:
+    target: str
+    status: str = "measured"  # measured / baseline diverges / baseline error / not present / incomplete
+    mutants: int = 0
+    killed: int = 0
+    not_loadable: int = 0
+    survivors: list[dict[str, Any]] = field(default_factory=list)
+    documented: list[dict[str, Any]] = field(default_factory=list)
+    not_run: int = 0
+    seconds: float = 0.0
+    note: str = ""
+
+    @property
+    def score(self) -> float | None:
+        counted = self.mutants - self.not_loadable - len(self.documented) - self.not_run
+        return round(100.0 * self.killed / counted, 1) if counted > 0 else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.__dict__, "score": self.score, "survived": len(self.survivors)}
+
+
+def target_mutants(target: Any, source: EngineSource) -> list[Mutant]:
+    found: list[Mutant] = []
+    for upstream in target.upstream:
+        if upstream.checked_names and source.has(upstream.file):
+            text = source.file(upstream.file).read_text(encoding="utf-8", errors="replace")
+            found.extend(mutants(text, upstream.file, upstream.checked_names))
+    return found
+
+
+def documented(target: Any, mutant: Mutant) -> str | None:
+    for survivor in target.survivors:
+        if (survivor.definition, survivor.operator, survivor.original) == (mutant.definition, mutant.operator,
+                                                                           mutant.original):
+            return survivor.reason
+    return None
+
+
+def measure(target: Any, source: EngineSource, options: Options, count: int) -> MutationResult:
+    started = time.perf_counter()
+    out = MutationResult(target.name)
+    table = descriptors()
+    trace = LineTrace()
+    (base,) = run_targets([target], source, table, replace(options, trace=trace))
+    executed = trace.executed
+    if base.status != "conforms":
+        out.status = {"diverges": "baseline diverges", "not present": "not present"}.get(base.status,
+                                                                                         f"baseline {base.status}")
+        out.note = base.note or (base.divergences[0].get("difference", "") if base.divergences else "")
+        out.seconds = round(time.perf_counter() - started, 3)
+        return out
+    found = target_mutants(target, source)
+    chosen = sample(found, count) if count else found
+    out.mutants = len(chosen)
+    deadline = max(MUTANT_DEADLINE_FLOOR, 50 * base.slowest_call)
+    deadline = min(deadline, options.call_timeout) if options.call_timeout else deadline
+    quick = replace(options, call_timeout=deadline, shrink=False)
+    for i, mutant in enumerate(chosen):
+        if options.until is not None and time.monotonic() >= options.until:
+            out.not_run = len(chosen) - i
+            out.status = "incomplete"
+            break
+        with mutated(mutant):
+            (result,) = run_targets([target], source, table, quick)
+        row = {**mutant.to_json(), "label": mutant.label, "reached": (mutant.file, mutant.line) in executed}
+        if result.status == "diverges":
+            out.killed += 1
+        elif result.status in ("error", "not present"):
+            out.not_loadable += 1
+        elif result.status in ("incomplete", "not run"):
+            out.not_run += 1
+        else:
+            reason = documented(target, mutant)
+            (out.documented if reason else out.survivors).append({**row, **({"reason": reason} if reason else {})})
+    out.seconds = round(time.perf_counter() - started, 3)
+    return out
+
+
+def format_mutation(source: EngineSource, results: Sequence[MutationResult]) -> str:
+    lines = [f"kvsim conform {source.engine} --mutants: {source.label} from {source.origin}",
+             f"  {'target':<40} {'mutants':>7} {'killed':>6} {'survived':>8} {'score':>6}  seconds"]
+    for r in results:
+        score = "-" if r.score is None else f"{r.score:g}%"
+        lines.append(f"  {r.target:<40} {r.mutants:>7} {r.killed:>6} {len(r.survivors):>8} {score:>6}  "
+                     f"{r.seconds:7.1f}" + ("" if r.status == "measured" else f"  {r.status}"))
+        if r.note:
+            lines.append(f"      {r.note}")
+        for s in r.survivors:
+            where = "reached" if s["reached"] else "not reached (no input runs this line)"
+            lines.append(f"      survived: {s['label']} [{where}]")
+        for s in r.documented:
+            lines.append(f"      documented: {s['label']}: {s['reason']}")
+        if r.not_loadable:
+            lines.append(f"      {r.not_loadable} mutants could not be loaded (not counted)")
+        if r.not_run:
+            lines.append(f"      {r.not_run} mutants not run: --max-seconds")
+    return "\n".join(lines)
+
+
+def cmd_mutants(args: Any, source: EngineSource, chosen: Sequence[Any], options: Options) -> int:
+    results = [measure(t, source, options, args.mutants) for t in chosen]
+    doc = {"engine": source.engine, "version": source.version, "origin": source.origin,
+           "mutation": [r.to_json() for r in results]}
+    if args.junit:
+        junit.write(args.junit, "kvsim conform --mutants", [junit.mutation(doc)])
+    print(json.dumps(doc, indent=1) if args.json else format_mutation(source, results))
+    if any(r.status.startswith("baseline") for r in results):
+        return 2
+    if any(r.survivors for r in results):
+        return 1
+    return 3 if any(r.status == "incomplete" for r in results) else 0

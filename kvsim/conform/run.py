@@ -1,0 +1,127 @@
+"""Running conform targets on one source: the environment the engine's runner needs, built once per target.
+
+The engine runs every target (`kvsim.engine.conformance.runner.run_target`); this module gives it what only
+the application layer knows: how the declared upstream files are read (`load_upstream`: absent file or
+definition -> "not present"; the loader otherwise), how a kernel child is started, the model's descriptor,
+and whether the source is a release or the user's own tree ("code under test"). It also captures what the
+engine's code logs and warns while it loads and runs (vLLM's "package was not found"), kept with the results
+and shown only beside a failure.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+import warnings
+from dataclasses import dataclass, field, replace
+from types import SimpleNamespace
+from typing import Any, Iterator, Sequence
+
+from kvsim.engine.conformance.declare import ConformTarget, Upstream
+from kvsim.engine.conformance.linetrace import LineTrace, coverage, statement_lines
+from kvsim.engine.conformance.result import TargetResult
+from kvsim.engine.conformance.runner import Env, NotPresent, Options, run_target
+
+from .loader import load_definitions, names_in
+from .source import EngineSource
+
+
+def subject(source: EngineSource) -> str:
+    """How reports name the code checked: a release is "upstream"; the user's own tree "code under test"."""
+    return "upstream" if source.origin.startswith("wheel ") and source.version else "code under test"
+
+
+def load_upstream(source: EngineSource, upstream: Upstream, **loading: Any) -> SimpleNamespace:
+    """The declared definitions of one file; NotPresent when the source lacks the file or a name (in process,
+    `kvsim.testing`, the caller's answer decides what is there)."""
+    from .loader import ANSWER
+
+    if ANSWER.get() is not None:
+        return load_definitions(source.file(upstream.file), list(upstream.names), where=upstream.file,
+                                version=source.label, **loading)
+    if not source.has(upstream.file):
+        raise NotPresent(f"{upstream.file}: absent in {source.label}")
+    path = source.file(upstream.file)
+    present = names_in(path)
+    missing = [n for n in upstream.names if n not in present]
+    if missing:
+        raise NotPresent(f"{upstream.file}:{','.join(missing)}: absent in {source.label}")
+    return load_definitions(path, list(upstream.names), where=upstream.file, version=source.label, **loading)
+
+
+def environment(target: ConformTarget, source: EngineSource, descriptor: Any, options: Options) -> Env:
+    def start_child() -> Any:
+        from .loader import MUTANT
+        from .triton_child import KernelChild
+
+        return KernelChild(source, options.device, timeout=options.call_timeout, mutant=MUTANT.get(),
+                           trace=options.trace)
+
+    return Env(source=source, load=lambda upstream, **kw: load_upstream(source, upstream, **kw),
+               descriptor=descriptor, start_child=start_child, subject=subject(source))
+
+
+@dataclass
+class Captured:
+    """What the code under test logged or warned while one target ran."""
+
+    lines: list[str] = field(default_factory=list)
+
+
+class _Handler(logging.Handler):
+    def __init__(self, into: Captured) -> None:
+        super().__init__(logging.WARNING)
+        self.into = into
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.into.lines.append(f"{record.levelname.lower()} {record.name}: {record.getMessage()}")
+
+
+@contextlib.contextmanager
+def captured() -> Iterator[Captured]:
+    into = Captured()
+    handler = _Handler(into)
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            yield into
+    finally:
+        root.removeHandler(handler)
+    into.lines += [f"warning {w.category.__name__}: {w.message}" for w in seen
+                   if not issubclass(w.category, ResourceWarning)]
+
+
+def run_targets(targets: Sequence[ConformTarget], source: EngineSource, descriptors: Any, options: Options,
+                *, measure: bool = False) -> list[TargetResult]:
+    """Each target on `source`, in order, within the run's budget; with `measure`, each result's coverage of
+    its checked definitions."""
+    results = []
+    for target in targets:
+        trace = LineTrace() if measure else options.trace
+        run_options = replace(options, trace=trace)
+        with captured() as logged:
+            result = run_target(target, environment(target, source, descriptors[target.model], run_options),
+                                run_options)
+        if logged.lines and result.status not in ("conforms", "not present", "skipped"):
+            result.logged = sorted(set(logged.lines))
+        if measure and trace is not None and result.status in ("conforms", "diverges", "incomplete"):
+            result.coverage = coverage(trace.executed, executable_lines(target, source))
+        results.append(result)
+    return results
+
+
+def executable_lines(target: ConformTarget, source: EngineSource) -> dict[str, dict[str, set[int]]]:
+    """{upstream file: {checked definition: its statement lines}} in this source."""
+    found: dict[str, dict[str, set[int]]] = {}
+    for upstream in target.upstream:
+        if source.has(upstream.file):
+            text = source.file(upstream.file).read_text(encoding="utf-8", errors="replace")
+            found.setdefault(upstream.file, {}).update(statement_lines(text, upstream.checked_names))
+    return found
+
+
+def deadline(max_seconds: float | None) -> float | None:
+    return None if not max_seconds else time.monotonic() + max_seconds

@@ -1,0 +1,97 @@
+"""A per-call bound for the code under test: `within(seconds, memory)` raises `CallTimeout` in the call once the
+wall clock passes `seconds`, or once the process has grown by more than `memory` bytes since the call began.
+
+It runs on SIGALRM (`ITIMER_REAL`), ticking every `TICK` seconds while the call runs (to read the process's
+size, and to raise again should the first raise be swallowed: raised inside a garbage-collector callback, which
+Hypothesis installs, an exception is only printed), nested inside whatever alarm is already armed (the
+command's `--max-seconds`): an alarm that is not ours is passed on to its own handler at its own time.
+`CallTimeout` derives from BaseException, so code under test that catches `Exception` (a retry loop) cannot
+swallow it. Off the main thread (where Python allows no signal handler) the call runs unbounded, and
+`available()` says so.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+TICK = 0.25
+DEFAULT_MEMORY = 4 * 2 ** 30  # bytes one call may add to the process
+
+
+class CallTimeout(BaseException):
+    """The call under a deadline did not return in time, or grew past its memory bound."""
+
+    def __init__(self, seconds: float, reason: str = "") -> None:
+        self.seconds = seconds
+        self.reason = reason or f"did not return within {seconds:g} s"
+        super().__init__(self.reason)
+
+
+def available() -> bool:
+    return hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+
+
+def resident() -> int:
+    """This process's resident size in bytes (0 where /proc is not there)."""
+    try:
+        with open("/proc/self/statm", "rb") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+@contextmanager
+def within(seconds: float | None, memory: int | None = DEFAULT_MEMORY) -> Iterator[None]:
+    """Run the block bounded by `seconds` (None or 0: no bound in time) and `memory` bytes of growth."""
+    if not (seconds or memory) or not available():
+        yield
+        return
+    start = time.monotonic()
+    ours = start + seconds if seconds else None
+    base = resident() if memory else 0
+    outer_delay, outer_interval = signal.getitimer(signal.ITIMER_REAL)
+    outer_at = start + outer_delay if outer_delay > 0 else None
+    previous = signal.getsignal(signal.SIGALRM)
+    fired: list[str] = []
+
+    def arm(now: float) -> None:
+        due = [now + TICK] + [t for t in (ours, outer_at) if t is not None]
+        signal.setitimer(signal.ITIMER_REAL, max(min(due) - now, 1e-3))
+
+    def expire(signum: int, frame: Any) -> None:
+        now = time.monotonic()
+        if outer_at is not None and outer_at <= now and callable(previous):
+            previous(signum, frame)  # the command's own alarm (it raises, or re-arms itself)
+        arm(now)
+        if fired:  # the first raise was swallowed: raise it again
+            raise CallTimeout(seconds or 0.0, fired[0])
+        if ours is not None and now >= ours - 1e-3:
+            fired.append(f"did not return within {seconds:g} s")
+        elif memory and resident() - base > memory:
+            fired.append(f"grew by more than {memory / 2 ** 30:g} GiB of memory in one call")
+        if fired:
+            raise CallTimeout(seconds or 0.0, fired[0])
+
+    hook = sys.unraisablehook
+
+    def quiet(unraisable: Any) -> None:  # a raise a callback swallowed is raised again at the next tick
+        if not isinstance(unraisable.exc_value, CallTimeout):
+            hook(unraisable)
+
+    signal.signal(signal.SIGALRM, expire)
+    sys.unraisablehook = quiet
+    arm(start)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        sys.unraisablehook = hook
+        if outer_at is not None:  # the outer alarm goes on at its own time (now, if that has passed)
+            signal.setitimer(signal.ITIMER_REAL, max(outer_at - time.monotonic(), 1e-3), outer_interval)

@@ -1,0 +1,130 @@
+"""Which lines of the code under test a run executed (`kvsim conform --coverage`).
+
+`LineTrace` traces only frames of files the loader registered (`answers.register_lines`), so the rest of the
+process (Hypothesis, the model, numpy) runs at nearly full speed; it records each executed line as the
+upstream file and line it came from. `coverage(executed, executable)` gives the share of the checked
+definitions' statement lines that ran, per file, with the lines that did not.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+import threading
+from typing import Any, Iterable, Mapping
+
+from .answers import registered, upstream_line
+
+
+class LineTrace:
+    def __init__(self) -> None:
+        self.executed: set[tuple[str, int]] = set()
+        self._seen: dict[str, bool] = {}
+        self._previous: Any = None
+        self._depth = 0
+
+    def _wanted(self, filename: str) -> bool:
+        known = self._seen.get(filename)
+        if known is None:
+            known = self._seen[filename] = registered(filename)
+        return known
+
+    def _global(self, frame: Any, event: str, arg: Any) -> Any:
+        if event == "call" and self._wanted(frame.f_code.co_filename):
+            return self._local
+        return None
+
+    def _local(self, frame: Any, event: str, arg: Any) -> Any:
+        if event == "line":
+            found = upstream_line(frame.f_code.co_filename, frame.f_lineno)
+            if found is not None:
+                path, _, line = found.rpartition(":")
+                self.executed.add((path, int(line)))
+        return self._local
+
+    def start(self) -> None:
+        if self._depth == 0:
+            self._previous = sys.gettrace()
+            sys.settrace(self._global)
+            threading.settrace(self._global)
+        self._depth += 1
+
+    def stop(self) -> None:
+        self._depth -= 1
+        if self._depth == 0:
+            sys.settrace(self._previous)
+            threading.settrace(self._previous)  # type: ignore[arg-type]
+
+    def add(self, lines: Iterable[tuple[str, int]]) -> None:
+        """Lines another process executed (a kernel child)."""
+        self.executed.update((str(p), int(n)) for p, n in lines)
+
+
+def statement_lines(source: str, definitions: Iterable[str]) -> dict[str, set[int]]:
+    """The statement lines inside each named definition ("fn", "Class", "Class.method") of a module's source
+    (docstrings, `def` and decorator lines left out: they run when the module loads)."""
+    tree = ast.parse(source)
+    found: dict[str, set[int]] = {}
+    for name in definitions:
+        node = find_definition(tree, name)
+        if node is not None:
+            found[name] = _body_lines(node)
+    return found
+
+
+def find_definition(tree: ast.Module, dotted: str) -> ast.AST | None:
+    scope: list[ast.stmt] = tree.body
+    node: ast.AST | None = None
+    for part in dotted.split("."):
+        node = next((n for n in scope if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                     and n.name == part), None)
+        if node is None:
+            return None
+        scope = node.body  # type: ignore[attr-defined]
+    return node
+
+
+def _body_lines(node: ast.AST) -> set[int]:
+    lines: set[int] = set()
+    body = getattr(node, "body", [])
+    if isinstance(node, ast.ClassDef):  # a class: the bodies of its methods (its own body ran at load)
+        for child in body:
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                lines |= _body_lines(child)
+        return lines
+    for stmt in _without_docstring(body):
+        for sub in ast.walk(stmt):
+            if isinstance(sub, ast.stmt):
+                if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    lines |= _body_lines(sub)
+                    continue
+                lines.add(sub.lineno)
+    # nested definitions' headers ran when the enclosing body ran them: count the header line itself
+    for stmt in ast.walk(node):
+        if stmt is not node and isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            lines.add(stmt.lineno)
+    return lines
+
+
+def _without_docstring(body: list[ast.stmt]) -> list[ast.stmt]:
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+            and isinstance(body[0].value.value, str):
+        return body[1:]
+    return body
+
+
+def coverage(executed: set[tuple[str, int]], executable: Mapping[str, Mapping[str, set[int]]]) -> dict[str, Any]:
+    """{"percent", "lines", "run", "files": {file: {"percent", "lines", "run", "missed": {definition: [lines]}}}}."""
+    files: dict[str, Any] = {}
+    total = ran = 0
+    for path, definitions in executable.items():
+        lines = set().union(*definitions.values()) if definitions else set()
+        hit = {n for n in lines if (path, n) in executed}
+        missed = {d: sorted(n for n in ls if (path, n) not in executed) for d, ls in definitions.items()}
+        files[path] = {"lines": len(lines), "run": len(hit),
+                       "percent": round(100.0 * len(hit) / len(lines), 1) if lines else 100.0,
+                       "missed": {d: ls for d, ls in missed.items() if ls}}
+        total += len(lines)
+        ran += len(hit)
+    return {"percent": round(100.0 * ran / total, 1) if total else 100.0, "lines": total, "run": ran,
+            "files": files}
