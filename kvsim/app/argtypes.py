@@ -49,7 +49,9 @@ def positive_float(field: str, maximum: float = MAX_SECONDS) -> Callable[[str], 
             value = float(text) if text.strip().isascii() else math.nan
         except ValueError:
             value = math.nan
-        if not 0 < value <= maximum:
-            raise argparse.ArgumentTypeError(f"{field}: expected a finite number > 0 (at most {maximum:g}), got {text!r}")
+        if not 0 < value < math.inf:
+            raise argparse.ArgumentTypeError(f"{field}: expected a finite number > 0, got {text!r}")
+        if value > maximum:
+            raise argparse.ArgumentTypeError(f"{field}: expected a number <= {maximum:g}, got {text!r}")
         return value
     return parse
