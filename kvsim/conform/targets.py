@@ -26,7 +26,8 @@ from .source import ENGINES, EngineSource
 RunOptions = Options
 
 LEGACY_MODULES = {
-    "vllm": ("kvsim.conform.vllm.zeroer", "kvsim.conform.vllm.kernels", "kvsim.conform.vllm.uniform_plan",
+    "vllm": ("kvsim.conform.vllm.zeroer", "kvsim.conform.vllm.kernels", "kvsim.conform.vllm.merge_states",
+             "kvsim.conform.vllm.uniform_plan",
              "kvsim.conform.vllm.workspace", "kvsim.conform.vllm.offload_mapping",
              "kvsim.conform.vllm.context_merge", "kvsim.conform.vllm.offload", "kvsim.conform.vllm.mla_decode"),
     "sglang": ("kvsim.conform.sglang.staging", "kvsim.conform.sglang.budget", "kvsim.conform.sglang.ring",

@@ -46,7 +46,7 @@ from kvsim.engine.errors import ConfigError
 from .source import EngineSource
 
 DEVICES = ("cpu", "cuda")
-KERNEL_MODULES = ("kvsim.conform.vllm.kernels", "kvsim.conform.vllm.context_merge", "kvsim.conform.vllm.offload_mapping",
+KERNEL_MODULES = ("kvsim.conform.vllm.kernels", "kvsim.conform.vllm.merge_states", "kvsim.conform.vllm.context_merge", "kvsim.conform.vllm.offload_mapping",
                   "kvsim.conform.vllm.mla_decode", "kvsim.conform.sglang.kernels")
 
 

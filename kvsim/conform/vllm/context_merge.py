@@ -44,7 +44,7 @@ def run_accumulate(source: EngineSource, case: Mapping[str, Any], device: str) -
     from kvsim.gpu_oracle.runtime.asan import pack, unpack
 
     from ..triton_child import load_upstream
-    from .kernels import vllm_modules
+    from .common import vllm_modules
 
     masked = bool(case["masked"])
     key = (str(source.root), masked)

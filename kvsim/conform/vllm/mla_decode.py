@@ -57,7 +57,7 @@ def run_decode(source: EngineSource, case: Mapping[str, Any], device: str) -> di
     from kvsim.gpu_oracle.runtime.asan import pack, unpack
 
     from ..triton_child import load_upstream
-    from .kernels import vllm_modules
+    from .common import vllm_modules
 
     key = str(source.root)
     if key not in _LOADED:

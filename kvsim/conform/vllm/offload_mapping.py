@@ -334,7 +334,7 @@ def run_swap_triton(source: EngineSource, case: Any, device: str) -> dict[str, A
     from kvsim.gpu_oracle.runtime.asan import pack, unpack
 
     from ..triton_child import load_upstream
-    from .kernels import vllm_modules
+    from .common import vllm_modules
 
     ns = load_upstream(source, TRITON_RELPATH, TRITON_SYMBOLS, modules=vllm_modules(device))
     src = [torch.from_numpy(unpack(d)) for d in case["src"]]
