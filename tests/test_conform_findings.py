@@ -14,10 +14,10 @@ import shutil
 
 import pytest
 
-from kvsim.conform.report import run_target
-from kvsim.conform.sglang.findings import FINDING, HANDLER
+from kvsim.conform.sglang.findings import HANDLER
 from kvsim.conform.source import resolve_source
-from kvsim.conform.targets import ADAPTER_MODULES, RunOptions, select_targets
+from kvsim.conform.targets import RunOptions, run_target, select_targets
+from kvsim.engine.conformance.result import FINDING
 
 
 def _run(name, source):
@@ -42,28 +42,38 @@ def _planted(tmp_path, release, edits):
     return resolve_source("sglang", from_path=str(tree))
 
 
-def test_the_findings_module_is_an_sglang_adapter():
-    assert "kvsim.conform.sglang.findings" in ADAPTER_MODULES["sglang"]
+def test_the_findings_targets_are_declared_in_pd_staging():
+    from kvsim.models.pd_staging.conform import CONFORM
+
+    declared = {t.name: t.adapter for t in CONFORM}
+    assert [declared[n] for n in ("staging-dedupe", "staging-fan-in", "staging-completion")] == [
+        "kvsim.conform.sglang.findings:DEDUPE", "kvsim.conform.sglang.findings:FAN_IN",
+        "kvsim.conform.sglang.findings:COMPLETION"]
 
 
 @pytest.mark.parametrize("name, compared, prop, first", [
-    ("staging-dedupe", 340, "late_req_never_reallocates", "[['req', 0], ['scatter', 0], ['req', 0]]"),
-    ("staging-fan-in", 1514, "scatter_after_all_writers", "{'tp_writers': 2, 'pp_writers': 1, 'writers': [0, 0]}"),
-    ("staging-completion", 168, "done_only_when_every_chunk_scattered", "{'chunk_states': [0], 'all_success': True}"),
+    ("staging-dedupe", 2352, "late_req_never_reallocates", {"geometry": 0, "ops": [["req", 0], ["scatter", 0],
+                                                                                 ["req", 0]]}),
+    ("staging-fan-in", 1540, "scatter_after_all_writers", {"layout": [2, 1, 1, 1], "writers": [0, 0],
+                                                           "registered": True}),
+    ("staging-completion", 466, "done_only_when_every_chunk_scattered", {"chunks": ["lost"], "all_success": True,
+                                                                          "past_deadline": False, "registered": True}),
 ])
 def test_each_finding_is_confirmed_on_0_5_23_while_the_target_conforms(release, name, compared, prop, first):
     result = _run(name, release)
     assert (result.status, result.compared, result.divergent) == ("conforms", compared, 0)
     [p] = result.properties
     assert p["property"] == prop and p["status"] == FINDING
-    assert p["message"].endswith(f"first failing input {first}")
+    assert p["input"] == first  # the smallest failing input of the exhaustive sweep
 
 
 def test_a_planted_fan_in_change_diverges(tmp_path, release):
     source = _planted(tmp_path, release, [("if len(arrivals) >= num_writers:", "if len(arrivals) > num_writers:")])
     result = _run("staging-fan-in", source)
-    assert result.status == "diverges" and result.divergent > 0
-    assert result.divergences[0]["input"] == {"tp_writers": 1, "pp_writers": 1, "writers": [0]}
+    assert result.status == "diverges" and result.divergent == 1
+    first = result.divergences[0]
+    assert first["input"] == {"layout": [1, 1, 1, 1], "writers": [0], "registered": True}
+    assert first["difference"] == "submits[0]: model true, upstream false"
 
 
 def test_the_proposed_dedupe_fix_removes_the_finding_and_departs_from_the_model(tmp_path, release):
@@ -78,7 +88,9 @@ def test_the_proposed_dedupe_fix_removes_the_finding_and_departs_from_the_model(
     [p] = result.properties
     assert p["status"] == "holds" and "not reproduced" in p["message"]
     assert result.status == "diverges"
-    assert result.divergences[0]["input"] == {"ops": [["req", 0], ["scatter", 0], ["req", 0]]}
+    first = result.divergences[0]
+    assert first["input"] == {"geometry": 0, "ops": [["req", 0], ["scatter", 0], ["req", 0]]}
+    assert first["field"] == "[2].allocates"
 
 
 def test_0_5_19_confirms_the_finding_and_0_5_17_has_another_handler_shape():

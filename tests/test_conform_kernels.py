@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kvsim.conform.kernels import budget
+from kvsim.conform.kernels import kernel_examples
 from kvsim.conform.source import resolve_source
 from kvsim.conform.targets import RunOptions, run_target, targets
 from kvsim.conform.triton_child import KernelChild
@@ -89,7 +89,22 @@ def test_a_planted_stride_or_offset_makes_the_target_diverge(sources, tmp_path, 
     mutant = resolve_source(engine, from_path=_planted(tmp_path, sources[engine], relpath, old, new))
     result = run_target(_target(engine, name), mutant, RunOptions(max_examples=40))
     assert result.status == "diverges", result
-    assert result.divergences and result.divergences[0]["note"]
+    assert result.divergences and result.divergences[0]["difference"]
+
+
+def test_the_merge_cut_off_is_checked_at_its_boundary(sources, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """`token_idx < prefill_tokens_with_context` planted as `<=`: the first token past the cut merges instead of taking
+    the suffix as is; the shrunk input has a cut inside the batch."""
+    relpath = "vllm/v1/attention/ops/triton_merge_attn_states.py"
+    tree = _planted(tmp_path, sources["vllm"], relpath, "prefix_mask = token_idx < prefill_tokens_with_context",
+                    "prefix_mask = token_idx <= prefill_tokens_with_context")
+    result = run_target(_target("vllm", "merge-attn-states-triton"), resolve_source("vllm", from_path=tree),
+                        RunOptions(max_examples=40))
+    assert result.status == "diverges" and result.divergent == 1, result
+    found = result.divergences[0]
+    tokens = found["input"]["T_H_D"][0]
+    assert 0 <= found["input"]["prefill_tokens_with_context"] < tokens, found["input"]
+    assert found["field"].startswith(("output[", "lse["))
 
 
 def test_a_missing_kernel_is_a_config_error_naming_it(sources, tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -111,37 +126,45 @@ def test_cuda_without_a_gpu_is_a_skip_with_its_reason(sources) -> None:  # type:
 def test_the_child_reports_an_unknown_kernel_and_survives(sources) -> None:  # type: ignore[no-untyped-def]
     with KernelChild(sources["vllm"], "cpu") as child:
         with pytest.raises(ConfigError, match="unknown kernel"):
-            child.call("vllm.no_such_kernel", {})
+            child.call("kvsim.conform.vllm.kernels:no_such_kernel", {})
+        with pytest.raises(ConfigError, match="unknown kernel"):  # only runners under kvsim.conform are imported
+            child.call("os:system", {})
         with pytest.raises(Answered) as raised:  # the kernel's raise is its answer, with where it was raised
-            child.call("vllm.zero_kv_blocks", {})
+            child.call("kvsim.conform.vllm.kernels:run_zero", {})
         assert raised.value.answer.type == "KeyError"
         with pytest.raises(ConfigError, match="unknown kernel"):  # the same child still answers
-            child.call("vllm.no_such_kernel", {})
+            child.call("kvsim.conform.vllm.kernels:no_such_kernel", {})
         assert child.started == 1
 
 
-def test_budget_is_capped_in_ci(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_kernel_examples_are_capped_in_ci(sources, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.delenv("KVSIM_PROFILE", raising=False)
-    assert budget(RunOptions()) == 40 and budget(RunOptions(max_examples=3)) == 3
+    assert kernel_examples() == 40
     monkeypatch.setenv("KVSIM_PROFILE", "dev")
-    assert budget(RunOptions()) == 200
+    assert kernel_examples() == 200
+    monkeypatch.delenv("KVSIM_PROFILE")
+    few = run_target(_target("sglang", "staging-gather-torch"), sources["sglang"], RunOptions(max_examples=3))
+    assert few.status == "conforms" and few.compared < 10, few  # the command's smaller budget wins
 
 
 def test_a_planted_change_in_the_pre_fix_kernel_diverges(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """0.27.1's launcher (no stride column) driven with the model's pre_d6af803 plan: one word off in a copy of
-    its kernel is a byte difference (the unplanted release agrees byte for byte: test_conform_releases)."""
-    from kvsim.conform.vllm.kernels import zero_compare
-    from kvsim.gpu_oracle.kernels.zero_kv_blocks.cases import sentinel_cases
-
+    """0.27.1's launcher (no stride column) driven with the model's pre_d6af803 plan: the release's kernel agrees
+    byte for byte on every pinned case (only the seed bug's frame probe fails there); one word off in a copy of
+    its kernel is a byte difference on the first pinned case, named by its element."""
     release = resolve_source("vllm", version="0.27.1")
+    target = _target("vllm", "zero-kv-blocks-kernel")
+    clean = run_target(target, release, RunOptions(max_examples=1))
+    assert clean.divergent == 0 and clean.compared >= 6 and "pre_d6af803" in clean.note, clean
+    assert [p["status"] for p in clean.properties] == ["fails"]  # the d6af803 frame property, the seed bug
     tree = _planted(tmp_path, release, "vllm/v1/worker/utils.py", "cols = tl.arange(0, BLOCK_SIZE).to(tl.int64)",
                     "cols = tl.arange(0, BLOCK_SIZE).to(tl.int64) + 1")
-    case = next(c for c in sentinel_cases() if c.name.startswith("last block page") and c.chunk_width is None)
-    with KernelChild(release, "cpu") as child:
-        assert zero_compare(child, case) is None
-    with KernelChild(resolve_source("vllm", from_path=tree), "cpu") as child:
-        found = zero_compare(child, case)
-    assert found is not None and "pre_d6af803" in found.model and "bytes differ" in found.note
+    planted = run_target(target, resolve_source("vllm", from_path=tree), RunOptions(max_examples=1))
+    assert planted.status == "diverges" and planted.divergent == 1, planted
+    found = planted.divergences[0]
+    assert found["input"]["case"]["name"].startswith("last block page") and found["field"].startswith("memory[")
+    assert "elements differ" in found["difference"]
+    # the probe ran upstream's constructor in a one-file tree: its raise fails the probe, with where
+    assert planted.properties[0]["status"] == "fails"
 
 
 # before ptr_table.py: gpu_id and cuda:{gpu_id} in the gather (0.5.17: streams kept on the buffer; 0.5.19:

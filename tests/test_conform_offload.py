@@ -8,73 +8,95 @@ import shutil
 
 import pytest
 
-from kvsim.conform.report import run_target
 from kvsim.conform.source import resolve_source
-from kvsim.conform.targets import RunOptions, select_targets
+from kvsim.conform.targets import RunOptions, run_target, select_targets
 from kvsim.conform.vllm import offload
-from kvsim.conform.vllm.offload import RELPATH
 from kvsim.models.kv_offload import policies
+from kvsim.models.kv_offload.conform import MANAGER as RELPATH
+from kvsim.models.kv_offload.manager import CPUOffloadingManager
 from kvsim.models.kv_offload.names import NEW_NAMES, OLD_NAMES
 
 
-def _run(name, source, n):
+def _run(name, source, n):  # type: ignore[no-untyped-def]
     return run_target(select_targets("vllm", name)[0], source, RunOptions(max_examples=n))
 
 
 @pytest.fixture(scope="module")
-def v033():
+def v033():  # type: ignore[no-untyped-def]
     return resolve_source("vllm", version="0.33.0")
 
 
-def test_lockstep_ten_thousand_steps_without_divergence(v033):
+def _planted(tmp_path, source, old, new):  # type: ignore[no-untyped-def]
+    """A copy of the release tree with one line of the manager changed (hard links, the file replaced)."""
+    tree = tmp_path / "vllm-planted"
+    shutil.copytree(source.root, tree, copy_function=os.link)
+    target = tree / RELPATH
+    text = target.read_text()
+    assert text.count(old) == 1, old
+    target.unlink()  # hard link: replace the file, never write through to the cache
+    target.write_text(text.replace(old, new))
+    return resolve_source("vllm", from_path=str(tree))
+
+
+def test_lockstep_conforms_and_runs_the_directed_programs(v033):
     """LRU and ARC, several requests, every return value, the events, counters, slots and policy order."""
-    result = _run("CPUOffloadingManager", v033, 300)
+    result = _run("CPUOffloadingManager", v033, 30)
     assert result.status == "conforms" and result.divergent == 0, result.divergences
-    assert result.compared >= 10_000, result.compared
+    assert result.compared >= 30 * 40, result.compared
     assert "vllm >= 0.30.0 (#52615)" in result.note
+    assert {p["property"]: p["status"] for p in result.properties} == {
+        "arc_evict_falls_back_to_t1": "holds", "lru_evict_skips_a_repinned_entry": "holds",
+        "lru_compacts_its_heap": "holds", "failed_store_removal_event": "holds"}
 
 
 def test_the_lockstep_catches_a_model_change(v033, monkeypatch):
     """A model with 0.29.0's LRU touch (evictable keys only) diverges, shrunk to a short program."""
-    def touch(self, keys):
+    def touch(self, keys):  # type: ignore[no-untyped-def]
         self._update_recency([k for k in reversed(list(keys)) if k in self.chunks and self.chunks[k].ref_cnt == 0])
 
     monkeypatch.setattr(policies.LRUCachePolicy, "touch", touch)
-    result = _run("CPUOffloadingManager", v033, 300)
+    result = _run("CPUOffloadingManager", v033, 30)
     assert result.status == "diverges" and result.divergent == 1
-    program = result.divergences[0]["input"]["program"]
-    assert program[-1].startswith("touch(") and len(program) <= 6
-    assert "observations differ in {'policy'" in result.divergences[0]["note"]
+    found = result.divergences[0]
+    assert found["program"][-1].startswith("touch(") and len(found["program"]) <= 6, found["program"]
+    assert found["field"].startswith("policy.recency"), found["field"]
+
+
+def test_planted_chunk_not_marked_evictable_again_is_a_shrunk_divergence(tmp_path, v033):
+    """The manager's complete_load not marking a chunk evictable again (the issue's planted regression, which the
+    old frame reported as an ExceptionGroup error): a divergence with a shrunk program, where a store needs to
+    evict the chunk a load released."""
+    planted = _planted(tmp_path, v033, "+= 1  # ref_cnt 1 -> 0\n                self._policy.mark_evictable(key)",
+                       "+= 1  # ref_cnt 1 -> 0")
+    result = _run("CPUOffloadingManager", planted, 30)
+    assert result.status == "diverges" and result.divergent == 1, result
+    found = result.divergences[0]
+    program = found["program"]
+    assert program[0].startswith("start(policy='lru'") and len(program) <= 6, program
+    assert any(line.startswith(("load_and_complete(", "complete_load(")) for line in program), program
+    assert found["difference"] and found["model"] != found["upstream"]
+    assert result.subject == "code under test"
 
 
 def test_planted_upstream_change_makes_the_lockstep_fail(tmp_path, v033):
     """The manager with #35846 reverted (protected = set()) diverges from the model: the loader runs the file."""
-    tree = tmp_path / "vllm-planted"
-    shutil.copytree(v033.root, tree, copy_function=os.link)
-    target = tree / RELPATH
-    text = target.read_text()
-    line = "protected = set(keys)"
-    assert text.count(line) == 1
-    target.unlink()
-    target.write_text(text.replace(line, "protected = set()"))
-    result = _run("CPUOffloadingManager", resolve_source("vllm", from_path=str(tree)), 300)
-    assert result.status == "diverges" and "prepare_store" in result.divergences[0]["note"]
+    result = _run("CPUOffloadingManager", _planted(tmp_path, v033, "protected = set(keys)", "protected = set()"), 30)
+    assert result.status == "diverges" and result.divergent == 1
+    assert "prepare_store(" in result.divergences[0]["program"][-1]
 
 
 def test_planted_missing_failure_event_is_caught_at_a_failed_store(tmp_path, v033):
     """0.31.0's complete_store (no metadata-only removal event on failure), planted into 0.33.0: the lockstep
     reaches failed stores of pending keys and sees the missing event."""
-    tree = tmp_path / "vllm-planted"
-    shutil.copytree(v033.root, tree, copy_function=os.link)
-    target = tree / RELPATH
-    text = target.read_text()
-    line = "if removed_keys and self.events is not None:"
-    assert text.count(line) == 1
-    target.unlink()
-    target.write_text(text.replace(line, "if False:"))
-    result = _run("CPUOffloadingManager", resolve_source("vllm", from_path=str(tree)), 300)
-    assert result.status == "diverges" and "observations differ in {'events'" in result.divergences[0]["note"]
-    assert "False)" in result.divergences[0]["input"]["program"][-1]  # a complete_store(..., success=False)
+    planted = _planted(tmp_path, v033, "if removed_keys and self.events is not None:", "if False:")
+    result = _run("CPUOffloadingManager", planted, 30)
+    props = {p["property"]: p for p in result.properties}
+    assert result.status == "diverges" and props["failed_store_removal_event"]["status"] == "fails", result
+    assert "complete_store([0], 0, False)" in props["failed_store_removal_event"]["message"]
+    assert "'events'" in props["failed_store_removal_event"]["message"]
+    longer = _run("CPUOffloadingManager", planted, 100)  # random programs reach it too, given more of them
+    (found,) = longer.divergences
+    assert found["field"].startswith("events") and found["program"][-1].endswith("False)"), found
 
 
 def test_a_release_before_the_request_scoped_access_is_skipped():
@@ -83,19 +105,38 @@ def test_a_release_before_the_request_scoped_access_is_skipped():
 
 
 def test_releases_are_read_through_their_naming():
-    assert offload.load(resolve_source("vllm", version="0.29.0")).naming is OLD_NAMES
-    assert offload.load(resolve_source("vllm", version="0.30.0")).naming is NEW_NAMES
+    assert offload.naming_of(resolve_source("vllm", version="0.29.0")) is OLD_NAMES
+    assert offload.naming_of(resolve_source("vllm", version="0.30.0")) is NEW_NAMES
+    assert (OLD_NAMES.chunk_level, NEW_NAMES.chunk_level) == ("block_level", "chunk_level")  # OffloadPolicy's value
+
+
+def test_the_model_answers_the_request_calls_it_lacked():
+    """Model fix (coverage of the lockstep): on_new_request and get_load_source, as 0.33.0 answers them."""
+    m = CPUOffloadingManager(2, "lru")
+    assert m.on_new_request(7) == "chunk_level" and m.get_load_source(0) == "host"
+    assert m.freeze().requests[0][0] == 7  # the request's access record starts at on_new_request
 
 
 def test_the_rename_is_behaviour_preserving_on_the_real_releases():
-    """vLLM 0.29.0 (old names) and 0.30.0 (new names), LRU and ARC, store_threshold 1: equal traces; the two
-    changes 0.30.0 made beside the rename are told apart by their directed programs."""
-    result = _run("offload_rename", resolve_source("vllm", version="0.30.0"), 200)
-    assert result.status == "conforms" and result.divergent == 0 and result.compared > 5000, result.divergences
+    """vLLM 0.29.0 (old names) and 0.30.0 (new names), LRU, store_threshold 1 and 2: equal traces; ARC and a full
+    tracker by directed programs; the two changes 0.30.0 made beside the rename told apart by theirs."""
+    result = _run("offload_rename", resolve_source("vllm", version="0.30.0"), 30)
+    assert result.status == "conforms" and result.divergent == 0 and result.compared > 1000, result.divergences
+    assert all(p["status"] == "holds" for p in result.properties), result.properties
     assert "ARC evict falls back to T1 when T2 has no idle key: differs at prepare_store([5], 0): returned None " \
-           "vs ([5], [2], [2])" in result.note
+           "vs {'keys_to_store': [5], 'chunk_ids': [2], 'evicted_keys': [2]}" in result.note
     assert "the admission tracker no longer evicts the offer's own keys: differs at prepare_store([0, 1], 0)" \
         in result.note
+
+
+def test_a_planted_rename_slip_diverges(tmp_path):
+    """0.30.0 with one line dropped: a failed store no longer counts its chunk off the write-pending ones."""
+    planted = _planted(tmp_path, resolve_source("vllm", version="0.30.0"),
+                       "self._num_write_pending_chunks -= 1\n                    self._policy.remove(key)",
+                       "self._policy.remove(key)")
+    result = _run("offload_rename", planted, 30)
+    assert result.status == "diverges" and result.divergent == 1
+    assert result.divergences[0]["field"] == "write_pending" and "False)" in result.divergences[0]["program"][-1]
 
 
 def test_the_rename_target_refuses_an_old_names_release_and_a_later_one(v033):

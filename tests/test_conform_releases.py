@@ -30,13 +30,13 @@ def _table(names, versions, max_examples):
 
 def test_b38e111d_reproduced_across_its_fix_on_the_uniform_and_the_per_request_planner():
     """0.27.1 has no plan_mla_context_chunks: its uniform plan (inline in the metadata builder) runs the property."""
-    versions, table = _table(("mla_uniform_plan", "plan_mla_context_chunks"), ["0.27.1", "0.28.0"], 10)
+    versions, table = _table(("mla_uniform_plan_properties", "plan_mla_context_chunks"), ["0.27.1", "0.28.0"], 10)
     row = next(r for r in bug_rows("vllm", versions, table) if r["bug"] == "vllm-b38e111d-mla-chunk-blowup")
     assert row["statuses"] == {"0.27.1": "fails", "0.28.0": "holds"}
-    assert row["targets"] == {"0.27.1": "mla_uniform_plan", "0.28.0": "plan_mla_context_chunks"}
+    assert row["targets"] == {"0.27.1": "mla_uniform_plan_properties", "0.28.0": "plan_mla_context_chunks"}
     assert row["reproduced_across_fix"] is True
     text = format_table("vllm", versions, table)
-    assert "on mla_uniform_plan/plan_mla_context_chunks" in text and "reproduced" in text
+    assert "on mla_uniform_plan_properties/plan_mla_context_chunks" in text and "reproduced" in text
 
 
 def test_d6af803_reproduced_across_its_fix_on_the_real_kernel():

@@ -1,4 +1,8 @@
-"""kvsim conform sglang: the staging ring in lockstep and the write gate, against the real sglang 0.5.23 wheel."""
+"""kvsim conform sglang: the staging ring in lockstep and the write gate, against the real sglang 0.5.23 wheel.
+
+Each has a planted regression (a changed line in a copy of the tree, or a mutant of the release's code) that must
+diverge with a shrunk input or program.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,8 @@ from dataclasses import replace
 
 import pytest
 
+from kvsim.conform.loader import mutated
+from kvsim.conform.mutate import target_mutants
 from kvsim.conform.source import resolve_source
 from kvsim.conform.targets import RunOptions, run_target, select_targets
 from kvsim.models.pd_staging.conform import STAGING_BUFFER as RELPATH
@@ -48,7 +54,25 @@ def test_the_other_empty_ring_rule_diverges_at_a_free(version, wrong):
 
 def test_watermark_gate_conforms_exhaustively():
     result = _run("is_watermark_ready", resolve_source("sglang", version="0.5.23"))
-    assert result.status == "conforms" and result.compared == 6 * 9 * 6 * 9
+    assert result.status == "conforms" and result.compared == 6 * 9 * (1 + 6 * 9)  # and no watermark received yet
+
+
+def test_watermark_advance_as_if_is_a_divergence_with_a_shrunk_program():
+    """The issue's regression: `free`'s watermark advance written `if` instead of `while` made the next line read a
+    freed id (KeyError). That raise is upstream's answer: a divergence with the shortest program that reaches it,
+    never an error of the run (exit 2)."""
+    source = resolve_source("sglang", version="0.5.23")
+    target = select_targets("sglang", RING)[0]
+    (loop,) = [m for m in target_mutants(target, source) if m.operator == "loop"]
+    assert loop.original.startswith("while self.alloc_order and self.alloc_order[0] not in self.allocations")
+    with mutated(loop):
+        result = run_target(target, source, RunOptions(max_examples=60))
+    assert result.status == "diverges" and result.divergent == 1, result
+    first = result.divergences[0]
+    assert first["program"] == ["start(total=1)", "assign(1)", "assign(1)", "assign(1)", "free(1)", "free(0)"]
+    assert first["upstream"]["returned"] == {"raised": "KeyError", "message": "1", "origin": "upstream",
+                                             "where": "sglang/srt/disaggregation/common/staging_buffer.py:339"}
+    assert first["field"] == "returned" and first["model"]["returned"] is None
 
 
 def test_planted_wrap_change_makes_the_lockstep_fail(tmp_path):

@@ -10,10 +10,12 @@ import shutil
 import pytest
 
 from kvsim.conform import cli
+from kvsim.conform.loader import mutated
 from kvsim.conform.report import run_target
 from kvsim.conform.source import resolve_source
 from kvsim.conform.targets import RunOptions, select_targets
 from kvsim.conform.vllm.planner import RELPATH
+from kvsim.engine.conformance.mutants import Mutant
 
 OPTIONS = RunOptions(max_examples=40)
 
@@ -45,6 +47,67 @@ def test_settled_divergences_now_conform(vllm_src):
     assert workspace.status == "conforms" and workspace.divergent == 0 and workspace.compared > 0
     arguments = run_target(select_targets("vllm", "mla_chunk_arguments")[0], vllm_src, RunOptions(max_examples=120))
     assert arguments.status == "conforms" and arguments.divergent == 0 and arguments.compared > 0
+
+
+def _plant(source, definition, old, new):
+    """The loader's mutant replacing the one occurrence of `old` in `definition` of the MLA module."""
+    text = source.file(RELPATH).read_text()
+    assert text.count(old) == 1, f"{old!r}: the plant needs updating"
+    start = text.index(old)
+    return Mutant(RELPATH, definition, "planted", text.count("\n", 0, start) + 1, start, start + len(old), old, new)
+
+
+def test_the_builder_target_compares_the_whole_metadata_and_catches_a_planted_field(vllm_src):
+    """Every ContextChunk field is compared: a planted continuation_token_end diverges on that field, shrunk to one
+    small batch; align_indptr and the DCP fields are compared on the real 0.33.0 builder."""
+    target = select_targets("vllm", "mla_chunk_arguments")[0]
+    clean = run_target(target, vllm_src, OPTIONS)
+    assert clean.status == "conforms" and clean.compared >= 40
+    assert {p["property"]: p["status"] for p in clean.properties} == {"indptr_slices_are_16_byte_aligned": "holds"}
+    plant = _plant(vllm_src, "build_mla_chunked_context_metadata",
+                   "continuation_token_end=query_start_loc[plan.request_start + 1],",
+                   "continuation_token_end=query_start_loc[plan.request_end],")
+    with mutated(plant):
+        result = run_target(target, vllm_src, OPTIONS)
+    assert result.status == "diverges" and result.divergent == 1
+    found = result.divergences[0]
+    assert found["field"].endswith(".continuation_token_end") and found["field"].startswith("chunks[")
+    assert len(found["input"]["context_lens"]) <= 2, found["input"]  # shrunk
+
+
+def test_a_planted_indptr_misalignment_fails_the_alignment_property(vllm_src):
+    target = select_targets("vllm", "mla_chunk_arguments")[0]
+    with mutated(_plant(vllm_src, "build_mla_chunked_context_metadata", "padding = -boundary_offset % 4",
+                        "padding = -boundary_offset % 2")):
+        result = run_target(target, vllm_src, OPTIONS)
+    props = {p["property"]: p for p in result.properties}
+    assert result.status == "diverges" and props["indptr_slices_are_16_byte_aligned"]["status"] == "fails"
+    assert props["indptr_slices_are_16_byte_aligned"]["input"]["align_indptr"] is True
+
+
+def test_the_workspace_bound_ignores_an_interleave_without_dcp(vllm_src):
+    """`decode_context_parallel_size > 1` made `>= 1`: a world of 1 with an interleave (prefill context parallelism)
+    then aligns to lcm(block, interleave); the model keeps the block."""
+    target = select_targets("vllm", "align_mla_chunked_context_workspace_size")[0]
+    with mutated(_plant(vllm_src, "align_mla_chunked_context_workspace_size",
+                        "if parallel_config.decode_context_parallel_size > 1:",
+                        "if parallel_config.decode_context_parallel_size >= 1:")):
+        result = run_target(target, vllm_src, RunOptions(max_examples=200))  # a quick target: 200 calls, ~1 s
+    assert result.status == "diverges"
+    world, interleave = result.divergences[0]["input"]["dcp"]
+    assert world == 1 and interleave > 1
+
+
+def test_the_planner_refuses_what_upstream_asserts_on(vllm_src):
+    """Free planner arguments with a split alignment of 0: upstream's assertion is the model's refusal; planted
+    away (`> 0` -> `>= 0`), upstream plans (or divides by zero) where the model refuses."""
+    target = select_targets("vllm", "plan_mla_context_chunks")[0]
+    with mutated(_plant(vllm_src, "plan_mla_context_chunks", "assert split_alignment > 0",
+                        "assert split_alignment >= 0")):
+        result = run_target(target, vllm_src, RunOptions(max_examples=200))  # one in twelve draws a bad alignment
+    assert result.status == "diverges"
+    found = result.divergences[0]
+    assert found["input"]["split_alignment"] == 0 and "refuses" in str(found["model"])
 
 
 def test_planted_off_by_one_makes_conformance_fail(vllm_src, tmp_path, capsys):

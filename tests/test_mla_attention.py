@@ -9,8 +9,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kvsim.engine.errors import ConfigError
-from kvsim.models.mla_chunks.attention import (attention_with_lse, gather_context_rows, init_mla_context_partial,
-                                  mask_empty_context, merge_attn_states, run_prefill_context_chunk)
+from kvsim.models.mla_chunks.attention import (attention_with_lse, fp8_e4m3, gather_context_rows,
+                                               init_mla_context_partial, mask_empty_context, merge_attn_states,
+                                               run_prefill_context_chunk)
 from kvsim.models.mla_chunks.prefill import (MlaShape, chunked_prefill_attention, full_attention_reference,
                                 make_mla_prefill_inputs, up_project)
 from kvsim.properties.mla_chunks.cases import BACKEND_CASE, KIMI_K3_SHAPE
@@ -104,6 +105,35 @@ def test_merging_any_split_of_the_keys_gives_full_attention(seed: int, sizes: li
         assert np.all(acc[0] == 0) and np.all(np.isneginf(acc[1]))
     else:
         assert np.allclose(acc[0], want_out, atol=1e-12) and np.allclose(acc[1], want_lse, atol=1e-12)
+
+
+def test_tokens_past_the_context_cutoff_take_the_suffix_state_as_it_is() -> None:
+    """`prefill_tokens_with_context` (the uniform plan's cut-off, vLLM's merge_attn_states parameter): tokens from
+    the cut on copy the suffix, its LSE unconverted (+inf stays +inf); None merges every token."""
+    rng = np.random.default_rng(3)
+    (op, lp), (os_, ls) = state(rng, t=4), state(rng, t=4)
+    ls[0, 3] = np.inf
+    merged, merged_lse = merge_attn_states(op, lp, os_, ls)
+    out, lse = merge_attn_states(op, lp, os_, ls, prefill_tokens_with_context=2)
+    assert np.array_equal(out[:2], merged[:2]) and np.array_equal(lse[:, :2], merged_lse[:, :2])
+    assert np.array_equal(out[2:], os_[2:]) and np.array_equal(lse[:, 2:], ls[:, 2:]) and lse[0, 3] == np.inf
+    for cut in (-1, 0):
+        assert np.array_equal(merge_attn_states(op, lp, os_, ls, prefill_tokens_with_context=cut)[0], os_)
+    assert np.array_equal(merge_attn_states(op, lp, os_, ls, prefill_tokens_with_context=9)[0], merged)
+
+
+def test_fp8_output_saturates_and_rounds_to_nearest_even_on_the_e4m3_grid() -> None:
+    """The FP8 path (`output_scale`): `out / scale`, clamped to +-448, rounded to float8 e4m3fn (3 mantissa bits,
+    subnormals in 2**-9 steps); the carry of a mantissa that rounds up moves to the next binade."""
+    got = fp8_e4m3(np.array([31.73, -31.73, 1.9490, 17.0, 19.0, 500.0, -np.inf, 2.0 ** -10, 3 * 2.0 ** -10, 0.0,
+                             np.nan]))
+    assert got[:10].tolist() == [32.0, -32.0, 2.0, 16.0, 20.0, 448.0, -448.0, 0.0, 2.0 ** -8, 0.0]
+    assert np.isnan(got[10])
+    rng = np.random.default_rng(4)
+    (op, lp), (os_, ls) = state(rng), state(rng)
+    merged, merged_lse = merge_attn_states(op, lp, os_, ls)
+    out, lse = merge_attn_states(op, lp, os_, ls, output_scale=0.25)
+    assert np.array_equal(out, fp8_e4m3(merged * 4.0)) and np.array_equal(lse, merged_lse)  # the LSE stays fp32
 
 
 def test_merge_rejects_mismatched_shapes() -> None:

@@ -60,14 +60,27 @@ def test_split_leaves_a_row_and_respects_the_padded_cost() -> None:
 @pytest.mark.parametrize("kwargs, field", [
     (dict(context_lens=[1, -1], row_budget=4, max_context_chunk=4, split_alignment=1), "context_lens[1]"),
     (dict(context_lens=[1], row_budget=0, max_context_chunk=4, split_alignment=1), "row_budget"),
-    (dict(context_lens=[1], row_budget=4, max_context_chunk=6, split_alignment=4), "max_context_chunk"),
-    (dict(context_lens=[1], row_budget=4, max_context_chunk=2, split_alignment=4), "max_context_chunk"),
+    (dict(context_lens=[1], row_budget=4, max_context_chunk=0, split_alignment=1), "max_context_chunk"),
+    (dict(context_lens=[1], row_budget=4, max_context_chunk=4, split_alignment=0), "split_alignment"),
+    (dict(context_lens=[1], row_budget=True, max_context_chunk=4, split_alignment=1), "row_budget"),
     (dict(context_lens="12", row_budget=4, max_context_chunk=4, split_alignment=1), "context_lens"),
 ])
 def test_planner_rejects_bad_input_naming_the_field(kwargs, field) -> None:
     with pytest.raises(ConfigError) as info:
         plan_mla_context_chunks(**kwargs)
     assert info.value.field == field
+
+
+def test_planner_takes_the_arguments_upstream_plans() -> None:
+    """Found by `kvsim conform vllm` (target plan_mla_context_chunks, free arguments): upstream asserts only
+    max_context_chunk > 0 and split_alignment > 0; the model refused a chunk cap that is no multiple of the
+    alignment, or below it, and a budget below 1, where upstream plans (or asserts only once a chunk is empty)."""
+    assert [(p.starts, p.seq_lens) for p in plan_mla_context_chunks([20], 8, 6, 4)] == [
+        ((0,), (4,)), ((4,), (4,)), ((8,), (4,)), ((12,), (8,))]  # splits capped at round_down(6, 4) = 4
+    assert [(p.starts, p.seq_lens) for p in plan_mla_context_chunks([3], 4, 2, 4)] == [((0,), (3,))]  # it fits
+    assert plan_mla_context_chunks([0, 0], -1, 4, 4) == []  # no context: nothing to fit
+    with pytest.raises(ConfigError, match="row_budget: expected room for one aligned split"):
+        plan_mla_context_chunks([9], 4, 2, 4)  # no split fits under a cap below the alignment
 
 
 def test_planner_reports_a_budget_with_no_room_instead_of_looping() -> None:
@@ -87,8 +100,8 @@ def test_metadata_validates_its_inputs() -> None:
         build_mla_chunked_context_metadata([1, 2], [0, 3], 64, 16)
     with pytest.raises(ConfigError, match="query_lens\\[1\\]: expected an integer >= 1"):
         query_start_loc_of([1, 0])
-    with pytest.raises(ConfigError, match="workspace_size: expected a multiple of dcp_world_size 2"):
-        build_mla_chunked_context_metadata([1], [0, 1], 63, 16, dcp=DcpConfig(2))
+    # the builder's constructor asserts W % world == 0; the function floors the per-rank budget (as upstream's)
+    assert build_mla_chunked_context_metadata([1], [0, 1], 63, 16, dcp=DcpConfig(2)).chunks[0].seq_lens == (1,)
     with pytest.raises(ConfigError, match="workspace_size: expected >= split alignment 16"):
         build_mla_chunked_context_metadata([1], [0, 1], 8, 16)
     with pytest.raises(ConfigError, match="variant"):

@@ -33,9 +33,10 @@ SEED_BUGS = (
             "overlaid_groups_get_the_widest_page", "widest-page merge of overlaid segments (after 0.28.0)",
             "0.28.0", "0.33.0", "fixed upstream: 0.33.0 is the first release checked with the merge (0.29-0.32 "
             "not checked)"),
-    SeedBug("vllm-b38e111d-mla-chunk-blowup", "vllm", ("mla_uniform_plan", "plan_mla_context_chunks"),
+    SeedBug("vllm-b38e111d-mla-chunk-blowup", "vllm", ("mla_uniform_plan_properties", "plan_mla_context_chunks"),
             "chunk_count_within_alignment_slack", "b38e111d (#50613)", "0.27.1", "0.28.0",
-            "0.27.1: the uniform plan inline in build_mla_chunked_context_metadata (target mla_uniform_plan); "
+            "0.27.1: the uniform plan inline in build_mla_chunked_context_metadata (target "
+            "mla_uniform_plan_properties; mla_uniform_plan is its differential alone); "
             "0.28.0 and later: the per-request plan_mla_context_chunks (target plan_mla_context_chunks)"),
     SeedBug("sglang-05c7ebf-staging-slot-overrun", "sglang", "send_plan", "each_send_fits_one_slot",
             "05c7ebf (#30545)", "0.5.17", "0.5.19",

@@ -22,9 +22,9 @@ replacements (`upstream_modules`): everything else stays an inert stub.
 without CUDA answers every request with a skip and its reason.
 
 `KernelChild` is the parent's handle: `with KernelChild(source, "cpu") as child:
-child.call("vllm.zero_kv_blocks", case)`. The child-side kernel runners live
-beside their targets (`kvsim.conform.vllm.kernels`, `kvsim.conform.sglang.kernels`,
-`CHILD_KERNELS`), and import torch and triton only when a request runs.
+child.call("kvsim.conform.vllm.kernels:run_zero", case)`. The child-side kernel runners live
+beside their targets ("module:function" under `kvsim.conform`), and import torch and triton
+only when a request runs.
 """
 
 from __future__ import annotations
@@ -46,8 +46,6 @@ from kvsim.engine.errors import ConfigError
 from .source import EngineSource
 
 DEVICES = ("cpu", "cuda")
-KERNEL_MODULES = ("kvsim.conform.vllm.kernels", "kvsim.conform.vllm.merge_states", "kvsim.conform.vllm.context_merge", "kvsim.conform.vllm.offload_mapping",
-                  "kvsim.conform.vllm.mla_decode", "kvsim.conform.sglang.kernels")
 
 
 class KernelSkipped(TargetSkipped):
@@ -65,9 +63,24 @@ def load_upstream(source: EngineSource, relpath: str, names: Sequence[str], *,
                             where=relpath, version=source.label)
 
 
+def selftest(source: EngineSource, case: Mapping[str, Any], device: str) -> dict[str, Any]:
+    """A runner for checking the child itself (`kvsim.conform.triton_child:selftest`): echoes `case["echo"]`,
+    raises ValueError, exits the process, or never returns, as `case["do"]` says."""
+    import time
+
+    what = case.get("do", "echo")
+    if what == "raise":
+        raise ValueError(case.get("message", "asked to raise"))
+    if what == "exit":
+        os._exit(int(case.get("code", 3)))
+    while what == "hang":
+        time.sleep(3600)
+    return {"echo": case.get("echo")}
+
+
 class Runners(dict):
     """The child's kernel runners by name: "kvsim.conform.<engine>.<module>:<function>" is imported when first
-    asked for (only under kvsim.conform); an old short name comes from the bridge's `CHILD_KERNELS` tables."""
+    asked for (only under kvsim.conform); any other name is unknown."""
 
     def __missing__(self, name: str) -> Callable[..., dict[str, Any]]:
         module, _, function = name.partition(":")
@@ -78,11 +91,6 @@ class Runners(dict):
                 raise KeyError(name) from None
             self[name] = found
             return found
-        for legacy in KERNEL_MODULES:  # (migration bridge)
-            table = getattr(importlib.import_module(legacy), "CHILD_KERNELS", {})
-            if name in table:
-                self[name] = table[name]
-                return table[name]
         raise KeyError(name)
 
     def __contains__(self, name: object) -> bool:
@@ -191,6 +199,10 @@ class KernelChild:
         self.close()
 
     def _start(self) -> None:
+        if self.device == "cuda" and self.started == 0:  # no CUDA here: the target is skipped before any call
+            reason = cuda_missing_reason()
+            if reason is not None:
+                raise KernelSkipped(reason)
         env = dict(os.environ)
         if self.device == "cpu":
             env["TRITON_INTERPRET"] = "1"
@@ -270,7 +282,10 @@ class KernelChild:
             self.close()
             raise Answered(DidNotReturn(float(self.timeout or 0)))
         if not line:
-            code = self.process.poll()
+            try:  # its output ended: the process is ending, and its exit code comes a moment later
+                code = self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                code = None
             tail = " ".join(self.stderr_tail(600).split())
             self.close()
             raise Answered(Raised("ChildDied", f"the kernel's process ended ({code}{'; ' + reason if reason else ''})"

@@ -12,6 +12,7 @@
 from kvsim.engine.descriptor import ModelDescriptor
 
 from . import sim
+from .conform import CONFORM
 from .system import OffloadSystem, OffloadSystemConfig
 from .variants import FIXED, VARIANTS, OffloadVariant
 
@@ -27,6 +28,7 @@ DESCRIPTOR = ModelDescriptor(
     simulate=sim.simulate,
     fault_kinds=sim.FAULT_KINDS,
     peers=sim.PEERS,
+    conform=CONFORM,
 )
 
 __all__ = ["DESCRIPTOR", "FIXED", "VARIANTS", "OffloadVariant"]

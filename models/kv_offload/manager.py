@@ -175,6 +175,16 @@ class CPUOffloadingManager:
         state.reused_keys.update(k for k in reused_keys if k not in state.inserted_keys)
 
     # -- the OffloadingManager interface ---------------------------------------------------------
+    def on_new_request(self, req: int) -> str:
+        """The request's access record starts here (else at its first access: the same record from then on); a
+        CPU manager offloads chunk by chunk (upstream's `RequestOffloadingContext()`, policy `chunk_level`)."""
+        self._get_request_cache_access(req)
+        return "chunk_level"
+
+    def get_load_source(self, key: int) -> str:
+        """Where a load of `key` reads from: the CPU tier is host memory (upstream's `CacheHitSource.HOST`)."""
+        return "host"
+
     def lookup(self, key: int) -> LookupResult:
         chunk = self._policy.get(key)
         if chunk is None:

@@ -32,14 +32,15 @@ class Naming:
     status_id: str  # its slot id field
     spec_ids: str  # the slot ids of a CPULoadStoreSpec, as callers read them
     lru_chunks: str  # the LRU policy's resident map
+    chunk_level: str  # the value of OffloadPolicy's offload-as-you-go member (BLOCK_LEVEL -> CHUNK_LEVEL)
 
 
 OLD_NAMES = Naming("vllm <= 0.29.0 (before #52615)", "num_blocks", "_num_blocks", "_num_allocated_blocks",
                    "_num_evictable_cache_blocks", "_num_write_pending_blocks", "_get_num_free_blocks",
-                   "BlockStatus", "block_id", "block_ids", "blocks")
+                   "BlockStatus", "block_id", "block_ids", "blocks", "block_level")
 NEW_NAMES = Naming("vllm >= 0.30.0 (#52615)", "num_chunks", "_num_chunks", "_num_allocated_chunks",
                    "_num_evictable_cache_chunks", "_num_write_pending_chunks", "_get_num_free_chunks",
-                   "ChunkStatus", "chunk_id", "chunk_ids", "chunks")
+                   "ChunkStatus", "chunk_id", "chunk_ids", "chunks", "chunk_level")
 NAMINGS = {"old": OLD_NAMES, "new": NEW_NAMES}
 
 # the model's own attribute for each renamed one (the model speaks the new names)

@@ -11,6 +11,7 @@ A data-only model: no transition system, no timed simulation.
 
 from kvsim.engine.descriptor import ModelDescriptor
 
+from .conform import CONFORM
 from .zeroer import FIXED, VARIANTS, ZeroingVariant
 
 __all__ = ["DESCRIPTOR", "FIXED", "VARIANTS", "ZeroingVariant"]
@@ -20,4 +21,5 @@ DESCRIPTOR = ModelDescriptor(
     summary="KVBlockZeroer segment table and zeroing of newly allocated KV blocks, packed layouts included",
     source="vllm d6af803 (PR #50276)",
     variants=VARIANTS,
+    conform=CONFORM,
 )

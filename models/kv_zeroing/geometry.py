@@ -277,14 +277,16 @@ def owner_of(geometry: KVCacheGeometry, arena: Arena, addr: int) -> ByteOwner:
     return ByteOwner(arena.describe(addr), tuple(owners))
 
 
-def outer_dims(view: KVView) -> tuple[int, ...]:
-    """Dimensions before the block dimension whose stride spans more than one block (K/V, head groups)."""
-    return tuple(d for d in range(view.block_dim)
-                 if view.strides[d] * view.element_size > view.block_stride_bytes)
+def outer_dims(view: KVView, anywhere: bool = False) -> tuple[int, ...]:
+    """Dimensions whose stride spans more than one block (K/V, head groups): before the block dimension, or
+    (`anywhere`, vLLM 0.29.0's standardized block-first views) on either side of it."""
+    dims = range(len(view.shape)) if anywhere else range(view.block_dim)
+    return tuple(d for d in dims if d != view.block_dim
+                 and view.strides[d] * view.element_size > view.block_stride_bytes)
 
 
-def outer_offsets(view: KVView) -> list[int]:
+def outer_offsets(view: KVView, anywhere: bool = False) -> list[int]:
     """Byte offset of every combination of outer indices, in row-major order."""
-    dims = outer_dims(view)
+    dims = outer_dims(view, anywhere)
     return [sum(i * view.strides[d] * view.element_size for i, d in zip(idx, dims))
             for idx in itertools.product(*(range(view.shape[d]) for d in dims))]

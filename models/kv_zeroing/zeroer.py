@@ -13,9 +13,10 @@ row, so the old plan cleared the row from the layer's offset onwards: other
 layers of the same block, padding, the first bytes of the next block, and
 past the allocation for the last block.
 
-Variants: `fixed` (today's upstream, vLLM 0.33.0, including the later merge of
-overlaid segments), `first_view_overlaid` (vLLM 0.28.0: d6af803 without that merge:
-overlaid groups keep the first view's page) and `pre_d6af803`, as records of
+Variants: `fixed` (today's upstream, vLLM 0.29.0 to 0.33.0, including the later merge of
+overlaid segments and the standardized block-first views, whose outer dimensions may follow
+the block dimension), `first_view_overlaid` (vLLM 0.28.0: d6af803 without those: overlaid
+groups keep the first view's page) and `pre_d6af803`, as records of
 `ZeroingVariant`: one flag per change, read where that change touched the
 planner (the group ratio, `plan_segments`) or the launcher (`launch_config`).
 """
@@ -49,16 +50,19 @@ class ZeroingVariant(Variant):
     # d6af803: 3-D launch, BLOCK_SIZE = next power of two of the widest page, masked to the page (before:
     # smallest power-of-two divisor of every page, unmasked)
     masked_launch: bool
+    # vLLM 0.29.0: views standardized block dim first, every other dimension whose stride spans more than a block
+    # is outer (found by `kvsim conform vllm`; before: only the dimensions before the block dimension)
+    outer_past_block: bool
 
 
 VARIANTS = VariantTable(
     ZeroingVariant("fixed", whole_kernel_blocks=True, separate_stride=True, merge_overlaid=True,
-                   masked_launch=True),
+                   masked_launch=True, outer_past_block=True),
     ZeroingVariant("pre_d6af803", whole_kernel_blocks=False, separate_stride=False, merge_overlaid=False,
-                   masked_launch=False),
-    # vLLM 0.28.0 (d6af803, before the merge of overlaid segments; 0.33.0 has the merge)
+                   masked_launch=False, outer_past_block=False),
+    # vLLM 0.28.0 (d6af803, before the merge of overlaid segments and the standardized views of 0.29.0)
     ZeroingVariant("first_view_overlaid", whole_kernel_blocks=True, separate_stride=True, merge_overlaid=False,
-                   masked_launch=True),
+                   masked_launch=True, outer_past_block=False),
 )
 FIXED = VARIANTS.fixed
 MAX_BLOCK_SIZE = 1024  # the kernel's chunk width cap (BLOCK_SIZE), in int32 words
@@ -117,10 +121,10 @@ def _group_ratio(geometry: KVCacheGeometry, group_index: int, variant: ZeroingVa
     return group.ratio
 
 
-def _page_span_bytes(geometry: KVCacheGeometry, index: int) -> int:
+def _page_span_bytes(geometry: KVCacheGeometry, index: int, variant: ZeroingVariant) -> int:
     """Byte extent of one kernel block's data: first element to end of last, without trailing padding."""
     view = geometry.views[index]
-    skip = set(outer_dims(view)) | {view.block_dim}
+    skip = set(outer_dims(view, variant.outer_past_block)) | {view.block_dim}
     return view.element_size * (1 + sum((n - 1) * s for d, (n, s) in enumerate(zip(view.shape, view.strides))
                                         if d not in skip))
 
@@ -151,14 +155,15 @@ def plan_segments(geometry: KVCacheGeometry, variant: ZeroingVariant = FIXED, *,
         if not variant.separate_stride:
             # The point of the bug: one page of `stride(block_dim) * ratio` bytes, used as the stride too.
             page = stride_bytes // 4 * ratio
-            planned.extend(Segment(data_ptr + off, page, page, (view.layer,)) for off in outer_offsets(view))
+            planned.extend(Segment(data_ptr + off, page, page, (view.layer,))
+                           for off in outer_offsets(view, variant.outer_past_block))
             continue
-        page_bytes = _page_span_bytes(geometry, index)
+        page_bytes = _page_span_bytes(geometry, index, variant)
         require(page_bytes % 4 == 0, f"{name} page span", "a multiple of 4 bytes", page_bytes)
         # No page-within-stride assertion: no release has one. With a single kernel block K/V's stride equals
         # the block stride, upstream's outer-dimension test sees K/V as inner, and the page spans K and V
         # (found by `kvsim conform vllm`; the model used to refuse such dense layouts).
-        for off in outer_offsets(view):
+        for off in outer_offsets(view, variant.outer_past_block):
             require((data_ptr + off) % 4 == 0, f"{name} segment address",
                     "a multiple of 4 bytes", f"allocation {view.allocation} + {view.offset + off}")
             # Each virtual kernel block gets its own segment, so padding between them is never cleared.

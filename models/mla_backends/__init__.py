@@ -14,6 +14,7 @@
 
 from kvsim.engine.descriptor import ModelDescriptor
 
+from .conform import CONFORM
 from .variants import FIXED, VARIANTS, MlaBackendsVariant
 from .wrapper import WrapperConfig, WrapperSystem
 
@@ -27,4 +28,5 @@ DESCRIPTOR = ModelDescriptor(
     variants=VARIANTS,
     config=WrapperConfig,
     system=WrapperSystem,
+    conform=CONFORM,
 )

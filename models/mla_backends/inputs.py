@@ -32,11 +32,13 @@ RESULTS = ("pass-through", "zero-copy-view", "zero-copy-slices", "copy", "reject
 @dataclass(frozen=True)
 class RunInput:
     """A structural run input: `packed` is the packed width (or None), `split` the two widths (or None);
-    `adjacent` says the split halves sit side by side in one storage with matching strides."""
+    `adjacent` says the split halves sit side by side in one storage with matching strides; `dtype` is its
+    tensors' dtype."""
 
     packed: int | None = None
     split: tuple[int, int] | None = None
     adjacent: bool = False
+    dtype: str = "bfloat16"
 
     def __post_init__(self) -> None:
         if self.packed is None and self.split is None:
@@ -49,30 +51,70 @@ class Resolution(NamedTuple):
     message: str = ""
 
 
+REPRESENTATIONS = ("packed", "split")
+
+
 def classify(value: RunInput) -> str:
     if value.packed is not None:
         return "dual" if value.split is not None else "packed"
     return "adjacent-split" if value.adjacent else "independent-split"
 
 
-def resolve(value: RunInput, desired: str, widths: tuple[int, int] = (512, 64), *, accepted: str | None = None,
-            functional: bool = False) -> Resolution:
+def _check_packed(value: RunInput, widths: tuple[int, int], expected_dtype: str | None) -> None:
+    """`_validate_packed_structural_input`: the packed member's width, then its dtype."""
+    if value.packed != sum(widths):
+        raise ValueError(f"packed last dimension: expected {sum(widths)}, got {value.packed}")
+    if expected_dtype is not None and value.dtype != expected_dtype:
+        raise ValueError(f"dtype: expected the planned {expected_dtype}, got {value.dtype}")
+
+
+def _check_split(value: RunInput, widths: tuple[int, int], expected_dtype: str | None) -> None:
+    """`_validate_split_structural_input`: the halves' dtype, then their widths."""
+    if expected_dtype is not None and value.dtype != expected_dtype:
+        raise ValueError(f"dtype: expected the planned {expected_dtype}, got {value.dtype}")
+    if value.split != widths:
+        raise ValueError(f"split last dimensions: expected {widths}, got {value.split}")
+
+
+def facts(value: RunInput, widths: tuple[int, int]) -> tuple[str, str]:
+    """`_structural_mla_input_facts`: (kind, dtype), the primary member validated (the packed one of a dual)."""
+    if value.packed is not None:
+        _check_packed(value, widths, None)
+    else:
+        _check_split(value, widths, None)
+    return classify(value), value.dtype
+
+
+def resolve(value: RunInput, desired: str, widths: tuple[int, int] | None = (512, 64), *, accepted: str | None = None,
+            functional: bool = False, expected_dtype: str | None = None) -> Resolution:
     """What a backend whose native representation is `desired` ("packed" or "split") receives; `accepted` is the
     layout the plan declared (`MLAInputContract`): a plan that declared packed refuses an independent split
-    even for a split-native backend (the run must match its plan)."""
-    if desired not in ("packed", "split"):
+    even for a split-native backend (the run must match its plan). Only the member handed on is validated
+    (its widths against the planned `widths`, its dtype against `expected_dtype`); without planned widths
+    (None) the member asked for passes through and no conversion is possible."""
+    if desired not in REPRESENTATIONS:
         raise ValueError(f"desired representation: expected packed or split, got {desired!r}")
+    if accepted is not None and accepted not in REPRESENTATIONS:
+        raise ValueError(f"accepted representation: expected packed, split or None, got {accepted!r}")
     kind = classify(value)
-    if value.packed is not None and value.packed != sum(widths):
-        raise ValueError(f"packed last dimension: expected {sum(widths)}, got {value.packed}")
-    if value.split is not None and value.split != widths:
-        raise ValueError(f"split last dimensions: expected {widths}, got {value.split}")
-    if accepted == "packed" and kind == "independent-split" and widths[1] != 0 and not functional:
+    if accepted == "packed" and kind == "independent-split" and (widths is None or widths[1] != 0) and not functional:
         return Resolution("rejected", False, "planned packed, given an independent split: re-plan for split input")
+    if widths is None:
+        if (value.packed if desired == "packed" else value.split) is not None:
+            return Resolution("pass-through", False)
+        raise ValueError("planned split widths: required to convert, got None")
     if desired == "split":
-        return Resolution("pass-through" if kind != "packed" else "zero-copy-slices", False)
-    if kind in ("packed", "dual"):
+        if value.split is not None:
+            _check_split(value, widths, expected_dtype)
+            return Resolution("pass-through", False)
+        if widths[0] <= 0 or widths[1] < 0:
+            raise ValueError(f"split widths: expected a positive left and a non-negative right, got {widths}")
+        _check_packed(value, widths, expected_dtype)
+        return Resolution("zero-copy-slices", False)
+    if value.packed is not None:
+        _check_packed(value, widths, expected_dtype)
         return Resolution("pass-through", False)
+    _check_split(value, widths, expected_dtype)
     if widths[1] == 0:
         return Resolution("pass-through", False)  # the left half alone is the packed tensor
     if kind == "adjacent-split":

@@ -35,6 +35,23 @@ def empty_state(tokens: int, heads: int, dim: int) -> tuple[np.ndarray, np.ndarr
     return np.zeros((tokens, heads, dim), np.float32), np.full((tokens, heads), -np.inf, np.float32)
 
 
+def check_states(*states: tuple[np.ndarray, np.ndarray], stacked: bool = False, lse_float32: bool = False) -> None:
+    """States that merge: each `v [T, H, D]` with `s [T, H]` (`stacked`: `v [T, n, H, D]`, `s [T, n, H]`), all of
+    the same shapes; `lse_float32`: the LSEs are float32 (a merge in place writes them). ValueError otherwise
+    (FlashInfer's launchers assert the same; numpy would broadcast)."""
+    rank = 4 if stacked else 3
+    for v, s in states:
+        v, s = np.asarray(v), np.asarray(s)
+        if v.ndim != rank or s.ndim != rank - 1 or v.shape[:-1] != s.shape:
+            raise ValueError(f"state: expected v of rank {rank} and s of its shape less the last, got v "
+                             f"{list(v.shape)} and s {list(s.shape)}")
+        if lse_float32 and s.dtype != np.float32:
+            raise ValueError(f"state: expected a float32 LSE, got {s.dtype}")
+    shapes = {(np.shape(v), np.shape(s)) for v, s in states}
+    if len(shapes) > 1:
+        raise ValueError(f"states: expected one shape, got {sorted(shapes)}")
+
+
 def merge_state(v_a: np.ndarray, s_a: np.ndarray, v_b: np.ndarray, s_b: np.ndarray,
                 variant: MlaBackendsVariant = FIXED) -> tuple[np.ndarray, np.ndarray]:
     """Merge two base-2 states in float32 (`flashinfer.merge_state`)."""
@@ -82,13 +99,14 @@ def merge_weights(s_parts: Sequence[np.ndarray], s_merged: np.ndarray) -> list[n
 
 
 def attention_state(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float, *, causal: bool = False,
-                    key_offset: int = 0, kv_len: int | None = None,
+                    key_offset: int = 0, kv_len: int | None = None, logit_cap: float = 0.0,
                     variant: MlaBackendsVariant = FIXED) -> tuple[np.ndarray, np.ndarray]:
     """The base-2 state of queries `q [Tq, H, Dqk]` over keys `k [Tk, Dqk]`, values `v [Tk, Dv]` (MLA: one
     shared latent key and value for every head).
 
     The keys are positions `key_offset .. key_offset + Tk` of a request of `kv_len` keys (default `Tk`),
-    so a chunk of a longer context masks causally against its absolute positions.
+    so a chunk of a longer context masks causally against its absolute positions. `logit_cap` > 0 soft-caps
+    the scaled logits, `cap * tanh(logit / cap)` (vLLM's Triton decode `logit_cap`; 0: none).
     """
     tq, heads = q.shape[0], q.shape[1]
     tk, dv = k.shape[0], v.shape[1]
@@ -96,6 +114,8 @@ def attention_state(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float, *
     if tk == 0:
         return empty_state(tq, heads, dv)
     logits = np.einsum("thd,sd->ths", q.astype(np.float64), k.astype(np.float64)) * scale
+    if logit_cap > 0:
+        logits = logit_cap * np.tanh(logits / logit_cap)
     if causal:
         pos = key_offset + np.arange(tk)
         visible = pos[None, :] <= (total - tq + np.arange(tq))[:, None]

@@ -28,7 +28,9 @@ from typing import Sequence
 
 RULES = ("page_size", "indptr_empty", "indptr_start", "indptr_order", "batch_mismatch", "indices_short",
          "negative_length", "page_count", "table_width", "table_alignment", "max_q_len", "partial_form",
-         "no_form", "dual_mismatch")
+         "no_form", "dual_mismatch", "dense_batch")
+CSR_FIELDS = ("qo_indptr", "kv_indptr", "kv_indices", "kv_len_arr")
+DENSE_FIELDS = ("cum_seq_lens_q", "block_tables", "seq_lens")
 
 
 class MetadataError(ValueError):
@@ -113,21 +115,30 @@ def check_alignment(alignment: object) -> int:
     return alignment
 
 
-def validate_csr(csr: CsrMetadata, page_size: int) -> CsrMetadata:
-    """`_validate_csr_metadata(strict=True)`: the rules in upstream's order."""
+def canonical(csr: CsrMetadata) -> bool:
+    """One kv_indptr span and one length per request of qo_indptr (the historical flat CSR of FA need not be)."""
+    return len(csr.kv_indptr) == csr.batch + 1 and len(csr.kv_len_arr) == csr.batch
+
+
+def validate_csr(csr: CsrMetadata, page_size: int, strict: bool = True) -> CsrMetadata:
+    """`_validate_csr_metadata`: the rules in upstream's order; not `strict` (the historical flat CSR FA takes),
+    batch arrays of other sizes are let through, unchecked against each other."""
     _check_page_size(page_size)
     check_indptr("qo_indptr", csr.qo_indptr)
     check_indptr("kv_indptr", csr.kv_indptr)
     batch = csr.batch
-    if len(csr.kv_indptr) != batch + 1 or len(csr.kv_len_arr) != batch:
+    whole = canonical(csr)
+    if strict and not whole:
         raise MetadataError("batch_mismatch", "kv_indptr/kv_len_arr",
                             f"expected {batch + 1} and {batch} entries (qo_indptr's batch), got "
                             f"{len(csr.kv_indptr)} and {len(csr.kv_len_arr)}")
-    if csr.kv_indptr[-1] > len(csr.kv_indices):
+    if (strict or whole) and csr.kv_indptr[-1] > len(csr.kv_indices):
         raise MetadataError("indices_short", "kv_indices",
                             f"expected >= kv_indptr[-1] = {csr.kv_indptr[-1]} entries, got {len(csr.kv_indices)}")
     if any(n < 0 for n in csr.kv_len_arr):
         raise MetadataError("negative_length", "kv_len_arr", f"expected lengths >= 0, got {list(csr.kv_len_arr)}")
+    if not whole:
+        return csr
     for b in range(batch):
         have, want = csr.kv_indptr[b + 1] - csr.kv_indptr[b], pages_for(csr.kv_len_arr[b], page_size)
         if have != want:
@@ -160,6 +171,8 @@ def validate_dense(dense: DenseMetadata, page_size: int, table_width_alignment: 
     actual = max_q_len_of(dense.cum_seq_lens_q)
     if dense.max_q_len is None:
         return DenseMetadata(dense.cum_seq_lens_q, dense.block_tables, dense.width, dense.seq_lens, actual)
+    if not isinstance(dense.max_q_len, int) or isinstance(dense.max_q_len, bool):
+        raise MetadataError("max_q_len", "max_q_len", f"expected an int or None, got {dense.max_q_len!r}")
     if dense.max_q_len < actual:
         raise MetadataError("max_q_len", "max_q_len", f"expected >= {actual}, got {dense.max_q_len}")
     return dense
@@ -217,12 +230,26 @@ def check_forms(metadata: PlanMetadata) -> None:
         raise MetadataError("no_form", "metadata", "expected a complete CSR or dense form, got neither")
 
 
-def resolve_csr(metadata: PlanMetadata, page_size: int) -> CsrMetadata:
-    """The CSR form a CSR-native backend plans from: validated, or derived from the dense form; a dual form
-    must be equivalent (`_MLAPlanMetadataResolver.resolve_csr`)."""
+def check_fields(present: Sequence[str], max_q_len: bool = False) -> None:
+    """The forms of `MLAPlanMetadata` as its fields are given (`present`, field names): each form whole or absent,
+    `max_q_len` only with the whole dense form, and at least one form (`_MLAPlanMetadataResolver._check_forms`)."""
+    for form, names in (("CSR", CSR_FIELDS), ("dense", DENSE_FIELDS)):
+        missing = [n for n in names if n not in present]
+        if 0 < len(missing) < len(names):
+            raise MetadataError("partial_form", "metadata", f"expected the whole {form} form, missing {missing}")
+    dense = all(n in present for n in DENSE_FIELDS)
+    if max_q_len and not dense:
+        raise MetadataError("partial_form", "max_q_len", "expected the whole dense form with it, got none")
+    if not dense and not all(n in present for n in CSR_FIELDS):
+        raise MetadataError("no_form", "metadata", "expected a complete CSR or dense form, got neither")
+
+
+def resolve_csr(metadata: PlanMetadata, page_size: int, strict: bool = True) -> CsrMetadata:
+    """The CSR form a CSR-native backend plans from: validated (`strict`: see `validate_csr`), or derived from
+    the dense form; a dual form must be equivalent (`_MLAPlanMetadataResolver.resolve_csr`)."""
     check_forms(metadata)
     if metadata.csr is not None:
-        csr = validate_csr(metadata.csr, page_size)
+        csr = validate_csr(metadata.csr, page_size, strict)
         if metadata.dense is not None:
             _ensure_equivalent(csr, validate_dense(metadata.dense, page_size), page_size)
         return csr
@@ -230,18 +257,24 @@ def resolve_csr(metadata: PlanMetadata, page_size: int) -> CsrMetadata:
     return csr_from_dense(validate_dense(metadata.dense, page_size), page_size)
 
 
-def resolve_dense(metadata: PlanMetadata, page_size: int, table_width_alignment: int | None = None) -> DenseMetadata:
-    """The dense form a dense-native backend plans from (`resolve_dense` / `resolve_native_dense`)."""
+def resolve_dense(metadata: PlanMetadata, page_size: int, table_width_alignment: int | None = None,
+                  strict: bool = True) -> DenseMetadata:
+    """The dense form a dense-native backend plans from (`resolve_dense` / `resolve_native_dense`); a CSR form
+    of batch arrays of other sizes (not `strict`) has no dense form (`dense_batch`)."""
     check_forms(metadata)
     if table_width_alignment is not None:
         check_alignment(table_width_alignment)
     if metadata.dense is not None:
         dense = validate_dense(metadata.dense, page_size)
         if metadata.csr is not None:
-            _ensure_equivalent(validate_csr(metadata.csr, page_size), dense, page_size)
+            _ensure_equivalent(validate_csr(metadata.csr, page_size, strict), dense, page_size)
         return dense if table_width_alignment is None else pad_dense(dense, table_width_alignment)
     assert metadata.csr is not None
-    return dense_from_csr(validate_csr(metadata.csr, page_size), table_width_alignment)
+    csr = validate_csr(metadata.csr, page_size, strict)
+    if not canonical(csr):
+        raise MetadataError("dense_batch", "metadata", "expected matching query and KV batch dimensions for a dense "
+                            "backend, got a flat CSR")
+    return dense_from_csr(csr, table_width_alignment)
 
 
 def _ensure_equivalent(csr: CsrMetadata, dense: DenseMetadata, page_size: int) -> None:

@@ -37,8 +37,10 @@ def gather_keys(ckv: np.ndarray, kpe: np.ndarray, pages: tuple[int, ...], kv_len
 
 def paged_mla_attention(q_nope: np.ndarray, q_pe: np.ndarray, ckv: np.ndarray, kpe: np.ndarray,
                         metadata: CsrMetadata | DenseMetadata, scale: float, *, causal: bool = False,
-                        chunk_pages: int = 1, variant: MlaBackendsVariant = FIXED) -> tuple[np.ndarray, np.ndarray]:
-    """`(out [T_q, H, 512], lse2 [T_q, H])` of every request, from either metadata form."""
+                        chunk_pages: int = 1, logit_cap: float = 0.0,
+                        variant: MlaBackendsVariant = FIXED) -> tuple[np.ndarray, np.ndarray]:
+    """`(out [T_q, H, 512], lse2 [T_q, H])` of every request, from either metadata form (`logit_cap`: see
+    `merge.attention_state`)."""
     page_size = ckv.shape[1]
     qo = metadata.qo_indptr if isinstance(metadata, CsrMetadata) else metadata.cum_seq_lens_q
     lens = metadata.kv_len_arr if isinstance(metadata, CsrMetadata) else metadata.seq_lens
@@ -53,7 +55,7 @@ def paged_mla_attention(q_nope: np.ndarray, q_pe: np.ndarray, ckv: np.ndarray, k
         for start in range(0, kv_len, step):
             end = min(kv_len, start + step)
             part = attention_state(q, keys[start:end], c[start:end], scale, causal=causal, key_offset=start,
-                                   kv_len=kv_len, variant=variant)
+                                   kv_len=kv_len, logit_cap=logit_cap, variant=variant)
             state = merge_state(*state, *part, variant)
         out[qo[b]:qo[b + 1]], lse[qo[b]:qo[b + 1]] = state
     return out, lse

@@ -86,13 +86,18 @@ def attention_with_lse(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float
 
 
 def merge_attn_states(prefix_output: np.ndarray, prefix_lse: np.ndarray, suffix_output: np.ndarray,
-                      suffix_lse: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                      suffix_lse: np.ndarray, *, prefill_tokens_with_context: int | None = None,
+                      output_scale: float | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Merge two partial states: `M = max(lp, ls)`, `out = (op e^{lp-M} + os e^{ls-M}) / (e^{lp-M} + e^{ls-M})`.
 
     Like the kernels, the output is `op * wp + os * ws`: a NaN output with weight 0 still
     poisons the result (which is why empty spans must be masked, not only their LSE). `M` is
     `fmax`, as in the kernels: a NaN LSE beside an empty state (-inf, or FA2's +inf) is dropped
     and the pair is empty; beside a finite LSE it gives NaN.
+
+    `prefill_tokens_with_context`: tokens from this index on have no prefix and take the suffix
+    state as it is (its LSE unconverted); None: every token merges. `output_scale`: the FP8
+    output (`fp8_e4m3`) of `out / output_scale`, the LSE unscaled.
     """
     if prefix_output.shape != suffix_output.shape or prefix_lse.shape != suffix_lse.shape:
         raise ConfigError("merge_attn_states shapes", "equal prefix and suffix shapes",
@@ -115,7 +120,25 @@ def merge_attn_states(prefix_output: np.ndarray, prefix_lse: np.ndarray, suffix_
     out = np.where(empty.T[..., None], 0.0, out)
     with np.errstate(divide="ignore"):
         lse = np.where(empty, -np.inf, safe + np.log(denom))
+    if prefill_tokens_with_context is not None:
+        cut = max(prefill_tokens_with_context, 0)  # tokens past it take the suffix as is
+        out[cut:], lse[:, cut:] = suffix_output[cut:], suffix_lse[:, cut:]
+    if output_scale is not None:
+        out = fp8_e4m3(out * (1.0 / output_scale))
     return out, lse
+
+
+FP8_E4M3_MAX = 448.0
+
+
+def fp8_e4m3(x: np.ndarray) -> np.ndarray:
+    """`x` saturated to +-448 and rounded to nearest even on the float8 e4m3fn grid (3 mantissa bits, normals
+    from 2**-6, subnormals in steps of 2**-9), as a kernel's `clamp` then `.to(float8_e4m3fn)` gives; NaN stays NaN."""
+    with np.errstate(invalid="ignore"):
+        clamped = np.clip(np.asarray(x, dtype=np.float64), -FP8_E4M3_MAX, FP8_E4M3_MAX)
+    _, exponent = np.frexp(np.abs(clamped))  # |x| = m * 2**exponent, m in [0.5, 1)
+    step = np.ldexp(1.0, np.maximum(exponent - 1, -6) - 3)
+    return np.round(clamped / step) * step
 
 
 def mask_empty_context(lse: np.ndarray, out: np.ndarray, query_start_loc: Sequence[int],

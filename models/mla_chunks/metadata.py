@@ -67,6 +67,7 @@ class ContextChunk:
     seq_lens: tuple[int, ...]
     max_seq_len: int
     token_to_seq: tuple[int, ...]
+    all_rows_active: bool  # every query of the chunk has a token and every span a row (no masking needed)
     # DCP only
     local_starts: tuple[int, ...] | None = None
     padded_local_seq_lens: tuple[int, ...] | None = None
@@ -122,15 +123,14 @@ def build_mla_chunked_context_metadata(context_lens: Sequence[int], query_start_
 
     Parameters as in the note's table: without DCP the split alignment is `block_size`
     (1 if `align_chunk_to_block` is false) and the row budget is `W`; under DCP the
-    alignment is `lcm(block, world*interleave)`, the budget `W // world` local rows and the
-    cost of rows `[0, r)` is `padded_rows(r)`. `max_context_chunk = round_down(W, alignment)`.
+    alignment is `lcm(block, world*interleave)`, the budget `W // world` local rows (the metadata
+    builder's constructor asserts `W % world == 0`; the function itself floors) and the cost of rows
+    `[0, r)` is `padded_rows(r)`. `max_context_chunk = round_down(W, alignment)`.
     """
     ctx = check_counts(context_lens, "context_lens")
     qsl = _check_qsl(query_start_loc, len(ctx))
     check_int(workspace_size, "workspace_size", minimum=1)
     check_int(block_size, "block_size", minimum=1)
-    if dcp is not None and workspace_size % dcp.world_size:
-        raise ConfigError("workspace_size", f"a multiple of dcp_world_size {dcp.world_size}", workspace_size)
     if not ctx or max(ctx) <= 0:
         return None
     alignment, budget, max_context_chunk, pad = chunk_plan_arguments(workspace_size, block_size, dcp,
@@ -152,7 +152,8 @@ def build_mla_chunked_context_metadata(context_lens: Sequence[int], query_start_
             num_context_tokens=sum(plan.seq_lens), query_start_loc=tuple(q - qsl[rs] for q in qsl[rs:re + 1]),
             max_query_len=max(qsl[i + 1] - qsl[i] for i in range(rs, re)), cu_seq_lens=_cumsum0(plan.seq_lens),
             starts=plan.starts, seq_lens=plan.seq_lens, max_seq_len=max(plan.seq_lens),
-            token_to_seq=_repeat_index(plan.seq_lens), **extra))
+            token_to_seq=_repeat_index(plan.seq_lens),
+            all_rows_active=all(qsl[i + 1] > qsl[i] for i in range(rs, re)) and min(plan.seq_lens) > 0, **extra))
     empty = tuple(slice(qsl[i], qsl[i + 1]) for i, c in enumerate(ctx) if c == 0)
     return ChunkedContextMetadata(context_lens=ctx, query_start_loc=qsl, workspace_size=workspace_size,
                                   split_alignment=alignment, chunks=tuple(chunks), empty_token_slices=empty, dcp=dcp)
@@ -200,12 +201,12 @@ class UniformChunkedContextMetadata:
 
 
 def build_uniform_chunked_context_metadata(context_lens: Sequence[int], query_start_loc: Sequence[int],
-                                           workspace_size: int, block_size: int, *,
-                                           dcp: DcpConfig | None = None) -> UniformChunkedContextMetadata | None:
+                                           workspace_size: int, block_size: int, *, dcp: DcpConfig | None = None,
+                                           align_chunk_to_block: bool = True) -> UniformChunkedContextMetadata | None:
     """The pre-b38e111d metadata: one column per chunk, all prefills in every chunk."""
     ctx = check_counts(context_lens, "context_lens")
     qsl = _check_qsl(query_start_loc, len(ctx))
-    plan = plan_uniform_context_chunks(ctx, workspace_size, block_size, dcp)
+    plan = plan_uniform_context_chunks(ctx, workspace_size, block_size, dcp, align_chunk_to_block=align_chunk_to_block)
     if plan is None:
         return None
     n = len(ctx)

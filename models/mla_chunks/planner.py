@@ -174,13 +174,18 @@ def plan_mla_context_chunks(context_lens: Sequence[int], row_budget: int, max_co
     A context-free request ends the current chunk (chunks only span runs of context-ful
     requests). When a remainder does not fit, the largest aligned split that fits is
     appended and the chunk closes; the next chunk continues that request.
+
+    Preconditions are upstream's asserts, no more: `max_context_chunk > 0` and `split_alignment > 0`.
+    A chunk cap that is no multiple of the alignment (or below it) caps the splits at
+    `round_down(max_context_chunk, alignment)`, and a budget too small for any split is refused when a
+    chunk would be empty (upstream's `assert seq_lens`); the builder only ever passes a positive
+    multiple and a budget of at least one split (found by `kvsim conform vllm`: the model refused
+    arguments upstream plans).
     """
     ctx = check_counts(context_lens, "context_lens")
-    check_int(row_budget, "row_budget", minimum=1)
+    check_int(row_budget, "row_budget")
+    check_int(max_context_chunk, "max_context_chunk", minimum=1)
     check_int(split_alignment, "split_alignment", minimum=1)
-    check_int(max_context_chunk, "max_context_chunk", minimum=split_alignment)
-    if max_context_chunk % split_alignment:
-        raise ConfigError("max_context_chunk", f"a multiple of split_alignment {split_alignment}", max_context_chunk)
     pad = padded_rows or (lambda rows: rows)
 
     plans: list[ContextChunkPlan] = []
@@ -239,11 +244,13 @@ class UniformContextPlan:
 
 
 def plan_uniform_context_chunks(context_lens: Sequence[int], workspace_size: int, block_size: int,
-                                dcp: DcpConfig | None = None) -> UniformContextPlan | None:
+                                dcp: DcpConfig | None = None, *,
+                                align_chunk_to_block: bool = True) -> UniformContextPlan | None:
     """The pre-b38e111d planner; None when no prefill has context.
 
-    Raises ConfigError where upstream asserts: `mcc > 0` (too many context-ful prefills for
-    the workspace, note 1.7.6) and, under DCP, `mcc % world == 0`.
+    `mcc = W // n_ctx`, rounded down to the block when `align_chunk_to_block` (the dense builder
+    always; sparse MLA only on CUDA). Raises ConfigError where upstream asserts: `mcc > 0` (too
+    many context-ful prefills for the workspace, note 1.7.6) and, under DCP, `mcc % world == 0`.
     """
     ctx = check_counts(context_lens, "context_lens")
     check_int(workspace_size, "workspace_size", minimum=1)
@@ -251,7 +258,9 @@ def plan_uniform_context_chunks(context_lens: Sequence[int], workspace_size: int
     n_ctx = sum(1 for c in ctx if c > 0)
     if n_ctx == 0:
         return None
-    mcc = round_down(workspace_size // n_ctx, block_size)
+    mcc = workspace_size // n_ctx
+    if align_chunk_to_block:
+        mcc = round_down(mcc, block_size)
     if mcc <= 0:
         raise ConfigError("max_context_chunk", f"> 0 (workspace {workspace_size} // {n_ctx} prefills with context, "
                           f"rounded down to block {block_size})", mcc)

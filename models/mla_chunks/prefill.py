@@ -248,10 +248,9 @@ def chunked_prefill_attention(inputs: MlaPrefillInputs, *, workspace_size: int, 
         return MlaPrefillResult(None, suffix_out, suffix_lse, None, None)
     caches = build_context_caches(inputs, block_size, dcp, cache_seed)
     ctx_out, ctx_lse = compute_prefill_context(inputs, metadata, caches, variant)
-    out, lse = merge_attn_states(ctx_out, ctx_lse, suffix_out, suffix_lse)
-    if variant.tokens_with_context_cutoff and isinstance(metadata, UniformChunkedContextMetadata):
-        cut = metadata.prefill_tokens_with_context  # tokens past it take the suffix as is
-        out[cut:], lse[:, cut:] = suffix_out[cut:], suffix_lse[:, cut:]
+    cutoff = variant.tokens_with_context_cutoff and isinstance(metadata, UniformChunkedContextMetadata)
+    out, lse = merge_attn_states(ctx_out, ctx_lse, suffix_out, suffix_lse,
+                                 prefill_tokens_with_context=metadata.prefill_tokens_with_context if cutoff else None)
     return MlaPrefillResult(metadata, out, lse, ctx_out, ctx_lse)
 
 

@@ -14,6 +14,7 @@ from kvsim.engine.descriptor import ModelDescriptor
 
 from . import sim
 from .config import ProtocolConfig
+from .conform import CONFORM
 from .system import PdProtocol
 from .variants import FIXED, VARIANTS, ProtocolVariant
 
@@ -28,6 +29,7 @@ DESCRIPTOR = ModelDescriptor(
     simulate=sim.simulate,
     fault_kinds=("drop", "delay", "duplicate", "reorder", "garble", "crash"),
     peers=sim.PEERS,
+    conform=CONFORM,
 )
 
 __all__ = ["DESCRIPTOR", "FIXED", "VARIANTS", "ProtocolVariant"]

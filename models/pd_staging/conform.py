@@ -4,23 +4,185 @@ Each target names the upstream file and definitions it loads and the adapter tha
 `kvsim.conform.sglang`, imported only when the target runs). `releases`: the variant each release follows.
 """
 
-from kvsim.engine.conformance.declare import ConformTarget, Upstream
+from __future__ import annotations
+
+from kvsim.engine.conformance.declare import ConformTarget, Survivor, Upstream
 
 STAGING_BUFFER = "sglang/srt/disaggregation/common/staging_buffer.py"
 STAGING_HANDLER = "sglang/srt/disaggregation/common/staging_handler.py"
+# the equivalent mutants of the head slice and the layout on every configuration a TP setup builds (the model's
+# HeadReshard: each TP size a divisor or a multiple of the head count and of the other TP size)
+HEAD_QUOTIENTS = (("total_kv_heads", "src_attn_tp_size"), ("total_kv_heads", "dst_attn_tp_size"),
+                  ("src_attn_tp_size", "total_kv_heads"), ("dst_attn_tp_size", "total_kv_heads"))
+MAX_IS_SYMMETRIC = "max's two arguments swapped: the same maximum"
+WHOLE_QUOTIENT = ("floor made ceiling division: in every TP setup one of the two divides the other, so the quotient "
+                  "is whole or its max(1, ...) is 1 either way (the model refuses the other configurations)")
+EQUAL_TP = ("the P_tp > D_tp branch taken at P_tp == D_tp too: there both branches give (0, heads per rank, 0, heads "
+            "per rank), one writer")
+KERNEL_SYMBOLS = {
+    "gather": ("gather_all_layers_to_staging", "_gather_all_layers_triton", "_gather_all_layers_torch",
+               "_fused_gather_to_staging_kernel"),
+    "scatter": ("scatter_staging_to_kv", "_scatter_staging_to_kv_triton", "_scatter_staging_to_kv_torch",
+                "_fused_scatter_from_staging_kernel", "compute_head_slice_params")}
+KERNEL_CHECKED = {
+    ("gather", "triton"): ("gather_all_layers_to_staging", "_gather_all_layers_triton",
+                           "_fused_gather_to_staging_kernel"),
+    ("gather", "torch"): ("gather_all_layers_to_staging", "_gather_all_layers_torch", "gather_kv_head_slices"),
+    ("scatter", "triton"): ("scatter_staging_to_kv", "_scatter_staging_to_kv_triton",
+                            "_fused_scatter_from_staging_kernel"),
+    ("scatter", "torch"): ("scatter_staging_to_kv", "_scatter_staging_to_kv_torch", "scatter_kv_head_slices")}
+KERNEL_DOCS = {
+    ("gather", "triton"): "gather_all_layers_to_staging through the fused Triton kernel (interpreted on the CPU) vs "
+                          "gather_head_slice_to_staging, bit for bit over the staging buffer; 1/2/4-byte dtypes "
+                          "(probe: 8-byte elements are mis-copied)",
+    ("gather", "torch"): "gather_all_layers_to_staging through the torch.gather fallback vs "
+                         "gather_head_slice_to_staging, bit for bit (a signalling NaN quieted tolerated), four dtypes",
+    ("scatter", "triton"): "scatter_staging_to_kv through the fused Triton kernel vs scatter_staging_to_pages for "
+                           "every writer of the decode rank, bit for bit over the decode pool; 1/2/4-byte dtypes",
+    ("scatter", "torch"): "scatter_staging_to_kv through the torch fallback vs scatter_staging_to_pages for every "
+                          "writer, bit for bit over the decode pool, four dtypes"}
+PREFILL = "sglang/srt/disaggregation/prefill.py"
+CONN = "sglang/srt/disaggregation/common/conn.py"
+MEM_COMMON = "sglang/srt/mem_cache/common.py"
+MIXIN = "SchedulerDisaggregationPrefillMixin"
+# 05c7ebf's grid-floored, grid-split sends: in 0.5.18 (compute_grid_segments), then the ring's #37166
+GRID_SENDS = ((None, "pre_05c7ebf"), ("0.5.18", "fixed"), ("0.5.19", "sglang_0_5_23"))
+ENTRY_FIELDS = ("an entry without an allocation (alloc id < 0) is read for its id, and for its offset only as "
+                "ALLOC_OVERSIZED: its round, end and pages are never read, and -1, -0 or -2 as its id (-1 or 0 as its "
+                "offset) read alike")
+SAME_TEST = "the entry's offset is >= 0 exactly when its alloc id is (both negative without an allocation)"
+REQ = "handle_staging_req"
+DEDUPE_SURVIVORS = (
+    Survivor(REQ, "constant", "0", f"{SAME_TEST}; kv_item_lens[1] for [0]: every item of the pool has one size; "
+                                   f"{ENTRY_FIELDS}"),
+    Survivor(REQ, "constant", "1", "max(1, attn_tp_size) with 0 or 2 where the TP size is >= 1 and only names the "
+                                   "decode rank (a slot's size depends on no rank), or max(0, ...) of the heads per "
+                                   f"rank where they are >= 1; {ENTRY_FIELDS}"),
+    Survivor(REQ, "division", "len(kv_item_lens) // 2", "the pool lists K and V of each layer: an even count"),
+    Survivor(REQ, "division", "kv_item_lens[0] // page_size",
+             "an item is whole tokens of a page: page_size divides it"),
+    Survivor(REQ, "division", "total_kv_heads // max(1, attn_tp_size)",
+             "the TP size divides the head count or exceeds it (max(1, 0) and max(1, 1) alike)"),
+    Survivor(REQ, "division", "decode_bytes_per_token // dst_heads_per_rank",
+             "a token's bytes are whole heads of this rank"),
+    Survivor(REQ, "arguments", "1, total_kv_heads // max(1, attn_tp_size)", "max's two arguments swapped"),
+    Survivor(REQ, "arguments", "1, attn_tp_size", "max's two arguments swapped"),
+    Survivor(REQ, "arguments", "chunk_tokens,\n            bytes_per_head_per_token",
+             "tokens and head bytes swapped: the layout multiplies them"),
+    Survivor(REQ, "arguments", "bytes_per_head_per_token,\n            num_kv_layers",
+             "head bytes and layers swapped: the layout multiplies them"),
+)
+WRITERS = "DecodeStagingHandler.num_writers_for"
+FAN_IN_SURVIVORS = (
+    Survivor(WRITERS, "comparison", ">", "prefill_tp > decode_tp made >=: both give one writer at equal TP sizes"),
+    Survivor(WRITERS, "division", "prefill_tp // max(1, self.decode_tp)",
+             "a decode TP size divides a larger prefill TP size"),
+    Survivor(WRITERS, "constant", "1", "max(1, decode_tp) with 0: every TP size is >= 1"),
+    Survivor(WRITERS, "arguments", "1, self.decode_tp", "max's two arguments swapped"),
+    Survivor(WRITERS, "division", "prefill_info.pp_size // self.kv_manager.pp_size",
+             "a decode PP size divides the prefill's (the model's W counts whole prefill stages per decode stage)"),
+)
+SCATTER, ADVANCE = "DecodeStagingHandler.submit_chunk_scatter", "DecodeStagingHandler.advance_scatter"
+COMPLETION_SURVIVORS = (
+    Survivor(SCATTER, "boolean", "staging_offset < 0 or alloc_id < 0", SAME_TEST),
+    Survivor(SCATTER, "constant", "1", ENTRY_FIELDS),
+    Survivor(SCATTER, "constant", "0", ENTRY_FIELDS),
+    Survivor(ADVANCE, "constant", "0", SAME_TEST + " (info[1] for info[0])"),
+    Survivor(ADVANCE, "comparison", ">", "the deadline's boundary: an elapsed time equal to the timeout to the "
+                                         "clock's resolution is not an input (cases are well before or well past it)"),
+)
+HANDLER_HELPERS = ("StagingAllocator", "compute_staging_layout", "resolve_total_kv_heads")
+
+
+def handler_target(name: str, adapter: str, checked: tuple[str, ...], survivors: tuple[Survivor, ...],
+                   doc: str) -> ConformTarget:
+    """A decode staging handler decision (`kvsim.conform.sglang.findings`): the handler class and
+    `handle_staging_req`, upstream's ring class and layout helpers beside them."""
+    return ConformTarget(
+        "sglang", name,
+        upstream=(Upstream(STAGING_BUFFER, HANDLER_HELPERS, checked=()),
+                  Upstream(STAGING_HANDLER, ("DecodeStagingHandler", "handle_staging_req"), checked=checked)),
+        adapter=f"kvsim.conform.sglang.findings:{adapter}", releases=FRESH_ROUND, survivors=survivors, doc=doc)
 FRESH_ROUND = ((None, "fixed"), ("0.5.19", "sglang_0_5_23"))  # SGLang #37166: an emptied ring starts a fresh round
 
 CONFORM = (
+    ConformTarget(
+        "sglang", "compute_head_slice_params",
+        upstream=(Upstream(STAGING_BUFFER, ("compute_head_slice_params",)),),
+        adapter="kvsim.conform.sglang.staging:HEAD_SLICE",
+        doc="head slice per (prefill rank, decode rank) pairing, exhaustive",
+        survivors=(
+            *(Survivor("compute_head_slice_params", "arguments", f"1, {a} // {b}", MAX_IS_SYMMETRIC)
+              for a, b in HEAD_QUOTIENTS),
+            *(Survivor("compute_head_slice_params", "division", f"{a} // {b}", WHOLE_QUOTIENT)
+              for a, b in HEAD_QUOTIENTS),
+            Survivor("compute_head_slice_params", "comparison", ">", EQUAL_TP),
+        )),
+    ConformTarget(
+        "sglang", "compute_staging_layout",
+        upstream=(Upstream(STAGING_BUFFER, ("compute_staging_layout", "compute_head_slice_params"),
+                           checked=("compute_staging_layout",)),),
+        adapter="kvsim.conform.sglang.staging:LAYOUT",
+        doc="writers and bytes of one staging slot, exhaustive",
+        survivors=(
+            Survivor("compute_staging_layout", "arguments", "1, dst_attn_tp_size", MAX_IS_SYMMETRIC),
+            Survivor("compute_staging_layout", "division", "src_attn_tp_size // max(1, dst_attn_tp_size)",
+                     WHOLE_QUOTIENT),
+            Survivor("compute_staging_layout", "comparison", ">", EQUAL_TP),
+            Survivor("compute_staging_layout", "arguments", "src_attn_tp_size,\n            dst_attn_tp_size",
+                     "the TP sizes swapped in the head-slice call: a writer then sends max(1, heads // the larger TP) "
+                     "heads either way"),
+            Survivor("compute_staging_layout", "constant", "1",
+                     "max(1, dst_attn_tp_size) -> max(0, ...): every TP size is >= 1 (and 0 raises "
+                     "ZeroDivisionError in the head slice either way)"),
+            Survivor("compute_staging_layout", "arguments", "wr,\n            dst_tp_rank",
+                     "the writer index and the decode rank swapped: the heads a writer sends depend on neither"),
+        )),
+    *(ConformTarget(
+        "sglang", f"staging-{kind}-{path}",
+        upstream=(Upstream(STAGING_BUFFER, KERNEL_SYMBOLS[kind], checked=KERNEL_CHECKED[kind, path]),),
+        adapter=f"kvsim.conform.sglang.kernels:{kind.upper()}_{path.upper()}",
+        doc=KERNEL_DOCS[kind, path]) for kind in ("gather", "scatter") for path in ("triton", "torch")),
+    ConformTarget(
+        "sglang", "send_plan",
+        upstream=(Upstream(MEM_COMMON, ("kv_to_page_indices", "kv_to_page_num")),
+                  Upstream(PREFILL, (MIXIN,), checked=tuple(f"{MIXIN}.{m}" for m in (
+                      "send_kv_chunk", "_send_kv_chunk", "maybe_send_cached_prefix_chunk"))),
+                  Upstream(CONN, ("CommonKVSender",), checked=("CommonKVSender._prepare_send_indices",
+                                                                "CommonKVSender.should_send_kv_chunk",
+                                                                "CommonKVSender.init")),
+                  Upstream(STAGING_HANDLER, ("PrefillStagingStrategy",), checked=())),
+        adapter="kvsim.conform.sglang.send_plan:PLAN", releases=GRID_SENDS,
+        survivors=(Survivor(f"{MIXIN}.maybe_send_cached_prefix_chunk", "arguments",
+                            "0, req.prefix_len - req.host_hit_length", "max's two arguments swapped"),
+                   Survivor(f"{MIXIN}._send_kv_chunk", "arguments", "req.extend_end, transfer_input_len",
+                            "min's two arguments swapped")),
+        doc="the prefill send plan (token ranges, pages, chunk_idx, is_last, state per send) of upstream's "
+            "send_kv_chunk, driven room by room against plan_room_sends; the plan properties on it"),
+    handler_target("staging-dedupe", "DEDUPE", ("handle_staging_req",), DEDUPE_SURVIVORS,
+                   "handle_staging_req's dedupe test, slot size and STAGING_RSP vs decode_rules.req_allocates; "
+                   "late-REQ finding on upstream"),
+    handler_target("staging-fan-in", "FAN_IN", ("DecodeStagingHandler.handle_chunk_arrived", WRITERS),
+                   FAN_IN_SURVIVORS,
+                   "handle_chunk_arrived's fan-in count vs decode_rules.fan_in_complete; dup-ready finding on upstream"),
+    handler_target("staging-completion", "COMPLETION", (ADVANCE, SCATTER), COMPLETION_SURVIVORS,
+                   "advance_scatter's completion rule vs decode_rules.scatter_complete; lost-REQ finding on upstream"),
     ConformTarget(
         "sglang", "StagingAllocator",
         upstream=(Upstream(STAGING_BUFFER, ("StagingAllocator",)),
                   Upstream(STAGING_HANDLER, ("is_watermark_ready",), checked=())),
         adapter="kvsim.conform.sglang.ring:LOCKSTEP", releases=FRESH_ROUND,
         doc="ring assign/free in lockstep with the model (one Hypothesis state machine), every observable after "
-            "every step"),
+            "every step",
+        survivors=(Survivor("StagingAllocator", "arguments", "self.base_ptr, self.buffer.device.type",
+                            "_device_ptr_type_str's arguments swapped: only a log line's text changes, and only on "
+                            "XPU"),)),
     ConformTarget(
         "sglang", "is_watermark_ready",
         upstream=(Upstream(STAGING_HANDLER, ("is_watermark_ready",)),),
         adapter="kvsim.conform.sglang.ring:GATE",
-        doc="prefill write gate, exhaustive over a small domain"),
+        doc="prefill write gate, exhaustive over a small domain",
+        survivors=(Survivor("is_watermark_ready", "comparison", "<=",
+                            "alloc_round <= 0 made < 0: round 0 is then ready through prev_round -1 < wm_round, "
+                            "and no watermark round is negative"),)),
 )

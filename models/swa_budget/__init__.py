@@ -9,6 +9,7 @@
 from kvsim.engine.descriptor import ModelDescriptor
 
 from . import sim
+from .conform import CONFORM
 from .resume import VARIANTS
 from .scheduler import SchedulerConfig, SwaScheduler
 
@@ -21,4 +22,5 @@ DESCRIPTOR = ModelDescriptor(
     system=SwaScheduler,
     sim_config=sim.SimConfig,
     simulate=sim.simulate,
+    conform=CONFORM,
 )

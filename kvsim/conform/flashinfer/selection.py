@@ -1,83 +1,144 @@
 """FlashInfer 0.7.4 backend capabilities and auto order (`_capabilities.py`, `_auto_policy.py`) against `mla-backends`.
 
-* `capabilities`: every backend's `_plan_capabilities` (read from the backend files' literal arguments
-  and built with the release's `MLAPlanCapabilities`) against the model's `CAPABILITIES`, field by field;
-  then `plan_capability_rejection_reason` against the model's `capability_rejection` on random plan
-  contracts for every backend. Convention: upstream returns a message, the model a `Rejection` kind;
-  the adapter names upstream's message by its wording (`KIND_WORDS`).
-* `auto-order`: `ordered_sm80_backends`, `ordered_sm90_backends`, `ordered_sm100_backends`,
-  `_ordered_sm107_backends`, `ordered_sm12x_backends` and the default `_AUTO_BACKEND_CANDIDATES`
-  against the model's `auto_order` per compute capability, on random workloads (batch, query and KV
-  lengths up to 70k, heads, LSE mode, CUDA graph, causal, fp8, page size, CSR or dense). Convention:
-  upstream reads a `_MLAPlanArguments`; the adapter passes a stand-in with the fields those functions
-  read and a `csr()` that returns the CSR tensors.
+* `CAPABILITIES` (a Differential): the whole capability matrix (pinned: every backend's `_plan_capabilities`,
+  read from the backend files' literal arguments and built with the release's `MLAPlanCapabilities`) against
+  the model's `CAPABILITIES`, field by field; then `plan_capability_rejection_reason` against the model's
+  `capability_rejection` on random plan contracts (every field, `enable_pdl` None / False / True, a query kind
+  of None) for a release backend's record or a random one (any modes, any flags: the rules the release's
+  matrix never exercises, such as skip-softmax with an LSE). Convention: upstream returns a message, the model
+  a `Rejection` kind; the adapter names upstream's message by its wording (`KIND_WORDS`) and by the backend
+  name it starts with.
+* `AUTO_ORDER` (a Differential): `ordered_sm80_backends`, `ordered_sm90_backends`, `ordered_sm100_backends`,
+  `_ordered_sm107_backends`, `ordered_sm12x_backends` and the default `_AUTO_BACKEND_CANDIDATES` against the
+  model's `auto_order` on each compute capability, on random workloads of two kinds: any batch (empty ones
+  too), query and KV lengths up to 70k, heads, LSE mode, CUDA graph, causal, fp8, page size, CSR or dense
+  (wider than needed); and Rubin-MTP workloads (`_ordered_sm107_backends`' regime: fp8, 128 heads, 512 / 64,
+  page 64 or 128, causal, packed, 32-128 uniform requests of 2 or 4 queries), with one eligibility fact
+  changed in some (heads, head dims, page size, causal, layouts, scale and output modes, sinks, profiler,
+  skip-softmax, PDL, sm_scale). Pinned: workloads on the regime boundaries of the SM100 and SM107 orders
+  (`boundary_workloads`). Convention: upstream reads a `_MLAPlanArguments`; the adapter passes a stand-in with
+  the fields those functions read and a `csr()` that returns the CSR tensors.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import time
 from types import SimpleNamespace
 from typing import Any
 
-from kvsim.models.mla_backends.capabilities import CAPABILITIES, capability_rejection
+from hypothesis import strategies as st
+
+from kvsim.engine.conformance.adapters import Context, Differential
+from kvsim.models.mla_backends import capabilities as model_caps
+from kvsim.models.mla_backends.capabilities import CAPABILITIES as MODEL_CAPABILITIES
+from kvsim.models.mla_backends.capabilities import PlanContract, capability_rejection
 from kvsim.models.mla_backends.metadata import CsrMetadata, PlanMetadata, csr_from_dense, dense_from_csr
-from kvsim.models.mla_backends.selection import PlanRequest, auto_order
+from kvsim.models.mla_backends.selection import COMPUTE_CAPABILITIES, DEFAULT_ORDER, PlanRequest, auto_order
 
-from ..source import EngineSource
-from ..targets import RunOptions, Target, TargetResult, drive
-from .common import MLA, int32, load, table, upstream_capabilities
+from .common import MLA, as_dict, int32, table, upstream_capabilities
 
-CAPS = f"{MLA}/_backends/_capabilities.py"
 POLICY = f"{MLA}/_auto_policy.py"
 ORDER_FUNCTIONS = {(8, 0): "ordered_sm80_backends", (9, 0): "ordered_sm90_backends",
                    (10, 0): "ordered_sm100_backends", (10, 3): "ordered_sm100_backends",
                    (10, 7): "_ordered_sm107_backends", (12, 0): "ordered_sm12x_backends",
-                   (12, 1): "ordered_sm12x_backends", (8, 9): "_AUTO_BACKEND_CANDIDATES"}
+                   (12, 1): "ordered_sm12x_backends"}
 KIND_WORDS = (("packed query view", "packed_query"), ("packed KV-cache view", "packed_kv_cache"),
               ("combined LSE and skip-softmax", "skip_softmax_with_lse"), ("LSE contract", "lse"),
               ("KV layout contract", "kv_layout"), ("output contract", "output_scale"),
               ("scale contract", "scale_mode"), ("skip-softmax contract", "skip_softmax"),
               ("enable_pdl", "enable_pdl"), ("sink inputs", "sinks"))
+FLAGS = ("is_experimental", "supports_skip_softmax", "supports_skip_softmax_with_lse", "supports_enable_pdl",
+         "supports_sinks", "supports_cuda_graph_replan", "requires_packed_query", "requires_packed_kv_cache")
 
 
-def kind_of(message: str | None) -> str | None:
+def prepare_capabilities(ctx: Context) -> None:
+    """The release's matrix, read once."""
+    ctx.state["caps"] = upstream_capabilities(ctx.source, ctx.up.MLAPlanCapabilities)
+
+
+# -- capabilities -------------------------------------------------------------------------------------------
+
+def kind_of(message: str | None, backend: str) -> str | None:
+    """The rejection kind upstream's message names (None: no rejection); a message that does not start with the
+    backend's name is named as such."""
     if message is None:
         return None
-    return next((kind for words, kind in KIND_WORDS if words in message), f"unrecognised: {message}")
+    kind = next((k for words, k in KIND_WORDS if words in message), f"unrecognised: {message}")
+    return kind if message.startswith(f"{backend} backend ") else f"{kind} (not naming {backend}: {message})"
 
 
-def run_capabilities(source: EngineSource, options: RunOptions) -> TargetResult:
-    started = time.perf_counter()
-    result = TargetResult("capabilities", source.version)
-    upstream = upstream_capabilities(source)
-    for name, model in CAPABILITIES.items():
-        got = upstream.get(name)
-        result.compared += 1
-        want = dataclasses.asdict(model)
-        have = dataclasses.asdict(got) if got is not None else None
-        if have != want:
-            result.diverge({"backend": name}, want, have, "capability matrix")
-    reason_fn = load(source, CAPS, ["plan_capability_rejection_reason"]).plan_capability_rejection_reason
-    from hypothesis import strategies as st
+def matrix(caps: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The matrix as plain data: each backend's fields, sets sorted."""
+    return {name: {k: sorted(v) if isinstance(v, frozenset) else v for k, v in as_dict(c).items()}
+            for name, c in caps.items()}
 
+
+@dataclasses.dataclass(frozen=True)
+class RejectionCase:
+    """`plan_capability_rejection_reason(contract, capabilities)`: a release backend's record (`backend`), or a
+    random one (`record`: the fields of `MLAPlanCapabilities`)."""
+
+    contract: PlanContract
+    backend: str | None = None
+    record: tuple[tuple[str, Any], ...] = ()
+
+
+MATRIX = "the capability matrix"
+
+
+def records() -> Any:
+    def subset(values: tuple[str, ...]) -> Any:
+        return st.lists(st.sampled_from(values), unique=True).map(lambda xs: tuple(sorted(xs)))
+
+    return st.builds(lambda lse, kv, out, scale, flags: (("backend_name", "random"), ("lse_modes", lse),
+                                                          ("kv_layouts", kv), ("output_scales", out),
+                                                          ("scale_modes", scale), *zip(FLAGS, flags)),
+                     subset(model_caps.LSE_MODES), subset(model_caps.KV_LAYOUTS), subset(model_caps.OUTPUT_SCALES),
+                     subset(model_caps.SCALE_MODES), st.tuples(*(st.booleans() for _ in FLAGS)))
+
+
+def rejection_cases() -> Any:
     from kvsim.properties.mla_backends.strategies import CONTRACTS
 
-    def check(contract: Any) -> None:
-        for name, caps in upstream.items():
-            result.compared += 1
-            got = kind_of(reason_fn(contract, caps))
-            model = capability_rejection(contract, CAPABILITIES[name])
-            want = model.kind if model is not None else None
-            if got != want:
-                result.diverge({"backend": name, "contract": dataclasses.asdict(contract)}, want, got,
-                               "plan_capability_rejection_reason")
+    return st.one_of(st.builds(RejectionCase, CONTRACTS, st.sampled_from(tuple(MODEL_CAPABILITIES))),
+                     st.builds(lambda c, r: RejectionCase(c, record=r), CONTRACTS, records()))
 
-    drive(st.one_of(CONTRACTS), check, options)
-    result.note = f"{len(CAPABILITIES)} backends' matrices; rejection reasons on {options.max_examples} contracts x " \
-                  f"{len(CAPABILITIES)} backends"
-    return result.finish(started)
 
+def _record(cls: type, case: RejectionCase) -> Any:
+    fields = dict(case.record)
+    return cls(**{k: frozenset(v) if isinstance(v, tuple) else v for k, v in fields.items()})
+
+
+def capabilities_model(ctx: Context, case: Any) -> Any:
+    if case == MATRIX:
+        return matrix(MODEL_CAPABILITIES)
+    caps = MODEL_CAPABILITIES[case.backend] if case.backend else _record(model_caps.MLAPlanCapabilities, case)
+    found = capability_rejection(case.contract, caps)
+    return {"rejection": found.kind if found is not None else None}
+
+
+def capabilities_upstream(ctx: Context, case: Any) -> Any:
+    if case == MATRIX:
+        return matrix(ctx.state["caps"])
+    caps = ctx.state["caps"][case.backend] if case.backend else _record(ctx.up.MLAPlanCapabilities, case)
+    args = SimpleNamespace(**as_dict(case.contract))
+    return {"rejection": kind_of(ctx.up.plan_capability_rejection_reason(args, caps), caps.backend_name)}
+
+
+def describe_capabilities(ctx: Context, case: Any) -> Any:
+    if case == MATRIX:
+        return MATRIX
+    return {"contract": as_dict(case.contract), "backend": case.backend, "record": dict(case.record) or None}
+
+
+CAPABILITIES = Differential(
+    prepare=prepare_capabilities, inputs=lambda ctx: rejection_cases(), pinned=lambda ctx: [MATRIX],
+    model=capabilities_model, upstream=capabilities_upstream, describe=describe_capabilities,
+    note=lambda ctx: f"{len(MODEL_CAPABILITIES)} backends' matrices; rejection reasons on release and random "
+                     f"capability records")
+
+
+# -- the auto order -----------------------------------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True)
 class Workload:
@@ -85,29 +146,99 @@ class Workload:
     kv_lens: tuple[int, ...]
     page_size: int
     heads: int
-    lse_mode: str
-    graph: bool
-    causal: bool
-    fp8: bool
-    dense: bool
+    contract: PlanContract = PlanContract()
+    graph: bool = False
+    causal: bool = False
+    fp8: bool = False
+    dense: bool = False
     extra_width: int = 0
+    head_dims: tuple[int, int] = (512, 64)
+    sm_scale: float = 192 ** -0.5
+    profiler: bool = False
+
+
+@st.composite
+def general_workloads(draw: st.DrawFn) -> Workload:
+    batch = draw(st.one_of(st.integers(0, 48), st.sampled_from((95, 96, 128))))
+    uniform = draw(st.booleans())
+    q_one = draw(st.sampled_from((1, 2, 4, 8, 16, 32, 128)))
+    q = tuple(q_one if uniform else draw(st.sampled_from((0, 1, 2, 4, 16, 130))) for _ in range(batch))
+    kv_one = draw(st.sampled_from((0, 1, 32, 64, 500, 512, 1024, 2048, 4096, 4097, 8192, 9000, 33000, 70000)))
+    kv = tuple(kv_one if uniform else draw(st.sampled_from((0, 1, 300, 1024, 2048, 5000, 40000))) for _ in range(batch))
+    lse = draw(st.sampled_from(("none", "base2", "basee")))
+    return Workload(q, kv, draw(st.sampled_from((64, 128, 1024))),
+                    draw(st.sampled_from((8, 9, 16, 17, 24, 31, 32, 64, 127, 128, 256))),
+                    PlanContract(lse_mode=lse), draw(st.booleans()), draw(st.booleans()), draw(st.booleans()),
+                    draw(st.booleans()), draw(st.integers(0, 3)))
+
+
+MTP_CHANGES = ("heads", "head_dim_ckv", "head_dim_kpe", "page_size", "causal", "query_layout", "kv_cache_layout",
+               "scale_mode", "output_scale", "use_sinks", "skip_softmax", "enable_pdl", "sm_scale", "profiler",
+               "fp8", "mixed_q", "short_kv")
+
+
+@st.composite
+def mtp_workloads(draw: st.DrawFn) -> Workload:
+    """`_ordered_sm107_backends`' regime, one eligibility fact changed in about half of them."""
+    batch = draw(st.sampled_from((31, 32, 33, 64, 100, 128, 129)))
+    q = draw(st.sampled_from((2, 4, 1, 3)))
+    same = draw(st.booleans())
+    kv_one = draw(st.sampled_from((2, 100, 256, 1024, 2048, 8192, 16384, 32768, 40000)))
+    kv = tuple(kv_one if same else draw(st.sampled_from((4, 128, 256, 2000, 8192, 32768, 40000)))
+               for _ in range(batch))
+    page = draw(st.sampled_from((64, 128)))
+    w = Workload((q,) * batch, kv, page, 128, PlanContract(enable_pdl=draw(st.sampled_from((None, False)))),
+                 graph=draw(st.booleans()), causal=True, fp8=True, dense=draw(st.booleans()),
+                 extra_width=draw(st.sampled_from((0, 0, 1, 16, 300))))
+    change = draw(st.sampled_from((None,) * len(MTP_CHANGES) + MTP_CHANGES))
+    c = w.contract
+    changes = {"heads": {"heads": 64}, "head_dim_ckv": {"head_dims": (256, 64)}, "head_dim_kpe": {"head_dims": (512, 32)},
+               "page_size": {"page_size": 32}, "causal": {"causal": False},
+               "query_layout": {"contract": dataclasses.replace(c, query_layout="split")},
+               "kv_cache_layout": {"contract": dataclasses.replace(c, kv_cache_layout="split")},
+               "scale_mode": {"contract": dataclasses.replace(c, scale_mode="bmm-scalar")},
+               "output_scale": {"contract": dataclasses.replace(c, output_scale="per-tensor")},
+               "use_sinks": {"contract": dataclasses.replace(c, use_sinks=True)},
+               "skip_softmax": {"contract": dataclasses.replace(c, skip_softmax=True)},
+               "enable_pdl": {"contract": dataclasses.replace(c, enable_pdl=True)}, "sm_scale": {"sm_scale": 0.0},
+               "profiler": {"profiler": True}, "fp8": {"fp8": False},
+               "mixed_q": {"q_lens": (q,) * (batch - 1) + (q + 2,)}, "short_kv": {"kv_lens": (1,) + kv[1:]}}
+    return dataclasses.replace(w, **changes[change]) if change else w
+
+
+def boundary_workloads(ctx: Context) -> list[Workload]:
+    """Workloads on the thresholds the SM100 and SM107 orders compare with (work, output work, KV lengths), one
+    past each, and one in each regime random workloads seldom reach (CUDA-graph decode batches of 96 and more,
+    base-2 prefill, Rubin MTP preferred eagerly and under a graph)."""
+    out = []
+    for heads, q in ((16, 1), (128, 1), (64, 4), (128, 16)):
+        for work in (2 ** 20, 2 ** 21, 5 * 2 ** 20, 2 ** 22, 6 * 2 ** 20, 2 ** 23):
+            kv, rest = divmod(work, heads * q)
+            if rest == 0 and kv <= 70000:
+                out += [Workload((q,), (n,), 1024, heads, graph=graph) for n in (kv, kv + 1) for graph in (False, True)]
+    for kv in (32, 512, 1024, 2048, 4096, 8192, 32768):
+        for heads, q in ((16, 1), (64, 16), (128, 1), (128, 128)):
+            out += [Workload((q,) * 2, (n, kv), 1024, heads, graph=graph) for n in (kv - 1, kv, kv + 1)
+                    for graph in (False, True)]
+    decode = Workload((1,) * 96, (512,) * 96, 64, 64, graph=True)
+    out += [decode, dataclasses.replace(decode, q_lens=(1,) * 95, kv_lens=(512,) * 95), dataclasses.replace(decode, kv_lens=(513,) * 96),
+            Workload((1,) * 24, (600,) * 24, 64, 16, graph=True),  # small output work, longer KV
+            Workload((4,) * 4, (40,) * 4, 64, 16, PlanContract(lse_mode="base2"), graph=True),
+            Workload((4,) * 4, (41,) * 4, 64, 16, PlanContract(lse_mode="base2"), graph=True),
+            Workload((128,) * 4, (300,) * 4, 1024, 128, graph=True), Workload((32,) * 12, (32,) * 12, 1024, 64, graph=True),
+            Workload((1,) * 17, (4096,) * 17, 1024, 64),  # the third eager rule (work past 2^22, decode)
+            Workload((1,) * 8, (2048,) * 8, 64, 128, graph=True), Workload((2,) * 8, (5000,) * 8, 64, 128, graph=True)]
+    mtp = Workload((2,) * 64, (32768,) * 64, 128, 128, causal=True, fp8=True)
+    out += [mtp, dataclasses.replace(mtp, q_lens=(4,) * 64, kv_lens=(8192,) * 64),
+            dataclasses.replace(mtp, graph=True, dense=True, kv_lens=(2048,) * 64, q_lens=(4,) * 64),
+            dataclasses.replace(mtp, graph=True, dense=True, q_lens=(2,) * 128, kv_lens=(256,) * 128, page_size=64),
+            dataclasses.replace(mtp, graph=True, dense=True, q_lens=(2,) * 128, kv_lens=(200,) * 127 + (256,),
+                                page_size=64)]
+    return out
 
 
 def workloads() -> Any:
-    from hypothesis import strategies as st
-
-    @st.composite
-    def build(draw: Any) -> Workload:
-        batch = draw(st.integers(1, 48))
-        uniform = draw(st.booleans())
-        q_one = draw(st.sampled_from((1, 2, 4, 16, 32, 128)))
-        q = tuple(q_one if uniform else draw(st.sampled_from((0, 1, 2, 4, 16, 130))) for _ in range(batch))
-        kv_one = draw(st.sampled_from((0, 1, 64, 500, 2048, 4097, 9000, 33000, 70000)))
-        kv = tuple(kv_one if uniform else draw(st.sampled_from((0, 1, 300, 1024, 5000, 40000))) for _ in range(batch))
-        return Workload(q, kv, draw(st.sampled_from((64, 128, 1024))), draw(st.sampled_from((8, 16, 24, 64, 128))),
-                        draw(st.sampled_from(("none", "base2", "basee"))), draw(st.booleans()), draw(st.booleans()),
-                        draw(st.booleans()), draw(st.booleans()), draw(st.integers(0, 3)))
-    return build()
+    return st.one_of(general_workloads(), mtp_workloads())
 
 
 def _csr_of(w: Workload) -> CsrMetadata:
@@ -120,9 +251,7 @@ def _csr_of(w: Workload) -> CsrMetadata:
     return CsrMetadata(tuple(qo), tuple(kv), tuple(indices), w.kv_lens)
 
 
-def _request(w: Workload) -> PlanRequest:
-    from kvsim.models.mla_backends.capabilities import PlanContract
-
+def request_of(w: Workload) -> PlanRequest:
     csr = _csr_of(w)
     if w.dense:
         dense = dense_from_csr(csr)
@@ -131,11 +260,13 @@ def _request(w: Workload) -> PlanRequest:
         metadata = PlanMetadata(dense=dense)
     else:
         metadata = PlanMetadata(csr=csr)
-    return PlanRequest(metadata, page_size=w.page_size, num_heads=w.heads, causal=w.causal,
-                       contract=PlanContract(lse_mode=w.lse_mode), use_cuda_graph=w.graph, fp8=w.fp8)
+    return PlanRequest(metadata, page_size=w.page_size, num_heads=w.heads, causal=w.causal, contract=w.contract,
+                       use_cuda_graph=w.graph, fp8=w.fp8, head_dim_ckv=w.head_dims[0], head_dim_kpe=w.head_dims[1],
+                       sm_scale=w.sm_scale, use_profiler=w.profiler)
 
 
 def upstream_args(request: PlanRequest) -> SimpleNamespace:
+    """A stand-in `_MLAPlanArguments`: the fields the order functions read, and `csr()` (the CSR tensors)."""
     import torch
 
     c = request.contract
@@ -143,9 +274,10 @@ def upstream_args(request: PlanRequest) -> SimpleNamespace:
     csr = meta.csr if meta.csr is not None else csr_from_dense(meta.dense, request.page_size)  # type: ignore[arg-type]
     dtype = torch.float8_e4m3fn if request.fp8 else torch.bfloat16
     block_tables = table(meta.dense.block_tables, meta.dense.width) if meta.dense is not None else None
+    tensors = SimpleNamespace(qo_indptr=int32(csr.qo_indptr), kv_indptr=int32(csr.kv_indptr),
+                              kv_indices=int32(csr.kv_indices), kv_len_arr=int32(csr.kv_len_arr))
     return SimpleNamespace(
-        csr=lambda: SimpleNamespace(qo_indptr=int32(csr.qo_indptr), kv_indptr=int32(csr.kv_indptr),
-                                    kv_indices=int32(csr.kv_indices), kv_len_arr=int32(csr.kv_len_arr)),
+        csr=lambda: tensors,
         metadata=SimpleNamespace(block_tables=block_tables), num_heads=request.num_heads, lse_mode=c.lse_mode,
         _use_cuda_graph=request.use_cuda_graph, causal=request.causal, q_data_type=dtype, kv_data_type=dtype,
         output_dtype=dtype, head_dim_ckv=request.head_dim_ckv, head_dim_kpe=request.head_dim_kpe,
@@ -154,31 +286,29 @@ def upstream_args(request: PlanRequest) -> SimpleNamespace:
         use_profiler=request.use_profiler, skip_softmax=c.skip_softmax, enable_pdl=c.enable_pdl)
 
 
-def run_auto_order(source: EngineSource, options: RunOptions) -> TargetResult:
-    started = time.perf_counter()
-    result = TargetResult("auto-order", source.version)
-    ns = load(source, POLICY, sorted(set(ORDER_FUNCTIONS.values())))
-
-    def check(w: Workload) -> None:
-        request = _request(w)
-        args = upstream_args(request)
-        for cc, name in ORDER_FUNCTIONS.items():
-            fn = getattr(ns, name)
-            got = tuple(fn) if isinstance(fn, tuple) else tuple(fn(args))
-            want = auto_order(request, cc)
-            result.compared += 1
-            if got != want:
-                result.diverge({"sm": f"{cc[0]}{cc[1]}", **dataclasses.asdict(w)}, list(want), list(got), name)
-
-    drive(workloads(), check, options)
-    result.note = f"{options.max_examples} workloads x {len(ORDER_FUNCTIONS)} compute capabilities"
-    return result.finish(started)
+def _sm(cc: tuple[int, int]) -> str:
+    return f"sm{cc[0]}{cc[1]}"
 
 
-TARGETS = (
-    Target("flashinfer", "capabilities", CAPS, ("MLAPlanCapabilities", "plan_capability_rejection_reason"),
-           "mla-backends", "every backend's capability matrix, and the rejection rule on random contracts",
-           run_capabilities),
-    Target("flashinfer", "auto-order", POLICY, tuple(sorted(set(ORDER_FUNCTIONS.values()))), "mla-backends",
-           "the auto candidate order per compute capability on random workloads", run_auto_order),
-)
+def order_model(ctx: Context, w: Workload) -> dict[str, list[str]]:
+    request = request_of(w)
+    return {_sm(cc): list(auto_order(request, cc)) for cc in COMPUTE_CAPABILITIES}
+
+
+def order_upstream(ctx: Context, w: Workload) -> dict[str, list[str]]:
+    args = upstream_args(request_of(w))
+    return {_sm(cc): list(getattr(ctx.up, ORDER_FUNCTIONS[cc])(args)) if cc in ORDER_FUNCTIONS
+            else list(ctx.up._AUTO_BACKEND_CANDIDATES) for cc in COMPUTE_CAPABILITIES}
+
+
+def describe_workload(ctx: Context, w: Workload) -> dict[str, Any]:
+    shown = dataclasses.asdict(w)
+    shown["contract"] = {k: v for k, v in as_dict(w.contract).items() if v != getattr(PlanContract(), k)}
+    return shown
+
+
+AUTO_ORDER = Differential(
+    inputs=lambda ctx: workloads(), pinned=boundary_workloads, model=order_model, upstream=order_upstream,
+    describe=describe_workload,
+    note=lambda ctx: f"each workload on {len(COMPUTE_CAPABILITIES)} compute capabilities (default order "
+                     f"{len(DEFAULT_ORDER)} backends)")

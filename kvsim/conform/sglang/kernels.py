@@ -1,4 +1,12 @@
-"""SGLang's PD staging kernels as conform targets: the head-slice gather and the slot scatter.
+"""SGLang's PD staging kernels as conform targets: the head-slice gather and the slot scatter, four differentials.
+
+`GATHER_TRITON`, `GATHER_TORCH`, `SCATTER_TRITON`, `SCATTER_TORCH` (`Differential(kernel=True)`, at most
+`kernel_examples()` cases each): the release's launcher runs in the kernel child (`run_gather` / `run_scatter`,
+named "kvsim.conform.sglang.kernels:run_gather"), the model here, on the same arrays (made once per case). The
+answers: the whole staging buffer (gather: every byte, and the bytes the launcher says it wrote, with the KV
+dtype) or the whole decode pool (scatter: every byte); compared exactly (`QuietedNaN` for the gather: the torch
+path's documented tolerance below). Checked: the dispatcher, the path's launcher and its kernel (or the torch
+path's head-slice helper); the dispatcher's other branch is the other target's.
 
 * `staging-gather-triton` / `staging-gather-torch`: `gather_all_layers_to_staging`
   (python/sglang/srt/disaggregation/common/staging_buffer.py) dispatching to the fused Triton
@@ -40,12 +48,16 @@ from __future__ import annotations
 import ast
 import contextlib
 import types
-from dataclasses import replace
-from typing import Any, Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from ..kernels import Divergence, KernelCheck, Probe, as_target, first_byte_difference, unpacked
+from kvsim.engine.conformance.adapters import Context, Differential, Probe
+from kvsim.engine.conformance.answers import FAILED, capture
+from kvsim.engine.conformance.compare import EXACT, Exact
+
+from ..kernels import call_kernel, kernel_examples, unpacked
 from ..source import EngineSource
 
 STAGING = "sglang/srt/disaggregation/common/staging_buffer.py"
@@ -190,7 +202,8 @@ def run_gather(source: EngineSource, case: Mapping[str, Any], device: str) -> di
     on_cuda = device == "cuda"
     stream = torch.cuda.current_stream() if on_cuda else _Stream()
     buffer = types.SimpleNamespace(buffer=staging[case["offset"]:], device=staging.device,
-                                   device_module=torch.cuda if on_cuda else types.SimpleNamespace(set_device=lambda i: None),
+                                   device_module=torch.cuda if on_cuda else
+                                   types.SimpleNamespace(set_device=lambda i: None),
                                    get_gather_stream=lambda: stream, producer_stream=lambda: stream)
     args = (k, v, np.asarray(case["pages"], dtype=np.int64), buffer, case["head_start"], case["num_heads"],
             pool.shape[3])
@@ -223,39 +236,15 @@ def run_scatter(source: EngineSource, case: Mapping[str, Any], device: str) -> d
     return {"pool": pack(pool.cpu().numpy())}
 
 
-CHILD_KERNELS = {"sglang.staging_gather": run_gather, "sglang.staging_scatter": run_scatter}
-
-
 # --- parent side --------------------------------------------------------------------------------------
 
-def gather_compare(path: str) -> Any:
-    def compare(child: Any, case: Any) -> Divergence | None:
-        from kvsim.gpu_oracle.runtime.asan import pack
-        from kvsim.models.pd_staging.copy import gather_head_slice_to_staging
-        from kvsim.models.pd_staging.layout import HeadReshard
-
-        pool = case.pool(HeadReshard(*case.reshard).src_per, 1)
-        staging = case.staging()
-        params, layout = case.params, case.layout
-        offset = layout.writer_offsets[params.writer_index] if case.offset is None else case.offset
-        offset -= offset % pool.itemsize  # upstream views the buffer as elements: an aligned writer offset
-        want = gather_head_slice_to_staging(pool, case.pages, params, layout, staging.copy(), offset)
-        got = unpacked(child.call("sglang.staging_gather", {
-            "path": path, "pool": pack(pool), "staging": pack(staging), "offset": offset, "pages": list(case.pages),
-            "head_start": params.src_head_start, "num_heads": params.num_heads}), "staging")
-        if path == "torch":
-            got = unquieted(want, got, pool.dtype)
-        differ = first_byte_difference(want, got)
-        return None if differ is None else Divergence(case, "gather_head_slice_to_staging",
-                                                      f"gather_all_layers_to_staging ({path})", differ)
-    return compare
-
-
+GATHER_RUNNER = "kvsim.conform.sglang.kernels:run_gather"
+SCATTER_RUNNER = "kvsim.conform.sglang.kernels:run_scatter"
 QUIET_BITS = {"float16": 1 << 9, "float32": 1 << 22, "float64": 1 << 51}
 EXPONENT_BITS = {"float16": 0x7C00, "float32": 0x7F800000, "float64": 0x7FF0000000000000}
 
 
-def unquieted(want: np.ndarray, got: np.ndarray, dtype: np.dtype) -> np.ndarray:
+def unquieted(want: np.ndarray, got: np.ndarray, dtype: Any) -> np.ndarray:
     """`got` with every element that is exactly `want`'s signalling NaN made quiet put back to `want`'s bits
     (torch's CPU gather of a strided float source converts, quieting sNaN payloads: documented, tolerated)."""
     name = np.dtype(dtype).name
@@ -275,29 +264,83 @@ def unquieted(want: np.ndarray, got: np.ndarray, dtype: np.dtype) -> np.ndarray:
     return out
 
 
-def scatter_compare(path: str) -> Any:
-    def compare(child: Any, case: Any) -> Divergence | None:
-        from kvsim.gpu_oracle.runtime.asan import pack
-        from kvsim.models.pd_staging.copy import scatter_staging_to_pages
-        from kvsim.models.pd_staging.layout import HeadReshard, writers_of_decode_rank
+@dataclass(frozen=True)
+class QuietedNaN(Exact):
+    """Byte for byte, except that an element of upstream's staging that is exactly the model's signalling NaN made
+    quiet equals it (the torch gather's documented tolerance; the answers carry the KV dtype)."""
+
+    def difference(self, model: Any, upstream: Any) -> Any:
+        if isinstance(model, dict) and isinstance(upstream, dict) and "staging" in model and "staging" in upstream:
+            upstream = {**upstream, "staging": unquieted(model["staging"], upstream["staging"], model["dtype"])}
+        return super().difference(model, upstream)
+
+
+def arrays(ctx: Context, case: Any, kind: str) -> tuple[np.ndarray, np.ndarray]:
+    """(pool, staging) of the case, made once for both sides: the writer's source pool (gather) or the decode
+    rank's pool (scatter), and the staging buffer with its garbage."""
+    if ctx.state.get("case") is not case:
+        from kvsim.models.pd_staging.layout import HeadReshard
 
         cfg = HeadReshard(*case.reshard)
-        pool = case.pool(cfg.dst_per, 2)
-        staging = case.staging()
-        want = pool.copy()
-        for _, params in writers_of_decode_rank(cfg, case.decode_rank):
-            scatter_staging_to_pages(want, staging, case.pages, params, case.layout)
-        got = unpacked(child.call("sglang.staging_scatter", {
+        pool = case.pool(cfg.src_per, 1) if kind == "gather" else case.pool(cfg.dst_per, 2)
+        ctx.state["case"], ctx.state["arrays"] = case, (pool, case.staging())
+    return ctx.state["arrays"]
+
+
+def writer_offset(case: Any, pool: np.ndarray) -> int:
+    """Where the writer's bytes start: the case's offset or the layout's, rounded down to a whole element
+    (upstream views the buffer as elements; its allocator never makes a byte-odd offset)."""
+    offset = case.layout.writer_offsets[case.params.writer_index] if case.offset is None else case.offset
+    return offset - offset % pool.itemsize
+
+
+def gather_model(ctx: Context, case: Any) -> dict[str, Any]:
+    from kvsim.models.pd_staging.copy import gather_head_slice_to_staging
+
+    pool, staging = arrays(ctx, case, "gather")
+    want = gather_head_slice_to_staging(pool, case.pages, case.params, case.layout, staging.copy(),
+                                        writer_offset(case, pool))
+    return {"staging": want, "written": case.layout.writer_size(case.params.writer_index), "dtype": case.dtype}
+
+
+def gather_upstream(path: str) -> Callable[[Context, Any], dict[str, Any]]:
+    def upstream(ctx: Context, case: Any) -> dict[str, Any]:
+        from kvsim.gpu_oracle.runtime.asan import pack
+
+        pool, staging = arrays(ctx, case, "gather")
+        params = case.params
+        result = call_kernel(ctx, GATHER_RUNNER, {
+            "path": path, "pool": pack(pool), "staging": pack(staging), "offset": writer_offset(case, pool),
+            "pages": list(case.pages), "head_start": params.src_head_start, "num_heads": params.num_heads})
+        return {"staging": unpacked(result, "staging"), "written": result["written"], "dtype": case.dtype}
+    return upstream
+
+
+def scatter_model(ctx: Context, case: Any) -> dict[str, Any]:
+    from kvsim.models.pd_staging.copy import scatter_staging_to_pages
+    from kvsim.models.pd_staging.layout import HeadReshard, writers_of_decode_rank
+
+    pool, staging = arrays(ctx, case, "scatter")
+    want = pool.copy()
+    for _, params in writers_of_decode_rank(HeadReshard(*case.reshard), case.decode_rank):
+        scatter_staging_to_pages(want, staging, case.pages, params, case.layout)
+    return {"pool": want.reshape(-1).view(np.uint8)}
+
+
+def scatter_upstream(path: str) -> Callable[[Context, Any], dict[str, Any]]:
+    def upstream(ctx: Context, case: Any) -> dict[str, Any]:
+        from kvsim.gpu_oracle.runtime.asan import pack
+
+        pool, staging = arrays(ctx, case, "scatter")
+        result = call_kernel(ctx, SCATTER_RUNNER, {
             "path": path, "pool": pack(pool), "staging": pack(staging), "pages": list(case.pages),
-            "reshard": list(case.reshard), "rank": case.decode_rank}), "pool")
-        differ = first_byte_difference(want, got)
-        return None if differ is None else Divergence(case, "scatter_staging_to_pages for every writer",
-                                                      f"scatter_staging_to_kv ({path})", differ)
-    return compare
+            "reshard": list(case.reshard), "rank": case.decode_rank})
+        return {"pool": np.ascontiguousarray(unpacked(result, "pool")).reshape(-1).view(np.uint8)}
+    return upstream
 
 
-def _strategy(kind: str, path: str) -> Any:
-    def strategy() -> Any:
+def cases(kind: str, path: str) -> Callable[[Context], Any]:
+    def strategy(ctx: Context) -> Any:
         from hypothesis import strategies as st
 
         from kvsim.gpu_oracle.kernels.staging import strategies
@@ -310,30 +353,30 @@ def _strategy(kind: str, path: str) -> Any:
     return strategy
 
 
-def eight_byte_probe(child: Any) -> str | None:
+def eight_byte_probe(ctx: Context) -> str | None:
     """Upstream's Triton gather of a float64 pool still differs from the model (the refusal still stands)."""
     from kvsim.gpu_oracle.kernels.staging.cases import CopyCase
 
     case = CopyCase((4, 2, 2), 0, 0, 1, 2, "float64", 2, 3, (2, 0), 0, None, 128, 11)
-    if gather_compare("triton")(child, case) is None:
+    got = capture(gather_upstream("triton"), ctx, case)
+    if isinstance(got, FAILED):
+        return f"upstream's Triton gather of a float64 pool did not answer: {got}"
+    if QuietedNaN().difference(gather_model(ctx, case), got) is None:
         return "upstream's Triton gather now copies float64 pools exactly: lift the 8-byte refusal"
     return None
 
 
-def _check(kind: str, path: str) -> KernelCheck:
-    symbols = GATHER_SYMBOLS if kind == "gather" else SCATTER_SYMBOLS
+def _adapter(kind: str, path: str) -> Differential:
     probes = (Probe("triton_staging_8_byte_elements",
                     "documented convention: the Triton staging paths view 8-byte elements as int16 and mis-copy "
                     "them; the Triton targets draw 1/2/4-byte dtypes only", eight_byte_probe),) \
         if (kind, path) == ("gather", "triton") else ()
-    compare = gather_compare(path) if kind == "gather" else scatter_compare(path)
-    return KernelCheck(engine="sglang", name=f"staging-{kind}-{path}", relpath=STAGING, symbols=symbols,
-                       model="pd-staging", doc=__doc__.split("\n* ")[1 if kind == "gather" else 2].strip(),
-                       kernel=f"sglang.staging_{kind}", strategy=_strategy(kind, path), compare=compare, probes=probes)
+    model, upstream = (gather_model, gather_upstream(path)) if kind == "gather" else \
+        (scatter_model, scatter_upstream(path))
+    return Differential(kernel=True, examples=kernel_examples, inputs=cases(kind, path),
+                        model=model, upstream=upstream, compare=QuietedNaN() if kind == "gather" else EXACT,
+                        describe=lambda ctx, case: case, probes=probes)
 
 
-CHECKS = tuple(_check(kind, path) for kind in ("gather", "scatter") for path in PATHS)
-
-
-TARGETS = tuple(as_target(c) for c in CHECKS)
-
+GATHER_TRITON, GATHER_TORCH = _adapter("gather", "triton"), _adapter("gather", "torch")
+SCATTER_TRITON, SCATTER_TORCH = _adapter("scatter", "triton"), _adapter("scatter", "torch")

@@ -3,14 +3,22 @@
 * `LOCKSTEP` (`StagingAllocator`): upstream's class and the model's `StagingAllocator` driven by one state
   machine (assign any size, free a live id, free an unknown id); after every step every observable is
   compared: what `assign` returns (alloc_id, offset, round, or None), the watermark, head and round, the live
-  ids in order, `get_offset` of each live id, and for every live allocation whether upstream's
+  ids in order, `get_offset` and `get_ptr` of each live id (and `get_round`, 0.5.13-0.5.18), `get_base_ptr`,
+  `get_total_size`, the buffer the ring was built with, and for every live allocation whether upstream's
   `is_watermark_ready` (given this ring's watermark) lets prefill write it.
-* `GATE` (`is_watermark_ready`): exhaustive over a small domain.
+* `GATE` (`is_watermark_ready`): exhaustive over a small domain, a session with no watermark received included.
 
-Conventions: upstream's `StagingBuffer` (a device allocation) is a stand-in with pointer 0 (only offsets are
-compared); a free of an unknown id is a no-op upstream and refused by the model (only upstream is stepped);
-`is_watermark_ready` reads the watermark from `staging_state.remote_watermarks[session]` (a stand-in holding
-the ring's watermark).
+Conventions: upstream's `StagingBuffer` (a device allocation) is a stand-in at address `BASE_PTR` that records
+the arguments it was made with (the model's ring is a buffer of `total` bytes on the ring's device; a pointer is
+the base plus the offset); a free of an unknown id is a no-op upstream and refused by the model (only upstream
+is stepped); `is_watermark_ready` reads the watermark from `staging_state.remote_watermarks[session]` (a
+stand-in holding the ring's watermark, or nothing: the model's prefill starts from watermark (0, 0)).
+
+Survivors (documented in the declaration): the arguments of `_device_ptr_type_str` swapped in
+`StagingAllocator.__init__` (they make a log line's text, the same off XPU); `alloc_round <= 0` made `< 0` in
+`is_watermark_ready` (round 0 is then ready through `-1 < wm_round`, and no watermark round is negative).
+A regression of the issue's shape (the watermark advance in `free` written `if` instead of `while`) is a
+divergence with a shrunk program: upstream's KeyError is its answer (`tests/test_conform_ring.py`).
 
 Release -> model variant (the declaration's table): before 0.5.19 `fixed` (05c7ebf: a free that empties the
 ring keeps the stale head); 0.5.19 and later, and a tree with no version, `sglang_0_5_23` (SGLang #37166: a free
@@ -22,7 +30,7 @@ from __future__ import annotations
 
 from itertools import product
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Iterator
 
 from hypothesis import strategies as st
 
@@ -35,20 +43,29 @@ HANDLER = "sglang/srt/disaggregation/common/staging_handler.py"
 SESSION = "s"
 
 
+BASE_PTR, DEVICE, GPU_ID = 1 << 20, "cpu", 3  # the stand-in buffer's address, and what the ring is built with
+NO_WATERMARK = (0, 0)  # the model's remote watermark before any WATERMARK message (`system.PdStaging`'s start)
+
+
 class StagingBufferStandIn:
-    """What `StagingAllocator.__init__` reads of its device buffer."""
+    """What `StagingAllocator.__init__` reads of its device buffer (its address at `BASE_PTR`, its device), and
+    the arguments it was made with (`made`)."""
 
-    def __init__(self, size_bytes: int, *args: Any, **kwargs: Any) -> None:
-        self.data_ptr, self.device = 0, SimpleNamespace(type="cpu")
+    def __init__(self, size_bytes: int, device: Any, gpu_id: Any, custom_mem_pool: Any = None) -> None:
+        self.data_ptr, self.device = BASE_PTR, SimpleNamespace(type=DEVICE)
+        self.made = {"size_bytes": size_bytes, "device": device, "gpu_id": gpu_id, "custom_mem_pool": custom_mem_pool}
 
 
-def upstream_ready(gate: Any, watermark: tuple[int, int], alloc_round: int, end: int) -> bool:
-    return bool(gate(SimpleNamespace(remote_watermarks={SESSION: tuple(watermark)}), SESSION, alloc_round, end))
+def upstream_ready(gate: Any, watermark: tuple[int, int] | None, alloc_round: int, end: int) -> bool:
+    """Upstream's gate; `watermark` None: no WATERMARK of the session received yet (absent from the table)."""
+    known = {} if watermark is None else {SESSION: tuple(watermark)}
+    return bool(gate(SimpleNamespace(remote_watermarks=known), SESSION, alloc_round, end))
 
 
 class UpstreamRing:
     def __init__(self, ctx: Context, total: int) -> None:
-        self.ring, self.gate = ctx.up.StagingAllocator(total, "cpu", 0), ctx.up.is_watermark_ready
+        self.ring, self.gate = ctx.up.StagingAllocator(total, DEVICE, GPU_ID), ctx.up.is_watermark_ready
+        self.rounds = ctx.state["get_round"]
 
     def call(self, op: str, args: Any) -> Any:
         if op == "assign":
@@ -61,15 +78,20 @@ class UpstreamRing:
         ring = self.ring
         live = [i for i in ring.alloc_order if i in ring.allocations]
         wm = tuple(ring.get_watermark())
-        return {"watermark": list(wm), "head": ring.head, "round": ring.round, "live": live,
-                "offsets": [ring.get_offset(i) for i in live],
+        seen = {"watermark": list(wm), "head": ring.head, "round": ring.round, "live": live,
+                "offsets": [ring.get_offset(i) for i in live], "pointers": [ring.get_ptr(i) for i in live],
                 "ready": [upstream_ready(self.gate, wm, ring.allocations[i][2],
-                                         ring.allocations[i][0] + ring.allocations[i][1]) for i in live]}
+                                         ring.allocations[i][0] + ring.allocations[i][1]) for i in live],
+                "base_ptr": ring.get_base_ptr(), "total_size": ring.get_total_size(), "buffer": ring.buffer.made}
+        if self.rounds:  # before 0.5.19
+            seen["rounds"] = [ring.get_round(i) for i in live]
+        return seen
 
 
 class ModelRing:
     def __init__(self, ctx: Context, total: int) -> None:
         self.ctx, self.ring = ctx, StagingAllocator(total)
+        self.buffer = {"size_bytes": total, "device": DEVICE, "gpu_id": GPU_ID, "custom_mem_pool": None}
 
     def call(self, op: str, args: Any) -> Any:
         if op == "assign":
@@ -84,9 +106,14 @@ class ModelRing:
 
     def observe(self) -> dict[str, Any]:
         ring = self.ring
-        return {"watermark": list(ring.watermark), "head": ring.head, "round": ring.round,
+        seen = {"watermark": list(ring.watermark), "head": ring.head, "round": ring.round,
                 "live": list(ring.live_ids), "offsets": [a.offset for a in ring.allocations],
-                "ready": [ring.ready(a) for a in ring.allocations]}
+                "pointers": [BASE_PTR + a.offset for a in ring.allocations],
+                "ready": [ring.ready(a) for a in ring.allocations],
+                "base_ptr": BASE_PTR, "total_size": ring.total, "buffer": self.buffer}
+        if self.ctx.state["get_round"]:
+            seen["rounds"] = [a.round for a in ring.allocations]
+        return seen
 
 
 def live_pick(view: ModelRing) -> Any:
@@ -104,10 +131,14 @@ def ring_note(ctx: Context) -> str:
     return f"model variant {ctx.variant.name}; {ctx.counts.get('emptied', 0)} frees emptied the ring: {rule}"
 
 
+RING_METHODS = ("assign", "free", "get_watermark", "get_ptr", "get_offset", "get_base_ptr", "get_total_size")
+
+
 def check_ring(ctx: Context) -> None:
-    for name in ("assign", "free", "get_watermark", "get_offset"):
+    for name in RING_METHODS:
         if not callable(getattr(ctx.up.StagingAllocator, name, None)):
             raise ConfigError(f"{RELPATH}:StagingAllocator.{name}", "a method", f"absent in {ctx.source.label}")
+    ctx.state["get_round"] = callable(getattr(ctx.up.StagingAllocator, "get_round", None))  # 0.5.13-0.5.18
 
 
 LOCKSTEP = Lockstep(
@@ -121,20 +152,19 @@ LOCKSTEP = Lockstep(
     steps=30, note=ring_note)
 
 
-GATE_DOMAIN = (range(0, 6), range(0, 9), range(0, 6), range(0, 9))
+ROUNDS, ENDS = range(0, 6), range(0, 9)  # rounds 0..5; ends and watermark tails 0..8
+WATERMARKS = (None,) + tuple(product(ROUNDS, ENDS))  # None: the session's watermark not received yet
+
+
+def gate_cases(ctx: Context) -> Iterator[dict[str, Any]]:
+    for r, e, wm in product(ROUNDS, ENDS, WATERMARKS):
+        yield {"alloc_round": r, "end": e, "watermark": None if wm is None else list(wm)}
+
 
 GATE = Sweep(
-    domain=lambda ctx: ({"alloc_round": r, "end": e, "watermark": [wr, wt]} for r, e, wr, wt in product(*GATE_DOMAIN)),
-    model=lambda ctx, c: is_watermark_ready(c["alloc_round"], c["end"], tuple(c["watermark"])),
-    upstream=lambda ctx, c: upstream_ready(ctx.up.is_watermark_ready, tuple(c["watermark"]), c["alloc_round"],
-                                           c["end"]),
-    note=lambda ctx: "exhaustive: rounds 0..5, ends and watermark tails 0..8")
+    domain=gate_cases,
+    model=lambda ctx, c: is_watermark_ready(c["alloc_round"], c["end"],
+                                            NO_WATERMARK if c["watermark"] is None else tuple(c["watermark"])),
+    upstream=lambda ctx, c: upstream_ready(ctx.up.is_watermark_ready, c["watermark"], c["alloc_round"], c["end"]),
+    note=lambda ctx: "exhaustive: rounds 0..5, ends and watermark tails 0..8, and no watermark received yet")
 
-
-def release_variant(version: str | None) -> Any:
-    """(migration bridge, for the send_plan adapter) The pd-staging variant whose ring a release follows."""
-    from kvsim.engine.conformance.declare import variant_for
-    from kvsim.models.pd_staging.conform import FRESH_ROUND
-    from kvsim.models.pd_staging.variants import VARIANTS
-
-    return VARIANTS[variant_for(FRESH_ROUND, version)]

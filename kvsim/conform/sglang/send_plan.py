@@ -13,16 +13,29 @@ sender that records each `send` instead of queueing RDMA.
 Conventions: the room is set up as upstream's `finalize_bootstrap` does (`start_send_idx = D`,
 `sender.init(kv_to_page_num(L - D, ps))`, 0.5.19+: `disagg_decode_prefix_len = D`); the batch ends
 are the model's `prefill_batch_ends` (the scheduler's chunking is not under test), and before each
-batch `maybe_send_cached_prefix_chunk` runs, as `run_batch` does; a send's token range is
-`[D + tokens sent before, + num_kv_tokens)`. Release -> variant: no `compute_grid_segments` in
-`common/staging_buffer.py` is `pre_05c7ebf`, otherwise the ring target's `release_variant`
-(`sglang_0_5_23` for 0.5.19+; the plan reads none of the flags it differs from `fixed` in).
+batch `maybe_send_cached_prefix_chunk` runs, as `run_batch` does (the answer: every send, and `start_send_idx`
+after each batch); a send's token range is
+`[D + tokens sent before, + num_kv_tokens)`; the request has no state types, so the final send (of the last
+batch) carries an empty state list and every other send none (`state` of a send: whether it carries the state;
+where `is_last` fires early, before 05c7ebf with D not page-aligned, the state still rides on the final send).
+Release -> variant (the declaration's table): before 0.5.18 `pre_05c7ebf`, 0.5.18 `fixed`, 0.5.19+
+`sglang_0_5_23` (the plan reads none of the flags it differs from `fixed` in); a source whose
+`common/staging_buffer.py` has no `compute_grid_segments` (a tree before 05c7ebf) follows `pre_05c7ebf`
+whatever it says (`prepare`). The grid helpers `staging_grid_tokens` and `compute_grid_segments` are the
+release's own, loaded in `prepare` where the release has them (not declared: 0.5.13-0.5.17 lack them).
 
-Inputs: the model's `ANY_PREFIX_PLAN_CASES` (decode prefix D any token count) plus the research
-note's scenarios A, B and D. The plan properties (`properties.pd_staging.plan`) then run with
-upstream's plan in the model's place. Refused (listed, not compared): on releases with 05c7ebf, a
-D that is not a whole number of pages (decode fails the room at registration, S13, so no plan
-of it is ever scattered).
+`PLAN` (`send_plan`): a differential on the model's `ANY_PREFIX_PLAN_CASES` (decode prefix D any token
+count), the research note's scenarios A, B and D pinned; every send compared field by field. The plan
+properties (`properties.pd_staging.plan`) then run as checks with upstream's plan in the model's place.
+Refused (counted in the note, not compared): on releases with 05c7ebf, a D that is not a whole number of
+pages (decode fails the room at registration, S13, so no plan of it is ever scattered).
+
+Coverage and survivors: the checked methods also hold what the model has no counterpart of, so no input runs it
+and its mutants survive (not documented: reachable upstream, outside pd-staging): the KV checksum of the last
+chunk (`send_kv_chunk` with a checksum computer), the state payloads of hybrid models (`_send_kv_chunk`'s
+MAMBA/SWA/DSA/... closures), host-tensor page indices, DCP/CP shard filtering (`_prepare_send_indices`), the
+overlap event of the early send, and a send not allowed (`allow_send=False`, pending bootstrap). Documented
+(equivalent): min's and max's arguments swapped.
 
 Settled divergence (pre-05c7ebf, D not page-aligned): upstream counts a send's pages as
 `len(req_to_token[start:end][::ps]) = ceil((end - start) / ps)`; the model's `plan.send_pages` counted
@@ -35,19 +48,18 @@ finding 05c7ebf removed by failing such rooms at registration).
 
 from __future__ import annotations
 
-import time
 import types
-from dataclasses import dataclass, replace
+from contextvars import ContextVar
+from dataclasses import replace
 from typing import Any
 
-from kvsim.engine.errors import KvsimError
+from kvsim.engine.conformance.adapters import Check, Context, Differential
+from kvsim.engine.errors import ConfigError
 from kvsim.models.pd_staging import plan
 from kvsim.models.pd_staging.variants import VARIANTS, StagingVariant
 
-from ..loader import Partial, load_definitions, names_in
-from ..source import EngineSource
-from ..targets import RunOptions, Target, TargetResult, drive
-from .ring import release_variant
+from ..loader import Inert, Partial, load_definitions, names_in
+from .layout import msgspec_stand_in
 
 PREFILL = "sglang/srt/disaggregation/prefill.py"
 CONN = "sglang/srt/disaggregation/common/conn.py"
@@ -55,72 +67,102 @@ HANDLER = "sglang/srt/disaggregation/common/staging_handler.py"
 BUFFER = "sglang/srt/disaggregation/common/staging_buffer.py"
 COMMON = "sglang/srt/mem_cache/common.py"
 MIXIN = "SchedulerDisaggregationPrefillMixin"
+GRID = ("staging_grid_tokens", "compute_grid_segments")
 PLAN_PROPERTIES = ("non_last_sends_end_on_grid", "each_send_fits_one_slot", "sends_partition_suffix",
                    "exactly_one_last_send", "send_cursor_monotone", "early_send_within_snapshot")
 MISALIGNED_S3 = "exactly_one_last_send[D not page-aligned]"  # upstream finding before 05c7ebf
 
-class _Struct:
-    """`msgspec.Struct` stand-in: class keywords (`frozen=True`) accepted, nothing else."""
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__()
-
-
-@dataclass
-class Upstream:
-    mixin: type
-    sender: type
-    strategy: type
-    grid_segments: bool  # 05c7ebf's compute_grid_segments is in the release
+# The run's grid helpers and knobs, set by `prepare`: the stand-in modules are fixed when a file loads, before the
+# helpers are (they are not in every release), and the knobs change with each case.
+_RUN: ContextVar[dict[str, Any]] = ContextVar("kvsim_send_plan_run", default={})
 
 
-def load(source: EngineSource, knobs: dict[str, Any]) -> Upstream:
-    """Load the planner, the sender's index bookkeeping and the chunk identification; `knobs` feeds the stand-ins."""
-    envs = Partial("envs", {"SGLANG_DISAGG_PREFILL_EARLY_SEND_CACHED_PREFIX": types.SimpleNamespace(
-        get=lambda: knobs["early_send"])})
-    schedule = lambda: types.SimpleNamespace(chunked_prefill_size=knobs["cps"])  # noqa: E731
-    modules = {"sglang.srt.environ": Partial("sglang.srt.environ", {"envs": envs}),
-               "sglang.srt.runtime_context": Partial("sglang.srt.runtime_context", {"get_schedule": schedule}),
-               "msgspec": types.SimpleNamespace(Struct=_Struct)}
-    grid_names = [n for n in ("staging_grid_tokens", "compute_grid_segments") if n in names_in(source.file(BUFFER))]
-    if grid_names:  # upstream's own helpers, also for the function-level imports the loader does not follow
-        helpers = vars(load_definitions(source.file(BUFFER), grid_names, where=BUFFER, version=source.label))
-        modules["sglang.srt.disaggregation.common.staging_buffer"] = Partial(
-            "sglang.srt.disaggregation.common.staging_buffer", helpers)
-    pages = vars(load_definitions(source.file(COMMON), ["kv_to_page_indices", "kv_to_page_num"], where=COMMON,
-                                  version=source.label))
-    mixin = getattr(load_definitions(source.file(PREFILL), [MIXIN], modules=modules,
-                                     extra_globals={"_is_npu": False, **pages}, where=PREFILL,
-                                     version=source.label), MIXIN)
-    sender = load_definitions(source.file(CONN), ["CommonKVSender"], modules=modules, where=CONN,
-                              version=source.label).CommonKVSender
-    strategy = load_definitions(source.file(HANDLER), ["PrefillStagingStrategy"], modules=modules, where=HANDLER,
-                                version=source.label).PrefillStagingStrategy
-    for cls, name in ((mixin, "send_kv_chunk"),  # maybe_send_cached_prefix_chunk: since 0.5.15 (no early send before)
-                      (sender, "_prepare_send_indices"), (sender, "should_send_kv_chunk"),
-                      (strategy, "check_ready")):
+class _RunModule:
+    """An engine module as the loaded files import it (at the top or inside a function): each name is the run's
+    value of it, looked up when it is used (`_Late`)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __getattr__(self, attr: str) -> Any:
+        return _Late(self.name, attr)
+
+
+class _Late:
+    """A name of a `_RunModule`: calls and attribute reads go to the run's value."""
+
+    def __init__(self, module: str, name: str) -> None:
+        self.module, self.name = module, name
+
+    def value(self) -> Any:
+        """The run's value; before `prepare` (a file's own top level using it), an inert stub, as the loader's."""
+        found = _RUN.get().get(self.module, {})
+        return found[self.name] if self.name in found else Inert(f"{self.module}.{self.name}")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.value()(*args, **kwargs)
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self.value(), attr)
+
+
+BUFFER_MODULE, ENVIRON, RUNTIME = ("sglang.srt.disaggregation.common.staging_buffer", "sglang.srt.environ",
+                                   "sglang.srt.runtime_context")
+
+
+def loading(upstream: Any, up: types.SimpleNamespace) -> dict[str, Any]:
+    """The connection classes' `msgspec` stand-in, and the run's grid helpers, `envs` and `get_schedule`; the
+    planner with upstream's own page helpers (loaded first)."""
+    if upstream.file == COMMON:
+        _RUN.set({})  # a new run: no names of the one before, until `prepare`
+        return {}
+    modules = {**msgspec_stand_in(), **{name: _RunModule(name) for name in (BUFFER_MODULE, ENVIRON, RUNTIME)}}
+    extra = {"_is_npu": False, "kv_to_page_indices": up.kv_to_page_indices, "kv_to_page_num": up.kv_to_page_num} \
+        if upstream.file == PREFILL else {}
+    return {"modules": modules, "extra_globals": extra}
+
+
+def prepare(ctx: Context) -> None:
+    """The release's grid helpers and the knobs the planner reads (`envs`, `get_schedule`), from the case being
+    run; the model variant of a source without `compute_grid_segments`; the methods driven."""
+    grid = [n for n in GRID if n in names_in(ctx.source.file(BUFFER))] if ctx.source.has(BUFFER) else []
+    helpers = vars(load_definitions(ctx.source.file(BUFFER), grid, where=BUFFER, version=ctx.source.label)) \
+        if grid else {}
+    knobs = ctx.state["knobs"] = {"cps": None, "early_send": True}
+    flag = types.SimpleNamespace(get=lambda: knobs["early_send"])
+    _RUN.set({BUFFER_MODULE: helpers,
+              ENVIRON: {"envs": Partial("envs", {"SGLANG_DISAGG_PREFILL_EARLY_SEND_CACHED_PREFIX": flag})},
+              RUNTIME: {"get_schedule": lambda: types.SimpleNamespace(chunked_prefill_size=knobs["cps"])}})
+    ctx.state["variant"] = ctx.variant if "compute_grid_segments" in grid else VARIANTS["pre_05c7ebf"]
+    for cls, name in ((ctx.up.SchedulerDisaggregationPrefillMixin, "send_kv_chunk"),
+                      (ctx.up.CommonKVSender, "_prepare_send_indices"), (ctx.up.CommonKVSender, "should_send_kv_chunk"),
+                      (ctx.up.PrefillStagingStrategy, "check_ready")):
+        # maybe_send_cached_prefix_chunk: since 0.5.15 (no early send before)
         if not callable(getattr(cls, name, None)):
-            raise KvsimError(f"{source.label}: {cls.__name__}.{name} is absent (the upstream planner changed shape)")
-    return Upstream(mixin, sender, strategy, "compute_grid_segments" in grid_names)
+            raise ConfigError(f"{cls.__name__}.{name}", "a method (the upstream planner's shape)",
+                              f"absent in {ctx.source.label}")
 
 
-def upstream_plan(up: Upstream, knobs: dict[str, Any], case: Any) -> tuple[tuple[plan.SendCall, ...], tuple[int, ...]]:
-    """Upstream's sends of one room as model `SendCall`s, and `start_send_idx` after each call."""
+def upstream_plan(ctx: Context, case: Any) -> tuple[list[plan.SendCall], list[bool], list[int]]:
+    """Upstream's sends of one room as model `SendCall`s, whether each carries the state, and `start_send_idx`
+    before the first call and after each batch."""
     import torch
 
-    cfg = case.cfg
+    up, cfg = ctx.up, case.cfg
     ps, d, length = cfg.page_size, cfg.decode_prefix_len, cfg.prompt_len
-    knobs.update(cps=cfg.chunked_prefill_size, early_send=case.early_send)
+    ctx.state["knobs"].update(cps=cfg.chunked_prefill_size, early_send=case.early_send)
     sends: list[plan.SendCall] = []
+    carries: list[bool] = []
     state = {"tokens": d, "early": False}
     kv_mgr = types.SimpleNamespace(enable_all_cp_ranks_for_transfer=False, is_dummy_cp_rank=False, kv_shard_size=1,
                                    _dcp_pack_max_tokens=None, transfer_infos={},
                                    kv_buffer_tensors={"page_size": ps},
                                    server_args=types.SimpleNamespace(chunked_prefill_size=cfg.chunked_prefill_size))
-    strategy = up.strategy(kv_mgr, None)
+    strategy = up.PrefillStagingStrategy(kv_mgr, None)
     no_staging = types.SimpleNamespace(staging=None, mooncake_session_id=None)
 
-    class Sender(up.sender):  # type: ignore[misc, valid-type]
+    class Sender(up.CommonKVSender):  # type: ignore[misc, name-defined]
         def __init__(self) -> None:  # upstream's __init__ connects to the bootstrap server
             self.kv_mgr, self.curr_idx, self.bootstrap_room = kv_mgr, 0, 0
 
@@ -132,8 +174,9 @@ def upstream_plan(up: Upstream, knobs: dict[str, Any], case: Any) -> tuple[tuple
             state["tokens"] = end
             sends.append(plan.SendCall(start, end, index_slice.start, len(kv_indices), chunk_idx,
                                        bool(is_last), early=state["early"]))
+            carries.append(state_indices is not None)
 
-    class Scheduler(up.mixin):  # type: ignore[misc, valid-type]
+    class Scheduler(up.SchedulerDisaggregationPrefillMixin):  # type: ignore[misc, name-defined]
         def __init__(self) -> None:
             self.token_to_kv_pool_allocator = types.SimpleNamespace(
                 page_size=ps, translate_kv_indices_for_transfer=lambda kv: kv)
@@ -145,7 +188,7 @@ def upstream_plan(up: Upstream, knobs: dict[str, Any], case: Any) -> tuple[tuple
             self.disagg_prefill_pending_chunk_rids = set()
 
     sender = Sender()
-    sender.init(plan.cdiv(length - d, ps), 0)  # finalize_bootstrap: kv_to_page_num(L - D, ps)
+    sender.init(up.kv_to_page_num(length - d, ps), 0)  # finalize_bootstrap
     req = types.SimpleNamespace(
         rid="room", origin_input_ids=[0] * length, start_send_idx=d, disagg_decode_prefix_len=d,
         early_send_prefix_end=None, prefix_indices=[0] * case.prefill_hit, prefix_len=case.prefill_hit,
@@ -171,107 +214,106 @@ def upstream_plan(up: Upstream, knobs: dict[str, Any], case: Any) -> tuple[tuple
         sched.send_kv_chunk(req, last_chunk=end == length)
         after()
         cursors.append(req.start_send_idx)
-    return tuple(sends), tuple(cursors)
+    return sends, carries, cursors
 
 
-def model_sends(case: Any, variant: StagingVariant) -> tuple[plan.SendCall, ...]:
-    return case.plan(variant).sends
+def rows(sends: Any, carries: Any) -> list[dict[str, Any]]:
+    return [{"token_start": s.token_start, "token_end": s.token_end, "page_start": s.page_start,
+             "num_pages": s.num_pages, "chunk_idx": s.chunk_idx, "is_last": s.is_last, "early": s.early,
+             "state": bool(c)} for s, c in zip(sends, carries)]
 
 
-def compare_key(sends: tuple[plan.SendCall, ...]) -> list[list[Any]]:
-    return [[s.token_start, s.token_end, s.page_start, s.num_pages, s.chunk_idx, s.is_last, s.early] for s in sends]
+def upstream(ctx: Context, case: Any) -> dict[str, Any]:
+    sends, carries, cursors = upstream_plan(ctx, case)
+    return {"sends": rows(sends, carries), "start_send_idx": cursors[1:]}
+
+
+def model(ctx: Context, case: Any) -> dict[str, Any]:
+    room = case.plan(ctx.state["variant"])
+    batches = len(room.batch_ends)
+    final = len(room.sends) - 1  # the state rides on the last batch's final send (is_last only where they agree)
+    return {"sends": rows(room.sends, [i == final for i in range(len(room.sends))]),
+            "start_send_idx": [c.start_send_idx for c in room.cursors[len(room.cursors) - batches:]]}
 
 
 class UpstreamCase:
     """A `PlanCase` whose `plan(variant)` is upstream's (for running the model's plan properties on the real code)."""
 
-    def __init__(self, case: Any, sends: tuple[plan.SendCall, ...], cursors: tuple[int, ...]) -> None:
-        self._case, self._sends, self._cursors = case, sends, cursors
+    def __init__(self, case: Any, answer: dict[str, Any]) -> None:
+        self._case = case
+        self._sends = tuple(plan.SendCall(r["token_start"], r["token_end"], r["page_start"], r["num_pages"],
+                                          r["chunk_idx"], r["is_last"], r["early"]) for r in answer["sends"])
+        self._cursors = (case.decode_prefix_len,) + tuple(answer["start_send_idx"])
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._case, name)
 
     def plan(self, variant: StagingVariant = VARIANTS.fixed) -> plan.RoomPlan:
-        cfg, curr = self._case.cfg, 0
+        cfg = self._case.cfg
         cursors = []
         for c in self._cursors:  # curr_idx after each call: the pages sent before start_send_idx
-            curr = sum(s.num_pages for s in self._sends if s.token_end <= c)
-            cursors.append(plan.SendCursor(c, curr))
+            cursors.append(plan.SendCursor(c, sum(s.num_pages for s in self._sends if s.token_end <= c)))
         return plan.RoomPlan(self._sends, tuple(cursors), plan.prefill_batch_ends(cfg, self._case.prefill_hit),
                              plan.prefetch_plan(cfg.suffix_pages, cfg.full_chunk_pages))
 
 
-def plan_variant(source: EngineSource, up: Upstream) -> StagingVariant:
-    return release_variant(source.version) if up.grid_segments else VARIANTS["pre_05c7ebf"]
+def aligned(case: Any) -> bool:
+    return case.decode_prefix_len % case.page_size == 0
 
 
-def run_send_plan(source: EngineSource, options: RunOptions) -> TargetResult:
-    from kvsim.properties.pd_staging import cases, strategies
+def plan_check(name: str) -> Check:
+    """A plan property on upstream's plan (the properties draw page-aligned rooms only)."""
     from kvsim.properties.pd_staging import plan as plan_properties
 
-    started = time.perf_counter()
-    knobs: dict[str, Any] = {"cps": None, "early_send": True}
-    up = load(source, knobs)
-    variant = plan_variant(source, up)
-    result = TargetResult("send_plan", source.version)
-    props = {name: getattr(plan_properties, name) for name in PLAN_PROPERTIES}
-    failures: dict[str, str] = {}
-    counts = {"refused": 0, "misaligned": 0}
+    prop = getattr(plan_properties, name)
 
-    def check(case: Any) -> None:
-        cfg = case.cfg
-        aligned = cfg.decode_prefix_len % cfg.page_size == 0
-        if not plan.staging_prefix_accepted(cfg.decode_prefix_len, cfg.page_size, variant):
-            counts["refused"] += 1
-            return
-        try:
-            sends, cursors = upstream_plan(up, knobs, case)
-        except Exception as exc:  # noqa: BLE001 - the planner or its surroundings changed shape
-            raise KvsimError(f"{source.label}: {PREFILL}:{MIXIN}.send_kv_chunk could not be driven on "
-                             f"{case_input(case)}: {type(exc).__name__}: {exc}") from exc
-        want = model_sends(case, variant)
-        result.compared += 1
-        counts["misaligned"] += not aligned
-        if compare_key(sends) != compare_key(want):
-            result.diverge(case_input(case), compare_key(want), compare_key(sends),
-                           "" if aligned else "D not page-aligned")
-        if not aligned:  # the plan properties draw aligned rooms only; S3 is still checked on upstream (a finding)
-            if MISALIGNED_S3 not in failures:
-                try:
-                    props["exactly_one_last_send"].fn(UpstreamCase(case, sends, cursors), variant)
-                except Exception as exc:  # noqa: BLE001 - a violated property, reported with its input
-                    failures[MISALIGNED_S3] = f"{case_input(case)}: {exc}"
-            return
-        real = UpstreamCase(case, sends, cursors)
-        for name, prop in props.items():
-            if name in failures:
-                continue
-            try:
-                prop.fn(real, variant)
-            except Exception as exc:  # noqa: BLE001 - a violated property, reported with its input
-                failures[name] = f"{case_input(case)}: {exc}"
-
-    pinned = (cases.SCENARIO_A_EARLY, cases.SCENARIO_B, cases.SCENARIO_D) + tuple(cases.PINNED)
-    for case in pinned:
-        check(case)
-    drive(strategies.ANY_PREFIX_PLAN_CASES, check, options)
-    for name in PLAN_PROPERTIES:
-        result.prop(name, "fails" if name in failures else "holds", failures.get(name, ""))
-    if counts["misaligned"]:
-        result.prop(MISALIGNED_S3, "fails" if MISALIGNED_S3 in failures else "holds", failures.get(MISALIGNED_S3, ""))
-    result.note = (f"model variant {variant.name}; {counts['misaligned']} inputs with D not page-aligned; "
-                   f"{counts['refused']} refused (D not page-aligned: the room fails at registration)")
-    return result.finish(started)
+    def check(ctx: Context, case: Any, answer: dict[str, Any]) -> None:
+        if aligned(case):
+            prop.fn(UpstreamCase(case, answer), ctx.state["variant"])
+    return Check(name, check)
 
 
-def case_input(case: Any) -> dict[str, Any]:
+def misaligned_s3(ctx: Context, case: Any, answer: dict[str, Any]) -> None:
+    """S3 on the rooms with D not page-aligned (only releases before 05c7ebf plan them)."""
+    from kvsim.properties.pd_staging import plan as plan_properties
+
+    if not aligned(case):
+        plan_properties.exactly_one_last_send.fn(UpstreamCase(case, answer), ctx.state["variant"])
+
+
+def accepted(ctx: Context, case: Any) -> bool:
+    """The room is planned on this release (05c7ebf fails one whose D is not page-aligned at registration)."""
+    ok = plan.staging_prefix_accepted(case.decode_prefix_len, case.page_size, ctx.state["variant"])
+    ctx.count("misaligned" if ok and not aligned(case) else "planned" if ok else "refused")
+    return ok
+
+
+def inputs(ctx: Context) -> Any:
+    from kvsim.properties.pd_staging.strategies import ANY_PREFIX_PLAN_CASES
+
+    return ANY_PREFIX_PLAN_CASES.filter(lambda case: accepted(ctx, case))
+
+
+def pinned(ctx: Context) -> list[Any]:
+    from kvsim.properties.pd_staging import cases
+
+    return [c for c in (cases.SCENARIO_A_EARLY, cases.SCENARIO_B, cases.SCENARIO_D) + tuple(cases.PINNED)
+            if plan.staging_prefix_accepted(c.decode_prefix_len, c.page_size, ctx.state["variant"])]
+
+
+def describe(ctx: Context, case: Any) -> dict[str, Any]:
     return {"L": case.prompt_len, "D": case.decode_prefix_len, "ps": case.page_size,
             "cps": case.chunked_prefill_size, "prefill_hit": case.prefill_hit, "host_hit": case.host_hit_length,
             "early_send": case.early_send}
 
 
-TARGETS = (
-    Target("sglang", "send_plan", PREFILL, (MIXIN,), "pd-staging",
-           "the prefill send plan (token ranges, pages, chunk_idx, is_last per send) of upstream's "
-           "send_kv_chunk, driven room by room against plan_room_sends; the plan properties on it", run_send_plan),
-)
+def note(ctx: Context) -> str:
+    return (f"model variant {ctx.state['variant'].name}; {ctx.counts.get('misaligned', 0)} inputs drawn with D not "
+            f"page-aligned; {ctx.counts.get('refused', 0)} refused (D not page-aligned: the room fails at "
+            f"registration)")
+
+
+PLAN = Differential(
+    loading=loading, prepare=prepare, inputs=inputs, pinned=pinned, model=model, upstream=upstream,
+    describe=describe, note=note,
+    checks=tuple(plan_check(name) for name in PLAN_PROPERTIES) + (Check(MISALIGNED_S3, misaligned_s3),))

@@ -1,20 +1,24 @@
 """vLLM's uniform-plan context accumulation on its own Triton kernels: `mask_empty_context` (#49294) and
 `merge_attn_states` (vllm/v1/attention/ops/triton_merge_attn_states.py), against the `mla-chunks` model.
 
-Target `mla-context-accumulation` (releases with the uniform plan, before b38e111d): the per-chunk partials
-of `_compute_prefill_context` (each chunk's attention as the model's backend gives it, an empty span's
-scratch included: NaN output, finite LSE) are handed to the release's kernels, which the adapter calls in
-the order of that loop: `mask_empty_context(lse, out, query_start_loc, cu_seq_lens[i])` when
-`has_empty_context[i]` (only where the release has it: #49294), the first chunk kept, every later one
-merged with `merge_attn_states` into the other of two ping-pong buffers. The result is compared with the
-model's `compute_prefill_context` of the release's variant (`pre_b38e111d` with the mask, `uniform_unmasked`
-without) within the fp32 kernel-path tolerance of `gpu_oracle` (`KERNEL_PATH_TOLERANCE`; NaN where the model
-has NaN), and probe `context_partial_matches_context_attention` (the #49294 seed bug's property) checks the
-release's accumulated partial against attention over each request's whole context.
+`ACCUMULATE` (target `mla-context-accumulation`, releases with the uniform plan, before b38e111d): the per-chunk
+partials of `_compute_prefill_context` (each chunk's attention as the model's backend gives it, an empty span's
+scratch included: NaN output, finite LSE) are handed to the release's kernels in a kernel child, which runs
+them in the order of that loop: `mask_empty_context(lse, out, query_start_loc, cu_seq_lens[i])` when
+`has_empty_context[i]` (where the release has it: #49294, 0.26.0 on), the first chunk kept, every later one
+merged with `merge_attn_states` into the other of two ping-pong buffers. The accumulated (output, LSE) is
+compared with the model's `compute_prefill_context` of the release's variant (the declaration's table:
+`uniform_unmasked` before 0.26.0, `pre_b38e111d` from it) within the fp32 kernel-path tolerance of
+`gpu_oracle` (`KERNEL_PATH_TOLERANCE`; NaN where the model has NaN). Probe
+`context_partial_matches_context_attention` (the #49294 seed bug's property) checks the release's accumulated
+partial against attention over each request's whole context, on the pinned batches and a few drawn ones.
+The checked definitions are the mask's (the merge is `merge-attn-states-triton`'s, on all its parameters).
 Adapter conventions: the loop itself, the gather, the up-projection and the backend's per-chunk attention are
 the model's (they need CUDA upstream); partials are float32 (a CUDA backend's output) on CPU tensors, Triton
 under the interpreter; `query_start_loc` and `cu_seq_lens` are int32; batches without DCP
-(`_context_parallel_compute_prefill_context` is another loop).
+(`_context_parallel_compute_prefill_context` is another loop); a release whose MLA module plans per request
+(0.28.0 on: no empty spans are planned) is "not present".
+Survivors: none documented.
 """
 
 from __future__ import annotations
@@ -23,38 +27,38 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..kernels import Divergence, KernelCheck, Probe, as_target, unpacked
+from kvsim.engine.conformance.adapters import Context, Differential, Probe
+from kvsim.engine.conformance.answers import FAILED, capture
+from kvsim.engine.conformance.compare import Close
+
+from ..kernels import call_kernel, kernel_examples, unpacked
 from ..loader import names_in
 from ..source import EngineSource
+from .merge_states import parent_loading
 
 MERGE = "vllm/v1/attention/ops/triton_merge_attn_states.py"
 MLA = "vllm/model_executor/layers/attention/mla_attention.py"
-NAME = "mla-context-accumulation"
+RUNNER = "kvsim.conform.vllm.context_merge:run_accumulate"
 PROBED = 6  # drawn batches the probe adds to the pinned ones
+TOLERANCE = Close(rtol=2e-5, atol=2e-5)  # gpu_oracle's KERNEL_PATH_TOLERANCE: fp32 merges over float64 attention
 
 
 # --- child side ---------------------------------------------------------------------------------------
 
-_LOADED: dict[tuple[str, bool], Any] = {}
-
-
 def run_accumulate(source: EngineSource, case: Mapping[str, Any], device: str) -> dict[str, Any]:
+    """The loop of `_compute_prefill_context` over the document's chunk partials, on the release's kernels."""
     import torch
 
     from kvsim.gpu_oracle.runtime.asan import pack, unpack
 
-    from ..triton_child import load_upstream
-    from .common import vllm_modules
+    from .common import load_in_child
 
     masked = bool(case["masked"])
-    key = (str(source.root), masked)
-    if key not in _LOADED:
-        names = ("merge_attn_states", "mask_empty_context") if masked else ("merge_attn_states",)
-        _LOADED[key] = load_upstream(source, MERGE, names, modules=vllm_modules(device))
-    ns = _LOADED[key]
+    names = ("merge_attn_states", "mask_empty_context") if masked else ("merge_attn_states",)
+    ns = load_in_child(source, MERGE, names, device)
     qsl = torch.tensor(case["qsl"], dtype=torch.int32, device=device)
     output = output_lse = merge_output = merge_output_lse = None
-    for chunk in case["chunks"]:  # the loop of _compute_prefill_context
+    for chunk in case["chunks"]:
         out = torch.from_numpy(unpack(chunk["out"])).to(device)
         lse = torch.from_numpy(unpack(chunk["lse"])).to(device)
         if masked and chunk["has_empty"]:
@@ -74,112 +78,54 @@ def run_accumulate(source: EngineSource, case: Mapping[str, Any], device: str) -
     return {"output": pack(output.cpu().numpy()), "lse": pack(output_lse.cpu().numpy())}
 
 
-CHILD_KERNELS = {"vllm.mla_context_accumulate": run_accumulate}
-
-
 # --- parent side --------------------------------------------------------------------------------------
 
-_MASKED: dict[str, bool] = {}
+def batch_inputs(case: Any) -> tuple[Any, Any]:
+    """The batch's float64 inputs and paged caches (no DCP), as the model's prefill makes them."""
+    from kvsim.models.mla_chunks.prefill import build_context_caches, make_mla_prefill_inputs
+
+    inputs = make_mla_prefill_inputs(case.context_lens, case.query_lens, case.shape, case.seed)
+    return inputs, build_context_caches(inputs, case.block_size, None, case.seed + 1)
 
 
-def has_mask(source: EngineSource) -> bool:
-    """#49294: the release neutralises empty spans before merging."""
-    key = str(source.file(MERGE))
-    if key not in _MASKED:
-        _MASKED[key] = "mask_empty_context" in names_in(source.file(MERGE))
-    return _MASKED[key]
+def accumulate_model(ctx: Context, case: Any) -> dict[str, Any]:
+    from kvsim.models.mla_chunks.prefill import compute_prefill_context
+
+    inputs, caches = batch_inputs(case)
+    out, lse = compute_prefill_context(inputs, case.metadata(ctx.variant), caches, ctx.variant)
+    return {"output": out, "lse": lse}
 
 
-def release_variant(source: EngineSource) -> Any:
-    from kvsim.models.mla_chunks.planner import VARIANTS
-
-    return VARIANTS["pre_b38e111d" if has_mask(source) else "uniform_unmasked"]
-
-
-def uniform_loop_shape(source: EngineSource) -> str | None:
-    if source.has(MLA) and "plan_mla_context_chunks" in names_in(source.file(MLA)):
-        return (f"{MLA}: {source.label} plans per request (b38e111d): the uniform loop with mask_empty_context is "
-                "gone (empty spans are never planned)")
-    return None
-
-
-def upstream_partial(child: Any, case: Any) -> tuple[Any, Any, np.ndarray, np.ndarray] | None:
-    """(inputs, model variant, output, lse) of the release's accumulation, or None for a batch without context;
-    kept per child, so the differential and the probe run a pinned batch through the interpreter once."""
-    seen = child.__dict__.setdefault("_mla_context_accumulated", {})
+def accumulate_upstream(ctx: Context, case: Any) -> dict[str, Any]:
+    """The release's accumulation of the model backend's chunk partials; kept per case, so the differential and
+    the probe run a pinned batch through the interpreter once."""
+    seen = ctx.state.setdefault("accumulated", {})
     if case not in seen:
-        seen[case] = _upstream_partial(child, case)
+        seen[case] = _accumulate_upstream(ctx, case)
     return seen[case]
 
 
-def _upstream_partial(child: Any, case: Any) -> tuple[Any, Any, np.ndarray, np.ndarray] | None:
+def _accumulate_upstream(ctx: Context, case: Any) -> dict[str, Any]:
     from kvsim.gpu_oracle.runtime.asan import pack
     from kvsim.models.mla_chunks.attention import run_prefill_context_chunk
-    from kvsim.models.mla_chunks.prefill import (build_context_caches, gather_chunk_rows, make_mla_prefill_inputs,
-                                                 up_project)
+    from kvsim.models.mla_chunks.prefill import gather_chunk_rows, up_project
 
-    variant = release_variant(child.source)
-    metadata = case.metadata(variant)
-    if metadata is None or case.dcp is not None:
-        return None
-    inputs = make_mla_prefill_inputs(case.context_lens, case.query_lens, case.shape, case.seed)
-    caches = build_context_caches(inputs, case.block_size, None, case.seed + 1)
+    inputs, caches = batch_inputs(case)
     chunks = []
-    for chunk in metadata.chunks:
+    for chunk in case.metadata(ctx.variant).chunks:
         k, v = up_project(gather_chunk_rows(chunk, caches, None), inputs)
         out, lse = run_prefill_context_chunk(inputs.q[chunk.token_slice], k, v, chunk.query_start_loc,
                                              chunk.cu_seq_lens, inputs.shape.softmax_scale)
         chunks.append({"out": pack(out.astype(np.float32)), "lse": pack(lse.astype(np.float32)),
                        "cu": list(chunk.cu_seq_lens), "has_empty": bool(chunk.has_empty_context)})
-    result = child.call("vllm.mla_context_accumulate", {"masked": has_mask(child.source),
-                                                        "qsl": list(case.query_start_loc), "chunks": chunks})
-    return (inputs, variant, unpacked(result, "output").astype(np.float64),
-            unpacked(result, "lse").astype(np.float64))
-
-
-def states_differ(out: np.ndarray, lse: np.ndarray, want_out: np.ndarray, want_lse: np.ndarray,
-                  nan_ok: bool) -> str | None:
-    """Where fp32 states differ from float64 ones beyond the kernel-path tolerance (-inf exact)."""
-    from kvsim.gpu_oracle.kernels.mla_context.prefill_properties import KERNEL_PATH_TOLERANCE
-
-    rtol, atol = KERNEL_PATH_TOLERANCE["output"]
-    with np.errstate(invalid="ignore"):  # -inf - -inf: the exact comparison decides those
-        close = np.abs(out - want_out) <= atol + rtol * np.abs(want_out)
-        lse_close = (lse == want_lse) | (np.abs(lse - want_lse) <= KERNEL_PATH_TOLERANCE["lse_rtol"]
-                                         * (1 + np.abs(want_lse)))
-    if nan_ok:
-        close |= np.isnan(out) & np.isnan(want_out)
-    if nan_ok:
-        lse_close |= np.isnan(lse) & np.isnan(want_lse)
-    bad = ~close.all(axis=(1, 2)) | ~lse_close.all(axis=0)
-    if not bad.any():
-        return None
-    t = int(np.argmax(bad))
-    return (f"token {t}: expected output {np.round(want_out[t, 0, :3], 6).tolist()}... lse "
-            f"{np.round(want_lse[:, t], 6).tolist()}, got output {np.round(out[t, 0, :3], 6).tolist()}... lse "
-            f"{np.round(lse[:, t], 6).tolist()} ({int(bad.sum())} tokens off)")
-
-
-def accumulate_compare(child: Any, case: Any) -> Divergence | None:
-    from hypothesis import reject
-
-    from kvsim.models.mla_chunks.prefill import build_context_caches, compute_prefill_context
-
-    got = upstream_partial(child, case)
-    if got is None:
-        reject()
-    inputs, variant, out, lse = got
-    metadata = case.metadata(variant)
-    want_out, want_lse = compute_prefill_context(inputs, metadata, build_context_caches(inputs, case.block_size, None,
-                                                                                        case.seed + 1), variant)
-    differ = states_differ(out, lse, want_out, want_lse, nan_ok=True)
-    if differ is None:
-        return None
-    return Divergence(case, f"compute_prefill_context ({variant.name}, float64)",
-                      "mask_empty_context + merge_attn_states (fp32)", differ)
+    result = call_kernel(ctx, RUNNER, {"masked": ctx.variant.mask_empty_context, "qsl": list(case.query_start_loc),
+                                       "chunks": chunks})
+    return {"output": unpacked(result, "output").astype(np.float64),
+            "lse": unpacked(result, "lse").astype(np.float64)}
 
 
 def probe_cases() -> list[Any]:
+    """The pinned batches without DCP, and `PROBED` drawn ones (derandomized)."""
     from hypothesis import HealthCheck, given, settings
 
     from kvsim.properties.mla_chunks.cases import NUMERIC_EXAMPLES
@@ -195,41 +141,67 @@ def probe_cases() -> list[Any]:
     return [c for c in NUMERIC_EXAMPLES if c.dcp is None] + drawn
 
 
-def context_partial_probe(child: Any) -> str | None:
+def context_partial_probe(ctx: Context) -> str | None:
     """The #49294 seed bug's property on the release's kernels: each token's accumulated context partial is attention
     over its request's whole context ((0, -inf) for a context-free request)."""
     from kvsim.models.mla_chunks.prefill import context_attention_reference
 
     for case in probe_cases():
-        got = upstream_partial(child, case)
-        if got is None:
+        if case.metadata(ctx.variant) is None:
             continue
-        inputs, _, out, lse = got
-        want_out, want_lse = context_attention_reference(inputs)
-        differ = states_differ(out, lse, want_out, want_lse, nan_ok=False)
+        got = capture(accumulate_upstream, ctx, case)
+        if isinstance(got, FAILED):
+            return f"context partial for contexts {list(case.context_lens)}: the kernels did not answer: {got}"
+        want_out, want_lse = context_attention_reference(batch_inputs(case)[0])
+        differ = TOLERANCE.difference({"output": want_out, "lse": want_lse}, got)
         if differ is not None:
-            return f"context partial for contexts {list(case.context_lens)}, W {case.workspace_size}: {differ}"
+            return (f"context partial for contexts {list(case.context_lens)}, W {case.workspace_size}: "
+                    f"{differ.line()}")
     return None
 
 
-def _strategy() -> Any:
+def uniform_loop_shape(ctx: Context) -> tuple[str, str] | None:
+    source = ctx.source
+    if source.has(MLA) and "plan_mla_context_chunks" in names_in(source.file(MLA)):
+        return ("not present", f"{MLA}: {source.label} plans per request (b38e111d): the uniform loop with "
+                               "mask_empty_context is gone (empty spans are never planned)")
+    return None
+
+
+def cases(ctx: Context) -> Any:
+    """`numeric_cases` without DCP that have context (a plan to accumulate) under the release's variant."""
     from kvsim.properties.mla_chunks.strategies import numeric_cases
 
-    return numeric_cases(dcp=False)
+    return numeric_cases(dcp=False).filter(lambda case: case.metadata(ctx.variant) is not None)
 
 
-def _pinned() -> list[Any]:
+def long_queries() -> Any:
+    """128 query tokens, one head (the mask's grid reserves a block per request more than the batch fills: its
+    last one finds no token), a context-free request and a short one that runs out before the second chunk."""
+    from kvsim.models.mla_chunks.prefill import MlaShape
+    from kvsim.properties.mla_chunks.cases import case
+
+    return case([16, 0, 4], [126, 1, 1], block_size=4, workspace_size=16, shape=MlaShape(num_heads=1))
+
+
+def pinned(ctx: Context) -> list[Any]:
+    """The pinned upstream batches of the float64 path at small dims (the three-request ones of a few tokens), and
+    `long_queries`."""
     from kvsim.properties.mla_chunks.cases import NUMERIC_EXAMPLES
 
-    return [c for c in NUMERIC_EXAMPLES if c.dcp is None and c.shape.kv_lora_rank <= 64]
+    return [c for c in (*NUMERIC_EXAMPLES, long_queries()) if c.dcp is None and c.shape.kv_lora_rank <= 64
+            and c.query_start_loc[-1] <= 128 and c.metadata(ctx.variant) is not None]
 
 
-ACCUMULATE = KernelCheck(
-    engine="vllm", name=NAME, relpath=MERGE, symbols=("merge_attn_states", "merge_attn_states_kernel"),
-    model="mla-chunks", doc=__doc__.split("\n\n")[1].strip(), kernel="vllm.mla_context_accumulate",
-    strategy=_strategy, compare=accumulate_compare, pinned=_pinned, shape=uniform_loop_shape,
+def describe(ctx: Context, case: Any) -> dict[str, Any]:
+    return {"context_lens": list(case.context_lens), "query_lens": list(case.query_lens), "block": case.block_size,
+            "workspace": case.workspace(ctx.variant), "seed": case.seed}
+
+
+ACCUMULATE = Differential(
+    kernel=True, examples=kernel_examples, loading=parent_loading, skip=uniform_loop_shape, inputs=cases,
+    pinned=pinned, model=accumulate_model, upstream=accumulate_upstream, compare=TOLERANCE, describe=describe,
+    note=lambda ctx: f"model variant {ctx.variant.name}",
     probes=(Probe("context_partial_matches_context_attention",
                   "the #49294 property on the release's mask_empty_context + merge_attn_states",
                   context_partial_probe),))
-
-TARGETS = (as_target(ACCUMULATE),)

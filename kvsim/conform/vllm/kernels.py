@@ -1,105 +1,115 @@
-"""vLLM's real Triton kernel of the KV block zeroer as a conform target.
+"""vLLM's real Triton kernel of the KV block zeroer as a conform target (`ZERO_KV_BLOCKS`, a kernel Differential).
 
-* `zero-kv-blocks-kernel`: `_zero_kv_blocks_kernel` launched by `KVBlockZeroer.zero_block_ids`
-  (vllm/v1/worker/utils.py) on a CPU byte arena, against the model's reference memset
-  `kvsim.models.kv_zeroing.zeroer.zero_blocks`, bit for bit, on the geometries of
-  `gpu_oracle.kernels.zero_kv_blocks` (planned by every variant, raw segment tables, the pinned
-  upstream layouts on a sentinel buffer).
-  Adapter: the segment table is the model's (the planner half of `KVBlockZeroer.__init__` is the
-  planner target's); the launcher's `_meta` tuple is filled from it with upstream's element order,
-  its BLOCK_SIZE/max_chunks by the model's fixed `launch_config` (upstream's formula); addresses are
-  the arena's `data_ptr() + offset`; `async_tensor_h2d` is `torch.tensor(..., device=)`.
-  Before d6af803 (0.27.1) the kernel takes no stride column (`_meta` has 5 fields, the page doubles as the
-  stride, no mask): the adapter fills that `_meta`, the tables are the model's `pre_d6af803` plans of the
-  cases' geometries (raw tables with stride := page, drawn again when a write would leave the buffer) and
-  the launch is `launch_config(table, pre_d6af803)` (the unmasked launcher's formula).
-  Probe `zeroing_preserves_other_bytes` (the d6af803 seed bug's frame property, kernel side): upstream's own
-  `KVBlockZeroer.__init__` plans the pinned regression geometries (and drawn ones), upstream's kernel zeroes
-  them on a patterned arena with red zones (guard bytes) around every allocation, and no byte outside the
-  zeroed blocks' elements may change (`owned_bytes`, from the view elements).
+`_zero_kv_blocks_kernel`, launched by `KVBlockZeroer.zero_block_ids` and `KVBlockZeroer.warmup`
+(vllm/v1/worker/utils.py) in the kernel child on a CPU byte arena, against the model's reference memset
+`kvsim.models.kv_zeroing.zeroer.zero_blocks`, bit for bit, on the geometries of `gpu_oracle.kernels.zero_kv_blocks`
+(planned by every variant, raw segment tables, the pinned upstream layouts on a sentinel buffer). One input in
+ten calls `warmup(num_kv_blocks)` (0-2 blocks: it zeroes block 0 when there is one), one in ten has no table
+(`_meta` None: upstream's zeroer for a cache with no attention layer).
+
+Adapter: the segment table is the model's (the planner half of `KVBlockZeroer.__init__` is the `KVBlockZeroer`
+target's); the launcher's `_meta` tuple is filled from it with upstream's element order, its BLOCK_SIZE/max_chunks
+by the model's fixed `launch_config` (upstream's formula); addresses are the arena's `data_ptr() + offset`;
+`async_tensor_h2d` is `torch.tensor(..., device=)`. Before d6af803 (0.27.1: the kernel's parameters have no
+`seg_block_strides_ptr`) `_meta` has 5 fields (the page doubles as the stride, no mask): the adapter fills that
+`_meta`, the tables are the model's `pre_d6af803` plans of the cases' geometries (raw tables with stride := page,
+drawn again when a write would leave the buffer) and the launch is `launch_config(table, pre_d6af803)` (the
+unmasked launcher's formula).
+
+Probe `zeroing_preserves_other_bytes` (the d6af803 seed bug's frame property, kernel side): upstream's own
+`KVBlockZeroer.__init__` plans the pinned regression geometries (and drawn ones), upstream's kernel zeroes them on a
+patterned arena with red zones (guard bytes) around every allocation, and no byte outside the zeroed blocks'
+elements may change (`owned_bytes`, from the view elements).
 """
 
 from __future__ import annotations
 
+import inspect
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 import numpy as np
+from hypothesis import strategies as st
 
+from kvsim.engine.canon import to_jsonable
+from kvsim.engine.conformance.adapters import Context, Differential, Probe
+from kvsim.engine.conformance.answers import FAILED, capture
 from kvsim.engine.errors import ConfigError
 
-from ..kernels import Divergence, KernelCheck, Probe, as_target, first_byte_difference, unpacked
+from ..kernels import call_kernel, kernel_examples, unpacked
 from ..source import EngineSource
+from .common import load_in_child
+from .zeroer import loading, ratio_shape, upstream_plan
 
 UTILS = "vllm/v1/worker/utils.py"
-MERGE = "vllm/v1/attention/ops/triton_merge_attn_states.py"
 ZERO_SYMBOLS = ("KVBlockZeroer", "_zero_kv_blocks_kernel")
-MERGE_SYMBOLS = ("merge_attn_states", "merge_attn_states_kernel")
-META_FIELDS = 6  # (seg_addrs, seg_block_strides, seg_page_sizes, max_chunks, blk_size, n_segs)
+RUNNER = f"{__name__}:run_zero"
 
 
 # --- child side (torch and triton are imported here only) ---------------------------------------------
 
-from .common import load_in_child as _load
-
-
 def run_zero(source: EngineSource, case: Mapping[str, Any], device: str) -> dict[str, Any]:
+    """The release's `zero_block_ids` (or `warmup`) with `_meta` filled from the document; the memory after."""
     import torch
 
     from kvsim.gpu_oracle.runtime.asan import pack, unpack
 
-    ns = _load(source, UTILS, ZERO_SYMBOLS, device)
+    ns = load_in_child(source, UTILS, ZERO_SYMBOLS, device)
     memory = torch.from_numpy(unpack(case["memory"])).to(device)
     base = memory.data_ptr()
     zeroer = object.__new__(ns.KVBlockZeroer)
     zeroer.device = torch.device(device)
-    addrs = torch.tensor([base + a for a in case["addrs"]], dtype=torch.uint64, device=device)
-    pages = torch.tensor(case["pages"], dtype=torch.int64, device=device)
-    if case["strides"] is None:  # before d6af803: (seg_addrs, seg_page_sizes, max_chunks, blk_size, n_segs)
-        zeroer._meta = (addrs, pages, case["max_chunks"], case["block_size"], len(case["addrs"]))
+    zeroer._meta = None
+    if case["addrs"] is not None:
+        addrs = torch.tensor([base + a for a in case["addrs"]], dtype=torch.uint64, device=device)
+        pages = torch.tensor(case["pages"], dtype=torch.int64, device=device)
+        if case["strides"] is None:  # before d6af803: (seg_addrs, seg_page_sizes, max_chunks, blk_size, n_segs)
+            zeroer._meta = (addrs, pages, case["max_chunks"], case["block_size"], len(case["addrs"]))
+        else:
+            zeroer._meta = (addrs, torch.tensor(case["strides"], dtype=torch.int64, device=device), pages,
+                            case["max_chunks"], case["block_size"], len(case["addrs"]))
+    if case.get("warmup") is not None:
+        zeroer.warmup(case["warmup"])
     else:
-        zeroer._meta = (addrs, torch.tensor(case["strides"], dtype=torch.int64, device=device), pages,
-                        case["max_chunks"], case["block_size"], len(case["addrs"]))
-    zeroer.zero_block_ids(list(case["block_ids"]))
+        zeroer.zero_block_ids(list(case["block_ids"]))
     if device == "cuda":
         torch.cuda.synchronize()
     return {"memory": pack(memory.cpu().numpy())}
 
 
-CHILD_KERNELS = {"vllm.zero_kv_blocks": run_zero}
+# --- parent side ----------------------------------------------------------------------------------------
 
+@dataclass(frozen=True)
+class KernelInput:
+    """One call: a gpu_oracle `KernelCase` (random bytes) or `PinnedCase` (sentinel bytes); `warmup`: None (a
+    `zero_block_ids(case.block_ids)` call) or the `num_kv_blocks` of a `warmup` call; `planned`: False for a
+    zeroer without a table."""
 
-# --- parent side: the zeroing kernel ------------------------------------------------------------------
+    case: Any
+    warmup: int | None = None
+    planned: bool = True
+
 
 def zero_document(memory: np.ndarray, table: Any, block_ids: Any, launch: Any = None, *,
-                  pre: bool = False) -> dict[str, Any]:
+                  pre: bool = False, warmup: int | None = None, planned: bool = True) -> dict[str, Any]:
     """The child's case; for the launcher before d6af803 (`pre`) without the stride column and with the unmasked
-    launch of the table's (pre_d6af803) variant, else with the fixed launcher's."""
+    launch of the pre_d6af803 variant, else with the fixed launcher's."""
     from kvsim.gpu_oracle.runtime.asan import pack
-    from kvsim.models.kv_zeroing.zeroer import FIXED, SegmentTable, launch_config
+    from kvsim.models.kv_zeroing.zeroer import FIXED, VARIANTS, launch_config
 
     if launch is None:
-        config = launch_config(SegmentTable(table.segments, table.num_blocks, table.variant if pre else FIXED))
+        config = launch_config(table, VARIANTS["pre_d6af803"] if pre else FIXED)
         launch = (config.block_size, config.max_chunks)
-    return {"memory": pack(memory), "addrs": [s.addr for s in table.segments],
-            "strides": None if pre else [s.block_stride for s in table.segments],
-            "pages": [s.page for s in table.segments], "block_ids": [int(b) for b in block_ids],
-            "block_size": launch[0], "max_chunks": launch[1]}
+    rows = table.segments if planned else None
+    return {"memory": pack(memory), "addrs": None if rows is None else [s.addr for s in rows],
+            "strides": None if pre or rows is None else [s.block_stride for s in rows],
+            "pages": None if rows is None else [s.page for s in rows], "block_ids": [int(b) for b in block_ids],
+            "block_size": launch[0], "max_chunks": launch[1], "warmup": warmup}
 
 
-_STRIDES: dict[str, bool] = {}
-
-
-def has_strides(source: EngineSource) -> bool:
+def has_strides(kernel: Any) -> bool:
     """The d6af803 kernel takes a per-segment block stride; before it (0.27.1) the page doubles as the stride."""
-    import ast
-
-    key = str(source.file(UTILS))
-    if key not in _STRIDES:
-        tree = ast.parse(source.file(UTILS).read_text(encoding="utf-8", errors="replace"))
-        kernel = next((n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)
-                       and n.name == "_zero_kv_blocks_kernel"), None)
-        _STRIDES[key] = kernel is None or "seg_block_strides_ptr" in [a.arg for a in kernel.args.args]
-    return _STRIDES[key]
+    return "seg_block_strides_ptr" in inspect.signature(kernel).parameters
 
 
 def pre_fix_table(case: Any) -> Any:
@@ -121,29 +131,82 @@ def pre_fix_table(case: Any) -> Any:
     return table
 
 
-def zero_compare(child: Any, case: Any) -> Divergence | None:
-    """A gpu_oracle KernelCase (random bytes) or PinnedCase (sentinel bytes; the fixed plan, or pre_d6af803's
-    on a release before d6af803)."""
+def prepared(ctx: Context, inp: KernelInput) -> tuple[np.ndarray, Any, tuple[int, ...], dict[str, Any]]:
+    """(memory before, table, block IDs, the child's document) of one input, made once per input."""
     from kvsim.gpu_oracle.kernels.zero_kv_blocks.cases import SENTINEL, KernelCase
     from kvsim.models.kv_zeroing.geometry import Arena
-    from kvsim.models.kv_zeroing.zeroer import VARIANTS, plan_segments, zero_blocks
+    from kvsim.models.kv_zeroing.zeroer import VARIANTS, plan_segments
 
-    pre = not has_strides(child.source)
-    if isinstance(case, KernelCase):
-        memory, ids = case.memory(), case.block_ids
-        table = pre_fix_table(case) if pre else case.table
-    else:
-        arena = Arena.for_geometry(case.geometry)
-        table = plan_segments(case.geometry, variant=VARIANTS["pre_d6af803" if pre else "fixed"], arena=arena)
-        memory, ids = np.full(arena.size, SENTINEL, dtype=np.uint8), case.block_ids
+    if ctx.state.get("input") is not inp:
+        pre = ctx.state["pre"]
+        case = inp.case
+        if isinstance(case, KernelCase):
+            memory, ids = case.memory(), tuple(case.block_ids)
+            table = pre_fix_table(case) if pre else case.table
+        else:
+            arena = Arena.for_geometry(case.geometry)
+            table = plan_segments(case.geometry, variant=VARIANTS["pre_d6af803" if pre else "fixed"], arena=arena)
+            memory, ids = np.full(arena.size, SENTINEL, dtype=np.uint8), tuple(case.block_ids)
+        document = zero_document(memory, table, ids, pre=pre, warmup=inp.warmup, planned=inp.planned)
+        ctx.state["input"], ctx.state["prepared"] = inp, (memory, table, ids, document)
+    return ctx.state["prepared"]
+
+
+def zero_model(ctx: Context, inp: KernelInput) -> dict[str, Any]:
+    """The reference memset of the same table and block IDs (`warmup(n)`: block 0 when n > 0)."""
+    from kvsim.models.kv_zeroing.zeroer import zero_blocks
+
+    memory, table, ids, _ = prepared(ctx, inp)
     expected = memory.copy()
-    zero_blocks(expected, table, ids)
-    got = unpacked(child.call("vllm.zero_kv_blocks", zero_document(memory, table, ids, pre=pre)), "memory")
-    differ = first_byte_difference(expected, got)
-    if differ is None:
-        return None
-    return Divergence(case, f"reference memset (zero_blocks, {table.variant.name} table)",
-                      "KVBlockZeroer.zero_block_ids", differ)
+    if inp.warmup is not None:
+        ids = (0,) if inp.warmup > 0 else ()
+    if inp.planned:
+        zero_blocks(expected, table, ids)
+    return {"memory": expected}
+
+
+def zero_upstream(ctx: Context, inp: KernelInput) -> dict[str, Any]:
+    document = prepared(ctx, inp)[3]
+    return {"memory": unpacked(call_kernel(ctx, RUNNER, document), "memory")}
+
+
+@st.composite
+def kernel_inputs(draw: st.DrawFn) -> KernelInput:
+    from kvsim.gpu_oracle.kernels.zero_kv_blocks import strategies
+
+    case, roll = draw(strategies.kernel_cases), draw(st.integers(0, 9))
+    if roll == 1:
+        return KernelInput(case, warmup=draw(st.integers(0, 2)))
+    return KernelInput(case, planned=roll != 2)
+
+
+def pinned_inputs(ctx: Context) -> list[KernelInput]:
+    from kvsim.gpu_oracle.kernels.zero_kv_blocks.cases import sentinel_cases
+
+    return [KernelInput(c) for c in sentinel_cases() if c.chunk_width is None]  # the launcher picks the width
+
+
+def describe(ctx: Context, inp: KernelInput) -> dict[str, Any]:
+    shown: dict[str, Any] = {"case": to_jsonable(inp.case)}
+    if inp.warmup is not None:
+        shown["warmup"] = inp.warmup
+    if not inp.planned:
+        shown["planned"] = False
+    return shown
+
+
+def prepare(ctx: Context) -> None:
+    ctx.state["pre"] = not has_strides(ctx.up._zero_kv_blocks_kernel)
+
+
+def note(ctx: Context) -> str:
+    table = "pre_d6af803 tables, unmasked launch" if ctx.state["pre"] else "stride column, masked launch"
+    return f"{table}; launched by KVBlockZeroer.zero_block_ids and warmup in the kernel child"
+
+
+# --- the frame probe: upstream's planner and kernel together ------------------------------------------
+
+FRAME_DRAWN = 8
 
 
 def frame_cases() -> list[tuple[str, Any, tuple[int, ...]]]:
@@ -165,31 +228,31 @@ def frame_cases() -> list[tuple[str, Any, tuple[int, ...]]]:
     return cases + [(f"drawn layout {i}", c.geometry, tuple(c.block_ids)) for i, c in enumerate(drawn)]
 
 
-FRAME_DRAWN = 8
-
-
-def frame_probe(child: Any) -> str | None:
+def frame_probe(ctx: Context) -> str | None:
     """The d6af803 seed bug's frame property on upstream's planner and kernel: bytes outside the zeroed blocks
     (other layers of a packed row, padding, other blocks, the guard bytes around each allocation) keep their value."""
     from kvsim.models.kv_zeroing.geometry import Arena, owned_bytes, owner_of
+    from kvsim.properties.kv_zeroing.cases import ZeroingCase
 
-    from .zeroer import load as load_zeroer, release_variant, upstream_table, whole_logical_blocks
+    from .zeroer import ZeroerCase, release_shape
 
-    up = load_zeroer(child.source)
-    variant = release_variant(child.source.version)
+    cls = ctx.up.KVBlockZeroer
+    derives_ratio = release_shape(cls).takes_num_blocks
     for name, geometry, ids in frame_cases():
-        if up.takes_num_blocks and not whole_logical_blocks(geometry):
-            continue  # a view 0.33.0's allocator does not build (the KVBlockZeroer target's RATIO_SHAPE)
-        arena = Arena.for_geometry(geometry)
-        planned = upstream_table(up, geometry, arena, variant)
-        if isinstance(planned, BaseException):
+        if derives_ratio and ratio_shape(ZeroerCase(ZeroingCase(geometry, ids), "probe")) == "not built":
+            continue  # a view 0.30.0+'s allocator does not build (the KVBlockZeroer target's NOT_BUILT)
+        planned = upstream_plan(cls, geometry)
+        if planned is None:
             continue
-        table, (block, max_chunks, _) = planned
-        if up.has_strides != has_strides(child.source):
-            return "the zeroer's _meta and the kernel disagree on the stride column"
+        table, launch = planned
+        arena = Arena.for_geometry(geometry)
         before = (np.arange(arena.size, dtype=np.int64) * 131 % 251 + 1).astype(np.uint8)  # no zero byte
-        document = zero_document(before, table, ids, (block, max_chunks), pre=not up.has_strides)
-        after = unpacked(child.call("vllm.zero_kv_blocks", document), "memory")
+        document = zero_document(before, table, ids, (launch["block_size"], launch["max_chunks"]),
+                                 pre=ctx.state["pre"])
+        answer = capture(call_kernel, ctx, RUNNER, document)
+        if isinstance(answer, FAILED):
+            return f"{name}: upstream's kernel on upstream's plan: {answer}"
+        after = unpacked(answer, "memory")
         foreign = (after != before) & ~owned_bytes(geometry, arena, ids)
         if foreign.any():
             outside = int((foreign & ~arena.inside()).sum())
@@ -199,29 +262,10 @@ def frame_probe(child: Any) -> str | None:
     return None
 
 
-def _zero_strategy() -> Any:
-    from kvsim.gpu_oracle.kernels.zero_kv_blocks import strategies
-
-    return strategies.kernel_cases
-
-
-def _zero_pinned() -> list[Any]:
-    from kvsim.gpu_oracle.kernels.zero_kv_blocks.cases import sentinel_cases
-
-    return [c for c in sentinel_cases() if c.chunk_width is None]  # upstream's launcher picks the chunk width
-
-
-ZERO_KV_BLOCKS = KernelCheck(
-    engine="vllm", name="zero-kv-blocks-kernel", relpath=UTILS, symbols=ZERO_SYMBOLS, model="kv-zeroing",
-    doc=__doc__.split("\n* ")[1].strip(), kernel="vllm.zero_kv_blocks", strategy=_zero_strategy,
-    compare=zero_compare, pinned=_zero_pinned,
+ZERO_KV_BLOCKS = Differential(
+    kernel=True, examples=kernel_examples, loading=loading, prepare=prepare,
+    inputs=lambda ctx: kernel_inputs(), pinned=pinned_inputs, model=zero_model, upstream=zero_upstream,
+    describe=describe, note=note,
     probes=(Probe("zeroing_preserves_other_bytes",
                   "the d6af803 frame property on upstream's planner and kernel, guard bytes around each allocation",
                   frame_probe),))
-
-
-CHECKS = (ZERO_KV_BLOCKS,)
-
-
-TARGETS = tuple(as_target(c) for c in CHECKS)
-

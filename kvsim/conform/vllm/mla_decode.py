@@ -1,23 +1,37 @@
 """vLLM's Triton MLA decode (`decode_attention_fwd`, vllm/v1/attention/ops/triton_decode_attention.py, the kernel of
 `TritonMLAImpl.forward_mqa`) over a paged KV cache, against the `mla-backends` model's paged absorbed MLA.
 
-Target `mla-paged-decode`: absorbed MLA (576 / 512, one latent KV head) over a paged cache in random page order,
-page sizes 1/16/32/64, KV lengths 0, 1 and non-multiples of the page size (the `mla-backends` paged strategy), given
-to the release's kernel through both metadata forms: the dense form (a block table with junk past each row's live
-pages) and the CSR form converted by the model's `dense_from_csr` at the case's table-width alignment, as a backend
-does. Inputs are rounded to the launch dtype: bf16 on a GPU (what vLLM's MLA decode runs in), fp16 under the
-Triton interpreter (the 3.9 interpreter reads bf16 tensors as garbage: 8e8 for N(0, 1) data, so it cannot run bf16
+`MLA_PAGED_DECODE` (a kernel Differential: the kernel runs in the target's kernel child, `run_decode` here, under
+the Triton interpreter on the CPU or natively with `--device cuda`). Absorbed MLA (one latent KV head) over a
+paged cache in random page order, page sizes 1/16/32/64, KV lengths 0, 1 and non-multiples of the page size
+(the `mla-backends` paged strategy), given to the release's kernel through both metadata forms: the dense form
+(a block table with junk past each row's live pages) and the CSR form converted by the model's `dense_from_csr`
+at the case's table-width alignment, as a backend does. Every parameter of `decode_attention_fwd` is drawn:
+the query heads (1: the MHA path `decode_attention_fwd_normal`; 2 or 16: the grouped one), the latent and rope
+widths (512 / 64, MLA's; 256 / 32, the other tile the kernel names; 128 / 16, any other), the cache as a 4D
+paged buffer or a 3D one of tokens (`_page_stride`), `num_kv_splits` 1-4, `logit_cap` (none, or a soft cap),
+`k_scale` / `v_scale` (absent, or given) and `is_mla`.
+
+Inputs are rounded to the launch dtype: bf16 on a GPU (what vLLM's MLA decode runs in), fp16 under the Triton
+interpreter (the 3.9 interpreter reads bf16 tensors as garbage: 8e8 for N(0, 1) data, so it cannot run bf16
 here); the reference is the model's `paged_mla_attention` on the same rounded inputs, itself checked against
-float64 torch SDPA by `paged_mla_matches_sdpa`. Tolerances of research note 2.6: FlashInfer's `assert_mla_close`
-for bf16 (rtol 2e-2, atol 2e-2), `test_deepseek_mla.py`'s varlen fp16 (rtol 1e-3, atol 2e-3), on the output and on
-the LSE (the kernel's natural log, in the launch dtype, converted to base 2). The two forms must give the same
-bytes. Adapter conventions: a request of `q_len > 1` is flattened to one decode row per query as
-`forward_mqa` does (the block table repeated per row; causal rows get the extents `kv_len - (q_len - 1 - t)`,
-non-causal rows all `kv_len`); `num_kv_splits` is drawn from 1-4 (upstream derives it from the longest sequence and
-the SM count); rows of extent 0 are compared by the probe, not the differential.
+float64 torch SDPA by `paged_mla_matches_sdpa`. The answer is the output and LSE (the kernel's natural log, in the
+launch dtype, converted to base 2) of every row with a key, and whether both forms gave the same bytes;
+`LaunchTolerance` compares them within research note 2.6's tolerances for the launch dtype the answers name:
+FlashInfer's `assert_mla_close` for bf16 (rtol 2e-2, atol 2e-2), `test_deepseek_mla.py`'s varlen fp16 (rtol
+1e-3, atol 2e-3).
+
+Adapter conventions: a request of `q_len > 1` is flattened to one decode row per query as `forward_mqa` does
+(the block table repeated per row; causal rows get the extents `kv_len - (q_len - 1 - t)`, non-causal rows all
+`kv_len`); `num_kv_splits` is drawn (upstream derives it from the longest sequence and the SM count); the scales
+are 1.0 (they scale only fp8 caches); rows of extent 0 are compared by the probe, not the differential.
 Probe `empty_row_is_nan`: a row of extent 0 (a request with no KV, or the padding rows `forward_mqa` clamps to 0)
 comes out of the kernel as NaN output with LSE -inf, where the model (and SDPA's convention) says (0, -inf);
 vLLM's caller discards padding rows, so this is a documented convention, checked to still hold.
+
+Survivors (declared in `models/mla_backends/conform.py`): the ROCm lines (`is_hip_`: block 16, the AMD launch
+arguments; the platform stand-in is not ROCm), and the fp8 scale loads (`k.dtype.is_fp8()`: no fp8 cache is
+drawn).
 """
 
 from __future__ import annotations
@@ -26,65 +40,73 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 import numpy as np
+from hypothesis import strategies as st
 
-from ..kernels import Divergence, KernelCheck, Probe, as_target, unpacked
-from ..loader import names_in
+from kvsim.engine.conformance.adapters import Context, Differential, Probe
+from kvsim.engine.conformance.compare import Close, Difference
+
+from ..kernels import call_kernel, kernel_examples
+from ..loader import check_signature
 from ..source import EngineSource
 
 DECODE = "vllm/v1/attention/ops/triton_decode_attention.py"
 NAME = "mla-paged-decode"
+RUNNER = "kvsim.conform.vllm.mla_decode:run_decode"
+PARAMS = ("q", "k_buffer", "v_buffer", "o", "lse", "req_to_token", "b_seq_len", "attn_logits", "num_kv_splits",
+          "sm_scale", "page_size", "logit_cap", "k_scale", "v_scale", "is_mla")
 # (rtol, atol) per launch dtype: FlashInfer assert_mla_close for bf16, test_deepseek_mla.py varlen fp16 (note 2.6)
 TOLERANCE = {"bfloat16": (2e-2, 2e-2), "float16": (1e-3, 2e-3)}
+WIDTHS = ((512, 64), (256, 32), (128, 16))  # (latent, rope): MLA's, the kernel's other named tile, any other
 LN2 = float(np.log(2.0))
 
 
 @dataclass(frozen=True)
 class DecodeCase:
-    """A paged batch (`kvsim.properties.mla_backends.cases.PagedCase`) and the split count of the launch."""
+    """A paged batch (`kvsim.properties.mla_backends.cases.PagedCase`) and the launch's other arguments."""
 
     paged: Any
     num_kv_splits: int = 1
+    widths: tuple[int, int] = (512, 64)
+    paged_buffer: bool = True  # the cache as [pages, page, 1, D] (else [pages * page, 1, D])
+    logit_cap: float = 0.0
+    scales: bool = False  # k_scale / v_scale given (1.0 tensors) or left to the default
+    is_mla: bool = True
 
 
 # --- child side ---------------------------------------------------------------------------------------
-
-_LOADED: dict[str, Any] = {}
-
 
 def run_decode(source: EngineSource, case: Mapping[str, Any], device: str) -> dict[str, Any]:
     import torch
 
     from kvsim.gpu_oracle.runtime.asan import pack, unpack
 
-    from ..triton_child import load_upstream
-    from .common import vllm_modules
+    from .common import load_in_child
 
-    key = str(source.root)
-    if key not in _LOADED:
-        _LOADED[key] = load_upstream(source, DECODE, ("decode_attention_fwd",), modules=vllm_modules(device))
-    ns = _LOADED[key]
+    ns = load_in_child(source, DECODE, ("decode_attention_fwd",), device)
     dtype = getattr(torch, case["dtype"])
-    q = torch.from_numpy(unpack(case["q"])).to(device=device, dtype=dtype)  # [rows, H, 576]
-    cache = torch.from_numpy(unpack(case["cache"])).to(device=device, dtype=dtype)  # [pages, page, 576]
+    q = torch.from_numpy(unpack(case["q"])).to(device=device, dtype=dtype)  # [rows, H, Lk]
+    cache = torch.from_numpy(unpack(case["cache"])).to(device=device, dtype=dtype)  # [pages, page, Lk]
     table = torch.tensor(case["table"], dtype=torch.int32, device=device)
     seq_lens = torch.tensor(case["seq_lens"], dtype=torch.int32, device=device)
-    rows, heads, splits = q.shape[0], q.shape[1], int(case["splits"])
+    rows, heads, splits, lv = q.shape[0], q.shape[1], int(case["splits"]), int(case["lv"])
     kv = cache.unsqueeze(2)  # the head dim of 1, as forward_mqa adds it
-    o = torch.zeros(rows, heads, 512, dtype=dtype, device=device)
+    if not case["paged_buffer"]:
+        kv = kv.flatten(0, 1)  # a 3D buffer of tokens: pages packed along the token dim
+    o = torch.zeros(rows, heads, lv, dtype=dtype, device=device)
     lse = torch.zeros(rows, heads, dtype=dtype, device=device)
-    logits = torch.empty(rows, heads, splits, 513, dtype=torch.float32, device=device)
-    ns.decode_attention_fwd(q, kv, kv[..., :512], o, lse, table, seq_lens, logits, splits, float(case["scale"]),
-                            int(case["page_size"]), is_mla=True)
+    logits = torch.empty(rows, heads, splits, lv + 1, dtype=torch.float32, device=device)
+    scales = {}
+    if case["scales"]:
+        scales = {"k_scale": torch.tensor(1.0, device=device), "v_scale": torch.tensor(1.0, device=device)}
+    ns.decode_attention_fwd(q, kv, kv[..., :lv], o, lse, table, seq_lens, logits, splits, float(case["scale"]),
+                            int(case["page_size"]), logit_cap=float(case["logit_cap"]), is_mla=case["is_mla"],
+                            **scales)
     if device == "cuda":
         torch.cuda.synchronize()
     return {"output": pack(o.float().cpu().numpy()), "lse": pack(lse.float().cpu().numpy())}
 
 
-CHILD_KERNELS = {"vllm.mla_paged_decode": run_decode}
-
-
 # --- parent side --------------------------------------------------------------------------------------
-
 
 def launch_dtype(device: str) -> str:
     return "bfloat16" if device == "cuda" else "float16"
@@ -101,8 +123,22 @@ def bf16(x: np.ndarray) -> np.ndarray:
     return rounded.view(np.float32)
 
 
-def rounded_tensors(paged: Any, dtype: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, float]:
-    q_nope, q_pe, ckv, kpe, scale = paged.tensors()
+def tensors(case: DecodeCase, dtype: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, float]:
+    """`(q_nope, q_pe, ckv, kpe, scale)` of the batch at the case's widths, rounded to the launch dtype."""
+    from kvsim.models.mla_backends.metadata import pages_for
+
+    paged, (lv, lr) = case.paged, case.widths
+    if case.widths == (512, 64):
+        q_nope, q_pe, ckv, kpe, scale = paged.tensors()
+    else:
+        rng = np.random.default_rng(paged.seed)
+        pages = sum(pages_for(n, paged.page_size) for n in paged.kv_lens) + 1
+        total_q = sum(paged.q_lens)
+        q_nope = rng.standard_normal((total_q, paged.heads, lv)).astype(np.float32)
+        q_pe = rng.standard_normal((total_q, paged.heads, lr)).astype(np.float32)
+        ckv = rng.standard_normal((pages, paged.page_size, lv)).astype(np.float32)
+        kpe = rng.standard_normal((pages, paged.page_size, lr)).astype(np.float32)
+        scale = (lv // 4 + lr) ** -0.5
     return rounded(q_nope, dtype), rounded(q_pe, dtype), rounded(ckv, dtype), rounded(kpe, dtype), scale
 
 
@@ -117,62 +153,72 @@ def decode_rows(paged: Any, table: tuple[tuple[int, ...], ...]) -> tuple[list[li
     return rows, extents
 
 
-def launch(child: Any, case: DecodeCase, form: str) -> tuple[np.ndarray, np.ndarray, list[int]]:
-    """The kernel's `(output [rows, H, 512], lse2 [rows, H], extents)` with the batch given in `form`."""
-    from kvsim.gpu_oracle.runtime.asan import pack
+def launch(ctx: Context, case: DecodeCase, form: str) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """The kernel's `(output [rows, H, Lv], lse2 [rows, H], extents)` with the batch given in `form`."""
+    from kvsim.gpu_oracle.runtime.asan import pack, unpack
     from kvsim.models.mla_backends.metadata import dense_from_csr
 
-    paged, dtype = case.paged, launch_dtype(child.device)
-    q_nope, q_pe, ckv, kpe, scale = rounded_tensors(paged, dtype)
+    paged, dtype = case.paged, launch_dtype(ctx.options.device)
+    q_nope, q_pe, ckv, kpe, scale = tensors(case, dtype)
     metadata = paged.metadata()
     dense = metadata.dense() if form == "dense" else dense_from_csr(metadata.csr(), paged.alignment)
     rows, extents = decode_rows(paged, dense.block_tables)
-    result = child.call("vllm.mla_paged_decode", {
+    result = call_kernel(ctx, RUNNER, {
         "q": pack(np.concatenate([q_nope, q_pe], axis=-1)), "cache": pack(np.concatenate([ckv, kpe], axis=-1)),
-        "table": rows, "seq_lens": extents, "splits": case.num_kv_splits, "scale": scale,
-        "page_size": paged.page_size, "dtype": dtype})
-    return unpacked(result, "output"), unpacked(result, "lse") / LN2, extents
+        "table": rows, "seq_lens": extents, "splits": case.num_kv_splits, "scale": scale, "lv": case.widths[0],
+        "page_size": paged.page_size, "dtype": dtype, "paged_buffer": case.paged_buffer,
+        "logit_cap": case.logit_cap, "scales": case.scales, "is_mla": case.is_mla})
+    return unpack(result["output"]), unpack(result["lse"]) / LN2, extents
 
 
-def reference(case: DecodeCase, dtype: str) -> tuple[np.ndarray, np.ndarray]:
+def live_rows(case: DecodeCase) -> np.ndarray:
+    from kvsim.models.mla_backends.metadata import dense_from_csr
+
+    metadata = case.paged.metadata()
+    _, extents = decode_rows(case.paged, dense_from_csr(metadata.csr(), case.paged.alignment).block_tables)
+    return np.array(extents, dtype=np.int64) > 0
+
+
+def answer(dtype: str, out: np.ndarray, lse: np.ndarray, live: np.ndarray, forms_agree: bool) -> dict[str, Any]:
+    return {"dtype": dtype, "forms_agree": forms_agree, "output": out[live].astype(np.float32),
+            "lse": lse[live].astype(np.float32)}
+
+
+def decode_model(ctx: Context, case: DecodeCase) -> dict[str, Any]:
     """The model's paged absorbed MLA on the inputs rounded to the launch dtype (CSR form)."""
     from kvsim.models.mla_backends.paged import paged_mla_attention
 
-    paged = case.paged
-    q_nope, q_pe, ckv, kpe, scale = rounded_tensors(paged, dtype)
-    return paged_mla_attention(q_nope, q_pe, ckv, kpe, paged.metadata().csr(), scale, causal=paged.causal,
-                               chunk_pages=paged.chunk_pages)
+    paged, dtype = case.paged, launch_dtype(ctx.options.device)
+    q_nope, q_pe, ckv, kpe, scale = tensors(case, dtype)
+    out, lse = paged_mla_attention(q_nope, q_pe, ckv, kpe, paged.metadata().csr(), scale, causal=paged.causal,
+                                   chunk_pages=paged.chunk_pages, logit_cap=case.logit_cap)
+    return answer(dtype, out, lse, live_rows(case), True)
 
 
-def decode_compare(child: Any, case: DecodeCase) -> Divergence | None:
-    by_dense = launch(child, case, "dense")
-    by_csr = launch(child, case, "csr")
-    if not all(np.array_equal(x, y, equal_nan=True) for x, y in zip(by_dense[:2], by_csr[:2])):
-        return Divergence(case, "the same bytes from either metadata form", "the forms differ",
-                          f"dense_from_csr(csr, {case.paged.alignment}) and the dense table gave different results")
-    out, lse, extents = by_csr
-    dtype = launch_dtype(child.device)
-    rtol, atol = TOLERANCE[dtype]
-    want_out, want_lse = reference(case, dtype)
-    live = np.array(extents) > 0
-    with np.errstate(invalid="ignore"):
-        out_ok = np.abs(out - want_out) <= atol + rtol * np.abs(want_out)
-        lse_ok = np.abs(lse - want_lse) <= atol + rtol * np.abs(want_lse)
-    bad = live & ~(out_ok.all(axis=(1, 2)) & lse_ok.all(axis=1))
-    if not bad.any():
-        return None
-    r = int(np.argmax(bad))
-    return Divergence(case, f"paged_mla_attention row {r}: output {np.round(want_out[r, 0, :3], 4).tolist()}... "
-                      f"lse2 {np.round(want_lse[r], 4).tolist()}",
-                      f"output {np.round(out[r, 0, :3], 4).tolist()}... lse2 {np.round(lse[r], 4).tolist()}",
-                      f"{int(bad.sum())} of {int(live.sum())} live rows beyond rtol {rtol} / atol {atol} ({dtype})")
+def decode_upstream(ctx: Context, case: DecodeCase) -> dict[str, Any]:
+    by_dense = launch(ctx, case, "dense")
+    out, lse, extents = launch(ctx, case, "csr")
+    agree = all(np.array_equal(x, y, equal_nan=True) for x, y in zip(by_dense[:2], (out, lse)))
+    return answer(launch_dtype(ctx.options.device), out, lse, np.array(extents, dtype=np.int64) > 0, agree)
 
 
-def empty_row_probe(child: Any) -> str | None:
+@dataclass(frozen=True)
+class LaunchTolerance(Close):
+    """`Close` within the tolerance of the launch dtype both answers name (`TOLERANCE`); the rest exact."""
+
+    def difference(self, model: Any, upstream: Any) -> Difference | None:
+        if isinstance(model, dict) and isinstance(upstream, dict) and model.get("dtype") == upstream.get("dtype") \
+                and model.get("dtype") in TOLERANCE:
+            rtol, atol = TOLERANCE[model["dtype"]]
+            return Close(rtol=rtol, atol=atol).difference(model, upstream)
+        return super().difference(model, upstream)
+
+
+def empty_row_probe(ctx: Context) -> str | None:
     """A row of extent 0 is NaN output with LSE -inf (the documented convention)."""
     from kvsim.properties.mla_backends.cases import PAGED_DECODE
 
-    out, lse, extents = launch(child, DecodeCase(PAGED_DECODE, 2), "csr")
+    out, lse, extents = launch(ctx, DecodeCase(PAGED_DECODE, 2), "csr")
     empty = [r for r, n in enumerate(extents) if n == 0]
     if not empty:
         return "the pinned decode batch has no empty row any more"
@@ -183,32 +229,39 @@ def empty_row_probe(child: Any) -> str | None:
     return None
 
 
-def _strategy() -> Any:
-    from hypothesis import strategies as st
+def decode_cases(ctx: Context) -> Any:
+    from dataclasses import replace
 
     from kvsim.properties.mla_backends.strategies import PAGED_CASES
 
-    return st.builds(DecodeCase, PAGED_CASES, st.integers(1, 4))
+    def build(paged: Any, heads: int, splits: int, widths: tuple[int, int], paged_buffer: bool, cap: float,
+              scales: bool, is_mla: bool) -> DecodeCase:
+        return DecodeCase(replace(paged, heads=heads), splits, widths, paged_buffer, cap, scales, is_mla)
+
+    # the interpreter's cost grows with the heads and the tile width: most inputs are small, some are MLA's own
+    return st.builds(build, PAGED_CASES, st.sampled_from((2, 2, 1, 16)), st.integers(1, 4),
+                     st.sampled_from(WIDTHS[::-1] + WIDTHS[2:]), st.booleans(), st.sampled_from((0.0, 0.0, 30.0, 2.0)),
+                     st.booleans(), st.sampled_from((True,) * 4 + (False,)))
 
 
-def _pinned() -> list[DecodeCase]:
+def pinned(ctx: Context) -> list[DecodeCase]:
     from kvsim.properties.mla_backends.cases import PAGED_DECODE, PAGED_PREFILL
 
     return [DecodeCase(PAGED_DECODE, 2), DecodeCase(PAGED_PREFILL, 3)]
 
 
-def decode_shape(source: EngineSource) -> str | None:
-    if not source.has(DECODE) or "decode_attention_fwd" not in names_in(source.file(DECODE)):
-        return f"{DECODE}: {source.label} has no decode_attention_fwd"
-    return None
+def describe(ctx: Context, case: DecodeCase) -> dict[str, Any]:
+    p = case.paged
+    return {"q_lens": list(p.q_lens), "kv_lens": list(p.kv_lens), "page_size": p.page_size, "seed": p.seed,
+            "chunk_pages": p.chunk_pages, "causal": p.causal, "alignment": p.alignment, "heads": p.heads,
+            "num_kv_splits": case.num_kv_splits, "widths": list(case.widths), "paged_buffer": case.paged_buffer,
+            "logit_cap": case.logit_cap, "scales": case.scales, "is_mla": case.is_mla}
 
 
-DECODE_CHECK = KernelCheck(
-    engine="vllm", name=NAME, relpath=DECODE, symbols=("decode_attention_fwd", "_fwd_grouped_kernel_stage1",
-                                                       "_fwd_kernel_stage2"),
-    model="mla-backends", doc=__doc__.split("\n\n")[1].strip(), kernel="vllm.mla_paged_decode",
-    strategy=_strategy, compare=decode_compare, pinned=_pinned, shape=decode_shape,
+MLA_PAGED_DECODE = Differential(
+    kernel=True, examples=kernel_examples,
+    prepare=lambda ctx: check_signature(ctx.up.decode_attention_fwd, PARAMS, f"{DECODE}:decode_attention_fwd"),
+    inputs=decode_cases, pinned=pinned, model=decode_model, upstream=decode_upstream, describe=describe,
+    compare=LaunchTolerance(),
     probes=(Probe("empty_row_is_nan", "a row of extent 0 is NaN output with LSE -inf in the release's kernel",
                   empty_row_probe),))
-
-TARGETS = (as_target(DECODE_CHECK),)

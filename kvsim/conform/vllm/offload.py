@@ -1,23 +1,25 @@
 """vLLM's CPU offloading manager (`vllm/v1/kv_offload/cpu/manager.py`) against the `kv-offload` model.
 
-Two targets:
+Two Locksteps:
 
-* `CPUOffloadingManager`: the release's manager (with the LRU and with the ARC policy) and the model's,
-  driven in lockstep by one Hypothesis state machine over several requests: prepare_store,
-  complete_store (success or failure), prepare_load, complete_load, touch, lookup,
-  on_request_finished, reset_cache, take_events and get_stats. After every step every observable
-  is compared: the return value, the pending events in order, the pool counters and the free list,
-  each key's (ref_cnt, slot), the policy's order (LRU recency; ARC T1, T2, B1, B2 and the target),
-  the store-threshold tracker and the batch's allocation sizes and skipped stores. The model states
-  0.33.0; a release without the request-scoped cache access (0.30.0 and before) is skipped with a
-  note (the `offload_rename` target covers those).
-* `offload_rename`: the #52615 rename on the real code. The release given (new names: 0.30.0, the first
-  with them) and vLLM 0.29.0 (the last with the old names, fetched like any release) run the same
-  operation sequences (store_threshold 1, LRU and ARC), each read through its naming
-  (`kvsim.models.kv_offload.names`), and their traces are compared; two directed programs show the two
-  behaviour changes 0.30.0 made beside the rename (the ARC T1 fallback, the admission tracker keeping
-  the offer's own keys). A release with the request-scoped access (0.31.0+) is skipped with a note:
-  its LRU is a different structure, not the rename's neighbour.
+* `MANAGER` (`CPUOffloadingManager`): the release's manager (with the LRU and with the ARC policy) and the
+  model's, driven by one state machine over several requests: prepare_store, a store whose transfer completes at
+  once, complete_store (success or failure, some write-pending keys and maybe one more), prepare_load,
+  complete_load, touch, lookup, on_request_finished, reset_cache, take_events and get_stats. After every step
+  every observable is compared: the return value, the pending events in order, the pool counters and the free
+  list, each key's (ref_cnt, slot), the policy's order (LRU recency; ARC T1, T2, B1, B2 and the target), the
+  store-threshold tracker and the batch's allocation sizes and skipped stores. The model states 0.33.0; a release
+  without the request-scoped cache access (0.30.0 and before) is skipped with a note (the `offload_rename` target
+  covers those).
+* `RENAME` (`offload_rename`, both sides code under test): the #52615 rename on the real code. The release given
+  (new names: 0.30.0, the first with them) and vLLM 0.29.0 (the last with the old names, fetched like any release,
+  loaded without the mutant of a `--mutants` run) run the same programs (store_threshold 1, LRU and ARC), each
+  read through its naming (`kvsim.models.kv_offload.names`: #52615 renamed OffloadPolicy's `block_level` value
+  too); the loads and completions are drawn from the keys the new release holds ready or pinned (the model, which
+  states 0.33.0, need not agree with those releases). Two probes run the directed programs of the two behaviour changes 0.30.0 made beside the rename (the
+  ARC T1 fallback, the admission tracker keeping the offer's own keys): each must give different traces on the
+  two releases. A release with the request-scoped access (0.31.0+) is skipped with a note: its LRU is a
+  different structure, not the rename's neighbour.
 
 Settled: vLLM 0.31.0 (request-scoped access, no metadata-only release event on a failed store) diverges
 from the model at the first failed store's event list; the model states 0.33.0, which emits
@@ -31,31 +33,35 @@ integers i, distinct within one call (the scheduler's contract); request context
 `ReqContext` with no recorded key positions (so LRU ranks are the order of assignment); the policy
 factory is a stand-in returning the loaded LRU and ARC classes; `OffloadingConnectorStats` is a
 stand-in recording `set_gauge` / `observe_histogram` / `increase_counter` calls in order; loads and
-completions are drawn from what the model says is ready or pinned (upstream asserts otherwise).
+completions are drawn from what the model says is ready or pinned (upstream asserts otherwise); a store that
+completes at once completes the call's keys each side holds write-pending.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, Callable
 
+from hypothesis import strategies as st
+
+from kvsim.engine.conformance.adapters import Context, Lockstep, Operation, Probe
 from kvsim.engine.errors import ConfigError
 from kvsim.models.kv_offload.manager import CPUOffloadingManager
 from kvsim.models.kv_offload.names import NEW_NAMES, OLD_NAMES, Naming
 from kvsim.models.kv_offload.status import CPUOffloadingMetrics as M
 
-from ..loader import load_definitions, names_in
-from ..source import EngineSource, resolve_source
-from ..targets import RunOptions, Target, TargetResult
+from ..loader import load_definitions, mutated, names_in
 
 RELPATH = "vllm/v1/kv_offload/cpu/manager.py"
 POLICIES = "vllm/v1/kv_offload/cpu/policies/"
+LRU, ARC = POLICIES + "lru.py", POLICIES + "arc.py"
 BASE = "vllm/v1/kv_offload/base.py"
 OLD_RELEASE = "0.29.0"  # the last vLLM release before #52615 (0.30.0 is the first with the new names)
 KEYS = 6  # keys 0..5
 MAX_REQUESTS = 3  # requests active at once
+STEPS = 80  # calls per program: ARC's ghost lists, its T1 fallback and its trimming need long ones
+RENAME_STEPS = 50  # two releases of the same structure: shorter programs reach their code
 
 
 class StatsStandIn:
@@ -74,6 +80,25 @@ class StatsStandIn:
         self.calls.append(("counter", name, value))
 
 
+def manager_modules(lru: type, arc: type) -> dict[str, Any]:
+    """The engine modules the manager imports that kvsim stands in for: the policy factory (the loaded LRU and
+    ARC classes by name) and the connector's stats."""
+    table = {"lru": lru, "arc": arc}
+
+    class CachePolicyFactory:
+        @staticmethod
+        def get_cache_policy_cls(name: str, module_path: str | None = None) -> type:
+            return table[name]
+
+    return {"vllm.v1.kv_offload.cpu.policies.factory": SimpleNamespace(CachePolicyFactory=CachePolicyFactory),
+            "vllm.distributed.kv_transfer.kv_connector.v1.offloading.metrics": SimpleNamespace(
+                OffloadingConnectorStats=StatsStandIn)}
+
+
+def loading(upstream: Any, up: SimpleNamespace) -> dict[str, Any]:
+    return {"modules": manager_modules(up.LRUCachePolicy, up.ARCCachePolicy)} if upstream.file == RELPATH else {}
+
+
 @dataclass
 class Upstream:
     manager: type
@@ -83,41 +108,43 @@ class Upstream:
     request_scoped: bool  # the 0.31.0+ request-scoped cache access (`_RequestCacheAccess`)
 
 
-def load(source: EngineSource) -> Upstream:
-    base_names = names_in(source.file(POLICIES + "base.py"), imports=False)
-    naming = NEW_NAMES if "ChunkStatus" in base_names else OLD_NAMES
-    wanted = [n for n in (naming.status_class, "CachePolicy", "order_request_keys") if n in base_names]
-    base = load_definitions(source.file(POLICIES + "base.py"), wanted, where=POLICIES + "base.py",
-                            version=source.label)
-    mods: dict[str, Any] = {"vllm.v1.kv_offload.cpu.policies.base": base}
-    lru = load_definitions(source.file(POLICIES + "lru.py"), ["LRUCachePolicy"], where=POLICIES + "lru.py",
-                           version=source.label, modules=mods).LRUCachePolicy
-    arc = load_definitions(source.file(POLICIES + "arc.py"), ["ARCCachePolicy"], where=POLICIES + "arc.py",
-                           version=source.label, modules=mods).ARCCachePolicy
-    table = {"lru": lru, "arc": arc}
+def naming_of(source: Any) -> Naming:
+    return NEW_NAMES if "ChunkStatus" in names_in(source.file(POLICIES + "base.py"), imports=False) else OLD_NAMES
 
-    class CachePolicyFactory:
-        @staticmethod
-        def get_cache_policy_cls(name: str, module_path: str | None = None) -> type:
-            return table[name]
 
-    mods["vllm.v1.kv_offload.cpu.policies.factory"] = SimpleNamespace(CachePolicyFactory=CachePolicyFactory)
-    mods["vllm.distributed.kv_transfer.kv_connector.v1.offloading.metrics"] = SimpleNamespace(
-        OffloadingConnectorStats=StatsStandIn)
-    manager = load_definitions(source.file(RELPATH), ["CPUOffloadingManager"], where=RELPATH, version=source.label,
-                               modules=mods).CPUOffloadingManager
-    glue = load_definitions(source.file(BASE), ["ReqContext", "make_offload_key"], where=BASE, version=source.label)
+def upstream_of(ctx: Context) -> Upstream:
+    """The release's manager as loaded by the declaration (read once per run)."""
+    if "up" not in ctx.state:
+        up = ctx.up
+        ctx.state["up"] = Upstream(up.CPUOffloadingManager, up.ReqContext, up.make_offload_key, naming_of(ctx.source),
+                                   "_RequestCacheAccess" in names_in(ctx.source.file(RELPATH), imports=False))
+    return ctx.state["up"]
+
+
+def load_release(source: Any) -> Upstream:
+    """Another release's manager (the rename's old side), loaded as the declaration loads this one's."""
+    def load(relpath: str, names: list[str], **kw: Any) -> SimpleNamespace:
+        return load_definitions(source.file(relpath), names, where=relpath, version=source.label, **kw)
+
+    with mutated(None):  # a --mutants run mutates the release under test, not this one
+        lru, arc = load(LRU, ["LRUCachePolicy"]).LRUCachePolicy, load(ARC, ["ARCCachePolicy"]).ARCCachePolicy
+        manager = load(RELPATH, ["CPUOffloadingManager"], modules=manager_modules(lru, arc)).CPUOffloadingManager
+        glue = load(BASE, ["ReqContext", "make_offload_key"])
     scoped = "_RequestCacheAccess" in names_in(source.file(RELPATH), imports=False)
-    return Upstream(manager, glue.ReqContext, glue.make_offload_key, naming, scoped)
+    return Upstream(manager, glue.ReqContext, glue.make_offload_key, naming_of(source), scoped)
 
 
-# -- one side of a lockstep: an upstream manager, or the model -------------------------------------
+# -- the sides: an upstream manager, or the model (which also says what is ready and pinned) ---------------------
 
 class UpstreamSide:
-    def __init__(self, up: Upstream, policy: str, capacity: int, threshold: int, tracker: int) -> None:
-        self.up, self.n = up, up.naming
-        self.m = up.manager(**{self.n.capacity_arg: capacity}, cache_policy=policy, enable_events=True,
-                            store_threshold=threshold, max_tracker_size=tracker)
+    """One release's manager; `tracker_order`: whether the admission tracker's order is observed (the rename's
+    programs never fill the tracker, where its order matters, and 0.30.0 changed it beside the rename)."""
+
+    def __init__(self, up: Upstream, config: dict[str, Any], tracker_order: bool = True) -> None:
+        self.up, self.n, self.tracker_order = up, up.naming, tracker_order
+        self.m = up.manager(**{self.n.capacity_arg: config["capacity"]}, cache_policy=config["policy"],
+                            enable_events=config["events"], store_threshold=config["threshold"],
+                            max_tracker_size=config["tracker"])
         self.keys = [up.make_key(str(i).encode(), 0) for i in range(KEYS)]
         self.key_of = {k: i for i, k in enumerate(self.keys)}
         self.contexts: dict[int, Any] = {}
@@ -127,21 +154,29 @@ class UpstreamSide:
             self.contexts[req] = self.up.req_context(req_id=f"req-{req}")
         return self.contexts[req]
 
-    def ks(self, keys: list[int]) -> list[bytes]:
+    def ks(self, keys: Any) -> list[bytes]:
         return [self.keys[k] for k in keys]
 
     def ints(self, keys: Any) -> list[int]:
         return [self.key_of[k] for k in keys]
 
-    def call(self, op: str, args: tuple) -> Any:
+    def pending(self, keys: Any) -> list[int]:
+        """The call's keys this manager holds write-pending (ref_cnt -1)."""
+        policy = self.m._policy
+        return [k for k in keys if (c := policy.get(self.keys[k])) is not None and c.ref_cnt == -1]
+
+    def call(self, op: str, args: Any) -> Any:
         m, n = self.m, self.n
         if op == "prepare_store":
             keys, req = args
             out = m.prepare_store(self.ks(keys), self.ctx(req))
             if out is None:
                 return None
-            return (self.ints(out.keys_to_store), [int(x) for x in getattr(out.store_spec, n.spec_ids)],
-                    self.ints(out.evicted_keys))
+            return {"keys_to_store": self.ints(out.keys_to_store),
+                    "chunk_ids": [int(x) for x in getattr(out.store_spec, n.spec_ids)],
+                    "evicted_keys": self.ints(out.evicted_keys)}
+        if op in COMPOUND:
+            return COMPOUND[op](self, args)
         if op == "complete_store":
             keys, req, success = args
             return m.complete_store(self.ks(keys), self.ctx(req), success=success)
@@ -159,18 +194,27 @@ class UpstreamSide:
             result = m.lookup(self.keys[key], self.ctx(req))
             return getattr(result, "name", result)
         if op == "on_request_finished":
-            (req,) = args
-            return m.on_request_finished(self.ctx(req))
+            return m.on_request_finished(self.ctx(args))
+        if op == "on_new_request":  # the offload policy's value, read through the naming
+            value = m.on_new_request(self.ctx(args)).policy.value
+            return "chunk_level" if value == n.chunk_level else value
+        if op == "get_load_source":
+            key, req = args
+            return m.get_load_source(self.keys[key], self.ctx(req)).value
         if op == "reset_cache":
             return m.reset_cache()
         if op == "take_events":
-            return [self.event(e) for e in m.take_events()]
+            return [self.event(e) for e in m.take_events() or ()]
         if op == "get_stats":
-            return m.get_stats().calls
+            return [list(c) for c in m.get_stats().calls]
         raise ValueError(op)
 
-    def event(self, e: Any) -> tuple:
-        return (self.ints(e.keys), e.removed, getattr(e, "metadata_only", False))
+    def event(self, e: Any) -> dict[str, Any]:
+        return {"keys": self.ints(e.keys), "removed": e.removed, "metadata_only": getattr(e, "metadata_only", False)}
+
+    def tracker(self, counts: Any) -> list[list[int]]:
+        pairs = [[self.key_of[k], c] for k, c in counts.items()]
+        return pairs if self.tracker_order else sorted(pairs)
 
     def observe(self) -> dict[str, Any]:
         m, n = self.m, self.n
@@ -179,7 +223,7 @@ class UpstreamSide:
         for i, key in enumerate(self.keys):
             chunk = policy.get(key)
             if chunk is not None:
-                slots[i] = (chunk.ref_cnt, getattr(chunk, n.status_id))
+                slots[i] = {"ref_cnt": chunk.ref_cnt, "slot": getattr(chunk, n.status_id)}
         if hasattr(policy, "t1"):
             order: Any = {"t1": self.ints(policy.t1), "t2": self.ints(policy.t2), "b1": self.ints(policy.b1),
                           "b2": self.ints(policy.b2), "target": policy.target_t1_size}
@@ -191,20 +235,61 @@ class UpstreamSide:
                 "free_list": list(m._free_list), "evictable": getattr(m, n.num_evictable),
                 "write_pending": getattr(m, n.num_write_pending), "free": getattr(m, n.get_num_free)(),
                 "slots": slots, "policy": order,
-                "tracker": None if m.counts is None else [(self.key_of[k], c) for k, c in m.counts.items()],
+                "tracker": None if m.counts is None else self.tracker(m.counts),
                 "allocation_sizes": list(m.allocation_sizes_in_current_batch),
                 "stores_skipped": m.stores_skipped_in_current_batch}
 
 
-class ModelSide:
-    def __init__(self, policy: str, capacity: int, threshold: int, tracker: int) -> None:
-        self.m = CPUOffloadingManager(capacity, policy, True, threshold, tracker)
+def store_and_complete(side: Any, args: Any) -> dict[str, Any]:
+    """A store whose transfer completes at once (so chunks turn idle and later stores evict): prepare_store, then
+    complete_store of the call's keys this side holds write-pending."""
+    keys, req = args
+    stored = side.call("prepare_store", (keys, req))
+    pending = side.pending(keys)
+    completed = side.call("complete_store", (pending, req, True)) if pending else None
+    return {"prepare_store": stored, "completed": pending, "complete_store": completed}
 
-    def call(self, op: str, args: tuple) -> Any:
+
+def load_and_complete(side: Any, args: Any) -> dict[str, Any]:
+    """A load whose transfer completes at once: prepare_load, then complete_load of the same keys (the chunks are
+    pinned and released again without a recency change)."""
+    keys, req = args
+    return {"prepare_load": side.call("prepare_load", (keys, req)),
+            "complete_load": side.call("complete_load", (keys, req))}
+
+
+COMPOUND = {"store_and_complete": store_and_complete, "load_and_complete": load_and_complete}
+
+
+class ModelSide:
+    """The model's manager; also the view the operations draw from (what is ready or pinned, the requests)."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.m = CPUOffloadingManager(config["capacity"], config["policy"], config["events"], config["threshold"],
+                                      config["tracker"])
+        self.active = list(range(MAX_REQUESTS))
+        self.next_req = MAX_REQUESTS
+
+    def pending(self, keys: Any) -> list[int]:
+        resident = self.m.resident()
+        return [k for k in keys if k in resident and resident[k].ref_cnt == -1]
+
+    def call(self, op: str, args: Any) -> Any:
         m = self.m
+        if op == "on_request_finished":  # a finished request sees no more keys (upstream asserts)
+            self.active[self.active.index(args)] = self.next_req
+            self.next_req += 1
+            return m.on_request_finished(args)
+        if op == "on_new_request":
+            return m.on_new_request(args)
+        if op == "get_load_source":
+            return m.get_load_source(args[0])
         if op == "prepare_store":
             out = m.prepare_store(*args)
-            return None if out is None else (list(out.keys_to_store), list(out.chunk_ids), list(out.evicted_keys))
+            return None if out is None else {"keys_to_store": list(out.keys_to_store),
+                                             "chunk_ids": list(out.chunk_ids), "evicted_keys": list(out.evicted_keys)}
+        if op in COMPOUND:
+            return COMPOUND[op](self, args)
         if op == "complete_store":
             keys, _req, success = args
             return m.complete_store(keys, success)
@@ -214,30 +299,30 @@ class ModelSide:
             return getattr(m, op)(args[0])
         if op == "lookup":
             return m.lookup(args[0]).value
-        if op == "on_request_finished":
-            return m.on_request_finished(args[0])
         if op == "reset_cache":
             return m.reset_cache()
         if op == "take_events":
-            return [(list(e.keys), e.removed, e.metadata_only) for e in m.take_events()]
+            return [{"keys": list(e.keys), "removed": e.removed, "metadata_only": e.metadata_only}
+                    for e in m.take_events()]
         if op == "get_stats":
-            return stats_calls(m.get_stats())
+            return [list(c) for c in stats_calls(m.get_stats())]
         raise ValueError(op)
 
     def observe(self) -> dict[str, Any]:
         m = self.m
         policy = m._policy
-        slots = {k: (c.ref_cnt, c.chunk_id) for k, c in sorted(m.resident().items())}
+        slots = {k: {"ref_cnt": c.ref_cnt, "slot": c.chunk_id} for k, c in sorted(m.resident().items())}
         if hasattr(policy, "t1"):
             order: Any = {"t1": list(policy.t1), "t2": list(policy.t2), "b1": list(policy.b1), "b2": list(policy.b2),
                           "target": policy.target_t1_size}
         else:
             order = {"recency": list(policy.chunks)}
-        return {"events": [(list(e.keys), e.removed, e.metadata_only) for e in m.events or []],
+        return {"events": [{"keys": list(e.keys), "removed": e.removed, "metadata_only": e.metadata_only}
+                           for e in m.events or []],
                 "allocated": m._num_allocated_chunks, "free_list": list(m._free_list),
                 "evictable": m._num_evictable_cache_chunks, "write_pending": m._num_write_pending_chunks,
                 "free": m._get_num_free_chunks(), "slots": slots, "policy": order,
-                "tracker": None if m.counts is None else list(m.counts.items()),
+                "tracker": None if m.counts is None else [list(kv) for kv in m.counts.items()],
                 "allocation_sizes": list(m.allocation_sizes_in_current_batch),
                 "stores_skipped": m.stores_skipped_in_current_batch}
 
@@ -253,172 +338,204 @@ def stats_calls(stats: dict[str, Any]) -> list[tuple]:
     return calls
 
 
-class Divergence(AssertionError):
-    pass
+class ReleaseView:
+    """What the rename's operations draw from: the release's own state (which keys it holds ready or pinned, as
+    the scheduler knows them) and the requests still active; stepped by `ShadowedSide` to track the requests."""
 
+    def __init__(self, side: UpstreamSide) -> None:
+        self.side = side
+        self.m = self  # the operations read `view.m.resident()`
+        self.active = list(range(MAX_REQUESTS))
+        self.next_req = MAX_REQUESTS
 
-def run_machine(make_sides: Callable[[str, int, int, int], tuple[Any, Any]], policies: tuple[str, ...],
-                options: RunOptions, result: TargetResult, steps: int = 50,
-                thresholds: tuple[int, ...] = (1, 1, 2)) -> list[str]:
-    """Drive two sides (`make_sides(policy, capacity, threshold, tracker)` -> (a, b)) in lockstep; the program
-    of the shrunk divergence, if any (the message goes into `result`)."""
-    from hypothesis import HealthCheck, Phase, settings
-    from hypothesis import strategies as st
-    from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule, run_state_machine_as_test
+    def resident(self) -> dict[int, Any]:
+        policy = self.side.m._policy
+        return {i: chunk for i, key in enumerate(self.side.keys) if (chunk := policy.get(key)) is not None}
 
-    program: list[str] = []
-    keys_st = st.lists(st.integers(0, KEYS - 1), unique=True, min_size=1, max_size=4)
-
-    class Lockstep(RuleBasedStateMachine):
-        @initialize(policy=st.sampled_from(policies), capacity=st.sampled_from((2, 3, 1, 4, 0, 5)),
-                    threshold=st.sampled_from(thresholds),
-                    tracker=st.integers(1, 6))
-        def start(self, policy: str, capacity: int, threshold: int, tracker: int) -> None:
-            program.clear()
-            program.append(f"CPUOffloadingManager({capacity}, {policy!r}, store_threshold={threshold}, "
-                           f"max_tracker_size={tracker})")
-            self.a, self.b = make_sides(policy, capacity, threshold, tracker)
-            self.model = CPUOffloadingManager(capacity, policy, True, threshold, tracker)  # what is ready, pinned
-            self.active = list(range(MAX_REQUESTS))
-            self.next_req = MAX_REQUESTS
-            self.step("observe", ())
-
-        def step(self, op: str, args: tuple) -> None:
-            if op != "observe":
-                program.append(f"{op}{args!r}")
-                ra, rb = self.a.call(op, args), self.b.call(op, args)
-                self.shadow(op, args)
-            else:
-                ra = rb = None
-            oa, ob = self.a.observe(), self.b.observe()
-            result.compared += 1
-            if ra != rb or oa != ob:
-                diff = {k: (oa[k], ob[k]) for k in oa if oa[k] != ob.get(k)}
-                raise Divergence(f"after {'; '.join(program)}: returned {ra!r} vs {rb!r}; observations differ in "
-                                 f"{diff}")
-
-        def shadow(self, op: str, args: tuple) -> None:
-            """The state the harness draws from (which keys are ready or pinned)."""
-            m = self.model
-            if op == "prepare_store":
-                m.prepare_store(*args)
-            elif op == "complete_store":
-                m.complete_store(args[0], args[2])
-            elif op == "prepare_load":
-                m.prepare_load(*args)
-            elif op in ("complete_load", "touch"):
-                getattr(m, op)(args[0])
-            elif op == "on_request_finished":
-                m.on_request_finished(args[0])
-            elif op in ("reset_cache", "take_events", "get_stats"):
-                getattr(m, op)()
-
-        @rule(pick=st.integers(0, MAX_REQUESTS - 1), keys=keys_st)
-        def prepare_store(self, pick: int, keys: list[int]) -> None:
-            self.step("prepare_store", (keys, self.active[pick]))
-
-        @rule(pick=st.integers(0, MAX_REQUESTS - 1), keys=keys_st)
-        def store_and_complete(self, pick: int, keys: list[int]) -> None:
-            """A store whose transfer completes at once (so chunks turn idle and later stores evict)."""
-            req = self.active[pick]
-            self.step("prepare_store", (keys, req))
-            pending = [k for k in keys if (c := self.model.resident().get(k)) is not None and c.ref_cnt == -1]
-            if pending:
-                self.step("complete_store", (pending, req, True))
-
-        @rule(pick=st.integers(0, MAX_REQUESTS - 1), mask=st.lists(st.booleans(), min_size=KEYS, max_size=KEYS),
-              extra=st.one_of(st.none(), st.integers(0, KEYS - 1)), success=st.booleans())
-        def complete_store(self, pick: int, mask: list[bool], extra: int | None, success: bool) -> None:
-            """A subset of the write-pending keys (all of them if the mask picks none), maybe one more key."""
-            pending = sorted(k for k, c in self.model.resident().items() if c.ref_cnt == -1)
-            keys = [k for k in pending if mask[k]] or pending
-            if extra is not None and extra not in keys:
-                keys.append(extra)
-            if keys:
-                self.step("complete_store", (keys, self.active[pick], success))
-
-        @rule(pick=st.integers(0, MAX_REQUESTS - 1), data=st.data())
-        def prepare_load(self, pick: int, data: Any) -> None:
-            ready = sorted(k for k, c in self.model.resident().items() if c.ref_cnt >= 0)
-            if ready:
-                keys = data.draw(st.permutations(ready).flatmap(lambda p: st.integers(1, len(p)).map(lambda n: p[:n])))
-                self.step("prepare_load", (list(keys), self.active[pick]))
-
-        @rule(pick=st.integers(0, MAX_REQUESTS - 1), data=st.data())
-        def complete_load(self, pick: int, data: Any) -> None:
-            pinned = sorted(k for k, c in self.model.resident().items() if c.ref_cnt > 0)
-            if pinned:
-                keys = data.draw(st.lists(st.sampled_from(pinned), unique=True, min_size=1))
-                self.step("complete_load", (keys, self.active[pick]))
-
-        @rule(pick=st.integers(0, MAX_REQUESTS - 1), keys=keys_st)
-        def touch(self, pick: int, keys: list[int]) -> None:
-            self.step("touch", (keys, self.active[pick]))
-
-        @rule(pick=st.integers(0, MAX_REQUESTS - 1), key=st.integers(0, KEYS - 1))
-        def lookup(self, pick: int, key: int) -> None:
-            self.step("lookup", (key, self.active[pick]))
-
-        @rule(pick=st.integers(0, MAX_REQUESTS - 1))
-        def on_request_finished(self, pick: int) -> None:
-            req = self.active[pick]
-            self.step("on_request_finished", (req,))
-            self.active[pick] = self.next_req  # a finished request sees no more keys (upstream asserts)
+    def call(self, op: str, args: Any) -> None:
+        if op == "on_request_finished":
+            self.active[self.active.index(args)] = self.next_req
             self.next_req += 1
 
-        @precondition(lambda self: not any(c.ref_cnt > 0 for c in self.model.resident().values()))
-        @rule(roll=st.integers(0, 9))
-        def reset_cache(self, roll: int) -> None:  # the scheduler flushes in-flight loads before a reset
-            if roll == 0:  # rare: a reset empties the cache the other rules work on
-                self.step("reset_cache", ())
 
-        @rule()
-        def take_events(self) -> None:
-            self.step("take_events", ())
+class ShadowedSide:
+    """A code-under-test side that also steps the view the operations draw from (the rename's old release)."""
 
-        @rule()
-        def get_stats(self) -> None:
-            self.step("get_stats", ())
+    def __init__(self, side: UpstreamSide, view: ReleaseView) -> None:
+        self.side, self.view = side, view
 
-    budget = settings(max_examples=options.max_examples, stateful_step_count=steps, database=None, deadline=None,
-                      derandomize=options.seed is None, suppress_health_check=list(HealthCheck),
-                      phases=(Phase.explicit, Phase.generate, Phase.shrink))
-    try:
-        run_state_machine_as_test(Lockstep, settings=budget)  # --seed: random generation, not derandomized
-    except Divergence as exc:
-        result.diverge({"program": list(program)}, "see message", "see message", str(exc))
-    return list(program)
+    def pending(self, keys: Any) -> list[int]:
+        return self.side.pending(keys)
+
+    def call(self, op: str, args: Any) -> Any:
+        self.view.call(op, args)
+        return self.side.call(op, args)
+
+    def observe(self) -> dict[str, Any]:
+        return self.side.observe()
 
 
-def run_lockstep(source: EngineSource, options: RunOptions) -> TargetResult:
-    started = time.perf_counter()
-    up = load(source)
-    result = TargetResult("CPUOffloadingManager", source.version)
+# -- the operations --------------------------------------------------------------------------------------------
+
+KEY_LISTS = st.lists(st.integers(0, KEYS - 1), unique=True, min_size=1, max_size=4)
+TOUCHES = st.lists(st.integers(0, KEYS - 1), unique=True, min_size=1, max_size=KEYS)
+
+
+def with_request(keys: Any) -> Callable[[ModelSide], Any]:
+    return lambda view: st.tuples(keys, st.sampled_from(view.active))
+
+
+def completions(view: ModelSide) -> Any:
+    """A subset of the write-pending keys (all of them if the mask picks none), maybe one more key (with none
+    pending: one key)."""
+    pending = sorted(k for k, c in view.m.resident().items() if c.ref_cnt == -1)
+
+    def pick(drawn: tuple) -> tuple:
+        mask, extra, req, success = drawn
+        keys = [k for k in pending if mask[k]] or list(pending)
+        if extra is not None and extra not in keys:
+            keys.append(extra)
+        return keys, req, success
+    extra = st.one_of(st.none(), st.integers(0, KEYS - 1)) if pending else st.integers(0, KEYS - 1)
+    return st.tuples(st.lists(st.booleans(), min_size=KEYS, max_size=KEYS), extra, st.sampled_from(view.active),
+                     st.booleans()).map(pick)
+
+
+def loads(view: ModelSide) -> Any:
+    ready = sorted(k for k, c in view.m.resident().items() if c.ref_cnt >= 0)
+    if not ready:
+        return None
+    keys = st.permutations(ready).flatmap(lambda p: st.integers(1, len(p)).map(lambda n: list(p[:n])))
+    return st.tuples(keys, st.sampled_from(view.active))
+
+
+def load_completions(view: ModelSide) -> Any:
+    pinned = sorted(k for k, c in view.m.resident().items() if c.ref_cnt > 0)
+    if not pinned:
+        return None
+    return st.tuples(st.lists(st.sampled_from(pinned), unique=True, min_size=1), st.sampled_from(view.active))
+
+
+def resettable(view: ModelSide) -> Any:
+    """The scheduler flushes in-flight loads before a reset: enabled while no chunk is pinned."""
+    return None if any(c.ref_cnt > 0 for c in view.m.resident().values()) else st.just(())
+
+
+OPERATIONS = (  # the stores and their completions repeated: they are what the other operations work on
+    Operation("prepare_store", with_request(KEY_LISTS)),
+    Operation("prepare_store", with_request(KEY_LISTS)),
+    Operation("store_and_complete", with_request(KEY_LISTS)),
+    Operation("store_and_complete", with_request(KEY_LISTS)),
+    Operation("store_and_complete", with_request(KEY_LISTS)),
+    Operation("complete_store", completions),
+    Operation("complete_store", completions),
+    Operation("prepare_load", loads),
+    Operation("complete_load", load_completions),
+    Operation("load_and_complete", loads),
+    Operation("touch", with_request(TOUCHES)),
+    Operation("touch", with_request(TOUCHES)),
+    Operation("lookup", with_request(st.integers(0, KEYS - 1))),
+    Operation("on_request_finished", lambda view: st.sampled_from(view.active)),
+    Operation("on_new_request", lambda view: st.sampled_from(view.active)),
+    Operation("get_load_source", with_request(st.integers(0, KEYS - 1))),
+    Operation("reset_cache", resettable),
+    Operation("take_events", st.just(())),
+    Operation("get_stats", st.just(())),
+)
+
+
+def configs(thresholds: tuple[int, ...], policies: tuple[str, ...] = ("lru", "arc"), trackers: Any = None) -> Any:
+    return st.fixed_dictionaries({"policy": st.sampled_from(policies),
+                                  "capacity": st.sampled_from((2, 3, 1, 4, 0, 5)),
+                                  "threshold": st.sampled_from(thresholds),
+                                  "tracker": st.integers(1, 6) if trackers is None else trackers,
+                                  "events": st.sampled_from((True, True, True, False))})
+
+
+# -- CPUOffloadingManager: the release against the model ----------------------------------------------------------
+
+def manager_skip(ctx: Context) -> tuple[str, str] | None:
+    up = upstream_of(ctx)
     if not up.request_scoped:
-        result.status = "skipped"
-        result.note = (f"{source.label} predates the request-scoped cache access (vLLM 0.31.0); the model states "
-                       f"0.33.0: see the offload_rename target for this release")
-        return result.finish(started)
-
-    def sides(policy: str, capacity: int, threshold: int, tracker: int) -> tuple[Any, Any]:
-        return UpstreamSide(up, policy, capacity, threshold, tracker), ModelSide(policy, capacity, threshold, tracker)
-
-    run_machine(sides, ("lru", "arc"), options, result)
-    result.note = f"names: {up.naming.label}; {result.compared} steps compared (LRU and ARC)"
-    return result.finish(started)
+        return ("skipped", f"{ctx.source.label} predates the request-scoped cache access (vLLM 0.31.0); the model "
+                           f"states 0.33.0: see the offload_rename target for this release")
+    return None
 
 
-# Directed programs for the two behaviour changes 0.30.0 made beside the rename (the random lockstep
-# reaches the first rarely): each must give a different trace on 0.29.0 and on a release after it.
+def manager_sides(ctx: Context, config: dict[str, Any]) -> tuple[Any, Any]:
+    return ModelSide(config), UpstreamSide(upstream_of(ctx), config)
+
+
+def config(policy: str, capacity: int, threshold: int = 1, tracker: int = 64_000) -> dict[str, Any]:
+    return {"policy": policy, "capacity": capacity, "threshold": threshold, "tracker": tracker, "events": True}
+
+
+# Directed programs: paths a random program reaches rarely, run on the model and the release (each must give the
+# same trace), and on 0.29.0 and the release after it (`RENAME`'s probes: each must give different traces).
 ARC_T1_FALLBACK = (  # ARC: T1 below the target and no idle key in T2: 0.29.0 gives up (None), 0.30.0 takes T1
-    ("arc", 3, 1), ("prepare_store", ([0, 1, 2], 0)), ("complete_store", ([0, 1, 2], 0, True)),
+    config("arc", 3),
+    ("prepare_store", ([0, 1, 2], 0)), ("complete_store", ([0, 1, 2], 0, True)),
     ("prepare_store", ([3], 0)), ("complete_store", ([3], 0, True)), ("prepare_store", ([4], 0)),
     ("complete_store", ([4], 0, True)), ("touch", ([0, 1], 0)), ("touch", ([3, 4], 0)),
     ("prepare_load", ([3, 4], 0)), ("prepare_store", ([5], 0)))
 TRACKER_KEEPS_OFFER = (  # store_threshold 2, tracker of 1: 0.29.0 evicts the offer's own key, 0.30.0 keeps it
-    ("lru", 0, 2, 1), ("prepare_store", ([0, 1], 0)))
-BESIDE_THE_RENAME = {"ARC evict falls back to T1 when T2 has no idle key": ARC_T1_FALLBACK,
-                     "the admission tracker no longer evicts the offer's own keys": TRACKER_KEEPS_OFFER}
+    config("lru", 0, threshold=2, tracker=1), ("prepare_store", ([0, 1], 0)))
+LRU_REPINNED = (  # a load pins and releases key 0 without a recency change: its heap entry is there twice
+    config("lru", 2), ("store_and_complete", ([0, 1], 0)), ("load_and_complete", ([0], 0)),
+    ("lookup", (0, 0)), ("prepare_store", ([2, 3], 1)), ("lookup", (2, 1)))
+LRU_COMPACTED = (  # many touches of idle keys: the lazy heap outgrows twice the evictable keys and is rebuilt
+    config("lru", 5), ("store_and_complete", ([0, 1, 2, 3, 4], 0)),
+    *(("touch", ([0, 1, 2, 3, 4] if i % 2 else [4, 3, 2, 1, 0], 1)) for i in range(14)),
+    ("prepare_store", ([5], 1)))
+
+FAILED_STORE = (  # a failed store of pending keys, with events on: a metadata-only removal event (0.31.0 had none);
+    # random programs reach failed stores of pending keys mostly with events off
+    config("lru", 2), ("prepare_store", ([0, 1], 0)), ("complete_store", ([0], 0, False)), ("take_events", ()))
+
+
+def directed(name: str, what: str, program: tuple) -> Probe:
+    def check(ctx: Context) -> str | None:
+        differs = run_program(ModelSide(program[0]), UpstreamSide(upstream_of(ctx), program[0]), program[1:])
+        return None if differs is None else f"{what}: the model and {ctx.source.label} differ {differs}"
+    return Probe(name, f"{what}: the model's trace and upstream's are equal", check)
+
+
+MANAGER = Lockstep(
+    loading=loading, skip=manager_skip, start=lambda ctx: configs((1, 1, 2)), sides=manager_sides,
+    operations=OPERATIONS, steps=STEPS,
+    probes=(directed("arc_evict_falls_back_to_t1", "ARC evict falls back to T1", ARC_T1_FALLBACK),
+            directed("lru_evict_skips_a_repinned_entry", "LRU eviction skips a re-pinned key's second heap entry",
+                     LRU_REPINNED),
+            directed("lru_compacts_its_heap", "LRU rebuilds an outgrown heap", LRU_COMPACTED),
+            directed("failed_store_removal_event", "a failed store removes its pending keys with an event",
+                     FAILED_STORE)),
+    note=lambda ctx: f"names: {upstream_of(ctx).naming.label}; LRU and ARC, every observable after every step")
+
+
+# -- offload_rename: vLLM 0.29.0 (old names) against the release given (new names) --------------------------------
+
+def rename_skip(ctx: Context) -> tuple[str, str] | None:
+    new = upstream_of(ctx)
+    if new.naming is not NEW_NAMES:
+        return ("skipped", f"{ctx.source.label} has the old names (before #52615): compare a release with the new "
+                           f"names")
+    if new.request_scoped:
+        return ("skipped", f"{ctx.source.label} has the request-scoped cache access and the rank-ordered LRU (0.31.0 "
+                           f"and later): not the rename's neighbour; compare --version 0.30.0, the first release with "
+                           f"the new names, against {OLD_RELEASE}")
+    from ..source import resolve_source
+
+    try:
+        ctx.state["old"] = load_release(resolve_source("vllm", version=OLD_RELEASE))
+    except ConfigError as exc:
+        return ("skipped", f"vLLM {OLD_RELEASE} (the old names) is not available: {exc}")
+    return None
+
+
+def rename_sides(ctx: Context, config: dict[str, Any]) -> tuple[Any, Any, Any]:
+    new = UpstreamSide(upstream_of(ctx), config, tracker_order=False)
+    view = ReleaseView(new)
+    return ShadowedSide(UpstreamSide(ctx.state["old"], config, tracker_order=False), view), new, view
 
 
 def run_program(a: Any, b: Any, ops: tuple) -> str | None:
@@ -432,47 +549,52 @@ def run_program(a: Any, b: Any, ops: tuple) -> str | None:
     return None
 
 
-def run_rename(source: EngineSource, options: RunOptions) -> TargetResult:
-    started = time.perf_counter()
-    new = load(source)
-    result = TargetResult("offload_rename", source.version)
-    if new.naming is not NEW_NAMES:
-        result.status = "skipped"
-        result.note = f"{source.label} has the old names (before #52615): compare a release with the new names"
-        return result.finish(started)
-    if new.request_scoped:
-        result.status = "skipped"
-        result.note = (f"{source.label} has the request-scoped cache access and the rank-ordered LRU (0.31.0 and "
-                       f"later): not the rename's neighbour; compare --version 0.30.0, the first release with the new "
-                       f"names, against {OLD_RELEASE}")
-        return result.finish(started)
-    try:
-        old = load(resolve_source("vllm", version=OLD_RELEASE))
-    except ConfigError as exc:
-        result.status = "skipped"
-        result.note = f"vLLM {OLD_RELEASE} (the old names) is not available: {exc}"
-        return result.finish(started)
-
-    def sides(policy: str, capacity: int, threshold: int, tracker: int) -> tuple[Any, Any]:
-        return (UpstreamSide(old, policy, capacity, threshold, tracker),
-                UpstreamSide(new, policy, capacity, threshold, tracker))
-
-    run_machine(sides, ("lru", "arc"), options, result, thresholds=(1,))
-    beside = []
-    for what, program in BESIDE_THE_RENAME.items():
-        policy, capacity, threshold, *tracker = program[0]
-        differs = run_program(*sides(policy, capacity, threshold, tracker[0] if tracker else 64_000), program[1:])
-        beside.append(f"{what}: {'differs ' + differs if differs else 'same trace'}")
-    result.note = (f"vLLM {OLD_RELEASE} ({old.naming.label}) vs {source.label} ({new.naming.label}), "
-                   f"store_threshold 1; behaviour changes beside the rename: " + "; ".join(beside))
-    return result.finish(started)
+def beside_the_rename(name: str, what: str, program: tuple) -> Probe:
+    def check(ctx: Context) -> str | None:
+        config, ops = program[0], program[1:]
+        differs = run_program(UpstreamSide(ctx.state["old"], config), UpstreamSide(upstream_of(ctx), config), ops)
+        if differs is None:
+            return f"{what}: the same trace on vLLM {OLD_RELEASE} and {ctx.source.label}"
+        ctx.note(f"{what}: differs {differs}")
+        return None
+    return Probe(name, f"{what} (a behaviour change 0.30.0 made beside the rename)", check)
 
 
-TARGETS = (
-    Target("vllm", "CPUOffloadingManager", RELPATH, ("CPUOffloadingManager",),
-           "kv-offload", "the manager (LRU and ARC) in lockstep with the model, one Hypothesis state machine; every "
-           "return value, the events, counters, slots and policy order after every step", run_lockstep),
-    Target("vllm", "offload_rename", RELPATH, ("CPUOffloadingManager",), "kv-offload",
-           f"the #52615 rename: this release (new names) and vLLM {OLD_RELEASE} (old names) in lockstep, each "
-           "read through its naming", run_rename),
-)
+def renamed_alike(name: str, what: str, program: tuple) -> Probe:
+    def check(ctx: Context) -> str | None:
+        config, ops = program[0], program[1:]
+        differs = run_program(UpstreamSide(ctx.state["old"], config), UpstreamSide(upstream_of(ctx), config), ops)
+        return None if differs is None else f"{what}: vLLM {OLD_RELEASE} and {ctx.source.label} differ {differs}"
+    return Probe(name, f"{what}: the same trace on both releases", check)
+
+
+ARC_RENAMED = (  # ARC without the T1 fallback: T2 promotion, evictions from T1 into B1, a ghost hit, a failed store
+    config("arc", 3), ("store_and_complete", ([0, 1, 2], 0)), ("touch", ([0], 0)), ("store_and_complete", ([3], 0)),
+    ("store_and_complete", ([1], 0)), ("touch", ([3], 0)), ("lookup", (2, 0)), ("prepare_load", ([0], 0)),
+    ("complete_load", ([0], 0)), ("prepare_store", ([4], 0)), ("complete_store", ([4], 0, False)),
+    ("take_events", ()), ("get_stats", ()), ("reset_cache", ()), ("store_and_complete", ([5, 4], 1)))
+ARC_GHOSTS = (  # ARC without the T1 fallback: evictions from T2 into B2, a B2 ghost hit, the ghost lists trimmed,
+    # touches of a T2 key and of a write-pending T1 key
+    config("arc", 2), ("store_and_complete", ([0, 1], 0)), ("touch", ([0, 1], 0)), ("touch", ([0], 0)),
+    ("store_and_complete", ([2], 0)), ("touch", ([1], 0)), ("store_and_complete", ([3], 0)),
+    ("store_and_complete", ([4], 0)), ("store_and_complete", ([5], 0)), ("prepare_store", ([1], 1)),
+    ("touch", ([1], 1)), ("complete_store", ([1], 1, True)), ("take_events", ()))
+FULL_TRACKER = (  # store_threshold 2, a full tracker and an offer of untracked keys: the oldest count goes
+    config("lru", 2, threshold=2, tracker=2), ("prepare_store", ([0], 0)), ("prepare_store", ([1], 0)),
+    ("prepare_store", ([2], 0)), ("prepare_store", ([2], 0)), ("get_stats", ()))
+
+
+RENAME = Lockstep(
+    loading=loading, skip=rename_skip, start=lambda ctx: configs((1, 1, 2), ("lru",), st.just(64_000)),
+    sides=rename_sides,
+    operations=OPERATIONS,
+    steps=RENAME_STEPS, both_upstream=True,
+    probes=(renamed_alike("arc_renamed_alike", "ARC stores, promotions, ghost hits and failed stores", ARC_RENAMED),
+            renamed_alike("arc_ghosts_renamed_alike", "ARC's B2 ghosts and trimmed ghost lists", ARC_GHOSTS),
+            renamed_alike("full_tracker_renamed_alike", "a full admission tracker", FULL_TRACKER),
+            beside_the_rename("arc_t1_fallback_is_new", "ARC evict falls back to T1 when T2 has no idle key",
+                              ARC_T1_FALLBACK),
+            beside_the_rename("tracker_keeps_the_offer_is_new",
+                              "the admission tracker no longer evicts the offer's own keys", TRACKER_KEEPS_OFFER)),
+    note=lambda ctx: f"vLLM {OLD_RELEASE} ({ctx.state['old'].naming.label}) vs {ctx.source.label} "
+                     f"({upstream_of(ctx).naming.label}), store_threshold 1")

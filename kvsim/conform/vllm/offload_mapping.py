@@ -1,61 +1,80 @@
 """vLLM KV offload worker (`vllm/v1/kv_offload/cpu/gpu_worker.py`) against the `kv-offload` worker mapping.
 
-Two targets, both on upstream's own `SingleDirectionOffloadingHandler` (loaded with `compute_sub_block_ptrs`,
-`cdiv` and the spec classes it uses; torch real, on CPU):
+Three adapters, on upstream's own `SingleDirectionOffloadingHandler` (loaded with `compute_sub_block_ptrs`, `cdiv`
+and the spec classes it uses; torch real, on CPU) and its Triton swap kernel:
 
-* `offload_transfer_async`: random geometries (the model's `swap_cases`: 1-3 tensors, padded pages and CPU
-  rows, 1-3 groups sharing tensors, blocks_per_chunk 1-8, partial first and last chunks), both directions.
-  Upstream's handler plans the batch and hands it to `swap_blocks_batch`, which the adapter replaces by a
-  recorder; every recorded `(src_ptr, dst_ptr, size)` is turned into (tensor, src offset, dst offset, size)
-  by the tensor bases and compared, in batch order, with the model's `plan_swap(...).ops`; the transfer's
-  `num_bytes` with the model's. Then the model's properties `worker_mapping_is_a_bijection_with_page_bytes`
-  and `round_trip_gpu_cpu_gpu_is_identity` are checked on upstream's triples (the round trip by doing the
-  recorded copies on the CPU tensors). One input in five drops the last chunk id or adds a spare one: both
-  sides must refuse it (upstream's assertions, the model's ConfigError on `chunk_ids`).
-* `offload_get_finished`: jobs submitted to one handler, their end events fired in a random order between
-  polls; the job ids each `get_finished` returns equal the model's `TransferQueue`'s.
+* `TRANSFER` (`offload_transfer_async`, a Differential): random geometries (the model's `swap_cases`: 1-3 tensors,
+  padded pages and CPU rows, 1-3 groups sharing tensors, blocks_per_chunk 1-8, partial first and last chunks),
+  both directions, the host memory pinned or not. Upstream's handler plans the batch and hands it to its swap
+  function, which the adapter's `_select_swap_blocks_fn` stand-in makes a recorder (and records what it was
+  asked with: the direction and whether the host memory is pinned); every recorded `(src_ptr, dst_ptr, size)` is
+  turned into (tensor, src offset, dst offset, size) by the tensor bases and the copies are done on the CPU
+  tensors. Compared, field by field: the return value, the triples in batch order, the transfer's `num_bytes`,
+  the descriptor buffers' size (exact for the direct layout: one per block and data reference), how many batches
+  were handed over (none for an empty transfer) and with which `is_src_access_order_any`, and the destination
+  tensors' bytes afterwards, against the model's `plan_swap` and `apply_swap`. One input in five drops the last
+  chunk id or adds a spare one: both sides must refuse it (upstream's assertions, the model's ConfigError).
+  One input in three runs after an earlier (empty) transfer on the same handler, still in flight (the stream
+  waits on its end event) or finished (its descriptor buffers are pooled, and too small: the handler grows them).
+  The model's properties `worker_mapping_is_a_bijection_with_page_bytes` and
+  `round_trip_gpu_cpu_gpu_is_identity` are checked on upstream's triples.
+* `FINISHED` (`offload_get_finished`, a Lockstep): one handler and the model's `TransferQueue`; transfers
+  submitted (1-4 blocks each), end events fired in any order, `get_finished` polled, `wait` on some job ids (their
+  events synchronized), all interleaved; after every step the results and the jobs in flight are compared.
+  Events, streams and descriptor buffers are reused from the handler's pools as upstream reuses them.
+* `SWAP_TRITON` (`offload-swap-triton`, a kernel Differential): upstream's `swap_blocks_batch` launcher and its
+  Triton `_swap_blocks_kernel` in the kernel child, on the model's CPU->GPU triples (8-byte-aligned pages up to
+  64 bytes, 0-100 triples), `bytes_per_chunk` drawn (8-256) and `is_src_access_order_any` drawn; the destination
+  tensors' bytes against `apply_swap`, and the path taken: the launcher's documented rule is the DMA path
+  (`ops.swap_blocks_batch`, a stand-in doing the same copies and recording its `is_src_access_order_any`) below
+  `MIN_N` descriptors (upstream's constant), the kernel from there.
 
 Conventions: the GPU tensors are CPU tensors behind a view that reports `is_cuda` (the handler asserts it);
 `current_platform` is a stand-in with a stream context and the CUDA events are stand-ins whose `query()` the
-adapter controls; the descriptor buffers are plain CPU int64 tensors (`PIN_MEMORY` is not read). The CPU spec
-is upstream's `BlockIDsLoadStoreSpec` base (`CPULoadStoreSpec` adds only the `chunk_ids` alias). Only the
-direct layout is compared (the canonical layout's copy plans need certified mappings the model does not have).
+adapter controls (`record` re-arms a reused one); the descriptor buffers are plain CPU int64 tensors of the size
+asked (`PIN_MEMORY` is not read). The CPU spec is upstream's `BlockIDsLoadStoreSpec` base (`CPULoadStoreSpec`
+adds only the `chunk_ids` alias). Only the direct layout is compared (`canonical_layout=False`: the canonical
+layout's copy plans need certified mappings the model does not have). In the kernel child the launcher's
+address tensors are wrapped so `.to("cuda")` keeps them where they are under the interpreter.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
-import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
+from hypothesis import strategies as st
 
+from kvsim.engine.conformance.adapters import Check, Context, Differential, Lockstep, Operation
+from kvsim.engine.conformance.compare import Exact
 from kvsim.engine.errors import ConfigError, PropertyViolation
-from kvsim.models.kv_offload.mapping import CopyOp, SwapPlan, apply_swap, plan_swap, side_bytes
+from kvsim.models.kv_offload.mapping import CopyOp, DataRef, SwapGeometry, SwapPlan, TransferSpec, apply_swap, \
+    plan_swap, side_bytes
 from kvsim.models.kv_offload.mapping_jobs import TransferQueue
 
-from ..loader import check_signature, load_definitions
+from ..kernels import call_kernel, kernel_examples
+from ..loader import check_signature
 from ..source import EngineSource
-from ..targets import RunOptions, Target, TargetResult, drive
 
 RELPATH = "vllm/v1/kv_offload/cpu/gpu_worker.py"
 BASE_RELPATH = "vllm/v1/kv_offload/base.py"  # GPULoadStoreSpec and its BlockIDsLoadStoreSpec base
-SYMBOLS = ("SingleDirectionOffloadingHandler", "compute_sub_block_ptrs")
 SUB_BLOCK_PARAMS = ("block_ids", "blocks_per_chunk", "output", "tensor", "skip_count")
 TRANSFER_PARAMS = ("self", "job_id", "src_spec", "dst_spec")
+REFUSALS = Exact(refusals=("AssertionError",))
 
 
 class FakeEvent:
-    """A CUDA event whose completion the adapter decides."""
+    """A CUDA event whose completion the adapter decides (recording it again re-arms it)."""
 
     def __init__(self) -> None:
         self.fired = False
 
     def record(self, stream: Any = None) -> None:
-        pass
+        self.fired = False
 
     def query(self) -> bool:
         return self.fired
@@ -68,11 +87,14 @@ class FakeEvent:
 
 
 class FakeStream:
+    def __init__(self) -> None:
+        self.waited: list[Any] = []
+
     def wait_stream(self, other: Any) -> None:
         pass
 
     def wait_event(self, event: Any) -> None:
-        pass
+        self.waited.append(event)
 
 
 PLATFORM = SimpleNamespace(Stream=FakeStream, current_stream=FakeStream, stream=lambda s: contextlib.nullcontext(),
@@ -93,31 +115,58 @@ class DeviceView:
         return self.tensor.stride(dim)
 
 
-def load(source: EngineSource) -> SimpleNamespace:
+class SwapRecorder:
+    """What `_select_swap_blocks_fn` gives the handler: a swap that records its batches, and what it was asked."""
+
+    def __init__(self, refs: Any, gpu_to_cpu: bool, host_memory_is_pinned: bool = True) -> None:
+        self.selected_for = {"gpu_to_cpu": gpu_to_cpu, "host_memory_is_pinned": host_memory_is_pinned}
+        self.batches: list[dict[str, Any]] = []
+
+    def __call__(self, src: Any, dst: Any, sizes: Any, **kwargs: Any) -> None:
+        self.batches.append({"src": src.numpy().copy(), "dst": dst.numpy().copy(), "sizes": sizes.numpy().copy(),
+                             "kwargs": dict(kwargs)})
+
+
+def buffers(n: int) -> tuple[Any, Any, Any]:
+    """`_new_descriptor_buffers`: plain CPU int64 tensors of the size asked."""
     import torch
 
-    first = load_definitions(source.file(BASE_RELPATH), ["GPULoadStoreSpec"], where=BASE_RELPATH,
-                             version=source.label)
-    gpu_spec = first.GPULoadStoreSpec
-    base = next(c for c in gpu_spec.__mro__ if c.__name__ == "BlockIDsLoadStoreSpec")
-    buffers = lambda n: tuple(torch.zeros(max(n, 1), dtype=torch.int64) for _ in range(3))  # noqa: E731
-    ns = load_definitions(source.file(RELPATH), list(SYMBOLS), where=RELPATH, version=source.label,
-                          extra_globals={"current_platform": PLATFORM, "_new_descriptor_buffers": buffers,
-                                         "BlockIDsLoadStoreSpec": base, "GPULoadStoreSpec": gpu_spec,
-                                         "_select_swap_blocks_fn": lambda *a, **k: None})
-    check_signature(ns.compute_sub_block_ptrs, SUB_BLOCK_PARAMS, f"{RELPATH}:compute_sub_block_ptrs")
-    check_signature(ns.SingleDirectionOffloadingHandler.transfer_async, TRANSFER_PARAMS,
+    return tuple(torch.zeros(n, dtype=torch.int64) for _ in range(3))  # type: ignore[return-value]
+
+
+def loading(upstream: Any, up: SimpleNamespace) -> dict[str, Any]:
+    """gpu_worker.py loads with the platform, descriptor-buffer and swap-selection stand-ins and base.py's spec
+    classes (loaded first)."""
+    if upstream.file != RELPATH:
+        return {}
+    return {"extra_globals": {"current_platform": PLATFORM, "_new_descriptor_buffers": buffers,
+                              "BlockIDsLoadStoreSpec": cpu_spec(up), "GPULoadStoreSpec": up.GPULoadStoreSpec,
+                              "_select_swap_blocks_fn": SwapRecorder}}
+
+
+def cpu_spec(up: SimpleNamespace) -> type:
+    """The CPU side's spec class: `GPULoadStoreSpec`'s `BlockIDsLoadStoreSpec` base."""
+    return next(c for c in up.GPULoadStoreSpec.__mro__ if c.__name__ == "BlockIDsLoadStoreSpec")
+
+
+def prepare(ctx: Context) -> None:
+    import inspect
+
+    check_signature(ctx.up.compute_sub_block_ptrs, SUB_BLOCK_PARAMS, f"{RELPATH}:compute_sub_block_ptrs")
+    check_signature(ctx.up.SingleDirectionOffloadingHandler.transfer_async, TRANSFER_PARAMS,
                     f"{RELPATH}:SingleDirectionOffloadingHandler.transfer_async")
-    return SimpleNamespace(handler=ns.SingleDirectionOffloadingHandler, gpu_spec=gpu_spec, cpu_spec=base)
+    # the handler's optional parameters this release has (0.28.0: canonical_layout; 0.33.0: host_memory_is_pinned)
+    ctx.state["optional"] = set(inspect.signature(ctx.up.SingleDirectionOffloadingHandler.__init__).parameters) & {
+        "canonical_layout", "host_memory_is_pinned"}
 
 
 class Side:
     """One side's tensors as torch views over numpy bytes, and pointer -> (tensor, offset) resolution."""
 
-    def __init__(self, geometry: Any, gpu: bool, buffers: list[np.ndarray]) -> None:
+    def __init__(self, geometry: Any, gpu: bool, arrays: list[np.ndarray]) -> None:
         import torch
 
-        self.arrays = [b.copy() for b in buffers]
+        self.arrays = [a.copy() for a in arrays]
         self.tensors = []
         for t, array in enumerate(self.arrays):
             flat = torch.from_numpy(array).view(torch.int8)
@@ -135,40 +184,26 @@ class Side:
         return None
 
 
-def run_swap(ns: SimpleNamespace, case: Any, gpu_to_cpu: bool, spec: Any, src_bufs: list[np.ndarray],
-             dst_bufs: list[np.ndarray]) -> tuple[list[Any], int, list[np.ndarray]]:
-    """Upstream's batch for one transfer: [(tensor, src, dst, size) or ("outside", ...)], num_bytes, and the dst
-    tensors after doing the recorded copies."""
-    g = case.geometry
-    gpu, cpu = (Side(g, True, src_bufs), Side(g, False, dst_bufs)) if gpu_to_cpu else \
-        (Side(g, True, dst_bufs), Side(g, False, src_bufs))
-    refs = [[SimpleNamespace(tensor_idx=r.tensor_idx, page_size_bytes=r.page_size_bytes, mapping=None) for r in group]
-            for group in g.group_data_refs]
-    handler = ns.handler(gpu.tensors, cpu.tensors, g.blocks_per_chunk, refs, gpu_to_cpu)
-    recorded: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-    handler._swap_blocks_batch = lambda s, d, n, **kw: recorded.append((s.numpy().copy(), d.numpy().copy(),
-                                                                        n.numpy().copy()))
-    handler._event_pool.extend([FakeEvent(), FakeEvent()])
-    gpu_spec = ns.gpu_spec(list(spec.block_ids), list(spec.group_sizes), list(spec.block_indices))
-    cpu_spec = ns.cpu_spec(list(spec.chunk_ids))
-    handler.transfer_async(1, *((gpu_spec, cpu_spec) if gpu_to_cpu else (cpu_spec, gpu_spec)))
-    src_side, dst_side = (gpu, cpu) if gpu_to_cpu else (cpu, gpu)
-    ops: list[Any] = []
-    for src, dst, sizes in recorded:
-        for s, d, n in zip(src.tolist(), dst.tolist(), sizes.tolist()):
-            a, b = src_side.resolve(s, n), dst_side.resolve(d, n)
-            if a is None or b is None or a[0] != b[0]:
-                ops.append(("outside", a, b, n))
-                continue
-            ctypes.memmove(d, s, n)
-            ops.append((a[0], a[1], b[1], n))
-    return ops, handler._transfers[-1].num_bytes, dst_side.arrays
-
+# -- offload_transfer_async ----------------------------------------------------------------------------------
 
 CHANGES = ("exact", "exact", "exact", "one chunk id short", "one chunk id extra")
+EARLIER = (None, None, None, "in flight", "finished")  # an earlier empty transfer on the same handler
 
 
-def changed_spec(case: Any, change: str) -> Any:
+@dataclass(frozen=True)
+class TransferCase:
+    case: Any  # a SwapCase
+    gpu_to_cpu: bool
+    change: str = "exact"
+    pinned: bool = True  # host_memory_is_pinned
+    earlier: str | None = None
+
+    @property
+    def spec(self) -> TransferSpec:
+        return changed_spec(self.case, self.change)
+
+
+def changed_spec(case: Any, change: str) -> TransferSpec:
     """The case's spec, or (where the case allows it) one with the last chunk id dropped or a spare slot added:
     a transfer both sides must refuse (upstream asserts, the model raises ConfigError)."""
     spec, used = case.spec, set(case.spec.chunk_ids)
@@ -180,71 +215,88 @@ def changed_spec(case: Any, change: str) -> Any:
     return spec
 
 
-def run_transfer(source: EngineSource, options: RunOptions) -> TargetResult:
-    from hypothesis import strategies as st
-
-    from kvsim.properties.kv_offload import mapping as props
+def transfer_inputs(ctx: Context) -> Any:
     from kvsim.properties.kv_offload.mapping_strategies import swap_cases
 
-    started = time.perf_counter()
-    ns = load(source)
-    result = TargetResult("offload_transfer_async", source.version)
-    failures: dict[str, str] = {}
+    pinned = st.booleans() if "host_memory_is_pinned" in ctx.state["optional"] else st.just(True)
+    return st.builds(TransferCase, swap_cases(), st.booleans(), st.sampled_from(CHANGES), pinned,
+                     st.sampled_from(EARLIER))
 
-    refused = [0]
 
-    def check(drawn: Any) -> None:
-        case, gpu_to_cpu, change = drawn
-        g = case.geometry
-        spec = changed_spec(case, change)
-        src, dst = case.buffers(gpu_to_cpu, 1), case.buffers(not gpu_to_cpu, 2)
-        result.compared += 1
-        try:
-            model = plan_swap(g, spec, gpu_to_cpu)
-        except ConfigError as exc:
-            model, model_refusal = None, str(exc)
-        try:
-            got, num_bytes, after = run_swap(ns, case, gpu_to_cpu, spec, src, dst)
-        except AssertionError as exc:
-            if model is not None:
-                result.diverge(_describe(case, gpu_to_cpu, spec), {"ops": len(model.ops)},
-                               f"AssertionError in transfer_async: {exc}")
-            else:
-                refused[0] += 1
-            return
-        if model is None:
-            result.diverge(_describe(case, gpu_to_cpu, spec), f"refuses: {model_refusal}", {"ops": len(got)})
-            return
-        want = [(o.tensor_idx, o.src, o.dst, o.size) for o in model.ops]
-        if got != want or num_bytes != model.num_bytes:
-            first = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
-            result.diverge(_describe(case, gpu_to_cpu, spec),
-                           {"ops": len(want), "num_bytes": model.num_bytes, "first": want[first:first + 1]},
-                           {"ops": len(got), "num_bytes": num_bytes, "first": got[first:first + 1]})
-            return
-        if any(not np.array_equal(a, b) for a, b in zip(after, apply_swap(model, src, dst))):
-            result.diverge(_describe(case, gpu_to_cpu, spec), "the model's bytes", "other bytes after the copies")
-        if spec != case.spec:
-            return
-        for name, fn in (("worker_mapping_is_a_bijection_with_page_bytes",
-                          props.worker_mapping_is_a_bijection_with_page_bytes),
-                         ("round_trip_gpu_cpu_gpu_is_identity", props.round_trip_gpu_cpu_gpu_is_identity)):
-            try:
-                with _plans_from_upstream(ns, case):
-                    fn(case, None)
-            except PropertyViolation as exc:
-                failures.setdefault(name, str(exc))
+def ops_of(triples: Any) -> list[dict[str, int]]:
+    return [{"tensor": t, "src": s, "dst": d, "size": n} for t, s, d, n in triples]
 
-    drive(st.tuples(swap_cases(), st.booleans(), st.sampled_from(CHANGES)), check, options)
-    for name in ("worker_mapping_is_a_bijection_with_page_bytes", "round_trip_gpu_cpu_gpu_is_identity"):
-        result.prop(name, "fails" if name in failures else "holds", failures.get(name, ""))
-    result.note = (f"random geometries, both directions; triples in batch order, bytes, and the model's properties; "
-                   f"{refused[0]} inconsistent chunk lists refused by both")
-    return result.finish(started)
+
+def transfer_model(ctx: Context, tc: TransferCase) -> dict[str, Any]:
+    g = tc.case.geometry
+    plan = plan_swap(g, tc.spec, tc.gpu_to_cpu)
+    src, dst = tc.case.buffers(tc.gpu_to_cpu, 1), tc.case.buffers(not tc.gpu_to_cpu, 2)
+    return {"returned": True, "ops": ops_of((o.tensor_idx, o.src, o.dst, o.size) for o in plan.ops),
+            "num_bytes": plan.num_bytes, "descriptors": len(plan.ops),
+            "batches": [{"is_src_access_order_any": not tc.gpu_to_cpu}] if plan.ops else [],
+            "selected_for": {"gpu_to_cpu": tc.gpu_to_cpu, "host_memory_is_pinned": tc.pinned},
+            "dst": apply_swap(plan, src, dst), "waits_for_the_transfer_in_flight": tc.earlier == "in flight"}
+
+
+def run_swap(ctx: Context, case: Any, gpu_to_cpu: bool, spec: TransferSpec, src_bufs: list[np.ndarray],
+             dst_bufs: list[np.ndarray], *, pinned: bool = True, earlier: str | None = None) -> dict[str, Any]:
+    """Upstream's handler on one transfer (after an earlier empty one, in flight or finished): what it returned,
+    its triples (("outside", ...) for a pointer in no tensor), num_bytes, descriptor size, batches, and the dst
+    tensors after doing the recorded copies."""
+    g = case.geometry
+    gpu, cpu = (Side(g, True, src_bufs), Side(g, False, dst_bufs)) if gpu_to_cpu else \
+        (Side(g, True, dst_bufs), Side(g, False, src_bufs))
+    refs = [[SimpleNamespace(tensor_idx=r.tensor_idx, page_size_bytes=r.page_size_bytes, mapping=None) for r in group]
+            for group in g.group_data_refs]
+    optional = {"canonical_layout": False, "host_memory_is_pinned": pinned}
+    up = ctx.up
+    handler = up.SingleDirectionOffloadingHandler(gpu.tensors, cpu.tensors, g.blocks_per_chunk, refs, gpu_to_cpu,
+                                                  **{k: v for k, v in optional.items() if k in ctx.state["optional"]})
+    swap = handler._swap_blocks_batch
+    handler._event_pool.extend(FakeEvent() for _ in range(4))
+    if earlier is not None:
+        empty = TransferSpec((), tuple(0 for _ in refs), tuple(0 for _ in refs), ())
+        submit(up, handler, 0, empty, gpu_to_cpu)
+        if earlier == "finished":
+            handler._transfers[-1].end_event.fired = True
+            handler.get_finished()
+    in_flight = handler._transfers[-1].end_event if handler._transfers else None
+    returned = submit(up, handler, 1, spec, gpu_to_cpu)
+    transfer = handler._transfers[-1]
+    src_side, dst_side = (gpu, cpu) if gpu_to_cpu else (cpu, gpu)
+    ops: list[Any] = []
+    for batch in swap.batches:
+        for s, d, n in zip(batch["src"].tolist(), batch["dst"].tolist(), batch["sizes"].tolist()):
+            a, b = src_side.resolve(s, n), dst_side.resolve(d, n)
+            if a is None or b is None or a[0] != b[0]:
+                ops.append(("outside", a, b, n))
+                continue
+            ctypes.memmove(d, s, n)
+            ops.append((a[0], a[1], b[1], n))
+    return {"returned": returned, "ops": ops, "num_bytes": transfer.num_bytes,
+            "descriptors": int(transfer.batch_src.numel()),
+            "batches": [{"is_src_access_order_any": b["kwargs"].get("is_src_access_order_any")} for b in swap.batches],
+            "selected_for": swap.selected_for, "dst": dst_side.arrays,
+            "waits_for_the_transfer_in_flight": in_flight is not None and any(e is in_flight
+                                                                             for e in transfer.stream.waited)}
+
+
+def submit(up: SimpleNamespace, handler: Any, job_id: int, spec: TransferSpec, gpu_to_cpu: bool) -> Any:
+    gpu = up.GPULoadStoreSpec(list(spec.block_ids), list(spec.group_sizes), list(spec.block_indices))
+    cpu = cpu_spec(up)(list(spec.chunk_ids))
+    return handler.transfer_async(job_id, *((gpu, cpu) if gpu_to_cpu else (cpu, gpu)))
+
+
+def transfer_upstream(ctx: Context, tc: TransferCase) -> dict[str, Any]:
+    src, dst = tc.case.buffers(tc.gpu_to_cpu, 1), tc.case.buffers(not tc.gpu_to_cpu, 2)
+    got = run_swap(ctx, tc.case, tc.gpu_to_cpu, tc.spec, src, dst, pinned=tc.pinned, earlier=tc.earlier)
+    got["ops"] = [{"outside": [op[1], op[2], op[3]]} if op[0] == "outside" else
+                  {"tensor": op[0], "src": op[1], "dst": op[2], "size": op[3]} for op in got["ops"]]
+    return got
 
 
 @contextlib.contextmanager
-def _plans_from_upstream(ns: SimpleNamespace, case: Any):  # type: ignore[no-untyped-def]
+def plans_from_upstream(ctx: Context, case: Any) -> Iterator[None]:
     """Inside, the model's properties see upstream's plans: the properties module's `plan_swap` answers with
     upstream's recorded triples (its `apply_swap` then does exactly those copies)."""
     from kvsim.properties.kv_offload import mapping as props
@@ -255,12 +307,12 @@ def _plans_from_upstream(ns: SimpleNamespace, case: Any):  # type: ignore[no-unt
         src = [np.zeros(n, np.uint8) for n in side_bytes(geometry, gpu_to_cpu)]
         dst = [np.zeros(n, np.uint8) for n in side_bytes(geometry, not gpu_to_cpu)]
         try:
-            ops, num_bytes, _ = run_swap(ns, case, gpu_to_cpu, spec, src, dst)
+            got = run_swap(ctx, case, gpu_to_cpu, spec, src, dst)
         except AssertionError as exc:
             raise ConfigError("upstream transfer_async", "a plan", f"AssertionError: {exc}") from None
-        if any(op[0] == "outside" for op in ops):
-            raise PropertyViolation(f"upstream copies: expected inside the tensors, got {ops}")
-        return SwapPlan(gpu_to_cpu, (), tuple(CopyOp(*op) for op in ops), num_bytes)
+        if any(op[0] == "outside" for op in got["ops"]):
+            raise PropertyViolation(f"upstream copies: expected inside the tensors, got {got['ops']}")
+        return SwapPlan(gpu_to_cpu, (), tuple(CopyOp(*op) for op in got["ops"]), got["num_bytes"])
 
     props.plan_swap = upstream_plan  # type: ignore[assignment]
     try:
@@ -269,147 +321,233 @@ def _plans_from_upstream(ns: SimpleNamespace, case: Any):  # type: ignore[no-unt
         props.plan_swap = saved
 
 
-def _describe(case: Any, gpu_to_cpu: bool, spec: Any) -> dict[str, Any]:
-    g, s = case.geometry, spec
-    return {"direction": "gpu_to_cpu" if gpu_to_cpu else "cpu_to_gpu", "gpu_page_bytes": list(g.gpu_page_bytes),
-            "blocks_per_chunk": g.blocks_per_chunk, "cpu_row_padding": g.cpu_row_padding,
-            "refs": [[(r.tensor_idx, r.page_size_bytes) for r in grp] for grp in g.group_data_refs],
-            "block_ids": list(s.block_ids), "group_sizes": list(s.group_sizes),
-            "block_indices": list(s.block_indices), "chunk_ids": list(s.chunk_ids)}
+def mapping_check(name: str) -> Check:
+    """The model's mapping property `name` on upstream's plans of the input's consistent transfer."""
+    def check(ctx: Context, tc: TransferCase, answer: Any) -> None:
+        from kvsim.properties.kv_offload import mapping as props
+
+        if tc.change != "exact":
+            return
+        with plans_from_upstream(ctx, tc.case):
+            try:
+                getattr(props, name).fn(tc.case, None)
+            except ConfigError:  # upstream refused the other direction of a consistent transfer: the differential's
+                pass
+    return Check(name, check)
 
 
-def run_order(source: EngineSource, options: RunOptions) -> TargetResult:
-    from kvsim.properties.kv_offload.mapping_strategies import QUEUE_CASES
-    from kvsim.models.kv_offload.mapping import DataRef, SwapGeometry
+def describe_transfer(ctx: Context, tc: TransferCase) -> dict[str, Any]:
+    g, s = tc.case.geometry, tc.spec
+    shown = {"direction": "gpu_to_cpu" if tc.gpu_to_cpu else "cpu_to_gpu", "gpu_page_bytes": list(g.gpu_page_bytes),
+             "blocks_per_chunk": g.blocks_per_chunk, "cpu_row_padding": g.cpu_row_padding,
+             "refs": [[[r.tensor_idx, r.page_size_bytes] for r in grp] for grp in g.group_data_refs],
+             "block_ids": list(s.block_ids), "group_sizes": list(s.group_sizes),
+             "block_indices": list(s.block_indices), "chunk_ids": list(s.chunk_ids)}
+    if not tc.pinned:
+        shown["host_memory_is_pinned"] = False
+    if tc.earlier:
+        shown["after_an_empty_transfer"] = tc.earlier
+    return shown
 
-    started = time.perf_counter()
-    ns = load(source)
-    result = TargetResult("offload_get_finished", source.version)
-    geometry = SwapGeometry((4,), 2, 2, 1, ((DataRef(0, 4),),))
 
-    def check(queue_case: Any) -> None:
-        gpu = Side(geometry, True, [np.zeros(8, np.uint8)])
-        cpu = Side(geometry, False, [np.zeros(8, np.uint8)])
+TRANSFER = Differential(
+    loading=loading, prepare=prepare, inputs=transfer_inputs, model=transfer_model, upstream=transfer_upstream,
+    compare=REFUSALS, describe=describe_transfer,
+    checks=(mapping_check("worker_mapping_is_a_bijection_with_page_bytes"),
+            mapping_check("round_trip_gpu_cpu_gpu_is_identity")),
+    note=lambda ctx: "random geometries, both directions; triples in batch order, bytes, and the model's properties")
+
+
+# -- offload_get_finished: a lockstep of one handler and the model's transfer queue ---------------------------
+
+QUEUE_GEOMETRY = SwapGeometry((4,), 8, 8, 1, ((DataRef(0, 4),),))
+JOB_IDS = 12
+
+
+def queue_spec(blocks: int) -> TransferSpec:
+    return TransferSpec(tuple(range(blocks)), (blocks,), (0,), tuple(range(blocks)))
+
+
+class UpstreamQueue:
+    """One upstream handler (GPU -> CPU); firing a job's end event is the device finishing it."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.up = ctx.up
+        g = QUEUE_GEOMETRY
+        gpu, cpu = Side(g, True, [np.zeros(side_bytes(g, True)[0], np.uint8)]), \
+            Side(g, False, [np.zeros(side_bytes(g, False)[0], np.uint8)])
+        self.sides = (gpu, cpu)
         refs = [[SimpleNamespace(tensor_idx=0, page_size_bytes=4, mapping=None)]]
-        handler = ns.handler(gpu.tensors, cpu.tensors, 1, refs, True)
-        handler._swap_blocks_batch = lambda *a, **k: None
-        model, events = TransferQueue(), {}
-        for job_id, _ in queue_case.jobs:
-            handler._event_pool.extend([FakeEvent(), FakeEvent()])
-            handler.transfer_async(job_id, ns.gpu_spec([0], [1], [0]), ns.cpu_spec([1]))
-            events[job_id] = handler._transfer_events[job_id]
-            model.transfer_async(job_id, 4)
-        polls_model, polls_upstream = [], []
-        for step in queue_case.steps:
-            if step[0] == "fire":
-                events[step[1]].fired = True
-                model.complete(step[1])
-            else:
-                polls_upstream.append([(r.job_id, r.success, r.transfer_size) for r in handler.get_finished()])
-                polls_model.append([(r.job_id, r.success, r.transfer_size) for r in model.get_finished()])
-        result.compared += 1
-        if polls_upstream != polls_model:
-            result.diverge({"jobs": [j for j, _ in queue_case.jobs], "steps": [list(s) for s in queue_case.steps]},
-                           polls_model, polls_upstream)
+        self.handler = ctx.up.SingleDirectionOffloadingHandler(gpu.tensors, cpu.tensors, 1, refs, True)
 
-    drive(QUEUE_CASES, check, options)
-    result.note = "1-8 jobs, end events fired in any order between polls"
-    return result.finish(started)
+    def call(self, op: str, args: Any) -> Any:
+        h = self.handler
+        if op == "transfer_async":
+            while len(h._event_pool) < 2:  # the device's events: stand-ins the adapter fires
+                h._event_pool.append(FakeEvent())
+            return submit(self.up, h, args["job_id"], queue_spec(args["blocks"]), True)
+        if op == "fire":
+            h._transfer_events[args].fired = True
+            return None
+        if op == "wait":
+            return h.wait(set(args))
+        return [{"job_id": r.job_id, "success": r.success, "transfer_size": r.transfer_size}
+                for r in h.get_finished()]
+
+    def observe(self) -> dict[str, Any]:
+        return {"in_flight": [t.job_id for t in self.handler._transfers],
+                "events": sorted(self.handler._transfer_events)}
 
 
-# --- upstream's Triton swap kernel (`swap_blocks_triton.py`) on the model's triples, in the kernel child -----
+class ModelQueue:
+    def __init__(self) -> None:
+        self.queue = TransferQueue()
+
+    def call(self, op: str, args: Any) -> Any:
+        q = self.queue
+        if op == "transfer_async":
+            return q.transfer_async(args["job_id"], plan_swap(QUEUE_GEOMETRY, queue_spec(args["blocks"]),
+                                                              True).num_bytes)
+        if op == "fire":
+            return q.complete(args)
+        if op == "wait":  # the given jobs' end events synchronized: they fire
+            for job_id in sorted(set(args) & set(q.in_flight)):
+                q.complete(job_id)
+            return None
+        return [{"job_id": r.job_id, "success": r.success, "transfer_size": r.transfer_size}
+                for r in q.get_finished()]
+
+    def observe(self) -> dict[str, Any]:
+        return {"in_flight": list(self.queue.in_flight), "events": sorted(self.queue.in_flight)}
+
+
+def new_job(view: ModelQueue) -> Any:
+    free = [j for j in range(JOB_IDS) if j not in view.queue.in_flight]
+    return st.fixed_dictionaries({"job_id": st.sampled_from(free), "blocks": st.integers(1, 4)}) if free else None
+
+
+def unfired(view: ModelQueue) -> Any:
+    waiting = [j for j in view.queue.in_flight if j not in view.queue._fired]
+    return st.sampled_from(waiting) if waiting else None
+
+
+def polled(view: ModelQueue, job_id: Any) -> list[tuple[str, Any]]:
+    return [("get_finished", ())]
+
+
+FINISHED = Lockstep(
+    loading=loading, prepare=prepare,
+    start=lambda ctx: st.just({"direction": "gpu_to_cpu"}),
+    sides=lambda ctx, config: (ModelQueue(), UpstreamQueue(ctx)),
+    # a fire is followed by a poll, as the worker polls after the device finishes a job: a poll that reads the wrong
+    # end of the queue (or pops past an unfired job) meets a queue with fired and unfired jobs in every order
+    operations=(Operation("transfer_async", new_job), Operation("fire", unfired, then=polled),
+                Operation("get_finished", st.just(())),
+                Operation("wait", st.lists(st.integers(0, JOB_IDS - 1), max_size=3, unique=True).map(tuple))),
+    steps=30,
+    note=lambda ctx: "transfers, end events fired in any order, polls and waits interleaved; pooled events reused")
+
+
+# -- upstream's Triton swap kernel (`swap_blocks_triton.py`) on the model's triples, in the kernel child -----
 
 TRITON_RELPATH = "vllm/v1/kv_offload/cpu/swap_blocks_triton.py"
-TRITON_SYMBOLS = ("_swap_blocks_kernel", "NUM_SMS", "THRESHOLD_BYTES", "MIN_N")
-CHILD_KERNEL = "vllm.offload_swap_blocks_triton"
+TRITON_SYMBOLS = ("swap_blocks_batch", "_swap_blocks_kernel", "NUM_SMS", "THRESHOLD_BYTES", "MIN_N")
+TRITON_RUNNER = f"{__name__}:run_swap_triton"
 
 
-def run_swap_triton(source: EngineSource, case: Any, device: str) -> dict[str, Any]:
-    """Child side: the release's `_swap_blocks_kernel` on the triples of `case` (host sources, pinned on CUDA;
-    device destinations), launched as `swap_blocks_batch` launches it, with `_select_swap_blocks_fn`'s
-    BYTES_PER_CHUNK; the destination tensors afterwards."""
+class Addresses:
+    """A launcher's descriptor tensor whose `.to("cuda", ...)` keeps it on the kernel child's device (the
+    interpreter runs on CPU tensors)."""
+
+    def __init__(self, tensor: Any, device: str) -> None:
+        self.tensor, self.device = tensor, device
+
+    def numel(self) -> int:
+        return self.tensor.numel()
+
+    def to(self, device: Any, non_blocking: bool = False) -> Any:
+        return self.tensor.to(self.device, non_blocking=non_blocking)
+
+
+def run_swap_triton(source: EngineSource, case: dict[str, Any], device: str) -> dict[str, Any]:
+    """Child side: the release's `swap_blocks_batch` on the triples of `case` (host sources, pinned on CUDA;
+    device destinations), with `ops.swap_blocks_batch` a stand-in doing the same copies; the destination
+    tensors afterwards and which path ran."""
     import torch
-    import triton
 
     from kvsim.gpu_oracle.runtime.asan import pack, unpack
 
-    from ..triton_child import load_upstream
-    from .common import vllm_modules
+    from .common import load_in_child
 
-    ns = load_upstream(source, TRITON_RELPATH, TRITON_SYMBOLS, modules=vllm_modules(device))
     src = [torch.from_numpy(unpack(d)) for d in case["src"]]
     if device == "cuda":
         src = [t.pin_memory() for t in src]
     dst = [torch.from_numpy(unpack(d)).to(device) for d in case["dst"]]
+    dma: list[Any] = []
+
+    def dma_swap(src_addrs: Any, dst_addrs: Any, sizes: Any, is_src_access_order_any: bool = False) -> None:
+        dma.append(is_src_access_order_any)
+        for op in case["ops"]:
+            dst[op[0]][op[2]:op[2] + op[3]].copy_(src[op[0]][op[1]:op[1] + op[3]])
+
+    ns = load_in_child(source, TRITON_RELPATH, TRITON_SYMBOLS, device)
+    ns.swap_blocks_batch.__globals__["ops"] = SimpleNamespace(swap_blocks_batch=dma_swap)
     ops = case["ops"]
-    if ops:
-        def addresses(tensors: list[Any], pick: int) -> Any:
-            return torch.tensor([tensors[op[0]].data_ptr() + op[pick] for op in ops], dtype=torch.int64,
-                                device=device)
 
-        sizes = torch.tensor([op[3] for op in ops], dtype=torch.int64, device=device)
-        chunk = min(triton.next_power_of_2(max(case["page_sizes"])), 8192)
-        ns._swap_blocks_kernel[(min(ns.NUM_SMS, len(ops)),)](addresses(src, 1), addresses(dst, 2), sizes, len(ops),
-                                                             BYTES_PER_CHUNK=chunk)
-        if device == "cuda":
-            torch.cuda.synchronize()
-    return {"dst": [pack(t.cpu().numpy()) for t in dst], "threshold": ns.THRESHOLD_BYTES, "min_n": ns.MIN_N}
+    def addresses(tensors: list[Any], pick: int) -> Any:
+        return Addresses(torch.tensor([tensors[op[0]].data_ptr() + op[pick] for op in ops], dtype=torch.int64),
+                         device)
 
-
-CHILD_KERNELS = {CHILD_KERNEL: run_swap_triton}
+    sizes = Addresses(torch.tensor([op[3] for op in ops], dtype=torch.int64), device)
+    ns.swap_blocks_batch(addresses(src, 1), addresses(dst, 2), sizes, case["is_src_access_order_any"],
+                         bytes_per_chunk=case["bytes_per_chunk"])
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return {"dst": [pack(t.cpu().numpy()) for t in dst], "dma": dma}
 
 
-def _triton_strategy() -> Any:
+@dataclass(frozen=True)
+class SwapTritonCase:
+    case: Any  # a SwapCase (its CPU -> GPU plan)
+    bytes_per_chunk: int
+    is_src_access_order_any: bool
+
+
+def triton_inputs(ctx: Context) -> Any:
     from kvsim.properties.kv_offload.mapping_strategies import swap_cases
 
-    return swap_cases(max_page=64, align=8)
+    cases = st.one_of(swap_cases(max_page=64, align=8), swap_cases(max_page=64, align=8, max_group=12))
+    return st.builds(SwapTritonCase, cases, st.sampled_from((8, 16, 32, 64, 128, 256)), st.booleans())
 
 
-def triton_compare(child: Any, case: Any) -> Any:
-    """Parent side: the model's CPU->GPU plan run by upstream's kernel against the model's `apply_swap`."""
+def triton_plan(ctx: Context, sc: SwapTritonCase) -> tuple[Any, list[np.ndarray], list[np.ndarray]]:
+    return plan_swap(sc.case.geometry, sc.case.spec, False), sc.case.buffers(False, 1), sc.case.buffers(True, 2)
+
+
+def triton_model(ctx: Context, sc: SwapTritonCase) -> dict[str, Any]:
+    """`apply_swap`'s bytes; the DMA path (with the call's `is_src_access_order_any`) below `MIN_N` triples."""
+    plan, src, dst = triton_plan(ctx, sc)
+    return {"dst": apply_swap(plan, src, dst),
+            "dma": [sc.is_src_access_order_any] if len(plan.ops) < ctx.up.MIN_N else []}
+
+
+def triton_upstream(ctx: Context, sc: SwapTritonCase) -> dict[str, Any]:
     from kvsim.gpu_oracle.runtime.asan import pack, unpack
 
-    from ..kernels import Divergence, first_byte_difference
-
-    plan = plan_swap(case.geometry, case.spec, False)
-    src, dst = case.buffers(False, 1), case.buffers(True, 2)
-    pages = [r.page_size_bytes for refs in case.geometry.group_data_refs for r in refs]
-    result = child.call(CHILD_KERNEL, {"src": [pack(b) for b in src], "dst": [pack(b) for b in dst],
-                                       "ops": [[o.tensor_idx, o.src, o.dst, o.size] for o in plan.ops],
-                                       "page_sizes": pages})
-    if max(pages) >= result["threshold"]:
-        return None  # upstream picks the DMA path for pages this large
-    want = apply_swap(plan, src, dst)
-    for t, (a, b) in enumerate(zip(want, map(unpack, result["dst"]))):
-        where = first_byte_difference(a, b)
-        if where:
-            return Divergence(_describe(case, False, case.spec), f"apply_swap: tensor {t}", f"tensor {t}: {where}",
-                              f"{len(plan.ops)} triples")
-    return None
+    plan, src, dst = triton_plan(ctx, sc)
+    result = call_kernel(ctx, TRITON_RUNNER, {
+        "src": [pack(b) for b in src], "dst": [pack(b) for b in dst],
+        "ops": [[o.tensor_idx, o.src, o.dst, o.size] for o in plan.ops],
+        "bytes_per_chunk": sc.bytes_per_chunk, "is_src_access_order_any": sc.is_src_access_order_any})
+    return {"dst": [unpack(d) for d in result["dst"]], "dma": result["dma"]}
 
 
-def run_triton(source: EngineSource, options: RunOptions) -> TargetResult:
-    from .. import triton_child
-    from ..kernels import KernelCheck, run_kernel_check
-
-    if __name__ not in triton_child.KERNEL_MODULES:
-        result = TargetResult("offload-swap-triton", source.version, status="skipped",
-                              note=f"the kernel child does not load {__name__}: add it to "
-                                   f"kvsim.conform.triton_child.KERNEL_MODULES")
-        return result
-    check = KernelCheck(engine="vllm", name="offload-swap-triton", relpath=TRITON_RELPATH, symbols=TRITON_SYMBOLS,
-                        model="kv-offload", doc=TRITON_DOC, kernel=CHILD_KERNEL, strategy=_triton_strategy,
-                        compare=triton_compare)
-    return run_kernel_check(check, source, options)
+def describe_triton(ctx: Context, sc: SwapTritonCase) -> dict[str, Any]:
+    return {**describe_transfer(ctx, TransferCase(sc.case, False)), "bytes_per_chunk": sc.bytes_per_chunk,
+            "is_src_access_order_any": sc.is_src_access_order_any}
 
 
-TRITON_DOC = ("upstream's Triton swap_blocks_batch kernel (the CPU->GPU fast path for small 8-byte-aligned pages) on "
-              "the model's triples; bytes against apply_swap")
-
-TARGETS = (
-    Target("vllm", "offload_transfer_async", RELPATH, SYMBOLS, "kv-offload",
-           "the batched swap's (src, dst, size) triples and bytes per transfer, random geometries", run_transfer),
-    Target("vllm", "offload_get_finished", RELPATH, SYMBOLS, "kv-offload",
-           "transfers reported in submission order whatever order their events fire in", run_order),
-    Target("vllm", "offload-swap-triton", TRITON_RELPATH, TRITON_SYMBOLS, "kv-offload", TRITON_DOC, run_triton),
-)
+SWAP_TRITON = Differential(
+    kernel=True, examples=kernel_examples, inputs=triton_inputs, model=triton_model, upstream=triton_upstream,
+    describe=describe_triton,
+    note=lambda ctx: f"the model's CPU->GPU triples through swap_blocks_batch; DMA below MIN_N={ctx.up.MIN_N}")

@@ -1,23 +1,39 @@
 """vLLM `KVBlockZeroer` segment planning (`vllm/v1/worker/utils.py`) against the `kv-zeroing` model.
 
-Upstream's real `KVBlockZeroer.__init__` plans the segment table for CPU tensors that are views of
-one torch byte buffer laid out as the model's `Arena`; its `_meta` (addresses, block strides, pages,
-chunks, BLOCK_SIZE, segments) is compared with the model's `plan_segments` + `launch_config`, and
-every kv-zeroing property is run with upstream's plan in the model planner's place.
+`ZEROER` (a Differential): upstream's real `KVBlockZeroer.__init__` plans the segment table for CPU tensors
+that are views of one torch byte buffer laid out as the model's `Arena`; its `_meta` (addresses, block
+strides, pages, and the launch: BLOCK_SIZE, chunks, segments) is compared with the model's `plan_segments`
++ `launch_config`, and every kv-zeroing property is run on upstream's plan (the properties' planner answered
+by upstream's table).
+
+Every parameter of `__init__` is drawn: `attn_groups_iter` (one stand-in group per KV-cache group and block
+dim, Mamba groups among them), `kernel_block_sizes` (sometimes shorter than the groups: the groups past its
+end are skipped), `static_forward_context` (sometimes a layer whose `kv_cache` is no tensor, or, on releases
+that skip them, lives on another device), `num_blocks` (0.30.0+: the allocator's count), `cache_dtype`
+(0.27.1-0.28.0, handed to the backend's block-dim lookup) and `runner_only_attn_layers` (omitted, empty or
+some layers). The model plans the views upstream zeroes: the geometry less the layers upstream skips.
 
 Adapter conventions:
 * addresses: upstream's `data_ptr()` minus the buffer's base = the model's arena offsets;
-* stand-ins: one `AttentionGroup` per (KV-cache group, block dim) in view order (vLLM has one per
-  backend), a non-attention spec for Mamba views, `get_kv_cache_block_dim` returns the view's;
-* 0.33.0 takes standardized views (block dim first) and derives the ratio as `shape[0] // num_blocks`:
-  the adapter permutes the block dim to the front and passes the geometry's logical block count;
-* before d6af803 (0.27.1) a segment has no stride: the page doubles as it;
-* segments are compared as sorted rows (their order does not change what is written).
-
-Release -> model variant: 0.27.1 `pre_d6af803`; 0.28.x-0.32.x `fixed` without the overlaid-segment
-merge (variant `first_view_overlaid`: it skips a view whose data_ptr was seen, so overlaid groups keep the
-first view's page);
-0.33.0 and later (and a `--from` tree of unknown version) `fixed`.
+* stand-ins: one `AttentionGroup` per (KV-cache group, block dim) in view order (vLLM has one per backend),
+  a non-attention spec for Mamba views; the backend's `get_kv_cache_block_dim` (0.27.1-0.28.0) returns the
+  view's block dim and checks what it is asked with (the group's kernel block size, the spec's heads and head
+  size, the cache dtype given);
+* 0.29.0 and later take standardized views (block dim first): the adapter moves the block dim to the front;
+  0.30.0 and later derive the ratio from the view (`shape[0] // num_blocks`): inputs are the views its
+  allocator builds (every view num_blocks x block_size/kernel_block_size kernel blocks), or views it refuses
+  (a kernel-block count not a multiple of num_blocks, a spec block not a multiple of the kernel block), which
+  the model refuses too;
+* 0.33.0 binds packed caches to kernel blocks (`AttentionGroup.kernel_block_stride`): a bound group's
+  `map_kv_cache_to_manager_blocks` stand-in hands back the layer's manager-block view (the model's) after
+  checking it was given that layer's cache and the allocator's num_blocks;
+* before d6af803 (0.27.1) `_meta` has no stride column: the page doubles as it;
+* views are drawn with their dimensions in any order too (`permuted_cases`: the properties do not run on these;
+  0.27.1-0.28.0 count only the dimensions before the block dim as outer, 0.29.0+ every one);
+* segments are compared as rows sorted by (addr, block_stride, page): upstream orders them by group, the
+  model by view, and the order does not change what is written;
+* the properties run on the inputs whose every layer upstream zeroes (no layer skipped), each on its own
+  family of inputs (the strategy and pinned examples it is declared with).
 
 Settled: the model's fixed planner asserted a page-within-stride check that no release has. Upstream's
 outer-dimension test (stride > block stride) sees K/V as inner when a view has a single kernel block
@@ -27,56 +43,35 @@ layouts. The check is gone from the model (and property 2.4.4 allows it for one 
 
 from __future__ import annotations
 
-import re
-import time
-from contextlib import contextmanager
-from dataclasses import dataclass
+import contextlib
+import inspect
+from dataclasses import dataclass, replace
 from types import SimpleNamespace
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
-from kvsim.engine.errors import ConfigError, PropertyViolation
 import numpy as np
+from hypothesis import strategies as st
 
+from kvsim.engine.conformance.adapters import Check, Context, Differential
+from kvsim.engine.conformance.compare import Exact
+from kvsim.engine.errors import ConfigError
 from kvsim.models.kv_zeroing.geometry import Arena, KVCacheGeometry, view_start
-from kvsim.models.kv_zeroing.zeroer import VARIANTS, Segment, SegmentTable, ZeroingVariant, launch_config, plan_segments
-
-from ..loader import load_definitions
-from ..source import EngineSource
-from ..targets import RunOptions, Target, TargetResult, drive
+from kvsim.models.kv_zeroing.zeroer import Segment, SegmentTable, launch_config, plan_segments
 
 RELPATH = "vllm/v1/worker/utils.py"
-PRE_MERGE = VARIANTS["first_view_overlaid"]  # 0.28.0 .. 0.32.x
 DTYPES = {1: "uint8", 2: "int16", 4: "int32", 8: "int64"}
-
-
-RATIO_SHAPE = ("views whose kernel-block count is not num_blocks x block_size/kernel_block_size (0.33.0 derives "
-               "the ratio from the view, shape[0] // num_blocks, and its allocator builds no such view; the model "
-               "refuses them)")
-
-
-def whole_logical_blocks(geometry: KVCacheGeometry) -> bool:
-    """Every attention view holds exactly num_blocks x ratio kernel blocks (what 0.33.0's allocator builds)."""
-    n = geometry.num_blocks
-    return all(v.shape[v.block_dim] == n * geometry.groups[v.group].ratio for _, v in geometry.attention_views())
-
-
-def release_variant(version: str | None) -> ZeroingVariant:
-    """The model variant a release follows (unknown or newer: `fixed`)."""
-    if not version:
-        return VARIANTS.fixed
-    nums = tuple(int(x) for x in re.findall(r"\d+", version)[:3])
-    if nums < (0, 28, 0):
-        return VARIANTS["pre_d6af803"]
-    if nums < (0, 33, 0):
-        return PRE_MERGE
-    return VARIANTS.fixed
+BASE_PARAMS = ("self", "device", "attn_groups_iter", "kernel_block_sizes")
+CACHE_DTYPE = "auto"
+SPEC_HEADS, SPEC_HEAD_SIZE = 3, 5  # what the stand-in spec says: the block-dim lookup must be asked with them
+NOT_BUILT = ("views whose kernel-block count is a multiple of num_blocks but not num_blocks x block_size/"
+             "kernel_block_size (0.30.0+ derive the ratio from the view, its allocator builds no such view)")
 
 
 class AttentionSpec:
     """Stand-in for vLLM's AttentionSpec / FullAttentionSpec (the zeroer's isinstance test)."""
 
     def __init__(self, block_size: int) -> None:
-        self.block_size, self.num_kv_heads, self.head_size = block_size, 1, 1
+        self.block_size, self.num_kv_heads, self.head_size = block_size, SPEC_HEADS, SPEC_HEAD_SIZE
 
 
 class MambaSpec:
@@ -85,74 +80,298 @@ class MambaSpec:
     block_size = 1
 
 
-@dataclass
-class Upstream:
-    """The loaded `KVBlockZeroer` class and which constructor shape the release has."""
-
-    cls: type
-    takes_num_blocks: bool  # 0.33.0: (device, groups, kernel_block_sizes, static_forward_context, num_blocks, ...)
-    has_strides: bool       # d6af803: `_meta` carries seg_block_strides
+def loading(upstream: Any, up: SimpleNamespace) -> dict[str, Any]:
+    return {"extra_globals": {"AttentionSpec": AttentionSpec, "FullAttentionSpec": AttentionSpec}}
 
 
-def load(source: EngineSource) -> Upstream:
-    import inspect
-    ns = load_definitions(source.file(RELPATH), ["KVBlockZeroer"], where=RELPATH, version=source.label,
-                          extra_globals={"AttentionSpec": AttentionSpec, "FullAttentionSpec": AttentionSpec})
-    params = list(inspect.signature(ns.KVBlockZeroer.__init__).parameters)
-    need = {"device", "attn_groups_iter", "kernel_block_sizes", "static_forward_context"}
-    if not need <= set(params):
-        raise ConfigError(f"{RELPATH}:KVBlockZeroer.__init__", f"parameters including {', '.join(sorted(need))}",
+# -- the release's constructor shape (read from its code, not its version) --------------------------------------
+
+@dataclass(frozen=True)
+class Shape:
+    takes_cache_dtype: bool  # 0.27.1-0.28.0: (..., kernel_block_sizes, cache_dtype, static_forward_context, ...)
+    takes_num_blocks: bool   # 0.30.0+: (..., static_forward_context, num_blocks, ...): the ratio from the view
+    standardized: bool       # 0.29.0+: views block dim first (no backend block-dim lookup)
+    device_check: bool       # 0.30.0+: a layer on another device type is skipped
+    binds: bool              # 0.33.0+: groups bound to kernel blocks are mapped back to manager blocks
+
+
+def release_shape(cls: type) -> Shape:
+    """The constructor shape of the loaded `KVBlockZeroer`; ConfigError when it is none the adapter drives."""
+    params = list(inspect.signature(cls.__init__).parameters)
+    where = f"{RELPATH}:KVBlockZeroer.__init__"
+    rest = params[len(BASE_PARAMS):]
+    known = (["cache_dtype", "static_forward_context", "runner_only_attn_layers"],
+             ["static_forward_context", "runner_only_attn_layers"],
+             ["static_forward_context", "num_blocks", "runner_only_attn_layers"])
+    if params[:len(BASE_PARAMS)] != list(BASE_PARAMS) or rest not in known:
+        raise ConfigError(where, "parameters (device, attn_groups_iter, kernel_block_sizes[, cache_dtype], "
+                          "static_forward_context[, num_blocks], runner_only_attn_layers)",
                           f"({', '.join(params[1:])})", hint="the upstream signature changed")
-    text = inspect.getsource(ns.KVBlockZeroer.__init__)
-    return Upstream(ns.KVBlockZeroer, "num_blocks" in params, "seg_block_strides" in text)
+    text = inspect.getsource(cls.__init__)
+    return Shape("cache_dtype" in params, "num_blocks" in params, "get_kv_cache_block_dim" not in text,
+                 ".device.type" in text, "kernel_block_stride" in text)
 
 
-def upstream_table(up: Upstream, geometry: KVCacheGeometry, arena: Arena, variant: ZeroingVariant
-                   ) -> tuple[SegmentTable, tuple[int, int, int]] | AssertionError:
-    """Upstream's plan as a model `SegmentTable` plus its (BLOCK_SIZE, max_chunks, n_segs), or its refusal."""
+def prepare(ctx: Context) -> None:
+    ctx.state["shape"] = release_shape(ctx.up.KVBlockZeroer)
+
+
+# -- the input: one constructor call -------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ZeroerCase:
+    """One `KVBlockZeroer(...)` call: a kv-zeroing case (geometry, block IDs) and the other parameters.
+
+    `family`: the strategy it was drawn from (the properties run on their own); `groups_given`: how many
+    kernel block sizes `kernel_block_sizes` holds (None: one per group); `runner_only`: None (the argument
+    omitted) or the layers the runner handles itself; `not_tensor` / `elsewhere`: layers whose `kv_cache` is
+    no tensor / on another device; `bound`: {group: kernel_block_stride} of groups bound to kernel blocks."""
+
+    case: Any
+    family: str
+    groups_given: int | None = None
+    runner_only: tuple[str, ...] | None = None
+    not_tensor: tuple[str, ...] = ()
+    elsewhere: tuple[str, ...] = ()
+    bound: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def geometry(self) -> KVCacheGeometry:
+        return self.case.geometry
+
+    def skipped(self) -> set[str]:
+        """The attention layers upstream leaves out of the table."""
+        g = self.geometry
+        given = len(g.groups) if self.groups_given is None else self.groups_given
+        return ({v.layer for _, v in g.attention_views() if v.group >= given}
+                | set(self.runner_only or ()) | set(self.not_tensor) | set(self.elsewhere))
+
+    def zeroed(self) -> KVCacheGeometry | None:
+        """The geometry of the views upstream zeroes (None: no attention view left)."""
+        skipped = self.skipped()
+        if not skipped:
+            return self.geometry
+        views = tuple(v for v in self.geometry.views if v.kind != "attention" or v.layer not in skipped)
+        if not any(v.kind == "attention" for v in views):
+            return None
+        return KVCacheGeometry(self.geometry.allocations, self.geometry.groups, views)
+
+
+def single_block_dense_cases() -> Any:
+    """Dense K/V-outer layouts with one kernel block: the layouts the model's page check refused."""
+    from kvsim.models.kv_zeroing.layouts import dense_layout
+    from kvsim.properties.kv_zeroing.cases import ZeroingCase
+    from kvsim.properties.kv_zeroing.strategies import width_unit
+
+    return st.builds(lambda el, kbs, heads, hs, pad: ZeroingCase(dense_layout(
+        num_blocks=1, kernel_block_size=kbs, heads=heads, head_size=hs * width_unit(kbs, heads, el),
+        element_size=el, kv="outer", block_padding=pad), (0,)),
+        st.sampled_from((4, 2, 1)), st.integers(1, 2), st.integers(1, 2), st.integers(1, 3), st.sampled_from((0, 0, 4)))
+
+
+@st.composite
+def permuted_cases(draw: st.DrawFn) -> Any:
+    """kv-zeroing cases whose attention views list their dimensions in any order (a permuted tensor: the same
+    elements), so outer dimensions (K/V, head groups) may follow the block dimension, as in the standardized
+    block-first views of 0.29.0+."""
+    from kvsim.properties.kv_zeroing.cases import ZeroingCase
+    from kvsim.properties.kv_zeroing.strategies import ZEROING_CASES
+
+    case = draw(ZEROING_CASES)
+    views = []
+    for view in case.geometry.views:
+        if view.kind == "attention":  # reversed: the outer dims (first) go last
+            dims = list(range(len(view.shape)))
+            order = draw(st.one_of(st.just(dims[::-1]), st.permutations(dims)))
+            view = replace(view, shape=tuple(view.shape[d] for d in order),
+                           strides=tuple(view.strides[d] for d in order), block_dim=order.index(view.block_dim))
+        views.append(view)
+    g = case.geometry
+    return ZeroingCase(KVCacheGeometry(g.allocations, g.groups, tuple(views)), case.block_ids)
+
+
+def families() -> dict[str, Any]:
+    from kvsim.properties.kv_zeroing import strategies as zs
+
+    return {"zeroing": zs.ZEROING_CASES, "dense": zs.DENSE_CASES, "overlaid": zs.OVERLAID_CASES,
+            "loose": zs.LOOSE_CASES, "single_block_dense": single_block_dense_cases(), "permuted": permuted_cases()}
+
+
+@st.composite
+def zeroer_cases(draw: st.DrawFn, shape: Shape) -> ZeroerCase:
+    """A case of one family; one in three with the runner's other parameters varied."""
+    family, case = draw(st.one_of(*(s.map(lambda c, f=f: (f, c)) for f, s in families().items())))
+    whole = all(g.block_size % g.kernel_block_size == 0 for g in case.geometry.groups)
+    if draw(st.integers(0, 2)) or not whole:  # a group whose every layer is skipped is still asserted on upstream
+        runner_only = draw(st.sampled_from((None, ())))
+        return ZeroerCase(case, family, runner_only=runner_only)
+    layers = [v.layer for _, v in case.geometry.attention_views()]
+    some = st.lists(st.sampled_from(layers), unique=True, max_size=2).map(tuple)
+    groups = len(case.geometry.groups)
+    bound: tuple[tuple[int, int], ...] = ()
+    if shape.binds:
+        bound = tuple(sorted(draw(st.dictionaries(st.integers(0, groups - 1), st.integers(1, 3),
+                                                  max_size=groups)).items()))
+    return ZeroerCase(case, family, groups_given=draw(st.one_of(st.none(), st.integers(0, groups - 1))),
+                      runner_only=draw(st.one_of(st.none(), some)), not_tensor=draw(some),
+                      elsewhere=draw(some) if shape.device_check else (), bound=bound)
+
+
+def ratio_shape(zc: ZeroerCase) -> str:
+    """For a release deriving the ratio from the view: "built" (every zeroed view holds num_blocks x ratio kernel
+    blocks), "refused" (a view or group upstream asserts on), else "not built" (NOT_BUILT)."""
+    g, n = zc.geometry, zc.geometry.num_blocks
+    zeroed = zc.zeroed()
+    if zeroed is None:
+        return "built"
+    views = [v for _, v in zeroed.attention_views()]
+    groups = {v.group for v in views}
+    if any(g.groups[i].block_size % g.groups[i].kernel_block_size for i in groups) or \
+            any(v.shape[v.block_dim] % n for v in views):
+        return "refused"
+    return "built" if all(v.shape[v.block_dim] == n * g.groups[v.group].ratio for v in views) else "not built"
+
+
+def inputs(ctx: Context) -> Any:
+    shape = ctx.state["shape"]
+    cases = zeroer_cases(shape)
+    return cases.filter(lambda zc: ratio_shape(zc) != "not built") if shape.takes_num_blocks else cases
+
+
+def pinned(ctx: Context) -> list[ZeroerCase]:
+    """The pinned upstream cases (every property's examples), first in every run."""
+    from kvsim.properties.kv_zeroing.cases import PINNED
+
+    cases = [ZeroerCase(c, "pinned") for c in PINNED]
+    return [c for c in cases if not ctx.state["shape"].takes_num_blocks or ratio_shape(c) != "not built"]
+
+
+def describe(ctx: Context, zc: ZeroerCase) -> dict[str, Any]:
+    g = zc.geometry
+    shown: dict[str, Any] = {
+        "allocations": list(g.allocations), "groups": [[x.block_size, x.kernel_block_size] for x in g.groups],
+        "views": [[v.layer, v.kind, v.allocation, v.offset, list(v.shape), list(v.strides), v.element_size,
+                   v.block_dim, v.group] for v in g.views],
+        "block_ids": list(zc.case.block_ids)}
+    if zc.groups_given is not None:
+        shown["kernel_block_sizes"] = [x.kernel_block_size for x in g.groups][:zc.groups_given]
+    for name in ("runner_only", "not_tensor", "elsewhere", "bound"):
+        if getattr(zc, name):
+            shown[name] = [list(x) if isinstance(x, tuple) else x for x in getattr(zc, name)]
+    return shown
+
+
+# -- the two sides -------------------------------------------------------------------------------------------
+
+def rows(segments: Any) -> list[dict[str, int]]:
+    return [{"addr": a, "block_stride": s, "page": p} for a, s, p in sorted(segments)]
+
+
+NO_TABLE = {"segments": [], "launch": None}  # nothing to zero: upstream's `_meta` is None
+
+
+def plan_model(ctx: Context, zc: ZeroerCase) -> dict[str, Any]:
+    if ctx.state["shape"].takes_num_blocks and ratio_shape(zc) != "built":
+        raise ConfigError("geometry", "views of num_blocks x block_size/kernel_block_size kernel blocks with whole "
+                          "kernel blocks per spec block (0.30.0+ derive the ratio from the view)",
+                          describe(ctx, zc)["views"])
+    geometry = zc.zeroed()
+    if geometry is None:
+        return NO_TABLE
+    table = plan_segments(geometry, ctx.variant, arena=Arena.for_geometry(zc.geometry))
+    cfg = launch_config(table)
+    return {"segments": rows((s.addr, s.block_stride, s.page) for s in table.segments),
+            "launch": {"block_size": cfg.block_size, "max_chunks": cfg.max_chunks, "n_segs": cfg.n_segs}}
+
+
+def plan_upstream(ctx: Context, zc: ZeroerCase) -> dict[str, Any]:
+    zeroer, base = construct(ctx.up.KVBlockZeroer, ctx.state["shape"], zc)
+    return meta_answer(zeroer._meta, base)
+
+
+def meta_answer(meta: Any, base: int) -> dict[str, Any]:
+    """Upstream's `_meta` as rows relative to the buffer and the launch (5 fields before d6af803: no stride)."""
+    if meta is None:
+        return NO_TABLE
+    if len(meta) == 6:
+        addrs, strides, pages, max_chunks, block, n_segs = meta
+        table = zip(addrs.tolist(), strides.tolist(), pages.tolist())
+    else:
+        addrs, pages, max_chunks, block, n_segs = meta
+        table = ((a, p, p) for a, p in zip(addrs.tolist(), pages.tolist()))
+    return {"segments": rows((int(a) - base, int(s), int(p)) for a, s, p in table),
+            "launch": {"block_size": int(block), "max_chunks": int(max_chunks), "n_segs": int(n_segs)}}
+
+
+def construct(cls: type, shape: Shape, zc: ZeroerCase) -> tuple[Any, int]:
+    """Upstream's `KVBlockZeroer` for one case, on views of one CPU byte buffer laid out as the model's arena;
+    (the zeroer, the buffer's base address)."""
     import torch
+
+    geometry = zc.geometry
+    arena = Arena.for_geometry(geometry)
     buf = torch.zeros(arena.size, dtype=torch.uint8)
-    base = buf.data_ptr()
     groups: dict[tuple, SimpleNamespace] = {}
     context: dict[str, SimpleNamespace] = {}
+    bound = dict(zc.bound)
     for view in geometry.views:
         el = view.element_size
-        typed = buf.view(getattr(torch, DTYPES[el]))
-        kv = typed.as_strided(view.shape, view.strides, (arena.bases[view.allocation] + view.offset) // el)
-        if up.takes_num_blocks:  # standardized [B, ...] views: block dim first
+        kv = buf.view(getattr(torch, DTYPES[el])).as_strided(view.shape, view.strides,
+                                                             (arena.bases[view.allocation] + view.offset) // el)
+        if shape.standardized:  # [B, ...] views: block dim first
             kv = kv.movedim(view.block_dim, 0)
-        context[view.layer] = SimpleNamespace(kv_cache=kv)
         key = (view.kind, view.group, view.block_dim)
         if key not in groups:
-            g = geometry.groups[view.group]
-            spec = AttentionSpec(g.block_size) if view.kind == "attention" else MambaSpec()
-            groups[key] = SimpleNamespace(
-                kv_cache_spec=spec, kv_cache_group_id=view.group, layer_names=[], kernel_block_stride=0,
-                backend=SimpleNamespace(get_kv_cache_block_dim=lambda *a, _d=view.block_dim, **k: _d))
-        groups[key].layer_names.append(view.layer)
+            groups[key] = stand_in_group(geometry, view, shape, bound.get(view.group, 0) if view.kind == "attention"
+                                         else 0)
+        group = groups[key]
+        group.layer_names.append(view.layer)
+        if view.layer in zc.elsewhere:
+            kv = torch.empty(kv.shape, dtype=kv.dtype, device="meta")
+        given = kv
+        if group.kernel_block_stride:
+            given = kv.as_strided(kv.shape, kv.stride())  # the bound (kernel-block) view: another tensor
+            group.manager_views[id(given)] = kv
+        context[view.layer] = SimpleNamespace(kv_cache=[] if view.layer in zc.not_tensor else given)
+    sizes = [g.kernel_block_size for g in geometry.groups][:zc.groups_given]
     kwargs: dict[str, Any] = {"device": torch.device("cpu"), "attn_groups_iter": list(groups.values()),
-                              "kernel_block_sizes": [g.kernel_block_size for g in geometry.groups],
-                              "static_forward_context": context}
-    if up.takes_num_blocks:
+                              "kernel_block_sizes": sizes, "static_forward_context": context}
+    if shape.takes_cache_dtype:
+        kwargs["cache_dtype"] = CACHE_DTYPE
+    if shape.takes_num_blocks:
         kwargs["num_blocks"] = geometry.num_blocks
-    else:
-        kwargs["cache_dtype"] = "auto"
-    try:
-        zeroer = up.cls(**kwargs)
-    except (AssertionError, ZeroDivisionError) as exc:
-        return AssertionError(str(exc) or type(exc).__name__)
-    if zeroer._meta is None:
-        return AssertionError("no segments planned (_meta is None)")
-    if up.has_strides:
-        addrs, strides, pages, max_chunks, block, n_segs = zeroer._meta
-        rows = zip(addrs.tolist(), strides.tolist(), pages.tolist())
-    else:
-        addrs, pages, max_chunks, block, n_segs = zeroer._meta
-        rows = ((a, p, p) for a, p in zip(addrs.tolist(), pages.tolist()))
-    segments = tuple(Segment(int(a) - base, int(s), int(p), provenance(geometry, arena, int(a) - base))
-                     for a, s, p in rows)
-    return SegmentTable(segments, max(geometry.num_blocks, 1), variant), (int(block), int(max_chunks), int(n_segs))
+    if zc.runner_only is not None:
+        kwargs["runner_only_attn_layers"] = set(zc.runner_only)
+    return cls(**kwargs), buf.data_ptr()
 
+
+def stand_in_group(geometry: KVCacheGeometry, view: Any, shape: Shape, kernel_block_stride: int) -> SimpleNamespace:
+    """vLLM's `AttentionGroup` as the zeroer reads it: spec, group id, layers, backend, binding."""
+    g = geometry.groups[view.group]
+    spec = AttentionSpec(g.block_size) if view.kind == "attention" else MambaSpec()
+    num_blocks = geometry.num_blocks
+    group = SimpleNamespace(kv_cache_spec=spec, kv_cache_group_id=view.group, layer_names=[],
+                            kernel_block_stride=kernel_block_stride, manager_views={})
+
+    def get_kv_cache_block_dim(kernel_bs: int, heads: int, head_size: int, *, cache_dtype_str: str) -> int:
+        if (kernel_bs, heads, head_size, cache_dtype_str) != (g.kernel_block_size, SPEC_HEADS, SPEC_HEAD_SIZE,
+                                                             CACHE_DTYPE):
+            raise ValueError(f"get_kv_cache_block_dim asked with ({kernel_bs}, {heads}, {head_size}, "
+                             f"cache_dtype_str={cache_dtype_str!r})")
+        return view.block_dim
+
+    def map_kv_cache_to_manager_blocks(kv: Any, blocks: int) -> Any:
+        if id(kv) not in group.manager_views or blocks != num_blocks:
+            raise ValueError(f"map_kv_cache_to_manager_blocks given another cache or {blocks!r} blocks "
+                             f"(the allocator's: {num_blocks})")
+        return group.manager_views[id(kv)]
+
+    group.backend = SimpleNamespace(get_kv_cache_block_dim=get_kv_cache_block_dim)
+    group.map_kv_cache_to_manager_blocks = map_kv_cache_to_manager_blocks
+    return group
+
+
+# -- the model's properties on upstream's plan -----------------------------------------------------------------
 
 def provenance(geometry: KVCacheGeometry, arena: Arena, addr: int) -> tuple[str, ...]:
     """Attention layers whose first logical block has an element at byte `addr` (for the properties' messages
@@ -160,161 +379,88 @@ def provenance(geometry: KVCacheGeometry, arena: Arena, addr: int) -> tuple[str,
     found = []
     for _, view in geometry.attention_views():
         rel = addr - view_start(arena, view)
-        ratio = geometry.groups[view.group].ratio
         if rel < 0 or rel >= view.extent_bytes:
             continue
         offsets = view.block_byte_offsets()
-        if any(int(np.searchsorted(offsets, rel - k * view.block_stride_bytes)) < len(offsets)
-               and offsets[int(np.searchsorted(offsets, rel - k * view.block_stride_bytes))]
-               == rel - k * view.block_stride_bytes for k in range(ratio)):
-            found.append(view.layer)
+        for k in range(geometry.groups[view.group].ratio):
+            at = rel - k * view.block_stride_bytes
+            i = int(np.searchsorted(offsets, at))
+            if i < len(offsets) and offsets[i] == at:
+                found.append(view.layer)
+                break
     return tuple(found)
 
 
-def model_plan(geometry: KVCacheGeometry, arena: Arena, variant: ZeroingVariant) -> Any:
-    try:
-        table = plan_segments(geometry, variant, arena=arena)
-    except ConfigError as exc:
-        return exc
-    cfg = launch_config(table)
-    return table, (cfg.block_size, cfg.max_chunks, cfg.n_segs)
+def table_of(answer: dict[str, Any], geometry: KVCacheGeometry, variant: Any) -> SegmentTable:
+    """Upstream's answer as a model `SegmentTable` (layers named by provenance)."""
+    arena = Arena.for_geometry(geometry)
+    return SegmentTable(tuple(Segment(r["addr"], r["block_stride"], r["page"], provenance(geometry, arena, r["addr"]))
+                              for r in answer["segments"]), max(geometry.num_blocks, 1), variant)
 
 
-def plan_key(plan: Any) -> Any:
-    if isinstance(plan, BaseException):
-        return "refuses"
-    table, launch = plan
-    return {"segments": sorted((s.addr, s.block_stride, s.page) for s in table.segments),
-            "launch": list(launch)}
-
-
-def single_block_dense_cases():
-    """Dense K/V-outer layouts with one kernel block: the layouts the model's page check refuses."""
-    from hypothesis import strategies as st
-
-    from kvsim.models.kv_zeroing.layouts import dense_layout
-    from kvsim.properties.kv_zeroing.cases import ZeroingCase
-    from kvsim.properties.kv_zeroing.strategies import width_unit
-    return st.builds(lambda el, kbs, heads, hs, pad: ZeroingCase(dense_layout(
-        num_blocks=1, kernel_block_size=kbs, heads=heads, head_size=hs * width_unit(kbs, heads, el),
-        element_size=el, kv="outer", block_padding=pad), (0,)),
-        st.sampled_from((4, 2, 1)), st.integers(1, 2), st.integers(1, 2), st.integers(1, 3), st.sampled_from((0, 0, 4)))
-
-
-def case_strategy():
-    from hypothesis import strategies as st
-
-    from kvsim.properties.kv_zeroing import strategies as zs
-    return st.one_of(zs.ZEROING_CASES, zs.DENSE_CASES, zs.OVERLAID_CASES, zs.LOOSE_CASES, single_block_dense_cases())
-
-
-def describe(case: Any) -> dict[str, Any]:
-    g = case.geometry
-    return {"allocations": list(g.allocations),
-            "groups": [[x.block_size, x.kernel_block_size] for x in g.groups],
-            "views": [[v.layer, v.kind, v.allocation, v.offset, list(v.shape), list(v.strides), v.element_size,
-                       v.block_dim, v.group] for v in g.views],
-            "block_ids": list(case.block_ids)}
-
-
-@contextmanager
-def upstream_planner(up: Upstream, variant: ZeroingVariant) -> Iterator[None]:
-    """Run the kv-zeroing properties with upstream's planner in the model planner's place."""
+@contextlib.contextmanager
+def planned_by(table: SegmentTable) -> Iterator[None]:
+    """Inside, the kv-zeroing properties' planner answers with `table` (upstream's plan of the case)."""
     from kvsim.properties.kv_zeroing import zeroer as props
 
-    def planner(geometry: KVCacheGeometry, _variant: Any = None, *, arena: Arena | None = None) -> SegmentTable:
-        if up.takes_num_blocks and not whole_logical_blocks(geometry):  # the differential's domain (RATIO_SHAPE)
-            raise ConfigError("geometry", "a geometry 0.33.0's allocator can build", RATIO_SHAPE)
-        arena = arena or Arena.for_geometry(geometry)
-        got = upstream_table(up, geometry, arena, variant)
-        if isinstance(got, BaseException):
-            raise ConfigError("geometry", "a geometry upstream's KVBlockZeroer plans", f"refused: {got}")
-        return got[0]
-
     saved = props.plan_segments
-    props.plan_segments = planner
+    props.plan_segments = lambda geometry, variant=None, *, arena=None: table  # type: ignore[assignment]
     try:
         yield
     finally:
         props.plan_segments = saved
 
 
-def property_check(prop: Any, variant: ZeroingVariant, failures: dict[str, str]) -> Callable[[Any], None]:
-    """`prop` on one case; the first violation is kept in `failures`; an upstream refusal judges nothing."""
-    def check(case: Any) -> None:
-        if prop.name in failures:
+def property_check(name: str, drawn: tuple[str, ...]) -> Check:
+    """The kv-zeroing property `name` on upstream's plan, for inputs of its own families (`drawn`) or among its
+    pinned examples, whose every layer upstream zeroes."""
+    def check(ctx: Context, zc: ZeroerCase, answer: dict[str, Any]) -> None:
+        from kvsim.properties.kv_zeroing import zeroer as props
+
+        prop = getattr(props, name)
+        if not answer["segments"] or zc.skipped() or not (zc.family in drawn or zc.case in prop.examples):
             return
-        try:
-            prop.fn(case, variant)
-        except PropertyViolation as exc:
-            failures[prop.name] = f"{exc} (input {describe(case)})"
-        except ConfigError:
-            pass
-    return check
+        with planned_by(table_of(answer, zc.geometry, ctx.variant)):
+            try:
+                prop.fn(zc.case, ctx.variant)
+            except ConfigError:  # the property's own refusal of the case (say, a block ID past the table)
+                pass
+    return Check(name, check)
 
 
-PROPERTIES = ("zeroed_blocks_are_cleared", "zeroing_preserves_other_bytes", "segments_stay_inside_allocations",
-              "segment_geometry_is_valid", "logical_block_zeroes_its_kernel_blocks",
-              "zeroing_is_idempotent_and_order_free", "dense_layouts_zero_the_same_bytes",
-              "overlaid_groups_get_the_widest_page")
-
-
-def run_properties(up: Upstream, variant: ZeroingVariant, options: RunOptions, result: TargetResult,
-                   extra: Callable[[str], Any] | None = None) -> dict[str, str]:
-    """Each named kv-zeroing property on its own strategy and pinned examples, upstream's plan in the model's place."""
-    from hypothesis import strategies as st
-
-    from kvsim.properties.kv_zeroing import zeroer as props
-    failures: dict[str, str] = {}
-    budget = max(10, options.max_examples // 4)
-    with upstream_planner(up, variant):
-        for name in PROPERTIES:
-            prop = getattr(props, name)
-            strategy = prop.build_strategy({})
-            if name == "segment_geometry_is_valid":
-                strategy = st.one_of(strategy, single_block_dense_cases())
-
-            check = property_check(prop, variant, failures)
-            for example in prop.examples:
-                check(example)
-            drive(strategy, check, options, budget)
-            result.prop(name, "fails" if name in failures else "holds", failures.get(name, ""))
-    return failures
-
-
-def run_zeroer(source: EngineSource, options: RunOptions) -> TargetResult:
-    started = time.perf_counter()
-    up = load(source)
-    variant = release_variant(source.version)
-    result = TargetResult("KVBlockZeroer", source.version)
-
-    refused = 0
-
-    def check(case: Any) -> None:
-        nonlocal refused
-        if up.takes_num_blocks and not whole_logical_blocks(case.geometry):
-            refused += 1
-            return
-        arena = Arena.for_geometry(case.geometry)
-        model, upstream = model_plan(case.geometry, arena, variant), upstream_table(up, case.geometry, arena, variant)
-        result.compared += 1
-        if plan_key(model) != plan_key(upstream):
-            result.diverge(describe(case), plan_key(model) if not isinstance(model, BaseException) else str(model),
-                           plan_key(upstream) if not isinstance(upstream, BaseException) else f"refuses: {upstream}",
-                           "")
-
-    drive(case_strategy(), check, options)
-    run_properties(up, variant, options, result)
-    notes = [f"model variant {variant.name}"]
-    if refused:
-        notes.append(f"{refused} inputs not compared: {RATIO_SHAPE}")
-    result.note = "; ".join(notes)
-    return result.finish(started)
-
-
-TARGETS = (
-    Target("vllm", "KVBlockZeroer", RELPATH, ("KVBlockZeroer",), "kv-zeroing",
-           "segment table and launch (BLOCK_SIZE, chunks, segments) of the real KVBlockZeroer.__init__ on CPU "
-           "tensors vs plan_segments/launch_config of the release's variant; every kv-zeroing property on "
-           "upstream's plan", run_zeroer),
+ZEROING = ("zeroing",)
+CHECKS = (
+    property_check("zeroed_blocks_are_cleared", ZEROING),
+    property_check("zeroing_preserves_other_bytes", ZEROING),
+    property_check("segments_stay_inside_allocations", ZEROING),
+    property_check("segment_geometry_is_valid", ("loose", "single_block_dense")),
+    property_check("logical_block_zeroes_its_kernel_blocks", ZEROING),
+    property_check("zeroing_is_idempotent_and_order_free", ZEROING),
+    property_check("dense_layouts_zero_the_same_bytes", ("dense",)),
+    property_check("overlaid_groups_get_the_widest_page", ("overlaid",)),
 )
+
+
+def note(ctx: Context) -> str:
+    shape = ctx.state["shape"]
+    extra = f"; inputs exclude {NOT_BUILT}" if shape.takes_num_blocks else ""
+    return f"model variant {ctx.variant.name}{extra}"
+
+
+ZEROER = Differential(
+    loading=loading, prepare=prepare, inputs=inputs, pinned=pinned, model=plan_model, upstream=plan_upstream,
+    compare=Exact(refusals=("AssertionError",)), describe=describe, checks=CHECKS, note=note)
+
+
+def upstream_plan(cls: type, geometry: KVCacheGeometry) -> tuple[SegmentTable, dict[str, int]] | None:
+    """(for the kernel target's frame probe) Upstream's own plan of `geometry` as a model `SegmentTable` and its
+    launch; None when upstream refuses the geometry or plans nothing."""
+    from kvsim.models.kv_zeroing.zeroer import FIXED
+    from kvsim.properties.kv_zeroing.cases import ZeroingCase
+
+    try:
+        zeroer, base = construct(cls, release_shape(cls), ZeroerCase(ZeroingCase(geometry, ()), "probe"))
+    except AssertionError:
+        return None
+    answer = meta_answer(zeroer._meta, base)
+    return (table_of(answer, geometry, FIXED), answer["launch"]) if answer["segments"] else None

@@ -148,8 +148,10 @@ def _run_shape(adapter: Any, ctx: Context, result: TargetResult, env: Env, optio
         else:
             raise ConfigError(f"conform target {ctx.target.key}.adapter", "a Differential, Sweep or Lockstep",
                               type(adapter).__name__)
-        for probe in adapter.probes:
-            message = probe.check(ctx)
+        for probe in adapter.probes:  # a raise of the code under test in a probe fails the probe, with where
+            message = capture(probe.check, ctx, passthrough=(KvsimError,))
+            if isinstance(message, FAILED):
+                message = f"the code under test {message}"
             result.prop(probe.name, "holds" if message is None else "fails", message or probe.doc)
     finally:
         if trace is not None:

@@ -1,0 +1,110 @@
+"""The engines' code `mla-backends` is checked against (`kvsim conform flashinfer`, `kvsim conform vllm`):
+declarations only.
+
+Each target names the upstream files and definitions it loads and the adapter that drives them (in
+`kvsim.conform.flashinfer` and `kvsim.conform.vllm`, imported only when the target runs); `releases`: the variant
+each release follows; `survivors`: the mutants a target cannot kill, each with its reason (the adapters' module
+docstrings say the same).
+"""
+
+from kvsim.engine.conformance.declare import ConformTarget, Survivor, Upstream
+
+CASCADE_TEMPLATES = "flashinfer/trace/templates/cascade.py"
+MERGE_REFERENCES = ("_merge_state_reference", "_merge_state_in_place_reference", "_merge_states_reference")
+NO_GUARD = ((None, "merge_nan_4051"),)  # FlashInfer #4051 (open): the Python and Triton merges have no guard
+MLA = "flashinfer/mla/_batch_mla"
+CONTRACTS = f"{MLA}/_contracts.py"
+CAPS = f"{MLA}/_backends/_capabilities.py"
+POLICY = f"{MLA}/_auto_policy.py"
+BACKEND_FILES = tuple(f"{MLA}/_backends/{name}_backend.py" for name in (
+    "fa2", "fa3", "cutlass", "cutile", "trtllm_gen", "xqa", "cute_dsl_monolithic", "cute_dsl_modular",
+    "cute_dsl_rubin_mtp"))  # read for their `_plan_capabilities` literals (their code needs CUDA builds)
+PLANNING = f"{MLA}/_planning.py"
+METADATA = ("_validate_csr_metadata", "_validate_dense_metadata", "_derive_csr_from_dense", "_derive_dense_from_csr",
+            "_MLAPlanMetadataResolver")
+WRAPPER = f"{MLA}/_wrapper.py"
+AUTO, FAMILY = "_BatchMLAPagedAttentionAutoBackend", "_BatchMLAPagedAttentionCuteDslBackend"
+TRITON_LAUNCHERS, TRITON_KERNELS = "flashinfer/triton/cascade.py", "flashinfer/triton/kernels/cascade.py"
+# variable_length_merge_states runs with --device cuda only (the interpreter cannot run its kernel): not counted
+TRITON_MERGES = ("merge_state", "merge_state_in_place", "merge_states", "variable_length_merge_states")
+TRITON_STATE = ("state_merge", "state_normalize", "state_get_lse")
+VLLM_DECODE = "vllm/v1/attention/ops/triton_decode_attention.py"
+DECODE_CHECKED = ("decode_attention_fwd", "decode_attention_fwd_normal", "decode_attention_fwd_grouped",
+                  "_decode_att_m_fwd", "_decode_grouped_att_m_fwd", "_decode_softmax_reducev_fwd", "_fwd_kernel_stage1",
+                  "_fwd_grouped_kernel_stage1", "_fwd_kernel_stage2", "_page_stride", "tanh")
+REJECTION = ("plan_capability_rejection_reason", "structural_eligibility_rejection_reason")
+ORDERS = ("ordered_sm80_backends", "ordered_sm90_backends", "ordered_sm100_backends", "_ordered_sm107_backends",
+          "ordered_sm12x_backends", "_prefer")
+MAXIMUM_IS_SYMMETRIC = "torch.maximum's two arguments swapped: the same maximum"
+
+CONFORM = (
+    ConformTarget(
+        "flashinfer", "merge-references",
+        upstream=(Upstream(CASCADE_TEMPLATES, MERGE_REFERENCES),),
+        adapter="kvsim.conform.flashinfer.merge:REFERENCES", releases=NO_GUARD,
+        doc="the trace templates' Python merge references (every parameter: mask, state count, dtypes) vs the "
+            "model's base-2 merge; the merge properties on their answers",
+        survivors=tuple(Survivor(name, "arguments", "s_a, s_b", MAXIMUM_IS_SYMMETRIC) for name in MERGE_REFERENCES[:2])),
+    ConformTarget(
+        "flashinfer", "run-contract",
+        upstream=(Upstream(CONTRACTS, ("MLAInputContract",), checked=("MLAInputContract.validate_run_options",)),),
+        adapter="kvsim.conform.flashinfer.contract:RUN_CONTRACT",
+        survivors=(Survivor("MLAInputContract.validate_run_options", "boolean",
+                            "bmm1_scale is not None and bmm2_scale is not None",
+                            "equivalent with either clause alone: the check before it raises unless both scales or "
+                            "neither are given"),),
+        doc="run() arguments (every one) against the planned input contract: accepted, or refused naming the rule "
+            "and the planned and given values"),
+    ConformTarget(
+        "flashinfer", "run-inputs",
+        upstream=(Upstream(CONTRACTS, ("_resolve_structural_mla_input", "_structural_mla_input_facts")),),
+        adapter="kvsim.conform.flashinfer.inputs:RUN_INPUTS",
+        doc="structural run inputs: classification and pass-through / zero-copy / refused resolution over every "
+            "parameter (planned widths, desired and accepted layouts, expected dtype), exhaustive"),
+    ConformTarget(
+        "flashinfer", "capabilities",
+        upstream=(Upstream(CAPS, ("MLAPlanCapabilities",) + REJECTION, checked=REJECTION),
+                  *(Upstream(f, (), checked=()) for f in BACKEND_FILES)),
+        adapter="kvsim.conform.flashinfer.selection:CAPABILITIES",
+        doc="every backend's capability matrix, and the rejection rule on random contracts for the release's and "
+            "random capability records"),
+    ConformTarget(
+        "flashinfer", "auto-order",
+        upstream=(Upstream(POLICY, ORDERS + ("_AUTO_BACKEND_CANDIDATES",), checked=ORDERS),),
+        adapter="kvsim.conform.flashinfer.selection:AUTO_ORDER",
+        doc="the auto candidate order per compute capability on random and regime-boundary workloads (Rubin MTP's "
+            "included)"),
+    ConformTarget(
+        "flashinfer", "metadata",
+        upstream=(Upstream(CONTRACTS, ("MLAPlanMetadata",), checked=()),
+                  Upstream(CAPS, ("_BackendPlanUnsupportedError",), checked=()),
+                  Upstream(PLANNING, METADATA + ("_CSRPlanMetadata", "_DensePlanMetadata"),
+                           checked=METADATA + ("_indptr_values", "_max_q_len", "_check_table_width_alignment"))),
+        adapter="kvsim.conform.flashinfer.metadata:METADATA",
+        doc="validation (strict or not), CSR <-> dense conversions at any alignment, and the resolver's methods on "
+            "every form (partial ones and dual ones that differ), the rule a refusal names"),
+    ConformTarget(
+        "flashinfer", "selection-loops",
+        upstream=(Upstream(CAPS, ("MLAPlanCapabilities", "_BackendPlanUnsupportedError") + REJECTION, checked=()),
+                  Upstream(POLICY, (AUTO,), checked=(f"{AUTO}.plan_from_wrapper",)),
+                  Upstream(WRAPPER, (FAMILY,), checked=(f"{FAMILY}.plan_from_wrapper",)),
+                  *(Upstream(f, (), checked=()) for f in BACKEND_FILES)),
+        adapter="kvsim.conform.flashinfer.fallback:SELECTION_LOOPS",
+        doc="auto and cute-dsl selection loops over stand-in backends: typed fallback only, single-candidate "
+            "re-raise, all-rejected error, the probes in order"),
+    ConformTarget(
+        "flashinfer", "triton-merges",
+        upstream=(Upstream(TRITON_KERNELS, tuple(f"{n}_kernel" for n in TRITON_MERGES),
+                           checked=tuple(f"{n}_kernel" for n in TRITON_MERGES[:3]) + TRITON_STATE),
+                  Upstream("flashinfer/triton/utils.py", ("check_dim", "check_shape"), checked=()),
+                  Upstream(TRITON_LAUNCHERS, TRITON_MERGES, checked=TRITON_MERGES[:3])),
+        adapter="kvsim.conform.flashinfer.triton_merge:TRITON_MERGES", releases=NO_GUARD,
+        doc="the Triton merge_state / merge_state_in_place / merge_states / variable_length_merge_states launchers "
+            "and kernels (interpreted, in a kernel child) vs the model's merge; the merge properties on them"),
+    ConformTarget(
+        "vllm", "mla-paged-decode",
+        upstream=(Upstream(VLLM_DECODE, ("decode_attention_fwd",), checked=DECODE_CHECKED),),
+        adapter="kvsim.conform.vllm.mla_decode:MLA_PAGED_DECODE",
+        doc="vLLM's Triton MLA decode (decode_attention_fwd: every parameter) over a paged cache through both "
+            "metadata forms vs the model's paged absorbed MLA; empty rows probed"),
+)
