@@ -93,7 +93,7 @@ def test_a_save_that_fails_ends_with_one_line_and_leaves_the_last_save_in_force(
     explore_parallel(run.system, 2, max_states=whole.states // 3, checkpoint=CheckpointDir(tmp_path / "search", {}))
     first = CheckpointDir(tmp_path / "search", {}).current()
 
-    def full(self, path):
+    def full(self, path, key):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(Partition, "save", full)  # the forked workers inherit it
@@ -105,7 +105,7 @@ def test_a_save_that_fails_ends_with_one_line_and_leaves_the_last_save_in_force(
     assert CheckpointDir(tmp_path / "search", {}).current() == first
     result = explore_parallel(run.system, 2, checkpoint=CheckpointDir(tmp_path / "search", {}), resume=True)
     assert outcome(result) == outcome(whole)
-    monkeypatch.setattr(checkpoint, "dump", lambda path, *objects: full(None, path))  # one process, a first save
+    monkeypatch.setattr(checkpoint, "dump", lambda path, key, *objects: full(None, path, key))  # a first save
     with pytest.raises(ConfigError, match=r"^--checkpoint: .*No space left on device; nothing was saved\)$"):
         explore(run.system(), max_states=whole.states // 3, checkpoint=CheckpointDir(tmp_path / "other", {}))
 

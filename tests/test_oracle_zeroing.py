@@ -198,7 +198,7 @@ def test_oracle_report_runs_every_kernel_property_and_skips_what_is_missing() ->
     registry.add_model(DESCRIPTOR)
     gpu_oracle.register(registry)
     report = oracle.oracle_report(registry, max_examples=15, seed=0, progress=seen.append)
-    assert set(report) == {"backends", "checks", "complete", "not_run"} and report["complete"] is True
+    assert set(report) == {"backends", "checks", "complete", "not_run", "stopped_by"} and report["complete"] is True
     available = {b["name"]: b for b in report["backends"]}
     rows = {(c["name"], c["backend"]): c for c in report["checks"]}
     assert len(rows) == len(report["checks"]) == sum(len(p.backends) for p in registry.properties.values())

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -76,11 +77,13 @@ def test_a_relative_checkpoint_folder_is_saved_and_resumed_on_two_nodes(two_node
 
 
 def test_fuzz_workers_on_two_nodes_save_to_the_database_the_command_names(two_nodes, tmp_path):
-    # a relative --database is the folder where the command runs, whichever node a worker is on
+    # a relative --database is the folder where the command runs, whichever node a worker is on. The search is
+    # bounded in examples, not minutes: worker 0's own seeds find the bug within its 500 (in its third round), on a
+    # fast machine or a busy one, and a worker ends once it has
     proc = subprocess.run([sys.executable, "-m", "kvsim", "fuzz", "swa-budget", "--variant", "pre_af7c62e",
                            "--property", "resumed_requests_fit_physical_pages", "--ray", two_nodes, "--workers", "2",
-                           "--minutes", "0.05", "--database", "db", "--json"], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=240)
+                           "--minutes", "30", "--max-examples", "500", "--database", "db", "--json"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=600)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert json.loads(proc.stdout)["results"][0]["status"] == "failed"
     saved = [p for p in (tmp_path / "db").rglob("*") if p.is_file()]
@@ -98,7 +101,10 @@ def test_more_workers_than_the_cluster_has_cpus_are_refused(two_nodes):
 
 
 def test_workers_that_find_no_free_cpu_are_refused_in_time(two_nodes):
-    # another job holds one of the two CPUs: the second worker cannot be placed, and the search says so
+    # another job holds one of the two CPUs: the second worker can never be placed, and the search says so. How
+    # many of the two were placed within the 2 s depends on the machine's load (a busy one may not even start the
+    # first actor by then, and a CPU an earlier test's actors held may still be on its way back), so the refusal
+    # is checked, with counts that fit whatever point it was made at
     class Holder:  # defined here: Ray sends it to its node by value (this test module is not importable there)
         def ready(self) -> bool:
             return True
@@ -107,9 +113,11 @@ def test_workers_that_find_no_free_cpu_are_refused_in_time(two_nodes):
     ray.get(holder.ready.remote())
     try:
         run = run_of("pd-staging", "pre_05c7ebf")
-        refused = r"at most the 1 CPUs free on the Ray cluster .*, got 2 \(1 workers found no CPU in 2 s\)"
-        with pytest.raises(ConfigError, match=refused):
+        with pytest.raises(ConfigError) as refused:
             RayPool(Partition, run.system, 2, two_nodes, place_seconds=2, store="full", symmetry=True,
                     max_depth=None)
+        found = re.match(r"--workers: expected at most the (\d+) CPUs free on the Ray cluster \(a worker takes one\), "
+                         r"got 2 \(([12]) workers found no CPU in 2 s\)$", str(refused.value))
+        assert found and int(found[1]) <= 1, str(refused.value)
     finally:
         ray.kill(holder)

@@ -16,7 +16,7 @@ import re
 import signal
 import sys
 import threading
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any, Callable, Sequence
 
 from .. import __version__
@@ -24,7 +24,7 @@ from ..engine.canon import canonical_json, to_jsonable
 from ..engine.descriptor import ModelDescriptor, RunSpec
 from ..engine.errors import ConfigError, KvsimError, TraceError
 from ..engine.explore import DEFAULT_MAX_STATES, explore
-from ..engine.interrupt import INTERRUPT, stopped_by, stopping_on_signals
+from ..engine.interrupt import INTERRUPT, BudgetExceeded, Interrupted, asked, stopped_by, stopping_on_signals
 from ..engine.memory import DEFAULT_SHARE, machine
 from ..engine.parallel import explore_parallel
 from ..engine.progress import Progress
@@ -42,6 +42,7 @@ VARIANT_HELP = "the model variant: fixed (today's upstream) or a pre-fix variant
 # --max-seconds defaults: the long suites (check, repro, oracle) get an hour, a search or one run ten minutes
 SUITE_MAX_SECONDS = 3600.0
 RUN_MAX_SECONDS = DEFAULT_MAX_SECONDS
+FUZZ_MAX_MINUTES = 10_080  # a week: the longest --minutes of kvsim fuzz
 
 
 class UsageError(Exception):
@@ -49,11 +50,10 @@ class UsageError(Exception):
 
 
 EXPIRED_AGAIN = 0.25  # seconds after a --max-seconds alarm that it fires again, until the command stops
-
-
-class BudgetExceeded(KeyboardInterrupt):
-    """`--max-seconds` ran out. Raised from SIGALRM as a KeyboardInterrupt, which Hypothesis and the models
-    let through as they do Ctrl-C (never mistaken for a failure of the code it interrupts)."""
+# commands that stop cleanly at the first Ctrl-C or SIGTERM and report what ran (explore and fuzz do it themselves)
+STOP_ON_SIGNALS = ("check", "repro", "simulate", "oracle")
+# while a command sets its work up ("depth" > 0), an alarm is held ("held"): the work then stops at its first item
+_SETUP = {"depth": 0, "held": False}
 
 
 def _disarm() -> None:
@@ -73,7 +73,10 @@ def _deadline(seconds: float | None):
         # again shortly, in case this one is swallowed: raised inside a garbage-collector callback (Hypothesis
         # installs one) or a __del__, an exception is only printed as unraisable, and the budget would be lost
         signal.setitimer(signal.ITIMER_REAL, EXPIRED_AGAIN)
-        raise BudgetExceeded()
+        if _SETUP["depth"]:
+            _SETUP["held"] = True
+        else:
+            raise BudgetExceeded()
 
     previous = signal.signal(signal.SIGALRM, expire)
     signal.setitimer(signal.ITIMER_REAL, seconds)
@@ -82,6 +85,37 @@ def _deadline(seconds: float | None):
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+        _SETUP["held"] = False
+
+
+@contextmanager
+def _setup():
+    """The command's set-up (its catalog, its list of work): a --max-seconds alarm in it is held until it is done,
+    and then cuts the work short at its first item (`_each`), which reports what did not run in the command's
+    own document."""
+    _SETUP["depth"] += 1
+    try:
+        yield
+    finally:
+        _SETUP["depth"] -= 1
+
+
+@contextmanager
+def _quiet_stops():
+    """A stop raised where Python can only report it as unraisable (a garbage-collector callback, a `__del__`) is
+    not printed: it is no error of the code it landed in, and an alarm fires again until it gets through (a
+    Ctrl-C or SIGTERM is a flag, which nothing swallows). Anything else is reported as before."""
+    previous = sys.unraisablehook
+
+    def hook(unraisable: Any) -> None:
+        if not isinstance(unraisable.exc_value, (BudgetExceeded, Interrupted)):
+            previous(unraisable)
+
+    sys.unraisablehook = hook
+    try:
+        yield
+    finally:
+        sys.unraisablehook = previous
 
 
 class _Parser(argparse.ArgumentParser):
@@ -172,7 +206,8 @@ def _parser() -> argparse.ArgumentParser:
                              "(default: no checkpoint)")
     saving.add_argument("--resume", metavar="DIR",
                         help="go on from the search saved in DIR: the command that saved it, with larger bounds; "
-                             "it keeps saving there (a checkpoint is pickled: resume only your own)")
+                             "it keeps saving there (every file of a checkpoint is authenticated with your key in "
+                             "the kvsim cache folder: one changed, or another's, is refused)")
     e.add_argument("--checkpoint-minutes", type=positive_float("--checkpoint-minutes"), metavar="M",
                    help="with --checkpoint or --resume: minutes between two saves while the search runs (default: 10)")
     _junit_option(e)
@@ -188,14 +223,18 @@ def _parser() -> argparse.ArgumentParser:
                    help="worker processes (or Ray tasks with --ray), each with its own seeds (default: 2)")
     f.add_argument("--ray", metavar="ADDRESS",
                    help="run the workers as tasks on a Ray cluster ('local' starts one here) (default: no Ray)")
-    f.add_argument("--minutes", type=positive_float("--minutes"), default=1.0,
-                   help="how long each worker searches (default: 1)")
+    f.add_argument("--minutes", type=positive_float("--minutes", FUZZ_MAX_MINUTES), default=1.0,
+                   help=f"how long each worker searches, at most {FUZZ_MAX_MINUTES:,} (a week) (default: 1)")
+    f.add_argument("--max-examples", type=positive_int("--max-examples"), metavar="N",
+                   help="each worker runs at most N examples of each property, then ends (a budget in examples: "
+                        "the same search on any machine) (default: none, --minutes alone)")
     f.add_argument("--seed", type=integer("--seed"), default=0, help="the base seed; worker w, round r runs seed "
                                                                   "base + w*1000003 + r (default: 0)")
     f.add_argument("--database", metavar="DIR|URL",
                    help="the shared example database: a directory, or a redis:// URL (default: "
                         "~/.cache/kvsim/fuzz/MODEL)")
     _model_params(f)
+    _max_seconds(f, FUZZ_MAX_MINUTES * 60)
 
     s = sub.add_parser("simulate", parents=[common], help="timed, seeded simulation with fault injection")
     s.add_argument("model", help="a model with a timed simulation (kvsim list)")
@@ -273,16 +312,27 @@ def _model_params(p: argparse.ArgumentParser) -> None:
 
 
 def _params(args: argparse.Namespace, model: ModelDescriptor | None = None) -> list[str]:
-    """`--param` values, with `--backend` as `backend=` where the model has such a parameter."""
+    """`--param` values, with `--backend` as `backend=` where the model has such a parameter (`check` takes it as
+    the kernel backend of the others, `_kernel_backend`; elsewhere it is refused for them, never ignored)."""
     takes_backend = model is None or any(s.name == "backend" for s in model.params + model.sim_params)
+    if args.backend is not None and not takes_backend and args.command != "check":
+        with_backend = ", ".join(m.name for m in catalog.models().models.values()
+                                 if any(s.name == "backend" for s in m.params + m.sim_params))
+        raise ConfigError("--backend", f"a model with a backend parameter ({with_backend}); model {model.name} has "
+                                       "none", args.backend)
     backend = [f"backend={args.backend}"] if args.backend is not None and takes_backend else []
     return list(args.param) + backend
 
 
-def _kernel_backend(args: argparse.Namespace, model: ModelDescriptor) -> str | None:
-    """`--backend` as the kernel backend: only for a model without a `backend` parameter."""
+def _kernel_backend(args: argparse.Namespace, model: ModelDescriptor, registry: Any) -> str | None:
+    """`--backend` as the kernel backend: only for a model without a `backend` parameter, and one of the
+    backends its kernel properties run on."""
     if getattr(args, "backend", None) is None or any(s.name == "backend" for s in model.params):
         return None
+    known = list(dict.fromkeys(b for p in registry.properties_of(model.name) if p.is_kernel for b in p.backends))
+    if args.backend not in known:
+        raise ConfigError("--backend", f"a kernel backend of model {model.name} ({', '.join(known)})" if known
+                          else f"no --backend: model {model.name} has no kernel properties", args.backend)
     return args.backend
 
 
@@ -313,7 +363,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = _parser().parse_args(argv)
         _paths(args)
-        with _deadline(_alarm_seconds(args)):
+        # Ctrl-C or SIGTERM: the command stops as at its budget, and reports what ran (`kvsim.engine.interrupt`)
+        signals = stopping_on_signals() if args.command in STOP_ON_SIGNALS else nullcontext()
+        with _deadline(_alarm_seconds(args)), signals, _quiet_stops():
             return COMMANDS[args.command](args)
     except BrokenPipeError:  # the reader went away (`kvsim ... | head`): nothing more to say, and no traceback
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -330,13 +382,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         fields = {"field": f"{exc.path}:{exc.line}", "expected": "a usable file", "received": exc.reason} \
             if isinstance(exc, TraceError) else {"field": "", "expected": "", "received": ""}
         return _fail(wants_json, {**fields, "message": str(exc)}, str(exc))
-    except BudgetExceeded:  # a command without partial results to show: nothing found, nothing proved
+    except (BudgetExceeded, Interrupted) as exc:  # a command without partial results to show: nothing found
         command = next((a for a in argv if a in COMMANDS), "kvsim")
-        message = (f"INCOMPLETE: --max-seconds ran out before {command} finished; nothing was found, and nothing "
-                   "is proved (exit 3)")
+        stopped = "max-seconds" if isinstance(exc, BudgetExceeded) else INTERRUPT
+        cause = "--max-seconds ran out" if stopped == "max-seconds" else f"{stopped_by(stopped)} came"
+        message = f"INCOMPLETE: {cause} before {command} finished; nothing was found, and nothing is proved (exit 3)"
         if wants_json:
-            print(json.dumps({"command": command, "complete": False, "stopped_by": "max-seconds",
-                              "message": message}, sort_keys=True))
+            print(json.dumps({"command": command, "complete": False, "stopped_by": stopped, "message": message},
+                             sort_keys=True))
         else:
             print(message)
         return EXIT_INCOMPLETE
@@ -357,9 +410,9 @@ def _alarm_seconds(args: argparse.Namespace) -> float | None:
     if seconds is None:
         return None
     # simulate and replay stop at --max-seconds between two events, explore between two states, oracle between
-    # two property runs: the alarm is only the backstop of one endless step there
+    # two property runs, fuzz workers between two rounds: the alarm is only the backstop of one endless step there
     return seconds + max(10.0, seconds / 10) if args.command in ("simulate", "replay", "explore", "oracle",
-                                                                 "conform") \
+                                                                 "conform", "fuzz") \
         else seconds
 
 
@@ -395,13 +448,13 @@ def _short(value: Any, limit: int = 90) -> str:
 
 def cmd_list(args: argparse.Namespace) -> int:
     doc = catalog.listing()
-    if args.model:
+    if args.model is not None:  # `kvsim list ''` names no model: refused, as any unknown name is
         catalog.load().model(args.model)
         doc = {"models": [m for m in doc["models"] if m["name"] == args.model],
                "bugs": [b for b in doc["bugs"] if b["model"] == args.model]}
 
     def text() -> str:
-        if args.model:
+        if args.model is not None:
             return _model_text(doc["models"][0], doc["bugs"])
         models = _table(["model", "variants", "properties", "source"],
                         [[m["name"], ",".join(m["variants"]), len(m["properties"]), m["source"]] for m in doc["models"]])
@@ -449,29 +502,52 @@ def _range(p: dict[str, Any]) -> str:
     return f"{lo}..{hi}" if lo or hi else "any"
 
 
-def cmd_check(args: argparse.Namespace) -> int:
-    reg = catalog.load()
-    model = reg.model(args.model)
-    # model, variant and parameters are resolved here, once; only what the user set travels on
-    run = RunSpec.resolve(model, args.variant, _params(args, model))
-    backend = _kernel_backend(args, model)
-    props = [reg.property(model.name, name) for name in args.property] if args.property \
-        else [p for p in reg.properties_of(model.name) if backend is None or p.is_kernel]  # --backend: kernels
-    progress = Progress(len(props), "check")
-    results = []
-    not_run: list[str] = []
-    for i, prop in enumerate(props):
-        progress.step(prop.name)
+def _each(items: Sequence[Any], name: Callable[[Any], str], run: Callable[[Any], Any],
+          progress: Progress) -> tuple[list[Any], list[str], str | None]:
+    """`run(item)` for each item until --max-seconds or an interrupt stops the command: (the results, the names
+    of the items not run, "max-seconds" / "interrupt" / None). An item the stop came in is not run: a run that
+    saw it may be cut short (a Hypothesis run ends at its next example, a search at its next check)."""
+    results: list[Any] = []
+    for i, item in enumerate(items):
         try:
-            results.append(_check_one(prop, run, args, backend))
-        except BudgetExceeded:  # stop here; what ran so far is reported, the rest is named as not run
-            not_run = [p.name for p in props[i:]]
-            break
+            if _SETUP["held"]:
+                raise BudgetExceeded()
+            if asked():
+                raise Interrupted()
+            progress.step(name(item))
+            result = run(item)
+            if asked():
+                raise Interrupted()
+            results.append(result)
+        except (BudgetExceeded, Interrupted) as exc:  # what ran so far is reported, the rest is named as not run
+            _disarm()
+            return results, [name(x) for x in items[i:]], "max-seconds" if isinstance(exc, BudgetExceeded) \
+                else INTERRUPT
+    return results, [], None
+
+
+def _stopped_early(stopped: str, args: argparse.Namespace) -> str:
+    """What cut a command short, in words."""
+    return f"--max-seconds {args.max_seconds:g} ran out" if stopped == "max-seconds" else \
+        f"{stopped_by(stopped)} stopped it"
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    with _setup():
+        reg = catalog.load()
+        model = reg.model(args.model)
+        # model, variant and parameters are resolved here, once; only what the user set travels on
+        run = RunSpec.resolve(model, args.variant, _params(args, model))
+        backend = _kernel_backend(args, model, reg)
+        props = [reg.property(model.name, name) for name in args.property] if args.property \
+            else [p for p in reg.properties_of(model.name) if backend is None or p.is_kernel]  # --backend: kernels
+    progress = Progress(len(props), "check")
+    results, not_run, stopped = _each(props, lambda p: p.name, lambda p: _check_one(p, run, args, backend), progress)
     _disarm()
     progress.close()
     doc = {"model": model.name, "variant": run.variant.name, "seed": args.seed, "max_examples": args.max_examples,
            "params": run.given, "backend": backend, "results": [r.to_json() for r in results],
-           "complete": not not_run, "stopped_by": "max-seconds" if not_run else None, "not_run": not_run}
+           "complete": stopped is None, "stopped_by": stopped, "not_run": not_run}
     if args.junit:
         junit.write(args.junit, "kvsim check", [junit.check(doc)])
     failed = [r for r in results if r.status not in ("passed", "skipped")]
@@ -492,14 +568,14 @@ def cmd_check(args: argparse.Namespace) -> int:
             tail += f"\n  replay: {r.replay}"
         if args.save and failed:
             tail += f"\ncounterexample saved to {args.save} (kvsim replay {args.save})"
-        if not_run:
-            tail += (f"\nINCOMPLETE: --max-seconds {args.max_seconds:g} ran out; not run: {', '.join(not_run)}"
+        if stopped:
+            tail += (f"\nINCOMPLETE: {_stopped_early(stopped, args)}; not run: {', '.join(not_run)}"
                      + ("" if failed else "; nothing was found, and nothing is proved (exit 3)"))
         return f"{model.name} [{run.variant.name}]\n" + _table(["property", "status", "examples", "seconds",
                                                                  "counterexample"], rows) + tail
 
     _emit(args, doc, text)
-    return 1 if failed else EXIT_INCOMPLETE if not_run else 0
+    return 1 if failed else EXIT_INCOMPLETE if stopped else 0
 
 
 def _check_one(prop: Any, run: RunSpec, args: argparse.Namespace, backend: str | None) -> Any:
@@ -527,30 +603,28 @@ def _check_one(prop: Any, run: RunSpec, args: argparse.Namespace, backend: str |
 def cmd_repro(args: argparse.Namespace) -> int:
     from .repro import latest_verdict, release_verdicts, reproduce
 
-    reg = catalog.load()
-    bugs = list(reg.bugs.values()) if args.all else [reg.bug(args.bug_id)]
+    with _setup():
+        reg = catalog.load()
+        bugs = list(reg.bugs.values()) if args.all else [reg.bug(args.bug_id)]
     progress = Progress(len(bugs), "repro")
-    results = []
-    not_run: list[str] = []
-    for i, bug in enumerate(bugs):
-        progress.step(bug.id)
-        try:
-            results.append(reproduce(bug, seed=args.seed))
-        except BudgetExceeded:  # stop here; what ran so far is reported, the rest is named as not run
-            not_run = [b.id for b in bugs[i:]]
-            break
+    results, not_run, stopped = _each(bugs, lambda b: b.id, lambda b: reproduce(b, seed=args.seed), progress)
     _disarm()
     progress.close()
     broken = not all(r.ok for r in results)
     if args.junit:
-        junit.write(args.junit, "kvsim repro", [junit.repro(results, not_run, args.seed)])
+        junit.write(args.junit, "kvsim repro", [junit.repro(results, not_run, args.seed, stopped)])
+    reports: Any = None
     if args.report:
-        from .report_md import write_reports
+        from .report_md import render, write_reports
 
-        write_reports(results, args.out, folder=args.all, seed=args.seed)
-        return 1 if broken else EXIT_INCOMPLETE if not_run else 0
-    doc = {"seed": args.seed, "bugs": [r.to_json() for r in results], "complete": not not_run,
-           "stopped_by": "max-seconds" if not_run else None, "not_run": not_run}
+        if not args.json:
+            write_reports(results, args.out, folder=args.all, seed=args.seed)
+            return 1 if broken else EXIT_INCOMPLETE if stopped else 0
+        # --json: stdout holds the one JSON document, with the reports in it (or the paths they were written to)
+        reports = write_reports(results, args.out, folder=args.all, seed=args.seed) if args.out else \
+            {r.bug.id: render(r.bug, r, args.seed) for r in results}
+    doc = {"seed": args.seed, "bugs": [r.to_json() for r in results], "complete": stopped is None,
+           "stopped_by": stopped, "not_run": not_run, **({} if reports is None else {"reports": reports})}
 
     def text() -> str:
         def row(r: Any) -> list[Any]:
@@ -570,8 +644,8 @@ def cmd_repro(args: argparse.Namespace) -> int:
         ok = sum(r.ok for r in results)
         width = max([len(r.bug.id) for r in results] + [0])
         tail = ""
-        if not_run:
-            tail = (f"\nINCOMPLETE: --max-seconds {args.max_seconds:g} ran out; not run: {', '.join(not_run)}"
+        if stopped:
+            tail = (f"\nINCOMPLETE: {_stopped_early(stopped, args)}; not run: {', '.join(not_run)}"
                     + ("" if broken else "; nothing was found, and nothing is proved (exit 3)"))
         releases = "" if args.wide else "".join(
             f"\n  {r.bug.id:<{width}}  {latest_verdict(r.bug)}" for r in results if r.bug.verdicts)
@@ -581,7 +655,7 @@ def cmd_repro(args: argparse.Namespace) -> int:
             f"\n\n{ok} of {len(results) + len(not_run)} bug reports hold" + tail
 
     _emit(args, doc, text)
-    return 1 if broken else EXIT_INCOMPLETE if not_run else 0
+    return 1 if broken else EXIT_INCOMPLETE if stopped else 0
 
 
 def _checkpoint(args: argparse.Namespace, spec: ModelDescriptor, run: RunSpec, system: Any) -> dict[str, Any]:
@@ -725,7 +799,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             raise ConfigError("--trace", "a writable file path", args.trace, exc.strerror or "") from None
     doc = result.to_json()
     deterministic = True
-    if args.self_check:
+    if args.self_check and result.stopped_by == INTERRUPT:  # asked to stop: the second run is not made
+        doc["self_check"] = {"digest": None, "matches": None}
+    elif args.self_check:
         again = simulate_model(spec, run.variant, args.seed, dict(run.params), args.faults or None,
                                max_events=result.events if result.stopped_by else args.max_events)
         deterministic = again.digest == result.digest
@@ -734,16 +810,19 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     def text() -> str:
         lines = [f"{spec.name} [{run.variant.name}] seed {args.seed}: {result.events} events, simulated "
                  f"{result.sim_time:.3f} s in {result.seconds:.3f} s", f"digest {result.digest}"]
-        if args.self_check:
+        if args.self_check and doc["self_check"]["digest"] is None:
+            lines.append("self-check: not run (interrupted)")
+        elif args.self_check:
             lines.append(f"self-check: second run digest {doc['self_check']['digest']} "
                          f"{'matches' if deterministic else 'DIFFERS'}")
         lines += [f"  {k}: {_short(v)}" for k, v in result.summary.items()]
         if args.trace:
             lines.append(f"trace written to {args.trace}")
         if result.stopped_by:
-            bound = {"max-events": f"--max-events {args.max_events}",
-                     "max-seconds": f"--max-seconds {args.max_seconds:g}"}[result.stopped_by]
-            lines.append(f"INCOMPLETE: the {bound} budget stopped the run after {result.events} events with work "
+            bound = {"max-events": f"the --max-events {args.max_events} budget",
+                     "max-seconds": f"the --max-seconds {args.max_seconds:g} budget",
+                     INTERRUPT: stopped_by(INTERRUPT)}[result.stopped_by]
+            lines.append(f"INCOMPLETE: {bound} stopped the run after {result.events} events with work "
                          "left; the summary covers what ran" + ("" if failed else
                                                                  "; nothing was found, and nothing is proved (exit 3)"))
         return "\n".join(lines)
@@ -780,9 +859,13 @@ def cmd_replay(args: argparse.Namespace) -> int:
 def cmd_oracle(args: argparse.Namespace) -> int:
     from . import oracle
 
+    with _setup():
+        reg, rows = catalog.load(), oracle.backends()
     progress = Progress(None, "oracle")
-    doc = oracle.oracle_report(catalog.load(), max_examples=args.max_examples, seed=args.seed,
-                               progress=progress.note, max_seconds=args.max_seconds)
+    if _SETUP["held"]:  # an alarm held in the set-up: no run starts (a budget of 0 s), every run is named not run
+        _disarm()
+    doc = oracle.oracle_report(reg, max_examples=args.max_examples, seed=args.seed, progress=progress.note,
+                               max_seconds=0.0 if _SETUP["held"] else args.max_seconds, rows=rows, on_stop=_disarm)
     _disarm()
     progress.close()
 
@@ -796,8 +879,8 @@ def cmd_oracle(args: argparse.Namespace) -> int:
         total = (f"{len(doc['checks'])} kernel property runs: {counts['passed']} passed, {counts['failed']} failed, "
                  f"{counts['error']} error, {counts['skipped']} skipped (a backend this machine lacks)")
         if doc["not_run"]:
-            total += (f"\nINCOMPLETE: --max-seconds {args.max_seconds:g} ran out; {len(doc['not_run'])} runs not "
-                      f"started (first: {doc['not_run'][0]})"
+            total += (f"\nINCOMPLETE: {_stopped_early(doc['stopped_by'], args)}; {len(doc['not_run'])} runs not "
+                      f"run (first: {doc['not_run'][0]})"
                       + ("" if failed else "; nothing was found, and nothing is proved (exit 3)"))
         return f"{backends}\n\n{checks}\n\n{total}"
 
@@ -811,16 +894,25 @@ def cmd_oracle(args: argparse.Namespace) -> int:
 
 def _replay_counterexample(args: argparse.Namespace, doc: dict[str, Any]) -> int:
     reg = catalog.load() if doc.get("command") == "check" else catalog.models()
-    result = counterexample.replay(args.trace, doc, reg)
+    found = counterexample.validated(args.trace, doc, reg)  # bad input is refused before anything runs
+    try:
+        result = counterexample.replay_validated(args.trace, found)
+    except BudgetExceeded:  # the re-run (a Hypothesis run, the hang search from a path's end) did not end in time
+        _disarm()
+        result = counterexample.CounterexampleReplay(
+            args.trace, found.command, found.run.model.name, found.run.variant.name, found.check, False,
+            f"INCOMPLETE: --max-seconds {args.max_seconds:g} ran out before the re-run ended; nothing is proved "
+            "(exit 3)", stopped_by="max-seconds")
 
     def text() -> str:
         head = (f"{args.trace}: {result.command} counterexample of {result.model} [{result.variant}] "
-                f"{result.check}: " + ("reproduced" if result.matches else "NOT reproduced"))
+                f"{result.check}: " + ("reproduced" if result.matches else "not finished" if result.stopped_by
+                                        else "NOT reproduced"))
         program = "".join(f"\n  {line}" for line in result.program)
         return f"{head}\n  {result.message}{program}"
 
     _emit(args, result.to_json(), text)
-    return 0 if result.matches else 1
+    return 0 if result.matches else EXIT_INCOMPLETE if result.stopped_by else 1
 
 
 def cmd_fuzz(args: argparse.Namespace) -> int:
@@ -838,7 +930,9 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     progress = Progress(None, "fuzz")
     with stopping_on_signals():  # Ctrl-C or SIGTERM: the workers end after their current property, and report
         doc = fuzz.fuzz(model.name, run.variant.name, [p.name for p in props], dict(run.given), database,
-                        args.workers, args.seed, args.minutes * 60, ray_address=args.ray, progress=progress)
+                        args.workers, args.seed, args.minutes * 60, ray_address=args.ray, progress=progress,
+                        max_examples=args.max_examples, max_seconds=args.max_seconds)
+    _disarm()
     progress.close()
     failed = [r for r in doc["results"] if r["status"] != "passed"]
 
@@ -848,14 +942,15 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         workers = "".join(f"\nworker {w['worker']}: {w['examples']} examples in {w['rounds']} rounds, "
                           f"{w['seconds']:.1f} s ({w['examples_per_second']:,.0f} examples/s)" for w in doc["workers"])
         tail = "".join(f"\n{r['property']}: {r['message']}\n  replay: {r['replay']}" for r in failed)
-        if doc["interrupted"]:
-            tail += (f"\nstopped early: {stopped_by(INTERRUPT)} ended the workers before their --minutes; the "
+        if doc["stopped_by"]:
+            cause = stopped_by(INTERRUPT) if doc["interrupted"] else f"--max-seconds {args.max_seconds:g}"
+            tail += (f"\nstopped early: {cause} ended the workers before their --minutes; the "
                      "examples above are what they ran" + ("" if failed else ", and nothing is proved (exit 3)"))
         return (f"{model.name} [{run.variant.name}] database {database}\n"
                 + _table(["property", "status", "examples", "found by", "counterexample"], rows) + workers + tail)
 
     _emit(args, doc, text)
-    return 1 if failed else EXIT_INCOMPLETE if doc["interrupted"] else 0
+    return 1 if failed else EXIT_INCOMPLETE if doc["stopped_by"] else 0
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -863,6 +958,11 @@ def cmd_show(args: argparse.Namespace) -> int:
     from .show.text import render_text
 
     if args.out is not None:
+        from .site import CHARTS_MISSING, can_draw
+
+        if not can_draw():
+            raise ConfigError("--out", "matplotlib installed to draw the chart (pip install 'kvsim[charts]'); "
+                                       "without --out the chart is printed as text", args.out, CHARTS_MISSING)
         from .show.draw import draw, output_format
 
         output_format(args.out)  # a wrong suffix is refused before anything runs
@@ -891,18 +991,24 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from .site import build_site
+    from .site import build_site, drawing_function
 
-    reg = catalog.load()
+    with _setup():
+        reg = catalog.load()
+        drawing_function()  # matplotlib imported in the set-up, where it is installed
     progress = Progress(len(reg.bugs), "report")
+    if _SETUP["held"]:  # the alarm came in the set-up: no report is reproduced, each is named as not run
+        _disarm()
     result = build_site(args.out, reg, seed=args.seed, conform=args.conform, bench=args.bench,
-                        progress=progress.step)
+                        progress=progress.step, on_stop=_disarm, spent=_SETUP["held"])
     _disarm()
     progress.close()
+    cut = (f"\nINCOMPLETE: --max-seconds {args.max_seconds:g} ran out; not reproduced: {', '.join(result.not_run)}"
+           if result.not_run else "")
     _emit(args, result.to_json(), lambda: f"{args.out}/index.html: {result.bugs} bug reports ({result.holding} "
           f"hold), {len(result.charts)} charts, {len(result.pages)} files, {result.bytes / 1024:.0f} KiB, "
-          f"{result.seconds:.1f} s")
-    return 0 if result.holding == result.bugs else 1
+          f"{result.seconds:.1f} s" + (f"\n{result.without_charts}" if result.without_charts else "") + cut)
+    return 1 if result.holding != result.bugs else EXIT_INCOMPLETE if result.not_run else 0
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {

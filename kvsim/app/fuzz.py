@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
+from ..engine.checkpoint import cache_root
 from ..engine.errors import ConfigError
 from ..engine.interrupt import asked, worker_signals
 from ..engine.memory import DEFAULT_SHARE, refuse_forks
@@ -91,8 +92,7 @@ def _ticking(progress: Progress | None, workers: int, seconds: float, examples: 
 
 
 def default_database(model: str) -> str:
-    base = os.environ.get("KVSIM_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "kvsim")
-    return os.path.join(base, "fuzz", model)
+    return os.path.join(cache_root(), "fuzz", model)
 
 
 def _is_url(spec: str) -> bool:
@@ -121,10 +121,13 @@ def open_database(spec: str) -> Any:
 
 def work(model: str, variant: str, properties: Sequence[str], params: dict[str, Any], database: str, worker: int,
          seed: int, seconds: float, round_examples: int = ROUND,
-         probe: tuple[str, str, str] | None = None) -> dict[str, Any]:
-    """One worker's share: rounds over `properties` until `seconds` have passed (at least one round) or
-    every property has failed. With a directory database, first whether it sees the `probe` written there
-    (`kvsim.engine.shared`): a worker that does not (another machine's disk) reports so and does nothing."""
+         probe: tuple[str, str, str] | None = None, max_examples: int | None = None,
+         max_seconds: float | None = None) -> dict[str, Any]:
+    """One worker's share: rounds over `properties` until `seconds` have passed (at least one round), every
+    property has failed, or every property has run `max_examples` examples (the last round is cut to fit).
+    `max_seconds`, the command's work budget, ends the rounds earlier than `seconds`: the worker then reports
+    itself `cut` (its search incomplete). With a directory database, first whether it sees the `probe` written
+    there (`kvsim.engine.shared`): a worker that does not (another machine's disk) reports so and does nothing."""
     from ..engine.runner import run_property
     from . import catalog
 
@@ -134,18 +137,29 @@ def work(model: str, variant: str, properties: Sequence[str], params: dict[str, 
     props = [reg.property(model, name) for name in properties]
     db = open_database(database)
     start = time.perf_counter()
+    until = seconds if max_seconds is None else min(seconds, max_seconds)
     examples = 0
-    results: dict[str, dict[str, Any]] = {}
+    results: dict[str, dict[str, Any]] = {p.name: {"examples": 0, "failure": None, "found_at": None} for p in props}
+
+    def left(name: str) -> int:  # examples this property may still run (a round's worth without --max-examples)
+        ran = results[name]["examples"]
+        return round_examples if max_examples is None else min(round_examples, max_examples - ran)
+
+    def done() -> bool:  # every property has its counterexample, or has run its examples
+        return all(r["failure"] or left(name) <= 0 for name, r in results.items())
+
     rnd, interrupted = 0, False
     while True:
         for prop in props:
-            result = run_property(prop, variant, max_examples=round_examples, seed=seed + worker * SEED_STRIDE + rnd,
+            if results[prop.name]["failure"] or left(prop.name) <= 0:
+                continue
+            result = run_property(prop, variant, max_examples=left(prop.name), seed=seed + worker * SEED_STRIDE + rnd,
                                   database=db, params=params or None, database_key=f"{model}:{prop.name}:{variant}",
-                                  use_examples=False)
+                                  use_examples=False, interruptible=False)
             examples += result.examples
             if _SHARED is not None:
                 _SHARED.examples[worker] = examples
-            row = results.setdefault(prop.name, {"examples": 0, "failure": None, "found_at": None})
+            row = results[prop.name]
             row["examples"] += result.examples
             if result.status != "passed" and row["failure"] is None:
                 row["failure"] = result.to_json()
@@ -154,18 +168,24 @@ def work(model: str, variant: str, properties: Sequence[str], params: dict[str, 
             if interrupted:
                 break  # what ran so far is reported; the examples found are in the database already
         rnd += 1
-        if interrupted or time.perf_counter() - start >= seconds or all(r["failure"] for r in results.values()):
-            break  # time is up, or every property has its counterexample: nothing left to find
+        if interrupted or done() or time.perf_counter() - start >= until:
+            break  # time is up, every property has its counterexample, or its examples ran: nothing left to do
     elapsed = time.perf_counter() - start
+    cut = not interrupted and not done() and max_seconds is not None and max_seconds < seconds and elapsed >= until
     return {"worker": worker, "rounds": rnd, "examples": examples, "seconds": round(elapsed, 3),
             "examples_per_second": round(examples / elapsed, 1) if elapsed > 0 else float(examples),
-            "results": results, "interrupted": interrupted}
+            "results": results, "interrupted": interrupted, "cut": cut}
 
 
 def fuzz(model: str, variant: str, properties: Sequence[str], params: dict[str, Any], database: str, workers: int,
          seed: int, seconds: float, ray_address: str | None = None, round_examples: int = ROUND,
-         progress: Progress | None = None) -> dict[str, Any]:
-    """Run `workers` workers and merge their records into `check`'s shape (`progress`: a line while they run)."""
+         progress: Progress | None = None, max_examples: int | None = None,
+         max_seconds: float | None = None) -> dict[str, Any]:
+    """Run `workers` workers and merge their records into `check`'s shape (`progress`: a line while they run).
+
+    `seconds` is how long each worker searches, `max_examples` the examples of each property it runs at most
+    (`work`); `max_seconds`, the work budget, cuts the search short, which the record says (`stopped_by`
+    "max-seconds", as "interrupt" for Ctrl-C or SIGTERM; `complete` false)."""
     if ray_address is None and workers > 1:
         refuse_forks(workers, None, DEFAULT_SHARE)
     open_database(database)  # a bad path or URL is refused here, before any worker starts
@@ -174,7 +194,7 @@ def fuzz(model: str, variant: str, properties: Sequence[str], params: dict[str, 
     folder = None if _is_url(database) else os.path.abspath(database)
     probe = None if folder is None else Probe(folder)
     jobs = [(model, variant, tuple(properties), params, folder or database, w, seed, seconds, round_examples,
-             None if probe is None else probe.ask(w)) for w in range(workers)]
+             None if probe is None else probe.ask(w), max_examples, max_seconds) for w in range(workers)]
     shared = None if ray_address is not None else Shared(workers)
     try:
         with _ticking(progress, workers, seconds, None if shared is None else shared.examples):
@@ -209,8 +229,11 @@ def fuzz(model: str, variant: str, properties: Sequence[str], params: dict[str, 
             merged[-1]["replay"] = (f"kvsim fuzz {model} --variant {variant} --property {name} --workers 1 "
                                     f"--minutes 0.01 --database {database}")
     rates = [{k: r[k] for k in ("worker", "rounds", "examples", "seconds", "examples_per_second")} for r in reports]
+    interrupted = any(r["interrupted"] for r in reports)
+    stopped = "interrupt" if interrupted else "max-seconds" if any(r["cut"] for r in reports) else None
     return {"model": model, "variant": variant, "seed": seed, "params": params, "database": database,
-            "results": merged, "interrupted": any(r["interrupted"] for r in reports), "workers": rates}
+            "results": merged, "interrupted": interrupted, "complete": stopped is None, "stopped_by": stopped,
+            "workers": rates}
 
 
 def _forked(jobs: list[tuple[Any, ...]], shared: Shared) -> list[dict[str, Any]]:

@@ -31,6 +31,12 @@ from ..engine.params import param_args
 MAX_SECONDS_NOT_RUN = "not run: --max-seconds ran out before it started"
 
 
+def not_run_message(stopped: str | None) -> str:
+    """Why a check did not run: `--max-seconds` (`stopped` "max-seconds" or None), or an interrupt."""
+    return MAX_SECONDS_NOT_RUN if stopped in (None, "max-seconds") else \
+        f"not run: {stopped_by(stopped)} stopped the command before it started"
+
+
 @dataclass
 class Case:
     """One testcase: `outcome` is "passed", "failure", "error" or "skipped"."""
@@ -70,13 +76,14 @@ def check(doc: Mapping[str, Any]) -> ET.Element:
     for r in doc["results"]:
         replay = r.get("replay") or check_command(doc, r["property"])
         cases.append(_property_case(r, r["property"], classname, replay))
-    cases += [Case(name, classname, outcome="skipped", message=MAX_SECONDS_NOT_RUN) for name in doc["not_run"]]
+    cases += [Case(name, classname, outcome="skipped", message=not_run_message(doc.get("stopped_by")))
+              for name in doc["not_run"]]
     return suite(f"kvsim check {doc['model']}", cases,
                  {"variant": doc["variant"], "seed": doc["seed"], "max_examples": doc["max_examples"],
                   "params": doc["params"], "backend": doc["backend"], "complete": doc["complete"]})
 
 
-def repro(results: Sequence[Any], not_run: Sequence[str], seed: int) -> ET.Element:
+def repro(results: Sequence[Any], not_run: Sequence[str], seed: int, stopped: str | None = None) -> ET.Element:
     """`kvsim repro` (its ReproResult records): one testcase per bug report; a report that does not hold fails."""
     cases = []
     for r in results:
@@ -91,7 +98,7 @@ def repro(results: Sequence[Any], not_run: Sequence[str], seed: int) -> ET.Eleme
             detail = f"\n{doc['check']} on {doc['variant']}: {doc['message']}" if doc["message"] else ""
             case.text = case.message + detail + shown + f"\nreplay: kvsim repro {doc['id']} --seed {seed}"
         cases.append(case)
-    cases += [Case(bug, "kvsim.repro", outcome="skipped", message=MAX_SECONDS_NOT_RUN) for bug in not_run]
+    cases += [Case(bug, "kvsim.repro", outcome="skipped", message=not_run_message(stopped)) for bug in not_run]
     return suite("kvsim repro", cases, {"seed": seed, "complete": not not_run})
 
 
@@ -143,7 +150,7 @@ def oracle(doc: Mapping[str, Any], max_examples: int, seed: int | None) -> ET.El
         name, _, backend = entry.partition(" on ")
         model, _, prop = name.partition(":")
         cases.append(Case(f"{prop}[{backend}]", _classname(model, "fixed"), outcome="skipped",
-                          message=MAX_SECONDS_NOT_RUN))
+                          message=not_run_message(doc.get("stopped_by"))))
     return suite("kvsim oracle", cases, {"seed": seed, "max_examples": max_examples, "complete": doc["complete"],
                                          "backends": [b["name"] for b in doc["backends"] if b["available"]]})
 

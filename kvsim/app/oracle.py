@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 from ..engine.canon import to_jsonable
 from ..engine.errors import ConfigError
+from ..engine.interrupt import INTERRUPT, BudgetExceeded, Interrupted, asked
 from ..engine.runner import PropertyResult, run_property
 
 
@@ -64,37 +65,60 @@ def run_kernel_property(prop: Any, backend: str, *, variant: Any = "fixed", max_
 
 
 def oracle_report(registry: Any, *, max_examples: int = 50, seed: int | None = 0,
-                  progress: Callable[[str], None] | None = None, max_seconds: float | None = None) -> dict[str, Any]:
+                  progress: Callable[[str], None] | None = None, max_seconds: float | None = None,
+                  rows: list[dict[str, Any]] | None = None,
+                  on_stop: Callable[[], None] | None = None) -> dict[str, Any]:
     """Every kernel property of `registry` on every backend it lists, on the model's fixed variant.
 
     Rows: `name` is "<model>:<property>"; `status` is "passed", "failed", "error" (the property or backend
     crashed) or "skipped" (the backend is unavailable here; `message` says why); a row that did not pass
     carries `counterexample` and `replay` (the `kvsim check` command that reruns it). With `max_seconds`, runs
-    that would start after the budget are not started: they are listed in `not_run`.
+    that would start after the budget are not started: they are listed in `not_run`, and so are the run the
+    command's time limit (`BudgetExceeded`) or a stop asked by Ctrl-C or SIGTERM cut short and those after it;
+    `stopped_by` says which ("max-seconds", "interrupt"; None for a complete report). `rows`: the backends,
+    where the caller probed them (`backends()`); `on_stop`: called once such a stop is caught (the command line
+    disarms its time limit, which fires again until it is).
     """
     note = progress or (lambda _: None)
-    rows = backends()
+    rows = backends() if rows is None else rows
     results: list[dict[str, Any]] = []
     not_run: list[str] = []
+    stopped: str | None = None
     deadline = None if max_seconds is None else time.perf_counter() + max_seconds
     for prop in kernel_properties(registry):
         name = f"{prop.model}:{prop.name}"
         for backend in prop.backends:
             available = next(r for r in rows if r["name"] == backend)["available"]
-            if available and deadline is not None and time.perf_counter() > deadline:
+            try:
+                if available and stopped is None and deadline is not None and time.perf_counter() > deadline:
+                    stopped = "max-seconds"
+                if available and stopped is None and asked():
+                    stopped = INTERRUPT
+                if available and stopped is not None:
+                    not_run.append(f"{name} on {backend}")
+                    continue
+                if available:
+                    note(f"{name} on {backend} ...")
+                results.append(_oracle_row(prop, name, backend, registry, max_examples, seed, rows, note))
+            except (BudgetExceeded, Interrupted) as exc:  # cut short: this run and the rest are not run
+                if on_stop is not None:
+                    on_stop()
+                stopped = "max-seconds" if isinstance(exc, BudgetExceeded) else INTERRUPT
                 not_run.append(f"{name} on {backend}")
-                continue
-            if available:
-                note(f"{name} on {backend} ...")
-            start = time.perf_counter()
-            result = run_kernel_property(prop, backend, variant=registry.model(prop.model).variants.fixed,
-                                         max_examples=max_examples, seed=seed, rows=rows)
-            seconds = time.perf_counter() - start
-            row = {"name": name, "backend": backend, "examples": result.examples, "status": result.status,
-                   "message": result.message, "seconds": round(seconds, 3) if result.status != "skipped" else 0.0}
-            if result.status != "skipped":
-                note(f"{name} on {backend}: {result.status}, {result.examples} examples, {seconds:.2f} s")
-            if result.status not in ("passed", "skipped"):
-                row.update(counterexample=result.counterexample, replay=result.replay)
-            results.append(row)
-    return {"backends": rows, "checks": results, "complete": not not_run, "not_run": not_run}
+    return {"backends": rows, "checks": results, "complete": not not_run, "not_run": not_run, "stopped_by": stopped}
+
+
+def _oracle_row(prop: Any, name: str, backend: str, registry: Any, max_examples: int, seed: int | None,
+                rows: list[dict[str, Any]], note: Callable[[str], None]) -> dict[str, Any]:
+    """One kernel property on one backend, as a row of `oracle_report`."""
+    start = time.perf_counter()
+    result = run_kernel_property(prop, backend, variant=registry.model(prop.model).variants.fixed,
+                                 max_examples=max_examples, seed=seed, rows=rows)
+    seconds = time.perf_counter() - start
+    row = {"name": name, "backend": backend, "examples": result.examples, "status": result.status,
+           "message": result.message, "seconds": round(seconds, 3) if result.status != "skipped" else 0.0}
+    if result.status != "skipped":
+        note(f"{name} on {backend}: {result.status}, {result.examples} examples, {seconds:.2f} s")
+    if result.status not in ("passed", "skipped"):
+        row.update(counterexample=result.counterexample, replay=result.replay)
+    return row

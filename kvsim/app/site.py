@@ -6,10 +6,15 @@ source and sites, release verdicts, the counterexample drawn by `kvsim show`, th
 `conform.html` (the results of `kvsim conform ... --json` files given with `--conform`) and
 `bench.html` (benchmark results given with `--bench`, each a table and a bar chart). Each bug is
 reproduced once (`show.sources.reproduced`), which gives both its status and its counterexample.
+
+The charts are drawn with matplotlib, the `charts` extra. Without it the site is written without them:
+each counterexample as text, and the index, each bug page and the command's output say so and name the
+extra to install (`CHARTS_MISSING`).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import time
@@ -19,6 +24,7 @@ from typing import Any, Callable, Sequence
 
 from ..engine.canon import canonical_json
 from ..engine.errors import ConfigError
+from ..engine.interrupt import BudgetExceeded
 from ..engine.registry import BugReport, Registry
 from .repro import release_verdicts
 from .show import sources
@@ -40,6 +46,7 @@ pre { background: #f5f7fa; padding: 8px; overflow-x: auto; }
 .holds { color: #1e7d32; font-weight: 600; } .broken { color: #c0392b; font-weight: 600; }
 img.chart { max-width: 100%; border: 1px solid #c9d2dc; background: #fff; }
 """
+CHARTS_MISSING = "no charts: matplotlib is not installed (pip install 'kvsim[charts]')"
 
 
 @dataclass
@@ -51,10 +58,31 @@ class SiteResult:
     holding: int = 0
     seconds: float = 0.0
     bytes: int = 0
+    without_charts: str | None = None  # why the site has no charts (CHARTS_MISSING), if it has none
+    not_run: list[str] = field(default_factory=list)  # the bug reports --max-seconds left out
 
     def to_json(self) -> dict[str, Any]:
         return {"out": self.out, "pages": self.pages, "charts": self.charts, "bugs": self.bugs,
-                "holding": self.holding, "seconds": round(self.seconds, 3), "bytes": self.bytes}
+                "holding": self.holding, "seconds": round(self.seconds, 3), "bytes": self.bytes,
+                "without_charts": self.without_charts, "complete": not self.not_run,
+                "stopped_by": "max-seconds" if self.not_run else None, "not_run": self.not_run}
+
+
+def drawing_function() -> Callable[..., None] | None:
+    """`show.draw.draw` (importing matplotlib), or None where matplotlib is not installed."""
+    if not can_draw():
+        return None
+    from .show.draw import draw  # matplotlib: only to write a report or a chart
+
+    return draw
+
+
+def can_draw() -> bool:
+    """Whether matplotlib (the `charts` extra) is installed."""
+    try:
+        return importlib.util.find_spec("matplotlib") is not None
+    except (ImportError, ValueError):  # a module entry of None (hidden) or without a spec
+        return False
 
 
 def _page(title: str, body: str, depth: int = 0) -> str:
@@ -98,8 +126,12 @@ def _load_json(flag: str, path: str, what: str) -> Any:
 
 
 def build_site(out: str, registry: Registry, *, seed: int = 0, conform: Sequence[str] = (),
-               bench: Sequence[str] = (), progress: Callable[[str], None] | None = None) -> SiteResult:
-    from .show.draw import draw  # matplotlib: only to write a report
+               bench: Sequence[str] = (), progress: Callable[[str], None] | None = None,
+               on_stop: Callable[[], None] | None = None, spent: bool = False) -> SiteResult:
+    """Write the site to `out`. Where the command's --max-seconds runs out (`BudgetExceeded`) while the bug reports
+    are reproduced, the site is written with those done so far and names the rest (`not_run`); `on_stop` is
+    called then (the command line disarms its time limit). `spent`: it ran out before (no report is reproduced)."""
+    draw = drawing_function()
 
     start = time.perf_counter()
     conform_docs = [(p, _conform_doc(p)) for p in conform]  # bad input is refused before any work
@@ -109,20 +141,29 @@ def build_site(out: str, registry: Registry, *, seed: int = 0, conform: Sequence
             os.makedirs(os.path.join(out, sub), exist_ok=True)
         except OSError as exc:
             raise ConfigError("--out", "a folder that can be created", out, exc.strerror or "") from None
-    result = SiteResult(out)
+    result = SiteResult(out, without_charts=None if draw is not None else CHARTS_MISSING)
     _write(os.path.join(out, "style.css"), STYLE.lstrip(), result)
     rows = []
-    for bug in registry.bugs.values():
-        if progress is not None:
-            progress(bug.id)
-        repro = sources.reproduced(bug, seed)
-        drawing = sources.of_bug(registry, bug, seed)
-        chart = None
-        if drawing is not None:
-            chart = f"charts/{bug.id}.svg"
-            draw(drawing, os.path.join(out, chart))
-            result.charts.append(chart)
-        _write(os.path.join(out, "bugs", f"{bug.id}.html"), _bug_page(bug, repro, drawing, chart, seed), result)
+    bugs = list(registry.bugs.values())
+    for i, bug in enumerate(bugs):
+        try:
+            if spent:
+                raise BudgetExceeded()
+            if progress is not None:
+                progress(bug.id)
+            repro = sources.reproduced(bug, seed)
+            drawing = sources.of_bug(registry, bug, seed)
+            chart = None
+            if drawing is not None and draw is not None:
+                chart = f"charts/{bug.id}.svg"
+                draw(drawing, os.path.join(out, chart))
+                result.charts.append(chart)
+            _write(os.path.join(out, "bugs", f"{bug.id}.html"), _bug_page(bug, repro, drawing, chart, seed), result)
+        except BudgetExceeded:  # the site is written with the reports done so far
+            if on_stop is not None:
+                on_stop()
+            result.not_run = [b.id for b in bugs[i:]]
+            break
         result.bugs += 1
         result.holding += repro.ok
         rows.append(_bug_row(bug, repro))
@@ -149,8 +190,13 @@ def _index(registry: Registry, rows: list[list[str]], result: SiteResult) -> str
                     "properties</summary><ul>" + "".join(f"<li><code>{escape(p.name)}</code> ({escape(p.kind)})</li>"
                                                           for p in registry.properties_of(m.name))
                     + "</ul></details>" for m in registry.models.values())
+    missing = f"<p><b>{escape(result.without_charts)}</b>: the counterexamples are shown as text.</p>" \
+        if result.without_charts else ""
+    if result.not_run:
+        missing += (f"<p><b>INCOMPLETE</b>: --max-seconds ran out; not reproduced: "
+                    f"{escape(', '.join(result.not_run))}.</p>")
     body = (f"<p>{len(registry.models)} models, {len(registry.properties)} properties, {result.bugs} bug reports "
-            f"({result.holding} hold).</p><h2>Models</h2>"
+            f"({result.holding} hold).</p>{missing}<h2>Models</h2>"
             + _table(["model", "summary", "upstream source", "variants", "explore", "simulate"], models)
             + f"<h2>Properties</h2>{props}<h2 id=\"bugs\">Bug reports</h2>"
             + _table(["bug", "model", "variant", "must fail", "status", "reproduced", "fixed passes", "verdict"], rows))
@@ -180,9 +226,11 @@ def _bug_page(bug: BugReport, repro: Any, drawing: SequenceChart | CaseTable | N
     body += "<h2>Counterexample</h2>"
     if drawing is None:
         body += f"<p>No counterexample: the check does not fail on <code>{escape(bug.variant)}</code>.</p>"
+    elif chart is None:  # matplotlib is not installed: the drawing as text
+        body += f"<p>{escape(CHARTS_MISSING)}.</p><pre>{escape(render_text(drawing))}</pre>"
     else:
         kind = "sequence chart" if isinstance(drawing, SequenceChart) else "shrunk input"
-        body += (f'<p><img class="chart" src="../{escape(chart or "")}" alt="{kind} of {escape(bug.id)}"></p>'
+        body += (f'<p><img class="chart" src="../{escape(chart)}" alt="{kind} of {escape(bug.id)}"></p>'
                  f"<details><summary>as text</summary><pre>{escape(render_text(drawing))}</pre></details>")
     return _page(bug.id, body, depth=1)
 
@@ -242,7 +290,8 @@ def _bench_page(docs: list[tuple[str, Any]], out: str, draw_fn: Any, result: Sit
             columns = list(dict.fromkeys(k for r in rows for k in r))
             body += f"<h3>{escape(name)}</h3>" + _table(columns, [[escape(_cell(r.get(c))) for c in columns]
                                                                   for r in rows])
-            figure = _bench_figure(rows, columns, os.path.join(out, "figures", f"bench-{i}-{j}.svg"), name)
+            figure = None if draw_fn is None else _bench_figure(rows, columns, os.path.join(
+                out, "figures", f"bench-{i}-{j}.svg"), name)
             if figure:
                 result.charts.append(os.path.relpath(figure, out))
                 body += f'<p><img class="chart" src="figures/{os.path.basename(figure)}" alt="{escape(name)}"></p>'

@@ -16,15 +16,28 @@ written, so a search killed while saving leaves the previous generation in force
 The header says what made the checkpoint: the model, variant, parameters and search options, the
 kvsim version and a digest of the engine's and the model's source. A resume with any of them
 different is refused with one line naming the field: the saved states and fingerprints mean nothing
-to other code. A checkpoint is pickled: resume only checkpoints you made.
+to other code.
+
+Every file of a checkpoint is authenticated. The files are pickles, and unpickling runs code: on a cluster
+the folder is shared, and anyone who could write there could otherwise run code as the user who resumes.
+So each file starts with an HMAC-SHA256 of the rest, under a key kept private in the user's cache folder
+(`$KVSIM_CACHE_DIR`, else `~/.cache/kvsim`: `checkpoint.key`, 32 random bytes, made mode 0600 on first use;
+workers on other machines are handed it with the files they write). A file that does not verify (changed,
+or written with another key: someone else's) is refused with one line before anything of it is unpickled.
+It is read through one open file, which must be the user's own and writable by no one else, so what was
+verified is what is read.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import os
 import pickle
+import secrets
 import shutil
+import stat
+import tempfile
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -36,8 +49,11 @@ from .interrupt import INTERRUPT
 from .memory import collection_paused
 from .shared import Probe
 
-FORMAT = 1
+FORMAT = 2  # 2: every file authenticated (an HMAC before the pickles)
 CURRENT = "CURRENT"
+KEY_FILE = "checkpoint.key"
+KEY_BYTES = 32
+MAGIC = b"kvsim checkpoint hmac-sha256\n"  # then the tag, then the pickled objects it covers
 SEARCH = "search.pkl"
 RESUMABLE = ("states", "seconds", "memory", INTERRUPT)  # the bounds a search goes on from (not its depth bound)
 
@@ -59,15 +75,90 @@ def code_digest(*modules: Any) -> str:
     return h.hexdigest()[:16]
 
 
-def dump(path: str, *objects: Any) -> None:
-    with open(path, "wb") as f, collection_paused():
+def cache_root() -> str:
+    """The user's kvsim cache folder: $KVSIM_CACHE_DIR, else ~/.cache/kvsim."""
+    return os.environ.get("KVSIM_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "kvsim")
+
+
+def private_key() -> bytes:
+    """This user's checkpoint key (`KEY_FILE` in the cache folder), made on first use: 32 random bytes in a file
+    of mode 0600, linked into place whole (two first uses at once agree on one key). A key file that is not the
+    user's own, or that others may read or write, is refused: what it signs could be anyone's."""
+    root = cache_root()
+    path = os.path.join(root, KEY_FILE)
+    expected = f"a key file only its owner can read and write (mode 0600, {KEY_BYTES} bytes)"
+    try:
+        if not os.path.lexists(path):
+            os.makedirs(root, mode=0o700, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=root, prefix=".checkpoint-key-")  # mode 0600
+            try:
+                os.write(fd, secrets.token_bytes(KEY_BYTES))
+                os.fsync(fd)
+                os.close(fd)
+                os.link(tmp, path)
+            except FileExistsError:
+                pass  # another process made it first: its key is the key
+            finally:
+                os.unlink(tmp)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        try:
+            info = os.fstat(fd)
+            key = os.read(fd, KEY_BYTES + 1)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise ConfigError("checkpoint key", expected, path, exc.strerror or type(exc).__name__) from None
+    if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o077 or len(key) != KEY_BYTES:
+        raise ConfigError("checkpoint key", expected, path, f"mode {stat.filemode(info.st_mode)}, owner uid "
+                                                            f"{info.st_uid}, {len(key)} bytes")
+    return key
+
+
+class Unverified(ValueError):
+    """A checkpoint file that does not verify under this user's key (or cannot be read as verified)."""
+
+
+class _Signed:
+    """A binary file that the pickles are written to, with an HMAC of what went through."""
+
+    def __init__(self, f: Any, key: bytes) -> None:
+        self.f, self.mac = f, hmac.new(key, digestmod=hashlib.sha256)
+
+    def write(self, data: bytes) -> int:
+        self.mac.update(data)
+        return self.f.write(data)
+
+
+def dump(path: str, key: bytes, *objects: Any) -> None:
+    """Write `objects`, pickled, to the new file `path`, authenticated under `key` (`MAGIC`, the tag, the pickles)."""
+    with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), "wb") as f, collection_paused():
+        f.write(MAGIC + bytes(hashlib.sha256().digest_size))
+        signed = _Signed(f, key)
         for obj in objects:
-            pickle.dump(obj, f, protocol=pickle.HIGHEST_PROTOCOL)
+            pickle.dump(obj, signed, protocol=pickle.HIGHEST_PROTOCOL)
+        f.seek(len(MAGIC))
+        f.write(signed.mac.digest())
 
 
-def load(path: str, count: int) -> list[Any]:
-    with open(path, "rb") as f, collection_paused():
-        return [pickle.load(f) for _ in range(count)]
+def load(path: str, key: bytes, count: int) -> list[Any]:
+    """The first `count` objects of a file `dump` wrote with `key`. The whole file is verified before anything of
+    it is unpickled (`Unverified` otherwise), through the one open file, which must be the user's own and
+    writable by no one else: nobody can change it between the check and the read."""
+    with open(path, "rb") as f:
+        info = os.fstat(f.fileno())
+        if info.st_uid != os.geteuid() or info.st_mode & 0o022:
+            raise Unverified(f"{os.path.basename(path)} is not this user's own file, writable by no one else "
+                             f"(mode {stat.filemode(info.st_mode)}, owner uid {info.st_uid})")
+        head = f.read(len(MAGIC) + hashlib.sha256().digest_size)
+        mac = hmac.new(key, digestmod=hashlib.sha256)
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            mac.update(chunk)
+        if not head.startswith(MAGIC) or not hmac.compare_digest(head[len(MAGIC):], mac.digest()):
+            raise Unverified(f"{os.path.basename(path)} does not verify: changed since it was written, or written "
+                             f"with another key than this user's ({os.path.join(cache_root(), KEY_FILE)})")
+        f.seek(len(head))
+        with collection_paused():
+            return [pickle.load(f) for _ in range(count)]
 
 
 @dataclass
@@ -111,6 +202,14 @@ class CheckpointDir:
         self.on_stop = on_stop  # called once a bound stopped the search, before its last save
         self.saves = 0
         self.next_save: float | None = None
+        self._key: bytes | None = None
+
+    @property
+    def key(self) -> bytes:
+        """The key every file of this checkpoint is authenticated with: this user's (`private_key`)."""
+        if self._key is None:
+            self._key = private_key()
+        return self._key
 
     def schedule(self, now: float) -> None:
         """The search started or saved at `now`: the next periodic save is `every` seconds on."""
@@ -149,10 +248,17 @@ class CheckpointDir:
         return gen
 
     def fresh(self) -> None:
-        """Refuse to start a new search over a checkpoint (its saves would replace it)."""
+        """Refuse to start a new search over a checkpoint (its saves would replace it), in a folder that holds
+        other files (the saves would mix with them), or under a folder that does not exist (a mistyped path)."""
         if os.path.exists(os.path.join(self.root, CURRENT)):
             raise ConfigError("--checkpoint", "a new or empty folder", self.path,
                               "it holds a checkpoint: go on from it with --resume, or name another folder")
+        if os.path.isdir(self.root) and os.listdir(self.root):
+            raise ConfigError("--checkpoint", "a new or empty folder", self.path,
+                              f"it holds {len(os.listdir(self.root))} entries and no checkpoint")
+        if not os.path.isdir(os.path.dirname(self.root)):
+            raise ConfigError("--checkpoint", "a new or empty folder in a folder that exists", self.path,
+                              f"{os.path.dirname(self.root)} does not exist")
 
     def check(self) -> str:
         """The current generation's folder, once its header matches this search's (the saved search unread)."""
@@ -186,8 +292,11 @@ class CheckpointDir:
 
     def _read(self, gen: str, count: int) -> list[Any]:
         try:
-            return load(os.path.join(gen, SEARCH), count)
-        except Exception as exc:  # truncated, foreign or corrupt: one line, never a traceback
+            return load(os.path.join(gen, SEARCH), self.key, count)
+        except Unverified as exc:  # changed, or someone else's: refused before anything of it is unpickled
+            raise ConfigError("--resume", "a checkpoint written by this user's kvsim explore --checkpoint", self.path,
+                              str(exc)) from None
+        except Exception as exc:  # truncated or corrupt: one line, never a traceback
             raise ConfigError("--resume", "a checkpoint written by kvsim explore --checkpoint", self.path,
                               f"{type(exc).__name__}: {exc}") from None
 
@@ -217,7 +326,7 @@ class CheckpointDir:
 
     def commit(self, gen: str, body: Any) -> None:
         """Write the coordinator's part, make `gen` the current generation, and drop the older ones."""
-        dump(os.path.join(gen, SEARCH), self.header, body)
+        dump(os.path.join(gen, SEARCH), self.key, self.header, body)
         tmp = os.path.join(self.root, CURRENT + ".tmp")
         Path(tmp).write_text(os.path.basename(gen) + "\n")
         os.replace(tmp, os.path.join(self.root, CURRENT))

@@ -1,10 +1,15 @@
 """A search asked to stop (Ctrl-C, SIGTERM) stops as at a bound, "interrupt": it keeps what it found, says so,
 and, given a checkpoint, saves itself there first, so `--resume` goes on from where it was stopped.
 
-`stopping_on_signals()` (the command line, around a search) turns the first SIGINT or SIGTERM into that
-request; the search sees it at its next check (a single process every few thousand expansions, a
-partitioned one between two levels, where its checkpoint is taken). A second signal interrupts at once, as
-Ctrl-C did before. Outside that context nothing changes: Ctrl-C raises KeyboardInterrupt.
+`stopping_on_signals()` (the command line, around a search, a simulation or a suite of properties) turns the
+first SIGINT or SIGTERM into that request; the work sees it at its next check (a single process every few
+thousand expansions, a partitioned one between two levels, where its checkpoint is taken; a simulation every
+few thousand events; a property at its next example, `raise_if_asked`). A second signal interrupts at once,
+as Ctrl-C did before. Outside that context nothing changes: Ctrl-C raises KeyboardInterrupt.
+
+The first signal only sets a flag: it raises nothing where it lands. An exception raised by a signal handler
+inside a garbage-collector callback (Hypothesis installs one) or a `__del__` is printed and dropped, so a
+Ctrl-C raised there was lost, and the command ran on to its end.
 """
 
 from __future__ import annotations
@@ -18,9 +23,26 @@ INTERRUPT = "interrupt"  # the bound a stopped search reports
 _asked = threading.Event()
 
 
+class BudgetExceeded(KeyboardInterrupt):
+    """`--max-seconds` ran out. Raised from SIGALRM (the command line's deadline) as a KeyboardInterrupt, which
+    Hypothesis and the models let through as they do Ctrl-C (never mistaken for a failure of the code it
+    interrupts)."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """A stop asked (Ctrl-C, SIGTERM), raised where a property runs, at its next example (`raise_if_asked`):
+    a KeyboardInterrupt for the same reason as `BudgetExceeded`."""
+
+
 def asked() -> bool:
     """Whether a stop has been asked since the context was entered."""
     return _asked.is_set()
+
+
+def raise_if_asked() -> None:
+    """Raise `Interrupted` where a stop has been asked (the runner calls this at the start of every example)."""
+    if _asked.is_set():
+        raise Interrupted()
 
 
 @contextmanager

@@ -80,7 +80,7 @@ def _search(system: Any, pool: Any, n: int, start: float, max_states: int, max_s
             raise ValueError("resume: needs the checkpoint to go on from")
         gen, at = checkpoint.resume_as(Level, f"a checkpoint of a search over {n} workers", lambda at: at.workers == n)
         try:
-            pool.call("load", [(partition_file(gen, w),) for w in range(n)])
+            pool.call("load", [(partition_file(gen, w), checkpoint.key) for w in range(n)])
         except Exception as exc:  # a worker's part missing, truncated or foreign: one line, never a traceback
             raise ConfigError("--resume", "a checkpoint written by kvsim explore --checkpoint", checkpoint.path,
                               f"a worker's part: {exc}") from None
@@ -90,7 +90,7 @@ def _search(system: Any, pool: Any, n: int, start: float, max_states: int, max_s
     def save() -> str:
         with checkpoint.saving("--resume" if resume else "--checkpoint"):
             gen = checkpoint.begin()
-            pool.call("save", [(partition_file(gen, w),) for w in range(n)])
+            pool.call("save", [(partition_file(gen, w), checkpoint.key) for w in range(n)])
             at.seconds = before + time.perf_counter() - start
             checkpoint.commit(gen, at)
         return gen

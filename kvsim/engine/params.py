@@ -37,6 +37,8 @@ class ParamSpec:
     def parse(self, text: str) -> Any:
         field = f"--param {self.name}"
         try:
+            if self.kind != "str" and not text.isascii():  # `int("３")` is 3: only ASCII digits make a number here
+                raise ValueError(text)
             if self.kind == "int":
                 value: Any = int(text)
             elif self.kind == "float":

@@ -224,12 +224,13 @@ class Partition(HangRounds):
 
     SAVED = ("ids", "parent", "index", "depth", "flags", "rev_src", "rev_dst", "frontier", "fired", "checked")
 
-    def save(self, path: str) -> None:
-        """Write this partition (between two levels) to `path`, for `load` in a resumed search."""
-        dump(path, {name: getattr(self, name) for name in self.SAVED})
+    def save(self, path: str, key: bytes) -> None:
+        """Write this partition (between two levels) to `path`, authenticated with the checkpoint's `key` (the
+        coordinator's, which a worker on another machine has no copy of), for `load` in a resumed search."""
+        dump(path, key, {name: getattr(self, name) for name in self.SAVED})
 
-    def load(self, path: str) -> None:
-        saved = load(path, 1)[0]
+    def load(self, path: str, key: bytes) -> None:
+        saved = load(path, key, 1)[0]
         for name in self.SAVED:
             setattr(self, name, saved[name])
 

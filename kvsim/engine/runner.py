@@ -3,7 +3,9 @@
 Hypothesis does the generation and the shrinking; the runner only wraps the
 property in `@given` (or the generic state machine), applies the settings,
 counts the examples and keeps the last failing case, which is the shrunk one
-because Hypothesis replays the minimal example last.
+because Hypothesis replays the minimal example last. A stop asked by Ctrl-C or
+SIGTERM (`kvsim.engine.interrupt`) ends a run at its next example, with
+`Interrupted`, which Hypothesis lets through.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from hypothesis.stateful import get_state_machine_test
 from .canon import to_jsonable
 from .descriptor import ModelDescriptor
 from .errors import PropertyViolation
+from .interrupt import raise_if_asked
 from .params import resolve
 from .property import KvProperty
 from .registry import REGISTRY
@@ -64,7 +67,8 @@ def run_property(prop: KvProperty, variant: Any = "fixed", *, max_examples: int 
                  derandomize: bool = False, database: Any = None, use_examples: bool = True,
                  stateful_steps: int = 30, params: dict[str, Any] | None = None,
                  backend: str | None = None, database_key: str | None = None,
-                 descriptor: ModelDescriptor | None = None, shrink: bool = True) -> PropertyResult:
+                 descriptor: ModelDescriptor | None = None, shrink: bool = True,
+                 interruptible: bool = True) -> PropertyResult:
     """Run `prop` on `variant`.
 
     `seed` fixes Hypothesis' generation (same seed, same examples and same
@@ -75,6 +79,8 @@ def run_property(prop: KvProperty, variant: Any = "fixed", *, max_examples: int 
     without a key they would share one); it is set only with a database, as it also seeds derandomized runs.
     `descriptor`: the model, where the caller resolved it (else it is looked up by the property's model name).
     `shrink=False`: report the first failing case as found (a mutation run only needs to know that one fails).
+    A stop asked by Ctrl-C or SIGTERM (`kvsim.engine.interrupt`) raises `Interrupted` at the next example;
+    `interruptible=False` runs on to the end instead (a fuzz round, which counts what it ran).
     """
     model = descriptor if descriptor is not None else REGISTRY.model(prop.model)
     variant = model.variant(variant)  # the one check of the name; the property sees the flag record
@@ -83,10 +89,11 @@ def run_property(prop: KvProperty, variant: Any = "fixed", *, max_examples: int 
     config = _settings(max_examples, derandomize and seed is None, database, phases, stateful_steps)
     record: dict[str, Any] = {"count": 0, "failure": None}
 
+    stop = raise_if_asked if interruptible else (lambda: None)
     if prop.kind == "stateful":
-        test = _stateful_test(prop, model, variant, config, record, params)
+        test = _stateful_test(prop, model, variant, config, record, params, stop)
     else:
-        test = _data_test(prop, model, variant, config, record, params, backend)
+        test = _data_test(prop, model, variant, config, record, params, backend, stop)
     if database_key is not None:
         test.hypothesis.inner_test._hypothesis_internal_add_digest = database_key.encode()
     if seed is not None and database is not None:
@@ -116,11 +123,12 @@ def run_property(prop: KvProperty, variant: Any = "fixed", *, max_examples: int 
 
 
 def _data_test(prop: KvProperty, model: ModelDescriptor, variant: Any, config: settings, record: dict[str, Any],
-               params: dict[str, Any] | None, backend: str | None) -> Callable[[], None]:
+               params: dict[str, Any] | None, backend: str | None, stop: Callable[[], None]) -> Callable[[], None]:
     assert prop.fn is not None and prop.strategy is not None
     strategy = prop.build_strategy(resolve(model.params, {**prop.params, **(params or {})}))
 
     def check(case: Any) -> None:
+        stop()  # Ctrl-C or SIGTERM asked a stop (`kvsim.engine.interrupt`): it ends the run here
         record["count"] += 1
         try:
             prop(case, variant, backend)
@@ -137,14 +145,15 @@ def _data_test(prop: KvProperty, model: ModelDescriptor, variant: Any, config: s
     return config(test)
 
 
-def _stateful_test(prop: KvProperty, model: ModelDescriptor, variant: Any, config: settings,
-                   record: dict[str, Any], params: dict[str, Any] | None) -> Callable[[], None]:
+def _stateful_test(prop: KvProperty, model: ModelDescriptor, variant: Any, config: settings, record: dict[str, Any],
+                   params: dict[str, Any] | None, stop: Callable[[], None]) -> Callable[[], None]:
     if prop.machine is not None:  # a machine of its own (a conform lockstep), not the model's system
         machine = prop.machine(record)
     else:
         machine = machine_class(model.build_system(variant, {**prop.params, **(params or {})}), record)
 
     def factory() -> Any:
+        stop()
         record["count"] += 1
         return machine()
 

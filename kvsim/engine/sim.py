@@ -13,13 +13,13 @@ generator; peer crashes are scheduled events the model handles.
 from __future__ import annotations
 
 import heapq
-import math
 import random
 import time as _clock
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from .errors import ConfigError
+from .interrupt import INTERRUPT, asked
 from .system import transition
 
 FAULT_KINDS = ("drop", "delay", "duplicate", "reorder", "garble", "crash", "timeout")
@@ -28,6 +28,7 @@ FAULT_KINDS = ("drop", "delay", "duplicate", "reorder", "garble", "crash", "time
 # stops cleanly between two events, says which bound stopped it (`Simulator.stopped_by`) and is incomplete.
 DEFAULT_MAX_EVENTS = 10_000_000
 DEFAULT_MAX_SECONDS = 600.0
+MAX_FAULT_SECONDS = 1e9  # the longest delay or crash time of a fault spec (simulated seconds: about 32 years)
 _CLOCK_EVERY = 4096  # events between two reads of the wall clock
 
 
@@ -48,7 +49,7 @@ class Simulator:
         self.events_run = 0
         self.max_events = max_events
         self.deadline = None if max_seconds is None else _clock.perf_counter() + max_seconds
-        self.stopped_by: str | None = None  # "max-events" or "max-seconds" when a budget ended the run
+        self.stopped_by: str | None = None  # "max-events", "max-seconds" or "interrupt": what ended the run early
         self._heap: list[_Event] = []
         self._seq = 0
         self._stopped = False
@@ -84,7 +85,8 @@ class Simulator:
 
         The budget (`self.max_events`, read at every event so a replay may lower it while it runs, and
         the wall-clock deadline, read every few thousand events) sets `stopped_by` when it ends the run
-        with events still pending; `max_events` here is a plain bound of this call.
+        with events still pending, and so does a stop asked by Ctrl-C or SIGTERM ("interrupt", seen where
+        the clock is read); `max_events` here is a plain bound of this call.
         """
         heap, pop = self._heap, heapq.heappop
         next_clock = self.events_run + _CLOCK_EVERY
@@ -101,6 +103,9 @@ class Simulator:
                 next_clock += _CLOCK_EVERY
                 if self.deadline is not None and _clock.perf_counter() >= self.deadline:
                     self._budget_spent("max-seconds")
+                    return
+                if asked():
+                    self._budget_spent(INTERRUPT)
                     return
             time, _, fn, args = pop(heap)
             if fn is None:  # cancelled
@@ -136,11 +141,13 @@ class FaultPlan:
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:  # NaN fails this too
                 raise ConfigError(f"--faults {name}", "a probability in [0, 1]", value)
-        if not 0 < self.max_delay < math.inf:
-            raise ConfigError("--faults delay", "a finite positive maximum delay in seconds", self.max_delay)
+        if not 0 < self.max_delay <= MAX_FAULT_SECONDS:
+            raise ConfigError("--faults delay", f"a positive maximum delay of at most {MAX_FAULT_SECONDS:g} seconds",
+                              self.max_delay)
         for peer, at in self.crashes:
-            if not 0 <= at < math.inf:
-                raise ConfigError("--faults crash", "PEER@TIME with a finite time >= 0 seconds", f"{peer}@{at}")
+            if not 0 <= at <= MAX_FAULT_SECONDS:
+                raise ConfigError("--faults crash", f"PEER@TIME with a time from 0 to {MAX_FAULT_SECONDS:g} seconds",
+                                  f"{peer}@{at}")
 
     @property
     def kinds(self) -> tuple[str, ...]:
@@ -176,18 +183,25 @@ class FaultPlan:
                     peer, at_sep, at = raw.partition("@")
                     if not at_sep or not peer:
                         raise ValueError
-                    crashes.append((peer, float(at)))
+                    crashes.append((peer, _number(at)))
                 elif kind == "delay":
                     prob, _, max_delay = raw.partition(":")
-                    values["delay"] = float(prob)
+                    values["delay"] = _number(prob)
                     if max_delay:
-                        values["max_delay"] = float(max_delay)
+                        values["max_delay"] = _number(max_delay)
                 else:
-                    values[kind] = float(raw)
+                    values[kind] = _number(raw)
             except ValueError:
                 expected = {"crash": "PEER@TIME", "delay": "PROBABILITY[:MAX_SECONDS]"}.get(kind, "a probability")
                 raise ConfigError(f"--faults {kind}", expected, raw) from None
         return cls(crashes=tuple(crashes), **values)
+
+
+def _number(text: str) -> float:
+    """A fault spec's number: ASCII digits only (`float` would take full-width ones, `０.１`)."""
+    if not text.isascii():
+        raise ValueError(text)
+    return float(text)
 
 
 class Channel:

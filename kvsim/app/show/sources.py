@@ -63,40 +63,23 @@ def _property_chart(registry: Registry, model: str, variant: str, params: dict, 
 
 
 def of_file(path: str, registry: Registry, steps: int = TRACE_STEPS) -> SequenceChart | CaseTable:
-    """The drawing of a saved counterexample or of a simulation trace (`steps`: the trace window)."""
+    """The drawing of a saved counterexample (checked against its format and model first,
+    `counterexample.validated`) or of a simulation trace (`steps`: the trace window)."""
     doc = counterexample.sniff(path)
     if doc is None:
         return _trace_chart(path, registry, steps)
-    model = registry.model(_text(doc, "model", path))
-    variant = _text(doc, "variant", path)
-    model.variant(variant)
-    params = doc.get("params") or {}
-    if not isinstance(params, dict):
-        raise TraceError(path, 1, f"counterexample field 'params': expected an object, got {params!r}")
-    title = f"{path}: {model.name} [{variant}]"
+    found = counterexample.validated(path, doc, registry)
+    run = found.run
+    title = f"{path}: {run.model.name} [{run.variant.name}]"
     replay = f"kvsim replay {path}"
+    message = str(doc.get("message", ""))
     try:
-        if doc.get("command") == "explore":
-            system = model.build_system(variant, params)
-            trace = doc.get("trace")
-            if not isinstance(trace, list):
-                raise TraceError(path, 1, f"counterexample field 'trace': expected a list, got {trace!r}")
-            return _path_chart(system, trace, None, title, _text(doc, "invariant", path), doc.get("kind", "invariant"),
-                               str(doc.get("message", "")), replay)
-        if doc.get("command") == "check":
-            found = doc.get("counterexample") or {}
-            return _property_chart(registry, model.name, variant, params, _text(doc, "property", path), found,
-                                   str(doc.get("message", "")), title, replay)
+        if found.kind == "case":
+            return case_table(found.case, title=title, check=found.check, verdict=message, replay=replay)
+        return _path_chart(run.system(), found.trace, found.initial, title, found.invariant or found.check,
+                           found.kind, message, replay)
     except ValueError as exc:  # a path that is not a path of the rebuilt system
         raise TraceError(path, 1, f"the counterexample does not replay: {exc}") from None
-    raise TraceError(path, 1, f"counterexample field 'command': expected check or explore, got {doc.get('command')!r}")
-
-
-def _text(doc: dict, key: str, path: str) -> str:
-    value = doc.get(key)
-    if not isinstance(value, str) or not value:
-        raise TraceError(path, 1, f"counterexample field {key!r}: expected a string, got {value!r}")
-    return value
 
 
 def _trace_chart(path: str, registry: Registry, steps: int) -> SequenceChart:
