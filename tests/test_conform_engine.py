@@ -119,6 +119,26 @@ def test_coverage_counts_the_checked_definitions_only(tmp_path):
     assert one.coverage["percent"] < 100 and one.coverage["files"][TOY]["missed"]["plan"]
 
 
+def test_declared_unreached_lines_are_left_out_of_the_count_and_listed(tmp_path):
+    """An Unreached names a statement by its text: it and its body leave the count (an `if`'s `else` does not)."""
+    from kvsim.conform.run import run_targets
+    from kvsim.conform.targets import descriptors
+    from kvsim.engine.conformance.declare import Unreached
+    from kvsim.engine.conformance.linetrace import statement_lines
+
+    source = _source(tmp_path, ("    while start < n:\n", "    if cap > 99:\n        out.append(-1)\n"
+                                                         "    else:\n        cap = cap\n    while start < n:\n"))
+    narrow = replace(OPTIONS, max_examples=20)  # cap stays below 100: the `if` body never runs
+    (plain,) = run_targets([target("DIFF")], source, descriptors(), narrow, measure=True)
+    assert plain.coverage["files"][TOY]["missed"] == {"plan": [7]}
+    declared = target("DIFF", unreached=(Unreached("plan", "if cap > 99:", "a cap past 99: the toy's inputs stop"),))
+    (one,) = run_targets([declared], source, descriptors(), narrow, measure=True)
+    cov = one.coverage["files"][TOY]
+    assert cov["missed"] == {} and cov["documented"] == {"plan": [6, 7]} and one.coverage["percent"] == 100.0
+    lines = statement_lines(source.file(TOY).read_text(), ["plan"])["plan"]
+    assert one.coverage["lines"] == len(lines) - 2 and 9 in lines  # the `else` body (line 9) is still counted
+
+
 def test_every_mutation_operator_makes_a_mutant_the_toy_kills(tmp_path):
     source = _source(tmp_path)
     found = mutants(TOY_SOURCE, TOY, ("plan", "Counter"))

@@ -6,8 +6,9 @@ it. A mutant is *killed* when the target diverges (a divergence, a raise, a hang
 of a normal run), *survives* when the target still conforms, and is *not loadable* when the mutated code cannot
 be used (it does not load, or changes a checked signature: a normal run's exit 2, so not counted). A survivor
 is *reached* when the unmutated run executed its line (a weak check, or an equivalent mutant) and *not reached*
-otherwise (an input gap). A survivor the target's declaration documents (`ConformTarget.survivors`: an
-equivalent mutant, or a path no input reaches, with the reason) is listed as such and left out of the score.
+otherwise (an input gap). Mutants on the lines a target declares no input reaches (`ConformTarget.unreached`,
+with the reason) are not made (counted as `unreached`). A survivor the target's declaration documents
+(`ConformTarget.survivors`: an equivalent mutant, with the reason) is listed as such and left out of the score.
 
 score = killed / (mutants - not loadable - documented survivors). Exit 1 when a target has an undocumented
 survivor, 2 when its unmutated run does not conform (nothing to measure against), 3 when `--max-seconds` cut
@@ -27,7 +28,7 @@ from kvsim.engine.conformance.linetrace import LineTrace
 from kvsim.engine.conformance.mutants import Mutant, mutants, sample
 
 from .loader import mutated
-from .run import run_targets
+from .run import run_targets, unreached_lines
 from .source import EngineSource
 from .targets import Options, descriptors
 
@@ -44,6 +45,7 @@ class MutationResult:
     survivors: list[dict[str, Any]] = field(default_factory=list)
     documented: list[dict[str, Any]] = field(default_factory=list)
     not_run: int = 0
+    unreached: int = 0  # mutants on lines the target declares no input reaches (`Unreached`): not made
     seconds: float = 0.0
     note: str = ""
 
@@ -87,7 +89,11 @@ def measure(target: Any, source: EngineSource, options: Options, count: int) -> 
         out.seconds = round(time.perf_counter() - started, 3)
         return out
     found = target_mutants(target, source)
-    chosen = sample(found, count) if count else found
+    unreached = {(path, line) for path, lines in unreached_lines(target, source).items()
+                 for definition_lines in lines.values() for line in definition_lines}
+    reachable = [m for m in found if (m.file, m.line) not in unreached]
+    out.unreached = len(found) - len(reachable)
+    chosen = sample(reachable, count) if count else reachable
     out.mutants = len(chosen)
     deadline = max(MUTANT_DEADLINE_FLOOR, 50 * base.slowest_call)
     deadline = min(deadline, options.call_timeout) if options.call_timeout else deadline

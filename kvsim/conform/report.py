@@ -68,8 +68,10 @@ def format_results(source: EngineSource, results: Sequence[TargetResult]) -> str
         if r.coverage is not None:
             missed = "; ".join(f"{d} lines {_ranges(ls)}" for f in r.coverage["files"].values()
                                for d, ls in f["missed"].items())
+            documented = sum(len(ls) for f in r.coverage["files"].values() for ls in f.get("documented", {}).values())
             lines.append(f"      coverage {r.coverage['percent']}% of {r.coverage['lines']} lines of the checked "
-                         f"definitions" + (f" (not run: {missed})" if missed else ""))
+                         f"definitions" + (f" (not run: {missed})" if missed else "")
+                         + (f"; {documented} lines no input reaches, documented in the target" if documented else ""))
         if r.logged and r.status not in ("conforms", "not present", "skipped"):
             lines.append("      the code under test logged: " + " | ".join(r.logged[:6]))
     return "\n".join(lines)

@@ -19,7 +19,7 @@ from types import SimpleNamespace
 from typing import Any, Iterator, Sequence
 
 from kvsim.engine.conformance.declare import ConformTarget, Upstream
-from kvsim.engine.conformance.linetrace import LineTrace, coverage, statement_lines
+from kvsim.engine.conformance.linetrace import LineTrace, coverage, documented_lines, statement_lines
 from kvsim.engine.conformance.result import TargetResult
 from kvsim.engine.conformance.runner import Env, NotPresent, Options, run_target
 
@@ -108,7 +108,8 @@ def run_targets(targets: Sequence[ConformTarget], source: EngineSource, descript
         if logged.lines and result.status not in ("conforms", "not present", "skipped"):
             result.logged = sorted(set(logged.lines))
         if measure and trace is not None and result.status in ("conforms", "diverges", "incomplete"):
-            result.coverage = coverage(trace.executed, executable_lines(target, source))
+            result.coverage = coverage(trace.executed, executable_lines(target, source),
+                                       unreached_lines(target, source))
         results.append(result)
     return results
 
@@ -120,6 +121,21 @@ def executable_lines(target: ConformTarget, source: EngineSource) -> dict[str, d
         if source.has(upstream.file):
             text = source.file(upstream.file).read_text(encoding="utf-8", errors="replace")
             found.setdefault(upstream.file, {}).update(statement_lines(text, upstream.checked_names))
+    return found
+
+
+def unreached_lines(target: ConformTarget, source: EngineSource) -> dict[str, dict[str, set[int]]]:
+    """{upstream file: {checked definition: the lines its `unreached` declarations name}} in this source."""
+    found: dict[str, dict[str, set[int]]] = {}
+    for upstream in target.upstream:
+        if not source.has(upstream.file):
+            continue
+        text = source.file(upstream.file).read_text(encoding="utf-8", errors="replace")
+        for checked in upstream.checked_names:  # an Unreached may name a method of a checked class
+            mine = [u for u in target.unreached if u.definition == checked or u.definition.startswith(checked + ".")]
+            lines = set().union(*documented_lines(text, mine).values()) if mine else set()
+            if lines:
+                found.setdefault(upstream.file, {})[checked] = lines
     return found
 
 

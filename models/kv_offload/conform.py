@@ -6,7 +6,7 @@ here: the worker mapping did not change across the releases checked, and the man
 of another shape (said in their notes).
 """
 
-from kvsim.engine.conformance.declare import ConformTarget, Upstream
+from kvsim.engine.conformance.declare import ConformTarget, Unreached, Upstream
 
 GPU_WORKER = "vllm/v1/kv_offload/cpu/gpu_worker.py"
 OFFLOAD_BASE = "vllm/v1/kv_offload/base.py"
@@ -19,6 +19,23 @@ WORKER = (Upstream(OFFLOAD_BASE, ("GPULoadStoreSpec",), checked=()),)
 MANAGER_FILES = (Upstream(LRU, ("LRUCachePolicy",)), Upstream(ARC, ("ARCCachePolicy",)),
                  Upstream(OFFLOAD_BASE, ("ReqContext", "make_offload_key"), checked=()),
                  Upstream(MANAGER, ("CPUOffloadingManager",)))
+POSITIONS = ("a key's position in its request (ReqContext.get_offload_key_position): the model's keys carry none, "
+             "so the adapter's ReqContext answers None")
+MANAGER_UNREACHED = (
+    Unreached("LRUCachePolicy._update_heap", "if len(updated_evictable) >= max(64,",
+              "a heap rebuilt for 64 or more updated keys: the lockstep has 6 keys"),
+    Unreached("LRUCachePolicy.insert", "self._ranks[key] = (self._get_request_rank(req_context), -position)",
+              POSITIONS),
+    Unreached("LRUCachePolicy.insert", "if chunk.ref_cnt == 0:",
+              "a chunk inserted already evictable: the manager inserts chunks write-pending (ref_cnt -1)"),
+    Unreached("LRUCachePolicy.on_request_access", "rank = (request_rank, -position)", POSITIONS),
+    Unreached("LRUCachePolicy.on_request_access", "if self._ranks[key] >= rank:", POSITIONS),
+    Unreached("LRUCachePolicy.on_request_access", "self._ranks[key] = rank", POSITIONS),
+    Unreached("LRUCachePolicy.on_request_access", "if key in self._evictable:", POSITIONS),
+    Unreached("CPUOffloadingManager", "if len(positions) == len(keys):", POSITIONS),
+    Unreached("CPUOffloadingManager.config_info", "return [self._config_info]",
+              "config_info: connector metadata the model has no counterpart of"),
+)
 
 CONFORM = (
     ConformTarget(
@@ -45,7 +62,7 @@ CONFORM = (
             "pages) on the model's triples, in the kernel child; bytes against apply_swap"),
     ConformTarget(
         "vllm", "CPUOffloadingManager", upstream=MANAGER_FILES,
-        adapter="kvsim.conform.vllm.offload:MANAGER",
+        adapter="kvsim.conform.vllm.offload:MANAGER", unreached=MANAGER_UNREACHED,
         doc="the manager (LRU and ARC) in lockstep with the model, one Hypothesis state machine; every return "
             "value, the events, counters, slots and policy order after every step"),
     ConformTarget(

@@ -7,7 +7,7 @@ each release follows; `survivors`: the mutants a target cannot kill, each with i
 docstrings say the same).
 """
 
-from kvsim.engine.conformance.declare import ConformTarget, Survivor, Upstream
+from kvsim.engine.conformance.declare import ConformTarget, Survivor, Unreached, Upstream
 
 CASCADE_TEMPLATES = "flashinfer/trace/templates/cascade.py"
 MERGE_REFERENCES = ("_merge_state_reference", "_merge_state_in_place_reference", "_merge_states_reference")
@@ -36,6 +36,31 @@ REJECTION = ("plan_capability_rejection_reason", "structural_eligibility_rejecti
 ORDERS = ("ordered_sm80_backends", "ordered_sm90_backends", "ordered_sm100_backends", "_ordered_sm107_backends",
           "ordered_sm12x_backends", "_prefer")
 MAXIMUM_IS_SYMMETRIC = "torch.maximum's two arguments swapped: the same maximum"
+
+CHECK_SHAPE_IS_SYMMETRIC = "check_shape's two tensors swapped: the same test of equal shapes"
+TRITON_SYMMETRIC = (  # the Triton merges' equivalent mutants: a symmetric call's two arguments swapped
+    *(Survivor(launcher, "arguments", pair, CHECK_SHAPE_IS_SYMMETRIC) for launcher, pair in (
+        ("merge_state", "v_a, v_b"), ("merge_state", "s_a, s_b"), ("merge_state_in_place", "v, v_other"),
+        ("merge_state_in_place", "s, s_other"))),
+    Survivor("merge_state_in_place_kernel", "arguments", "s_val, s_other_val", "tl.maximum's two arguments swapped"),
+    Survivor("state_merge", "arguments", "m, other_m", "tl.maximum's two arguments swapped"),
+)
+HIP = "a ROCm (is_hip) branch: the interpreter and CUDA run the other"
+FP8 = "an FP8 KV cache's dequantization: the model's paged cache holds floats"
+DECODE_UNREACHED = (
+    Unreached("_fwd_kernel_stage1", "if k.dtype.is_fp8():", FP8),
+    Unreached("_fwd_kernel_stage1", "if v.dtype.is_fp8():", FP8),
+    Unreached("_fwd_grouped_kernel_stage1", "if k.dtype.is_fp8():", FP8),
+    Unreached("_fwd_grouped_kernel_stage1", "if kpe.dtype.is_fp8():", FP8),
+    Unreached("_fwd_grouped_kernel_stage1", "if v.dtype.is_fp8():", FP8),
+    Unreached("_decode_att_m_fwd", "if kv_group_num != 1:",
+              "the ungrouped kernel with grouped heads: decode_attention_fwd sends grouped heads to the grouped one"),
+    Unreached("_decode_grouped_att_m_fwd", "if is_hip_:", HIP),
+    Unreached("_decode_grouped_att_m_fwd", "elif not is_hip_ and BLOCK_DMODEL >= 1024:",
+              "a head dim of 1024 or more (MLA's is 576: BLOCK_DMODEL 512)"),
+    Unreached("_decode_softmax_reducev_fwd", "if is_hip_:", HIP),
+    Unreached("_fwd_kernel_stage2", "if OUTPUT_FP16:", "an fp16 output: the adapter's outputs are float32"),
+)
 
 CONFORM = (
     ConformTarget(
@@ -99,12 +124,13 @@ CONFORM = (
                   Upstream("flashinfer/triton/utils.py", ("check_dim", "check_shape"), checked=()),
                   Upstream(TRITON_LAUNCHERS, TRITON_MERGES, checked=TRITON_MERGES[:3])),
         adapter="kvsim.conform.flashinfer.triton_merge:TRITON_MERGES", releases=NO_GUARD,
+        survivors=TRITON_SYMMETRIC,
         doc="the Triton merge_state / merge_state_in_place / merge_states / variable_length_merge_states launchers "
             "and kernels (interpreted, in a kernel child) vs the model's merge; the merge properties on them"),
     ConformTarget(
         "vllm", "mla-paged-decode",
         upstream=(Upstream(VLLM_DECODE, ("decode_attention_fwd",), checked=DECODE_CHECKED),),
-        adapter="kvsim.conform.vllm.mla_decode:MLA_PAGED_DECODE",
+        adapter="kvsim.conform.vllm.mla_decode:MLA_PAGED_DECODE", unreached=DECODE_UNREACHED,
         doc="vLLM's Triton MLA decode (decode_attention_fwd: every parameter) over a paged cache through both "
             "metadata forms vs the model's paged absorbed MLA; empty rows probed"),
 )

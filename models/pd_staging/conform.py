@@ -6,7 +6,7 @@ Each target names the upstream file and definitions it loads and the adapter tha
 
 from __future__ import annotations
 
-from kvsim.engine.conformance.declare import ConformTarget, Survivor, Upstream
+from kvsim.engine.conformance.declare import ConformTarget, Survivor, Unreached, Upstream
 
 STAGING_BUFFER = "sglang/srt/disaggregation/common/staging_buffer.py"
 STAGING_HANDLER = "sglang/srt/disaggregation/common/staging_handler.py"
@@ -105,6 +105,35 @@ def handler_target(name: str, adapter: str, checked: tuple[str, ...], survivors:
         adapter=f"kvsim.conform.sglang.findings:{adapter}", releases=FRESH_ROUND, survivors=survivors, doc=doc)
 FRESH_ROUND = ((None, "fixed"), ("0.5.19", "sglang_0_5_23"))  # SGLang #37166: an emptied ring starts a fresh round
 
+# What the send plan's checked methods hold beyond pd-staging (a room of one full-attention model, staging on):
+# the last chunk's KV checksum, hybrid models' state payloads, NPU hooks, host-tensor page indices, the overlap
+# event of an early send, DCP/CP shard filtering, a send not allowed yet, and staging off (one segment)
+HYBRID_STATE = "the state payload of a hybrid model (Mamba, SWA, DSA, ...): pd-staging's request has no state types"
+SEND_PLAN_UNREACHED = (
+    Unreached(f"{MIXIN}.send_kv_chunk", "if last_chunk and computer is not None:",
+              "the last chunk's KV checksum: no checksum computer in pd-staging"),
+    *(Unreached(f"{MIXIN}._send_kv_chunk", f"def {payload}(", HYBRID_STATE) for payload in (
+        "_mamba_payload", "_swa_payload", "_full_kv_pages_payload", "_minimax_payload", "_dsa_pages_payload",
+        "_dsa_tail_payload", "_qsa_pending_payload", "_swa_ring_payload", "_request_state_payload",
+        "_request_row_payload")),
+    Unreached(f"{MIXIN}._send_kv_chunk", "if _is_npu and isinstance(", "an Ascend NPU's state hooks"),
+    Unreached(f"{MIXIN}._send_kv_chunk", "segments = [(start_idx, end_idx)]",
+              "staging off and no transfer limit: one segment (pd-staging plans the staging path)"),
+    Unreached(f"{MIXIN}._send_kv_chunk", 'if getattr(sender, "supports_host_tensor_indices", False)',
+              "a sender taking host-tensor page indices (the RDMA backends'; the adapter's sender records sends)"),
+    Unreached(f"{MIXIN}._send_kv_chunk", "if indices_event is not None:",
+              "the host-tensor indices' copy event (as above)"),
+    Unreached(f"{MIXIN}.maybe_send_cached_prefix_chunk", "if self.enable_overlap:",
+              "overlap scheduling's CUDA event before an early send"),
+    Unreached(f"{MIXIN}.maybe_send_cached_prefix_chunk", "if req.pending_bootstrap or not allow_send:",
+              "a room still bootstrapping or a HiCache load-back in flight: pd-staging sends after bootstrap"),
+    Unreached("CommonKVSender._prepare_send_indices", "if self.kv_mgr.kv_shard_size > 1:",
+              "DCP shard filtering: pd-staging's prefill has no decode context parallelism"),
+    Unreached("CommonKVSender._prepare_send_indices", "elif (", "CP-rank filtering (all CP ranks transfer)"),
+    Unreached("CommonKVSender._prepare_send_indices", "elif self.kv_mgr.is_dummy_cp_rank:",
+              "a dummy CP rank's sends"),
+)
+
 CONFORM = (
     ConformTarget(
         "sglang", "compute_head_slice_params",
@@ -152,7 +181,7 @@ CONFORM = (
                                                                 "CommonKVSender.should_send_kv_chunk",
                                                                 "CommonKVSender.init")),
                   Upstream(STAGING_HANDLER, ("PrefillStagingStrategy",), checked=())),
-        adapter="kvsim.conform.sglang.send_plan:PLAN", releases=GRID_SENDS,
+        adapter="kvsim.conform.sglang.send_plan:PLAN", releases=GRID_SENDS, unreached=SEND_PLAN_UNREACHED,
         survivors=(Survivor(f"{MIXIN}.maybe_send_cached_prefix_chunk", "arguments",
                             "0, req.prefix_len - req.host_hit_length", "max's two arguments swapped"),
                    Survivor(f"{MIXIN}._send_kv_chunk", "arguments", "req.extend_end, transfer_input_len",

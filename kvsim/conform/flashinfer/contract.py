@@ -147,8 +147,12 @@ def pinned(ctx: Context) -> list[RunCase]:
     """Every pair of bmm scale kinds, in both forms, against a contract planned with scalar bmm scales (the scale
     rules are checked last: random arguments rarely get there with one scale a number and the other not)."""
     contract = InputContract(scale_mode="bmm-scalar")
-    return [RunCase(contract, RunArguments(bmm1_scale=a, bmm2_scale=b), forms=(form, form))
-            for a in BMM for b in BMM for form in (0, 1)]
+    scale_rules = [RunCase(contract, RunArguments(bmm1_scale=a, bmm2_scale=b), forms=(form, form))
+                   for a in BMM for b in BMM for form in (0, 1)]
+    # the FP8 KV scale rules, checked after the scale mode matches: kpe_scale missing on a kv-per-tensor plan, and
+    # a KV scale given to a plan without FP8 KV
+    return scale_rules + [RunCase(InputContract(scale_mode="kv-per-tensor"), RunArguments(ckv_scale=True)),
+                          RunCase(InputContract(), RunArguments(kpe_scale=True))]
 
 
 def describe(ctx: Context, case: RunCase) -> dict[str, Any]:

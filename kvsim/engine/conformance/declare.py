@@ -56,6 +56,20 @@ class Survivor:
 
 
 @dataclass(frozen=True)
+class Unreached:
+    """Statements of a checked definition that no input of the target runs, and why: a branch of another platform
+    (ROCm's `is_hip`), or code the model has no counterpart of (the target's doc names it). Matched by definition (a
+    checked one, or a method of a checked class) and a piece of the text of the statement's first line (line
+    numbers move between releases); the statement and everything inside it (an `if`: its test and its own body,
+    not its `else`) are left out of the coverage's count, listed apart (`coverage.documented`), and get no
+    mutants (`kvsim conform --mutants`)."""
+
+    definition: str
+    text: str
+    reason: str
+
+
+@dataclass(frozen=True)
 class ConformTarget:
     """A conform target: `engine`'s definitions in `upstream`, driven by `adapter`, against `model`.
 
@@ -70,6 +84,7 @@ class ConformTarget:
     doc: str
     releases: tuple[tuple[str | None, str], ...] = ()
     survivors: tuple[Survivor, ...] = ()
+    unreached: tuple[Unreached, ...] = ()
     model: str = ""  # set by the model's descriptor
 
     def __post_init__(self) -> None:

@@ -72,12 +72,32 @@ def statement_lines(source: str, definitions: Iterable[str]) -> dict[str, set[in
     return found
 
 
+def documented_lines(source: str, unreached: Iterable[Any]) -> dict[str, set[int]]:
+    """{definition: its statement lines inside the statements the `unreached` declarations name} in this source:
+    each declaration's definition, every statement there whose first line holds its text, and all inside it."""
+    tree = ast.parse(source)
+    text = source.splitlines()
+    found: dict[str, set[int]] = {}
+    for entry in unreached:
+        node = find_definition(tree, entry.definition)
+        if node is None:
+            continue
+        body = _body_lines(node)
+        for stmt in ast.walk(node):
+            if isinstance(stmt, ast.stmt) and stmt is not node and entry.text in text[stmt.lineno - 1]:
+                # an `if` / `elif` / loop: its test and its own body (its `else` / `elif` chain is another branch)
+                last = stmt.body[-1].end_lineno if isinstance(stmt, (ast.If, ast.While, ast.For)) else stmt.end_lineno
+                inside = set(range(stmt.lineno, (last or stmt.lineno) + 1))
+                found.setdefault(entry.definition, set()).update(body & inside)
+    return found
+
+
 def find_definition(tree: ast.Module, dotted: str) -> ast.AST | None:
     scope: list[ast.stmt] = tree.body
     node: ast.AST | None = None
-    for part in dotted.split("."):
-        node = next((n for n in scope if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-                     and n.name == part), None)
+    for part in dotted.split("."):  # the last definition of a name is the one bound (after `@overload` stubs)
+        node = next((n for n in reversed(scope) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                                                   ast.ClassDef)) and n.name == part), None)
         if node is None:
             return None
         scope = node.body  # type: ignore[attr-defined]
@@ -98,7 +118,10 @@ def _body_lines(node: ast.AST) -> set[int]:
                 if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                     lines |= _body_lines(sub)
                     continue
-                lines.add(sub.lineno)
+                if isinstance(sub, ast.AnnAssign) and sub.value is None:
+                    continue  # `x: T` in a function body compiles to nothing: no line of it ever runs
+                # `elif (` / `if (` over several lines: the line that runs is the test's own first line
+                lines.add(sub.test.lineno if isinstance(sub, (ast.If, ast.While)) else sub.lineno)
     # nested definitions' headers ran when the enclosing body ran them: count the header line itself
     for stmt in ast.walk(node):
         if stmt is not node and isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -113,17 +136,24 @@ def _without_docstring(body: list[ast.stmt]) -> list[ast.stmt]:
     return body
 
 
-def coverage(executed: set[tuple[str, int]], executable: Mapping[str, Mapping[str, set[int]]]) -> dict[str, Any]:
-    """{"percent", "lines", "run", "files": {file: {"percent", "lines", "run", "missed": {definition: [lines]}}}}."""
+def coverage(executed: set[tuple[str, int]], executable: Mapping[str, Mapping[str, set[int]]],
+             documented: Mapping[str, Mapping[str, set[int]]] | None = None) -> dict[str, Any]:
+    """{"percent", "lines", "run", "files": {file: {"percent", "lines", "run", "missed": {definition: [lines]},
+    "documented": {definition: [lines]}}}}: `documented` lines (`declare.Unreached`) are left out of the count
+    and listed apart."""
     files: dict[str, Any] = {}
     total = ran = 0
     for path, definitions in executable.items():
-        lines = set().union(*definitions.values()) if definitions else set()
+        known = (documented or {}).get(path, {})
+        counted = {d: ls - known.get(d, set()) for d, ls in definitions.items()}
+        lines = set().union(*counted.values()) if counted else set()
         hit = {n for n in lines if (path, n) in executed}
-        missed = {d: sorted(n for n in ls if (path, n) not in executed) for d, ls in definitions.items()}
+        missed = {d: sorted(n for n in ls if (path, n) not in executed) for d, ls in counted.items()}
         files[path] = {"lines": len(lines), "run": len(hit),
                        "percent": round(100.0 * len(hit) / len(lines), 1) if lines else 100.0,
-                       "missed": {d: ls for d, ls in missed.items() if ls}}
+                       "missed": {d: ls for d, ls in missed.items() if ls},
+                       "documented": {d: sorted(ls & definitions.get(d, set())) for d, ls in known.items()
+                                      if ls & definitions.get(d, set())}}
         total += len(lines)
         ran += len(hit)
     return {"percent": round(100.0 * ran / total, 1) if total else 100.0, "lines": total, "run": ran,
