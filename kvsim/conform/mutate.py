@@ -11,8 +11,8 @@ with the reason) are not made (counted as `unreached`). A survivor the target's 
 (`ConformTarget.survivors`: an equivalent mutant, with the reason) is listed as such and left out of the score.
 
 score = killed / (mutants - not loadable - documented survivors). Exit 1 when a target has an undocumented
-survivor, 2 when its unmutated run does not conform (nothing to measure against), 3 when `--max-seconds` cut
-the run short, else 0. Each mutant's calls run under a deadline of 50 times the unmutated run's slowest call
+survivor, 2 when its unmutated run diverges or errs (nothing to measure against; a target not present or skipped
+there is not measured and not counted), 3 when `--max-seconds` cut the run short, else 0. Each mutant's calls run under a deadline of 50 times the unmutated run's slowest call
 (at least 1 s, at most `--call-timeout`), so a mutant that hangs costs seconds, not the default deadline.
 """
 
@@ -24,11 +24,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
 from kvsim.app import junit
-from kvsim.engine.conformance.linetrace import LineTrace
+from kvsim.engine.conformance.linetrace import LineTrace, coverage
 from kvsim.engine.conformance.mutants import Mutant, mutants, sample
 
 from .loader import mutated
-from .run import run_targets, unreached_lines
+from .run import executable_lines, run_targets, unreached_lines
 from .source import EngineSource
 from .targets import Options, descriptors
 
@@ -38,7 +38,7 @@ MUTANT_DEADLINE_FLOOR = 1.0
 @dataclass
 class MutationResult:
     target: str
-    status: str = "measured"  # measured / baseline diverges / baseline error / not present / incomplete
+    status: str = "measured"  # measured / baseline diverges / baseline error / not present / skipped / incomplete
     mutants: int = 0
     killed: int = 0
     not_loadable: int = 0
@@ -46,6 +46,7 @@ class MutationResult:
     documented: list[dict[str, Any]] = field(default_factory=list)
     not_run: int = 0
     unreached: int = 0  # mutants on lines the target declares no input reaches (`Unreached`): not made
+    coverage: dict[str, Any] | None = None  # the unmutated run's coverage of the checked definitions
     seconds: float = 0.0
     note: str = ""
 
@@ -82,14 +83,16 @@ def measure(target: Any, source: EngineSource, options: Options, count: int) -> 
     trace = LineTrace()
     (base,) = run_targets([target], source, table, replace(options, trace=trace))
     executed = trace.executed
+    if base.status in ("conforms", "diverges"):
+        out.coverage = coverage(executed, executable_lines(target, source), unreached_lines(target, source))
     if base.status != "conforms":
-        out.status = {"diverges": "baseline diverges", "not present": "not present"}.get(base.status,
-                                                                                         f"baseline {base.status}")
+        out.status = {"diverges": "baseline diverges", "not present": "not present",
+                      "skipped": "skipped"}.get(base.status, f"baseline {base.status}")
         out.note = base.note or (base.divergences[0].get("difference", "") if base.divergences else "")
         out.seconds = round(time.perf_counter() - started, 3)
         return out
     found = target_mutants(target, source)
-    unreached = {(path, line) for path, lines in unreached_lines(target, source).items()
+    unreached = {(path, line) for path, lines in unreached_lines(target, source, every_line=True).items()
                  for definition_lines in lines.values() for line in definition_lines}
     reachable = [m for m in found if (m.file, m.line) not in unreached]
     out.unreached = len(found) - len(reachable)

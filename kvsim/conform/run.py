@@ -124,8 +124,10 @@ def executable_lines(target: ConformTarget, source: EngineSource) -> dict[str, d
     return found
 
 
-def unreached_lines(target: ConformTarget, source: EngineSource) -> dict[str, dict[str, set[int]]]:
-    """{upstream file: {checked definition: the lines its `unreached` declarations name}} in this source."""
+def unreached_lines(target: ConformTarget, source: EngineSource, *,
+                    every_line: bool = False) -> dict[str, dict[str, set[int]]]:
+    """{upstream file: {checked definition: the statement lines (`every_line`: all lines) its `unreached`
+    declarations name}} in this source."""
     found: dict[str, dict[str, set[int]]] = {}
     for upstream in target.upstream:
         if not source.has(upstream.file):
@@ -133,7 +135,7 @@ def unreached_lines(target: ConformTarget, source: EngineSource) -> dict[str, di
         text = source.file(upstream.file).read_text(encoding="utf-8", errors="replace")
         for checked in upstream.checked_names:  # an Unreached may name a method of a checked class
             mine = [u for u in target.unreached if u.definition == checked or u.definition.startswith(checked + ".")]
-            lines = set().union(*documented_lines(text, mine).values()) if mine else set()
+            lines = set().union(*documented_lines(text, mine, every_line=every_line).values()) if mine else set()
             if lines:
                 found.setdefault(upstream.file, {})[checked] = lines
     return found

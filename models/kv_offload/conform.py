@@ -6,7 +6,7 @@ here: the worker mapping did not change across the releases checked, and the man
 of another shape (said in their notes).
 """
 
-from kvsim.engine.conformance.declare import ConformTarget, Unreached, Upstream
+from kvsim.engine.conformance.declare import ConformTarget, Survivor, Unreached, Upstream
 
 GPU_WORKER = "vllm/v1/kv_offload/cpu/gpu_worker.py"
 OFFLOAD_BASE = "vllm/v1/kv_offload/base.py"
@@ -58,6 +58,7 @@ CONFORM = (
         upstream=(Upstream(SWAP_TRITON, ("swap_blocks_batch", "_swap_blocks_kernel", "NUM_SMS", "THRESHOLD_BYTES",
                                          "MIN_N"), checked=("swap_blocks_batch", "_swap_blocks_kernel")),),
         adapter="kvsim.conform.vllm.offload_mapping:SWAP_TRITON",
+        survivors=(Survivor("swap_blocks_batch", "arguments", "NUM_SMS, n", "min's two arguments swapped"),),
         doc="upstream's swap_blocks_batch and its Triton kernel (the CPU->GPU fast path for small 8-byte-aligned "
             "pages) on the model's triples, in the kernel child; bytes against apply_swap"),
     ConformTarget(

@@ -4,7 +4,7 @@ Each target names the upstream file and definitions it loads and the adapter tha
 `kvsim.conform.vllm`, imported only when the target runs). `releases`: the variant each release follows.
 """
 
-from kvsim.engine.conformance.declare import ConformTarget, Upstream
+from kvsim.engine.conformance.declare import ConformTarget, Survivor, Upstream
 
 UTILS = "vllm/v1/worker/utils.py"
 # d6af803 (#50276, first released in 0.28.0): a segment's stride apart from its page; the merge of overlaid
@@ -25,6 +25,8 @@ CONFORM = (
                            checked=("_zero_kv_blocks_kernel", "KVBlockZeroer.zero_block_ids",
                                     "KVBlockZeroer.warmup")),),
         adapter="kvsim.conform.vllm.kernels:ZERO_KV_BLOCKS", releases=ZEROER_RELEASES,
+        survivors=(Survivor("KVBlockZeroer.zero_block_ids", "boolean", "not block_ids or self._meta is None",
+                            "an empty block list launched: a grid of no block, the same no-op as the early return"),),
         doc="upstream's Triton _zero_kv_blocks_kernel (launched by zero_block_ids and warmup, in the kernel child) "
             "vs the reference memset zero_blocks, bit for bit; probe: the d6af803 frame property on upstream's "
             "planner and kernel, guard bytes around each allocation"),

@@ -45,6 +45,10 @@ TRITON_SYMMETRIC = (  # the Triton merges' equivalent mutants: a symmetric call'
     Survivor("merge_state_in_place_kernel", "arguments", "s_val, s_other_val", "tl.maximum's two arguments swapped"),
     Survivor("state_merge", "arguments", "m, other_m", "tl.maximum's two arguments swapped"),
 )
+DECODE_SYMMETRIC = tuple(  # tl.maximum's and tl.minimum's two arguments swapped: the same value
+    Survivor(kernel, "arguments", pair, "a symmetric tl.maximum / tl.minimum's arguments swapped")
+    for kernel in ("_fwd_kernel_stage1", "_fwd_grouped_kernel_stage1")
+    for pair in ("tl.max(qk, 0), e_max", "split_kv_start + kv_len_per_split, cur_batch_seq_len"))
 HIP = "a ROCm (is_hip) branch: the interpreter and CUDA run the other"
 FP8 = "an FP8 KV cache's dequantization: the model's paged cache holds floats"
 DECODE_UNREACHED = (
@@ -131,6 +135,7 @@ CONFORM = (
         "vllm", "mla-paged-decode",
         upstream=(Upstream(VLLM_DECODE, ("decode_attention_fwd",), checked=DECODE_CHECKED),),
         adapter="kvsim.conform.vllm.mla_decode:MLA_PAGED_DECODE", unreached=DECODE_UNREACHED,
+        survivors=DECODE_SYMMETRIC,
         doc="vLLM's Triton MLA decode (decode_attention_fwd: every parameter) over a paged cache through both "
             "metadata forms vs the model's paged absorbed MLA; empty rows probed"),
 )

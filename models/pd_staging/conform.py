@@ -117,6 +117,7 @@ SEND_PLAN_UNREACHED = (
         "_dsa_tail_payload", "_qsa_pending_payload", "_swa_ring_payload", "_request_state_payload",
         "_request_row_payload")),
     Unreached(f"{MIXIN}._send_kv_chunk", "if _is_npu and isinstance(", "an Ascend NPU's state hooks"),
+    Unreached(f"{MIXIN}._send_kv_chunk", "state_indices = [", HYBRID_STATE + " (the list over them is empty)"),
     Unreached(f"{MIXIN}._send_kv_chunk", "segments = [(start_idx, end_idx)]",
               "staging off and no transfer limit: one segment (pd-staging plans the staging path)"),
     Unreached(f"{MIXIN}._send_kv_chunk", 'if getattr(sender, "supports_host_tensor_indices", False)',

@@ -197,7 +197,7 @@ def _page(draw: st.DrawFn, page: int) -> Any:
 def pinned(ctx: Context) -> list[MetadataCall]:
     """Each broken rule through its validator and the resolver, every empty or partial form, the flat CSR
     strict and not, a dense table padded to an alignment (twice: the second read from the cache), a `max_q_len`
-    given larger than the batch's, on the note's decode batch (page 64: lengths 0, 1 and 130), and a batch with no
+    given equal to the batch's longest query, larger and smaller, on the note's decode batch (page 64: lengths 0, 1 and 130), and a batch with no
     live page (the native table width is then 1)."""
     from kvsim.properties.mla_backends.cases import DECODE_BATCH, BrokenMetadataCase
     from kvsim.properties.mla_backends.metadata import broken
@@ -241,7 +241,8 @@ def pinned(ctx: Context) -> list[MetadataCall]:
             out.append(MetadataCall("resolver", both, page, device=device, calls=(
                 ("resolve_native_device_dense", None), ("resolve_native_device_dense", None),
                 ("resolve_device_dense", alignment))))
-    for given in (2, 5, 0, True, 2.0):
+    actual = max(b - a for a, b in zip(dense.cum_seq_lens_q, dense.cum_seq_lens_q[1:]))
+    for given in (actual, 2, 5, 0, True, 2.0):  # the batch's own longest query first: the boundary is accepted
         out.append(MetadataCall("validate_dense", PlanMetadata(dense=replace(dense, max_q_len=given)), page, "max_q_len",
                                 alignment=2))
     out.append(MetadataCall("validate_dense", PlanMetadata(dense=dense), page, alignment=3))

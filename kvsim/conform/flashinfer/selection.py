@@ -228,6 +228,9 @@ def boundary_workloads(ctx: Context) -> list[Workload]:
             Workload((128,) * 4, (300,) * 4, 1024, 128, graph=True), Workload((32,) * 12, (32,) * 12, 1024, 64, graph=True),
             Workload((1,) * 17, (4096,) * 17, 1024, 64),  # the third eager rule (work past 2^22, decode)
             Workload((1,) * 8, (2048,) * 8, 64, 128, graph=True), Workload((2,) * 8, (5000,) * 8, 64, 128, graph=True)]
+    # long-KV multi-query graphs on SM100: the raised graph limit holds for 1 < max_q <= 8 and min_kv > 4096 only
+    out += [Workload((q,) * b, (kv,) * b, 64, 128, graph=True) for q in (8, 9) for kv in (4096, 4097)
+            for b in (1, 2, 4, 8)]
     mtp = Workload((2,) * 64, (32768,) * 64, 128, 128, causal=True, fp8=True)
     out += [mtp, dataclasses.replace(mtp, q_lens=(4,) * 64, kv_lens=(8192,) * 64),
             dataclasses.replace(mtp, graph=True, dense=True, kv_lens=(2048,) * 64, q_lens=(4,) * 64),

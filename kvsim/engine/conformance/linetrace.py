@@ -72,9 +72,10 @@ def statement_lines(source: str, definitions: Iterable[str]) -> dict[str, set[in
     return found
 
 
-def documented_lines(source: str, unreached: Iterable[Any]) -> dict[str, set[int]]:
+def documented_lines(source: str, unreached: Iterable[Any], *, every_line: bool = False) -> dict[str, set[int]]:
     """{definition: its statement lines inside the statements the `unreached` declarations name} in this source:
-    each declaration's definition, every statement there whose first line holds its text, and all inside it."""
+    each declaration's definition, every statement there whose first line holds its text, and all inside it
+    (`every_line`: every source line inside, continuation lines too, where a mutant may sit)."""
     tree = ast.parse(source)
     text = source.splitlines()
     found: dict[str, set[int]] = {}
@@ -88,7 +89,7 @@ def documented_lines(source: str, unreached: Iterable[Any]) -> dict[str, set[int
                 # an `if` / `elif` / loop: its test and its own body (its `else` / `elif` chain is another branch)
                 last = stmt.body[-1].end_lineno if isinstance(stmt, (ast.If, ast.While, ast.For)) else stmt.end_lineno
                 inside = set(range(stmt.lineno, (last or stmt.lineno) + 1))
-                found.setdefault(entry.definition, set()).update(body & inside)
+                found.setdefault(entry.definition, set()).update(inside if every_line else body & inside)
     return found
 
 
