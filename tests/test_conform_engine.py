@@ -216,6 +216,31 @@ def test_the_deadline_nests_inside_the_commands_alarm():
         signal.signal(signal.SIGALRM, previous)
 
 
+def test_a_tick_that_lands_in_the_clean_up_leaves_no_alarm_behind(monkeypatch):
+    """The call returned just as its deadline came: the tick lands in `within`'s clean-up. It must not raise there
+    (the handler would stay installed, the timer re-armed, and CallTimeout would hit whatever runs next: it took
+    down a pytest-xdist worker idling between tests)."""
+    from types import SimpleNamespace
+
+    clock = [0.0]
+    landed: list[int] = []
+    real = signal.setitimer
+
+    def setitimer(which, seconds, interval=0.0):  # type: ignore[no-untyped-def]
+        if seconds == 0 and not landed:
+            landed.append(1)
+            clock[0] = 10.0  # past the call's deadline
+            signal.getsignal(signal.SIGALRM)(signal.SIGALRM, None)  # the tick, inside the clean-up
+        return real(which, seconds, interval)
+
+    before = signal.getsignal(signal.SIGALRM)
+    monkeypatch.setattr(deadline, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    monkeypatch.setattr(signal, "setitimer", setitimer)
+    with deadline.within(1.0, memory=None):
+        pass
+    assert landed and signal.getsignal(signal.SIGALRM) is before and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+
+
 def test_a_call_growing_past_its_memory_bound_is_stopped():
     with pytest.raises(deadline.CallTimeout, match="GiB of memory"):
         with deadline.within(60, memory=64 * 2 ** 20):

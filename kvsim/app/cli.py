@@ -69,7 +69,11 @@ def _deadline(seconds: float | None):
         yield
         return
 
+    closed: list[bool] = []
+
     def expire(signum: int, frame: Any) -> None:
+        if closed:  # the command is over: an alarm landing in the clean-up below does nothing
+            return
         # again shortly, in case this one is swallowed: raised inside a garbage-collector callback (Hypothesis
         # installs one) or a __del__, an exception is only printed as unraisable, and the budget would be lost
         signal.setitimer(signal.ITIMER_REAL, EXPIRED_AGAIN)
@@ -83,9 +87,15 @@ def _deadline(seconds: float | None):
     try:
         yield
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-        _SETUP["held"] = False
+        while True:  # an alarm landing here must not leave this handler and its re-arming timer behind
+            try:
+                closed.append(True)
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                signal.signal(signal.SIGALRM, previous)
+                _SETUP["held"] = False
+                break
+            except BudgetExceeded:
+                continue
 
 
 @contextmanager

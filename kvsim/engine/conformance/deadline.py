@@ -59,12 +59,15 @@ def within(seconds: float | None, memory: int | None = DEFAULT_MEMORY) -> Iterat
     outer_at = start + outer_delay if outer_delay > 0 else None
     previous = signal.getsignal(signal.SIGALRM)
     fired: list[str] = []
+    closed: list[bool] = []  # the call is over: a tick that comes now does nothing
 
     def arm(now: float) -> None:
         due = [now + TICK] + [t for t in (ours, outer_at) if t is not None]
         signal.setitimer(signal.ITIMER_REAL, max(min(due) - now, 1e-3))
 
     def expire(signum: int, frame: Any) -> None:
+        if closed:
+            return
         now = time.monotonic()
         if outer_at is not None and outer_at <= now and callable(previous):
             previous(signum, frame)  # the command's own alarm (it raises, or re-arms itself)
@@ -90,8 +93,17 @@ def within(seconds: float | None, memory: int | None = DEFAULT_MEMORY) -> Iterat
     try:
         yield
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-        sys.unraisablehook = hook
+        # A tick can land in this clean-up, after the call returned: its raise would leave this handler installed
+        # and the timer re-armed, and the alarm would then raise CallTimeout in whatever runs next (a test
+        # runner's idle loop). So the clean-up is done again until it completes, and such a tick is dropped.
+        while True:
+            try:
+                closed.append(True)
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                signal.signal(signal.SIGALRM, previous)
+                sys.unraisablehook = hook
+                break
+            except CallTimeout:
+                continue
         if outer_at is not None:  # the outer alarm goes on at its own time (now, if that has passed)
             signal.setitimer(signal.ITIMER_REAL, max(outer_at - time.monotonic(), 1e-3), outer_interval)
