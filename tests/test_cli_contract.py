@@ -27,6 +27,7 @@ import contextlib
 import io
 import json
 import os
+import signal
 import threading
 
 import pytest
@@ -273,7 +274,7 @@ def run_bounded(argv: list[str]) -> tuple[int, str, str, bool]:
     watchdog = threading.Timer(WATCHDOG, interrupt)
     watchdog.start()
     try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), terms_seen():
             try:
                 code = main(argv)
             except SystemExit as exc:  # --help
@@ -282,7 +283,35 @@ def run_bounded(argv: list[str]) -> tuple[int, str, str, bool]:
         code = -1
     finally:
         watchdog.cancel()
+    if TERMINATED.is_set():  # a SIGTERM from outside (`timeout`, CI) that the drawn command took as its own stop:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # end the run as the signal would have (pytest.exit inside
+        os.kill(os.getpid(), signal.SIGTERM)  # @given is taken for a failure and replayed)
     return code, out.getvalue(), err.getvalue(), hung.is_set()
+
+
+TERMINATED = threading.Event()
+
+
+@contextlib.contextmanager
+def terms_seen():
+    """While a drawn line runs in this process, a SIGTERM handler the command installs (its clean stop) is
+    wrapped so that the harness sees the signal too: a run stopped from outside then ends after this line
+    instead of the command absorbing the signal and the next line starting."""
+    install = signal.signal
+
+    def spy(signum, handler):
+        if signum == signal.SIGTERM and callable(handler):
+            def seen(sig, frame, handler=handler):
+                TERMINATED.set()
+                return handler(sig, frame)
+            return install(signum, seen)
+        return install(signum, handler)
+
+    signal.signal = spy
+    try:
+        yield
+    finally:
+        signal.signal = install
 
 
 def assert_contract(argv: list[str], code: int, out: str, err: str, hung: bool) -> None:

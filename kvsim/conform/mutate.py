@@ -26,6 +26,7 @@ from typing import Any, Sequence
 from kvsim.app import junit
 from kvsim.engine.conformance.linetrace import LineTrace, coverage
 from kvsim.engine.conformance.mutants import Mutant, mutants, sample
+from kvsim.engine.progress import Progress
 
 from .loader import mutated
 from .run import executable_lines, run_targets, unreached_lines
@@ -101,11 +102,13 @@ def measure(target: Any, source: EngineSource, options: Options, count: int) -> 
     deadline = max(MUTANT_DEADLINE_FLOOR, 50 * base.slowest_call)
     deadline = min(deadline, options.call_timeout) if options.call_timeout else deadline
     quick = replace(options, call_timeout=deadline, shrink=False)
+    progress = Progress(len(chosen), f"mutants of {target.name}")
     for i, mutant in enumerate(chosen):
         if options.until is not None and time.monotonic() >= options.until:
             out.not_run = len(chosen) - i
             out.status = "incomplete"
             break
+        progress.step(mutant.label)
         with mutated(mutant):
             (result,) = run_targets([target], source, table, quick)
         row = {**mutant.to_json(), "label": mutant.label, "reached": (mutant.file, mutant.line) in executed}
@@ -118,6 +121,7 @@ def measure(target: Any, source: EngineSource, options: Options, count: int) -> 
         else:
             reason = documented(target, mutant)
             (out.documented if reason else out.survivors).append({**row, **({"reason": reason} if reason else {})})
+    progress.close()
     out.seconds = round(time.perf_counter() - started, 3)
     return out
 
