@@ -1,4 +1,4 @@
-"""Issue 34: the command line's contract (README, "Exit codes and errors") as a property.
+"""Issue 34: the command line's contract (docs/cli.md, "Exit codes and errors") as a property.
 
 Hypothesis draws whole command lines: every command but `conform` (whose own contract test is its own), with
 its options, valid values and hostile ones (huge, negative, NaN, empty, non-ASCII digits, control characters,
