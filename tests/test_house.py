@@ -94,6 +94,8 @@ def test_the_wheel_installs_the_same_namespace(tmp_path):
     assert not (target / "models").exists() and not (target / "properties").exists()
     assert (target / "kvsim" / "gpu_oracle" / "kernels" / "zero_kv_blocks" / "zero_kv_blocks.cu").exists()
     assert (target / "kvsim" / "gpu_oracle" / "runtime" / "cuda_cpu_shim.h").exists()
+    shipped = {p.parent.name for p in (target / "kvsim" / "properties").glob("*/bugs.toml")}
+    assert shipped == {p.parent.name for p in (ROOT / "properties").glob("*/bugs.toml")} and len(shipped) == 8
     work = tmp_path / "work"
     (work / "models").mkdir(parents=True)
     (work / "models" / "__init__.py").write_text("")
@@ -101,6 +103,9 @@ def test_the_wheel_installs_the_same_namespace(tmp_path):
     assert proc.returncode == 0, proc.stderr
     ours, theirs = proc.stdout.split()
     assert Path(ours).is_relative_to(target) and Path(theirs).parent == work / "models"
+    proc = _run("from kvsim.app import catalog; print(len(catalog.load().bugs))", work, env={"PYTHONPATH": str(target)})
+    reports = sum(len(tomllib.loads(p.read_text())["bug"]) for p in (ROOT / "properties").glob("*/bugs.toml"))
+    assert proc.returncode == 0 and proc.stdout.split() == [str(reports)], proc.stderr
 
 
 def test_pyproject_lists_every_package():
