@@ -92,3 +92,30 @@ def test_every_command_of_the_parser_has_a_module():
     assert list(subs.choices) == [m.NAME for m in commands.BEFORE_CONFORM] + ["conform"] + \
         [m.NAME for m in commands.AFTER_CONFORM]
     assert set(cli.COMMANDS) == set(subs.choices)
+
+
+class _NoRegistry:
+    def __getattr__(self, name):
+        raise AssertionError(f"REGISTRY.{name} consulted below the command layer")
+
+
+@pytest.mark.parametrize("argv", [
+    ["check", "swa-budget", "--variant", "pre_af7c62e", "--max-examples", "30", "--save", "{tmp}/resolved.json"],
+    ["check", "kv-zeroing", "--backend", "torch-cpu", "--property", "zero_kv_blocks_differential", "--max-examples",
+     "2"],
+    ["replay", "{tmp}/resolved.json"],
+    ["repro", "sglang-05c7ebf-staging-lost-req-success", "--report", "--json"],
+    ["repro", "flashinfer-4051-merge-empty-nan", "--report", "--json"],
+    ["show", "flashinfer-4051-merge-empty-nan"],
+], ids=lambda a: " ".join(a[:2]))
+def test_a_command_resolves_once_and_passes_the_record_down(argv, folder, capsys, monkeypatch):
+    """Model, property and variants are resolved by the command; the runner, `reproduce` and the Markdown report
+    never look them up again in the module-level registry (their look-up serves library callers only)."""
+    from kvsim.app import catalog
+
+    catalog.load()  # the catalog the command gets
+    for module in ("kvsim.engine.runner", "kvsim.app.repro", "kvsim.app.report_md"):
+        monkeypatch.setattr(f"{module}.REGISTRY", _NoRegistry())
+    code = cli.main([a.replace("{tmp}", str(folder)) for a in argv])
+    out, err = capsys.readouterr()
+    assert code in (0, 1) and "Traceback" not in err, err

@@ -111,9 +111,9 @@ def check_one(prop: Any, spec: RunSpec, args: argparse.Namespace, backend: str |
         from .. import oracle
 
         return oracle.run_kernel_property(prop, backend, variant=spec.variant, max_examples=args.max_examples,
-                                          seed=args.seed)
+                                          seed=args.seed, descriptor=spec.model)
     if backend is not None:
         return PropertyResult(prop.name, prop.model, spec.variant.name, "skipped", 0, 0.0,
                               message=f"not a kernel property: --backend {backend} does not apply")
     return run_property(prop, spec.variant, max_examples=args.max_examples, seed=args.seed,
-                        params=dict(spec.given) or None)
+                        params=dict(spec.given) or None, descriptor=spec.model)

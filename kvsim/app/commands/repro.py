@@ -26,13 +26,15 @@ def arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from ..repro import latest_verdict, release_verdicts, reproduce
+    from ..repro import BugRun, latest_verdict, release_verdicts, reproduce
 
     with setup():
         reg = catalog.load()
         bugs = list(reg.bugs.values()) if args.all else [reg.bug(args.bug_id)]
     progress = Progress(len(bugs), "repro")
-    results, not_run, stopped = each(bugs, lambda b: b.id, lambda b: reproduce(b, seed=args.seed), progress)
+    # each report resolved once (its model, property and variants), and the record passed down
+    results, not_run, stopped = each(bugs, lambda b: b.id, lambda b: reproduce(BugRun.resolve(b, reg), seed=args.seed),
+                                     progress)
     disarm()
     progress.close()
     if args.junit:
