@@ -292,12 +292,13 @@ def test_an_interrupted_search_saves_itself_and_goes_on_to_the_uninterrupted_res
 
 def test_cli_an_interrupted_search_says_so_and_saves(tmp_path, capsys, monkeypatch):
     from kvsim.app import cli
+    from kvsim.app.commands import explore as explore_command
 
     def interrupted(*args, **kwargs):  # Ctrl-C as the search starts
         os.kill(os.getpid(), signal.SIGINT)
         return explore(*args, **kwargs)
 
-    monkeypatch.setattr(cli, "explore", interrupted)
+    monkeypatch.setattr(explore_command, "explore", interrupted)
     folder = str(tmp_path / "search")
     argv = ["explore", "pd-staging", "--param", "rooms=2", "--store", "fingerprint", "--checkpoint", folder]
     assert cli.main(argv + ["--json"]) == 3

@@ -22,6 +22,7 @@ import pytest
 
 from clihelp import ROOT
 from kvsim.app import cli
+from kvsim.app.commands import check as check_command
 from kvsim.engine.checkpoint import CURRENT, KEY_FILE
 from kvsim.engine.interrupt import BudgetExceeded
 
@@ -311,7 +312,7 @@ def test_a_signal_stops_the_command_cleanly_with_what_ran(tmp_path, argv, keys, 
 
 def test_ctrl_c_at_a_property_stops_check_there(capsys, monkeypatch):
     # the signal arrives as the second property starts: the first is reported, the rest named as not run
-    real, calls = cli._check_one, []
+    real, calls = check_command.check_one, []
 
     def second_interrupted(prop, *args):
         calls.append(prop.name)
@@ -319,7 +320,7 @@ def test_ctrl_c_at_a_property_stops_check_there(capsys, monkeypatch):
             os.kill(os.getpid(), signal.SIGINT)
         return real(prop, *args)
 
-    monkeypatch.setattr(cli, "_check_one", second_interrupted)
+    monkeypatch.setattr(check_command, "check_one", second_interrupted)
     code, out, err = run(capsys, "check", "swa-budget", "--max-examples", "20", "--json")
     doc = json.loads(out)
     assert code == 3 and set(doc) == CHECK_KEYS and doc["stopped_by"] == "interrupt"
@@ -329,7 +330,7 @@ def test_ctrl_c_at_a_property_stops_check_there(capsys, monkeypatch):
 def test_ctrl_c_that_lands_in_a_garbage_collector_callback_is_not_lost(capsys, monkeypatch):
     # what hung `kvsim check ... --save ... --junit ...`: Hypothesis installs a gc callback, and a KeyboardInterrupt
     # raised inside one is printed and dropped, so the command ran on to its end
-    real, calls = cli._check_one, []
+    real, calls = check_command.check_one, []
 
     def in_gc_callback():
         def callback(phase, info):
@@ -346,7 +347,7 @@ def test_ctrl_c_that_lands_in_a_garbage_collector_callback_is_not_lost(capsys, m
             in_gc_callback()
         return real(prop, *args)
 
-    monkeypatch.setattr(cli, "_check_one", second_interrupted)
+    monkeypatch.setattr(check_command, "check_one", second_interrupted)
     code, out, err = run(capsys, "check", "swa-budget", "--max-examples", "20", "--json")
     assert code == 3 and json.loads(out)["not_run"][0] == calls[1] and "Traceback" not in err
 
