@@ -17,11 +17,11 @@ import sys
 import pytest
 
 from clihelp import kvsim
-from kvsim.engine.checkpoint import CheckpointDir
 from kvsim.engine.errors import ConfigError
-from kvsim.engine.explore import explore
-from kvsim.engine.parallel import explore_parallel
-from kvsim.engine.partition import Partition
+from kvsim.engine.explore import ExploreOptions, explore
+from kvsim.engine.explore.checkpoint import CheckpointDir
+from kvsim.engine.explore.parallel import explore_parallel
+from kvsim.engine.explore.partition import Partition
 from kvsim.engine.pools import RayPool, connect_ray
 from test_explore_scale import assert_replays_to_violation, outcome, run_of
 
@@ -53,7 +53,7 @@ def test_a_search_over_two_nodes_finds_what_one_process_finds(two_nodes):
     finally:
         pool.close()
     one = explore(run.system())
-    on_two = explore_parallel(run.system, 2, use_ray=True, ray_address=two_nodes, store="fingerprint")
+    on_two = explore_parallel(run.system, 2, ExploreOptions(store="fingerprint"), use_ray=True, ray_address=two_nodes)
     assert outcome(on_two, with_paths=False) == outcome(one, with_paths=False)
     for v in on_two.violations:
         if v.kind == "invariant":

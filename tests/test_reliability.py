@@ -22,7 +22,7 @@ import pytest
 
 from clihelp import ROOT
 from kvsim.app import cli
-from kvsim.engine.checkpoint import CURRENT, KEY_FILE
+from kvsim.engine.explore.checkpoint import CURRENT, KEY_FILE
 from kvsim.engine.interrupt import BudgetExceeded
 
 # the keys of each command's complete --json document: a cut-off run prints the same ones

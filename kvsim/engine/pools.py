@@ -1,4 +1,4 @@
-"""Where the partitions of `kvsim.engine.parallel` run: forked worker processes, or Ray actors.
+"""Where the partitions of `kvsim.engine.explore.parallel` run: forked worker processes, or Ray actors.
 
 Both offer the coordinator the same three calls: `call(method, args)` runs `method` on every
 partition (one argument tuple each) and returns their answers in worker order, `one(worker, method,

@@ -44,10 +44,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
-from .errors import ConfigError, KvsimError
-from .interrupt import INTERRUPT
-from .memory import collection_paused
-from .shared import Probe
+from ..errors import ConfigError, KvsimError
+from ..interrupt import INTERRUPT
+from ..memory import collection_paused
+from ..shared import Probe
 
 FORMAT = 2  # 2: every file authenticated (an HMAC before the pickles)
 CURRENT = "CURRENT"
