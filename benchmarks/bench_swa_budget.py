@@ -17,7 +17,7 @@ from kvsim.app import catalog
 from kvsim.engine.explore import ExploreOptions, explore
 from kvsim.app.repro import reproduce
 from kvsim.engine.runner import run_property
-from kvsim.models.swa_budget.resume import VARIANTS
+from kvsim.models.swa_budget.variants import VARIANTS
 from kvsim.models.swa_budget.scheduler import SchedulerConfig, SwaScheduler
 
 CONFIGS = {
