@@ -97,3 +97,13 @@ def test_explore_options_are_checked_once_and_name_the_field():
             ExploreOptions(**{field: value})
         assert caught.value.field == field and caught.value.expected == expected
     assert ExploreOptions(max_depth=3) == ExploreOptions(max_depth=3, progress=print)  # the callback is no option
+
+
+def test_an_engine_error_names_its_field_and_a_command_line_its_flag():
+    from kvsim.engine.errors import ConfigError
+
+    error = ConfigError("checkpoint", "a new or empty folder", "/x", "it holds a checkpoint")
+    flagged = error.named({"checkpoint": "--checkpoint"})
+    assert str(flagged) == "--checkpoint: expected a new or empty folder, got '/x' (it holds a checkpoint)"
+    assert (flagged.field, flagged.expected, flagged.received) == ("--checkpoint", error.expected, error.received)
+    assert error.named({"resume": "--resume"}) is error  # a field the mapping does not name keeps its name

@@ -83,7 +83,7 @@ def test_a_folder_a_worker_does_not_see_is_refused_before_the_search(tmp_path, m
     monkeypatch.setattr(Partition, "sees", staticmethod(lambda probe, token, reply: not reply.endswith("-1")
                                                         and real(probe, token, reply)))
     run = run_of("pd-staging", "pre_05c7ebf")
-    with pytest.raises(ConfigError, match=r"^--checkpoint: expected a folder every worker sees .* \(worker 1 cannot"):
+    with pytest.raises(ConfigError, match=r"^checkpoint: expected a folder every worker sees .* \(worker 1 cannot"):
         explore_parallel(run.system, 2, ExploreOptions(checkpoint=CheckpointDir(tmp_path / "search", {})))
     assert os.listdir(tmp_path / "search") == []
 
@@ -102,7 +102,7 @@ def test_a_save_that_fails_ends_with_one_line_and_leaves_the_last_save_in_force(
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(Partition, "save", full)  # the forked workers inherit it
-    with pytest.raises(ConfigError, match=r"^--resume: expected a folder the search can save to, .* \(saving failed: "
+    with pytest.raises(ConfigError, match=r"^resume: expected a folder the search can save to, .* \(saving failed: "
                                           r".*No space left on device; the last complete save stays in force\)$"):
         explore_parallel(run.system, 2, ExploreOptions(max_states=2 * whole.states // 3,
                                                        checkpoint=CheckpointDir(tmp_path / "search", {}), resume=True))
@@ -112,7 +112,7 @@ def test_a_save_that_fails_ends_with_one_line_and_leaves_the_last_save_in_force(
                                                             resume=True))
     assert outcome(result) == outcome(whole)
     monkeypatch.setattr(checkpoint, "dump", lambda path, key, *objects: full(None, path, key))  # a first save
-    with pytest.raises(ConfigError, match=r"^--checkpoint: .*No space left on device; nothing was saved\)$"):
+    with pytest.raises(ConfigError, match=r"^checkpoint: .*No space left on device; nothing was saved\)$"):
         explore(run.system(), ExploreOptions(max_states=whole.states // 3,
                                              checkpoint=CheckpointDir(tmp_path / "other", {})))
 
@@ -190,9 +190,9 @@ def test_a_half_written_save_leaves_the_last_complete_one_in_force(tmp_path):
 def test_a_checkpoint_of_another_search_is_refused(tmp_path):
     explore(Counter(limit=30, bad=None), ExploreOptions(max_states=10,
                                                         checkpoint=CheckpointDir(tmp_path, {"model": "counter"})))
-    with pytest.raises(ConfigError, match=r"--resume: .*\(model counter\).*model pair"):
+    with pytest.raises(ConfigError, match=r"^resume: .*\(model counter\).*model pair"):
         CheckpointDir(tmp_path, {"model": "pair"}).resume()
-    with pytest.raises(ConfigError, match="--checkpoint: expected a new or empty folder"):
+    with pytest.raises(ConfigError, match="^checkpoint: expected a new or empty folder"):
         CheckpointDir(tmp_path, {"model": "counter"}).fresh()
     with pytest.raises(ConfigError, match="over 2 workers"):  # a single-process save is no partitioned one
         explore_parallel(lambda: Counter(limit=30, bad=None), 2,

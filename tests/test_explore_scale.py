@@ -359,7 +359,7 @@ def test_workers_running_other_kvsim_sources_are_refused():
     try:
         same_code(Inline(parts), 2)  # this tree everywhere
         parts[1].code = lambda: "0123456789abcdef"
-        with pytest.raises(ConfigError, match=r"^--ray: expected every worker running this kvsim .*, got "
+        with pytest.raises(ConfigError, match=r"^ray: expected every worker running this kvsim .*, got "
                                               r"'sources 0123456789abcdef' \(worker 1: install"):
             same_code(Inline(parts), 2)
     finally:

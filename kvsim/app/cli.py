@@ -36,6 +36,10 @@ from .argtypes import integer, positive_float, positive_int
 
 
 EXIT_OK, EXIT_VIOLATION, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
+# the engine's errors name its fields (`ExploreOptions`, the explorer's workers and checkpoints): said as the flags here
+ENGINE_FLAGS = {"max_depth": "--max-depth", "max_states": "--max-states", "max_seconds": "--max-seconds",
+                "store": "--store", "checkpoint": "--checkpoint", "resume": "--resume", "workers": "--workers",
+                "ray": "--ray"}
 VARIANT_HELP = "the model variant: fixed (today's upstream) or a pre-fix variant (kvsim list MODEL) (default: fixed)"
 
 
@@ -385,7 +389,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         error = {"field": value[1], "expected": value[2], "received": value[3]} if value else {
             "field": "arguments", "expected": "a valid kvsim command line (kvsim --help)", "received": " ".join(argv)}
         return _fail(wants_json, {**error, "message": str(exc)}, f"{exc} (kvsim --help)")
-    except ConfigError as exc:
+    except ConfigError as error:
+        exc = error.named(ENGINE_FLAGS)
         return _fail(wants_json, {"field": exc.field, "expected": exc.expected, "received": to_jsonable(exc.received),
                                   "message": str(exc)}, str(exc))
     except KvsimError as exc:

@@ -68,7 +68,7 @@ def _search(system: Any, pool: Any, n: int, start: float, options: ExploreOption
     if checkpoint is not None:  # every worker writes its part there: refused before any work where one cannot
         apart = checkpoint.unshared(lambda asks: pool.call("sees", asks), n)
         if apart:
-            raise ConfigError("--resume" if resume else "--checkpoint",
+            raise ConfigError("resume" if resume else "checkpoint",
                               "a folder every worker sees (on a cluster, storage every node shares)", checkpoint.path,
                               f"{named(apart)} cannot read or write it where it runs")
     if resume:
@@ -76,13 +76,13 @@ def _search(system: Any, pool: Any, n: int, start: float, options: ExploreOption
         try:
             pool.call("load", [(partition_file(gen, w), checkpoint.key) for w in range(n)])
         except Exception as exc:  # a worker's part missing, truncated or foreign: one line, never a traceback
-            raise ConfigError("--resume", "a checkpoint written by kvsim explore --checkpoint", checkpoint.path,
+            raise ConfigError("resume", "a checkpoint written by kvsim explore --checkpoint", checkpoint.path,
                               f"a worker's part: {exc}") from None
         before = at.seconds
     bound_hit = "depth" if at.depth_cut else None
 
     def save() -> str:
-        with checkpoint.saving("--resume" if resume else "--checkpoint"):
+        with checkpoint.saving("resume" if resume else "checkpoint"):
             gen = checkpoint.begin()
             pool.call("save", [(partition_file(gen, w), checkpoint.key) for w in range(n)])
             at.seconds = before + time.perf_counter() - start
@@ -190,7 +190,7 @@ def same_code(pool: Any, n: int) -> None:
     ours, theirs = Partition.code(), pool.call("code", [()] * n)
     apart = [w for w in range(n) if theirs[w] != ours]
     if apart:
-        raise ConfigError("--ray", f"every worker running this kvsim (sources {ours})", f"sources {theirs[apart[0]]}",
+        raise ConfigError("ray", f"every worker running this kvsim (sources {ours})", f"sources {theirs[apart[0]]}",
                           f"{named(apart)}: install this kvsim on every node")
 
 

@@ -181,7 +181,7 @@ def explore(system: TransitionSystem[Any, Any], options: ExploreOptions = Explor
     def save() -> str:
         snapshot = Snapshot(visited, list(queue), dict(violations), transitions, max_depth_seen, checked, fired,
                             depth_cut, before + time.perf_counter() - start)
-        with checkpoint.saving("--resume" if resume else "--checkpoint"):
+        with checkpoint.saving("resume" if resume else "checkpoint"):
             gen = checkpoint.begin()
             checkpoint.commit(gen, snapshot)
         return gen
