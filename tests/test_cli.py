@@ -76,6 +76,8 @@ def test_simulate_pre_fix_crashes_and_exits_1():
     (["explore", "swa-budget", "--param", "prompts=99,1,1"], "prompts[0] + outputs[0]: expected a request that fits"),
     (["simulate", "swa-budget", "--faults", "drop=0.5"], "--faults: expected fault kinds model swa-budget supports"),
     (["simulate", "swa-budget", "--faults", "drop=x"], "--faults drop: expected a probability"),
+    (["simulate", "pd-protocol", "--faults", "timeout=1"],  # no fault kind of the simulator: refused in one line
+     "--faults: expected kind=value with kind one of drop, delay, duplicate, reorder, garble, crash, got 'timeout=1'"),
     (["explore", "swa-budget", "--graph", "/nonexistent/dir/g.graphml"], "--graph: expected a writable file path"),
     (["repro"], "one of the arguments bug_id --all is required"),
     (["frobnicate"], "invalid choice"),

@@ -17,7 +17,8 @@ from kvsim.conform.vllm.zeroer import loading, upstream_plan
 from kvsim.models.kv_zeroing.conform import UTILS as RELPATH
 from kvsim.models.kv_zeroing.geometry import Arena, KVCacheGeometry
 from kvsim.models.kv_zeroing.layouts import dense_layout
-from kvsim.models.kv_zeroing.zeroer import VARIANTS, plan_segments
+from kvsim.models.kv_zeroing.variants import VARIANTS
+from kvsim.models.kv_zeroing.zeroer import plan_segments
 
 ZEROER = "KVBlockZeroer"
 

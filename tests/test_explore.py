@@ -1,6 +1,6 @@
 import networkx as nx
 
-from kvsim.engine.explore import explore
+from kvsim.engine.explore import ExploreOptions, explore
 from kvsim.engine.system import run_actions
 from toys import Counter
 
@@ -38,9 +38,9 @@ def test_deadlock_is_reported_as_hang():
 
 
 def test_bounds_are_reported_and_never_make_false_hangs():
-    by_depth = explore(Counter(limit=10, bad=None), max_depth=2)
+    by_depth = explore(Counter(limit=10, bad=None), ExploreOptions(max_depth=2))
     assert by_depth.bound_hit == "depth" and by_depth.violations == []
-    by_states = explore(Counter(limit=10, bad=None), max_states=4)
+    by_states = explore(Counter(limit=10, bad=None), ExploreOptions(max_states=4))
     assert by_states.bound_hit == "states" and by_states.states == 4 and by_states.violations == []
 
 
@@ -80,3 +80,30 @@ def test_coverage_of_a_violating_state_stops_at_its_first_failed_invariant():
     assert cov["not_bad"] == result.states
     assert cov["never_five"] == result.states - 1  # not asked on the violating state
     assert "trap" not in result.coverage.actions
+
+
+def test_explore_options_are_checked_once_and_name_the_field():
+    import pytest
+
+    from kvsim.engine.errors import ConfigError
+
+    for field, value, expected in (("max_depth", 0, "an integer >= 1"), ("max_states", 0, "an integer >= 1"),
+                                   ("max_states", 2.5, "an integer"), ("max_seconds", 0, "a finite number > 0"),
+                                   ("max_seconds", float("inf"), "a finite number > 0"),
+                                   ("max_memory", -1, "an integer >= 1"), ("memory_share", 1.5, "a share > 0 and <= 1"),
+                                   ("store", "disk", "'full' or 'fingerprint'"), ("symmetry", "no", "True or False"),
+                                   ("resume", True, "a checkpoint to go on from beside it")):
+        with pytest.raises(ConfigError, match=f"^{field}: expected ") as caught:
+            ExploreOptions(**{field: value})
+        assert caught.value.field == field and caught.value.expected == expected
+    assert ExploreOptions(max_depth=3) == ExploreOptions(max_depth=3, progress=print)  # the callback is no option
+
+
+def test_an_engine_error_names_its_field_and_a_command_line_its_flag():
+    from kvsim.engine.errors import ConfigError
+
+    error = ConfigError("checkpoint", "a new or empty folder", "/x", "it holds a checkpoint")
+    flagged = error.named({"checkpoint": "--checkpoint"})
+    assert str(flagged) == "--checkpoint: expected a new or empty folder, got '/x' (it holds a checkpoint)"
+    assert (flagged.field, flagged.expected, flagged.received) == ("--checkpoint", error.expected, error.received)
+    assert error.named({"resume": "--resume"}) is error  # a field the mapping does not name keeps its name

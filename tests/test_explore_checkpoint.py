@@ -10,13 +10,12 @@ import time
 import pytest
 
 from clihelp import kvsim, kvsim_json
-from kvsim.engine import checkpoint
-from kvsim.engine.checkpoint import CURRENT, CheckpointDir, code_digest
 from kvsim.engine.errors import ConfigError
-from kvsim.engine.explore import explore
+from kvsim.engine.explore import ExploreOptions, checkpoint, explore
+from kvsim.engine.explore.checkpoint import CURRENT, CheckpointDir, code_digest
+from kvsim.engine.explore.parallel import explore_parallel
+from kvsim.engine.explore.partition import Partition
 from kvsim.engine.interrupt import INTERRUPT, stopping_on_signals
-from kvsim.engine.parallel import explore_parallel
-from kvsim.engine.partition import Partition
 from test_explore_scale import REAL, outcome, run_of
 from toys import Counter
 
@@ -39,8 +38,8 @@ def resumed_in_thirds(search, whole, folder):
 @pytest.mark.parametrize("model,variant", REAL)
 def test_a_resumed_search_ends_as_one_uninterrupted_search(model, variant, store, tmp_path):
     system = run_of(model, variant).system()
-    whole = explore(system, store=store)
-    result = resumed_in_thirds(lambda **kw: explore(system, store=store, **kw), whole, tmp_path)
+    whole = explore(system, ExploreOptions(store=store))
+    result = resumed_in_thirds(lambda **kw: explore(system, ExploreOptions(store=store, **kw)), whole, tmp_path)
     assert outcome(result) == outcome(whole)
     assert [v.state for v in result.violations] == [v.state for v in whole.violations]
     assert result.checkpoint is None  # it finished: nothing was saved by the last run
@@ -49,12 +48,13 @@ def test_a_resumed_search_ends_as_one_uninterrupted_search(model, variant, store
 @pytest.mark.parametrize("store", ["full", "fingerprint"])
 def test_a_resumed_partitioned_search_ends_as_one_uninterrupted_one(store, tmp_path):
     run = run_of("pd-staging", "pre_05c7ebf")
-    plain = explore_parallel(run.system, 2, store=store)
+    plain = explore_parallel(run.system, 2, ExploreOptions(store=store))
     # a search that may be resumed routes states by fingerprint (the same in every process), not by hash: with a
     # checkpoint that never saves, the uninterrupted search splits the states as the resumed one does
-    whole = explore_parallel(run.system, 2, store=store, checkpoint=CheckpointDir(tmp_path / "never", {}, every=None))
+    whole = explore_parallel(run.system, 2,
+                             ExploreOptions(store=store, checkpoint=CheckpointDir(tmp_path / "never", {}, every=None)))
     assert whole.checkpoint is None and outcome(whole, with_paths=False) == outcome(plain, with_paths=False)
-    result = resumed_in_thirds(lambda **kw: explore_parallel(run.system, 2, store=store, **kw), whole,
+    result = resumed_in_thirds(lambda **kw: explore_parallel(run.system, 2, ExploreOptions(store=store, **kw)), whole,
                                tmp_path / "search")
     assert outcome(result) == outcome(whole)  # the same worker split: even the same paths
     assert result.violations and [v.trace for v in result.violations] == [v.trace for v in whole.violations]
@@ -64,12 +64,15 @@ def test_a_search_saved_by_ray_actors_goes_on_in_worker_processes(tmp_path):
     # each partition writes and reads its own part, whichever pool runs it: Ray actors here, forked processes after
     pytest.importorskip("ray", reason="ray is in the test extra; CI installs it")
     run = run_of("pd-staging", "pre_05c7ebf")
-    whole = explore_parallel(run.system, 2, checkpoint=CheckpointDir(tmp_path / "never", {}, every=None))
-    cut = explore_parallel(run.system, 2, use_ray=True, max_states=whole.states // 2,
-                           checkpoint=CheckpointDir(tmp_path / "search", {}))
+    whole = explore_parallel(run.system, 2,
+                             ExploreOptions(checkpoint=CheckpointDir(tmp_path / "never", {}, every=None)))
+    cut = explore_parallel(run.system, 2, ExploreOptions(max_states=whole.states // 2,
+                                                         checkpoint=CheckpointDir(tmp_path / "search", {})),
+                           use_ray=True)
     assert cut.bound_hit == "states" and sorted(os.listdir(checkpoint.CheckpointDir(tmp_path / "search", {}).current())) \
         == ["partition-0.pkl", "partition-1.pkl", "search.pkl"]
-    result = explore_parallel(run.system, 2, checkpoint=CheckpointDir(tmp_path / "search", {}), resume=True)
+    result = explore_parallel(run.system, 2, ExploreOptions(checkpoint=CheckpointDir(tmp_path / "search", {}),
+                                                            resume=True))
     assert outcome(result) == outcome(whole)
 
 
@@ -80,8 +83,8 @@ def test_a_folder_a_worker_does_not_see_is_refused_before_the_search(tmp_path, m
     monkeypatch.setattr(Partition, "sees", staticmethod(lambda probe, token, reply: not reply.endswith("-1")
                                                         and real(probe, token, reply)))
     run = run_of("pd-staging", "pre_05c7ebf")
-    with pytest.raises(ConfigError, match=r"^--checkpoint: expected a folder every worker sees .* \(worker 1 cannot"):
-        explore_parallel(run.system, 2, checkpoint=CheckpointDir(tmp_path / "search", {}))
+    with pytest.raises(ConfigError, match=r"^checkpoint: expected a folder every worker sees .* \(worker 1 cannot"):
+        explore_parallel(run.system, 2, ExploreOptions(checkpoint=CheckpointDir(tmp_path / "search", {})))
     assert os.listdir(tmp_path / "search") == []
 
 
@@ -89,32 +92,36 @@ def test_a_save_that_fails_ends_with_one_line_and_leaves_the_last_save_in_force(
     # a worker's disk is full at the second save: one line, not a traceback; the first save is resumed as if
     # the failed run had never been
     run = run_of("pd-staging", "pre_05c7ebf")
-    whole = explore_parallel(run.system, 2, checkpoint=CheckpointDir(tmp_path / "never", {}, every=None))
-    explore_parallel(run.system, 2, max_states=whole.states // 3, checkpoint=CheckpointDir(tmp_path / "search", {}))
+    whole = explore_parallel(run.system, 2,
+                             ExploreOptions(checkpoint=CheckpointDir(tmp_path / "never", {}, every=None)))
+    explore_parallel(run.system, 2, ExploreOptions(max_states=whole.states // 3,
+                                                   checkpoint=CheckpointDir(tmp_path / "search", {})))
     first = CheckpointDir(tmp_path / "search", {}).current()
 
     def full(self, path, key):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(Partition, "save", full)  # the forked workers inherit it
-    with pytest.raises(ConfigError, match=r"^--resume: expected a folder the search can save to, .* \(saving failed: "
+    with pytest.raises(ConfigError, match=r"^resume: expected a folder the search can save to, .* \(saving failed: "
                                           r".*No space left on device; the last complete save stays in force\)$"):
-        explore_parallel(run.system, 2, max_states=2 * whole.states // 3,
-                         checkpoint=CheckpointDir(tmp_path / "search", {}), resume=True)
+        explore_parallel(run.system, 2, ExploreOptions(max_states=2 * whole.states // 3,
+                                                       checkpoint=CheckpointDir(tmp_path / "search", {}), resume=True))
     monkeypatch.undo()
     assert CheckpointDir(tmp_path / "search", {}).current() == first
-    result = explore_parallel(run.system, 2, checkpoint=CheckpointDir(tmp_path / "search", {}), resume=True)
+    result = explore_parallel(run.system, 2, ExploreOptions(checkpoint=CheckpointDir(tmp_path / "search", {}),
+                                                            resume=True))
     assert outcome(result) == outcome(whole)
     monkeypatch.setattr(checkpoint, "dump", lambda path, key, *objects: full(None, path, key))  # a first save
-    with pytest.raises(ConfigError, match=r"^--checkpoint: .*No space left on device; nothing was saved\)$"):
-        explore(run.system(), max_states=whole.states // 3, checkpoint=CheckpointDir(tmp_path / "other", {}))
+    with pytest.raises(ConfigError, match=r"^checkpoint: .*No space left on device; nothing was saved\)$"):
+        explore(run.system(), ExploreOptions(max_states=whole.states // 3,
+                                             checkpoint=CheckpointDir(tmp_path / "other", {})))
 
 
 def test_a_depth_bound_stays_the_searchs_own_across_a_resume(tmp_path):
     system = run_of("pd-protocol", "pre_35281").system()
-    whole = explore(system, max_depth=9)
+    whole = explore(system, ExploreOptions(max_depth=9))
     assert whole.bound_hit == "depth"
-    result = resumed_in_thirds(lambda **kw: explore(system, max_depth=9, **kw), whole, tmp_path)
+    result = resumed_in_thirds(lambda **kw: explore(system, ExploreOptions(max_depth=9, **kw)), whole, tmp_path)
     assert outcome(result) == outcome(whole)
 
 
@@ -125,7 +132,7 @@ class Killed(Exception):
 def test_a_search_killed_after_a_periodic_save_goes_on_from_it(tmp_path):
     # every=0: a save at each check (every 4,096 states); the third check kills the search after two saves
     system = Counter(limit=20_000, bad=None)
-    whole = explore(system, store="fingerprint")
+    whole = explore(system, ExploreOptions(store="fingerprint"))
     calls = []
 
     def progress(states, depth):
@@ -134,16 +141,18 @@ def test_a_search_killed_after_a_periodic_save_goes_on_from_it(tmp_path):
             raise Killed
 
     with pytest.raises(Killed):
-        explore(system, store="fingerprint", progress=progress, checkpoint=CheckpointDir(tmp_path, {}, every=0))
-    result = explore(system, store="fingerprint", checkpoint=CheckpointDir(tmp_path, {}, every=None), resume=True)
+        explore(system, ExploreOptions(store="fingerprint", progress=progress,
+                                       checkpoint=CheckpointDir(tmp_path, {}, every=0)))
+    result = explore(system, ExploreOptions(store="fingerprint", checkpoint=CheckpointDir(tmp_path, {}, every=None),
+                                            resume=True))
     assert outcome(result) == outcome(whole) and result.resumed
     assert len(list(tmp_path.glob("gen-*"))) == 1  # older generations are dropped once a newer one is in force
 
 
 def test_a_partitioned_search_killed_after_a_periodic_save_goes_on_from_it(tmp_path):
     run = run_of("pd-staging", "pre_05c7ebf")
-    whole = explore_parallel(run.system, 2, store="fingerprint",
-                             checkpoint=CheckpointDir(tmp_path / "never", {}, every=None))  # routed alike
+    whole = explore_parallel(run.system, 2, ExploreOptions(store="fingerprint",
+                             checkpoint=CheckpointDir(tmp_path / "never", {}, every=None)))  # routed alike
     levels = []
 
     def progress(states, level):
@@ -152,10 +161,10 @@ def test_a_partitioned_search_killed_after_a_periodic_save_goes_on_from_it(tmp_p
             raise Killed
 
     with pytest.raises(Killed):
-        explore_parallel(run.system, 2, store="fingerprint", progress=progress,
-                         checkpoint=CheckpointDir(tmp_path / "search", {}, every=0))
-    result = explore_parallel(run.system, 2, store="fingerprint", resume=True,
-                              checkpoint=CheckpointDir(tmp_path / "search", {}, every=None))
+        explore_parallel(run.system, 2, ExploreOptions(store="fingerprint", progress=progress,
+                         checkpoint=CheckpointDir(tmp_path / "search", {}, every=0)))
+    result = explore_parallel(run.system, 2, ExploreOptions(store="fingerprint", resume=True,
+                              checkpoint=CheckpointDir(tmp_path / "search", {}, every=None)))
     assert outcome(result) == outcome(whole)
 
 
@@ -170,23 +179,25 @@ def test_periodic_saves_come_every_interval_but_not_just_before_the_deadline(tmp
 def test_a_half_written_save_leaves_the_last_complete_one_in_force(tmp_path):
     system = Counter(limit=30, bad=None)
     whole = explore(system)
-    cut = explore(system, max_states=10, checkpoint=CheckpointDir(tmp_path, {}))
+    cut = explore(system, ExploreOptions(max_states=10, checkpoint=CheckpointDir(tmp_path, {})))
     assert cut.bound_hit == "states"
     torn = CheckpointDir(tmp_path, {}).begin()  # a newer generation the process died writing
     (tmp_path / os.path.basename(torn) / "search.pkl").write_bytes(b"\x80\x05 half")
-    result = explore(system, checkpoint=CheckpointDir(tmp_path, {}), resume=True)
+    result = explore(system, ExploreOptions(checkpoint=CheckpointDir(tmp_path, {}), resume=True))
     assert outcome(result) == outcome(whole)
 
 
 def test_a_checkpoint_of_another_search_is_refused(tmp_path):
-    explore(Counter(limit=30, bad=None), max_states=10, checkpoint=CheckpointDir(tmp_path, {"model": "counter"}))
-    with pytest.raises(ConfigError, match=r"--resume: .*\(model counter\).*model pair"):
+    explore(Counter(limit=30, bad=None), ExploreOptions(max_states=10,
+                                                        checkpoint=CheckpointDir(tmp_path, {"model": "counter"})))
+    with pytest.raises(ConfigError, match=r"^resume: .*\(model counter\).*model pair"):
         CheckpointDir(tmp_path, {"model": "pair"}).resume()
-    with pytest.raises(ConfigError, match="--checkpoint: expected a new or empty folder"):
+    with pytest.raises(ConfigError, match="^checkpoint: expected a new or empty folder"):
         CheckpointDir(tmp_path, {"model": "counter"}).fresh()
     with pytest.raises(ConfigError, match="over 2 workers"):  # a single-process save is no partitioned one
-        explore_parallel(lambda: Counter(limit=30, bad=None), 2, checkpoint=CheckpointDir(tmp_path, {"model": "counter"}),
-                         resume=True)
+        explore_parallel(lambda: Counter(limit=30, bad=None), 2,
+                                         ExploreOptions(checkpoint=CheckpointDir(tmp_path, {"model": "counter"}),
+                         resume=True))
 
 
 def test_the_code_digest_follows_every_source_file(tmp_path):
@@ -272,7 +283,8 @@ class Interrupting(Counter):
 @pytest.mark.parametrize("workers", [1, 2])
 def test_an_interrupted_search_saves_itself_and_goes_on_to_the_uninterrupted_result(tmp_path, workers):
     def search(system, **kw):
-        return explore(system(), **kw) if workers == 1 else explore_parallel(system, workers, **kw)
+        options = ExploreOptions(**kw)
+        return explore(system(), options) if workers == 1 else explore_parallel(system, workers, options)
 
     whole = search(lambda: Counter(limit=30_000, bad=None), store="fingerprint")
     pid, before = os.getpid(), signal.getsignal(signal.SIGINT)

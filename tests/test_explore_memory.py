@@ -1,5 +1,5 @@
 """A search's memory: the collector paused while it runs, the text a state's fingerprint is taken of, and the
-states it keeps sharing their equal fields (`kvsim.engine.memory`, `system.RecordText`, `store.Interner`)."""
+states it keeps sharing their equal fields (`kvsim.engine.memory`, `statetext.RecordText`, `store.Interner`)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import pytest
 
 from kvsim.app import catalog
 from kvsim.engine.descriptor import RunSpec
-from kvsim.engine.explore import explore
-from kvsim.engine.parallel import _search
-from kvsim.engine.partition import Partition
-from kvsim.engine.store import Interner
+from kvsim.engine.explore import ExploreOptions, explore
+from kvsim.engine.explore.parallel import _search
+from kvsim.engine.explore.partition import Partition
+from kvsim.engine.explore.store import Interner
 from test_explore_scale import Inline, run_of
 from toys import Counter, Pair
 
@@ -27,7 +27,7 @@ def test_a_search_leaves_the_collector_as_it_found_it():
     for enabled in (True, False):
         (gc.enable if enabled else gc.disable)()
         try:
-            explore(Pair(gap=3, jam=True), store="fingerprint")
+            explore(Pair(gap=3, jam=True), ExploreOptions(store="fingerprint"))
             assert gc.isenabled() is enabled and gc.get_freeze_count() == frozen
         finally:
             gc.enable()
@@ -74,7 +74,7 @@ def test_record_text_is_the_repr_of_every_state_each_model_reaches():
     # the fields' texts are looked up by value: the models must give equal field values one repr (0 and False in
     # one field would be two states to `repr` and one to the cache); checked on every state of each model's default
     # configuration and of a pre-fix variant, in the order the search meets them, the cache warm
-    from kvsim.engine.system import RecordText
+    from kvsim.engine.statetext import RecordText
 
     reg = catalog.models()
     models = [m for m in reg.models.values() if m.system is not None]
@@ -108,9 +108,10 @@ def test_a_search_holds_equal_fields_of_its_states_once():
 
     system = run_of("pd-staging", "pre_05c7ebf").system
     assert not shared(reached(system(), 1000))  # the steps rebuild equal fields
-    assert shared(explore(system(), store="full")._store.states)
+    assert shared(explore(system(), ExploreOptions(store="full"))._store.states)
     parts = [Partition(system, w, 2, "full", True, None) for w in range(2)]
-    result = _search(system(), Inline(parts), 2, time.perf_counter(), 10 ** 7, None, False, None, "full", True)
+    result = _search(system(), Inline(parts), 2, time.perf_counter(),
+                     ExploreOptions(max_states=10 ** 7, check_liveness=False, store="full"))
     assert result.bound_hit is None and all(shared(list(part.ids)) for part in parts)  # each its own
 
 
@@ -136,7 +137,7 @@ def test_an_interned_state_keeps_its_parents_fields_and_equal_values_as_one_obje
 def test_a_state_whose_text_was_just_written_is_interned_from_the_text_cache():
     from collections import namedtuple
 
-    from kvsim.engine.system import RecordText
+    from kvsim.engine.statetext import RecordText
 
     Two = namedtuple("Two", "a b")
     text = RecordText()
@@ -152,7 +153,7 @@ def test_a_state_whose_text_was_just_written_is_interned_from_the_text_cache():
 def test_record_text_tells_apart_what_repr_tells_apart():
     from collections import namedtuple
 
-    from kvsim.engine.system import RecordText
+    from kvsim.engine.statetext import RecordText
 
     Two = namedtuple("Two", "a b")
 

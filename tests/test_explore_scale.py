@@ -12,12 +12,12 @@ from kvsim.app import catalog
 from kvsim.engine.canon import canonical_json
 from kvsim.engine.descriptor import RunSpec
 from kvsim.engine.errors import ConfigError
-from kvsim.engine.explore import explore, realize
+from kvsim.engine.explore import ExploreOptions, explore, realize
+from kvsim.engine.explore.parallel import _search, absorb_level, explore_parallel, same_code
+from kvsim.engine.explore.partition import Partition
+from kvsim.engine.explore.store import FingerprintSet, FingerprintStore
 from kvsim.engine.memory import machine, over_budget, resident_bytes
-from kvsim.engine.parallel import _search, absorb_level, explore_parallel, same_code
-from kvsim.engine.partition import Partition
 from kvsim.engine.pools import RayPool
-from kvsim.engine.store import FingerprintSet, FingerprintStore
 from kvsim.engine.system import first_violation, run_actions
 from kvsim.models.pd_staging.symmetry import relabel, room_symmetry
 from toys import Counter, Pair
@@ -68,7 +68,7 @@ def test_fingerprint_set_keeps_every_key_through_growth():
 @pytest.mark.parametrize("model,variant", REAL)
 def test_fingerprint_store_finds_what_the_full_store_finds(model, variant):
     system = run_of(model, variant).system()
-    full, compact = explore(system), explore(system, store="fingerprint")
+    full, compact = explore(system), explore(system, ExploreOptions(store="fingerprint"))
     assert outcome(compact) == outcome(full)
     assert [v.state for v in compact.violations] == [v.state for v in full.violations]
     assert compact.collision_probability == full.states * (full.states - 1) / 2 / 2.0 ** 64
@@ -76,7 +76,7 @@ def test_fingerprint_store_finds_what_the_full_store_finds(model, variant):
 
 def test_fingerprint_store_is_compact():
     # pd-staging's default configuration: every array counted, the hash table at its real load
-    result = explore(run_of("pd-staging", "fixed").system(), store="fingerprint")
+    result = explore(run_of("pd-staging", "fixed").system(), ExploreOptions(store="fingerprint"))
     assert result.bytes_per_state <= 64
     assert isinstance(result._store, FingerprintStore)
     with pytest.raises(ValueError, match="full store"):
@@ -85,7 +85,7 @@ def test_fingerprint_store_is_compact():
 
 def test_fingerprint_store_rebuilds_states_by_replay():
     system = Counter(limit=12, bad=None)
-    result = explore(system, store="fingerprint")
+    result = explore(system, ExploreOptions(store="fingerprint"))
     store = result._store
     assert sorted(store.state(sid) for sid in range(len(store))) == list(range(13))
 
@@ -95,7 +95,7 @@ def test_fingerprint_store_rebuilds_states_by_replay():
 @pytest.mark.parametrize("kw", [{}, {"gap": None, "jam": True}, {"gap": 3, "jam": True}])
 def test_symmetry_keeps_the_verdicts_and_stores_fewer_states(kw):
     system = Pair(**kw)
-    every, reduced = explore(system, symmetry=False), explore(system)
+    every, reduced = explore(system, ExploreOptions(symmetry=False)), explore(system)
     assert reduced.symmetry and not every.symmetry
     assert reduced.states < every.states
     assert [v.property for v in reduced.violations] == [v.property for v in every.violations]
@@ -107,7 +107,7 @@ def test_symmetry_keeps_the_verdicts_and_stores_fewer_states(kw):
 
 def test_symmetry_paths_are_real_paths_with_the_fingerprint_store_too():
     system = Pair(gap=3, jam=True)
-    result = explore(system, store="fingerprint")
+    result = explore(system, ExploreOptions(store="fingerprint"))
     assert {v.property for v in result.violations} == {"close_together", "both_finish"}
     for v in result.violations:
         assert_replays_to_violation(system, v)
@@ -142,7 +142,9 @@ def verdicts(result) -> tuple:
 @pytest.mark.parametrize("variant,params", STAGING_SMALL)
 def test_pd_staging_room_symmetry_keeps_every_verdict(variant, params):
     system = staging(variant, params)
-    every, reduced = explore(system, symmetry=False, store="fingerprint"), explore(system, store="fingerprint")
+    every, reduced = explore(system, ExploreOptions(symmetry=False,
+                                                    store="fingerprint")), explore(system,
+                                                                                   ExploreOptions(store="fingerprint"))
     assert reduced.symmetry and reduced.states < every.states / 2
     assert verdicts(reduced) == verdicts(every)
     for v in reduced.violations:
@@ -154,7 +156,7 @@ def test_pd_staging_room_symmetry_keeps_every_verdict(variant, params):
 def test_pd_staging_canonical_form_is_one_per_orbit():
     system = staging("fixed", {"rooms": 2, "prompt_len": 1, "ring_units": 1, "fault_budget": 2, "timeouts": 0,
                                "faults": "drop_wm,drop_abort,peer_death,abort"})
-    states = explore(system, symmetry=False, max_states=3000)._store.states
+    states = explore(system, ExploreOptions(symmetry=False, max_states=3000))._store.states
     canon = system.canonical
     swapped = 0
     for s in states:
@@ -190,7 +192,7 @@ def test_two_worker_processes_find_what_one_process_finds(model, variant):
 
 def test_workers_with_the_fingerprint_store_and_symmetry():
     one = explore(Pair(gap=3, jam=True))
-    three = explore_parallel(lambda: Pair(gap=3, jam=True), 3, store="fingerprint")
+    three = explore_parallel(lambda: Pair(gap=3, jam=True), 3, ExploreOptions(store="fingerprint"))
     assert outcome(three, with_paths=False) == outcome(one, with_paths=False)
     for v in three.violations:
         assert_replays_to_violation(Pair(gap=3, jam=True), v)
@@ -211,7 +213,7 @@ def test_workers_name_the_hang_one_process_names(factory):
     def hangs(result):
         return [(v.property, v.message, len(v.trace)) for v in result.violations if v.kind == "hang"]
 
-    one, three = explore(factory()), explore_parallel(factory, 3, store="fingerprint")
+    one, three = explore(factory()), explore_parallel(factory, 3, ExploreOptions(store="fingerprint"))
     assert hangs(three) == hangs(one) and len(hangs(one)) == 1
     assert three.hang_states == one.hang_states > 0
 
@@ -342,8 +344,8 @@ def test_the_memory_bound_holds_on_each_machine(elsewhere):
         for w, part in enumerate(parts):
             part.machine = lambda w=w: (f"node {w}", machine()[1])
     bound = int(2.5 * resident_bytes())
-    result = _search(system(), Inline(parts), 2, time.perf_counter(), 10 ** 7, None, False, None, "fingerprint",
-                     True, memory=(bound, None))
+    result = _search(system(), Inline(parts), 2, time.perf_counter(),
+                     ExploreOptions(max_states=10 ** 7, check_liveness=False, store="fingerprint", max_memory=bound))
     assert result.bound_hit == (None if elsewhere else "memory")
     assert over_budget([(("a", 100), 60), (("a", 100), 30)], None, 0.8)  # 90 > 80% of a's 100 bytes
     assert not over_budget([(("a", 100), 60), (("b", 100), 30)], None, 0.8)
@@ -357,7 +359,7 @@ def test_workers_running_other_kvsim_sources_are_refused():
     try:
         same_code(Inline(parts), 2)  # this tree everywhere
         parts[1].code = lambda: "0123456789abcdef"
-        with pytest.raises(ConfigError, match=r"^--ray: expected every worker running this kvsim .*, got "
+        with pytest.raises(ConfigError, match=r"^ray: expected every worker running this kvsim .*, got "
                                               r"'sources 0123456789abcdef' \(worker 1: install"):
             same_code(Inline(parts), 2)
     finally:

@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from kvsim.engine.errors import ConfigError, PropertyViolation
 from kvsim.models.mla_chunks.dcp import (DcpConfig, dcp_global_position, dcp_local_index, dcp_local_positions, dcp_rank_of,
                             get_dcp_local_seq_lens, reorg_kvcache, reorg_kvcache_by_chunk_index, reorg_source_rows)
-from kvsim.models.mla_chunks.planner import FIXED, VARIANTS
+from kvsim.models.mla_chunks.planner import FIXED
+from kvsim.models.mla_chunks.variants import VARIANTS
 from kvsim.properties.mla_chunks.cases import case
 from kvsim.properties.mla_chunks.dcp import check_dcp_coverage, check_dcp_reorg, rank_buffers
 

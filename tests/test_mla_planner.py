@@ -11,9 +11,10 @@ from kvsim.models.mla_chunks import metadata as metadata_module
 from kvsim.app.catalog import load
 from kvsim.engine.errors import ConfigError, PropertyViolation
 from kvsim.engine.runner import run_property
-from kvsim.models.mla_chunks.planner import (FIXED, VARIANTS, ContextChunkPlan, align_mla_chunked_context_workspace_size,
+from kvsim.models.mla_chunks.planner import (FIXED, ContextChunkPlan, align_mla_chunked_context_workspace_size,
                                              chunked_context_workspace_size, determine_chunked_prefill_workspace_size,
                                              plan_mla_context_chunks)
+from kvsim.models.mla_chunks.variants import VARIANTS
 from kvsim.models.mla_chunks.dcp import DcpConfig
 from kvsim.models.mla_chunks.metadata import (AccumulateOp, build_context_metadata, build_mla_chunked_context_metadata,
                                  mla_accumulation_schedule, query_start_loc_of)

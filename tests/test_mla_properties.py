@@ -13,7 +13,8 @@ from kvsim.app.catalog import load
 from kvsim.engine.errors import PropertyViolation
 from kvsim.app.repro import reproduce
 from kvsim.engine.runner import run_property
-from kvsim.models.mla_chunks.planner import FIXED, VARIANTS
+from kvsim.models.mla_chunks.planner import FIXED
+from kvsim.models.mla_chunks.variants import VARIANTS
 from kvsim.properties.mla_chunks.cases import (BACKEND_CASE, CONTEXT_ORDER_CASE, DCP_MISALIGNED_CASE, KIMI_K3_CASE,
                                          TILING_CASES, case)
 from kvsim.properties.mla_chunks.dcp import dcp_ranks_cover_each_span_exactly, dcp_reorg_matches_chunk_spans

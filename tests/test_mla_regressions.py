@@ -9,8 +9,9 @@ import pytest
 
 from kvsim.engine.errors import ConfigError, PropertyViolation
 from kvsim.models.mla_chunks.attention import init_mla_context_partial
-from kvsim.models.mla_chunks.planner import (FIXED, VARIANTS, align_mla_chunked_context_workspace_size,
+from kvsim.models.mla_chunks.planner import (FIXED, align_mla_chunked_context_workspace_size,
                                              chunked_context_workspace_size, plan_uniform_context_chunks)
+from kvsim.models.mla_chunks.variants import VARIANTS
 from kvsim.models.mla_chunks.dcp import DcpConfig, get_dcp_local_seq_lens, reorg_kvcache, reorg_kvcache_by_chunk_index
 from kvsim.models.mla_chunks.metadata import (build_mla_chunked_context_metadata, query_start_loc_of, build_uniform_chunked_context_metadata,
                                  mla_accumulation_schedule, query_start_loc_of)

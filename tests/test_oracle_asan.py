@@ -17,7 +17,8 @@ from kvsim.gpu_oracle.kernels.zero_kv_blocks.cases import overrun_cases
 from kvsim.gpu_oracle.runtime import asan, build, discovery
 from kvsim.models.kv_zeroing.geometry import Arena, KVCacheGeometry
 from kvsim.models.kv_zeroing.layouts import deepseek_v4_geometry, last_block_page_geometry
-from kvsim.models.kv_zeroing.zeroer import FIXED, VARIANTS, ZeroingVariant, plan_segments, zero_blocks
+from kvsim.models.kv_zeroing.variants import VARIANTS
+from kvsim.models.kv_zeroing.zeroer import FIXED, ZeroingVariant, plan_segments, zero_blocks
 
 pytestmark = pytest.mark.skipif(not discovery.available("cpu-shim-asan"),
                                 reason=f"cpu-shim-asan unavailable: {discovery.probe('cpu-shim-asan')[1]}")

@@ -22,7 +22,8 @@ from kvsim.gpu_oracle.runtime import discovery as backends_module
 from kvsim.models.kv_zeroing import DESCRIPTOR
 from kvsim.models.kv_zeroing.geometry import Arena, KVCacheGeometry
 from kvsim.models.kv_zeroing.layouts import deepseek_v4_geometry, last_block_page_geometry, non_uniform_pages_geometry
-from kvsim.models.kv_zeroing.zeroer import VARIANTS, Segment, SegmentTable, ZeroingVariant, plan_segments, zero_blocks
+from kvsim.models.kv_zeroing.variants import VARIANTS
+from kvsim.models.kv_zeroing.zeroer import Segment, SegmentTable, ZeroingVariant, plan_segments, zero_blocks
 
 CPU_BACKENDS = [name for name in ("torch-cpu", "cpu-shim") if backends_module.available(name)]
 REPO = Path(__file__).resolve().parent.parent

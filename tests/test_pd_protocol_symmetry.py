@@ -10,8 +10,9 @@ import pytest
 from kvsim.app import catalog
 from kvsim.engine.canon import canonical_json
 from kvsim.engine.descriptor import RunSpec
-from kvsim.engine.explore import explore
-from kvsim.engine.system import Relabellings, first_violation, least_by_repr, run_actions
+from kvsim.engine.explore import ExploreOptions, explore
+from kvsim.engine.symmetry import Relabellings, least_by_repr
+from kvsim.engine.system import first_violation, run_actions
 from kvsim.models.pd_protocol.symmetry import relabel, relabel_action, room_symmetry, signature
 
 SWAP = (1, 0)
@@ -45,15 +46,15 @@ def commutes(system, states, relabel=relabel) -> int:
 @pytest.mark.parametrize("variant", ("fixed", "pre_35281"))
 def test_the_room_swap_commutes_with_every_step(backend, variant):
     clean = protocol(variant, backend=backend, rooms=2, chunks=1, faults=0)
-    states = explore(clean, symmetry=False)._store.states
+    states = explore(clean, ExploreOptions(symmetry=False))._store.states
     assert commutes(clean, states) > len(states) // 2
     faulted = protocol(variant, backend=backend, rooms=2, chunks=1, faults=1, staging=1)
-    assert commutes(faulted, explore(faulted, symmetry=False, max_states=1500)._store.states) > 500
+    assert commutes(faulted, explore(faulted, ExploreOptions(symmetry=False, max_states=1500))._store.states) > 500
 
 
 def test_a_relabelling_that_forgets_the_queue_is_caught():
     system = protocol("fixed", rooms=2, chunks=1, faults=0)
-    states = explore(system, symmetry=False)._store.states
+    states = explore(system, ExploreOptions(symmetry=False))._store.states
     with pytest.raises(AssertionError):
         commutes(system, states, lambda s, p: relabel(s, p)._replace(queue=s.queue))
 
@@ -73,7 +74,9 @@ def replays(system, violation) -> None:
 @pytest.mark.parametrize("variant,backend", (("pre_35281", "nixl"), ("fixed", "mooncake"), ("pre_35281", "mori")))
 def test_the_reduced_search_keeps_every_verdict(variant, backend):
     system = protocol(variant, backend=backend, rooms=2, chunks=1, faults=1)
-    every, reduced = explore(system, symmetry=False, store="fingerprint"), explore(system, store="fingerprint")
+    every, reduced = explore(system, ExploreOptions(symmetry=False,
+                                                    store="fingerprint")), explore(system,
+                                                                                   ExploreOptions(store="fingerprint"))
     assert reduced.symmetry and reduced.states < every.states * 0.6
     shape = [lambda r: sorted((v.property, v.kind, len(v.trace)) for v in r.violations),
              lambda r: r.hang_states > 0, lambda r: r.bound_hit]
@@ -102,7 +105,7 @@ def one_per_orbit(canon, states, perms) -> int:
 
 def test_the_signature_ordered_form_is_one_per_orbit_of_three_rooms():
     system = protocol("fixed", rooms=3, chunks=1)
-    states = explore(system, symmetry=False, max_states=4000, check_liveness=False)._store.states
+    states = explore(system, ExploreOptions(symmetry=False, max_states=4000, check_liveness=False))._store.states
     perms = list(permutations(range(3)))
     assert one_per_orbit(system.canonical, states, perms) > len(states) // 3
     # the same states under the least `repr` of all six relabellings (the form before signatures): as many orbits
@@ -113,7 +116,7 @@ def test_the_signature_ordered_form_is_one_per_orbit_of_three_rooms():
 def test_a_signature_a_relabelling_does_not_carry_is_caught():
     # the room's index in the signature: the order then depends on which member of the orbit is given
     system = protocol("fixed", rooms=2, chunks=1)
-    states = explore(system, symmetry=False, max_states=2000, check_liveness=False)._store.states
+    states = explore(system, ExploreOptions(symmetry=False, max_states=2000, check_liveness=False))._store.states
     wrong = Relabellings(2, relabel, lambda s, r: (signature(s, r), -r if r else 0)).canonical
     with pytest.raises(AssertionError):
         one_per_orbit(wrong, states, [SWAP])

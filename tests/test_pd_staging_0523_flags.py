@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from kvsim.engine.errors import ConfigError
-from kvsim.engine.explore import explore
+from kvsim.engine.explore import ExploreOptions, explore
 from kvsim.models.pd_staging import DESCRIPTOR
 from kvsim.models.pd_staging.actions import Abort, AckMsg, Batch, Deliver, ReleaseTimeout, ReqMsg, Work
 from kvsim.models.pd_staging.state import NOT_ALLOCATED
@@ -17,7 +17,7 @@ STALE = {"rooms": 2, "prompt_len": 1, "ring_units": 1, "faults": "abort", "timeo
 
 
 def _search(variant, params, invariant="suffix_rows_match_prefill"):
-    result = explore(DESCRIPTOR.build_system(variant, params), symmetry=False)
+    result = explore(DESCRIPTOR.build_system(variant, params), ExploreOptions(symmetry=False))
     assert result.bound_hit is None
     return next((v for v in result.violations if v.property == invariant), None), result.states
 

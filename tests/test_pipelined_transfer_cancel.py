@@ -5,7 +5,7 @@ import pytest
 
 from kvsim.engine.actions import decode
 from kvsim.engine.errors import ConfigError
-from kvsim.engine.explore import explore
+from kvsim.engine.explore import ExploreOptions, explore
 from kvsim.models.pipelined_transfer.config import PipelinedConfig
 from kvsim.models.pipelined_transfer.state import ACTIONS, Write
 from kvsim.models.pipelined_transfer.status import NEW_TX, KVSendTask, LlmRequestState, SessionStatus, TaskStatus
@@ -38,7 +38,7 @@ def run_from(sys_, s, *actions):
 
 
 def violations(sys_, **kw):
-    result = explore(sys_, **kw)
+    result = explore(sys_, ExploreOptions(**kw))
     assert result.bound_hit is None
     return result, {v.property: v for v in result.violations}
 

@@ -13,8 +13,9 @@ from itertools import permutations
 import pytest
 
 from kvsim.engine.actions import decode
-from kvsim.engine.explore import explore
-from kvsim.engine.system import Relabellings, least_by_repr, run_actions
+from kvsim.engine.explore import ExploreOptions, explore
+from kvsim.engine.symmetry import Relabellings, least_by_repr
+from kvsim.engine.system import run_actions
 from kvsim.models.pipelined_transfer import DESCRIPTOR, symmetry
 from kvsim.models.pipelined_transfer.state import ACTIONS
 
@@ -28,7 +29,7 @@ TWO_BY_TWO = {"requests": 2, "ranks": 2, "prompt_len": 2, "chunk_tokens": 2, "fa
 
 
 def reachable(system):
-    result = explore(system, symmetry=False, check_liveness=False)
+    result = explore(system, ExploreOptions(symmetry=False, check_liveness=False))
     assert result.bound_hit is None
     store = result._store
     return [store.state(sid) for sid in range(len(store))]
@@ -107,7 +108,7 @@ def test_a_canonical_form_that_is_no_symmetry_is_caught_by_the_explorer(monkeypa
     ("proposed_rx_release_after_drain", SHARED_POOL, set())])
 def test_reduction_keeps_violations_and_liveness_and_stores_fewer_states(variant, params, found):
     system = DESCRIPTOR.build_system(variant, params)
-    every, reduced = explore(system, symmetry=False), explore(system)
+    every, reduced = explore(system, ExploreOptions(symmetry=False)), explore(system)
     assert reduced.symmetry and not every.symmetry and reduced.states < every.states
     assert {v.property: len(v.trace) for v in reduced.violations} == {
         v.property: len(v.trace) for v in every.violations}
@@ -151,7 +152,7 @@ def test_a_rank_relabelling_that_forgets_the_destination_segments_is_no_symmetry
     ("proposed_rx_release_after_drain", dict(TWO_RANKS, faults="gen_cancel,cancel"), set())])
 def test_rank_reduction_keeps_violations_and_liveness(variant, params, found):
     system = DESCRIPTOR.build_system(variant, params)
-    every, reduced = explore(system, symmetry=False), explore(system)
+    every, reduced = explore(system, ExploreOptions(symmetry=False)), explore(system)
     assert reduced.states < every.states
     assert {v.property: len(v.trace) for v in reduced.violations} == {
         v.property: len(v.trace) for v in every.violations}
@@ -187,7 +188,7 @@ def orbit_breaks(canon, system, states, rank_perms, request_perms=((0,),)):
 @pytest.mark.parametrize("params", [THREE_RANKS, TWO_BY_THREE])
 def test_the_rank_signature_form_is_one_per_orbit_of_three_ranks(params):
     system = DESCRIPTOR.build_system("fixed", params)
-    states = explore(system, symmetry=False, max_states=6000, check_liveness=False)._store.states
+    states = explore(system, ExploreOptions(symmetry=False, max_states=6000, check_liveness=False))._store.states
     ranks = list(permutations(range(3)))
     requests = list(permutations(range(params.get("requests", 1))))
     assert orbit_breaks(system.canonical, system, states, ranks, requests) is None
@@ -219,7 +220,7 @@ def test_a_twin_that_calls_unlike_ranks_identical_is_caught():
     """Two requests: ranks with one signature (their slices sorted) can still differ in which request holds
     what. A twin that calls them identical tries one order only, and the form then depends on the member."""
     system = DESCRIPTOR.build_system("fixed", TWO_BY_THREE)
-    states = explore(system, symmetry=False, max_states=6000, check_liveness=False)._store.states
+    states = explore(system, ExploreOptions(symmetry=False, max_states=6000, check_liveness=False))._store.states
     sort = symmetry.Canonical(system.page_block)
     lying = Relabellings(3, system._canonical.order.relabel, symmetry.rank_signature, lambda s, k: 0)
     wrong = lambda s: lying.canonical(sort(s))  # noqa: E731

@@ -17,11 +17,11 @@ import sys
 import pytest
 
 from clihelp import kvsim
-from kvsim.engine.checkpoint import CheckpointDir
 from kvsim.engine.errors import ConfigError
-from kvsim.engine.explore import explore
-from kvsim.engine.parallel import explore_parallel
-from kvsim.engine.partition import Partition
+from kvsim.engine.explore import ExploreOptions, explore
+from kvsim.engine.explore.checkpoint import CheckpointDir
+from kvsim.engine.explore.parallel import explore_parallel
+from kvsim.engine.explore.partition import Partition
 from kvsim.engine.pools import RayPool, connect_ray
 from test_explore_scale import assert_replays_to_violation, outcome, run_of
 
@@ -53,7 +53,7 @@ def test_a_search_over_two_nodes_finds_what_one_process_finds(two_nodes):
     finally:
         pool.close()
     one = explore(run.system())
-    on_two = explore_parallel(run.system, 2, use_ray=True, ray_address=two_nodes, store="fingerprint")
+    on_two = explore_parallel(run.system, 2, ExploreOptions(store="fingerprint"), use_ray=True, ray_address=two_nodes)
     assert outcome(on_two, with_paths=False) == outcome(one, with_paths=False)
     for v in on_two.violations:
         if v.kind == "invariant":
@@ -92,7 +92,7 @@ def test_fuzz_workers_on_two_nodes_save_to_the_database_the_command_names(two_no
 
 def test_more_workers_than_the_cluster_has_cpus_are_refused(two_nodes):
     run = run_of("pd-staging", "pre_05c7ebf")
-    with pytest.raises(ConfigError, match=r"--workers: expected at most the 2 CPUs of the Ray cluster"):
+    with pytest.raises(ConfigError, match=r"^workers: expected at most the 2 CPUs of the Ray cluster"):
         explore_parallel(run.system, 3, use_ray=True, ray_address=two_nodes)
     proc = kvsim("explore", "pd-staging", "--ray", two_nodes, "--workers", "3", "--json")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
@@ -116,7 +116,7 @@ def test_workers_that_find_no_free_cpu_are_refused_in_time(two_nodes):
         with pytest.raises(ConfigError) as refused:
             RayPool(Partition, run.system, 2, two_nodes, place_seconds=2, store="full", symmetry=True,
                     max_depth=None)
-        found = re.match(r"--workers: expected at most the (\d+) CPUs free on the Ray cluster \(a worker takes one\), "
+        found = re.match(r"workers: expected at most the (\d+) CPUs free on the Ray cluster \(a worker takes one\), "
                          r"got 2 \(([12]) workers found no CPU in 2 s\)$", str(refused.value))
         assert found and int(found[1]) <= 1, str(refused.value)
     finally:

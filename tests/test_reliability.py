@@ -23,7 +23,7 @@ import pytest
 from clihelp import ROOT
 from kvsim.app import cli
 from kvsim.app.commands import check as check_command
-from kvsim.engine.checkpoint import CURRENT, KEY_FILE
+from kvsim.engine.explore.checkpoint import CURRENT, KEY_FILE
 from kvsim.engine.interrupt import BudgetExceeded
 
 # the keys of each command's complete --json document: a cut-off run prints the same ones

@@ -9,8 +9,9 @@ from kvsim.app.repro import reproduce
 from kvsim.engine.runner import run_property
 from kvsim.models.swa_budget import resume as swa_budget
 from kvsim.models.swa_budget import DESCRIPTOR
-from kvsim.models.swa_budget.resume import (FIXED, VARIANTS, ResumeResult, RetractedReq, held_pages, physical_pages,
-                                           prealloc_required_tokens, resume_retracted_reqs, swa_tail_len)
+from kvsim.models.swa_budget.resume import (FIXED, ResumeResult, RetractedReq, held_pages, physical_pages,
+                                            prealloc_required_tokens, resume_retracted_reqs, swa_tail_len)
+from kvsim.models.swa_budget.variants import VARIANTS
 from kvsim.models.swa_budget.scheduler import SchedulerConfig, SwaScheduler
 from kvsim.properties.swa_budget.cases import MINIMAL_CASE, UPSTREAM_CASE
 

@@ -36,6 +36,12 @@ from . import commands, outputs
 from .commands.common import EXIT_INCOMPLETE, EXIT_USAGE, SETUP, one_line, public
 
 
+# the engine's errors name its fields (`ExploreOptions`, the explorer's workers and checkpoints): said as the flags here
+ENGINE_FLAGS = {"max_depth": "--max-depth", "max_states": "--max-states", "max_seconds": "--max-seconds",
+                "store": "--store", "checkpoint": "--checkpoint", "resume": "--resume", "workers": "--workers",
+                "ray": "--ray"}
+
+
 class UsageError(Exception):
     """An argument the parser refused; reported like any other bad input (one line, JSON too)."""
 
@@ -175,7 +181,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         error = {"field": value[1], "expected": value[2], "received": value[3]} if value else {
             "field": "arguments", "expected": "a valid kvsim command line (kvsim --help)", "received": " ".join(argv)}
         return _fail(wants_json, {**error, "message": str(exc)}, f"{exc} (kvsim --help)")
-    except ConfigError as exc:
+    except ConfigError as error:
+        exc = error.named(ENGINE_FLAGS)
         return _fail(wants_json, {"field": exc.field, "expected": exc.expected, "received": to_jsonable(exc.received),
                                   "message": str(exc)}, str(exc))
     except KvsimError as exc:

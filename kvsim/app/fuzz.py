@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from ..engine.checkpoint import cache_root
+from ..engine.explore.checkpoint import cache_root
 from ..engine.errors import ConfigError
 from ..engine.interrupt import asked, worker_signals
 from ..engine.memory import DEFAULT_SHARE, refuse_forks

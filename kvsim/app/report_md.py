@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from ..engine.canon import to_jsonable
 from ..engine.errors import ConfigError
-from ..engine.explore import explore
+from ..engine.explore import ExploreOptions, explore
 from ..engine.params import param_args
 from ..engine.registry import REGISTRY, BugReport
 from ..engine.system import transition
@@ -113,7 +113,7 @@ def commands(bug: BugReport, run: BugRun | None = None) -> list[str]:
         run = run or resolved(bug)
         system = run.model.build_system(run.variant, dict(bug.params))
         liveness = bug.invariant == getattr(system, "liveness", None)
-        first = explore(system, check_liveness=liveness).violations
+        first = explore(system, ExploreOptions(check_liveness=liveness)).violations
         flag = "" if liveness else " --no-liveness"
         lines.append(f"kvsim explore {bug.model} --variant {bug.variant}{flag} {params} --save {file}".replace("  ", " "))
         if not first or first[0].property != bug.invariant:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-from kvsim.engine.system import Relabellings
+from kvsim.engine.symmetry import Relabellings
 
 from .actions import WorkItem
 

@@ -21,8 +21,9 @@ from kvsim.engine.errors import ConfigError, PropertyViolation
 from kvsim.engine.property import kv_property
 from kvsim.models.kv_zeroing import DESCRIPTOR
 from kvsim.models.kv_zeroing.geometry import Arena, owned_bytes, owner_of, view_start
-from kvsim.models.kv_zeroing.zeroer import (VARIANTS, SegmentTable, ZeroingVariant, plan_segments, span_mask,
-                                            write_spans, zero_blocks)
+from kvsim.models.kv_zeroing.variants import VARIANTS
+from kvsim.models.kv_zeroing.zeroer import (SegmentTable, ZeroingVariant, plan_segments, span_mask, write_spans,
+                                            zero_blocks)
 
 from .cases import NON_UNIFORM_PAGES, OVERLAID_GROUPS, PINNED, ZeroingCase
 

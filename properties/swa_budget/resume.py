@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from kvsim.engine.errors import PropertyViolation
 from kvsim.engine.property import kv_property, stateful_property
-from kvsim.models.swa_budget.resume import VARIANTS, SwaVariant, physical_pages, prealloc_required_tokens
+from kvsim.models.swa_budget.resume import SwaVariant, physical_pages, prealloc_required_tokens
+from kvsim.models.swa_budget.variants import VARIANTS
 
 from .cases import PINNED, ResumeCase
 

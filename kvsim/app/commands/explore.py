@@ -9,10 +9,10 @@ from ... import __version__
 from ...engine.canon import canonical_json
 from ...engine.descriptor import ModelDescriptor, RunSpec
 from ...engine.errors import ConfigError
-from ...engine.explore import DEFAULT_MAX_STATES, Coverage, explore
+from ...engine.explore import DEFAULT_MAX_STATES, Coverage, ExploreOptions, explore
 from ...engine.interrupt import INTERRUPT, stopped_by, stopping_on_signals
 from ...engine.memory import DEFAULT_SHARE, machine
-from ...engine.parallel import explore_parallel
+from ...engine.explore.parallel import explore_parallel
 from ...engine.progress import Progress
 from .. import catalog, counterexample, junit, linecov
 from ..argtypes import positive_float, positive_int
@@ -81,7 +81,7 @@ def _checkpoint(args: argparse.Namespace, spec: ModelDescriptor, run: RunSpec, s
         return {}
     import importlib
 
-    from ...engine import checkpoint
+    from ...engine.explore import checkpoint
 
     header = {"model": spec.name, "--variant": run.variant.name,
               **{f"--param {name}": canonical_json(value) for name, value in run.params.items()},
@@ -116,23 +116,24 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.graph and (args.workers > 1 or args.ray):
         raise ConfigError("--graph", "a single-process search (no --workers, no --ray)",
                           f"--workers {args.workers}" if args.workers > 1 else f"--ray {args.ray}")
-    bounds = {"max_depth": args.max_depth, "max_states": args.max_states, "check_liveness": not args.no_liveness,
-              "max_seconds": args.max_seconds, "store": args.store, "symmetry": not args.no_symmetry,
-              "max_memory": None if args.max_memory is None else int(args.max_memory * 2 ** 30),
-              "memory_share": DEFAULT_SHARE if args.max_memory is None else None,
-              "progress": lambda states, depth: progress.note(f"{states} states, depth {depth}"),
-              **_checkpoint(args, spec, resolved, system)}
+    bounds = ExploreOptions(max_depth=args.max_depth, max_states=args.max_states, check_liveness=not args.no_liveness,
+                            max_seconds=args.max_seconds, store=args.store, symmetry=not args.no_symmetry,
+                            max_memory=None if args.max_memory is None else int(args.max_memory * 2 ** 30),
+                            memory_share=DEFAULT_SHARE if args.max_memory is None else None,
+                            progress=lambda states, depth: progress.note(f"{states} states, depth {depth}"),
+                            **_checkpoint(args, spec, resolved, system))
+    lines: dict[str, Any] = {}
 
     def search() -> Any:
         if args.coverage and (args.ray or args.workers > 1):  # each worker measures the lines it runs
-            bounds["lines"] = linecov.WorkerLines(linecov.model_package(spec))
+            lines["lines"] = linecov.WorkerLines(linecov.model_package(spec))
         if args.ray:
-            return explore_parallel(resolved.system, args.workers, use_ray=True, **bounds,
+            return explore_parallel(resolved.system, args.workers, bounds, use_ray=True, **lines,
                                     ray_address=None if args.ray == "local" else args.ray)
         if args.workers > 1:
-            return explore_parallel(resolved.system, args.workers, **bounds)
+            return explore_parallel(resolved.system, args.workers, bounds, **lines)
         # under --coverage the system is built again inside the measured run, as a partitioned search builds its own
-        return explore(resolved.system() if args.coverage else system, **bounds)
+        return explore(resolved.system() if args.coverage else system, bounds)
 
     lines_run = None
     with stopping_on_signals():  # Ctrl-C or SIGTERM: the search stops as at a bound, and saves where it can

@@ -44,10 +44,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
-from .errors import ConfigError, KvsimError
-from .interrupt import INTERRUPT
-from .memory import collection_paused
-from .shared import Probe
+from ..errors import ConfigError, KvsimError
+from ..interrupt import INTERRUPT
+from ..memory import collection_paused
+from ..shared import Probe
 
 FORMAT = 2  # 2: every file authenticated (an HMAC before the pickles)
 CURRENT = "CURRENT"
@@ -240,10 +240,10 @@ class CheckpointDir:
         except FileNotFoundError:
             return None
         except OSError as exc:
-            raise ConfigError("--resume", "a readable checkpoint folder", self.path, exc.strerror or "") from None
+            raise ConfigError("resume", "a readable checkpoint folder", self.path, exc.strerror or "") from None
         gen = os.path.join(self.root, name)
         if not name.startswith("gen-") or not os.path.isfile(os.path.join(gen, SEARCH)):
-            raise ConfigError("--resume", "a checkpoint folder written by kvsim explore --checkpoint", self.path,
+            raise ConfigError("resume", "a checkpoint folder written by kvsim explore --checkpoint", self.path,
                               f"{CURRENT} names {name!r}, which holds no {SEARCH}")
         return gen
 
@@ -251,28 +251,28 @@ class CheckpointDir:
         """Refuse to start a new search over a checkpoint (its saves would replace it), in a folder that holds
         other files (the saves would mix with them), or under a folder that does not exist (a mistyped path)."""
         if os.path.exists(os.path.join(self.root, CURRENT)):
-            raise ConfigError("--checkpoint", "a new or empty folder", self.path,
+            raise ConfigError("checkpoint", "a new or empty folder", self.path,
                               "it holds a checkpoint: go on from it with --resume, or name another folder")
         if os.path.isdir(self.root) and os.listdir(self.root):
-            raise ConfigError("--checkpoint", "a new or empty folder", self.path,
+            raise ConfigError("checkpoint", "a new or empty folder", self.path,
                               f"it holds {len(os.listdir(self.root))} entries and no checkpoint")
         if not os.path.isdir(os.path.dirname(self.root)):
-            raise ConfigError("--checkpoint", "a new or empty folder in a folder that exists", self.path,
+            raise ConfigError("checkpoint", "a new or empty folder in a folder that exists", self.path,
                               f"{os.path.dirname(self.root)} does not exist")
 
     def check(self) -> str:
         """The current generation's folder, once its header matches this search's (the saved search unread)."""
         gen = self.current()
         if gen is None:
-            raise ConfigError("--resume", "a folder holding a checkpoint (kvsim explore --checkpoint DIR)",
+            raise ConfigError("resume", "a folder holding a checkpoint (kvsim explore --checkpoint DIR)",
                               self.path, f"no {CURRENT} file")
         saved = self._read(gen, 1)[0]
         if not isinstance(saved, dict):
-            raise ConfigError("--resume", "a checkpoint written by kvsim explore --checkpoint", self.path,
+            raise ConfigError("resume", "a checkpoint written by kvsim explore --checkpoint", self.path,
                               "no header")
         for field, value in self.header.items():
             if saved.get(field) != value:
-                raise ConfigError("--resume", f"the search the checkpoint was made by ({field} "
+                raise ConfigError("resume", f"the search the checkpoint was made by ({field} "
                                               f"{_show(saved.get(field))})", f"{field} {_show(value)}",
                                   "repeat its command with --resume DIR")
         return gen
@@ -286,7 +286,7 @@ class CheckpointDir:
         """`resume()`, refused unless the saved part is a `kind` that `fits` this search (`expected` says what)."""
         gen, body = self.resume()
         if not isinstance(body, kind) or not fits(body):
-            raise ConfigError("--resume", expected, self.path, f"it holds a {type(body).__name__}"
+            raise ConfigError("resume", expected, self.path, f"it holds a {type(body).__name__}"
                               + (f" over {body.workers} workers" if isinstance(body, Level) else ""))
         return gen, body
 
@@ -294,10 +294,10 @@ class CheckpointDir:
         try:
             return load(os.path.join(gen, SEARCH), self.key, count)
         except Unverified as exc:  # changed, or someone else's: refused before anything of it is unpickled
-            raise ConfigError("--resume", "a checkpoint written by this user's kvsim explore --checkpoint", self.path,
+            raise ConfigError("resume", "a checkpoint written by this user's kvsim explore --checkpoint", self.path,
                               str(exc)) from None
         except Exception as exc:  # truncated or corrupt: one line, never a traceback
-            raise ConfigError("--resume", "a checkpoint written by kvsim explore --checkpoint", self.path,
+            raise ConfigError("resume", "a checkpoint written by kvsim explore --checkpoint", self.path,
                               f"{type(exc).__name__}: {exc}") from None
 
     # -- writing ---------------------------------------------------------------------------------------

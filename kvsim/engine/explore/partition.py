@@ -1,13 +1,13 @@
-"""One worker's share of a partitioned search (`kvsim.engine.parallel`): its states, and its side of a level.
+"""One worker's share of a partitioned search (`kvsim.engine.explore.parallel`): its states, and its side of a level.
 
 The state space is partitioned: a state belongs to worker `hash(state) % W` when every worker
 hashes alike (forked processes do: same string secret, same addresses for None and the other
 objects hashed by identity; the coordinator checks), else to worker
-`fingerprint(state) % W` (the BLAKE2b fingerprint of `kvsim.engine.store`, the same in any process).
+`fingerprint(state) % W` (the BLAKE2b fingerprint of `kvsim.engine.explore.store`, the same in any process).
 In *expand*, a worker takes the successors of its frontier and sorts them into one outbox per owner
 (each distinct successor is routed once, and a fingerprint taken to route it travels with it). In
 *absorb*, it takes its inbox (the outboxes addressed to it, in worker order), keeps the states it
-has not seen (its own visited set, full states or fingerprints as in `kvsim.engine.store`), checks
+has not seen (its own visited set, full states or fingerprints as in `kvsim.engine.explore.store`), checks
 every invariant on them and makes them its next frontier. With the fingerprint store an outbox holds
 keys and edges only: the owner asks for the states it finds new (`absorb`), their senders send them
 (`serve`), and the owner checks them (`receive`), so a state already known never travels. The
@@ -23,12 +23,12 @@ import pickle
 from array import array
 from typing import Any, Callable, Sequence
 
+from ..memory import YoungCollections, machine, resident_bytes
+from ..pools import Mail
+from ..shared import sees
 from .checkpoint import code_digest, dump, load
-from .explore import action_kind
 from .hangs import HangRounds
-from .memory import YoungCollections, machine, resident_bytes
-from .pools import Mail
-from .shared import sees
+from .search import action_kind
 from .store import FingerprintSet, Interner, fingerprint_function
 
 

@@ -1,12 +1,12 @@
 """Level-synchronous breadth-first exploration over worker processes or a Ray cluster.
 
-This module is the coordinator; each worker holds a `kvsim.engine.partition.Partition`, its share of
+This module is the coordinator; each worker holds a `kvsim.engine.explore.partition.Partition`, its share of
 the states. Each level has two phases: *expand* (every worker takes the successors of its frontier
 and sorts them into one outbox per owner) and *absorb* (every worker takes the outboxes addressed
 to it, keeps what it has not seen, checks it and makes it its next frontier: `absorb_level`). The
 coordinator hands the outboxes on (through its pipes to forked processes; on Ray, as references
 into the object store, `kvsim.engine.pools.RayMail`), checks the bounds between levels and saves
-checkpoints there. The liveness pass runs in the workers as well, in rounds (`kvsim.engine.hangs`).
+checkpoints there. The liveness pass runs in the workers as well, in rounds (`kvsim.engine.explore.hangs`).
 
 Every reachable state is found at its breadth-first depth, exactly as by `explore`: the same
 state count, transitions, depth, violated invariants and liveness verdict, and counterexamples
@@ -20,75 +20,69 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Sequence
 
-from .checkpoint import CheckpointDir, Level, partition_file
-from .explore import DEFAULT_MAX_STATES, Coverage, ExploreResult, Violation, real_message, realize
+from ..canon import to_jsonable
+from ..errors import ConfigError
+from ..interrupt import INTERRUPT, asked
+from ..memory import machine, over_budget, refuse_forks, resident_bytes
+from ..pools import ProcessPool, RayPool
+from ..shared import named
+from .checkpoint import Level, partition_file
 from .hangs import spread_hangs
-from .interrupt import INTERRUPT, asked
-from .memory import machine, over_budget, refuse_forks, resident_bytes
+from .options import ExploreOptions
 from .partition import Partition
-from .pools import ProcessPool, RayPool
-from .shared import named
-from .canon import to_jsonable
-from .errors import ConfigError
+from .search import Coverage, ExploreResult, Violation, real_message, realize
 
 
-def explore_parallel(factory: Callable[[], Any], workers: int, *, ray_address: str | None = None,
-                     use_ray: bool = False, max_depth: int | None = None, max_states: int = DEFAULT_MAX_STATES,
-                     check_liveness: bool = True, progress: Callable[[int, int], None] | None = None,
-                     max_seconds: float | None = None, store: str = "full", symmetry: bool = True,
-                     max_memory: int | None = None, memory_share: float | None = None,
-                     checkpoint: CheckpointDir | None = None, resume: bool = False,
-                     lines: Any = None) -> ExploreResult:
+def explore_parallel(factory: Callable[[], Any], workers: int, options: ExploreOptions = ExploreOptions(), *,
+                     ray_address: str | None = None, use_ray: bool = False, lines: Any = None) -> ExploreResult:
     """`explore` over `workers` partitions; `factory()` builds the system (in every worker and here).
     `lines` (`kvsim.app.linecov.WorkerLines`, for `--coverage`) is started in each worker and stopped when it
     finishes: the result's `worker_lines` are the lines every worker ran, by path in the package.
-    `max_memory` (bytes) and `memory_share` (of the machine's memory) bound, on each machine the search
-    runs on, the resident bytes of the workers there and of this process, checked between levels.
-    `checkpoint` and `resume` as for `explore`: saved between two levels, every worker writing its partition."""
+    The memory bounds (`options.max_memory`, bytes, and `options.memory_share`, of the machine's memory) bound,
+    on each machine the search runs on, the resident bytes of the workers there and of this process, checked
+    between levels. `options.checkpoint` and `resume` as for `explore`: saved between two levels, every worker
+    writing its partition."""
     start = time.perf_counter()
     system = factory()
-    options = {"store": store, "symmetry": symmetry, "max_depth": max_depth, "lines": lines}
+    shares = {"store": options.store, "symmetry": options.symmetry, "max_depth": options.max_depth, "lines": lines}
     if not use_ray:
-        refuse_forks(workers, max_memory, memory_share)
-    pool = (RayPool(Partition, factory, workers, ray_address, **options) if use_ray
-            else ProcessPool(Partition, factory, workers, **options))
+        refuse_forks(workers, options.max_memory, options.memory_share)
+    pool = (RayPool(Partition, factory, workers, ray_address, **shares) if use_ray
+            else ProcessPool(Partition, factory, workers, **shares))
     try:
         if use_ray:
             same_code(pool, workers)
-        return _search(system, pool, workers, start, max_states, max_seconds, check_liveness, progress, store,
-                       symmetry, (max_memory, memory_share), checkpoint, resume)
+        return _search(system, pool, workers, start, options)
     finally:
         pool.close()
 
 
-def _search(system: Any, pool: Any, n: int, start: float, max_states: int, max_seconds: float | None,
-            check_liveness: bool, progress: Callable[[int, int], None] | None, store: str,
-            symmetry: bool, memory: tuple[int | None, float | None] = (None, None),
-            checkpoint: CheckpointDir | None = None, resume: bool = False) -> ExploreResult:
-    canon = getattr(system, "canonical", None) if symmetry else None
+def _search(system: Any, pool: Any, n: int, start: float, options: ExploreOptions) -> ExploreResult:
+    max_states, progress, store = options.max_states, options.progress, options.store
+    checkpoint, resume = options.checkpoint, options.resume
+    memory = (options.max_memory, options.memory_share)
+    canon = getattr(system, "canonical", None) if options.symmetry else None
     if checkpoint is not None or len(set(pool.call("secret", [()] * n))) > 1:
         pool.call("route_by_fingerprint", [()] * n)  # a resumed search's workers must route as the saved ones
     at, before, saved_gen = Level(workers=n), 0.0, None
     if checkpoint is not None:  # every worker writes its part there: refused before any work where one cannot
         apart = checkpoint.unshared(lambda asks: pool.call("sees", asks), n)
         if apart:
-            raise ConfigError("--resume" if resume else "--checkpoint",
+            raise ConfigError("resume" if resume else "checkpoint",
                               "a folder every worker sees (on a cluster, storage every node shares)", checkpoint.path,
                               f"{named(apart)} cannot read or write it where it runs")
     if resume:
-        if checkpoint is None:
-            raise ValueError("resume: needs the checkpoint to go on from")
         gen, at = checkpoint.resume_as(Level, f"a checkpoint of a search over {n} workers", lambda at: at.workers == n)
         try:
             pool.call("load", [(partition_file(gen, w), checkpoint.key) for w in range(n)])
         except Exception as exc:  # a worker's part missing, truncated or foreign: one line, never a traceback
-            raise ConfigError("--resume", "a checkpoint written by kvsim explore --checkpoint", checkpoint.path,
+            raise ConfigError("resume", "a checkpoint written by kvsim explore --checkpoint", checkpoint.path,
                               f"a worker's part: {exc}") from None
         before = at.seconds
     bound_hit = "depth" if at.depth_cut else None
 
     def save() -> str:
-        with checkpoint.saving("--resume" if resume else "--checkpoint"):
+        with checkpoint.saving("resume" if resume else "checkpoint"):
             gen = checkpoint.begin()
             pool.call("save", [(partition_file(gen, w), checkpoint.key) for w in range(n)])
             at.seconds = before + time.perf_counter() - start
@@ -107,7 +101,7 @@ def _search(system: Any, pool: Any, n: int, start: float, max_states: int, max_s
             return INTERRUPT  # seen between two levels, where the search can be saved
         return None
 
-    deadline = None if max_seconds is None else start + max_seconds
+    deadline = None if options.max_seconds is None else start + options.max_seconds
     if checkpoint is not None:
         checkpoint.schedule(start)
     boxes = None if resume else [[payload] for payload in pool.one(0, "initial")]
@@ -163,7 +157,7 @@ def _search(system: Any, pool: Any, n: int, start: float, max_states: int, max_s
         d, gid, message, _ = first[name]
         violations[name] = _report(system, canon, name, "invariant", trail(gid), message)
     hang_states = 0
-    if check_liveness:
+    if options.check_liveness:
         hang_states = _hangs(system, canon, pool, n, trail, violations)
     summaries = pool.call("finish", [()] * n)
     fired: dict[str, int] = {}
@@ -196,7 +190,7 @@ def same_code(pool: Any, n: int) -> None:
     ours, theirs = Partition.code(), pool.call("code", [()] * n)
     apart = [w for w in range(n) if theirs[w] != ours]
     if apart:
-        raise ConfigError("--ray", f"every worker running this kvsim (sources {ours})", f"sources {theirs[apart[0]]}",
+        raise ConfigError("ray", f"every worker running this kvsim (sources {ours})", f"sources {theirs[apart[0]]}",
                           f"{named(apart)}: install this kvsim on every node")
 
 

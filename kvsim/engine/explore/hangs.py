@@ -1,4 +1,4 @@
-"""The liveness pass of a partitioned search (`kvsim.engine.parallel`), spread over its workers.
+"""The liveness pass of a partitioned search (`kvsim.engine.explore.parallel`), spread over its workers.
 
 `explore`'s pass (`cannot_finish`) marks every state from which a done state, an unexpanded one or a
 violation can be reached, following predecessors backwards, and calls the rest hung. Here each worker

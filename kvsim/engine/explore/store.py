@@ -25,8 +25,8 @@ from itertools import compress
 from operator import is_not
 from typing import Any, Callable, Iterator, Sequence
 
-from .canon import canonical_json, to_jsonable
-from .system import FieldCaches, RecordText
+from ..canon import canonical_json, to_jsonable
+from ..statetext import FieldCaches, RecordText
 
 
 class FullStore:

@@ -1,7 +1,7 @@
 """Exhaustive bounded exploration of a transition system.
 
 Breadth-first over the visited states (kept whole, or as 64-bit fingerprints:
-`kvsim.engine.store`), so the first path found to any state is a shortest one. Every
+`kvsim.engine.explore.store`), so the first path found to any state is a shortest one. Every
 invariant is checked on every reached state; a violating state is reported
 with its shortest action path and not expanded further. Liveness: after the
 search, any expanded state from which no `done` state can be reached is a
@@ -19,12 +19,13 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
-from .canon import to_jsonable
-from .checkpoint import CheckpointDir, Snapshot
-from .interrupt import INTERRUPT, asked
-from .memory import YoungCollections, machine, memory_limit, resident_bytes
+from ..canon import to_jsonable
+from ..interrupt import INTERRUPT, asked
+from ..memory import YoungCollections, machine, memory_limit, resident_bytes
+from ..system import TransitionSystem
+from .checkpoint import Snapshot
+from .options import ExploreOptions
 from .store import FingerprintStore, FullStore, Interner, Recent, fingerprint_function
-from .system import TransitionSystem
 
 
 @dataclass
@@ -83,7 +84,7 @@ class ExploreResult:
     def graph(self) -> Any:
         """The explored state graph (a networkx MultiDiGraph): nodes carry the state, depth and flags."""
         if not isinstance(self._store, FullStore):
-            raise ValueError("the state graph needs the full store (explore(..., store='full'))")
+            raise ValueError("the state graph needs the full store (explore(system, ExploreOptions(store='full')))")
         return self._store.to_graph()
 
 
@@ -114,37 +115,28 @@ class Coverage:
         return [f"actions taken: {acts}", f"invariants checked on: {invs}"]
 
 
-# the state bound by default: past every configuration the parameter caps allow (pd-protocol rooms=3 has 3.3M
-# orbits); --max-seconds and --max-memory bound a run's time and memory whatever its state count
-DEFAULT_MAX_STATES = 10_000_000
+def explore(system: TransitionSystem[Any, Any], options: ExploreOptions = ExploreOptions()) -> ExploreResult:
+    """BFS with invariants on every state and, unless `options.check_liveness` is off, the hang search.
 
-
-def explore(system: TransitionSystem[Any, Any], *, max_depth: int | None = None,
-            max_states: int = DEFAULT_MAX_STATES,
-            check_liveness: bool = True, progress: Callable[[int, int], None] | None = None,
-            max_seconds: float | None = None, store: str = "full", symmetry: bool = True,
-            max_memory: int | None = None, memory_share: float | None = None,
-            checkpoint: CheckpointDir | None = None, resume: bool = False) -> ExploreResult:
-    """BFS with invariants on every state and, unless `check_liveness` is off, the hang search.
-
-    Bounds (`max_depth`, `max_states`, `max_seconds`, `max_memory`: bytes resident, `memory_share`: that
-    share of the machine's memory resident, both checked every few thousand expansions) stop the search
-    cleanly: `bound_hit` names the one that did, and states left unexpanded count as "might still
-    finish" (no false hang). `store` is "full" (every state kept; the graph can be exported) or
-    "fingerprint" (64-bit fingerprints in flat arrays, see `kvsim.engine.store`). A system that defines
+    The bounds (`max_depth`, `max_states`, `max_seconds`, `max_memory`, `memory_share`: the last three checked
+    every few thousand expansions) stop the search cleanly: `bound_hit` names the one that did, and states
+    left unexpanded count as "might still finish" (no false hang). The store is "full" (every state kept;
+    the graph can be exported) or "fingerprint" (see `kvsim.engine.explore.store`). A system that defines
     `canonical(state)` (one representative per orbit of its symmetries) is explored one representative
-    per orbit unless `symmetry=False`;
-    the reported paths are mapped back to paths of the real system. With a `checkpoint`, the search is
-    saved there every `checkpoint.every` seconds and when a bound other than the depth stops it;
-    `resume` goes on from its last save, to the result one uninterrupted search would give.
+    per orbit unless `options.symmetry` is off; the reported paths are mapped back to paths of the real
+    system. With a `checkpoint`, the search is saved there every `checkpoint.every` seconds and when a bound
+    other than the depth stops it; `resume` goes on from its last save, to the result one uninterrupted
+    search would give. Every option: `ExploreOptions`.
     """
+    max_depth, max_states, progress = options.max_depth, options.max_states, options.progress
+    checkpoint, resume = options.checkpoint, options.resume
     start = time.perf_counter()
-    deadline = None if max_seconds is None else start + max_seconds
-    memory_cap = memory_limit(machine()[1], max_memory, memory_share)
-    canon = getattr(system, "canonical", None) if symmetry else None
+    deadline = None if options.max_seconds is None else start + options.max_seconds
+    memory_cap = memory_limit(machine()[1], options.max_memory, options.memory_share)
+    canon = getattr(system, "canonical", None) if options.symmetry else None
     enabled, step, done = system.enabled, system.step, system.done
     initial = [s if canon is None else canon(s) for s in system.initial_states()]
-    visited = _make_store(store, system, initial, step if canon is None else _reduced(step, canon))
+    visited = _make_store(options.store, system, initial, step if canon is None else _reduced(step, canon))
     # successors seen lately, by value (hash and ==, no fingerprint): most transitions that reach a known
     # state reach one found a few expansions before (the other side of a diamond), so the fingerprint (and
     # the canonical form) is computed about once per state, not once per transition
@@ -157,8 +149,6 @@ def explore(system: TransitionSystem[Any, Any], *, max_depth: int | None = None,
     fired: dict[str, int] = {}
     depth_cut, before = False, 0.0
     if resume:
-        if checkpoint is None:
-            raise ValueError("resume: needs the checkpoint to go on from")
         saved = checkpoint.resume_as(Snapshot, f"a checkpoint of a single-process search with the {visited.kind} store",
                                      lambda body: body.store.kind == visited.kind)[1]
         visited, queue, violations = visited.adopt(saved.store), deque(saved.queue), dict(saved.violations)
@@ -191,7 +181,7 @@ def explore(system: TransitionSystem[Any, Any], *, max_depth: int | None = None,
     def save() -> str:
         snapshot = Snapshot(visited, list(queue), dict(violations), transitions, max_depth_seen, checked, fired,
                             depth_cut, before + time.perf_counter() - start)
-        with checkpoint.saving("--resume" if resume else "--checkpoint"):
+        with checkpoint.saving("resume" if resume else "checkpoint"):
             gen = checkpoint.begin()
             checkpoint.commit(gen, snapshot)
         return gen
@@ -258,7 +248,7 @@ def explore(system: TransitionSystem[Any, Any], *, max_depth: int | None = None,
         if checkpoint is not None and checkpoint.stopped(bound_hit):
             saved_gen = save()
         hang_states = 0
-        if check_liveness:
+        if options.check_liveness:
             hang_states = _find_hangs(visited, system, canon, violations)
     finally:
         collector.close()
@@ -294,8 +284,6 @@ def _reduced(step: Callable[[Any, Any], Any], canon: Callable[[Any], Any]) -> Ca
 def _make_store(kind: str, system: Any, initial: list[Any], step: Callable[[Any, Any], Any]) -> Any:
     if kind == "full":
         return FullStore()
-    if kind != "fingerprint":
-        raise ValueError(f"store: expected 'full' or 'fingerprint', got {kind!r}")
     enabled = system.enabled
 
     def replay(indices: Sequence[int], root: int) -> tuple[Any, list[Any]]:
