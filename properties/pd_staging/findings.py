@@ -3,7 +3,7 @@ writers, the Mooncake worker's whole-chunk re-enqueue) lets explore reach that 0
 
 `proposed_per_dst_retry` (0.5.23 with per-destination progress on a retry, not a release) is the modelled fix
 where there is one. Functions are named as in SGLang 0.5.23 (`Class.method`), checked against the release by
-tests/test_findings_report.py. The earlier findings, and their verdicts on 0.5.23, are in `system`.
+tests/app/test_findings_report.py. The earlier findings, and their verdicts on 0.5.23, are in `system`.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ Each finding carries its verdict per release (`verdicts`), settled by explore on
 whole-chunk re-enqueue); the findings that 0.5.23's model turned up (dup-ready
 through the re-enqueue, the re-send into a freed slot, the stale write after the
 release timeout) are in `findings`. Functions are named as in SGLang 0.5.23 (`Class.method`),
-checked against the release by tests/test_findings_report.py.
+checked against the release by tests/app/test_findings_report.py.
 """
 
 from __future__ import annotations
