@@ -34,7 +34,7 @@ CONFIGS = [
 ]
 # Two requests multiply: the independent requests interleave freely (no partial-order reduction). The
 # requests are interchangeable, so explore stores one state per orbit (`PipelinedTransfer.canonical`);
-# these run with and without that reduction (the same verdicts; tests/test_pipelined_transfer_symmetry.py).
+# these run with and without that reduction (the same verdicts; tests/models/pipelined_transfer/test_pipelined_transfer_symmetry.py).
 TWO_REQUESTS = [
     ("2 req, 1 rank, 2 chunks, 3 faults", "fixed", {"requests": 2}),
     ("2 req, shared pool (3 pages), 1 rank, 2 chunks, 3 faults", "fixed", {"requests": 2, "rx_pages": 3}),

@@ -27,7 +27,7 @@ placeholders, or emptied when no fault can take them).
 rooms in the order of their own fields (`signature`; most states have one, and then no `repr` is
 taken): one representative per orbit (`kvsim.engine.symmetry.Relabellings`), and a state bisimilar
 to the given one, so the explorer's violations, shortest counterexample lengths and liveness
-verdict are those of the full search (`tests/test_explore_scale.py` compares them).
+verdict are those of the full search (`tests/engine/test_explore_scale.py` compares them).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from kvsim.engine.registry import BugReport
 from kvsim.testing import inprocess
 from kvsim.testing import verdicts
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "engine_ci"
 PLANNER = "vllm:plan_mla_context_chunks"
 

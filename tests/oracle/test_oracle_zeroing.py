@@ -26,7 +26,7 @@ from kvsim.models.kv_zeroing.variants import VARIANTS
 from kvsim.models.kv_zeroing.zeroer import Segment, SegmentTable, ZeroingVariant, plan_segments, zero_blocks
 
 CPU_BACKENDS = [name for name in ("torch-cpu", "cpu-shim") if backends_module.available(name)]
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _has_cuda() -> bool:

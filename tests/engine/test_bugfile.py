@@ -17,7 +17,7 @@ from kvsim.engine.errors import ConfigError
 from kvsim.engine.registry import Registry
 from kvsim.properties.swa_budget import resume
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FILES = sorted((ROOT / "properties").glob("*/bugs.toml"))
 
 GOOD = '''model = "swa-budget"

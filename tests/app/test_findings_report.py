@@ -14,7 +14,7 @@ from kvsim.app import catalog
 from kvsim.app.report_md import report
 from kvsim.engine.registry import HARMS
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SECTIONS = ["## Summary", "## Affected releases", "## Upstream code", "## Minimal counterexample",
             "## Violated invariant", "## Consequence", "## Fix", "## Reproduce"]
 
