@@ -424,6 +424,28 @@ def test_a_budget_that_runs_out_while_the_command_sets_up_still_gives_its_docume
     assert code == 3 and set(doc) == keys and doc["stopped_by"] == "max-seconds" and doc["not_run"]
 
 
+@pytest.mark.parametrize("command, module", [("repro", "repro"), ("report", "site")])
+def test_a_budget_that_runs_out_while_the_command_imports_its_work_still_gives_its_document(
+        capsys, monkeypatch, tmp_path, command, module):
+    # the alarm fires while the command imports the modules of its work (their first import, on a busy machine):
+    # it is held like one in the catalog, and the document names every report as not run (it was lost before)
+    import builtins
+
+    real = builtins.__import__
+
+    def slow_import(name, globals=None, locals=None, fromlist=(), level=0):
+        if name == module and level == 2 and (globals or {}).get("__name__") == f"kvsim.app.commands.{command}":
+            signal.setitimer(signal.ITIMER_REAL, 0.01)
+            time.sleep(0.1)  # the alarm fires in here
+        return real(name, globals, locals, fromlist, level)
+
+    monkeypatch.setattr(builtins, "__import__", slow_import)
+    argv = ["repro", "--all"] if command == "repro" else ["report", "--out", str(tmp_path / "site")]
+    code, out, _ = run(capsys, *argv, "--max-seconds", "1000", "--json")
+    doc = json.loads(out)
+    assert code == 3 and doc["stopped_by"] == "max-seconds" and len(doc["not_run"]) == 47
+
+
 # -- accepted nonsense ---------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("argv, needle", [

@@ -8,6 +8,8 @@ that `--json` prints that document without its text-only part.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 
 import pytest
@@ -46,9 +48,27 @@ CASES = [
 MODULES = {m.NAME: m for m in commands.BEFORE_CONFORM + commands.AFTER_CONFORM}
 
 
+# the files the replay and show cases read, each written by the command line that saves it (a case above too):
+# made in every worker's folder first, so a case never depends on which worker ran another case, or in what order
+SAVED = {
+    "check.json": ("check", "swa-budget", "--variant", "pre_af7c62e", "--max-examples", "50", "--save",
+                   "{tmp}/check.json"),
+    "explore.json": ("explore", "pd-staging", "--variant", "pre_05c7ebf", "--store", "fingerprint", "--save",
+                     "{tmp}/explore.json"),
+    "sim.jsonl": ("simulate", "pd-staging", "--param", "requests=20", "--self-check", "--trace", "{tmp}/sim.jsonl"),
+    "resolved.json": ("check", "swa-budget", "--variant", "pre_af7c62e", "--max-examples", "30", "--save",
+                      "{tmp}/resolved.json"),
+}
+
+
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
-    return tmp_path_factory.mktemp("commands")
+    path = tmp_path_factory.mktemp("commands")
+    for name, argv in SAVED.items():
+        with contextlib.redirect_stdout(io.StringIO()):
+            cli.main([a.replace("{tmp}", str(path)) for a in argv])
+        assert (path / name).is_file(), f"{' '.join(argv)} wrote no {name}"
+    return path
 
 
 def _saved(doc: dict) -> dict:

@@ -26,12 +26,12 @@ def arguments(rt: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from ..site import build_site, drawing_function
+    with setup():  # the site's modules are imported in it too: an alarm there is held like one in the catalog
+        from ..site import build_site, drawing_function
 
-    with setup():
         reg = catalog.load()
         drawing_function()  # matplotlib imported in the set-up, where it is installed
-    progress = Progress(len(reg.bugs), "report")
+        progress = Progress(len(reg.bugs), "report")
     if SETUP["held"]:  # the alarm came in the set-up: no report is reproduced, each is named as not run
         disarm()
     result = build_site(args.out, reg, seed=args.seed, conform=args.conform, bench=args.bench,

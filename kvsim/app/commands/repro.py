@@ -26,12 +26,12 @@ def arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from ..repro import BugRun, latest_verdict, release_verdicts, reproduce
+    with setup():  # the reproduction's modules are imported in it too: an alarm there is held like one in the catalog
+        from ..repro import BugRun, latest_verdict, release_verdicts, reproduce
 
-    with setup():
         reg = catalog.load()
         bugs = list(reg.bugs.values()) if args.all else [reg.bug(args.bug_id)]
-    progress = Progress(len(bugs), "repro")
+        progress = Progress(len(bugs), "repro")
     # each report resolved once (its model, property and variants), and the record passed down
     results, not_run, stopped = each(bugs, lambda b: b.id, lambda b: reproduce(BugRun.resolve(b, reg), seed=args.seed),
                                      progress)
