@@ -118,7 +118,8 @@ def sniff(path: str) -> dict | None:
 
 def _bad(path: str, key: str, expected: str, got: Any) -> TraceError:
     """Bad input naming the key: `counterexample field 'KEY': expected ..., got ...` (exit 2)."""
-    return TraceError(path, 1, f"counterexample field {key!r}: expected {expected}, got {_shown(got)}")
+    return TraceError(path, 1, f"counterexample field {key!r}: expected {expected}, got {_shown(got)}", key=key,
+                      expected=expected, received=to_jsonable(got))
 
 
 def _shown(value: Any) -> str:

@@ -30,10 +30,13 @@ class ConfigError(KvsimError, ValueError):
 
     def named(self, names: Mapping[str, str]) -> ConfigError:
         """This error under the name its reader knows the field by: the engine names its fields (`checkpoint`,
-        `workers`), a command line maps them to its flags (`{"checkpoint": "--checkpoint"}`). A field with
-        no entry in `names` keeps its name."""
-        name = names.get(self.field)
-        return self if name is None else ConfigError(name, self.expected, self.received, self.hint)
+        `workers`, `param requests`), a command line maps them to its flags (`{"checkpoint": "--checkpoint",
+        "param": "--param"}`: by the field's first word, so `param requests` reads `--param requests`). A field
+        whose first word has no entry in `names` keeps its name."""
+        first, _, rest = self.field.partition(" ")
+        name = names.get(first)
+        return self if name is None else ConfigError(f"{name} {rest}".rstrip(), self.expected, self.received,
+                                                     self.hint)
 
 
 class PropertyViolation(KvsimError, AssertionError):
@@ -47,10 +50,13 @@ class PropertyViolation(KvsimError, AssertionError):
 class TraceError(KvsimError):
     """A trace file cannot be read or replayed: truncated, corrupt or foreign."""
 
-    def __init__(self, path: str, line: int, reason: str) -> None:
+    def __init__(self, path: str, line: int, reason: str, *, key: str | None = None, expected: str = "",
+                 received: Any = None) -> None:
         self.path = path
         self.line = line
         self.reason = reason
+        # the file's field that is wrong, where one is (a counterexample's `variant`): what was expected there
+        self.key, self.expected, self.received = key, expected, received
         super().__init__(f"{path}:{line}: {reason}")
 
 

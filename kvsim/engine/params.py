@@ -35,7 +35,7 @@ class ParamSpec:
         return kind + (f" ({' and '.join(bounds)}{' each' if self.kind == 'ints' else ''})" if bounds else "")
 
     def parse(self, text: str) -> Any:
-        field = f"--param {self.name}"
+        field = f"param {self.name}"
         try:
             if self.kind != "str" and not text.isascii():  # `int("３")` is 3: only ASCII digits make a number here
                 raise ValueError(text)
@@ -55,7 +55,7 @@ class ParamSpec:
 
     def validate(self, value: Any) -> Any:
         """A typed value (from a trace header, a test or a saved counterexample): type, finiteness, range."""
-        field = f"--param {self.name}"
+        field = f"param {self.name}"
         items = value if self.kind == "ints" else (value,)
         if self.kind == "ints" and not isinstance(value, tuple):
             raise ConfigError(field, self.expected(), value)
@@ -90,14 +90,14 @@ def resolve(specs: Iterable[ParamSpec], given: Iterable[str] | Mapping[str, Any]
         pairs = []
         for text in given:
             if "=" not in text:
-                raise ConfigError("--param", "NAME=VALUE", text)
+                raise ConfigError("param", "NAME=VALUE", text)
             name, _, raw = text.partition("=")
             pairs.append((name.strip(), raw.strip()))
         items = pairs
     for name, raw in items:
         if name not in by_name:
             known = ", ".join(by_name) or "(this model takes no parameters)"
-            raise ConfigError("--param", f"one of {known}", name)
+            raise ConfigError("param", f"one of {known}", name)
         spec = by_name[name]
         if isinstance(raw, str) and spec.kind != "str":
             values[name] = spec.parse(raw)

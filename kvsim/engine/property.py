@@ -62,7 +62,7 @@ class KvProperty:
             raise TypeError(f"{self.name} is a stateful property; run it with kvsim.engine.runner.run_property")
         if self.backends:
             if backend not in self.backends:
-                raise ConfigError("--backend", f"one of {', '.join(self.backends)} for {self.name}", backend)
+                raise ConfigError("backend", f"one of {', '.join(self.backends)} for {self.name}", backend)
             self.fn(case, variant, backend)  # type: ignore[call-arg]
         else:
             self.fn(case, variant)

@@ -155,7 +155,7 @@ class Registry:
     def property(self, model: str, name: str) -> Any:
         if (model, name) not in self.properties:
             names = ", ".join(p.name for p in self.properties_of(model))
-            raise ConfigError("--property", f"one of {names}", name)
+            raise ConfigError("property", f"one of {names}", name)
         return self.properties[(model, name)]
 
     def bug(self, bug_id: str) -> BugReport:

@@ -140,13 +140,13 @@ class FaultPlan:
         for name in ("drop", "delay", "duplicate", "reorder", "garble"):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:  # NaN fails this too
-                raise ConfigError(f"--faults {name}", "a probability in [0, 1]", value)
+                raise ConfigError(f"faults {name}", "a probability in [0, 1]", value)
         if not 0 < self.max_delay <= MAX_FAULT_SECONDS:
-            raise ConfigError("--faults delay", f"a positive maximum delay of at most {MAX_FAULT_SECONDS:g} seconds",
+            raise ConfigError("faults delay", f"a positive maximum delay of at most {MAX_FAULT_SECONDS:g} seconds",
                               self.max_delay)
         for peer, at in self.crashes:
             if not 0 <= at <= MAX_FAULT_SECONDS:
-                raise ConfigError("--faults crash", f"PEER@TIME with a time from 0 to {MAX_FAULT_SECONDS:g} seconds",
+                raise ConfigError("faults crash", f"PEER@TIME with a time from 0 to {MAX_FAULT_SECONDS:g} seconds",
                                   f"{peer}@{at}")
 
     @property
@@ -174,9 +174,9 @@ class FaultPlan:
         for part in spec.split(","):
             kind, sep, raw = part.strip().partition("=")
             if not sep or kind not in FAULT_KINDS:
-                raise ConfigError("--faults", f"kind=value with kind one of {', '.join(FAULT_KINDS)}", part)
+                raise ConfigError("faults", f"kind=value with kind one of {', '.join(FAULT_KINDS)}", part)
             if kind in seen and kind != "crash":
-                raise ConfigError(f"--faults {kind}", "each fault kind at most once (crash may repeat)", spec)
+                raise ConfigError(f"faults {kind}", "each fault kind at most once (crash may repeat)", spec)
             seen.add(kind)
             try:
                 if kind == "crash":
@@ -193,7 +193,7 @@ class FaultPlan:
                     values[kind] = _number(raw)
             except ValueError:
                 expected = {"crash": "PEER@TIME", "delay": "PROBABILITY[:MAX_SECONDS]"}.get(kind, "a probability")
-                raise ConfigError(f"--faults {kind}", expected, raw) from None
+                raise ConfigError(f"faults {kind}", expected, raw) from None
         return cls(crashes=tuple(crashes), **values)
 
 

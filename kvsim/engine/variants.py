@@ -66,7 +66,7 @@ class VariantTable(Mapping[str, V], Generic[V]):
     def names(self) -> tuple[str, ...]:
         return tuple(self._by_name)
 
-    def resolve(self, variant: str | V, field: str = "--variant") -> V:
+    def resolve(self, variant: str | V, field: str = "variant") -> V:
         """The record for a name (or the record itself, if it is one of this table's); ConfigError otherwise."""
         if isinstance(variant, str) and variant in self._by_name:
             return self._by_name[variant]

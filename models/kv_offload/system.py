@@ -57,7 +57,7 @@ class OffloadSystemConfig:
 
     def __post_init__(self) -> None:
         if self.cache_policy not in ("lru", "arc"):
-            raise ConfigError("--param cache_policy", "one of lru, arc", self.cache_policy)
+            raise ConfigError("param cache_policy", "one of lru, arc", self.cache_policy)
         if self.prompts and len(self.prompts) != self.requests:
             raise ConfigError("prompts", f"one key tuple per request ({self.requests})", len(self.prompts))
 

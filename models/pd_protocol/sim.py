@@ -69,7 +69,7 @@ def simulate(sim: Simulator, recorder: TraceRecorder, variant: ProtocolVariant, 
              faults: FaultPlan) -> tuple[dict[str, Any], Driver]:
     for peer, _ in faults.crashes:
         if peer not in PEERS:
-            raise ConfigError("--faults crash", f"a peer this model has ({', '.join(PEERS)})", peer)
+            raise ConfigError("faults crash", f"a peer this model has ({', '.join(PEERS)})", peer)
     run = _Run(sim, recorder, system_for(variant, params), params, faults)
     sim.poisson_arrivals(params.requests, params.arrival_rate, run.arrive)
     for step, name in enumerate(run.system.init):

@@ -61,7 +61,7 @@ def parse_faults(text: str) -> tuple[str, ...]:
     kinds = tuple(k.strip() for k in text.split(",") if k.strip() and k.strip() != "none")
     for k in kinds:
         if k not in FAULT_KINDS:
-            raise ConfigError("--param faults", f"a comma-separated subset of {', '.join(FAULT_KINDS)}", text)
+            raise ConfigError("param faults", f"a comma-separated subset of {', '.join(FAULT_KINDS)}", text)
     return kinds
 
 
@@ -144,7 +144,7 @@ def writers_are_stages(cfg: StagingSystemConfig, variant: StagingVariant, check:
     if cfg.dsts == 1:
         return False
     if cfg.writers > 1 and not variant.pp_prefill_writers and check:
-        raise ConfigError("--param writers", f"1 when dsts={cfg.dsts} on variant {variant.name} (prefill TP < "
+        raise ConfigError("param writers", f"1 when dsts={cfg.dsts} on variant {variant.name} (prefill TP < "
                                              "decode TP means one writer without PP prefill writers)", cfg.writers)
     return cfg.writers > 1
 

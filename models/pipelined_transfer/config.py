@@ -36,7 +36,7 @@ def parse_faults(text: str) -> tuple[str, ...]:
     kinds = tuple(k.strip() for k in text.split(",") if k.strip() and k.strip() != "none")
     for k in kinds:
         if k not in FAULT_KINDS:
-            raise ConfigError("--param faults", f"a comma-separated subset of {', '.join(FAULT_KINDS)}", text)
+            raise ConfigError("param faults", f"a comma-separated subset of {', '.join(FAULT_KINDS)}", text)
     return kinds
 
 
@@ -71,18 +71,18 @@ class PipelinedConfig:
 
     def __post_init__(self) -> None:
         if self.prefix_hit >= self.prompt_len:
-            raise ConfigError("--param prefix_hit", f"< prompt_len ({self.prompt_len})", self.prefix_hit)
+            raise ConfigError("param prefix_hit", f"< prompt_len ({self.prompt_len})", self.prefix_hit)
         if self.rx_cached_blocks >= self.blocks:
-            raise ConfigError("--param rx_cached_blocks", f"< the prompt's blocks ({self.blocks})",
+            raise ConfigError("param rx_cached_blocks", f"< the prompt's blocks ({self.blocks})",
                               self.rx_cached_blocks)
         n = len(prefill_chunks(self.prompt_len, self.prefix_hit, self.chunk_tokens))
         if n > self.max_chunks:
-            raise ConfigError("--param chunk_tokens", f"at most {self.max_chunks} prefill chunks", f"{n} chunks")
+            raise ConfigError("param chunk_tokens", f"at most {self.max_chunks} prefill chunks", f"{n} chunks")
         if self.prefix_sent and self.boundary != "B":
-            raise ConfigError("--param prefix_sent", "0 unless boundary=B (an option of revision B)", 1)
+            raise ConfigError("param prefix_sent", "0 unless boundary=B (an option of revision B)", 1)
         parse_faults(self.faults)
         if self.rx_pages and not self.cells_per_rank <= self.rx_pages:
-            raise ConfigError("--param rx_pages", f"0 or at least the pages of one request ({self.cells_per_rank})",
+            raise ConfigError("param rx_pages", f"0 or at least the pages of one request ({self.cells_per_rank})",
                               self.rx_pages)
 
     @property

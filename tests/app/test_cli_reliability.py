@@ -158,6 +158,18 @@ def test_a_tampered_counterexample_is_bad_input_naming_the_key(saved, tmp_path, 
         assert f"counterexample field {key}" in line or f"counterexample field '{key}'" in line, line
 
 
+@pytest.mark.parametrize("key, value", [("variant", "nope"), ("seed", "0"), ("kind", "deadlock")])
+def test_a_tampered_counterexample_under_json_names_the_key_as_the_field(saved, tmp_path, capsys, key, value):
+    doc = copy.deepcopy(saved["path" if key == "kind" else "case"])
+    doc[key] = value
+    path = tmp_path / "cx.json"
+    path.write_text(json.dumps(doc))
+    code, out, _ = run(capsys, "replay", str(path), "--json")
+    error = json.loads(out)["error"]
+    assert code == 2 and error["field"] == key and error["received"] == value and error["expected"], error
+    assert error["message"].startswith(f"{path}:1: counterexample field '{key}'")
+
+
 @pytest.mark.parametrize("name", ["stateful", "case", "path"])
 def test_an_intact_counterexample_still_replays_and_shows(saved, tmp_path, capsys, name):
     path = tmp_path / "cx.json"

@@ -31,7 +31,7 @@ def test_variant_table_resolves_names_once_and_refuses_the_rest():
     assert TABLE.resolve(TABLE["pre_x"]) is TABLE["pre_x"]
     assert TABLE.names == ("fixed", "pre_x")
     for bad in ("fixd", "", V("fixed", False)):  # a record not of this table is refused too
-        with pytest.raises(ConfigError, match="--variant: expected one of fixed, pre_x"):
+        with pytest.raises(ConfigError, match="^variant: expected one of fixed, pre_x"):
             TABLE.resolve(bad)
     assert to_jsonable({"v": TABLE["pre_x"]}) == {"v": "pre_x"}
     with pytest.raises(ValueError, match="starts with the `fixed`"):
@@ -74,7 +74,7 @@ def test_params_come_from_the_config_fields():
     values = resolve(specs, ["rooms=3", "staging=1", "backend=b"])
     config = config_from(Config, values)
     assert config == Config(rooms=3, staging=True, backend="b") and config.staging is True
-    with pytest.raises(ConfigError, match=r"--param rooms: expected an integer \(>= 1 and <= 3\), got 4"):
+    with pytest.raises(ConfigError, match=r"^param rooms: expected an integer \(>= 1 and <= 3\), got 4"):
         resolve(specs, ["rooms=4"])
 
 
@@ -90,7 +90,7 @@ def test_descriptor_builds_systems_from_names_and_values():
     run = RunSpec.resolve(model, "pre_x", ["rooms=3"])
     assert run.variant is TABLE["pre_x"] and run.given == {"rooms": 3} and run.params["rate"] == 0.5
     assert run.system().limit == 10
-    with pytest.raises(ConfigError, match="--variant"):
+    with pytest.raises(ConfigError, match="^variant"):
         RunSpec.resolve(model, "nope")
     with pytest.raises(ValueError, match="config dataclass"):
         ModelDescriptor(name="x", summary="s", source="t", variants=TABLE, system=counter_system)

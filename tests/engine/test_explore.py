@@ -107,3 +107,7 @@ def test_an_engine_error_names_its_field_and_a_command_line_its_flag():
     assert str(flagged) == "--checkpoint: expected a new or empty folder, got '/x' (it holds a checkpoint)"
     assert (flagged.field, flagged.expected, flagged.received) == ("--checkpoint", error.expected, error.received)
     assert error.named({"resume": "--resume"}) is error  # a field the mapping does not name keeps its name
+    # a field of several words is mapped by its first: a model's `param requests` is the flag `--param requests`
+    param = ConfigError("param requests", "an integer (>= 1)", 0).named({"param": "--param"})
+    assert str(param) == "--param requests: expected an integer (>= 1), got 0" and param.field == "--param requests"
+    assert ConfigError("the checkpoint key", "x", 1).named({"checkpoint": "--checkpoint"}).field == "the checkpoint key"

@@ -107,9 +107,9 @@ def private_key() -> bytes:
         finally:
             os.close(fd)
     except OSError as exc:
-        raise ConfigError("checkpoint key", expected, path, exc.strerror or type(exc).__name__) from None
+        raise ConfigError("the checkpoint key", expected, path, exc.strerror or type(exc).__name__) from None
     if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o077 or len(key) != KEY_BYTES:
-        raise ConfigError("checkpoint key", expected, path, f"mode {stat.filemode(info.st_mode)}, owner uid "
+        raise ConfigError("the checkpoint key", expected, path, f"mode {stat.filemode(info.st_mode)}, owner uid "
                                                             f"{info.st_uid}, {len(key)} bytes")
     return key
 

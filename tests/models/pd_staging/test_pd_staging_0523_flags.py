@@ -30,7 +30,7 @@ def test_dup_ready_through_the_re_enqueue_on_0_5_23():
 
 
 def test_several_writers_with_several_destinations_need_pp_writers():
-    with pytest.raises(ConfigError, match="--param writers: expected 1 when dsts=2 on variant fixed"):
+    with pytest.raises(ConfigError, match="^param writers: expected 1 when dsts=2 on variant fixed"):
         DESCRIPTOR.build_system("fixed", DUP).initial_states()
 
 

@@ -156,7 +156,7 @@ def test_config_errors_name_the_field():
         StagingPlanConfig(1000, 1000, 16)
     with pytest.raises(ConfigError, match="chunked_prefill_size"):
         StagingPlanConfig(1000, 0, 16, 0)
-    with pytest.raises(ConfigError, match="--variant: expected one of fixed, pre_05c7ebf, sglang_0_5_23, proposed_per_dst_retry, got 'old'"):
+    with pytest.raises(ConfigError, match="^variant: expected one of fixed, pre_05c7ebf, sglang_0_5_23, proposed_per_dst_retry, got 'old'"):
         VARIANTS["old"]
 
 

@@ -56,7 +56,7 @@ def test_prealloc_required_tokens_numbers():
     # tail starts on a page boundary: F=300, W=100, P=64 -> floor_64(200)=192 -> tail 108 -> 2 pages
     assert swa_tail_len(300, 64, 100) == 108 and physical_pages(300, 64, 100) == (5, 2)
     assert prealloc_required_tokens(300, 64, 100) == (320, 128)
-    with pytest.raises(ConfigError, match="--variant: expected one of fixed, pre_af7c62e"):
+    with pytest.raises(ConfigError, match="^variant: expected one of fixed, pre_af7c62e"):
         DESCRIPTOR.variant("old")
 
 
