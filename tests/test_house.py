@@ -280,3 +280,14 @@ def test_every_model_and_engine_has_its_test_folder_and_basenames_are_unique():
     assert not list(TESTS.rglob("__init__.py"))
     names = [p.name for p in _test_files()]
     assert sorted(n for n in set(names) if names.count(n) > 1) == [], WHERE
+
+
+def test_every_test_file_the_code_and_docs_name_exists():
+    # a hint, a docstring or a doc pointing at a test file that moved sends its reader nowhere (a path of an
+    # engine's own tests, vLLM's tests/v1/..., is not ours)
+    named = re.compile(r"(?<![\w/.-])tests/(?:(?:" + "|".join(AREAS) + r")/[\w/]*)?test_\w+\.py")
+    tracked = subprocess.run(["git", "ls-files", "kvsim", "models", "properties", "docs", "README.md"], cwd=ROOT,
+                             capture_output=True, text=True, check=True).stdout.split()
+    missing = sorted({f"{f}: {m}" for f in tracked if f.endswith((".py", ".md", ".toml"))
+                      for m in named.findall((ROOT / f).read_text(encoding="utf-8")) if not (ROOT / m).is_file()})
+    assert missing == [], "\n".join(missing)

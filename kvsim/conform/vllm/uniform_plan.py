@@ -279,7 +279,7 @@ def _pinned(ctx: Context) -> list[UniformCase]:
 
 
 def properties_note(ctx: Context) -> str:
-    return "the model's pre_b38e111d fails the same properties on these batches (tests/test_mla_properties.py)"
+    return "the model's pre_b38e111d fails the same properties on these batches (tests/models/mla_chunks/test_mla_chunks_properties.py)"
 
 
 UNIFORM = Differential(
