@@ -1,3 +1,3 @@
-from .app.cli import main
+from .app.cli import entry
 
-raise SystemExit(main())
+entry()

@@ -165,6 +165,34 @@ def _paths(args: argparse.Namespace) -> None:
             check(f"--{flag}", value)
 
 
+# the exit codes of the commands that finished in this process (`entry` reads the last)
+FINISHED: list[int] = []
+
+
+def entry() -> None:
+    """The `kvsim` program: `main` on the process's arguments. A Ctrl-C that lands once the command has finished
+    (its output printed, its handlers put back, the interpreter shutting down) ends the process at once with the
+    command's exit code: before, it was taken as an interrupt of nothing (exit 130) or killed the interpreter in
+    its shutdown (rc -2). Before the command finishes, a Ctrl-C is Python's as ever (the commands that stop
+    cleanly on it install their own handler)."""
+
+    def late(signum: int, frame: Any) -> None:
+        if not FINISHED:
+            raise KeyboardInterrupt
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):  # closed, or the reader went away: nothing more to say
+                pass
+        os._exit(FINISHED[-1])
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, late)
+    code = main()
+    FINISHED.append(code)  # an error's exit code too
+    sys.exit(code)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     wants_json = "--json" in argv
@@ -174,7 +202,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Ctrl-C or SIGTERM: the command stops as at its budget, and reports what ran (`kvsim.engine.interrupt`)
         signals = stopping_on_signals() if args.command in STOP_ON_SIGNALS else nullcontext()
         with _deadline(_alarm_seconds(args)), signals, _quiet_stops():
-            return COMMANDS[args.command](args)
+            code = COMMANDS[args.command](args)
+            FINISHED.append(code)  # its output is out: a Ctrl-C from here on ends the `kvsim` process with it
+            return code
     except BrokenPipeError:  # the reader went away (`kvsim ... | head`): nothing more to say, and no traceback
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
