@@ -36,6 +36,47 @@ REJECTION = ("plan_capability_rejection_reason", "structural_eligibility_rejecti
 ORDERS = ("ordered_sm80_backends", "ordered_sm90_backends", "ordered_sm100_backends", "_ordered_sm107_backends",
           "ordered_sm12x_backends", "_prefer")
 MAXIMUM_IS_SYMMETRIC = "torch.maximum's two arguments swapped: the same maximum"
+RESOLVER = "_MLAPlanMetadataResolver"
+EQUAL_IS_SYMMETRIC = "torch.equal's two tensors swapped (directly or through _equal_tensor_values): the same test"
+MAX_IS_SYMMETRIC = "max's two arguments swapped: the same maximum"
+PAGE_SIZE_REPEATED = ("the resolver's page-size check loosened: every method validates a whole form next, whose "
+                      "validator raises the same message; it comes first only before a partial or missing form or an "
+                      "invalid alignment, inputs not drawn (the known order, kvsim/conform/flashinfer/metadata.py)")
+METADATA_SURVIVORS = (
+    Survivor("_validate_csr_metadata", "boolean", "strict or has_canonical_batch_shape",
+             "strict without a canonical batch has raised just before (the batch dimensions), so the clause is "
+             "has_canonical_batch_shape wherever it is read"),
+    Survivor("_validate_csr_metadata", "arguments", "expected_pages, actual_pages", EQUAL_IS_SYMMETRIC),
+    Survivor("_derive_dense_from_csr", "constant", "0",
+             "an empty batch's max page count 1 instead of 0: the width is max(1, ...) or the alignment's smallest "
+             "positive multiple either way, and the table has no rows"),
+    Survivor("_derive_dense_from_csr", "arguments", "1, max_pages", MAX_IS_SYMMETRIC),
+    Survivor("_derive_dense_from_csr", "arguments", "table_width_alignment,\n            ((max_pages + "
+             "table_width_alignment - 1) // table_width_alignment)\n            * table_width_alignment",
+             MAX_IS_SYMMETRIC),
+    Survivor("_derive_dense_from_csr", "comparison", ">", "a request with no page copies an empty slice either way"),
+    Survivor(RESOLVER, "boolean", "not isinstance(self.page_size, int)\n            or isinstance(self.page_size, "
+             "bool)\n            or self.page_size <= 0", PAGE_SIZE_REPEATED),
+    Survivor(RESOLVER, "comparison", "<=", PAGE_SIZE_REPEATED),
+    Survivor(RESOLVER, "arguments", 'left.to(device="cpu"), right.to(device="cpu")', EQUAL_IS_SYMMETRIC),
+    *(Survivor(RESOLVER, "arguments", pair, EQUAL_IS_SYMMETRIC) for pair in (
+        "csr.qo_indptr, dense_as_csr.qo_indptr", "csr.kv_indptr, dense_as_csr.kv_indptr",
+        "csr.kv_indices[:csr_live_end], dense_as_csr.kv_indices", "csr.kv_len_arr, dense_as_csr.kv_len_arr")),
+    *(Survivor(RESOLVER, "boolean", clause, "the form passed in is the cached validated one, which the call returns")
+      for clause in ("csr or self._validate_csr()", "dense or self._validate_dense(None)")),
+    Survivor(RESOLVER, "constant", "0",
+             "resolve_dense's `width > 1`: a width-1 table at alignment 1 is padded to width max(1, 1) = 1, a copy "
+             "with the same values"),
+    Survivor(RESOLVER, "arguments", "table_width_alignment,\n                    ((width + table_width_alignment - "
+             "1) // table_width_alignment)\n                    * table_width_alignment", MAX_IS_SYMMETRIC),
+    Survivor(RESOLVER, "constant", "1",
+             "resolve_dense's padded width (w + a - 0) // a: reached only when w is 0 or not a multiple of a, where "
+             "it equals (w + a - 1) // a"),
+)
+METADATA_UNREACHED = (
+    Unreached(f"{RESOLVER}._validate_dense", "elif table_width_alignment is not None:",
+              "every caller in the resolver passes None (resolve_dense checks and pads the alignment itself)"),
+)
 
 CHECK_SHAPE_IS_SYMMETRIC = "check_shape's two tensors swapped: the same test of equal shapes"
 TRITON_SYMMETRIC = (  # the Triton merges' equivalent mutants: a symmetric call's two arguments swapped
@@ -109,7 +150,8 @@ CONFORM = (
                   Upstream(CAPS, ("_BackendPlanUnsupportedError",), checked=()),
                   Upstream(PLANNING, METADATA + ("_CSRPlanMetadata", "_DensePlanMetadata"),
                            checked=METADATA + ("_indptr_values", "_max_q_len", "_check_table_width_alignment"))),
-        adapter="kvsim.conform.flashinfer.metadata:METADATA",
+        adapter="kvsim.conform.flashinfer.metadata:METADATA", survivors=METADATA_SURVIVORS,
+        unreached=METADATA_UNREACHED,
         doc="validation (strict or not), CSR <-> dense conversions at any alignment, and the resolver's methods on "
             "every form (partial ones and dual ones that differ), the rule a refusal names"),
     ConformTarget(
@@ -119,6 +161,10 @@ CONFORM = (
                   Upstream(WRAPPER, (FAMILY,), checked=(f"{FAMILY}.plan_from_wrapper",)),
                   *(Upstream(f, (), checked=()) for f in BACKEND_FILES)),
         adapter="kvsim.conform.flashinfer.fallback:SELECTION_LOOPS",
+        survivors=tuple(Survivor(f"{AUTO}.plan_from_wrapper", "constant", digit,
+                                 "the SM80 test `== (8, 0)` changed: ordered_sm80_backends is _prefer('fa2'), the "
+                                 "default candidate order itself (it begins with fa2), so SM80 taking the default "
+                                 "branch gets the same candidates") for digit in ("8", "0")),
         doc="auto and cute-dsl selection loops over stand-in backends: typed fallback only, single-candidate "
             "re-raise, all-rejected error, the probes in order"),
     ConformTarget(

@@ -5,9 +5,11 @@
   the model's `CAPABILITIES`, field by field; then `plan_capability_rejection_reason` against the model's
   `capability_rejection` on random plan contracts (every field, `enable_pdl` None / False / True, a query kind
   of None) for a release backend's record or a random one (any modes, any flags: the rules the release's
-  matrix never exercises, such as skip-softmax with an LSE). Convention: upstream returns a message, the model
-  a `Rejection` kind; the adapter names upstream's message by its wording (`KIND_WORDS`) and by the backend
-  name it starts with.
+  matrix never exercises, such as skip-softmax with an LSE), or a random one widened to admit the contract's
+  modes and layouts (`admitting`: only the flags can reject, so each flag rule is reached). Convention:
+  upstream returns a message, the model a `Rejection` kind; the adapter names upstream's message by its wording
+  (`KIND_WORDS`) and by the backend name it starts with. Pinned besides the matrix: each flag rule's contract on
+  a record admitting every mode and layout, every flag set or none (`flag_cases`).
 * `AUTO_ORDER` (a Differential): `ordered_sm80_backends`, `ordered_sm90_backends`, `ordered_sm100_backends`,
   `_ordered_sm107_backends`, `ordered_sm12x_backends` and the default `_AUTO_BACKEND_CANDIDATES` against the
   model's `auto_order` on each compute capability, on random workloads of two kinds: any batch (empty ones
@@ -84,6 +86,8 @@ class RejectionCase:
 
 
 MATRIX = "the capability matrix"
+FLAG_CONTRACTS = (PlanContract(skip_softmax=True, lse_mode="base2"), PlanContract(skip_softmax=True),
+                  PlanContract(enable_pdl=True), PlanContract(use_sinks=True))  # one per flag rule
 
 
 def records() -> Any:
@@ -97,16 +101,36 @@ def records() -> Any:
                      subset(model_caps.SCALE_MODES), st.tuples(*(st.booleans() for _ in FLAGS)))
 
 
+def admitting(contract: PlanContract, record: tuple[tuple[str, Any], ...]) -> tuple[tuple[str, Any], ...]:
+    """`record` widened to admit `contract`'s modes and layouts (its own and the contract's), packed views not
+    required: only its flags can reject, so the flag rules (checked last) are reached with either flag value."""
+    modes = {"lse_modes": contract.lse_mode, "kv_layouts": contract.kv_layout, "output_scales": contract.output_scale,
+             "scale_modes": contract.scale_mode}
+    return tuple((k, tuple(sorted({*v, modes[k]})) if k in modes else False if k.startswith("requires_") else v)
+                 for k, v in record)
+
+
 def rejection_cases() -> Any:
     from kvsim.properties.mla_backends.strategies import CONTRACTS
 
     return st.one_of(st.builds(RejectionCase, CONTRACTS, st.sampled_from(tuple(MODEL_CAPABILITIES))),
-                     st.builds(lambda c, r: RejectionCase(c, record=r), CONTRACTS, records()))
+                     st.builds(lambda c, r: RejectionCase(c, record=r), CONTRACTS, records()),
+                     st.builds(lambda c, r: RejectionCase(c, record=admitting(c, r)), CONTRACTS, records()))
 
 
 def _record(cls: type, case: RejectionCase) -> Any:
     fields = dict(case.record)
     return cls(**{k: frozenset(v) if isinstance(v, tuple) else v for k, v in fields.items()})
+
+
+def flag_cases(ctx: Context) -> list[Any]:
+    """The matrix, and each flag rule's contract on a record admitting every mode and layout, with every flag set
+    and with none: the rule decides alone (random records reach it seldom, behind four set-membership rules)."""
+    every = (("lse_modes", model_caps.LSE_MODES), ("kv_layouts", model_caps.KV_LAYOUTS),
+             ("output_scales", model_caps.OUTPUT_SCALES), ("scale_modes", model_caps.SCALE_MODES))
+    return [MATRIX] + [RejectionCase(c, record=admitting(c, (("backend_name", "random"), *every,
+                                                             *((f, flag) for f in FLAGS))))
+                       for c in FLAG_CONTRACTS for flag in (True, False)]
 
 
 def capabilities_model(ctx: Context, case: Any) -> Any:
@@ -132,7 +156,7 @@ def describe_capabilities(ctx: Context, case: Any) -> Any:
 
 
 CAPABILITIES = Differential(
-    prepare=prepare_capabilities, inputs=lambda ctx: rejection_cases(), pinned=lambda ctx: [MATRIX],
+    prepare=prepare_capabilities, inputs=lambda ctx: rejection_cases(), pinned=flag_cases,
     model=capabilities_model, upstream=capabilities_upstream, describe=describe_capabilities,
     note=lambda ctx: f"{len(MODEL_CAPABILITIES)} backends' matrices; rejection reasons on release and random "
                      f"capability records")
