@@ -73,6 +73,50 @@ METADATA_SURVIVORS = (
              "resolve_dense's padded width (w + a - 0) // a: reached only when w is 0 or not a multiple of a, where "
              "it equals (w + a - 1) // a"),
 )
+SM100, SM107 = "ordered_sm100_backends", "_ordered_sm107_backends"
+FLAT = "a flat CSR (batch arrays of other lengths) is not drawn: the model's auto order resolves a strict CSR"
+SM107_EVEN = ("total_q is even (2 or 4 queries a request) and the capacity a multiple of 128 (rounded up), so a "
+              "limit moved by one decides the same")
+MTP_GATE = "\n        or ".join((  # _ordered_sm107_backends' eligibility test, clause by clause
+    "args.q_data_type != torch.float8_e4m3fn", "args.kv_data_type != torch.float8_e4m3fn",
+    "args.output_dtype != torch.float8_e4m3fn", "args.num_heads != 128", "args.head_dim_ckv != 512",
+    "args.head_dim_kpe != 64", "args.page_size not in (64, 128)", "not args.causal", 'args.query_layout != "packed"',
+    'args.kv_cache_layout != "packed"', 'args.scale_mode != "default"', "args.sm_scale <= 0",
+    'args.output_scale != "none"', "args.use_sinks", "args.use_profiler", "args.skip_softmax",
+    "args.enable_pdl is True"))
+MTP_BATCH = "\n        or ".join(("not 32 <= batch <= 128", "len(q_lens) != batch", "q_lens[0] not in (2, 4)",
+                                 "any(q != q_lens[0] for q in q_lens)", "min(lengths) < q_lens[0]"))
+AUTO_ORDER_SURVIVORS = (
+    Survivor(SM100, "boolean", "not q_lens or len(q_lens) != len(kv_lens)",
+             f"without `not q_lens`, an empty batch returns the same order at the total_q test; without the length "
+             f"test: {FLAT}"),
+    Survivor(SM100, "arguments", "q_lens, kv_lens", "zip's two lists swapped: the same products q * kv"),
+    Survivor(SM100, "comparison", "<=",
+             "rule 3's `output_work <= 2048` at 2048: heads * queries = 2048 needs a power-of-two head count; from 128 "
+             "heads the within-eager-limit rule has already returned FA2 wherever rule 3 would, below 128 it needs "
+             "32 or more decode requests, past rule 3's batch limit of 31"),
+    Survivor(SM100, "constant", "2048", "rule 3's `output_work <= 2047`: differs only at 2048 (see `<=`)"),
+    Survivor(SM100, "boolean", "max_q == 1 and (\n            min_kv >= 8192\n            or (output_work > 384 and "
+             "max_kv > 512)\n            or (16 < heads < 32 and min_kv > 512 and max_kv <= 2048)\n        )",
+             "without `max_q == 1`: a multi-query graph workload reaching it gets the CuTe-first order either way"),
+    *(Survivor(SM100, operator, original,
+               "the graph rule's `max_kv > 512`: with work up to 2^20 and max_kv <= 512 the query-tile rule has "
+               "returned before, so max_kv > 512 holds here; with more work both outcomes are the CuTe-first order")
+      for operator, original in (("boolean", "output_work > 384 and max_kv > 512"), ("comparison", ">"),
+                                 ("constant", "512"))),
+    Survivor(SM107, "boolean", MTP_GATE,
+             "one FP8 dtype test dropped: the model's request has one fp8 flag, so the query, KV and output dtypes "
+             "are FP8 together and the other two tests decide"),
+    Survivor(SM107, "boolean", MTP_BATCH,
+             f"without `len(q_lens) != batch`: {FLAT}"),
+    Survivor(SM107, "constant", "32", "a batch of 31 has at most 124 queries (2 or 4 a request): below both "
+                                      "regimes' floors (128 eager, 256 under a graph)"),
+    Survivor(SM107, "constant", "0", "q_lens[1] for q_lens[0]: the batch has 32 or more requests, all with the same "
+                                     "query length by then (or the test that compares them returns either way)"),
+    Survivor(SM107, "constant", "127", "the capacity rounding's 127 made 126: the capacity is a multiple of 64 (page "
+                                       "64 or 128), so it rounds to the same multiple of 128"),
+    *(Survivor(SM107, "constant", limit, SM107_EVEN) for limit in ("256", "128", "2048", "65536")),
+)
 METADATA_UNREACHED = (
     Unreached(f"{RESOLVER}._validate_dense", "elif table_width_alignment is not None:",
               "every caller in the resolver passes None (resolve_dense checks and pads the alignment itself)"),
@@ -141,7 +185,7 @@ CONFORM = (
     ConformTarget(
         "flashinfer", "auto-order",
         upstream=(Upstream(POLICY, ORDERS + ("_AUTO_BACKEND_CANDIDATES",), checked=ORDERS),),
-        adapter="kvsim.conform.flashinfer.selection:AUTO_ORDER",
+        adapter="kvsim.conform.flashinfer.selection:AUTO_ORDER", survivors=AUTO_ORDER_SURVIVORS,
         doc="the auto candidate order per compute capability on random and regime-boundary workloads (Rubin MTP's "
             "included)"),
     ConformTarget(
