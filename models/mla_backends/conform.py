@@ -36,6 +36,91 @@ REJECTION = ("plan_capability_rejection_reason", "structural_eligibility_rejecti
 ORDERS = ("ordered_sm80_backends", "ordered_sm90_backends", "ordered_sm100_backends", "_ordered_sm107_backends",
           "ordered_sm12x_backends", "_prefer")
 MAXIMUM_IS_SYMMETRIC = "torch.maximum's two arguments swapped: the same maximum"
+RESOLVER = "_MLAPlanMetadataResolver"
+EQUAL_IS_SYMMETRIC = "torch.equal's two tensors swapped (directly or through _equal_tensor_values): the same test"
+MAX_IS_SYMMETRIC = "max's two arguments swapped: the same maximum"
+PAGE_SIZE_REPEATED = ("the resolver's page-size check loosened: every method validates a whole form next, whose "
+                      "validator raises the same message; it comes first only before a partial or missing form or an "
+                      "invalid alignment, inputs not drawn (the known order, kvsim/conform/flashinfer/metadata.py)")
+METADATA_SURVIVORS = (
+    Survivor("_validate_csr_metadata", "boolean", "strict or has_canonical_batch_shape",
+             "strict without a canonical batch has raised just before (the batch dimensions), so the clause is "
+             "has_canonical_batch_shape wherever it is read"),
+    Survivor("_validate_csr_metadata", "arguments", "expected_pages, actual_pages", EQUAL_IS_SYMMETRIC),
+    Survivor("_derive_dense_from_csr", "constant", "0",
+             "an empty batch's max page count 1 instead of 0: the width is max(1, ...) or the alignment's smallest "
+             "positive multiple either way, and the table has no rows"),
+    Survivor("_derive_dense_from_csr", "arguments", "1, max_pages", MAX_IS_SYMMETRIC),
+    Survivor("_derive_dense_from_csr", "arguments", "table_width_alignment,\n            ((max_pages + "
+             "table_width_alignment - 1) // table_width_alignment)\n            * table_width_alignment",
+             MAX_IS_SYMMETRIC),
+    Survivor("_derive_dense_from_csr", "comparison", ">", "a request with no page copies an empty slice either way"),
+    Survivor(RESOLVER, "boolean", "not isinstance(self.page_size, int)\n            or isinstance(self.page_size, "
+             "bool)\n            or self.page_size <= 0", PAGE_SIZE_REPEATED),
+    Survivor(RESOLVER, "comparison", "<=", PAGE_SIZE_REPEATED),
+    Survivor(RESOLVER, "arguments", 'left.to(device="cpu"), right.to(device="cpu")', EQUAL_IS_SYMMETRIC),
+    *(Survivor(RESOLVER, "arguments", pair, EQUAL_IS_SYMMETRIC) for pair in (
+        "csr.qo_indptr, dense_as_csr.qo_indptr", "csr.kv_indptr, dense_as_csr.kv_indptr",
+        "csr.kv_indices[:csr_live_end], dense_as_csr.kv_indices", "csr.kv_len_arr, dense_as_csr.kv_len_arr")),
+    *(Survivor(RESOLVER, "boolean", clause, "the form passed in is the cached validated one, which the call returns")
+      for clause in ("csr or self._validate_csr()", "dense or self._validate_dense(None)")),
+    Survivor(RESOLVER, "constant", "0",
+             "resolve_dense's `width > 1`: a width-1 table at alignment 1 is padded to width max(1, 1) = 1, a copy "
+             "with the same values"),
+    Survivor(RESOLVER, "arguments", "table_width_alignment,\n                    ((width + table_width_alignment - "
+             "1) // table_width_alignment)\n                    * table_width_alignment", MAX_IS_SYMMETRIC),
+    Survivor(RESOLVER, "constant", "1",
+             "resolve_dense's padded width (w + a - 0) // a: reached only when w is 0 or not a multiple of a, where "
+             "it equals (w + a - 1) // a"),
+)
+SM100, SM107 = "ordered_sm100_backends", "_ordered_sm107_backends"
+FLAT = "a flat CSR (batch arrays of other lengths) is not drawn: the model's auto order resolves a strict CSR"
+SM107_EVEN = ("total_q is even (2 or 4 queries a request) and the capacity a multiple of 128 (rounded up), so a "
+              "limit moved by one decides the same")
+MTP_GATE = "\n        or ".join((  # _ordered_sm107_backends' eligibility test, clause by clause
+    "args.q_data_type != torch.float8_e4m3fn", "args.kv_data_type != torch.float8_e4m3fn",
+    "args.output_dtype != torch.float8_e4m3fn", "args.num_heads != 128", "args.head_dim_ckv != 512",
+    "args.head_dim_kpe != 64", "args.page_size not in (64, 128)", "not args.causal", 'args.query_layout != "packed"',
+    'args.kv_cache_layout != "packed"', 'args.scale_mode != "default"', "args.sm_scale <= 0",
+    'args.output_scale != "none"', "args.use_sinks", "args.use_profiler", "args.skip_softmax",
+    "args.enable_pdl is True"))
+MTP_BATCH = "\n        or ".join(("not 32 <= batch <= 128", "len(q_lens) != batch", "q_lens[0] not in (2, 4)",
+                                 "any(q != q_lens[0] for q in q_lens)", "min(lengths) < q_lens[0]"))
+AUTO_ORDER_SURVIVORS = (
+    Survivor(SM100, "boolean", "not q_lens or len(q_lens) != len(kv_lens)",
+             f"without `not q_lens`, an empty batch returns the same order at the total_q test; without the length "
+             f"test: {FLAT}"),
+    Survivor(SM100, "arguments", "q_lens, kv_lens", "zip's two lists swapped: the same products q * kv"),
+    Survivor(SM100, "comparison", "<=",
+             "rule 3's `output_work <= 2048` at 2048: heads * queries = 2048 needs a power-of-two head count; from 128 "
+             "heads the within-eager-limit rule has already returned FA2 wherever rule 3 would, below 128 it needs "
+             "32 or more decode requests, past rule 3's batch limit of 31"),
+    Survivor(SM100, "constant", "2048", "rule 3's `output_work <= 2047`: differs only at 2048 (see `<=`)"),
+    Survivor(SM100, "boolean", "max_q == 1 and (\n            min_kv >= 8192\n            or (output_work > 384 and "
+             "max_kv > 512)\n            or (16 < heads < 32 and min_kv > 512 and max_kv <= 2048)\n        )",
+             "without `max_q == 1`: a multi-query graph workload reaching it gets the CuTe-first order either way"),
+    *(Survivor(SM100, operator, original,
+               "the graph rule's `max_kv > 512`: with work up to 2^20 and max_kv <= 512 the query-tile rule has "
+               "returned before, so max_kv > 512 holds here; with more work both outcomes are the CuTe-first order")
+      for operator, original in (("boolean", "output_work > 384 and max_kv > 512"), ("comparison", ">"),
+                                 ("constant", "512"))),
+    Survivor(SM107, "boolean", MTP_GATE,
+             "one FP8 dtype test dropped: the model's request has one fp8 flag, so the query, KV and output dtypes "
+             "are FP8 together and the other two tests decide"),
+    Survivor(SM107, "boolean", MTP_BATCH,
+             f"without `len(q_lens) != batch`: {FLAT}"),
+    Survivor(SM107, "constant", "32", "a batch of 31 has at most 124 queries (2 or 4 a request): below both "
+                                      "regimes' floors (128 eager, 256 under a graph)"),
+    Survivor(SM107, "constant", "0", "q_lens[1] for q_lens[0]: the batch has 32 or more requests, all with the same "
+                                     "query length by then (or the test that compares them returns either way)"),
+    Survivor(SM107, "constant", "127", "the capacity rounding's 127 made 126: the capacity is a multiple of 64 (page "
+                                       "64 or 128), so it rounds to the same multiple of 128"),
+    *(Survivor(SM107, "constant", limit, SM107_EVEN) for limit in ("256", "128", "2048", "65536")),
+)
+METADATA_UNREACHED = (
+    Unreached(f"{RESOLVER}._validate_dense", "elif table_width_alignment is not None:",
+              "every caller in the resolver passes None (resolve_dense checks and pads the alignment itself)"),
+)
 
 CHECK_SHAPE_IS_SYMMETRIC = "check_shape's two tensors swapped: the same test of equal shapes"
 TRITON_SYMMETRIC = (  # the Triton merges' equivalent mutants: a symmetric call's two arguments swapped
@@ -100,7 +185,7 @@ CONFORM = (
     ConformTarget(
         "flashinfer", "auto-order",
         upstream=(Upstream(POLICY, ORDERS + ("_AUTO_BACKEND_CANDIDATES",), checked=ORDERS),),
-        adapter="kvsim.conform.flashinfer.selection:AUTO_ORDER",
+        adapter="kvsim.conform.flashinfer.selection:AUTO_ORDER", survivors=AUTO_ORDER_SURVIVORS,
         doc="the auto candidate order per compute capability on random and regime-boundary workloads (Rubin MTP's "
             "included)"),
     ConformTarget(
@@ -109,7 +194,8 @@ CONFORM = (
                   Upstream(CAPS, ("_BackendPlanUnsupportedError",), checked=()),
                   Upstream(PLANNING, METADATA + ("_CSRPlanMetadata", "_DensePlanMetadata"),
                            checked=METADATA + ("_indptr_values", "_max_q_len", "_check_table_width_alignment"))),
-        adapter="kvsim.conform.flashinfer.metadata:METADATA",
+        adapter="kvsim.conform.flashinfer.metadata:METADATA", survivors=METADATA_SURVIVORS,
+        unreached=METADATA_UNREACHED,
         doc="validation (strict or not), CSR <-> dense conversions at any alignment, and the resolver's methods on "
             "every form (partial ones and dual ones that differ), the rule a refusal names"),
     ConformTarget(
@@ -119,6 +205,10 @@ CONFORM = (
                   Upstream(WRAPPER, (FAMILY,), checked=(f"{FAMILY}.plan_from_wrapper",)),
                   *(Upstream(f, (), checked=()) for f in BACKEND_FILES)),
         adapter="kvsim.conform.flashinfer.fallback:SELECTION_LOOPS",
+        survivors=tuple(Survivor(f"{AUTO}.plan_from_wrapper", "constant", digit,
+                                 "the SM80 test `== (8, 0)` changed: ordered_sm80_backends is _prefer('fa2'), the "
+                                 "default candidate order itself (it begins with fa2), so SM80 taking the default "
+                                 "branch gets the same candidates") for digit in ("8", "0")),
         doc="auto and cute-dsl selection loops over stand-in backends: typed fallback only, single-candidate "
             "re-raise, all-rejected error, the probes in order"),
     ConformTarget(

@@ -13,7 +13,8 @@ Comparison (`NamedRefusals`): a raise equals the model's refusal when its messag
 Conventions: the model reduces tensors to presence and dtype names (`bfloat16`, `float8_e4m3fn`, `float16`);
 the adapter builds one-element CPU tensors and numbers for them; a bmm scale the model calls `scalar` is a float
 or an int, one it calls `bool` (not a number) is `True` or the string "1.0"; upstream names dtypes `torch.<name>`.
-Pinned: every pair of bmm scale kinds in both forms, against a contract planned with scalar bmm scales.
+Pinned: every pair of bmm scale kinds in both forms, against a contract planned with scalar bmm scales; each
+KV scale alone on a plan without FP8 KV; a KV scale with one bmm scale (the exclusive families before the pair).
 
 Survivors (declared in `models/mla_backends/conform.py`): `bmm1_scale is not None and bmm2_scale is not None`
 with either clause dropped (the pair check before it has raised unless both or neither are given). The
@@ -150,9 +151,14 @@ def pinned(ctx: Context) -> list[RunCase]:
     scale_rules = [RunCase(contract, RunArguments(bmm1_scale=a, bmm2_scale=b), forms=(form, form))
                    for a in BMM for b in BMM for form in (0, 1)]
     # the FP8 KV scale rules, checked after the scale mode matches: kpe_scale missing on a kv-per-tensor plan, and
-    # a KV scale given to a plan without FP8 KV
-    return scale_rules + [RunCase(InputContract(scale_mode="kv-per-tensor"), RunArguments(ckv_scale=True)),
-                          RunCase(InputContract(), RunArguments(kpe_scale=True))]
+    # each KV scale alone given to a plan without FP8 KV
+    kv_alone = [RunCase(InputContract(), RunArguments(**{name: True}))
+                for name in ("ckv_scale", "ckv_scale_arr", "kpe_scale")]
+    # the two scale families together, one bmm scale alone: exclusive families, checked before the bmm pair
+    families = [RunCase(contract, RunArguments(ckv_scale=True, **{name: "scalar"}))
+                for name in ("bmm1_scale", "bmm2_scale")]
+    return scale_rules + [RunCase(InputContract(scale_mode="kv-per-tensor"), RunArguments(ckv_scale=True))] \
+        + kv_alone + families
 
 
 def describe(ctx: Context, case: RunCase) -> dict[str, Any]:

@@ -7,8 +7,8 @@ a real backend's preflight does: upstream's `plan_capability_rejection_reason`, 
 `_BackendPlanUnsupportedError`, then the case's injected outcome (`unsupported`: the typed signal;
 `error:<kind>`: a `RuntimeError`, as a JIT, allocation or runtime failure). On random `SELECTION_CASES` and
 `AUTO_FAULT_CASES` (any contract, every compute capability the order functions tell apart, faults,
-experimental opt-in, a CUDA-graph re-plan's previous backend: any of the nine) the answer is the backend that
-plans and the backends probed in order; a raise of the loop equals the model's refusal (`select_backend`'s
+experimental opt-in, a previous backend: any of the nine, kept only by a CUDA-graph re-plan) and pinned ones
+(`pinned`) the answer is the backend that plans and the backends probed in order; a raise of the loop equals the model's refusal (`select_backend`'s
 trace) when it is of the same shape (every candidate rejected, a single candidate's rejection re-raised, a
 failure propagated) after the same probes, each with the same outcome (`planned`, `declined`: the stand-in's
 typed signal, `failure:<kind>`, `capability:<kind>`: the preflight's rule) (`NamedRefusals`, the probes read
@@ -20,8 +20,10 @@ Conventions: the compute-capability probes (`get_compute_capability`, `is_sm90a_
 for the case; the wrapper's backend table (`from ._wrapper import _BACKEND_TYPES`, imported inside the loop) is
 the stand-in table; `plan_args.csr()` returns the CSR tensors (validation is the metadata target's).
 
-Survivors (declared in `models/mla_backends/conform.py`): in the cute-dsl loop, the sink filter keeps the family
-as it is in 0.7.4 (no member supports sinks), so `candidate_types = sink_candidate_types` runs for no input.
+Survivors (declared in `models/mla_backends/conform.py`): the auto loop's SM80 test `== (8, 0)` with a digit
+changed (`ordered_sm80_backends` is the default order: fa2 comes first in both). Not run (no mutant there): in the
+cute-dsl loop, the sink filter keeps the family as it is in 0.7.4 (no member supports sinks), so
+`candidate_types = sink_candidate_types` runs for no input.
 """
 
 from __future__ import annotations
@@ -155,14 +157,20 @@ def selection_cases() -> Any:
 
     def build(case: Any, backend: str, prev: str | None) -> Any:
         backend = backend if case.backend not in ("auto", "cute-dsl") else case.backend
-        return dataclasses.replace(case, backend=backend, previous=prev if case.request.use_cuda_graph else None)
+        return dataclasses.replace(case, backend=backend, previous=prev)  # kept only by a CUDA-graph re-plan
     return st.builds(build, st.one_of(AUTO_FAULT_CASES, SELECTION_CASES), family, previous)
 
 
 def pinned(ctx: Context) -> list[Any]:
-    from kvsim.properties.mla_backends.cases import JIT_FAILURE_ON_SM90, SPLIT_ON_SM100
+    """A failure that must propagate; an all-split plan; FA2 declining on SM120 and SM121 (the next candidate is
+    the SM12x order's, not the default's); a graph re-plan's previous backend declining (re-raised alone)."""
+    from kvsim.properties.mla_backends.cases import DECODE_BATCH, JIT_FAILURE_ON_SM90, SPLIT_ON_SM100, SelectionCase
+    from kvsim.properties.mla_backends.cases import request_of as case_request
 
-    return [JIT_FAILURE_ON_SM90, SPLIT_ON_SM100]  # a failure that must propagate; an all-split plan
+    declined = (("fa2", "unsupported"),)
+    sm12x = [SelectionCase(case_request(DECODE_BATCH), cc=cc, outcomes=declined) for cc in ((12, 0), (12, 1))]
+    replan = SelectionCase(case_request(DECODE_BATCH, use_cuda_graph=True), previous="fa2", outcomes=declined)
+    return [JIT_FAILURE_ON_SM90, SPLIT_ON_SM100, *sm12x, replan]
 
 
 # -- the two sides ------------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ historical form), or as a dual form whose halves differ. The call is one of
 against the model's `validate_csr`, `validate_dense`, `csr_from_dense`, `dense_from_csr`, `check_fields`,
 `resolve_csr` and `resolve_dense`. Answers are the forms' values (tensors as lists) with their field names;
 upstream's raise equals the model's refusal when its message names the same rule (`RULE_WORDS`, and for an
-indptr rule the same field; `NamedRefusals`). Page sizes and alignments are sometimes invalid (0, -1, True, 2.0).
+indptr rule the same field, for a partial form the same missing fields; `NamedRefusals`). Page sizes and alignments are sometimes invalid (0, -1, True, 2.0).
 
 Conventions: upstream takes int32 CPU tensors; tensor rank, dtype, device and contiguity checks are upstream's
 alone (never drawn); derivations are given validated forms (upstream's `_CSRPlanMetadata` /
@@ -28,12 +28,21 @@ Known (not drawn; the issue's item, not settled here): with an invalid `page_siz
 `page_size` before a missing or partial form and before an invalid alignment; the model reports the form or the
 alignment first. Invalid page sizes are drawn only with whole forms and a valid alignment.
 
+Survivors (declared in `models/mla_backends/conform.py`): symmetric calls with their arguments swapped
+(`torch.equal`, `max`); `strict or has_canonical_batch_shape` without `strict` (strict without a canonical batch
+has raised before); the resolver's page-size check loosened (every method's validator repeats it, first only in
+the known order above); an empty batch's max page count, an empty row's copy, a width-1 table at alignment 1 and
+the padded width's rounding term, each giving the same table; the cached form passed to the dual check. Unreached:
+`_validate_dense`'s check of an alignment on a cached form (every caller passes None).
+
 Settled (model fixes, `tests/conform/flashinfer/test_conform_flashinfer.py`): the model had no non-strict CSR (FA's flat CSR, and
 the dense backends' refusal of it, `dense_batch`), no partial-form rule and no type check of `max_q_len`.
 """
 
 from __future__ import annotations
 
+import ast
+import re
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -213,9 +222,13 @@ def pinned(ctx: Context) -> list[MetadataCall]:
                 continue
             bad, rule = found
             out.append(MetadataCall(f"validate_{form}", bad, page, rule))
+            if form == "csr":  # a canonical batch is checked whole when not strict too
+                out.append(MetadataCall("validate_csr", bad, page, rule, strict=False))
             out.append(MetadataCall("resolver", bad, page, rule, calls=(("resolve_csr", None),)))
             out.append(MetadataCall("resolver", bad, page, rule, calls=(("resolve_native_dense", None),)))
-    for flat in (_flat(csr, True), _flat(csr, False)):
+    flats = (_flat(csr, True), _flat(csr, False), replace(csr, kv_indptr=csr.kv_indptr[:-1]),
+             replace(csr, kv_len_arr=csr.kv_len_arr[:-1]), replace(_flat(csr, True), kv_indices=csr.kv_indices[:1]))
+    for flat in flats:  # FA's two, one batch array short alone (each size rule), one with short indices
         for strict in (True, False):
             out.append(MetadataCall("validate_csr", PlanMetadata(csr=flat), page, "flat", strict=strict))
             for method in ("resolve_csr", "resolve_native_dense", "resolve_dense"):
@@ -234,7 +247,7 @@ def pinned(ctx: Context) -> list[MetadataCall]:
     out.append(MetadataCall("validate_dense", rows, page, "batch_mismatch"))
     out.append(MetadataCall("validate_dense", PlanMetadata(dense=replace(dense, block_tables=tuple(
         r + (0,) for r in dense.block_tables), width=dense.width + 1)), page, alignment=dense.width + 1))
-    for alignment in (2, 3, 4):
+    for alignment in (2, 3, 4, 5):
         for device in ("cpu", "meta"):
             out.append(MetadataCall("resolver", PlanMetadata(dense=dense), page, device=device, calls=(
                 ("resolve_dense", alignment), ("resolve_device_dense", alignment), ("resolve_dense", alignment))))
@@ -250,6 +263,37 @@ def pinned(ctx: Context) -> list[MetadataCall]:
     for alignment in (None, 2):
         out.append(MetadataCall("dense_from_csr", PlanMetadata(empty.csr(), empty.dense()), page, alignment=alignment))
     out.append(MetadataCall("resolver", PlanMetadata(csr=empty.csr()), page, calls=(("resolve_native_dense", None),)))
+    return out + boundary_calls(base)
+
+
+def boundary_calls(base: Any) -> list[MetadataCall]:
+    """The boundaries random batches seldom hit: invalid page sizes through each validator, a page size of 1, a
+    table exactly as wide as its live pages (a length a multiple of the page, one short of it) or one page short
+    (a length one past a multiple), a table of width 0 with an alignment, derivations at alignments that round,
+    and dual forms that differ in one field alone (or agree, with spare indices past the live end)."""
+    from kvsim.properties.mla_backends.cases import MetadataCase
+
+    page, csr, dense = base.page_size, base.csr(), base.dense()
+    out = [MetadataCall(f"validate_{form}", PlanMetadata(**{form: value}), bad, "page_size")
+           for bad in INVALID for form, value in (("csr", csr), ("dense", dense))]
+    unit = MetadataCase((1, 2), (2, 3), page_size=1)
+    out += [MetadataCall("validate_csr", PlanMetadata(csr=unit.csr()), 1),
+            MetadataCall("validate_dense", PlanMetadata(dense=unit.dense()), 1)]
+    exact = MetadataCase((1, 2), (64, 63), page_size=64)
+    narrow = MetadataCase((1,), (65,), page_size=64).dense()  # one page past a multiple, a table one page short
+    narrow = replace(narrow, block_tables=tuple(r[:1] for r in narrow.block_tables), width=1)
+    out += [MetadataCall("validate_dense", PlanMetadata(dense=exact.dense()), 64),
+            MetadataCall("validate_dense", PlanMetadata(dense=narrow), 64, "table_width")]
+    none = replace(base, kv_lens=(0, 0), q_lens=(1, 2), extra_width=0).dense()  # width 0
+    out += [MetadataCall("validate_dense", PlanMetadata(dense=none), page, alignment=2),
+            MetadataCall("resolver", PlanMetadata(dense=none), page, calls=(("resolve_dense", 2),))]
+    out += [MetadataCall("dense_from_csr", PlanMetadata(csr, dense), page, alignment=a) for a in (None, 2, 4, 5)]
+    duals = (PlanMetadata(csr, replace(dense, cum_seq_lens_q=dense.cum_seq_lens_q[:-1] + (dense.cum_seq_lens_q[-1] + 1,))),
+             PlanMetadata(replace(csr, kv_len_arr=csr.kv_len_arr[:-1] + (csr.kv_len_arr[-1] - 1,)), dense),
+             PlanMetadata(replace(csr, kv_indptr=csr.kv_indptr + csr.kv_indptr[-1:]), dense),
+             PlanMetadata(replace(base, spare_indices=2).csr(), replace(base, spare_indices=2).dense()))
+    out += [MetadataCall("resolver", dual, page, how, strict=False, calls=(("resolve_csr", None),))
+            for dual, how in zip(duals, ("mismatch",) * 3 + ("valid",))]
     return out
 
 
@@ -331,13 +375,22 @@ def upstream_answer(ctx: Context, call: MetadataCall) -> Any:
 
 # -- the model's side ---------------------------------------------------------------------------------------
 
+MISSING = re.compile(r"missing (\[[^]]*\])")  # the model's partial form: the fields missing, as a list
+UPSTREAM_MISSING = "missing required fields: "
+
+
 def _named(exc: MetadataError) -> str:
+    if exc.rule == "partial_form" and (found := MISSING.search(str(exc))):
+        return f"{exc.rule}: {', '.join(ast.literal_eval(found.group(1)))}"
     return f"{exc.rule}:{exc.field}" if exc.rule in INDPTR_RULES else exc.rule
 
 
 def name_of(message: str) -> str:
-    """Upstream's message named as the model names its refusal (an indptr rule with its field)."""
+    """Upstream's message named as the model names its refusal (an indptr rule with its field, a partial form
+    with the fields it misses)."""
     rule = rule_by_words(message, RULE_WORDS)
+    if rule == "partial_form" and UPSTREAM_MISSING in message:
+        return f"{rule}: {message.partition(UPSTREAM_MISSING)[2].rstrip('.')}"
     return f"{rule}:{message.split()[0]}" if rule in INDPTR_RULES else rule
 
 

@@ -5,9 +5,11 @@
   the model's `CAPABILITIES`, field by field; then `plan_capability_rejection_reason` against the model's
   `capability_rejection` on random plan contracts (every field, `enable_pdl` None / False / True, a query kind
   of None) for a release backend's record or a random one (any modes, any flags: the rules the release's
-  matrix never exercises, such as skip-softmax with an LSE). Convention: upstream returns a message, the model
-  a `Rejection` kind; the adapter names upstream's message by its wording (`KIND_WORDS`) and by the backend
-  name it starts with.
+  matrix never exercises, such as skip-softmax with an LSE), or a random one widened to admit the contract's
+  modes and layouts (`admitting`: only the flags can reject, so each flag rule is reached). Convention:
+  upstream returns a message, the model a `Rejection` kind; the adapter names upstream's message by its wording
+  (`KIND_WORDS`) and by the backend name it starts with. Pinned besides the matrix: each flag rule's contract on
+  a record admitting every mode and layout, every flag set or none (`flag_cases`).
 * `AUTO_ORDER` (a Differential): `ordered_sm80_backends`, `ordered_sm90_backends`, `ordered_sm100_backends`,
   `_ordered_sm107_backends`, `ordered_sm12x_backends` and the default `_AUTO_BACKEND_CANDIDATES` against the
   model's `auto_order` on each compute capability, on random workloads of two kinds: any batch (empty ones
@@ -16,8 +18,17 @@
   page 64 or 128, causal, packed, 32-128 uniform requests of 2 or 4 queries), with one eligibility fact
   changed in some (heads, head dims, page size, causal, layouts, scale and output modes, sinks, profiler,
   skip-softmax, PDL, sm_scale). Pinned: workloads on the regime boundaries of the SM100 and SM107 orders
-  (`boundary_workloads`). Convention: upstream reads a `_MLAPlanArguments`; the adapter passes a stand-in with
+  (`boundary_workloads`), each eligibility fact changed alone in a workload that prefers Rubin MTP (eagerly and
+  under a graph), and `THRESHOLDS`: workloads exactly at or next to a limit of the two orders (work, output work,
+  total and max KV, query tile, capacity; requests with no query), one for each comparison or constant a
+  regression could move. Convention: upstream reads a `_MLAPlanArguments`; the adapter passes a stand-in with
   the fields those functions read and a `csr()` that returns the CSR tensors.
+
+Survivors (declared in `models/mla_backends/conform.py`): symmetric or equal-valued changes (zip's lists swapped,
+`q_lens[1]` for `q_lens[0]` once all are equal, limits moved by one where the values are even or multiples of
+128), tests another rule has settled before (rule 3's output limit, the graph rule's `max_kv > 512`), one FP8
+dtype test of three (the model has one fp8 flag), and the flat-CSR length tests (not drawn: the model resolves a
+strict CSR).
 """
 
 from __future__ import annotations
@@ -84,6 +95,8 @@ class RejectionCase:
 
 
 MATRIX = "the capability matrix"
+FLAG_CONTRACTS = (PlanContract(skip_softmax=True, lse_mode="base2"), PlanContract(skip_softmax=True),
+                  PlanContract(enable_pdl=True), PlanContract(use_sinks=True))  # one per flag rule
 
 
 def records() -> Any:
@@ -97,16 +110,36 @@ def records() -> Any:
                      subset(model_caps.SCALE_MODES), st.tuples(*(st.booleans() for _ in FLAGS)))
 
 
+def admitting(contract: PlanContract, record: tuple[tuple[str, Any], ...]) -> tuple[tuple[str, Any], ...]:
+    """`record` widened to admit `contract`'s modes and layouts (its own and the contract's), packed views not
+    required: only its flags can reject, so the flag rules (checked last) are reached with either flag value."""
+    modes = {"lse_modes": contract.lse_mode, "kv_layouts": contract.kv_layout, "output_scales": contract.output_scale,
+             "scale_modes": contract.scale_mode}
+    return tuple((k, tuple(sorted({*v, modes[k]})) if k in modes else False if k.startswith("requires_") else v)
+                 for k, v in record)
+
+
 def rejection_cases() -> Any:
     from kvsim.properties.mla_backends.strategies import CONTRACTS
 
     return st.one_of(st.builds(RejectionCase, CONTRACTS, st.sampled_from(tuple(MODEL_CAPABILITIES))),
-                     st.builds(lambda c, r: RejectionCase(c, record=r), CONTRACTS, records()))
+                     st.builds(lambda c, r: RejectionCase(c, record=r), CONTRACTS, records()),
+                     st.builds(lambda c, r: RejectionCase(c, record=admitting(c, r)), CONTRACTS, records()))
 
 
 def _record(cls: type, case: RejectionCase) -> Any:
     fields = dict(case.record)
     return cls(**{k: frozenset(v) if isinstance(v, tuple) else v for k, v in fields.items()})
+
+
+def flag_cases(ctx: Context) -> list[Any]:
+    """The matrix, and each flag rule's contract on a record admitting every mode and layout, with every flag set
+    and with none: the rule decides alone (random records reach it seldom, behind four set-membership rules)."""
+    every = (("lse_modes", model_caps.LSE_MODES), ("kv_layouts", model_caps.KV_LAYOUTS),
+             ("output_scales", model_caps.OUTPUT_SCALES), ("scale_modes", model_caps.SCALE_MODES))
+    return [MATRIX] + [RejectionCase(c, record=admitting(c, (("backend_name", "random"), *every,
+                                                             *((f, flag) for f in FLAGS))))
+                       for c in FLAG_CONTRACTS for flag in (True, False)]
 
 
 def capabilities_model(ctx: Context, case: Any) -> Any:
@@ -132,7 +165,7 @@ def describe_capabilities(ctx: Context, case: Any) -> Any:
 
 
 CAPABILITIES = Differential(
-    prepare=prepare_capabilities, inputs=lambda ctx: rejection_cases(), pinned=lambda ctx: [MATRIX],
+    prepare=prepare_capabilities, inputs=lambda ctx: rejection_cases(), pinned=flag_cases,
     model=capabilities_model, upstream=capabilities_upstream, describe=describe_capabilities,
     note=lambda ctx: f"{len(MODEL_CAPABILITIES)} backends' matrices; rejection reasons on release and random "
                      f"capability records")
@@ -191,7 +224,12 @@ def mtp_workloads(draw: st.DrawFn) -> Workload:
                  graph=draw(st.booleans()), causal=True, fp8=True, dense=draw(st.booleans()),
                  extra_width=draw(st.sampled_from((0, 0, 1, 16, 300))))
     change = draw(st.sampled_from((None,) * len(MTP_CHANGES) + MTP_CHANGES))
-    c = w.contract
+    return mtp_change(w, change) if change else w
+
+
+def mtp_change(w: Workload, change: str) -> Workload:
+    """`w` (a Rubin-MTP workload) with one eligibility fact changed (`MTP_CHANGES`)."""
+    c, q, batch = w.contract, w.q_lens[0], len(w.q_lens)
     changes = {"heads": {"heads": 64}, "head_dim_ckv": {"head_dims": (256, 64)}, "head_dim_kpe": {"head_dims": (512, 32)},
                "page_size": {"page_size": 32}, "causal": {"causal": False},
                "query_layout": {"contract": dataclasses.replace(c, query_layout="split")},
@@ -202,8 +240,8 @@ def mtp_workloads(draw: st.DrawFn) -> Workload:
                "skip_softmax": {"contract": dataclasses.replace(c, skip_softmax=True)},
                "enable_pdl": {"contract": dataclasses.replace(c, enable_pdl=True)}, "sm_scale": {"sm_scale": 0.0},
                "profiler": {"profiler": True}, "fp8": {"fp8": False},
-               "mixed_q": {"q_lens": (q,) * (batch - 1) + (q + 2,)}, "short_kv": {"kv_lens": (1,) + kv[1:]}}
-    return dataclasses.replace(w, **changes[change]) if change else w
+               "mixed_q": {"q_lens": (q,) * (batch - 1) + (q + 2,)}, "short_kv": {"kv_lens": (1,) + w.kv_lens[1:]}}
+    return dataclasses.replace(w, **changes[change])
 
 
 def boundary_workloads(ctx: Context) -> list[Workload]:
@@ -232,12 +270,98 @@ def boundary_workloads(ctx: Context) -> list[Workload]:
     out += [Workload((q,) * b, (kv,) * b, 64, 128, graph=True) for q in (8, 9) for kv in (4096, 4097)
             for b in (1, 2, 4, 8)]
     mtp = Workload((2,) * 64, (32768,) * 64, 128, 128, causal=True, fp8=True)
-    out += [mtp, dataclasses.replace(mtp, q_lens=(4,) * 64, kv_lens=(8192,) * 64),
-            dataclasses.replace(mtp, graph=True, dense=True, kv_lens=(2048,) * 64, q_lens=(4,) * 64),
+    graph_mtp = dataclasses.replace(mtp, graph=True, dense=True, kv_lens=(2048,) * 64, q_lens=(4,) * 64)
+    # each eligibility fact changed alone in a workload that prefers Rubin MTP, eagerly and under a graph
+    out += [mtp_change(w, change) for w in (mtp, graph_mtp) for change in MTP_CHANGES]
+    out += [mtp, dataclasses.replace(mtp, q_lens=(4,) * 64, kv_lens=(8192,) * 64), graph_mtp,
             dataclasses.replace(mtp, graph=True, dense=True, q_lens=(2,) * 128, kv_lens=(256,) * 128, page_size=64),
             dataclasses.replace(mtp, graph=True, dense=True, q_lens=(2,) * 128, kv_lens=(200,) * 127 + (256,),
                                 page_size=64)]
-    return out
+    return out + [_runs(*entry) for entry in THRESHOLDS]
+
+
+# Workloads on the thresholds of the SM100 and SM107 orders that the rules above do not reach (one per boundary
+# a changed comparison or constant would move, found by searching threshold-hitting batches: work, output work,
+# total and max KV exactly at or next to a limit, requests with no query): (heads, page size, query lengths, KV
+# lengths, flags[, LSE mode[, extra table width[, scale mode]]]), lengths as (value, count) runs, flags g: CUDA
+# graph, c: causal, f: fp8, d: dense.
+THRESHOLDS = (
+    (127, 64, ((127, 24),), ((5, 24),), 'g'), (128, 128, ((1, 2),), ((20479, 2),), ''),
+    (17, 128, ((1, 21),), ((513, 21),), 'g'), (17, 128, ((2, 1),), ((81920, 1),), 'c'),
+    (17, 128, ((4, 97),), ((2049, 97),), ''), (24, 128, ((1, 1),), ((2048, 1),), 'gc'),
+    (32, 1024, ((1, 1),), ((2047, 1),), 'g'), (32, 64, ((2, 128),), ((639, 128),), ''),
+    (64, 64, ((1, 4),), ((4096, 4),), 'gcf'), (128, 128, ((2, 4),), ((4097, 4),), 'gc'),
+    (64, 1024, ((1, 16),), ((4097, 16),), 'c'), (128, 64, ((4, 127),), ((4, 127),), 'gcfd'),
+    (128, 64, ((4, 33),), ((2047, 33),), 'gcfd'), (128, 128, ((4, 100),), ((65536, 100),), 'cf'),
+    (33, 128, ((16, 1),), ((0, 1),), 'c', 'base2'), (64, 64, ((0, 1),), ((992, 1),), 'c', 'base2'),
+    (128, 64, ((1, 4),), ((33, 4),), 'gf', 'base2'), (64, 64, ((9, 33),), ((51, 33),), 'g', 'basee'),
+    (128, 128, ((4, 128),), ((32769, 128),), 'gcfd'), (17, 64, ((3, 1),), ((32767, 1),), 'c', 'base2'),
+    (24, 128, ((1, 2),), ((513, 1), (512, 1)), 'gc'), (64, 64, ((128, 8),), ((287, 8),), 'g', 'base2'),
+    (8, 64, ((256, 2),), ((1024, 2),), 'g', 'base2'), (33, 64, ((1, 993),), ((32, 993),), 'f', 'base2'),
+    (63, 64, ((17, 97),), ((21, 97),), 'gc', 'base2'), (64, 64, ((1, 31),), ((2641, 31),), 'c', 'basee'),
+    (64, 64, ((16, 97),), ((32, 97),), 'gf', 'base2'), (8, 1024, ((2, 24),), ((40, 24),), 'gc', 'base2'),
+    (24, 1024, ((1, 1),), ((2049, 1),), 'gf', 'basee'), (33, 128, ((3, 331),), ((1, 331),), 'gc', 'base2'),
+    (127, 1024, ((1, 24),), ((1719, 24),), '', 'base2'), (256, 1024, ((15, 95),), ((1, 95),), 'gc', 'base2'),
+    (31, 1024, ((1, 12),), ((1024, 12),), 'g', 'base2'), (63, 1024, ((129, 16),), ((39, 16),), 'g', 'base2'),
+    (64, 1024, ((128, 4),), ((288, 4),), 'gc', 'base2'), (64, 1024, ((2, 257),), ((32, 257),), 'g', 'basee'),
+    (63, 128, ((1, 521),), ((512, 521),), 'gf', 'basee'), (128, 128, ((32, 97),), ((50240, 97),), 'cf', 'base2'),
+    (128, 128, ((2, 128),), ((3, 128),), 'gcfd', 'none', 1), (33, 64, ((1, 24), (0, 1)), ((3392, 24), (512, 1)), ''),
+    (8, 64, ((3, 2), (4, 1), (3, 28)), ((69845, 31),), 'f'), (128, 128, ((2, 33),), ((40000, 33),), 'cf', 'none', 16),
+    (128, 128, ((4, 32),), ((40000, 32),), 'cf', 'none', 16),
+    (128, 64, ((2, 128),), ((8191, 128),), 'cfd', 'none', 2),
+    (128, 64, ((4, 64),), ((16384, 64),), 'cfd', 'none', 300),
+    (128, 64, ((4, 64),), ((65537, 64),), 'cf', 'none', 1000),
+    (128, 128, ((2, 129),), ((32769, 129),), 'cfd', 'none', 2),
+    (128, 128, ((2, 127),), ((32767, 127),), 'cfd', 'none', 16),
+    (128, 128, ((4, 100),), ((4, 15), (1, 1), (4, 84)), 'gcfd'),
+    (16, 64, ((16, 128), (0, 40)), ((31, 128), (4096, 40)), 'c'),
+    (8, 128, ((1, 49),), ((2048, 9), (4097, 1), (2048, 39)), ''),
+    (8, 1024, ((3, 95),), ((45, 34), (44, 1), (45, 60)), 'g', 'base2'),
+    (9, 1024, ((16, 16), (4, 1), (16, 7)), ((3413, 24),), '', 'base2'),
+    (127, 64, ((16, 81), (0, 1), (16, 46)), ((33, 128),), 'g', 'base2'),
+    (128, 1024, ((9, 4),), ((49, 1), (4096, 1), (49, 2)), 'c', 'base2'),
+    (128, 128, ((2, 128),), ((2048, 105), (128, 1), (2048, 22)), 'gcfd'),
+    (64, 1024, ((128, 33), (0, 1)), ((3, 33), (512, 1)), 'gcf', 'base2'),
+    (64, 128, ((128, 4),), ((287, 2), (143, 1), (287, 1)), 'c', 'base2'),
+    (8, 1024, ((256, 9), (255, 3)), ((31, 9), (1025, 3)), 'gc', 'base2'),
+    (17, 128, ((16, 19), (17, 1), (16, 11)), ((65, 31),), 'gcf', 'basee'),
+    (9, 64, ((1, 16),), ((12949, 7), (32, 1), (12949, 8)), 'gc', 'base2'),
+    (128, 64, ((1, 64),), ((512, 42), (4096, 1), (512, 21)), 'c', 'basee'),
+    (64, 64, ((1, 32),), ((2559, 22), (2560, 1), (2559, 9)), 'c', 'basee'),
+    (9, 1024, ((1, 95),), ((512, 77), (513, 1), (512, 17)), 'gf', 'basee'),
+    (128, 128, ((1, 129),), ((256, 129),), 'cfd', 'none', 16, 'bmm-scalar'),
+    (128, 64, ((1, 16),), ((2584, 12), (2583, 1), (2584, 3)), 'c', 'base2'),
+    (9, 1024, ((128, 13), (127, 1), (128, 2)), ((288, 16),), 'gc', 'base2'),
+    (127, 128, ((129, 76), (2, 1), (129, 18)), ((513, 95),), 'gcf', 'base2'),
+    (128, 128, ((2, 128),), ((128, 86), (4, 1), (128, 41)), 'cf', 'none', 1000),
+    (8, 64, ((2, 1), (1, 32)), ((4097, 20), (4098, 1), (4097, 12)), '', 'basee'),
+    (128, 64, ((2, 64),), ((65536, 52), (32768, 1), (65536, 11)), 'cf', 'none', 2),
+    (128, 128, ((4, 64),), ((8192, 64),), 'cfd', 'none', 64),  # capacity exactly twice the KV length (Rubin MTP)
+    # eager, at the edges of the within-eager-limit exception (heads >= 128) with rule 3 shut by a batch of 32
+    (128, 64, ((2, 8), (1, 1)), ((2100, 8), (100, 1)), ''), (128, 64, ((1, 16), (0, 16)), ((2100, 16), (0, 16)), ''),
+    (683, 64, ((1, 3), (0, 29)), ((2100, 3), (0, 29)), ''), (683, 64, ((1, 3),), ((2100, 3),), ''),
+    (128, 64, ((1, 17), (0, 15)), ((2048, 17), (0, 15)), ''), (128, 64, ((1, 17), (0, 15)), ((2049, 17), (0, 15)), ''),
+    (128, 64, ((1, 17), (0, 15)), ((2100, 17), (0, 15)), ''),
+    # small work exactly at its work and output limits; rule 3 at its work and total-KV limits; base-2 at 2^23
+    (16, 64, ((1, 32),), ((4096, 32),), ''), (128, 64, ((256, 1), (0, 20)), ((1, 1), (4096, 20)), ''),
+    (128, 64, ((1, 10),), ((4096, 10),), ''), (60, 64, ((1, 20),), ((4096, 20),), ''),
+    (64, 64, ((128, 4),), ((256, 4),), '', 'base2'),
+    # graph: output work one below 65536 and 24576, max_q or max_kv 33, query tiles of 128, 129 and 577, output
+    # work 384 and 385 on decode
+    (85, 64, ((128, 6), (3, 1)), ((512, 7),), 'g'), (983, 64, ((16, 1), (9, 1)), ((32, 2),), 'g'),
+    (64, 64, ((33, 12),), ((32, 12),), 'g'), (64, 64, ((32, 12),), ((33, 12),), 'g'),
+    (4, 64, ((32, 1),), ((512, 1),), 'g'), (3, 64, ((43, 1),), ((512, 1),), 'g'),
+    (577, 64, ((1, 1),), ((512, 1),), 'g'), (64, 64, ((1, 6),), ((600, 6),), 'g'),
+    (35, 64, ((1, 11),), ((600, 11),), 'g'),
+)
+
+
+def _runs(heads: int, page: int, q: tuple[tuple[int, int], ...], kv: tuple[tuple[int, int], ...], flags: str,
+          lse: str = "none", extra: int = 0, scale: str = "default") -> Workload:
+    """A `THRESHOLDS` entry as a workload."""
+    return Workload(tuple(v for v, n in q for _ in range(n)), tuple(v for v, n in kv for _ in range(n)), page, heads,
+                    PlanContract(lse_mode=lse, scale_mode=scale), graph="g" in flags, causal="c" in flags,
+                    fp8="f" in flags, dense="d" in flags, extra_width=extra)
 
 
 def workloads() -> Any:
