@@ -43,6 +43,7 @@ the cancel-ACK is sent and received in one step (`cancel_ack`); context pages ar
 
 from __future__ import annotations
 
+from kvsim.engine.actions import Rules
 from kvsim.engine.system import Invariant
 
 from . import checks
@@ -246,80 +247,10 @@ class PipelinedTransfer:
         return self.transition(s, a)[0]
 
     def transition(self, s: PtState, a: tuple) -> tuple[PtState, tuple[tuple, ...]]:
+        """`step`, and what it did: the rule of the action's record type (`RULES`)."""
+        effect, a = RULES.effect(a)
         fx: Effects = []
-        return self._step(s, a, fx), tuple(fx)
-
-    def _step(self, s: PtState, a: tuple, fx: Effects) -> PtState:
-        kind = a[0]
-        if kind == "compute":
-            return self._compute(s, a[1], fx)
-        if kind == "peer_info":  # has_all_peer_req_infos_for_send on that rank
-            q = s.reqs[a[1]]
-            return self._set_req(s, a[1], q._replace(peer_info=put(q.peer_info, a[2], True)))
-        if kind == "promote":  # consensus over the TP ranks: DISAGG_CONTEXT_WAIT_SCHEDULER -> CONTEXT_INIT
-            return self._set_req(s, a[1], s.reqs[a[1]]._replace(ctx=S.CONTEXT_INIT))
-        if kind == "write_done":
-            return self._settle(s, a[1], a[2], a[3], True, fx)
-        if kind == "deliver":
-            return self._deliver(s, a[1], a[2], fx)
-        if kind == "poll":
-            return self._poll(s, a[1], fx)
-        if kind == "timeout":
-            return self._timeout(s, a[1], fx)
-        if kind == "stall_report":
-            fx.append(Stalled(a[1]))
-            return self._set_req(s, a[1], s.reqs[a[1]]._replace(stalled=True))
-        if kind == "fence":
-            return self._fence(s, a[1], fx)
-        if kind == "rx_timeout":
-            return self._set_rx(s, a[1], s.rx[a[1]]._replace(state=S.DISAGG_TRANS_ERROR), fx)
-        if kind == "gen_post":
-            return self._gen_post(s, a[1], fx)
-        if kind == "remote_cancel":
-            return self._remote_cancel(s, a[1], a[2])
-        if kind == "gen_release":
-            rx = s.rx[a[1]]
-            fx.append(DestReleased(a[1], rx.pages))
-            return self._set_rx(s, a[1], rx._replace(releases=rx.releases + 1), fx)
-        if kind == "cancel_ack":
-            rx = s.rx[a[1]]
-            return self._set_rx(s, a[1], rx._replace(acks=put(rx.acks, a[2], ACK_RECEIVED)), fx)
-        if kind == "rx_stall":
-            fx.append(Stalled(a[1]))
-            return self._set_rx(s, a[1], s.rx[a[1]]._replace(stalled=True), fx)
-        s = s._replace(faults_left=s.faults_left - 1)
-        if kind == "drop_ack":
-            rx = s.rx[a[1]]
-            return self._set_rx(s, a[1], rx._replace(acks=put(rx.acks, a[2], ACK_LOST)), fx)
-        if kind == "write_fail":
-            return self._settle(s, a[1], a[2], a[3], False, fx)
-        if kind == "drop_frame":
-            r, k = a[1], a[2]
-            return self._set_frames(s, r, k, s.frames[r][k][1:])
-        if kind == "dup_frame":
-            r, k = a[1], a[2]
-            frames = s.frames[r][k]
-            return self._set_frames(s, r, k, frames[:1] + frames)
-        if kind == "silent":
-            return self._set_req(s, a[1], s.reqs[a[1]]._replace(silent=True))
-        if kind == "cancel":
-            return self._cancel(s, a[1], fx)
-        if kind == "shutdown":
-            for r, q in enumerate(s.reqs):
-                if s.rx[r].state == S.DISAGG_GENERATION_INIT:  # never posted: both sides concluded, nothing held
-                    s = self._set_rx(s, r, s.rx[r]._replace(state=S.DISAGG_TRANS_ERROR), fx)
-                    s = self._free(self._set_req(s, r, q._replace(stopping=True)), r, S.DISAGG_TRANS_ERROR, fx)
-                elif not q.stopping and not q.freed:
-                    s = self._cancel(s, r, fx)
-            return s
-        if kind == "gen_cancel":  # the receive session is cancelled; CANCEL_SESSION to every context rank
-            rx = s.rx[a[1]]
-            return self._set_rx(s, a[1], rx._replace(state=S.DISAGG_TRANS_ERROR, gen_cancelled=True,
-                                                     cancel_to=(True,) * self.k), fx)
-        if kind == "drop_cancel":
-            rx = s.rx[a[1]]
-            return s._replace(rx=put(s.rx, a[1], rx._replace(cancel_to=put(rx.cancel_to, a[2], False))))
-        raise ValueError(f"unknown action {a!r}")
+        return effect(self, s, a, fx), tuple(fx)
 
     # -- the context executor -------------------------------------------------------------------
     def _compute(self, s: PtState, r: int, fx: Effects) -> PtState:
@@ -564,3 +495,161 @@ class PipelinedTransfer:
     @staticmethod
     def _set_frames(s: PtState, r: int, k: int, frames: tuple) -> PtState:
         return s._replace(frames=put(s.frames, r, put(s.frames[r], k, frames)))
+
+
+# -- the rules: each action's effect by record type (`effect(system, state, action, fx) -> state`) -----------
+# What enables an action is `enabled`'s alone; a timing policy asks `poll_enabled` of a poll (the rule's
+# precondition).
+RULES = Rules()
+
+
+@RULES.rule(Compute)
+def _compute(self: PipelinedTransfer, s: PtState, a: Compute, fx: Effects) -> PtState:
+    return self._compute(s, a.rid, fx)
+
+
+@RULES.rule(PeerInfo)
+def _peer_info(self: PipelinedTransfer, s: PtState, a: PeerInfo, fx: Effects) -> PtState:
+    q = s.reqs[a.rid]  # has_all_peer_req_infos_for_send on that rank
+    return self._set_req(s, a.rid, q._replace(peer_info=put(q.peer_info, a.rank, True)))
+
+
+@RULES.rule(Promote)
+def _promote(self: PipelinedTransfer, s: PtState, a: Promote, fx: Effects) -> PtState:
+    # consensus over the TP ranks: DISAGG_CONTEXT_WAIT_SCHEDULER -> CONTEXT_INIT
+    return self._set_req(s, a.rid, s.reqs[a.rid]._replace(ctx=S.CONTEXT_INIT))
+
+
+@RULES.rule(WriteDone)
+def _write_done(self: PipelinedTransfer, s: PtState, a: WriteDone, fx: Effects) -> PtState:
+    return self._settle(s, a.rid, a.rank, a.index, True, fx)
+
+
+@RULES.rule(Deliver)
+def _deliver(self: PipelinedTransfer, s: PtState, a: Deliver, fx: Effects) -> PtState:
+    return self._deliver(s, a.rid, a.rank, fx)
+
+
+@RULES.rule(Poll, when=lambda self, s, a: self.poll_enabled(s, a.rid))
+def _poll(self: PipelinedTransfer, s: PtState, a: Poll, fx: Effects) -> PtState:
+    return self._poll(s, a.rid, fx)
+
+
+@RULES.rule(Timeout)
+def _timeout(self: PipelinedTransfer, s: PtState, a: Timeout, fx: Effects) -> PtState:
+    return self._timeout(s, a.rid, fx)
+
+
+@RULES.rule(StallReport)
+def _stall_report(self: PipelinedTransfer, s: PtState, a: StallReport, fx: Effects) -> PtState:
+    fx.append(Stalled(a.rid))
+    return self._set_req(s, a.rid, s.reqs[a.rid]._replace(stalled=True))
+
+
+@RULES.rule(Fence)
+def _fence(self: PipelinedTransfer, s: PtState, a: Fence, fx: Effects) -> PtState:
+    return self._fence(s, a.rid, fx)
+
+
+@RULES.rule(RxTimeout)
+def _rx_timeout(self: PipelinedTransfer, s: PtState, a: RxTimeout, fx: Effects) -> PtState:
+    return self._set_rx(s, a.rid, s.rx[a.rid]._replace(state=S.DISAGG_TRANS_ERROR), fx)
+
+
+@RULES.rule(GenPost)
+def _gen_post(self: PipelinedTransfer, s: PtState, a: GenPost, fx: Effects) -> PtState:
+    return self._gen_post(s, a.rid, fx)
+
+
+@RULES.rule(RemoteCancel)
+def _remote_cancel(self: PipelinedTransfer, s: PtState, a: RemoteCancel, fx: Effects) -> PtState:
+    return self._remote_cancel(s, a.rid, a.rank)
+
+
+@RULES.rule(GenRelease)
+def _gen_release(self: PipelinedTransfer, s: PtState, a: GenRelease, fx: Effects) -> PtState:
+    rx = s.rx[a.rid]
+    fx.append(DestReleased(a.rid, rx.pages))
+    return self._set_rx(s, a.rid, rx._replace(releases=rx.releases + 1), fx)
+
+
+@RULES.rule(CancelAck)
+def _cancel_ack(self: PipelinedTransfer, s: PtState, a: CancelAck, fx: Effects) -> PtState:
+    rx = s.rx[a.rid]
+    return self._set_rx(s, a.rid, rx._replace(acks=put(rx.acks, a.rank, ACK_RECEIVED)), fx)
+
+
+@RULES.rule(RxStall)
+def _rx_stall(self: PipelinedTransfer, s: PtState, a: RxStall, fx: Effects) -> PtState:
+    fx.append(Stalled(a.rid))
+    return self._set_rx(s, a.rid, s.rx[a.rid]._replace(stalled=True), fx)
+
+
+# -- faults: each spends one unit of the budget first -------------------------------------------------------
+def _spend(s: PtState) -> PtState:
+    return s._replace(faults_left=s.faults_left - 1)
+
+
+@RULES.rule(DropAck)
+def _drop_ack(self: PipelinedTransfer, s: PtState, a: DropAck, fx: Effects) -> PtState:
+    s = _spend(s)
+    rx = s.rx[a.rid]
+    return self._set_rx(s, a.rid, rx._replace(acks=put(rx.acks, a.rank, ACK_LOST)), fx)
+
+
+@RULES.rule(WriteFail)
+def _write_fail(self: PipelinedTransfer, s: PtState, a: WriteFail, fx: Effects) -> PtState:
+    return self._settle(_spend(s), a.rid, a.rank, a.index, False, fx)
+
+
+@RULES.rule(DropFrame)
+def _drop_frame(self: PipelinedTransfer, s: PtState, a: DropFrame, fx: Effects) -> PtState:
+    s = _spend(s)
+    r, k = a.rid, a.rank
+    return self._set_frames(s, r, k, s.frames[r][k][1:])
+
+
+@RULES.rule(DupFrame)
+def _dup_frame(self: PipelinedTransfer, s: PtState, a: DupFrame, fx: Effects) -> PtState:
+    s = _spend(s)
+    r, k = a.rid, a.rank
+    frames = s.frames[r][k]
+    return self._set_frames(s, r, k, frames[:1] + frames)
+
+
+@RULES.rule(Silent)
+def _silent(self: PipelinedTransfer, s: PtState, a: Silent, fx: Effects) -> PtState:
+    s = _spend(s)
+    return self._set_req(s, a.rid, s.reqs[a.rid]._replace(silent=True))
+
+
+@RULES.rule(Cancel)
+def _cancel(self: PipelinedTransfer, s: PtState, a: Cancel, fx: Effects) -> PtState:
+    return self._cancel(_spend(s), a.rid, fx)
+
+
+@RULES.rule(Shutdown)
+def _shutdown(self: PipelinedTransfer, s: PtState, a: Shutdown, fx: Effects) -> PtState:
+    s = _spend(s)
+    for r, q in enumerate(s.reqs):
+        if s.rx[r].state == S.DISAGG_GENERATION_INIT:  # never posted: both sides concluded, nothing held
+            s = self._set_rx(s, r, s.rx[r]._replace(state=S.DISAGG_TRANS_ERROR), fx)
+            s = self._free(self._set_req(s, r, q._replace(stopping=True)), r, S.DISAGG_TRANS_ERROR, fx)
+        elif not q.stopping and not q.freed:
+            s = self._cancel(s, r, fx)
+    return s
+
+
+@RULES.rule(GenCancel)
+def _gen_cancel(self: PipelinedTransfer, s: PtState, a: GenCancel, fx: Effects) -> PtState:
+    s = _spend(s)  # the receive session is cancelled; CANCEL_SESSION to every context rank
+    rx = s.rx[a.rid]
+    return self._set_rx(s, a.rid, rx._replace(state=S.DISAGG_TRANS_ERROR, gen_cancelled=True,
+                                              cancel_to=(True,) * self.k), fx)
+
+
+@RULES.rule(DropCancel)
+def _drop_cancel(self: PipelinedTransfer, s: PtState, a: DropCancel, fx: Effects) -> PtState:
+    s = _spend(s)
+    rx = s.rx[a.rid]
+    return s._replace(rx=put(s.rx, a.rid, rx._replace(cancel_to=put(rx.cancel_to, a.rank, False))))
