@@ -48,15 +48,16 @@ import shutil
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from kvsim.app import catalog  # noqa: E402
-from kvsim.engine.checkpoint import CheckpointDir  # noqa: E402
 from kvsim.engine.descriptor import RunSpec  # noqa: E402
-from kvsim.engine.explore import explore  # noqa: E402
-from kvsim.engine.parallel import explore_parallel  # noqa: E402
+from kvsim.engine.explore import ExploreOptions, explore  # noqa: E402
+from kvsim.engine.explore.checkpoint import CheckpointDir  # noqa: E402
+from kvsim.engine.explore.parallel import explore_parallel  # noqa: E402
 
 CONFIGS = (
     ("swa-budget 6 requests", "swa-budget", "fixed",
@@ -120,7 +121,7 @@ class TimedCheckpoint(CheckpointDir):
         return out
 
 
-def checkpointed(spec: RunSpec, bound: dict, peer: dict) -> dict:
+def checkpointed(spec: RunSpec, bound: ExploreOptions, peer: dict) -> dict:
     """`peer`'s search (one process, symmetry) in three pieces, each saved and resumed by the next."""
     folder = tempfile.mkdtemp(prefix="kvsim-bench-checkpoint-")
     try:
@@ -130,8 +131,8 @@ def checkpointed(spec: RunSpec, bound: dict, peer: dict) -> dict:
         start = time.perf_counter()
         for piece in (1, 2, 3):
             saves = TimedCheckpoint(folder)
-            r = explore(spec.system(), **{**bound, "max_states": min(bound["max_states"], third * piece)},
-                        checkpoint=saves, resume=piece > 1)
+            r = explore(spec.system(), replace(bound, max_states=min(bound.max_states, third * piece),
+                                               checkpoint=saves, resume=piece > 1))
             saving, loading = saving + saves.saving, loading + saves.loading
             largest = max(largest, sum(f.stat().st_size for f in Path(folder).rglob("*") if f.is_file()))
         seconds = time.perf_counter() - start
@@ -149,22 +150,22 @@ def checkpointed(spec: RunSpec, bound: dict, peer: dict) -> dict:
     return row
 
 
-def compare(spec: RunSpec, bound: dict, symmetric: bool, n: int, args: argparse.Namespace) -> list[dict]:
+def compare(spec: RunSpec, bound: ExploreOptions, symmetric: bool, n: int, args: argparse.Namespace) -> list[dict]:
     """Every state and symmetry, one process and workers (and Ray, the full store where asked)."""
-    base = run("1 process, every state", lambda: explore(spec.system(), symmetry=False, **bound), None)
+    base = run("1 process, every state", lambda: explore(spec.system(), replace(bound, symmetry=False)), None)
     rows = [base]
     rate = base["states_per_second"]
     if symmetric:
-        rows.append(run("1 process, symmetry", lambda: explore(spec.system(), **bound), rate))
+        rows.append(run("1 process, symmetry", lambda: explore(spec.system(), bound), rate))
     if args.checkpoint:
         rows.append(checkpointed(spec, bound, rows[-1]))
     rows.append(run(f"{n} workers, every state",
-                    lambda: explore_parallel(spec.system, n, symmetry=False, **bound), rate, n))
+                    lambda: explore_parallel(spec.system, n, replace(bound, symmetry=False)), rate, n))
     if symmetric:
-        rows.append(run(f"{n} workers, symmetry", lambda: explore_parallel(spec.system, n, **bound), rate, n))
+        rows.append(run(f"{n} workers, symmetry", lambda: explore_parallel(spec.system, n, bound), rate, n))
     if args.ray:
         ray_row = run(f"Ray {n} actors{', symmetry' if symmetric else ''}",
-                      lambda: explore_parallel(spec.system, n, use_ray=True, **bound), rate, n)
+                      lambda: explore_parallel(spec.system, n, bound, use_ray=True), rate, n)
         rows.append(ray_row)
         peer = rows[-2]
         print(f"  Ray overhead against {n} workers: x{peer['seconds'] / max(ray_row['seconds'], 1e-9):.2f} "
@@ -173,11 +174,11 @@ def compare(spec: RunSpec, bound: dict, symmetric: bool, n: int, args: argparse.
         rows += across_nodes(spec, bound, symmetric, n, rate)
     if args.full:
         rows.append(run("full store, 1 process, every state",
-                        lambda: explore(spec.system(), symmetry=False, **{**bound, "store": "full"}), rate))
+                        lambda: explore(spec.system(), replace(bound, symmetry=False, store="full")), rate))
     return rows
 
 
-def across_nodes(spec: RunSpec, bound: dict, symmetric: bool, n: int, rate: float) -> list[dict]:
+def across_nodes(spec: RunSpec, bound: ExploreOptions, symmetric: bool, n: int, rate: float) -> list[dict]:
     """The Ray search on a local cluster of one node with n CPUs, then of n nodes with a CPU each (every
     outbox then crosses between object stores, as between machines); each cluster started before the clock."""
     import ray
@@ -197,8 +198,8 @@ def across_nodes(spec: RunSpec, bound: dict, symmetric: bool, n: int, rate: floa
             connect_ray(cluster.address, n)
             rows.append(run(f"Ray {n} actors, {nodes} node{'s' if nodes > 1 else ''}"
                             f"{', symmetry' if symmetric else ''}",
-                            lambda: explore_parallel(spec.system, n, use_ray=True, ray_address=cluster.address,
-                                                     **bound), rate, n))
+                            lambda: explore_parallel(spec.system, n, bound, use_ray=True,
+                                                     ray_address=cluster.address), rate, n))
         finally:
             ray.shutdown()
             cluster.shutdown()
@@ -208,7 +209,7 @@ def across_nodes(spec: RunSpec, bound: dict, symmetric: bool, n: int, rate: floa
     return rows
 
 
-def ceiling(spec: RunSpec, bound: dict) -> dict:
+def ceiling(spec: RunSpec, bound: ExploreOptions) -> dict:
     """The model's own calls against the explorer that makes them: how fast any explorer over this model can go.
 
     The explorer runs every state (fingerprint store, no hang search: its fastest mode). A plain breadth-first
@@ -216,8 +217,7 @@ def ceiling(spec: RunSpec, bound: dict) -> dict:
     are timed: `done` and every invariant on each state found, `enabled` and every `step` on each state
     expanded. A complete search expands every state it finds, so its rate can never pass one state per
     (expansion + checks) of the model, whatever the explorer does."""
-    r = explore(spec.system(), symmetry=False, store="fingerprint", check_liveness=False,
-                max_states=bound["max_states"], max_seconds=bound["max_seconds"])
+    r = explore(spec.system(), replace(bound, symmetry=False, store="fingerprint", check_liveness=False))
     system = spec.system()
     enabled, step, done, invariants = system.enabled, system.step, system.done, list(system.invariants)
     found = list(dict.fromkeys(system.initial_states()))
@@ -290,14 +290,14 @@ def main() -> None:
         spec = RunSpec.resolve(reg.model(model), variant, [f"{k}={v}" for k, v in params.items()])
         symmetric = getattr(spec.system(), "canonical", None) is not None
         print(f"{label} (symmetry {'declared' if symmetric else 'not declared'})", flush=True)
-        bound = {"max_states": args.max_states, "max_seconds": args.max_seconds, "check_liveness": True,
-                 "store": "fingerprint"}
+        bound = ExploreOptions(max_states=args.max_states, max_seconds=args.max_seconds, check_liveness=True,
+                               store="fingerprint")
         if args.ceiling:
             report.append({"config": label, "params": params, "ceiling": ceiling(spec, bound)})
             continue
         if args.largest:  # one process against workers, both reduced as the model declares
-            rows = [run("1 process", lambda: explore(spec.system(), **bound), None)]
-            rows.append(run(f"{n} workers", lambda: explore_parallel(spec.system, n, **bound),
+            rows = [run("1 process", lambda: explore(spec.system(), bound), None)]
+            rows.append(run(f"{n} workers", lambda: explore_parallel(spec.system, n, bound),
                             rows[0]["states_per_second"], n))
         else:
             rows = compare(spec, bound, symmetric, n, args)

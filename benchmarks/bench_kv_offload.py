@@ -17,7 +17,7 @@ import time
 from kvsim.app import catalog
 from kvsim.app.repro import reproduce
 from kvsim.app.simulate import simulate_model
-from kvsim.engine.explore import explore
+from kvsim.engine.explore import ExploreOptions, explore
 from kvsim.engine.runner import run_property
 from kvsim.models.kv_offload import DESCRIPTOR
 
@@ -47,7 +47,8 @@ def main() -> None:
     print("\n== explore (distinct states per second)")
     for name, params in list(CONFIGS.items())[: 2 if args.quick else None]:
         for policy in ("lru", "arc"):
-            r = explore(DESCRIPTOR.build_system("fixed", {**params, "cache_policy": policy}), max_states=MAX_STATES)
+            r = explore(DESCRIPTOR.build_system("fixed", {**params, "cache_policy": policy}),
+                                                ExploreOptions(max_states=MAX_STATES))
             print(f"{name:34s} {policy}  {r.states:9,d} states {r.transitions:10,d} transitions "
                   f"{r.seconds:7.2f} s {r.states_per_second:9,.0f} states/s")
 

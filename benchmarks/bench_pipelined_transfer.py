@@ -17,7 +17,7 @@ import time
 from kvsim.app import catalog
 from kvsim.app.repro import reproduce
 from kvsim.app.simulate import simulate_model
-from kvsim.engine.explore import explore
+from kvsim.engine.explore import ExploreOptions, explore
 
 ALL_FAULTS = "fail,drop,dup,silent,cancel,shutdown"
 CONFIGS = [
@@ -34,7 +34,7 @@ CONFIGS = [
 ]
 # Two requests multiply: the independent requests interleave freely (no partial-order reduction). The
 # requests are interchangeable, so explore stores one state per orbit (`PipelinedTransfer.canonical`);
-# these run with and without that reduction (the same verdicts; tests/test_pipelined_transfer_symmetry.py).
+# these run with and without that reduction (the same verdicts; tests/models/pipelined_transfer/test_pipelined_transfer_symmetry.py).
 TWO_REQUESTS = [
     ("2 req, 1 rank, 2 chunks, 3 faults", "fixed", {"requests": 2}),
     ("2 req, shared pool (3 pages), 1 rank, 2 chunks, 3 faults", "fixed", {"requests": 2, "rx_pages": 3}),
@@ -52,7 +52,7 @@ def main() -> None:
     spec = reg.model("pipelined-transfer")
     print("== explore `fixed` (distinct states per second; every run complete unless marked)")
     for label, params in CONFIGS[:-2] if args.quick else CONFIGS:
-        r = explore(spec.build_system("fixed", params), max_seconds=600)
+        r = explore(spec.build_system("fixed", params), ExploreOptions(max_seconds=600))
         mark = "" if r.bound_hit is None else f" INCOMPLETE ({r.bound_hit})"
         print(f"{label:55s} {r.states:10,d} states {r.transitions:11,d} transitions {r.seconds:8.2f} s "
               f"{r.states_per_second:8,.0f} states/s depth {r.depth}{mark} {sorted(v.property for v in r.violations)}")
@@ -61,7 +61,7 @@ def main() -> None:
     for label, variant, params in TWO_REQUESTS[:-1] if args.quick else TWO_REQUESTS:
         row = []
         for sym in (True, False):
-            r = explore(spec.build_system(variant, params), max_seconds=600, symmetry=sym)
+            r = explore(spec.build_system(variant, params), ExploreOptions(max_seconds=600, symmetry=sym))
             mark = "" if r.bound_hit is None else f" INCOMPLETE ({r.bound_hit})"
             row.append(f"{r.states:9,d} states {r.seconds:7.2f} s{mark}")
         print(f"{label:58s} reduced {row[0]} | full {row[1]} {sorted(v.property for v in r.violations)}")

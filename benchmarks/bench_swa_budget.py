@@ -14,10 +14,10 @@ import platform
 import time
 
 from kvsim.app import catalog
-from kvsim.engine.explore import explore
+from kvsim.engine.explore import ExploreOptions, explore
 from kvsim.app.repro import reproduce
 from kvsim.engine.runner import run_property
-from kvsim.models.swa_budget.resume import VARIANTS
+from kvsim.models.swa_budget.variants import VARIANTS
 from kvsim.models.swa_budget.scheduler import SchedulerConfig, SwaScheduler
 
 CONFIGS = {
@@ -51,7 +51,7 @@ def main() -> None:
                   f"{r.seconds:7.3f} s {r.states_per_second:10,.0f} states/s  violations: "
                   f"{[v.property for v in r.violations]}")
     for name, config in list(CONFIGS.items())[-1:]:
-        r = explore(SwaScheduler(VARIANTS["fixed"], config), check_liveness=False)
+        r = explore(SwaScheduler(VARIANTS["fixed"], config), ExploreOptions(check_liveness=False))
         print(f"{name:22s} fixed, no liveness pass: {r.states_per_second:10,.0f} states/s")
 
     print("\n== Hypothesis adapter (scheduler_invariants, fixed)")

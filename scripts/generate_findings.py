@@ -4,7 +4,7 @@
     .venv/bin/python scripts/generate_findings.py --check   # exit 1 if a committed file differs
 
 The files are `kvsim repro ID --report` output, never edited by hand
-(tests/test_findings_report.py checks that they are what this produces now).
+(tests/app/test_findings_report.py checks that they are what this produces now).
 """
 
 from __future__ import annotations

@@ -94,6 +94,8 @@ def test_the_wheel_installs_the_same_namespace(tmp_path):
     assert not (target / "models").exists() and not (target / "properties").exists()
     assert (target / "kvsim" / "gpu_oracle" / "kernels" / "zero_kv_blocks" / "zero_kv_blocks.cu").exists()
     assert (target / "kvsim" / "gpu_oracle" / "runtime" / "cuda_cpu_shim.h").exists()
+    shipped = {p.parent.name for p in (target / "kvsim" / "properties").glob("*/bugs.toml")}
+    assert shipped == {p.parent.name for p in (ROOT / "properties").glob("*/bugs.toml")} and len(shipped) == 8
     work = tmp_path / "work"
     (work / "models").mkdir(parents=True)
     (work / "models" / "__init__.py").write_text("")
@@ -101,6 +103,9 @@ def test_the_wheel_installs_the_same_namespace(tmp_path):
     assert proc.returncode == 0, proc.stderr
     ours, theirs = proc.stdout.split()
     assert Path(ours).is_relative_to(target) and Path(theirs).parent == work / "models"
+    proc = _run("from kvsim.app import catalog; print(len(catalog.load().bugs))", work, env={"PYTHONPATH": str(target)})
+    reports = sum(len(tomllib.loads(p.read_text())["bug"]) for p in (ROOT / "properties").glob("*/bugs.toml"))
+    assert proc.returncode == 0 and proc.stdout.split() == [str(reports)], proc.stderr
 
 
 def test_pyproject_lists_every_package():
@@ -197,3 +202,81 @@ def test_list_explore_simulate_replay_import_no_hypothesis(tmp_path, args):
     if "--trace" in args:
         proc = _run(NO_HYPOTHESIS.format(args=["replay", trace]), tmp_path)
         assert proc.stdout.split("\n")[-2] == "0 False []", proc.stdout + proc.stderr
+
+
+# -- the test tree mirrors the packages -------------------------------------------------------------------
+
+TESTS = ROOT / "tests"
+# The house-wide checks: they test the repository as a whole, not one package, and stay at the top of tests/.
+HOUSE_WIDE = {
+    "test_house.py": "these house rules",
+    "test_readme.py": "the README's set-up commands and .ci/run",
+    "test_notebooks.py": "notebooks/ re-executed",
+    "test_gpu_check.py": "scripts/gpu_check.sh",
+    "test_docs.py": "README.md and docs/: length, links, the tour's transcripts",
+}
+# The shared helpers, imported by basename from every folder: tests/ is on sys.path because pytest's prepend
+# import mode puts the folder of tests/conftest.py there (and each test file's own folder).
+HELPERS = {"conftest.py", "clihelp.py", "toys.py", "conform_toys.py", "oraclehelp.py"}
+# tests/<area>/ -> the package folder it mirrors
+AREAS = {"engine": "kvsim/engine", "app": "kvsim/app", "conform": "kvsim/conform", "testing": "kvsim/testing",
+         "oracle": "gpu_oracle", "models": "models"}
+WHERE = """where a test file goes (no __init__.py anywhere in tests/, so every basename is unique):
+  tests/engine/            kvsim.engine: contracts, explore and its options, stores, workers, checkpoints,
+                           the simulator, traces, the conformance frame (kvsim.engine.conformance)
+  tests/app/               kvsim.app: the command line and its commands (cli, catalog, repro, simulate, fuzz,
+                           junit, show, site, outputs), the catalog's loading whatever the model
+  tests/conform/           kvsim.conform whatever the engine: source, loader, kernels, measures, releases, its CLI
+  tests/conform/<engine>/  one engine's conform targets (a folder of kvsim/conform/: vllm, sglang, flashinfer),
+                           named test_conform_*.py
+  tests/models/<model>/    one package of models/ with its properties/<model>/ (and its catalog data),
+                           named test_<model>_*.py
+  tests/oracle/            gpu_oracle (kernels, runtime), named test_oracle_*.py
+  tests/testing/           kvsim.testing: the pytest plugin
+  tests/ (top level)       only the house-wide checks of the whole repository listed in HOUSE_WIDE
+                           (house rules, README, docs, notebooks, scripts): add one there with its reason"""
+
+
+def _test_files() -> list[Path]:
+    return sorted(p for p in TESTS.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def test_the_test_tree_mirrors_the_packages():
+    bad = []
+    for path in _test_files():
+        rel = path.relative_to(TESTS)
+        name, folders = rel.name, rel.parts[:-1]
+        if not name.startswith("test_"):
+            if folders or name not in HELPERS:
+                bad.append(f"{rel}: a helper other than {sorted(HELPERS)}, or not at the top")
+            continue
+        if not folders:
+            if name not in HOUSE_WIDE:
+                bad.append(f"{rel}: a test file at the top of tests/ that is not house-wide")
+            continue
+        area = folders[0]
+        if area not in AREAS:
+            bad.append(f"{rel}: tests/{area}/ mirrors no package")
+        elif area in ("conform", "models") and len(folders) == 2:
+            package = ROOT / AREAS[area] / folders[1]
+            if not (package / "__init__.py").exists():
+                bad.append(f"{rel}: {AREAS[area]}/{folders[1]} is no package")
+            prefix = "test_conform_" if area == "conform" else f"test_{folders[1]}"
+            if not name.startswith(prefix):
+                bad.append(f"{rel}: not named {prefix}*")
+        elif len(folders) != 1 or area == "models":
+            bad.append(f"{rel}: too deep, or not in a model's folder")
+        elif area == "oracle" and not name.startswith("test_oracle_"):
+            bad.append(f"{rel}: not named test_oracle_*")
+    assert bad == [], "\n".join(bad) + "\n" + WHERE
+
+
+def test_every_model_and_engine_has_its_test_folder_and_basenames_are_unique():
+    for area in ("models", "conform"):
+        packages = {p.parent.name for p in (ROOT / AREAS[area]).glob("*/__init__.py")}
+        folders = {p.name for p in (TESTS / area).iterdir() if p.is_dir() and p.name != "__pycache__"}
+        assert packages == folders, (area, packages, folders)
+        assert all(any((TESTS / area / f).glob("test_*.py")) for f in folders)
+    assert not list(TESTS.rglob("__init__.py"))
+    names = [p.name for p in _test_files()]
+    assert sorted(n for n in set(names) if names.count(n) > 1) == [], WHERE

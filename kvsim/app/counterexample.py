@@ -308,7 +308,7 @@ def _replay_case(path: str, found: Counterexample) -> CounterexampleReplay:
 
     run, prop = found.run, found.prop
     result = run_property(prop, run.variant, max_examples=found.max_examples, seed=found.seed,
-                          params=dict(run.given) or None, backend=found.backend)
+                          params=dict(run.given) or None, backend=found.backend, descriptor=run.model)
     got = (result.counterexample or {}).get("case")
     matches = result.status == "failed" and canonical_json(found.case) == canonical_json(got)
     message = result.message if result.status == "failed" else "the property passed on the re-run"

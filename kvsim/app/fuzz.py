@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from ..engine.checkpoint import cache_root
+from ..engine.explore.checkpoint import cache_root
 from ..engine.errors import ConfigError
 from ..engine.interrupt import asked, worker_signals
 from ..engine.memory import DEFAULT_SHARE, refuse_forks
@@ -135,6 +135,7 @@ def work(model: str, variant: str, properties: Sequence[str], params: dict[str, 
         return {"worker": worker, "unseen": True}
     reg: Registry = catalog.load()
     props = [reg.property(model, name) for name in properties]
+    descriptor = reg.model(model)
     db = open_database(database)
     start = time.perf_counter()
     until = seconds if max_seconds is None else min(seconds, max_seconds)
@@ -155,7 +156,7 @@ def work(model: str, variant: str, properties: Sequence[str], params: dict[str, 
                 continue
             result = run_property(prop, variant, max_examples=left(prop.name), seed=seed + worker * SEED_STRIDE + rnd,
                                   database=db, params=params or None, database_key=f"{model}:{prop.name}:{variant}",
-                                  use_examples=False, interruptible=False)
+                                  use_examples=False, interruptible=False, descriptor=descriptor)
             examples += result.examples
             if _SHARED is not None:
                 _SHARED.examples[worker] = examples

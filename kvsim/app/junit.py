@@ -2,7 +2,7 @@
 
 Each builder takes the result records its command already builds for `--json` and returns `<testsuite>`
 elements; `write(path, name, suites)` puts them under one `<testsuites>` and writes the file. The document
-follows the Jenkins `junit-10.xsd` that CI systems read (Jenkins, GitLab; `tests/test_junit.py` validates
+follows the Jenkins `junit-10.xsd` that CI systems read (Jenkins, GitLab; `tests/app/test_junit.py` validates
 every command's file against it).
 
 One `<testcase>` per property x variant (check), bug report (repro), invariant or hang search (explore),

@@ -47,10 +47,12 @@ def _in_asan_child(prop: Any, variant: str, max_examples: int, seed: int | None)
 
 
 def run_kernel_property(prop: Any, backend: str, *, variant: Any = "fixed", max_examples: int = 50,
-                        seed: int | None = 0, rows: list[dict[str, Any]] | None = None) -> PropertyResult:
+                        seed: int | None = 0, rows: list[dict[str, Any]] | None = None,
+                        descriptor: Any = None) -> PropertyResult:
     """Run kernel property `prop` on `backend`: status "skipped" (with the reason) where this machine lacks the
     backend; on cpu-shim-asan inside the ASan child unless libasan is already loaded here or the property
-    starts its own children. `rows`: the backend rows already probed (`backends()`)."""
+    starts its own children. `rows`: the backend rows already probed (`backends()`); `descriptor`: the model, where
+    the caller resolved it."""
     from kvsim.gpu_oracle.runtime.shim import asan_loaded
 
     name = to_jsonable(variant)
@@ -61,7 +63,7 @@ def run_kernel_property(prop: Any, backend: str, *, variant: Any = "fixed", max_
         return PropertyResult(prop.name, prop.model, name, "skipped", 0, 0.0, message=row["reason"])
     if backend == "cpu-shim-asan" and prop.asan_in_child and not asan_loaded():
         return _in_asan_child(prop, name, max_examples, seed)
-    return run_property(prop, variant, max_examples=max_examples, seed=seed, backend=backend)
+    return run_property(prop, variant, max_examples=max_examples, seed=seed, backend=backend, descriptor=descriptor)
 
 
 def oracle_report(registry: Any, *, max_examples: int = 50, seed: int | None = 0,
@@ -112,8 +114,9 @@ def _oracle_row(prop: Any, name: str, backend: str, registry: Any, max_examples:
                 rows: list[dict[str, Any]], note: Callable[[str], None]) -> dict[str, Any]:
     """One kernel property on one backend, as a row of `oracle_report`."""
     start = time.perf_counter()
-    result = run_kernel_property(prop, backend, variant=registry.model(prop.model).variants.fixed,
-                                 max_examples=max_examples, seed=seed, rows=rows)
+    model = registry.model(prop.model)
+    result = run_kernel_property(prop, backend, variant=model.variants.fixed, max_examples=max_examples, seed=seed,
+                                 rows=rows, descriptor=model)
     seconds = time.perf_counter() - start
     row = {"name": name, "backend": backend, "examples": result.examples, "status": result.status,
            "message": result.message, "seconds": round(seconds, 3) if result.status != "skipped" else 0.0}

@@ -20,12 +20,12 @@ from typing import Any, Callable
 
 from ..engine.canon import to_jsonable
 from ..engine.errors import ConfigError
-from ..engine.explore import explore
+from ..engine.explore import ExploreOptions, explore
 from ..engine.params import param_args
 from ..engine.registry import REGISTRY, BugReport
 from ..engine.system import transition
 from .counterexample import match_path
-from .repro import FIXED_CHECK_EXAMPLES, ReproResult, baseline_variant, reproduce
+from .repro import FIXED_CHECK_EXAMPLES, BugRun, ReproResult, baseline_variant, reproduce
 
 LIVENESS_DOC = "from every reachable state some run concludes every room on both sides (no hang)"
 
@@ -42,15 +42,23 @@ def describer(model: Any) -> tuple[Callable[[Any], str] | None, dict | None]:
     return getattr(actions, "describe", None), getattr(actions, "ACTIONS", None)
 
 
-def steps(bug: BugReport, trace: list) -> list[tuple[str, list[str]]]:
+def resolved(bug: BugReport, result: ReproResult | None = None) -> BugRun:
+    """The bug report as `reproduce` resolved it (its result carries it), else resolved here (a library caller)."""
+    if result is not None and result.run is not None:
+        return result.run
+    return BugRun.resolve(bug, REGISTRY)
+
+
+def steps(bug: BugReport, trace: list, run: BugRun | None = None) -> list[tuple[str, list[str]]]:
     """The path as (action in words, [what it did in words]), replayed through the bug's system: each saved
     action is matched to the system's own enabled action (`counterexample.match_path`), whose nested records
     the step compares, not to the JSON form's lists."""
     from ..engine.actions import decode
 
-    model = REGISTRY.model(bug.model)
+    run = run or resolved(bug)
+    model = run.model
     describe, types = describer(model)
-    system = model.build_system(bug.variant, dict(bug.params))
+    system = model.build_system(run.variant, dict(bug.params))
     say = describe or repr
     state, taken, failure = match_path(system, trace)
     if failure:
@@ -63,12 +71,12 @@ def steps(bug: BugReport, trace: list) -> list[tuple[str, list[str]]]:
     return out
 
 
-def check_doc(bug: BugReport) -> str:
+def check_doc(bug: BugReport, run: BugRun | None = None) -> str:
     """The violated invariant (or property) in one sentence: its doc."""
-    model = REGISTRY.model(bug.model)
-    if bug.property is not None:
-        return REGISTRY.property(bug.model, bug.property).doc.strip()
-    system = model.build_system(bug.variant, dict(bug.params))
+    run = run or resolved(bug)
+    if run.prop is not None:
+        return run.prop.doc.strip()
+    system = run.model.build_system(run.variant, dict(bug.params))
     if bug.invariant == getattr(system, "liveness", None):
         return getattr(system, "liveness_doc", LIVENESS_DOC)  # a model whose goal is not rooms names its own
     inv = next(i for i in system.invariants if i.name == bug.invariant)
@@ -82,18 +90,18 @@ def fix_run(bug: BugReport, result: ReproResult, seed: int = 0) -> tuple[str | N
         return None, None
     if result.fixed_passes is not None:  # `reproduce` already ran the same variant
         return variant, result.fixed_passes
-    model = REGISTRY.model(bug.model)
-    if bug.property is not None:
+    run = resolved(bug, result)
+    if run.prop is not None:
         from ..engine.runner import run_property
 
-        found = run_property(REGISTRY.property(bug.model, bug.property), variant, max_examples=FIXED_CHECK_EXAMPLES,
-                             seed=seed, params=dict(bug.params))
+        found = run_property(run.prop, run.baseline, max_examples=FIXED_CHECK_EXAMPLES, seed=seed,
+                             params=dict(bug.params), descriptor=run.model)
         return variant, found.status == "passed"
-    found = explore(model.build_system(variant, dict(bug.params)))
+    found = explore(run.model.build_system(run.baseline, dict(bug.params)))
     return variant, not any(v.property == bug.invariant for v in found.violations)
 
 
-def commands(bug: BugReport) -> list[str]:
+def commands(bug: BugReport, run: BugRun | None = None) -> list[str]:
     """The exact commands that reproduce it: repro, then the search that saves the counterexample, and its replay."""
     file = f"{bug.id}.json"
     params = param_args(bug.params)
@@ -102,9 +110,10 @@ def commands(bug: BugReport) -> list[str]:
         lines.append(f"kvsim check {bug.model} --variant {bug.variant} --property {bug.property} "
                      f"--max-examples {bug.max_examples} {params} --save {file}".replace("  ", " "))
     else:
-        system = REGISTRY.model(bug.model).build_system(bug.variant, dict(bug.params))
+        run = run or resolved(bug)
+        system = run.model.build_system(run.variant, dict(bug.params))
         liveness = bug.invariant == getattr(system, "liveness", None)
-        first = explore(system, check_liveness=liveness).violations
+        first = explore(system, ExploreOptions(check_liveness=liveness)).violations
         flag = "" if liveness else " --no-liveness"
         lines.append(f"kvsim explore {bug.model} --variant {bug.variant}{flag} {params} --save {file}".replace("  ", " "))
         if not first or first[0].property != bug.invariant:
@@ -123,6 +132,7 @@ def _verdict_cell(v: Any) -> str:
 
 def render(bug: BugReport, result: ReproResult, seed: int = 0) -> str:
     """The Markdown report of one bug report, from `reproduce(bug)`'s result."""
+    run = resolved(bug, result)
     out: list[str] = [f"# {bug.id}", ""]
     out += [f"- **Status:** {bug.status}", f"- **Model:** `{bug.model}`, variant `{bug.variant}`"
             + (", parameters " + ", ".join(f"`{k}={v}`" for k, v in bug.params.items()) if bug.params else ""),
@@ -151,7 +161,7 @@ def render(bug: BugReport, result: ReproResult, seed: int = 0) -> str:
     elif "trace" in ce:
         out += [f"Found by exhaustive search of `{bug.model}` on variant `{bug.variant}` ({result.examples} states); "
                 f"{len(ce['trace'])} steps from the initial state:", ""]
-        for n, (action, effects) in enumerate(steps(bug, ce["trace"]), 1):
+        for n, (action, effects) in enumerate(steps(bug, ce["trace"], run), 1):
             out.append(f"{n}. {action}" + (f" — {'; '.join(effects)}" if effects else ""))
         what = "a hang: no done state is reachable from here" if ce.get("kind") == "hang" else "the invariant fails here"
         out += ["", f"After step {len(ce['trace'])}, {what}:", "", f"> {result.message}", ""]
@@ -159,7 +169,7 @@ def render(bug: BugReport, result: ReproResult, seed: int = 0) -> str:
         out += [f"Found by Hypothesis on `{bug.model}` variant `{bug.variant}` (shrunk case):", "", "```json",
                 json.dumps(to_jsonable(ce.get("case", ce)), sort_keys=True, indent=1), "```", "",
                 f"> {result.message}", ""]
-    out += ["## Violated invariant", "", f"`{bug.check}`: {check_doc(bug)}", ""]
+    out += ["## Violated invariant", "", f"`{bug.check}`: {check_doc(bug, run)}", ""]
     out += ["## Consequence", ""]
     out += [(f"**{bug.harm}**. " if bug.harm else "") + (bug.consequence or bug.summary), ""]
     out += ["## Fix", ""]
@@ -169,15 +179,14 @@ def render(bug: BugReport, result: ReproResult, seed: int = 0) -> str:
     if variant is None:
         out += ["No fix variant is modelled: no model run shows a fix removing the violation.", ""]
     else:
-        model = REGISTRY.model(bug.model)
-        flags = _flag_diff(model.variant(bug.variant), model.variant(variant))
+        flags = _flag_diff(run.variant, run.baseline)
         if bug.fix_variant or bug.status != "open upstream":
             out += [f"Model run with the fix: variant `{variant}`" + (f" (flags {flags})" if flags else "") + ": "
                     + (f"`{bug.check}` holds, the violation is gone." if holds else f"`{bug.check}` STILL FAILS."), ""]
         else:  # a finding on a later release with no modelled fix: `fixed` is the older code, not a fix
             out += [f"No fix variant is modelled. On variant `{variant}` (without flags {flags}) the same search "
                     + (f"finds no violation of `{bug.check}`." if holds else f"also violates `{bug.check}`."), ""]
-    out += ["## Reproduce", "", "```sh", *commands(bug), "```", ""]
+    out += ["## Reproduce", "", "```sh", *commands(bug, run), "```", ""]
     if bug.note:
         out += ["## Notes", "", bug.note, ""]
     out += ["---", "", f"Generated by `kvsim repro {bug.id} --report`; do not edit by hand."]

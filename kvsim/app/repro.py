@@ -9,14 +9,36 @@ a finding on a later release may be present on `fixed` too, which is shown, not 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from ..engine.descriptor import ModelDescriptor
 from ..engine.explore import explore
-from ..engine.registry import REGISTRY, BugReport
+from ..engine.property import KvProperty
+from ..engine.registry import REGISTRY, BugReport, Registry
 from ..engine.runner import run_property
 
 FIXED_CHECK_EXAMPLES = 300
+
+
+@dataclass(frozen=True)
+class BugRun:
+    """A bug report resolved once against the catalog (`kvsim repro` does it, and passes the record down): its
+    model, its property (None for a report found by search), the variant it must fail on and the one it must pass
+    on (`baseline_variant`; None where there is none)."""
+
+    bug: BugReport
+    model: ModelDescriptor
+    prop: KvProperty | None
+    variant: Any
+    baseline: Any
+
+    @classmethod
+    def resolve(cls, bug: BugReport, registry: Registry) -> "BugRun":
+        prop = None if bug.driver == "explore" else registry.property(bug.model, bug.property)  # as looked up before
+        model = registry.model(bug.model)
+        baseline = baseline_variant(bug)
+        return cls(bug, model, prop, model.variant(bug.variant), None if baseline is None else model.variant(baseline))
 
 
 @dataclass
@@ -28,6 +50,7 @@ class ReproResult:
     seconds: float
     counterexample: Any
     message: str
+    run: BugRun | None = field(default=None, repr=False, compare=False)  # what was run, resolved
 
     def to_json(self) -> dict[str, Any]:
         b = self.bug
@@ -70,34 +93,37 @@ def baseline_variant(bug: BugReport) -> str | None:
     return bug.fix_variant or (None if bug.variant == "fixed" else "fixed")
 
 
-def reproduce(bug: BugReport, seed: int = 0) -> ReproResult:
-    if bug.driver == "explore":
-        return _reproduce_by_explore(bug)
-    prop = REGISTRY.property(bug.model, bug.property)
-    found = run_property(prop, bug.variant, max_examples=bug.max_examples, seed=seed, use_examples=False,
-                         params=dict(bug.params))
+def reproduce(bug: BugReport | BugRun, seed: int = 0) -> ReproResult:
+    """Reproduce a bug report: a `BugRun` the caller resolved, or a bare report (resolved here against the
+    catalog's registry, for library callers)."""
+    run = bug if isinstance(bug, BugRun) else BugRun.resolve(bug, REGISTRY)
+    if run.prop is None:
+        return _reproduce_by_explore(run)
+    bug, prop = run.bug, run.prop
+    found = run_property(prop, run.variant, max_examples=bug.max_examples, seed=seed, use_examples=False,
+                         params=dict(bug.params), descriptor=run.model)
     fixed_passes = None
-    if baseline_variant(bug):
-        fixed = run_property(prop, baseline_variant(bug), max_examples=FIXED_CHECK_EXAMPLES, seed=seed,
-                             params=dict(bug.params))
+    if run.baseline is not None:
+        fixed = run_property(prop, run.baseline, max_examples=FIXED_CHECK_EXAMPLES, seed=seed,
+                             params=dict(bug.params), descriptor=run.model)
         fixed_passes = fixed.status == "passed"
     return ReproResult(bug, found.status == "failed", fixed_passes, found.examples, found.seconds,
-                       found.counterexample, found.message)
+                       found.counterexample, found.message, run)
 
 
-def _reproduce_by_explore(bug: BugReport) -> ReproResult:
-    spec = REGISTRY.model(bug.model)
+def _reproduce_by_explore(run: BugRun) -> ReproResult:
+    bug = run.bug
 
-    def search(variant: str) -> tuple[Any, float, int]:
+    def search(variant: Any) -> tuple[Any, float, int]:
         start = time.perf_counter()
-        result = explore(spec.build_system(variant, dict(bug.params)))
+        result = explore(run.model.build_system(variant, dict(bug.params)))
         hit = next((v for v in result.violations if v.property == bug.invariant), None)
         return hit, time.perf_counter() - start, result.states
 
-    hit, seconds, states = search(bug.variant)
+    hit, seconds, states = search(run.variant)
     fixed_passes = None
-    if baseline_variant(bug):
-        fixed_passes = search(baseline_variant(bug))[0] is None
+    if run.baseline is not None:
+        fixed_passes = search(run.baseline)[0] is None
     counterexample = {"trace": hit.trace, "kind": hit.kind} if hit else None
     return ReproResult(bug, hit is not None, fixed_passes, states, seconds, counterexample,
-                       hit.message if hit else "")
+                       hit.message if hit else "", run)

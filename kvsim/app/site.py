@@ -151,7 +151,7 @@ def build_site(out: str, registry: Registry, *, seed: int = 0, conform: Sequence
                 raise BudgetExceeded()
             if progress is not None:
                 progress(bug.id)
-            repro = sources.reproduced(bug, seed)
+            repro = sources.reproduced(bug, seed, registry)
             drawing = sources.of_bug(registry, bug, seed)
             chart = None
             if drawing is not None and draw is not None:

@@ -24,11 +24,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
 from kvsim.app import junit
-from kvsim.engine.conformance.linetrace import LineTrace, coverage
+from kvsim.engine.conformance.linetrace import LineTrace
 from kvsim.engine.conformance.mutants import Mutant, mutants, sample
+from kvsim.engine.progress import Progress
 
 from .loader import mutated
-from .run import executable_lines, run_targets, unreached_lines
+from .run import run_targets, target_coverage, unreached_in, upstream_texts
 from .source import EngineSource
 from .targets import Options, descriptors
 
@@ -60,12 +61,8 @@ class MutationResult:
 
 
 def target_mutants(target: Any, source: EngineSource) -> list[Mutant]:
-    found: list[Mutant] = []
-    for upstream in target.upstream:
-        if upstream.checked_names and source.has(upstream.file):
-            text = source.file(upstream.file).read_text(encoding="utf-8", errors="replace")
-            found.extend(mutants(text, upstream.file, upstream.checked_names))
-    return found
+    return [m for upstream, text in upstream_texts(target, source) if upstream.checked_names
+            for m in mutants(text, upstream.file, upstream.checked_names)]
 
 
 def documented(target: Any, mutant: Mutant) -> str | None:
@@ -84,7 +81,7 @@ def measure(target: Any, source: EngineSource, options: Options, count: int) -> 
     (base,) = run_targets([target], source, table, replace(options, trace=trace))
     executed = trace.executed
     if base.status in ("conforms", "diverges"):
-        out.coverage = coverage(executed, executable_lines(target, source), unreached_lines(target, source))
+        out.coverage = target_coverage(target, source, executed)
     if base.status != "conforms":
         out.status = {"diverges": "baseline diverges", "not present": "not present",
                       "skipped": "skipped"}.get(base.status, f"baseline {base.status}")
@@ -92,8 +89,8 @@ def measure(target: Any, source: EngineSource, options: Options, count: int) -> 
         out.seconds = round(time.perf_counter() - started, 3)
         return out
     found = target_mutants(target, source)
-    unreached = {(path, line) for path, lines in unreached_lines(target, source, every_line=True).items()
-                 for definition_lines in lines.values() for line in definition_lines}
+    unreached = {(upstream.file, line) for upstream, text in upstream_texts(target, source)
+                 for lines in unreached_in(target, upstream, text, every_line=True).values() for line in lines}
     reachable = [m for m in found if (m.file, m.line) not in unreached]
     out.unreached = len(found) - len(reachable)
     chosen = sample(reachable, count) if count else reachable
@@ -101,11 +98,13 @@ def measure(target: Any, source: EngineSource, options: Options, count: int) -> 
     deadline = max(MUTANT_DEADLINE_FLOOR, 50 * base.slowest_call)
     deadline = min(deadline, options.call_timeout) if options.call_timeout else deadline
     quick = replace(options, call_timeout=deadline, shrink=False)
+    progress = Progress(len(chosen), f"mutants of {target.name}")
     for i, mutant in enumerate(chosen):
         if options.until is not None and time.monotonic() >= options.until:
             out.not_run = len(chosen) - i
             out.status = "incomplete"
             break
+        progress.step(mutant.label)
         with mutated(mutant):
             (result,) = run_targets([target], source, table, quick)
         row = {**mutant.to_json(), "label": mutant.label, "reached": (mutant.file, mutant.line) in executed}
@@ -118,6 +117,7 @@ def measure(target: Any, source: EngineSource, options: Options, count: int) -> 
         else:
             reason = documented(target, mutant)
             (out.documented if reason else out.survivors).append({**row, **({"reason": reason} if reason else {})})
+    progress.close()
     out.seconds = round(time.perf_counter() - started, 3)
     return out
 

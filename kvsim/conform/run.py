@@ -108,37 +108,40 @@ def run_targets(targets: Sequence[ConformTarget], source: EngineSource, descript
         if logged.lines and result.status not in ("conforms", "not present", "skipped"):
             result.logged = sorted(set(logged.lines))
         if measure and trace is not None and result.status in ("conforms", "diverges", "incomplete"):
-            result.coverage = coverage(trace.executed, executable_lines(target, source),
-                                       unreached_lines(target, source))
+            result.coverage = target_coverage(target, source, trace.executed)
         results.append(result)
     return results
 
 
-def executable_lines(target: ConformTarget, source: EngineSource) -> dict[str, dict[str, set[int]]]:
-    """{upstream file: {checked definition: its statement lines}} in this source."""
-    found: dict[str, dict[str, set[int]]] = {}
+def upstream_texts(target: ConformTarget, source: EngineSource) -> Iterator[tuple[Upstream, str]]:
+    """(upstream, its file's text) for each of the target's upstream files this source has, each read once."""
     for upstream in target.upstream:
         if source.has(upstream.file):
-            text = source.file(upstream.file).read_text(encoding="utf-8", errors="replace")
-            found.setdefault(upstream.file, {}).update(statement_lines(text, upstream.checked_names))
+            yield upstream, source.file(upstream.file).read_text(encoding="utf-8", errors="replace")
+
+
+def unreached_in(target: ConformTarget, upstream: Upstream, text: str, *,
+                 every_line: bool = False) -> dict[str, set[int]]:
+    """{checked definition: the statement lines (`every_line`: all lines) its `unreached` declarations name} in
+    this upstream file's text."""
+    found: dict[str, set[int]] = {}
+    for checked in upstream.checked_names:  # an Unreached may name a method of a checked class
+        mine = [u for u in target.unreached if u.definition == checked or u.definition.startswith(checked + ".")]
+        lines = set().union(*documented_lines(text, mine, every_line=every_line).values()) if mine else set()
+        if lines:
+            found[checked] = lines
     return found
 
 
-def unreached_lines(target: ConformTarget, source: EngineSource, *,
-                    every_line: bool = False) -> dict[str, dict[str, set[int]]]:
-    """{upstream file: {checked definition: the statement lines (`every_line`: all lines) its `unreached`
-    declarations name}} in this source."""
-    found: dict[str, dict[str, set[int]]] = {}
-    for upstream in target.upstream:
-        if not source.has(upstream.file):
-            continue
-        text = source.file(upstream.file).read_text(encoding="utf-8", errors="replace")
-        for checked in upstream.checked_names:  # an Unreached may name a method of a checked class
-            mine = [u for u in target.unreached if u.definition == checked or u.definition.startswith(checked + ".")]
-            lines = set().union(*documented_lines(text, mine, every_line=every_line).values()) if mine else set()
-            if lines:
-                found.setdefault(upstream.file, {})[checked] = lines
-    return found
+def target_coverage(target: ConformTarget, source: EngineSource, executed: set[tuple[str, int]]) -> dict[str, Any]:
+    """The coverage of a target's checked definitions by the lines a run `executed`, its declared unreached
+    lines left out of the count (the one place `--coverage` and `--mutants` assemble it)."""
+    executable: dict[str, dict[str, set[int]]] = {}
+    unreached: dict[str, dict[str, set[int]]] = {}
+    for upstream, text in upstream_texts(target, source):
+        executable.setdefault(upstream.file, {}).update(statement_lines(text, upstream.checked_names))
+        unreached.setdefault(upstream.file, {}).update(unreached_in(target, upstream, text))
+    return coverage(executed, executable, unreached)
 
 
 def deadline(max_seconds: float | None) -> float | None:

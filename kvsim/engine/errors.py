@@ -8,7 +8,7 @@ observed; a `TraceError` names the trace line that could not be used.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 
 class KvsimError(Exception):
@@ -22,10 +22,18 @@ class ConfigError(KvsimError, ValueError):
         self.field = field
         self.expected = expected
         self.received = received
+        self.hint = hint
         message = f"{field}: expected {expected}, got {received!r}"
         if hint:
             message += f" ({hint})"
         super().__init__(message)
+
+    def named(self, names: Mapping[str, str]) -> ConfigError:
+        """This error under the name its reader knows the field by: the engine names its fields (`checkpoint`,
+        `workers`), a command line maps them to its flags (`{"checkpoint": "--checkpoint"}`). A field with
+        no entry in `names` keeps its name."""
+        name = names.get(self.field)
+        return self if name is None else ConfigError(name, self.expected, self.received, self.hint)
 
 
 class PropertyViolation(KvsimError, AssertionError):

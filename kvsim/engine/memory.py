@@ -72,7 +72,7 @@ def refuse_forks(workers: int, max_memory: int | None, share: float | None) -> N
         return
     bound = (f"--max-memory {max_memory / 2 ** 30:g} GiB" if max_memory is not None and max_memory <= limit
              else f"{share:.0%} of this machine's {machine()[1] / 2 ** 30:.1f} GiB")
-    raise ConfigError("--workers", f"at most {max(0, limit // own - 1)} forked workers: each starts as a copy of "
+    raise ConfigError("workers", f"at most {max(0, limit // own - 1)} forked workers: each starts as a copy of "
                                    f"this {own / 2 ** 20:.0f} MiB process, and {bound} holds that many beside it",
                       workers)
 

@@ -1,4 +1,4 @@
-"""Where the partitions of `kvsim.engine.parallel` run: forked worker processes, or Ray actors.
+"""Where the partitions of `kvsim.engine.explore.parallel` run: forked worker processes, or Ray actors.
 
 Both offer the coordinator the same three calls: `call(method, args)` runs `method` on every
 partition (one argument tuple each) and returns their answers in worker order, `one(worker, method,
@@ -119,7 +119,7 @@ def connect_ray(address: str | None, workers: int) -> Any:
     try:
         import ray
     except ImportError:
-        raise ConfigError("--ray", "the ray package installed (pip install 'kvsim[ray]')", "not installed") from None
+        raise ConfigError("ray", "the ray package installed (pip install 'kvsim[ray]')", "not installed") from None
     if not ray.is_initialized():
         local = address in (None, "", "local")
         ray.init(address=None if local else address, include_dashboard=False, log_to_driver=False,
@@ -127,7 +127,7 @@ def connect_ray(address: str | None, workers: int) -> Any:
                  **({"num_cpus": max(os.cpu_count() or 1, workers)} if local else {}))
     cpus = ray.cluster_resources().get("CPU", 0)
     if cpus < workers:
-        raise ConfigError("--workers", f"at most the {cpus:g} CPUs of the Ray cluster (a worker takes one)", workers)
+        raise ConfigError("workers", f"at most the {cpus:g} CPUs of the Ray cluster (a worker takes one)", workers)
     return ray
 
 
@@ -151,7 +151,7 @@ class RayPool:
         if waiting:  # other jobs hold the CPUs: refused, not left waiting with no word
             free = ray.available_resources().get("CPU", 0) + len(placed)
             self.close()
-            raise ConfigError("--workers", f"at most the {free:g} CPUs free on the Ray cluster (a worker takes one)",
+            raise ConfigError("workers", f"at most the {free:g} CPUs free on the Ray cluster (a worker takes one)",
                               workers, f"{len(waiting)} workers found no CPU in {place_seconds:g} s")
 
     def nodes(self) -> list[str]:

@@ -77,7 +77,8 @@ def run_property(prop: KvProperty, variant: Any = "fixed", *, max_examples: int 
     find (and shrink) the counterexample itself, as `kvsim repro` wants.
     `database_key` keys the examples saved in `database` (every property runs through one wrapper, so
     without a key they would share one); it is set only with a database, as it also seeds derandomized runs.
-    `descriptor`: the model, where the caller resolved it (else it is looked up by the property's model name).
+    `descriptor`: the model, where the caller resolved it (every kvsim command does; without it, a library call,
+    it is looked up by the property's model name).
     `shrink=False`: report the first failing case as found (a mutation run only needs to know that one fails).
     A stop asked by Ctrl-C or SIGTERM (`kvsim.engine.interrupt`) raises `Interrupted` at the next example;
     `interruptible=False` runs on to the end instead (a fuzz round, which counts what it ran).

@@ -22,7 +22,7 @@ from .errors import ConfigError
 from .interrupt import INTERRUPT, asked
 from .system import transition
 
-FAULT_KINDS = ("drop", "delay", "duplicate", "reorder", "garble", "crash", "timeout")
+FAULT_KINDS = ("drop", "delay", "duplicate", "reorder", "garble", "crash")
 
 # Work budgets of one simulation (`kvsim simulate --max-events/--max-seconds`): a run that reaches one
 # stops cleanly between two events, says which bound stopped it (`Simulator.stopped_by`) and is incomplete.
@@ -173,8 +173,8 @@ class FaultPlan:
         seen: set[str] = set()
         for part in spec.split(","):
             kind, sep, raw = part.strip().partition("=")
-            if not sep or kind not in FAULT_KINDS or kind == "timeout":
-                raise ConfigError("--faults", f"kind=value with kind one of {', '.join(FAULT_KINDS[:-1])}", part)
+            if not sep or kind not in FAULT_KINDS:
+                raise ConfigError("--faults", f"kind=value with kind one of {', '.join(FAULT_KINDS)}", part)
             if kind in seen and kind != "crash":
                 raise ConfigError(f"--faults {kind}", "each fault kind at most once (crash may repeat)", spec)
             seen.add(kind)

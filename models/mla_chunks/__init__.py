@@ -1,7 +1,7 @@
 """mla-chunks: MLA chunked context, vLLM b38e111d (PR #50613, RFC #50497) and `mask_empty_context` (#49294).
 
-* `planner`: the per-request `ContextChunk` planner, the old uniform plan and the workspace
-  size; the variant record `MlaVariant` (one flag per upstream change), `VARIANTS`, `FIXED`.
+* `variants`: the variant record `MlaVariant` (one flag per upstream change), `VARIANTS`, `FIXED`.
+* `planner`: the per-request `ContextChunk` planner, the old uniform plan and the workspace size.
 * `dcp`: decode context parallelism: the rank layout and `reorg_kvcache`.
 * `metadata`: the per-chunk metadata of both plans and the accumulation schedule.
 * `attention`: the float64 kernels (gather, attention with LSE, merge).
@@ -13,7 +13,7 @@ Data properties only: no transition system, no timed simulation.
 from kvsim.engine.descriptor import ModelDescriptor
 
 from .conform import CONFORM
-from .planner import FIXED, VARIANTS, MlaVariant
+from .variants import FIXED, VARIANTS, MlaVariant
 
 __all__ = ["DESCRIPTOR", "FIXED", "VARIANTS", "MlaVariant"]
 

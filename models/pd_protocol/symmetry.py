@@ -8,7 +8,7 @@ in which a step adds them leaves no trace. Relabelling the rooms by a permutatio
 every place a room id is held (the per-room tuples `prefill`, `sent` and `decode`, the worker queue's
 items, and the room field of TINFO, ABORT and STATUS on either channel), maps each transition to a
 transition (the action relabelled the same way), and keeps `done` and every invariant's verdict.
-`tests/test_explore_scale.py` checks that on every reachable state of small configurations.
+`tests/engine/test_explore_scale.py` checks that on every reachable state of small configurations.
 
 `canonical(state)` is the least relabelling by `repr` among those that put the rooms in the order of
 their own fields (`signature`; usually one, and then no `repr` is taken; rooms <= 3: at most 6
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-from kvsim.engine.system import Relabellings
+from kvsim.engine.symmetry import Relabellings
 
 from .actions import WorkItem
 

@@ -25,9 +25,9 @@ placeholders, or emptied when no fault can take them).
 
 `canonical(state)` is the least, by `repr`, of the quieted relabellings of `state` that put the
 rooms in the order of their own fields (`signature`; most states have one, and then no `repr` is
-taken): one representative per orbit (`kvsim.engine.system.Relabellings`), and a state bisimilar
+taken): one representative per orbit (`kvsim.engine.symmetry.Relabellings`), and a state bisimilar
 to the given one, so the explorer's violations, shortest counterexample lengths and liveness
-verdict are those of the full search (`tests/test_explore_scale.py` compares them).
+verdict are those of the full search (`tests/engine/test_explore_scale.py` compares them).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from __future__ import annotations
 from itertools import permutations
 from typing import Any
 
-from kvsim.engine.system import Relabellings
+from kvsim.engine.symmetry import Relabellings
 
 from . import data
 from .actions import DOWN

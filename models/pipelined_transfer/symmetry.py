@@ -33,7 +33,7 @@ from __future__ import annotations
 import re
 from typing import Any, Sequence
 
-from kvsim.engine.system import Relabellings
+from kvsim.engine.symmetry import Relabellings
 
 from .state import PtState, put
 

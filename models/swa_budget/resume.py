@@ -28,17 +28,9 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from kvsim.engine.errors import check_int
-from kvsim.engine.variants import Variant, VariantTable
 
+from .variants import FIXED, SwaVariant
 
-@dataclass(frozen=True)
-class SwaVariant(Variant):
-    page_rounded_requirement: bool  # af7c62e: charge whole pages, not raw tokens, in _prealloc_required_tokens
-
-
-VARIANTS = VariantTable(SwaVariant("fixed", page_rounded_requirement=True),
-                        SwaVariant("pre_af7c62e", page_rounded_requirement=False))
-FIXED = VARIANTS.fixed
 KV_CACHE_FULL = "KV cache is full! Bug in memory estimation."
 
 

@@ -21,7 +21,7 @@ from kvsim.engine.params import param
 from kvsim.engine.sim import Driver, FaultPlan, Simulator
 from kvsim.engine.trace import TraceRecorder
 
-from .resume import SwaVariant
+from .variants import SwaVariant
 from .scheduler import ARRIVE, DECODE, RESUME, RETRACT, Arrive, Decode, Resume, Retract, SchedulerConfig, SwaScheduler
 
 

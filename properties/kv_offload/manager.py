@@ -3,7 +3,7 @@
 Each runs a drawn `OpsCase` through the model (`cases.run_ops`) and checks every step with the
 model's own checks (`kvsim.models.kv_offload.checks`). `prepare_store_never_evicts_an_input_key`
 is the one #35846 breaks (variant `pre_already_stored_fix`); the others hold on both variants by
-construction and are shown failing on planted mutations (tests/test_kv_offload_properties.py).
+construction and are shown failing on planted mutations (tests/models/kv_offload/test_kv_offload_properties.py).
 """
 
 from __future__ import annotations

@@ -3,9 +3,11 @@
 * `cases`: the property input `ZeroingCase` and the pinned upstream cases (no Hypothesis);
 * `strategies`: the Hypothesis strategies, imported only when a property runs (the layout
   families are public: the kernel oracle draws the same geometries);
-* `zeroer`: the named properties and the bug report.
+* `zeroer`: the named properties;
+* `bugs.toml`: the bug report, as data.
 """
 
+from kvsim.engine.bugfile import bug_file, load_bugs
 from kvsim.engine.registry import Registry
 from kvsim.gpu_oracle.kernels import zero_kv_blocks
 
@@ -15,3 +17,4 @@ from . import zeroer
 def register(registry: Registry) -> None:
     registry.add_from(zeroer)
     zero_kv_blocks.register(registry)  # the kernel properties of this model (gpu_oracle/kernels/zero_kv_blocks)
+    load_bugs(registry, bug_file(__file__))  # bugs.toml: the bug reports, as data

@@ -1,4 +1,4 @@
-"""Properties 2.4.1–2.4.6, 2.4.8 and 2.4.9 of vLLM's packed KV block zeroing (d6af803), and its bug report.
+"""Properties 2.4.1–2.4.6, 2.4.8 and 2.4.9 of vLLM's packed KV block zeroing (d6af803).
 
 Research note: ../shared/research/vllm.md, section 2. The frame condition
 (no byte outside the zeroed blocks changes) is the one the bug breaks; the
@@ -19,11 +19,11 @@ import numpy as np
 
 from kvsim.engine.errors import ConfigError, PropertyViolation
 from kvsim.engine.property import kv_property
-from kvsim.engine.registry import BugReport
 from kvsim.models.kv_zeroing import DESCRIPTOR
 from kvsim.models.kv_zeroing.geometry import Arena, owned_bytes, owner_of, view_start
-from kvsim.models.kv_zeroing.zeroer import (VARIANTS, SegmentTable, ZeroingVariant, plan_segments, span_mask,
-                                            write_spans, zero_blocks)
+from kvsim.models.kv_zeroing.variants import VARIANTS
+from kvsim.models.kv_zeroing.zeroer import (SegmentTable, ZeroingVariant, plan_segments, span_mask, write_spans,
+                                            zero_blocks)
 
 from .cases import NON_UNIFORM_PAGES, OVERLAID_GROUPS, PINNED, ZeroingCase
 
@@ -214,15 +214,3 @@ def overlaid_groups_get_the_widest_page(case: ZeroingCase, variant: ZeroingVaria
                     raise PropertyViolation(f"bytes cleared at {arena.describe(lo)} (kernel block {k}, overlaid "
                                             f"{', '.join(v.layer for v in views)}): expected {page} (widest page, "
                                             f"{widest.layer}), got {covered}")
-
-
-BUGS = (BugReport(
-    id="vllm-d6af803-packed-zeroing-stride",
-    model=MODEL,
-    variant="pre_d6af803",
-    property="zeroing_preserves_other_bytes",
-    source=DESCRIPTOR.source,
-    summary="packed KV views: the page doubled as the block stride, so zeroing a block cleared the rest of the "
-            "packed row (other layers, padding, the next block) and wrote past the allocation for the last block",
-    max_examples=500,
-),)

@@ -5,15 +5,17 @@
 * `plan`: planner and metadata properties (and their `check_*` functions);
 * `dcp`: DCP coverage and `reorg_kvcache` properties;
 * `numeric`: chunked context against full attention, in float64;
-* `bugs`: the bug reports.
+* `bugs.toml`: the bug reports, as data.
 """
 
+from kvsim.engine.bugfile import bug_file, load_bugs
 from kvsim.engine.registry import Registry
 from kvsim.gpu_oracle.kernels import mla_context
 
-from . import bugs, dcp, numeric, plan
+from . import dcp, numeric, plan
 
 
 def register(registry: Registry) -> None:
-    registry.add_from(dcp, numeric, plan, bugs)
+    registry.add_from(dcp, numeric, plan)
     mla_context.register(registry)  # the kernel properties of this model (gpu_oracle/kernels/mla_context)
+    load_bugs(registry, bug_file(__file__))  # bugs.toml: the bug reports, as data

@@ -14,7 +14,8 @@ import numpy as np
 
 from kvsim.engine.errors import PropertyViolation
 from kvsim.engine.property import kv_property
-from kvsim.models.mla_chunks.planner import FIXED, VARIANTS, MlaVariant
+from kvsim.models.mla_chunks.planner import FIXED, MlaVariant
+from kvsim.models.mla_chunks.variants import VARIANTS
 from kvsim.models.mla_chunks.prefill import (MlaPrefillResult, chunked_prefill_attention, context_attention_reference,
                                              full_attention_reference, make_mla_prefill_inputs)
 

@@ -1,4 +1,4 @@
-"""P3 and P4: the bootstrap and decode threads over byte frames (SGLang PR #35281, areas 1 and 3), and bug reports.
+"""P3 and P4: the bootstrap and decode threads over byte frames (SGLang PR #35281, areas 1 and 3).
 
 The cases come from `strategies.frame_traffic`, `status_traffic` and
 `abort_traffic`, which read the model parameter `backend`.
@@ -10,7 +10,6 @@ from typing import Any, Callable
 
 from kvsim.engine.errors import PropertyViolation
 from kvsim.engine.property import kv_property
-from kvsim.engine.registry import BugReport
 from kvsim.models.pd_common.status import KVPoll
 from kvsim.models.pd_protocol.variants import ProtocolVariant
 from kvsim.models.pd_protocol.wire import encode_abort, handle_bootstrap, handle_decode
@@ -66,27 +65,3 @@ def abort_fails_known_unfinished_rooms(case: Any, variant: ProtocolVariant) -> N
         if again.rooms != after.rooms:
             raise PropertyViolation(f"rooms after a second ABORT of room {room}: expected {after.rooms}, got {again.rooms}")
         rooms = after.rooms
-
-
-BUGS = (
-    BugReport(
-        id="sglang-pr35281-malformed-kills-loop",
-        model=MODEL,
-        variant="pre_35281",
-        property="control_loop_survives_any_frames",
-        source="sglang PR #35281 (area 3)",
-        summary="Mooncake and NIXL: one malformed frame kills the bootstrap thread for good; every later room on "
-                "that rank stalls until its timeout",
-        params={"backend": "mooncake"},
-    ),
-    BugReport(
-        id="sglang-pr35281-mori-abort-dropped",
-        model=MODEL,
-        variant="pre_35281",
-        property="abort_fails_known_unfinished_rooms",
-        source="sglang PR #35281 (area 1)",
-        summary="Mori checked its guard before dispatch: the unguarded ABORT was dropped as malformed and the "
-                "prefill kept transferring into an aborted room",
-        params={"backend": "mori"},
-    ),
-)

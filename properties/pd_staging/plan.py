@@ -1,4 +1,4 @@
-"""pd-staging: properties of the prefill send plan (S1-S5, S7, S10, S13) and the slot-overrun bug.
+"""pd-staging: properties of the prefill send plan (S1-S5, S7, S10, S13); the slot-overrun bug breaks them.
 
 Research note: ../shared/research/sglang.md, section 2 (SGLang 05c7ebf, PR
 #30545). The plan properties and the staged-bytes properties (plan + head
@@ -6,7 +6,7 @@ slicing + slot layout + ring offsets: S7 in bytes, and no spurious room
 failure). The head slicing, slot layout and ring properties live in `ring`,
 the `KVPoll` status-rule properties in `status` (same model, `pd-staging`:
 the status rule is a field of the case, not a variant), the transition
-system's stateful property and explore-driven bug reports in `system`.
+system's stateful property in `system`, the bug reports in `bugs.toml`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 from kvsim.engine.errors import PropertyViolation
 from kvsim.engine.property import kv_property
-from kvsim.engine.registry import BugReport
 from kvsim.models.pd_staging import layout
 from kvsim.models.pd_staging import plan
 from kvsim.models.pd_staging.plan import cdiv
@@ -268,14 +267,3 @@ def staged_writes_accepted(case: StagedCase, variant: StagingVariant) -> None:
             raise PropertyViolation(
                 f"staged write of writer {w.writer} for send {w.send} (slot {w.slot}): expected accepted, got "
                 f"refused ({w.end_in_slot} bytes past the slot start, slot {w.slot_bytes}): the room fails")
-
-
-SLOT_OVERRUN = BugReport(
-    id="sglang-05c7ebf-staging-slot-overrun",
-    model=MODEL,
-    variant="pre_05c7ebf",
-    property="each_send_fits_one_slot",
-    source="sglang 05c7ebf (PR #30545)",
-    summary="a prefill radix hit makes one send span several staging slots (no grid flooring or segmentation); "
-            "it is written at one slot's offset and overruns the following ring allocations (or fails the room)",
-)

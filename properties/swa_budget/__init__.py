@@ -2,9 +2,11 @@
 
 * `cases`: the property inputs and the pinned upstream cases (no Hypothesis);
 * `strategies`: the Hypothesis strategies, imported only when a property runs;
-* `resume`: the named properties and the bug report.
+* `resume`: the named properties;
+* `bugs.toml`: the bug report, as data.
 """
 
+from kvsim.engine.bugfile import bug_file, load_bugs
 from kvsim.engine.registry import Registry
 
 from . import resume
@@ -12,3 +14,4 @@ from . import resume
 
 def register(registry: Registry) -> None:
     registry.add_from(resume)
+    load_bugs(registry, bug_file(__file__))  # bugs.toml: the bug reports, as data

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from kvsim.engine.errors import PropertyViolation
 from kvsim.engine.property import kv_property, stateful_property
-from kvsim.engine.registry import BugReport
-from kvsim.models.swa_budget.resume import VARIANTS, SwaVariant, physical_pages, prealloc_required_tokens
+from kvsim.models.swa_budget.resume import SwaVariant, physical_pages, prealloc_required_tokens
+from kvsim.models.swa_budget.variants import VARIANTS
 
 from .cases import PINNED, ResumeCase
 
@@ -105,13 +105,3 @@ SCHEDULER_INVARIANTS = stateful_property(
     model=MODEL, name="scheduler_invariants", home=__name__,
     doc="The decode scheduler's invariants hold on every step of Hypothesis-chosen action sequences "
         "(no failed allocation, budgets, FIFO, pool conservation, request accounting).")
-
-BUGS = (BugReport(
-    id="sglang-af7c62e-swa-resume-budget",
-    model=MODEL,
-    variant="pre_af7c62e",
-    property="resumed_requests_fit_physical_pages",
-    source="sglang af7c62e (PR #33794)",
-    summary="resume budget charged raw tokens, not whole pages: admission says yes, _pre_alloc finds the "
-            "KV cache full and the decode scheduler crashes",
-),)

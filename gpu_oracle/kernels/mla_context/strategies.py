@@ -12,7 +12,7 @@ from dataclasses import replace
 import numpy as np
 from hypothesis import strategies as st
 
-from kvsim.models.mla_chunks.planner import VARIANTS
+from kvsim.models.mla_chunks.variants import VARIANTS
 from kvsim.models.mla_chunks.prefill import MlaShape
 from kvsim.properties.mla_chunks.cases import MlaChunkCase
 from kvsim.properties.mla_chunks.strategies import mla_cases

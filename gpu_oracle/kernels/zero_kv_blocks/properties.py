@@ -25,7 +25,8 @@ import numpy as np
 from kvsim.engine.errors import PropertyViolation
 from kvsim.engine.property import kernel_property
 from kvsim.models.kv_zeroing.geometry import Arena, owned_bytes, owner_of
-from kvsim.models.kv_zeroing.zeroer import VARIANTS, plan_segments, zero_blocks
+from kvsim.models.kv_zeroing.variants import VARIANTS
+from kvsim.models.kv_zeroing.zeroer import plan_segments, zero_blocks
 
 from ...runtime import asan
 from ...runtime.discovery import BACKEND_NAMES

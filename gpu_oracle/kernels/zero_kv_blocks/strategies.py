@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from kvsim.models.kv_zeroing.geometry import Arena
 from kvsim.models.kv_zeroing.layouts import combine
-from kvsim.models.kv_zeroing.zeroer import VARIANTS, Segment, SegmentTable, plan_segments
+from kvsim.models.kv_zeroing.variants import VARIANTS
+from kvsim.models.kv_zeroing.zeroer import Segment, SegmentTable, plan_segments
 from kvsim.properties.kv_zeroing.strategies import block_id_lists, layout_geometries
 
 from .cases import KernelCase, overrun_cases, sentinel_cases

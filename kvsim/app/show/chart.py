@@ -71,6 +71,16 @@ class CaseTable:
                 "rows": [list(r) for r in self.rows], "replay": self.replay, "notes": list(self.notes)}
 
 
+def from_json(doc: dict[str, Any]) -> SequenceChart | CaseTable:
+    """The drawing again from its `to_json` document (a saved `kvsim show --json`, say)."""
+    if doc["kind"] == "sequence":
+        return SequenceChart(doc["title"], tuple(doc["lifelines"]), tuple(Arrow(**a) for a in doc["arrows"]),
+                             doc["steps"], doc["marked_step"], doc["check"], doc["verdict"], doc["actors"],
+                             doc["first_step"], doc["replay"], list(doc["notes"]))
+    return CaseTable(doc["title"], doc["check"], doc["verdict"], [tuple(r) for r in doc["rows"]], doc["replay"],
+                     list(doc["notes"]))
+
+
 def chart_hook(system: Any) -> ModuleType | None:
     """The model's chart module (`<the system's package>.chart` with `lifelines` and `arrows`), or None."""
     package = type(system).__module__.rpartition(".")[0]

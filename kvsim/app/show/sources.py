@@ -13,7 +13,7 @@ from ...engine.errors import ConfigError, TraceError
 from ...engine.registry import BugReport, Registry
 from ...engine.trace import read_trace
 from .. import counterexample
-from ..repro import ReproResult, reproduce
+from ..repro import BugRun, ReproResult, reproduce
 from .chart import CaseTable, SequenceChart, case_table, realize, sequence_chart
 
 TRACE_STEPS = 40  # the steps of a long trace drawn by default: those ending at the first violation
@@ -21,17 +21,18 @@ TRACE_STEPS = 40  # the steps of a long trace drawn by default: those ending at 
 _REPRODUCED: dict[tuple[str, int], ReproResult] = {}
 
 
-def reproduced(bug: BugReport, seed: int = 0) -> ReproResult:
-    """`repro.reproduce(bug, seed)`, run once per process: `kvsim report` and `show` share it."""
+def reproduced(bug: BugReport, seed: int = 0, registry: Registry | None = None) -> ReproResult:
+    """`repro.reproduce(bug, seed)`, run once per process: `kvsim report` and `show` share it. `registry`: the
+    catalog the caller holds, which the report is resolved against."""
     key = (bug.id, seed)
     if key not in _REPRODUCED:
-        _REPRODUCED[key] = reproduce(bug, seed=seed)
+        _REPRODUCED[key] = reproduce(bug if registry is None else BugRun.resolve(bug, registry), seed=seed)
     return _REPRODUCED[key]
 
 
 def of_bug(registry: Registry, bug: BugReport, seed: int = 0) -> SequenceChart | CaseTable | None:
     """The drawing of a bug report's counterexample; None where the bug does not reproduce."""
-    result = reproduced(bug, seed)
+    result = reproduced(bug, seed, registry)
     if not result.reproduced or result.counterexample is None:
         return None
     title = f"{bug.id}: {bug.model} [{bug.variant}]"

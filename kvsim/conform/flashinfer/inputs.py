@@ -17,7 +17,7 @@ tensor, both halves wider than 0: upstream's `_are_adjacent_last_dim_views` says
 adjacent); tensors are CPU float32 or bfloat16; malformed nestings, non-tensor leaves and halves of other
 ranks, devices or dtypes are upstream's own checks (the model's `RunInput` cannot say them).
 
-Settled (model fixes, `tests/test_conform_flashinfer.py`): the model accepted an unsupported `accepted` layout,
+Settled (model fixes, `tests/conform/flashinfer/test_conform_flashinfer.py`): the model accepted an unsupported `accepted` layout,
 validated the unused packed member of a dual input, could not take planned widths of None, and had no dtype.
 """
 

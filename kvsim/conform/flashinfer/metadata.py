@@ -28,7 +28,7 @@ Known (not drawn; the issue's item, not settled here): with an invalid `page_siz
 `page_size` before a missing or partial form and before an invalid alignment; the model reports the form or the
 alignment first. Invalid page sizes are drawn only with whole forms and a valid alignment.
 
-Settled (model fixes, `tests/test_conform_flashinfer.py`): the model had no non-strict CSR (FA's flat CSR, and
+Settled (model fixes, `tests/conform/flashinfer/test_conform_flashinfer.py`): the model had no non-strict CSR (FA's flat CSR, and
 the dense backends' refusal of it, `dense_batch`), no partial-form rule and no type check of `max_q_len`.
 """
 

@@ -7,7 +7,8 @@ with its real helpers `_prealloc_kv_lens`, `_uses_swa_tail_prealloc` and `_swa_t
 allocator tails, an SWA pool whose allocator has no `alloc_extend_swa_tail`, or a pool without SWA); the (full,
 SWA) requirement compared with the model's `prealloc_required_tokens`, and `_swa_tail_len` of the fill length
 (the SWA tokens `_pre_alloc` takes) with the model's `swa_prealloc_len`. Pinned first: each page size with a
-tailing pool and a fill length past the window.
+tailing pool and a fill length past the window, then the two pools that take no tail at page size 16 (without
+them, 100 derandomized inputs left `_uses_swa_tail_prealloc` with its isinstance clause dropped alive).
 
 Conventions: the request's fill length is given directly (stand-in `_pre_alloc_fill_len`); the decode radix
 cache (`disaggregation_decode_enable_radix_cache`) is off (the model has no radix-cache insert boundary, so that
@@ -78,9 +79,11 @@ PAGE_SIZES = (1, 2, 4, 16, 64)
 
 def pinned(ctx: Context) -> list[dict[str, Any]]:
     """Run first: each page size with a tailing SWA pool and a fill length past the window by a few pages and one
-    token (where a tail, its page rounding and the reserve all show)."""
-    return [{"fill_len": 100 + 3 * page + 1, "page_size": page, "window": 100, "reserve": 3, "radix_disabled": False,
+    token (where a tail, its page rounding and the reserve all show); then the two pools that take no tail with
+    an allocator page past one token (a tail taken there shows as the SWA side charged less)."""
+    past = [{"fill_len": 100 + 3 * page + 1, "page_size": page, "window": 100, "reserve": 3, "radix_disabled": False,
              "pool": "swa"} for page in PAGE_SIZES]
+    return past + [{**past[-2], "pool": pool} for pool in POOLS if pool != "swa"]
 
 
 def prepare(ctx: Context) -> None:

@@ -18,7 +18,7 @@ Survivors (documented in the declaration): the arguments of `_device_ptr_type_st
 `StagingAllocator.__init__` (they make a log line's text, the same off XPU); `alloc_round <= 0` made `< 0` in
 `is_watermark_ready` (round 0 is then ready through `-1 < wm_round`, and no watermark round is negative).
 A regression of the issue's shape (the watermark advance in `free` written `if` instead of `while`) is a
-divergence with a shrunk program: upstream's KeyError is its answer (`tests/test_conform_ring.py`).
+divergence with a shrunk program: upstream's KeyError is its answer (`tests/conform/sglang/test_conform_ring.py`).
 
 Release -> model variant (the declaration's table): before 0.5.19 `fixed` (05c7ebf: a free that empties the
 ring keeps the stale head); 0.5.19 and later, and a tree with no version, `sglang_0_5_23` (SGLang #37166: a free

@@ -95,7 +95,8 @@ def zero_document(memory: np.ndarray, table: Any, block_ids: Any, launch: Any = 
     """The child's case; for the launcher before d6af803 (`pre`) without the stride column and with the unmasked
     launch of the pre_d6af803 variant, else with the fixed launcher's."""
     from kvsim.gpu_oracle.runtime.asan import pack
-    from kvsim.models.kv_zeroing.zeroer import FIXED, VARIANTS, launch_config
+    from kvsim.models.kv_zeroing.variants import VARIANTS
+    from kvsim.models.kv_zeroing.zeroer import FIXED, launch_config
 
     if launch is None:
         config = launch_config(table, VARIANTS["pre_d6af803"] if pre else FIXED)
@@ -117,7 +118,8 @@ def pre_fix_table(case: Any) -> Any:
     its raw rows with stride := page; Hypothesis draws again when a write would leave the buffer."""
     from hypothesis import reject
 
-    from kvsim.models.kv_zeroing.zeroer import VARIANTS, Segment, SegmentTable, plan_segments, write_spans
+    from kvsim.models.kv_zeroing.variants import VARIANTS
+    from kvsim.models.kv_zeroing.zeroer import Segment, SegmentTable, plan_segments, write_spans
 
     pre = VARIANTS["pre_d6af803"]
     try:
@@ -135,7 +137,8 @@ def prepared(ctx: Context, inp: KernelInput) -> tuple[np.ndarray, Any, tuple[int
     """(memory before, table, block IDs, the child's document) of one input, made once per input."""
     from kvsim.gpu_oracle.kernels.zero_kv_blocks.cases import SENTINEL, KernelCase
     from kvsim.models.kv_zeroing.geometry import Arena
-    from kvsim.models.kv_zeroing.zeroer import VARIANTS, plan_segments
+    from kvsim.models.kv_zeroing.variants import VARIANTS
+    from kvsim.models.kv_zeroing.zeroer import plan_segments
 
     if ctx.state.get("input") is not inp:
         pre = ctx.state["pre"]

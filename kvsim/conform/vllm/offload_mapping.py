@@ -25,7 +25,7 @@ and the spec classes it uses; torch real, on CPU) and its Triton swap kernel:
 * `SWAP_TRITON` (`offload-swap-triton`, a kernel Differential): upstream's `swap_blocks_batch` launcher and its
   Triton `_swap_blocks_kernel` in the kernel child, on the model's CPU->GPU triples (8-byte-aligned pages up to
   64 bytes, 0-100 triples), `bytes_per_chunk` drawn (8-256) and `is_src_access_order_any` drawn; the destination
-  tensors' bytes against `apply_swap`, and the path taken: the launcher's documented rule is the DMA path
+  tensors' bytes against `apply_swap` (pinned first: 24 triples of 64- and 56-byte pages), and the path taken: the launcher's documented rule is the DMA path
   (`ops.swap_blocks_batch`, a stand-in doing the same copies and recording its `is_src_access_order_any`) below
   `MIN_N` descriptors (upstream's constant), the kernel from there.
 
@@ -520,6 +520,20 @@ def triton_inputs(ctx: Context) -> Any:
     return st.builds(SwapTritonCase, cases, st.sampled_from((8, 16, 32, 64, 128, 256)), st.booleans())
 
 
+def triton_pinned(ctx: Context) -> list[SwapTritonCase]:
+    """Run first: the kernel path (24 triples, past MIN_N) on the largest pages the inputs draw, 64 and 56 bytes
+    (8 and 7 words: where a word count computed any other way than bytes // 8 copies a word too many or too
+    few), a page in one chunk and in two."""
+    from kvsim.models.kv_offload.mapping import DataRef, SwapGeometry, TransferSpec
+    from kvsim.properties.kv_offload.mapping import SwapCase
+
+    blocks = 12
+    geometry = SwapGeometry((64, 56), 2 * blocks + 1, blocks, 1, ((DataRef(0, 64), DataRef(1, 56)),))
+    spec = TransferSpec(tuple(range(blocks)), (blocks,), (0,), tuple(range(blocks)))
+    case = SwapCase(geometry, spec, tuple(range(blocks, 2 * blocks)), 0)
+    return [SwapTritonCase(case, chunk, False) for chunk in (64, 32)]
+
+
 def triton_plan(ctx: Context, sc: SwapTritonCase) -> tuple[Any, list[np.ndarray], list[np.ndarray]]:
     return plan_swap(sc.case.geometry, sc.case.spec, False), sc.case.buffers(False, 1), sc.case.buffers(True, 2)
 
@@ -548,6 +562,6 @@ def describe_triton(ctx: Context, sc: SwapTritonCase) -> dict[str, Any]:
 
 
 SWAP_TRITON = Differential(
-    kernel=True, examples=kernel_examples, inputs=triton_inputs, model=triton_model, upstream=triton_upstream,
-    describe=describe_triton,
+    kernel=True, examples=kernel_examples, inputs=triton_inputs, pinned=triton_pinned, model=triton_model,
+    upstream=triton_upstream, describe=describe_triton,
     note=lambda ctx: f"the model's CPU->GPU triples through swap_blocks_batch; DMA below MIN_N={ctx.up.MIN_N}")

@@ -58,12 +58,17 @@ class Divergence(PropertyViolation):
     pass
 
 
+CALL_TIMEOUT = 30.0  # the default per-call deadline, in seconds
+
+
 @dataclass(frozen=True)
 class Options:
     max_examples: int = 200
     seed: int | None = None  # None: derandomized (the same inputs every run)
     device: str = "cpu"
-    call_timeout: float | None = 30.0  # seconds a call of the code under test may take (None: unbounded)
+    # seconds a call of the code under test may take (None: unbounded); the default is read when the options are
+    # made, so a harness whose outcomes must not depend on the machine's load can raise it (tests/conftest.py)
+    call_timeout: float | None = field(default_factory=lambda: CALL_TIMEOUT)
     until: float | None = None  # time.monotonic() at which the whole run stops
     trace: Any = None  # a linetrace.LineTrace while `--coverage` measures the checked definitions
     shrink: bool = True  # False: the first divergence as found (a mutation run only needs to know one exists)

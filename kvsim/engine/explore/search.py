@@ -1,0 +1,386 @@
+"""Exhaustive bounded exploration of a transition system.
+
+Breadth-first over the visited states (kept whole, or as 64-bit fingerprints:
+`kvsim.engine.explore.store`), so the first path found to any state is a shortest one. Every
+invariant is checked on every reached state; a violating state is reported
+with its shortest action path and not expanded further. Liveness: after the
+search, any expanded state from which no `done` state can be reached is a
+hang. States cut off by a bound count as "might still finish", so a bound
+never produces a false hang. A system may declare its symmetries as
+`canonical(state)`: then one representative per orbit is stored, and each
+reported path is mapped back to a path of the real system (`realize`).
+"""
+
+from __future__ import annotations
+
+import time
+from array import array
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Sequence
+
+from ..canon import to_jsonable
+from ..interrupt import INTERRUPT, asked
+from ..memory import YoungCollections, machine, memory_limit, resident_bytes
+from ..system import TransitionSystem
+from .checkpoint import Snapshot
+from .options import ExploreOptions
+from .store import FingerprintStore, FullStore, Interner, Recent, fingerprint_function
+
+
+@dataclass
+class Violation:
+    property: str
+    kind: str  # "invariant" or "hang"
+    trace: list[Any]
+    message: str
+    state: Any
+
+    def to_json(self) -> dict[str, Any]:
+        return {"property": self.property, "kind": self.kind, "trace": self.trace, "message": self.message,
+                "state": to_jsonable(self.state)}
+
+
+@dataclass
+class ExploreResult:
+    model: str
+    variant: str
+    states: int
+    transitions: int
+    depth: int
+    seconds: float
+    bound_hit: str | None
+    violations: list[Violation]
+    hang_states: int = 0
+    coverage: "Coverage | None" = None
+    store: str = "full"
+    symmetry: bool = False
+    bytes_per_state: float | None = None
+    collision_probability: float | None = None
+    levels: list[int] = field(default_factory=list)  # states first reached at each depth (0: the initial ones)
+    resumed: bool = False  # went on from a checkpoint (`seconds` counts every run of the search)
+    checkpoint: str | None = None  # the folder the search saved itself to (go on with `resume`), if it did
+    worker_lines: dict[str, list[int]] | None = field(default=None, repr=False)  # lines a partition's workers ran
+    _store: Any = field(default=None, repr=False)
+
+    @property
+    def states_per_second(self) -> float:
+        return self.states / self.seconds if self.seconds > 0 else float(self.states)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"model": self.model, "variant": self.variant, "states": self.states,
+                "transitions": self.transitions, "depth": self.depth, "seconds": round(self.seconds, 4),
+                "states_per_second": round(self.states_per_second, 1), "bound_hit": self.bound_hit,
+                "complete": self.bound_hit is None,
+                "hang_states": self.hang_states, "states_per_depth": self.levels,
+                "violations": [v.to_json() for v in self.violations],
+                **({"coverage": self.coverage.to_json()} if self.coverage is not None else {}),
+                "store": self.store, "symmetry": self.symmetry,
+                **({"bytes_per_state": self.bytes_per_state} if self.bytes_per_state is not None else {}),
+                **({"collision_probability": self.collision_probability}
+                   if self.collision_probability is not None else {}),
+                "resumed": self.resumed, "checkpoint": self.checkpoint}
+
+    def graph(self) -> Any:
+        """The explored state graph (a networkx MultiDiGraph): nodes carry the state, depth and flags."""
+        if not isinstance(self._store, FullStore):
+            raise ValueError("the state graph needs the full store (explore(system, ExploreOptions(store='full')))")
+        return self._store.to_graph()
+
+
+def action_kind(action: Any) -> str:
+    """An action's kind: the tag of a tagged record (or plain tuple), else its type's name."""
+    if isinstance(action, tuple) and action and isinstance(action[0], str):
+        return action[0]
+    return type(action).__name__
+
+
+@dataclass
+class Coverage:
+    """What a run exercised: transitions taken per action kind, states each invariant was checked on.
+
+    An invariant is checked on a state until one fails there (the state is then a violation and the
+    rest are not asked), so a count below the state count means earlier invariants failed first.
+    """
+
+    actions: dict[str, int]
+    invariants: dict[str, int]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"actions": dict(sorted(self.actions.items())), "invariants": dict(self.invariants)}
+
+    def lines(self) -> list[str]:
+        acts = ", ".join(f"{k} {n:,}" for k, n in sorted(self.actions.items())) or "none"
+        invs = ", ".join(f"{k} {n:,}" for k, n in self.invariants.items()) or "none"
+        return [f"actions taken: {acts}", f"invariants checked on: {invs}"]
+
+
+def explore(system: TransitionSystem[Any, Any], options: ExploreOptions = ExploreOptions()) -> ExploreResult:
+    """BFS with invariants on every state and, unless `options.check_liveness` is off, the hang search.
+
+    The bounds (`max_depth`, `max_states`, `max_seconds`, `max_memory`, `memory_share`: the last three checked
+    every few thousand expansions) stop the search cleanly: `bound_hit` names the one that did, and states
+    left unexpanded count as "might still finish" (no false hang). The store is "full" (every state kept;
+    the graph can be exported) or "fingerprint" (see `kvsim.engine.explore.store`). A system that defines
+    `canonical(state)` (one representative per orbit of its symmetries) is explored one representative
+    per orbit unless `options.symmetry` is off; the reported paths are mapped back to paths of the real
+    system. With a `checkpoint`, the search is saved there every `checkpoint.every` seconds and when a bound
+    other than the depth stops it; `resume` goes on from its last save, to the result one uninterrupted
+    search would give. Every option: `ExploreOptions`.
+    """
+    max_depth, max_states, progress = options.max_depth, options.max_states, options.progress
+    checkpoint, resume = options.checkpoint, options.resume
+    start = time.perf_counter()
+    deadline = None if options.max_seconds is None else start + options.max_seconds
+    memory_cap = memory_limit(machine()[1], options.max_memory, options.memory_share)
+    canon = getattr(system, "canonical", None) if options.symmetry else None
+    enabled, step, done = system.enabled, system.step, system.done
+    initial = [s if canon is None else canon(s) for s in system.initial_states()]
+    visited = _make_store(options.store, system, initial, step if canon is None else _reduced(step, canon))
+    # successors seen lately, by value (hash and ==, no fingerprint): most transitions that reach a known
+    # state reach one found a few expansions before (the other side of a diamond), so the fingerprint (and
+    # the canonical form) is computed about once per state, not once per transition
+    recent = Recent() if visited.kind == "fingerprint" or canon is not None else None
+    queue: deque[tuple[int, Any]] = deque()
+    violations: dict[str, Violation] = {}
+    invariants = list(system.invariants)
+    transitions = max_depth_seen = 0
+    checked = [0] * len(invariants)
+    fired: dict[str, int] = {}
+    depth_cut, before = False, 0.0
+    if resume:
+        saved = checkpoint.resume_as(Snapshot, f"a checkpoint of a single-process search with the {visited.kind} store",
+                                     lambda body: body.store.kind == visited.kind)[1]
+        visited, queue, violations = visited.adopt(saved.store), deque(saved.queue), dict(saved.violations)
+        transitions, max_depth_seen, checked, fired = saved.transitions, saved.depth, saved.checked, saved.fired
+        depth_cut, before = saved.depth_cut, saved.seconds
+    bound_hit: str | None = "depth" if depth_cut else None
+    key, find, add, depth_of = visited.key, visited.find, visited.add, visited.depth
+    bad, done_flag = visited.bad, visited.done
+    saved_gen: str | None = None
+    intern = Interner(text=getattr(key, "text", None))
+
+    def discover(found: Any, reached: Any, parent: int, action: Any, index: int, depth: int, like: Any = None) -> int:
+        state = intern(reached, like)  # held from now on: its fields are the equal ones held already
+        if found is reached:  # the full store: the state is its own key, and one object
+            found = state
+        sid = add(found, state, parent, action, index, depth)
+        done_flag[sid] = done(state)
+        for k, inv in enumerate(invariants):
+            checked[k] += 1
+            message = inv.check(state)
+            if message is not None:
+                bad[sid] = True
+                if inv.name not in violations:
+                    violations[inv.name] = _violation(system, canon, visited, inv.name, "invariant", sid, message)
+                break
+        if not bad[sid]:
+            queue.append((sid, state))
+        return sid
+
+    def save() -> str:
+        snapshot = Snapshot(visited, list(queue), dict(violations), transitions, max_depth_seen, checked, fired,
+                            depth_cut, before + time.perf_counter() - start)
+        with checkpoint.saving("resume" if resume else "checkpoint"):
+            gen = checkpoint.begin()
+            checkpoint.commit(gen, snapshot)
+        return gen
+
+    if not resume:
+        for k, init in enumerate(initial):
+            if find(key(init)) is None:
+                discover(key(init), init, -1, None, k, 0)
+
+    if checkpoint is not None:
+        checkpoint.schedule(start)
+    collector = YoungCollections()
+    try:
+        while queue:
+            sid, state = queue.popleft()
+            depth = depth_of[sid]
+            if max_depth is not None and depth >= max_depth:
+                bound_hit, depth_cut = bound_hit or "depth", True
+                continue
+            succ: list[tuple[int, Any]] = []
+            for index, action in enumerate(enabled(state)):
+                nxt = step(state, action)
+                tid = None if recent is None else recent.get(nxt)
+                if tid is None:
+                    rep = nxt if canon is None else canon(nxt)
+                    k = key(rep)
+                    tid = find(k)
+                    if tid is None:
+                        if len(visited) >= max_states:
+                            bound_hit = "states"
+                            queue.appendleft((sid, state))  # unexpanded: its successors are not all known
+                            break
+                        tid = discover(k, rep, sid, action, index, depth + 1, state)
+                        if depth + 1 > max_depth_seen:
+                            max_depth_seen = depth + 1
+                    if recent is not None:
+                        recent.put(nxt, tid)
+                succ.append((tid, action))
+            else:
+                visited.expand(sid, succ)
+                transitions += len(succ)
+                for _, action in succ:
+                    kind = action_kind(action)
+                    fired[kind] = fired.get(kind, 0) + 1
+                if sid % 4096 == 0:
+                    collector.tick()
+                    if progress is not None:
+                        progress(len(visited), depth)
+                    now = time.perf_counter()
+                    if deadline is not None and now > deadline:
+                        bound_hit = "seconds"
+                        break  # the work budget: what was found so far is kept, the rest is unexplored
+                    if memory_cap is not None and resident_bytes() > memory_cap:
+                        bound_hit = "memory"
+                        break  # stopped before the machine runs out, with what was found so far
+                    if asked():
+                        bound_hit = INTERRUPT
+                        break  # Ctrl-C or SIGTERM (`interrupt`): kept, and saved where there is a checkpoint
+                    if checkpoint is not None and checkpoint.due(now, deadline):
+                        saved_gen = save()
+                continue
+            break  # state bound hit
+
+        if checkpoint is not None and checkpoint.stopped(bound_hit):
+            saved_gen = save()
+        hang_states = 0
+        if options.check_liveness:
+            hang_states = _find_hangs(visited, system, canon, violations)
+    finally:
+        collector.close()
+    seconds = before + time.perf_counter() - start
+    return ExploreResult(model=system.name, variant=str(system.variant), states=len(visited),
+                         transitions=transitions, depth=max_depth_seen, seconds=seconds, bound_hit=bound_hit,
+                         violations=list(violations.values()), hang_states=hang_states,
+                         coverage=Coverage(fired, {inv.name: n for inv, n in zip(invariants, checked)}),
+                         store=visited.kind, symmetry=canon is not None,
+                         bytes_per_state=visited.bytes_per_state(),
+                         collision_probability=getattr(visited, "collision_probability", lambda: None)(),
+                         levels=states_per_depth(visited.depth), resumed=resume,
+                         checkpoint=None if saved_gen is None else checkpoint.path,
+                         _store=visited)
+
+
+def states_per_depth(depths: Iterable[int]) -> list[int]:
+    """How many states were first reached at each depth: the growth a researcher reads to judge whether a
+    bounded search was near its end."""
+    levels: list[int] = []
+    for d in depths:
+        while d >= len(levels):
+            levels.append(0)
+        levels[d] += 1
+    return levels
+
+
+def _reduced(step: Callable[[Any, Any], Any], canon: Callable[[Any], Any]) -> Callable[[Any, Any], Any]:
+    """The step of the reduced system: from a representative to the representative of the successor."""
+    return lambda state, action: canon(step(state, action))
+
+
+def _make_store(kind: str, system: Any, initial: list[Any], step: Callable[[Any, Any], Any]) -> Any:
+    if kind == "full":
+        return FullStore()
+    enabled = system.enabled
+
+    def replay(indices: Sequence[int], root: int) -> tuple[Any, list[Any]]:
+        state, actions = initial[root], []
+        for index in indices:
+            action = enabled(state)[index]
+            actions.append(action)
+            state = step(state, action)
+        return state, actions
+
+    return FingerprintStore(fingerprint_function(system), replay)
+
+
+def realize(system: Any, canon: Callable[[Any], Any], states: Sequence[Any]) -> tuple[Any, list[Any]]:
+    """A real path through representatives `states` (canonical, each a step from the last): its end, its actions.
+
+    From the real state s standing for representative c_i, some enabled action of s leads to a state whose
+    representative is c_{i+1} (the symmetry maps c_i's action back to one of s); the first such is taken.
+    """
+    real = next(s for s in system.initial_states() if canon(s) == states[0])
+    actions = []
+    for target in states[1:]:
+        for action in system.enabled(real):
+            nxt = system.step(real, action)
+            if canon(nxt) == target:
+                real = nxt
+                actions.append(action)
+                break
+        else:
+            raise AssertionError(f"symmetry: no action of {real!r} reaches the orbit of {target!r} "
+                                 "(the declared canonical form is not a symmetry of the system)")
+    return real, actions
+
+
+def _path_states(visited: Any, sid: int) -> list[Any]:
+    chain = []
+    while sid >= 0:
+        chain.append(sid)
+        sid = visited.parent[sid]
+    return [visited.state(s) for s in reversed(chain)]
+
+
+def _violation(system: Any, canon: Callable[[Any], Any] | None, visited: Any, name: str, kind: str, sid: int,
+               message: str) -> Violation:
+    if canon is None:
+        return Violation(name, kind, visited.path(sid), message, visited.state(sid))
+    real, actions = realize(system, canon, _path_states(visited, sid))
+    return Violation(name, kind, [to_jsonable(a) for a in actions], real_message(system, name, real, message), real)
+
+
+def real_message(system: Any, name: str, real: Any, message: str) -> str:
+    """An invariant's message on the real state a path was mapped back to (the representative's may name
+    other rooms, requests or writers); a hang's message is the search's own."""
+    for inv in system.invariants:
+        if inv.name == name:
+            return inv.check(real) or message
+    return message
+
+
+def cannot_finish(n: int, edges: Callable[[], Iterable[tuple[int, int]]], alive: bytearray) -> list[int]:
+    """The states 0..n-1 from which no `alive` state (done, cut by a bound, or a violation) can be reached.
+
+    `edges()` yields every transition (source, target) afresh (it is read twice); predecessors are kept as
+    one compressed array, not a list per state (fingerprint runs hold millions). `alive` is extended in place.
+    """
+    count = array("I", bytes(4 * (n + 1)))
+    for _, tid in edges():
+        count[tid + 1] += 1
+    for i in range(n):
+        count[i + 1] += count[i]
+    fill = array("I", count)
+    preds = array("i", bytes(4 * count[n]))
+    for sid, tid in edges():
+        preds[fill[tid]] = sid
+        fill[tid] += 1
+    stack = [s for s in range(n) if alive[s]]
+    while stack:
+        s = stack.pop()
+        for k in range(count[s], count[s + 1]):
+            p = preds[k]
+            if not alive[p]:
+                alive[p] = 1
+                stack.append(p)
+    return [s for s in range(n) if not alive[s]]
+
+
+def _find_hangs(visited: Any, system: TransitionSystem[Any, Any], canon: Callable[[Any], Any] | None,
+                violations: dict[str, Violation]) -> int:
+    """Reverse reachability from every state that is done, unexpanded (cut by a bound) or already a violation."""
+    n = len(visited)
+    done, bad, expanded = visited.done, visited.bad, visited.expanded
+    alive = bytearray(1 if done[s] or not expanded(s) or bad[s] else 0 for s in range(n))
+    hangs = cannot_finish(n, lambda: ((sid, tid) for sid in range(n) for tid in visited.successors(sid)), alive)
+    if hangs:
+        first = min(hangs, key=lambda s: (visited.depth[s], s))
+        name = getattr(system, "liveness", "liveness")
+        kind = "deadlock" if next(iter(visited.successors(first)), None) is None else "livelock"
+        violations[name] = _violation(system, canon, visited, name, "hang", first,
+                                      f"{kind}: no done state is reachable from this state ({len(hangs)} such states)")
+    return len(hangs)

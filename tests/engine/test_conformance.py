@@ -1,0 +1,270 @@
+"""The conform frame itself (`kvsim.engine.conformance`), on a toy engine tree: every way the code under test
+can go wrong is a divergence with its shrunk input, bounded in time, and the measures (coverage, mutants).
+`kvsim conform`'s command line is tests/conform/test_conform_cli.py."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import replace
+
+import pytest
+
+from conform_toys import TOY, TOY_SOURCE, target, write_toy_engine
+from kvsim.conform.loader import mutated
+from kvsim.conform.mutate import measure
+from kvsim.conform.source import resolve_source
+from kvsim.conform.targets import RunOptions, run_target
+from kvsim.conform.triton_child import KernelChild
+from kvsim.engine.conformance import deadline
+from kvsim.engine.conformance.answers import Answered, DidNotReturn, Raised
+from kvsim.engine.conformance.compare import Close, Exact
+from kvsim.engine.conformance.declare import Survivor
+from kvsim.engine.conformance.mutants import OPERATORS, Mutant, mutants, sample
+
+OPTIONS = RunOptions(max_examples=60, call_timeout=5.0)
+
+
+def _source(tmp_path, replace_text=None):
+    return resolve_source("vllm", from_path=str(write_toy_engine(tmp_path / "tree", replace_text)))
+
+
+def _run(tmp_path, adapter="DIFF", replace_text=None, options=OPTIONS, **kw):
+    return run_target(target(adapter, **kw), _source(tmp_path, replace_text), options)
+
+
+@pytest.mark.parametrize("adapter, names", [("DIFF", ("plan",)), ("SWEEP", ("plan",)), ("LOCKSTEP", ("Counter",))])
+def test_the_toy_conforms_and_names_the_code_under_test(tmp_path, adapter, names):
+    result = _run(tmp_path, adapter, names=names)
+    assert (result.status, result.divergent, result.subject) == ("conforms", 0, "code under test"), result
+    assert result.compared > 10 and result.files == [TOY]
+
+
+def test_a_raise_is_a_divergence_with_its_shrunk_input_and_the_upstream_line(tmp_path):
+    result = _run(tmp_path, replace_text=("    out = []\n", "    out = []\n    if n > 30:\n"
+                                          "        raise ValueError('too many rows')\n"))
+    assert result.status == "diverges"
+    (d,) = result.divergences
+    assert d["input"] == {"n": 31, "k": 1, "cap": 0}  # shrunk: the smallest n that raises, the rest minimal
+    assert d["upstream"] == f"raised ValueError: too many rows ({TOY}:6)"
+    assert d["difference"].startswith("the answer: model {")
+
+
+def test_a_hang_is_a_divergence_bounded_by_the_per_call_deadline(tmp_path):
+    result = _run(tmp_path, replace_text=("        start += size\n", "        start = size\n"),
+                  options=replace(OPTIONS, call_timeout=0.5))
+    assert result.status == "diverges"
+    (d,) = result.divergences
+    assert d["input"] == {"n": 2, "k": 1, "cap": 0}  # the smallest input that loops
+    assert d["upstream"].startswith("did not return within ")
+    assert "shrunk under" in d["note"] or "found under" in d["note"] or d["upstream"].endswith("0.5 s")
+
+
+@pytest.mark.parametrize("new", ["    return None\n", "    return [full]\n", "    return {'full': full}\n"])
+def test_a_wrong_type_or_shape_is_a_divergence(tmp_path, new):
+    old = TOY_SOURCE[TOY_SOURCE.index("    return {"):TOY_SOURCE.index("\n\n\nclass")] + "\n"
+    result = _run(tmp_path, replace_text=(old, new))
+    assert result.status == "diverges" and result.divergent == 1, result
+    assert result.divergences[0]["input"]["n"] == 0  # shrunk to the empty plan
+
+
+def test_a_failing_model_property_is_shrunk_beside_the_conforming_answers(tmp_path):
+    # sizes[:cap] kept, but the sizes themselves shrink by one row: a divergence and a failing property
+    result = _run(tmp_path, replace_text=("        out.append(size)\n", "        out.append(size - (size > 2))\n"))
+    assert result.status == "diverges"
+    prop = next(p for p in result.properties if p["property"] == "sizes_sum_to_n")
+    assert prop["status"] == "fails" and prop["input"] == {"n": 3, "k": 3, "cap": 3}
+
+
+def test_the_model_refusing_where_upstream_asserts_is_agreement(tmp_path):
+    result = _run(tmp_path)
+    assert result.status == "conforms"  # k <= 0 and cap < 0 are drawn: the model refuses, upstream asserts
+    loose = _run(tmp_path, replace_text=("    assert k > 0 and cap >= 0\n", "    assert k > 0\n"))
+    assert loose.status == "diverges" and loose.divergences[0]["input"]["cap"] == -1
+
+
+def test_a_sweep_reports_its_smallest_divergence(tmp_path):
+    result = _run(tmp_path, "SWEEP", replace_text=("    full = n // k\n", "    full = n // k if n < 7 else 0\n"))
+    assert result.status == "diverges"
+    assert result.divergences[0]["input"] == {"n": 7, "k": 1, "cap": 0}
+    assert result.divergences[0]["difference"] == "full: model 7, upstream 0"
+
+
+def test_a_lockstep_divergence_is_a_short_program(tmp_path):
+    result = _run(tmp_path, "LOCKSTEP", names=("Counter",),
+                  replace_text=("        if self.value + amount > self.limit:", "        if self.value + amount >= self.limit:"))
+    assert result.status == "diverges"
+    d = result.divergences[0]
+    assert d["program"] == ["start(limit=0)", "add(0)"] and d["difference"] == "returned: model true, upstream false"
+
+
+def test_the_run_budget_stops_a_target_between_two_calls(tmp_path):
+    slow = ("    out = []\n", "    out = []\n    import time; time.sleep(0.05)\n")
+    result = _run(tmp_path, replace_text=slow, options=replace(OPTIONS, until=time.monotonic() + 0.3))
+    assert result.status == "incomplete" and "--max-seconds" in result.note
+    spent = _run(tmp_path, options=replace(OPTIONS, until=time.monotonic() - 1))
+    assert spent.status == "not run"
+
+
+def test_coverage_counts_the_checked_definitions_only(tmp_path):
+    from kvsim.conform.run import run_targets
+    from kvsim.conform.targets import descriptors
+
+    (result,) = run_targets([target("DIFF")], _source(tmp_path), descriptors(), OPTIONS, measure=True)
+    cov = result.coverage
+    assert cov["percent"] == 100.0 and cov["lines"] == 10 and list(cov["files"]) == [TOY]
+    narrow = replace(OPTIONS, max_examples=1)
+    (one,) = run_targets([target("DIFF")], _source(tmp_path), descriptors(), narrow, measure=True)
+    assert one.coverage["percent"] < 100 and one.coverage["files"][TOY]["missed"]["plan"]
+
+
+def test_declared_unreached_lines_are_left_out_of_the_count_and_listed(tmp_path):
+    """An Unreached names a statement by its text: it and its body leave the count (an `if`'s `else` does not)."""
+    from kvsim.conform.run import run_targets
+    from kvsim.conform.targets import descriptors
+    from kvsim.engine.conformance.declare import Unreached
+    from kvsim.engine.conformance.linetrace import statement_lines
+
+    source = _source(tmp_path, ("    while start < n:\n", "    if cap > 99:\n        out.append(-1)\n"
+                                                         "    else:\n        cap = cap\n    while start < n:\n"))
+    narrow = replace(OPTIONS, max_examples=20)  # cap stays below 100: the `if` body never runs
+    (plain,) = run_targets([target("DIFF")], source, descriptors(), narrow, measure=True)
+    assert plain.coverage["files"][TOY]["missed"] == {"plan": [7]}
+    declared = target("DIFF", unreached=(Unreached("plan", "if cap > 99:", "a cap past 99: the toy's inputs stop"),))
+    (one,) = run_targets([declared], source, descriptors(), narrow, measure=True)
+    cov = one.coverage["files"][TOY]
+    assert cov["missed"] == {} and cov["documented"] == {"plan": [6, 7]} and one.coverage["percent"] == 100.0
+    lines = statement_lines(source.file(TOY).read_text(), ["plan"])["plan"]
+    assert one.coverage["lines"] == len(lines) - 2 and 9 in lines  # the `else` body (line 9) is still counted
+
+
+def test_every_mutation_operator_makes_a_mutant_the_toy_kills(tmp_path):
+    source = _source(tmp_path)
+    found = mutants(TOY_SOURCE, TOY, ("plan", "Counter"))
+    assert {m.operator for m in found} == set(OPERATORS)
+    for m in found:  # every mutant compiles and keeps every line where it was
+        text = m.apply(TOY_SOURCE)
+        compile(text, TOY, "exec")
+        assert text.count("\n") == TOY_SOURCE.count("\n")
+    quick = replace(OPTIONS, shrink=False, call_timeout=1.0)
+    killed = set()
+    for m in found:
+        if m.operator in killed:
+            continue
+        adapter, names = ("LOCKSTEP", ("Counter",)) if m.definition == "Counter" else ("DIFF", ("plan",))
+        with mutated(m):
+            result = run_target(target(adapter, names=names), source, quick)
+        if result.status == "diverges":
+            killed.add(m.operator)
+    assert killed == set(OPERATORS)
+
+
+def test_the_mutation_score_leaves_documented_equivalent_mutants_out(tmp_path):
+    source = _source(tmp_path)
+    plain = measure(target("DIFF"), source, OPTIONS, 0)
+    swap = [s for s in plain.survivors if s["operator"] == "arguments" and s["original"].startswith("k, n - start")]
+    assert swap and swap[0]["reached"]  # min(k, n - start) == min(n - start, k): survives, and ran
+    documented = measure(target("DIFF", survivors=(Survivor("plan", "arguments", swap[0]["original"],
+                                                            "min is symmetric"),)), source, OPTIONS, 0)
+    assert [s["reason"] for s in documented.documented] == ["min is symmetric"]
+    assert documented.score > plain.score and documented.killed == plain.killed
+
+
+def test_a_mutant_of_another_file_changes_nothing(tmp_path):
+    m = Mutant("vllm/other.py", "plan", "constant", 1, 0, 1, "x", "y")
+    with mutated(m):
+        assert _run(tmp_path).status == "conforms"
+
+
+def test_sample_is_spread_and_stable():
+    found = mutants(TOY_SOURCE, TOY, ("plan",))
+    assert sample(found, 5) == sample(found, 5) and len(sample(found, 5)) == 5
+    assert sample(found, 5)[0].start < sample(found, 5)[-1].start and sample(found, 999) == found
+
+
+# -- the parts ----------------------------------------------------------------------------------------
+
+def test_compare_names_the_first_differing_field():
+    import numpy as np
+
+    assert Exact().difference({"a": [1, 2]}, {"a": [1, 3]}).line() == "a[1]: model 2, upstream 3"
+    assert Exact().difference({"a": [1, 2]}, {"a": [1]}).path == "a (length)"
+    assert Exact().difference(3, 3.0) is not None and Exact().difference(True, 1) is not None
+    arrays = Exact().difference({"m": np.zeros(4, np.uint8)}, {"m": np.array([0, 0, 7, 7], np.uint8)})
+    assert arrays.line() == "m[2]: model 0, upstream 7 (2 of 4 elements differ)"
+    assert Close(rtol=1e-3, atol=0).difference(np.array([1.0, np.nan]), np.array([1.0005, np.nan])) is None
+    assert Close(rtol=1e-3, atol=0).difference(np.array([np.inf]), np.array([1e300])) is not None
+
+
+def test_the_deadline_nests_inside_the_commands_alarm():
+    fired = []
+    previous = signal.signal(signal.SIGALRM, lambda *a: fired.append(time.monotonic()))
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.6)
+        started = time.monotonic()
+        with pytest.raises(deadline.CallTimeout):
+            with deadline.within(0.2):
+                while True:
+                    pass
+        assert not fired  # the inner deadline fired first, and the outer alarm is still armed
+        while not fired and time.monotonic() - started < 30:
+            time.sleep(0.01)
+        assert fired and fired[0] - started >= 0.5
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_a_tick_that_lands_in_the_clean_up_leaves_no_alarm_behind(monkeypatch):
+    """The call returned just as its deadline came: the tick lands in `within`'s clean-up. It must not raise there
+    (the handler would stay installed, the timer re-armed, and CallTimeout would hit whatever runs next: it took
+    down a pytest-xdist worker idling between tests)."""
+    from types import SimpleNamespace
+
+    clock = [0.0]
+    landed: list[int] = []
+    real = signal.setitimer
+
+    def setitimer(which, seconds, interval=0.0):  # type: ignore[no-untyped-def]
+        if seconds == 0 and not landed:
+            landed.append(1)
+            clock[0] = 10.0  # past the call's deadline
+            signal.getsignal(signal.SIGALRM)(signal.SIGALRM, None)  # the tick, inside the clean-up
+        return real(which, seconds, interval)
+
+    before = signal.getsignal(signal.SIGALRM)
+    monkeypatch.setattr(deadline, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    monkeypatch.setattr(signal, "setitimer", setitimer)
+    with deadline.within(1.0, memory=None):
+        pass
+    assert landed and signal.getsignal(signal.SIGALRM) is before and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+
+
+def test_a_call_growing_past_its_memory_bound_is_stopped():
+    with pytest.raises(deadline.CallTimeout, match="GiB of memory"):
+        with deadline.within(60, memory=64 * 2 ** 20):
+            hoard = []
+            while True:
+                hoard.append(bytearray(2 ** 20))
+
+
+def test_the_kernel_child_answers_raises_deaths_and_hangs_and_leaves_no_process(tmp_path):
+    source = _source(tmp_path)
+    runner = "kvsim.conform.triton_child:selftest"
+    with KernelChild(source, "cpu", timeout=2.0) as child:
+        assert child.call(runner, {"echo": 7}) == {"echo": 7}
+        with pytest.raises(Answered) as raised:
+            child.call(runner, {"do": "raise", "message": "boom"})
+        assert isinstance(raised.value.answer, Raised) and raised.value.answer.message == "boom"
+        pid = child.process.pid
+        with pytest.raises(Answered) as hung:
+            child.call(runner, {"do": "hang"})
+        assert isinstance(hung.value.answer, DidNotReturn)
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)  # the hung child (and its process group) is gone
+        with pytest.raises(Answered) as died:
+            child.call(runner, {"do": "exit", "code": 5})  # a fresh child, which then dies
+        assert died.value.answer.type == "ChildDied" and "(5" in died.value.answer.message
+        assert child.call(runner, {"echo": "again"}) == {"echo": "again"} and child.started == 3
+
