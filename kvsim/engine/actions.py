@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+from collections import deque
 from typing import Any, Callable, Iterable, Mapping
 
 # every record type by (defining module, tag, fields): pickling finds the very class again in another
@@ -157,6 +158,30 @@ class Rules:
             return False
         when = self.preconditions.get(type(record))
         return when is not None and bool(when(system, state, record))
+
+    def disagreements(self, system: Any, limit: int = 1500) -> tuple[set, list[tuple[Any, Any]]]:
+        """A check of a model's rules against its `enabled`, breadth-first over at most `limit` reachable states:
+        every action `enabled` lists in one of them, and each (state, action) of those where the precondition
+        beside the action's effect (`allows`) disagrees with the state's `enabled` list (a model's tests expect
+        none: what enables an action is written once, and `enabled` lists it under that same condition)."""
+        seen: set = set()
+        order: list = []
+        actions: set = set()
+        frontier = deque(system.initial_states())
+        while frontier and len(seen) < limit:
+            state = frontier.popleft()
+            if state in seen:
+                continue
+            seen.add(state)
+            order.append(state)
+            for a in system.enabled(state):
+                actions.add(a)
+                frontier.append(system.step(state, a))
+        wrong = []
+        for state in order:
+            listed = set(system.enabled(state))
+            wrong += [(state, a) for a in actions if self.allows(system, state, a) != (a in listed)]
+        return actions, wrong
 
 
 def table(entries: Mapping[type[Tagged], Callable[..., Any]], default: Callable[..., Any]) -> Callable[..., Any]:

@@ -149,9 +149,18 @@ class OffloadSystem:
         m = self._reader(s.manager) if any(not j.finished and j.load is None for j in s.jobs) else None
         for r in range(len(s.jobs)):
             actions.extend(self._enabled_for(s, r, m))
-        if s.resets_left and all(j.store is None and j.load is None for j in s.jobs):
+        if self._can_reset(s):
             actions.append(Reset())
         return actions
+
+    @staticmethod
+    def _can_reset(s: OffloadState) -> bool:
+        """reset_cache: resets left and no transfer in flight (a state with a fault enables nothing at all)."""
+        return bool(s.resets_left) and all(j.store is None and j.load is None for j in s.jobs)
+
+    def allows(self, s: OffloadState, a: tuple) -> bool:
+        """`a in self.enabled(s)`, answered from the rule of `a`'s record type (`RULES`)."""
+        return RULES.allows(self, s, a)
 
     def enabled_for(self, s: OffloadState, r: int) -> list[tuple]:
         """The enabled actions of request r alone (a timing policy asks this, not the whole list)."""
@@ -238,14 +247,19 @@ def _fault(name: str):
     return check
 
 
-# -- the rules: each action's effect by record type -----------------------------------------------------------
-# `effect(system, state, action, manager, jobs, effects, ch)`: it acts on the live manager and the jobs list,
-# appends what it did to `effects` and writes into `ch` the fault it found and the budgets it spent. What
-# enables an action is `_enabled_for`'s alone.
+# -- the rules: each action's precondition beside its effect, by record type ----------------------------------
+# An effect is `effect(system, state, action, manager, jobs, effects, ch)`: it acts on the live manager and the
+# jobs list, appends what it did to `effects` and writes into `ch` the fault it found and the budgets it spent.
+# A precondition is `when(system, state, action)`: a request's action is enabled when `enabled_for` lists it
+# (one request's conditions, written once there), a reset by `_can_reset`.
 RULES = Rules()
 
 
-@RULES.rule(Store)
+def _request_action(self: OffloadSystem, s: OffloadState, a: tuple) -> bool:
+    return a in self.enabled_for(s, a.req)
+
+
+@RULES.rule(Store, when=_request_action)
 def _store(self: OffloadSystem, s: OffloadState, a: Store, m: CPUOffloadingManager, jobs: list,
            fx: list, ch: dict) -> None:
     r = a.req
@@ -263,7 +277,7 @@ def _store(self: OffloadSystem, s: OffloadState, a: Store, m: CPUOffloadingManag
         fx.append(Stored(r, out.keys_to_store, out.chunk_ids, out.evicted_keys))
 
 
-@RULES.rule(CompleteStore)
+@RULES.rule(CompleteStore, when=_request_action)
 def _complete_store(self: OffloadSystem, s: OffloadState, a: CompleteStore, m: CPUOffloadingManager, jobs: list,
                     fx: list, ch: dict) -> None:
     r, success = a.req, a.success
@@ -275,7 +289,7 @@ def _complete_store(self: OffloadSystem, s: OffloadState, a: CompleteStore, m: C
         ch["fault"] = _first(("failed_store_recovers", checks.failed_store_recovers(s.manager, m.freeze(), keys)))
 
 
-@RULES.rule(Load)
+@RULES.rule(Load, when=_request_action)
 def _load(self: OffloadSystem, s: OffloadState, a: Load, m: CPUOffloadingManager, jobs: list,
           fx: list, ch: dict) -> None:
     r = a.req
@@ -286,27 +300,27 @@ def _load(self: OffloadSystem, s: OffloadState, a: Load, m: CPUOffloadingManager
     fx.append(Loaded(r, keys, ids))
 
 
-@RULES.rule(CompleteLoad)
+@RULES.rule(CompleteLoad, when=_request_action)
 def _complete_load(self: OffloadSystem, s: OffloadState, a: CompleteLoad, m: CPUOffloadingManager, jobs: list,
                    fx: list, ch: dict) -> None:
     m.complete_load(jobs[a.req].load)
     jobs[a.req] = jobs[a.req]._replace(load=None)
 
 
-@RULES.rule(Touch)
+@RULES.rule(Touch, when=_request_action)
 def _touch(self: OffloadSystem, s: OffloadState, a: Touch, m: CPUOffloadingManager, jobs: list,
            fx: list, ch: dict) -> None:
     m.touch(self.cfg.keys_of(a.req))
 
 
-@RULES.rule(Finish)
+@RULES.rule(Finish, when=_request_action)
 def _finish(self: OffloadSystem, s: OffloadState, a: Finish, m: CPUOffloadingManager, jobs: list, fx: list,
             ch: dict) -> None:
     m.on_request_finished(a.req)
     jobs[a.req] = jobs[a.req]._replace(finished=True)
 
 
-@RULES.rule(Reset)
+@RULES.rule(Reset, when=lambda self, s, a: s.fault is None and self._can_reset(s))
 def _reset(self: OffloadSystem, s: OffloadState, a: Reset, m: CPUOffloadingManager, jobs: list,
            fx: list, ch: dict) -> None:
     m.reset_cache()

@@ -171,3 +171,30 @@ def test_rules_dispatch_by_record_type_with_the_precondition_beside_the_effect()
     assert derived.allows(10, 0, Reset()) and not rules.allows(10, 0, Reset())
     say = table({Inc: lambda a: f"+{a.by}"}, repr)
     assert say(Inc(3)) == "+3" and say(("inc", 4)) == "+4" and say(("other",)) == "('other',)"
+
+
+def test_rules_disagreements_find_a_precondition_that_enabled_does_not_list_under():
+    from kvsim.engine.actions import Rules, tagged
+    Inc = tagged("inc", "by")
+
+    class Upto:  # 0..limit by +1 and +2; `enabled` lists a step only where it stays within the limit
+        def __init__(self, rules, limit=5):
+            self.rules, self.limit = rules, limit
+
+        def initial_states(self):
+            return (0,)
+
+        def enabled(self, s):
+            return [Inc(by) for by in (1, 2) if s + by <= self.limit]
+
+        def step(self, s, a):
+            effect, a = self.rules.effect(a)
+            return effect(self, s, a)
+
+    right, wrong = Rules(), Rules()
+    right.rule(Inc, when=lambda system, s, a: s + a.by <= system.limit)(lambda system, s, a: s + a.by)
+    wrong.rule(Inc, when=lambda system, s, a: s < system.limit)(lambda system, s, a: s + a.by)
+    actions, none = right.disagreements(Upto(right))
+    assert actions == {Inc(1), Inc(2)} and none == []
+    _, found = wrong.disagreements(Upto(wrong))
+    assert found == [(4, Inc(2))]  # allowed by the rule, not listed by `enabled`
