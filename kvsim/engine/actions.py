@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import importlib
 import sys
-from typing import Any, Iterable, Mapping
+from collections import deque
+from typing import Any, Callable, Iterable, Mapping
 
 # every record type by (defining module, tag, fields): pickling finds the very class again in another
 # process (explore's worker processes), so `type(x) is Deliver` holds there too
@@ -98,3 +99,102 @@ def decode(doc: Any, types: Mapping[str, type[Tagged]]) -> Any:
     if isinstance(doc, dict):
         return {k: decode(v, types) for k, v in doc.items()}
     return doc
+
+
+class Rules:
+    """A model's actions by record type: each type's precondition beside its effect, read by `type(record)`.
+
+    As Hypothesis's `@rule` with `@precondition`: a model declares, once per record type, what enables it
+    and what it does,
+
+        RULES = Rules()
+
+        @RULES.rule(Enqueue, when=lambda self, s, a: self._can_enqueue(s, a.room))
+        def _enqueue(self, s, a, ...): ...
+
+    and dispatches with `effect, a = RULES.effect(a)` and `RULES.allows(self, s, a)` instead of an
+    `if kind == ...` chain over the tag. A plain tuple (a record's untyped form) is found by its tag.
+    `Rules(base)` starts from a copy of `base`'s table (a variant states only what it changes).
+    """
+
+    def __init__(self, base: "Rules | None" = None) -> None:
+        self.effects: dict[type, Callable[..., Any]] = dict(base.effects) if base else {}
+        self.preconditions: dict[type, Callable[..., bool]] = dict(base.preconditions) if base else {}
+        self.by_tag: dict[str, type] = dict(base.by_tag) if base else {}
+
+    def rule(self, *types: type[Tagged], when: Callable[..., bool] | None = None) -> Callable[[Callable], Callable]:
+        """Register the decorated function as the effect of `types`, enabled when `when(system, state, record)`."""
+        def register(effect: Callable[..., Any]) -> Callable[..., Any]:
+            for t in types:
+                self.effects[t] = effect
+                self.by_tag[t.tag] = t
+                if when is not None:
+                    self.preconditions[t] = when
+            return effect
+        return register
+
+    def typed(self, record: tuple) -> Tagged:
+        """`record` as its registered record type (a plain tuple is found by its tag)."""
+        if type(record) in self.effects:
+            return record  # type: ignore[return-value]
+        t = self.by_tag.get(record[0]) if isinstance(record, tuple) and record else None
+        if t is None or len(record) - 1 != len(t.fields):
+            raise ValueError(f"unknown action {record!r}")
+        return t(*record[1:])
+
+    def effect(self, record: tuple) -> tuple[Callable[..., Any], Tagged]:
+        """What `record` does (the function registered for its type), and `record` typed."""
+        effect = self.effects.get(type(record))
+        if effect is None:
+            record = self.typed(record)
+            effect = self.effects[type(record)]
+        return effect, record  # type: ignore[return-value]
+
+    def allows(self, system: Any, state: Any, record: tuple) -> bool:
+        """Whether `record` is enabled in `state`: its type's precondition (False for an unknown record)."""
+        try:
+            record = self.typed(record)
+        except ValueError:
+            return False
+        when = self.preconditions.get(type(record))
+        return when is not None and bool(when(system, state, record))
+
+    def disagreements(self, system: Any, limit: int = 1500) -> tuple[set, list[tuple[Any, Any]]]:
+        """A check of a model's rules against its `enabled`, breadth-first over at most `limit` reachable states:
+        every action `enabled` lists in one of them, and each (state, action) of those where the precondition
+        beside the action's effect (`allows`) disagrees with the state's `enabled` list (a model's tests expect
+        none: what enables an action is written once, and `enabled` lists it under that same condition)."""
+        seen: set = set()
+        order: list = []
+        actions: set = set()
+        frontier = deque(system.initial_states())
+        while frontier and len(seen) < limit:
+            state = frontier.popleft()
+            if state in seen:
+                continue
+            seen.add(state)
+            order.append(state)
+            for a in system.enabled(state):
+                actions.add(a)
+                frontier.append(system.step(state, a))
+        wrong = []
+        for state in order:
+            listed = set(system.enabled(state))
+            wrong += [(state, a) for a in actions if self.allows(system, state, a) != (a in listed)]
+        return actions, wrong
+
+
+def table(entries: Mapping[type[Tagged], Callable[..., Any]], default: Callable[..., Any]) -> Callable[..., Any]:
+    """A function of a record, chosen by its type (a plain tuple by its tag), else `default`: a dispatch table."""
+    by_type = dict(entries)
+    by_tag = {t.tag: t for t in entries}
+
+    def dispatch(record: Any, *args: Any) -> Any:
+        f = by_type.get(type(record))
+        if f is not None:
+            return f(record, *args)
+        t = by_tag.get(record[0]) if isinstance(record, tuple) and record and isinstance(record[0], str) else None
+        if t is None or len(record) - 1 != len(t.fields):
+            return default(record, *args)
+        return by_type[t](t(*record[1:]), *args)
+    return dispatch

@@ -26,7 +26,7 @@ from kvsim.engine.params import param
 from kvsim.engine.sim import Driver, FaultPlan, Simulator
 from kvsim.engine.trace import TraceRecorder
 
-from .actions import ACTIONS, CompleteLoad, CompleteStore, Finish, Load, Store, Touch
+from .actions import ACTIONS, CompleteLoad, CompleteStore, Finish, Load, Loaded, Store, Stored, StoreRefused, Touch
 from .system import OffloadSystem, OffloadSystemConfig
 from .variants import OffloadVariant
 
@@ -97,18 +97,25 @@ class _Run:
         self.rec.record(self.sim.now, action[0], list(action[1:]))
         effects = self.driver.apply(action)
         for e in effects:
-            if e.tag == "stored":
-                self.stored += len(e.keys)
-                self.evictions += len(e.evicted)
-                self.sim.schedule(self.p.store_time * len(e.keys), self._store_done, e.req)
-            elif e.tag == "store_refused":
-                self.refused += 1
-            elif e.tag == "loaded":
-                self.hits += len(e.keys)
-                self.sim.schedule(self.p.load_time * len(e.keys), self._load_done, e.req)
+            follow = _FOLLOW.get(type(e))
+            if follow is not None:
+                follow(self, e)
         self.peak_pending = max(self.peak_pending, self.state.manager.num_write_pending_chunks)
         self.timeline.append((self.sim.now, self.hits, self.evictions))
         return effects
+
+    # -- what an effect sets in motion (`_FOLLOW`, by record type) ---------------------------------------
+    def _on_stored(self, e: Stored) -> None:
+        self.stored += len(e.keys)
+        self.evictions += len(e.evicted)
+        self.sim.schedule(self.p.store_time * len(e.keys), self._store_done, e.req)
+
+    def _on_store_refused(self, e: StoreRefused) -> None:
+        self.refused += 1
+
+    def _on_loaded(self, e: Loaded) -> None:
+        self.hits += len(e.keys)
+        self.sim.schedule(self.p.load_time * len(e.keys), self._load_done, e.req)
 
     def arrive(self, r: int) -> None:
         self.offered += len(self.system.cfg.keys_of(r))
@@ -152,3 +159,6 @@ class _Run:
             "peak_pending_writes": self.peak_pending,
             "violations": violations,
         }
+
+
+_FOLLOW = {Stored: _Run._on_stored, StoreRefused: _Run._on_store_refused, Loaded: _Run._on_loaded}

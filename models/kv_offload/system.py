@@ -26,6 +26,7 @@ from typing import NamedTuple
 
 from kvsim.engine.errors import ConfigError
 from kvsim.engine.params import param
+from kvsim.engine.actions import Rules
 from kvsim.engine.system import Invariant
 
 from . import checks
@@ -148,9 +149,18 @@ class OffloadSystem:
         m = self._reader(s.manager) if any(not j.finished and j.load is None for j in s.jobs) else None
         for r in range(len(s.jobs)):
             actions.extend(self._enabled_for(s, r, m))
-        if s.resets_left and all(j.store is None and j.load is None for j in s.jobs):
+        if self._can_reset(s):
             actions.append(Reset())
         return actions
+
+    @staticmethod
+    def _can_reset(s: OffloadState) -> bool:
+        """reset_cache: resets left and no transfer in flight (a state with a fault enables nothing at all)."""
+        return bool(s.resets_left) and all(j.store is None and j.load is None for j in s.jobs)
+
+    def allows(self, s: OffloadState, a: tuple) -> bool:
+        """`a in self.enabled(s)`, answered from the rule of `a`'s record type (`RULES`)."""
+        return RULES.allows(self, s, a)
 
     def enabled_for(self, s: OffloadState, r: int) -> list[tuple]:
         """The enabled actions of request r alone (a timing policy asks this, not the whole list)."""
@@ -183,55 +193,11 @@ class OffloadSystem:
 
     def transition(self, s: OffloadState, action: tuple) -> tuple[OffloadState, tuple[tuple, ...]]:
         m = self.manager(s.manager)
-        before = s.manager
-        kind = action[0]
+        effect, action = RULES.effect(action)
         jobs = list(s.jobs)
         effects: list[tuple] = []
-        fault = None
-        failures_left, resets_left = s.failures_left, s.resets_left
-        if kind == "store":
-            r = action.req
-            keys = self.cfg.keys_of(r)
-            out = m.prepare_store(keys, r)
-            after = m.freeze()
-            fault = _first(("no_input_key_evicted", checks.no_input_key_evicted(keys, out)),
-                           ("store_semantics", checks.store_semantics(before, after, keys, out)))
-            if out is None:
-                effects.append(StoreRefused(r, keys))
-            elif not out.keys_to_store:
-                effects.append(NothingToStore(r))
-            else:
-                jobs[r] = jobs[r]._replace(store=out.keys_to_store)
-                effects.append(Stored(r, out.keys_to_store, out.chunk_ids, out.evicted_keys))
-        elif kind == "complete_store":
-            r, success = action.req, action.success
-            keys = jobs[r].store
-            m.complete_store(keys, success)
-            jobs[r] = jobs[r]._replace(store=None)
-            if not success:
-                failures_left -= 1
-                fault = _first(("failed_store_recovers", checks.failed_store_recovers(before, m.freeze(), keys)))
-        elif kind == "load":
-            r = action.req
-            keys = self.ready_prefix(m, r)
-            ids = m.prepare_load(keys, r)
-            fault = _first(("load_semantics", checks.load_semantics(before, keys, ids)))
-            jobs[r] = jobs[r]._replace(load=keys)
-            effects.append(Loaded(r, keys, ids))
-        elif kind == "complete_load":
-            r = action.req
-            m.complete_load(jobs[r].load)
-            jobs[r] = jobs[r]._replace(load=None)
-        elif kind == "touch":
-            m.touch(self.cfg.keys_of(action.req))
-        elif kind == "finish":
-            m.on_request_finished(action.req)
-            jobs[action.req] = jobs[action.req]._replace(finished=True)
-        elif kind == "reset":
-            m.reset_cache()
-            resets_left -= 1
-        else:
-            raise ValueError(f"unknown action {action!r}")
+        ch: dict[str, object] = {}  # what the rule changes besides the manager and the jobs: fault, budgets
+        effect(self, s, action, m, jobs, effects, ch)
         events = m.take_events()
         if events:
             effects.append(Events(events))
@@ -239,7 +205,7 @@ class OffloadSystem:
         effects.append(Stats(stats["gauges"][CPUOffloadingMetrics.CPU_CACHE_USAGE_PERC],
                              stats["histograms"][CPUOffloadingMetrics.CPU_ALLOCATION_SIZE],
                              stats["counters"].get(CPUOffloadingMetrics.STORES_SKIPPED, 0)))
-        if action[0] == "finish":  # a finished request acts no more: the scheduler drops its context
+        if type(action) is Finish:  # a finished request acts no more: the scheduler drops its context
             m.forget_request(action.req)
         frozen = m.freeze()
         if frozen.counts is not None:  # counts above the threshold behave alike (see the module doc)
@@ -247,7 +213,8 @@ class OffloadSystem:
             frozen = frozen._replace(counts=tuple((k, min(c, cap)) for k, c in frozen.counts))
         else:
             self._live = (frozen, m)  # `m` is exactly `frozen`: the next step from this state reuses it
-        return OffloadState(frozen, tuple(jobs), failures_left, resets_left, fault), tuple(effects)
+        return OffloadState(frozen, tuple(jobs), ch.get("failures_left", s.failures_left),
+                            ch.get("resets_left", s.resets_left), ch.get("fault")), tuple(effects)
 
     # -- invariants ------------------------------------------------------------------------------
     def _capacity(self, s: OffloadState) -> str | None:
@@ -278,3 +245,83 @@ def _fault(name: str):
         return s.fault[1] if s.fault is not None and s.fault[0] == name else None
     check.__name__ = name
     return check
+
+
+# -- the rules: each action's precondition beside its effect, by record type ----------------------------------
+# An effect is `effect(system, state, action, manager, jobs, effects, ch)`: it acts on the live manager and the
+# jobs list, appends what it did to `effects` and writes into `ch` the fault it found and the budgets it spent.
+# A precondition is `when(system, state, action)`: a request's action is enabled when `enabled_for` lists it
+# (one request's conditions, written once there), a reset by `_can_reset`.
+RULES = Rules()
+
+
+def _request_action(self: OffloadSystem, s: OffloadState, a: tuple) -> bool:
+    return a in self.enabled_for(s, a.req)
+
+
+@RULES.rule(Store, when=_request_action)
+def _store(self: OffloadSystem, s: OffloadState, a: Store, m: CPUOffloadingManager, jobs: list,
+           fx: list, ch: dict) -> None:
+    r = a.req
+    keys = self.cfg.keys_of(r)
+    out = m.prepare_store(keys, r)
+    after = m.freeze()
+    ch["fault"] = _first(("no_input_key_evicted", checks.no_input_key_evicted(keys, out)),
+                         ("store_semantics", checks.store_semantics(s.manager, after, keys, out)))
+    if out is None:
+        fx.append(StoreRefused(r, keys))
+    elif not out.keys_to_store:
+        fx.append(NothingToStore(r))
+    else:
+        jobs[r] = jobs[r]._replace(store=out.keys_to_store)
+        fx.append(Stored(r, out.keys_to_store, out.chunk_ids, out.evicted_keys))
+
+
+@RULES.rule(CompleteStore, when=_request_action)
+def _complete_store(self: OffloadSystem, s: OffloadState, a: CompleteStore, m: CPUOffloadingManager, jobs: list,
+                    fx: list, ch: dict) -> None:
+    r, success = a.req, a.success
+    keys = jobs[r].store
+    m.complete_store(keys, success)
+    jobs[r] = jobs[r]._replace(store=None)
+    if not success:
+        ch["failures_left"] = s.failures_left - 1
+        ch["fault"] = _first(("failed_store_recovers", checks.failed_store_recovers(s.manager, m.freeze(), keys)))
+
+
+@RULES.rule(Load, when=_request_action)
+def _load(self: OffloadSystem, s: OffloadState, a: Load, m: CPUOffloadingManager, jobs: list,
+          fx: list, ch: dict) -> None:
+    r = a.req
+    keys = self.ready_prefix(m, r)
+    ids = m.prepare_load(keys, r)
+    ch["fault"] = _first(("load_semantics", checks.load_semantics(s.manager, keys, ids)))
+    jobs[r] = jobs[r]._replace(load=keys)
+    fx.append(Loaded(r, keys, ids))
+
+
+@RULES.rule(CompleteLoad, when=_request_action)
+def _complete_load(self: OffloadSystem, s: OffloadState, a: CompleteLoad, m: CPUOffloadingManager, jobs: list,
+                   fx: list, ch: dict) -> None:
+    m.complete_load(jobs[a.req].load)
+    jobs[a.req] = jobs[a.req]._replace(load=None)
+
+
+@RULES.rule(Touch, when=_request_action)
+def _touch(self: OffloadSystem, s: OffloadState, a: Touch, m: CPUOffloadingManager, jobs: list,
+           fx: list, ch: dict) -> None:
+    m.touch(self.cfg.keys_of(a.req))
+
+
+@RULES.rule(Finish, when=_request_action)
+def _finish(self: OffloadSystem, s: OffloadState, a: Finish, m: CPUOffloadingManager, jobs: list, fx: list,
+            ch: dict) -> None:
+    m.on_request_finished(a.req)
+    jobs[a.req] = jobs[a.req]._replace(finished=True)
+
+
+@RULES.rule(Reset, when=lambda self, s, a: s.fault is None and self._can_reset(s))
+def _reset(self: OffloadSystem, s: OffloadState, a: Reset, m: CPUOffloadingManager, jobs: list,
+           fx: list, ch: dict) -> None:
+    m.reset_cache()
+    ch["resets_left"] = s.resets_left - 1

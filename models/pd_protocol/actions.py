@@ -8,7 +8,7 @@ are unchanged, and `decode(doc, ACTIONS)` rebuilds the typed value from JSON.
 
 from __future__ import annotations
 
-from kvsim.engine.actions import tagged, type_table
+from kvsim.engine.actions import table, tagged, type_table
 
 from ..pd_common.status import KVPoll
 
@@ -88,74 +88,39 @@ INIT_STEPS = {"session_state": "creates session_lock and failed_sessions",
               "staging_ctx": "assigns _staging_ctx"}
 
 
-def _message(m: tuple) -> str:
-    kind = m[0]
-    if kind == "REG":
-        return "the decode's registration"
-    if kind == "WATERMARK":
-        return "a staging WATERMARK"
-    if kind == "TINFO":
-        return f"TransferInfo room {m[1]}"
-    if kind == "ABORT":
-        return f"ABORT room {m[1]}"
-    if kind == "STATUS":
-        return f"transfer status {KVPoll(m[2]).name} for room {m[1]}"
-    if kind == "GARBAGE":
-        return "a malformed frame"
-    return repr(m)
+_message = table({
+    Reg: lambda m: "the decode's registration",
+    Watermark: lambda m: "a staging WATERMARK",
+    Tinfo: lambda m: f"TransferInfo room {m.room}",
+    Abort: lambda m: f"ABORT room {m.room}",
+    Status: lambda m: f"transfer status {KVPoll(m.status).name} for room {m.room}",
+    GarbageFrame: lambda m: "a malformed frame",
+}, repr)
 
-
-def describe(record: tuple) -> str:
-    """An action (or a message, or an effect) of this model in words."""
-    kind = record[0]
-    if kind in ("REG", "WATERMARK", "TINFO", "ABORT", "STATUS", "GARBAGE"):
-        return _message(record)
-    if kind == "init":
-        return f"prefill manager start-up: {INIT_STEPS.get(record[1], record[1])}"
-    if kind == "deliver_prefill":
-        return f"decode → prefill bootstrap thread: {_message(record[1])}"
-    if kind == "deliver_decode":
-        return f"prefill → decode thread: {_message(record[1])}"
-    if kind == "enqueue":
-        return f"prefill scheduler: room {record[1]}'s next chunk joins the transfer queue"
-    if kind == "work":
-        return "prefill: the transfer worker runs the head of its queue"
-    if kind == "clear":
-        return f"prefill scheduler sees a terminal poll and clears room {record[1]}"
-    if kind == "bootstrap_timeout":
-        return f"prefill: room {record[1]}'s bootstrap timeout passes (Failed)"
-    if kind == "decode_init":
-        return f"decode starts room {record[1]} (registration, TransferInfo)"
-    if kind == "decode_abort":
-        return f"decode aborts room {record[1]} (waiting timeout or cancel): Failed, ABORT to the prefill"
-    if kind == "heartbeat_miss":
-        return "decode: a prefill heartbeat is missed"
-    if kind == "drop":
-        return f"DROP: {_message(record[2])} to the {record[1]} is lost"
-    if kind == "duplicate":
-        return f"DUPLICATE: {_message(record[2])} to the {record[1]} will arrive twice"
-    if kind == "duplicate_work":
-        return f"DUPLICATE: queued work item {record[1]} will run twice (stale work)"
-    if kind == "garbage":
-        return f"FAULT: a malformed frame reaches the {record[1]}"
-    if kind == "crash_prefill":
-        return "FAULT: the prefill process dies"
-    if kind == "sent":
-        return f"sends {_message(record[2])} to the {record[1]}"
-    if kind == "queued":
-        return ""  # said by the enqueue itself
-    if kind == "worked":
-        return f"room {record[1]} chunk {record[2]}: {record[3]}"
-    if kind == "concluded":
-        return f"decode room {record[1]} concludes {KVPoll(record[2]).name} ({record[3]})"
-    if kind == "prefill_concluded":
-        return f"prefill room {record[1]} turns {KVPoll(record[2]).name}"
-    if kind == "success_failed":
-        return f"prefill room {record[1]}: a concluded Success turns Failed"
-    if kind == "thread_started":
-        return f"the {record[1]} thread starts"
-    if kind == "thread_died":
-        return f"the {record[1]} thread dies: {record[2]}"
-    if kind == "prefill_died":
-        return "the prefill process is gone"
-    return repr(record)
+describe = table({  # an action (or a message, or an effect) of this model in words
+    **{m: _message for m in MESSAGES},
+    Init: lambda a: f"prefill manager start-up: {INIT_STEPS.get(a.step, a.step)}",
+    DeliverPrefill: lambda a: f"decode → prefill bootstrap thread: {_message(a.message)}",
+    DeliverDecode: lambda a: f"prefill → decode thread: {_message(a.message)}",
+    Enqueue: lambda a: f"prefill scheduler: room {a.room}'s next chunk joins the transfer queue",
+    Work: lambda a: "prefill: the transfer worker runs the head of its queue",
+    Clear: lambda a: f"prefill scheduler sees a terminal poll and clears room {a.room}",
+    BootstrapTimeout: lambda a: f"prefill: room {a.room}'s bootstrap timeout passes (Failed)",
+    DecodeInit: lambda a: f"decode starts room {a.room} (registration, TransferInfo)",
+    DecodeAbort: lambda a: f"decode aborts room {a.room} (waiting timeout or cancel): Failed, ABORT to the prefill",
+    HeartbeatMiss: lambda a: "decode: a prefill heartbeat is missed",
+    Drop: lambda a: f"DROP: {_message(a.message)} to the {a.side} is lost",
+    Duplicate: lambda a: f"DUPLICATE: {_message(a.message)} to the {a.side} will arrive twice",
+    DuplicateWork: lambda a: f"DUPLICATE: queued work item {a.index} will run twice (stale work)",
+    InjectGarbage: lambda a: f"FAULT: a malformed frame reaches the {a.side}",
+    CrashPrefill: lambda a: "FAULT: the prefill process dies",
+    Sent: lambda e: f"sends {_message(e.message)} to the {e.to}",
+    Queued: lambda e: "",  # said by the enqueue itself
+    Worked: lambda e: f"room {e.room} chunk {e.chunk}: {e.outcome}",
+    Concluded: lambda e: f"decode room {e.room} concludes {KVPoll(e.status).name} ({e.why})",
+    PrefillConcluded: lambda e: f"prefill room {e.room} turns {KVPoll(e.status).name}",
+    SuccessFailed: lambda e: f"prefill room {e.room}: a concluded Success turns Failed",
+    ThreadStarted: lambda e: f"the {e.thread} thread starts",
+    ThreadDied: lambda e: f"the {e.thread} thread dies: {e.reason}",
+    PrefillDied: lambda e: "the prefill process is gone",
+}, repr)

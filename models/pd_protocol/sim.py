@@ -37,9 +37,10 @@ from kvsim.engine.trace import TraceRecorder
 
 from ..pd_common.status import (SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT, SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL,
                                 SGLANG_DISAGGREGATION_WAITING_TIMEOUT)
-from .actions import (DECODE, PREFILL, BootstrapTimeout, Clear, CrashPrefill, DecodeAbort, DecodeInit, DeliverDecode,
-                      DeliverPrefill, Drop, Duplicate, Enqueue, GarbageFrame, HeartbeatMiss, Init, InjectGarbage,
-                      Work)
+from .actions import (DECODE, PREFILL, BootstrapTimeout, Clear, Concluded, CrashPrefill, DecodeAbort, DecodeInit,
+                      DeliverDecode, DeliverPrefill, Drop, Duplicate, Enqueue, GarbageFrame, HeartbeatMiss, Init,
+                      InjectGarbage, PrefillConcluded, PrefillDied, Queued, Sent, SuccessFailed, ThreadDied,
+                      ThreadStarted, Work, Worked)
 from .config import UNBOUNDED, ProtocolConfig
 from .system import ALIVE, UNSTARTED, PdProtocol
 from .variants import ProtocolVariant
@@ -104,10 +105,10 @@ class _Run:
         self.prefill_dead_at: float | None = None
         self.to_prefill = self._channel(PREFILL, self.deliver_prefill, faults)
         self.to_decode = self._channel(DECODE, self.deliver_decode, faults)
-        self.on_effect = {"sent": self._sent, "queued": self._queued, "concluded": self._concluded,
-                          "prefill_concluded": self._prefill_concluded, "success_failed": self._success_failed,
-                          "thread_started": self._thread_started, "thread_died": self._thread_died,
-                          "prefill_died": self._prefill_died, "worked": None}
+        self.on_effect = {Sent: self._sent, Queued: self._queued, Concluded: self._concluded,  # by record type
+                          PrefillConcluded: self._prefill_concluded, SuccessFailed: self._success_failed,
+                          ThreadStarted: self._thread_started, ThreadDied: self._thread_died,
+                          PrefillDied: self._prefill_died, Worked: None}
 
     def _channel(self, side: str, deliver: Any, faults: FaultPlan) -> Channel:
         def garble(message: tuple, rng: Random) -> tuple:
@@ -139,7 +140,7 @@ class _Run:
         self.rec.record(self.sim.now, "action", action)  # a tagged record: its JSON form is the tuple's, tag first
         clears = []
         for effect in effects:
-            handler = self.on_effect[effect[0]]
+            handler = self.on_effect[type(effect)]
             if handler is not None:
                 handler(effect, clears)
         for room in clears:  # the scheduler's poll sees the terminal status and clears the room

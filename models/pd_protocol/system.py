@@ -31,13 +31,14 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from typing import NamedTuple
 
+from kvsim.engine.actions import Rules
 from kvsim.engine.system import Invariant
 
 from . import rooms as R
 from .symmetry import room_symmetry
 from ..pd_common.status import KVPoll
 from ..pd_common.rooms import Rooms, put
-from .actions import (DECODE, FAULTS, PREFILL, Abort, BootstrapTimeout, Clear, Concluded, CrashPrefill,
+from .actions import (DECODE, PREFILL, Abort, BootstrapTimeout, Clear, Concluded, CrashPrefill,
                       DecodeAbort, DecodeInit, DeliverDecode, DeliverPrefill, Drop, Duplicate, DuplicateWork,
                       Enqueue, GarbageFrame, HeartbeatMiss, Init, InjectGarbage, PrefillConcluded, PrefillDied,
                       Queued, Reg, Sent, Status, SuccessFailed, ThreadDied, ThreadStarted, Tinfo, Watermark, Work,
@@ -128,8 +129,16 @@ class PdProtocol:
         prefill_done = s.peer_dead or all(p.status is None for p in s.prefill)
         return decode_done and prefill_done
 
-    # each enabling condition is written once and read by both `enabled` (the explorer's list, in its
-    # order) and `allows` (one action, in O(1) rooms: what a timing policy asks before it acts)
+    # what enables an action is written once, beside its effect (`RULES` below): `enabled` lists the
+    # explorer's actions in its order from the same conditions, and `allows` (one action, in O(1) rooms:
+    # what a timing policy asks before it acts) reads the rule of the action's record type
+    def _can_init(self, s: ProtoState) -> bool:
+        return not s.peer_dead and s.init_pc < len(self.init)
+
+    @staticmethod
+    def _prefill_reads(s: ProtoState) -> bool:
+        return not s.peer_dead and s.thread == ALIVE
+
     def _can_enqueue(self, s: ProtoState, r: int) -> bool:
         return not s.peer_dead and s.prefill[r].status in _LIVE_STATUSES and s.sent[r] < self.config.chunks
 
@@ -141,17 +150,29 @@ class PdProtocol:
     def _can_time_out(s: ProtoState, r: int) -> bool:
         return not s.peer_dead and s.prefill[r].status == KVPoll.Bootstrapping
 
+    @staticmethod
+    def _can_work(s: ProtoState) -> bool:
+        return not s.peer_dead and bool(s.queue)
+
+    @staticmethod
+    def _can_decode_init(s: ProtoState, r: int) -> bool:
+        return s.decode[r] == KVPoll.Bootstrapping
+
+    @staticmethod
+    def _can_decode_abort(s: ProtoState, r: int) -> bool:
+        return s.decode[r] == KVPoll.WaitingForInput
+
     def _can_miss_heartbeat(self, s: ProtoState) -> bool:
         return s.peer_dead and s.hb_fail < self.config.max_failures
 
     def enabled(self, s: ProtoState) -> list[tuple]:
         acts: list[tuple] = []
         rooms = range(self.config.rooms)
-        if not s.peer_dead:
-            if s.init_pc < len(self.init):
-                acts.append(Init(self.init[s.init_pc]))
-            if s.thread == ALIVE:
-                acts += [DeliverPrefill(m) for m in dict.fromkeys(s.to_prefill)]
+        if self._can_init(s):
+            acts.append(Init(self.init[s.init_pc]))
+        if self._prefill_reads(s):
+            acts += [DeliverPrefill(m) for m in dict.fromkeys(s.to_prefill)]
+        if not s.peer_dead:  # every prefill room action needs a live prefill: skip the rooms at once
             for r in rooms:
                 if self._can_enqueue(s, r):
                     acts.append(Enqueue(r))
@@ -159,14 +180,14 @@ class PdProtocol:
                     acts.append(Clear(r))
                 if self._can_time_out(s, r):
                     acts.append(BootstrapTimeout(r))
-            if s.queue:
-                acts.append(Work())
+        if self._can_work(s):
+            acts.append(Work())
         if s.decode_thread == ALIVE:
             acts += [DeliverDecode(m) for m in dict.fromkeys(s.to_decode)]
         for r in rooms:
-            if s.decode[r] == KVPoll.Bootstrapping:
+            if self._can_decode_init(s, r):
                 acts.append(DecodeInit(r))
-            if s.decode[r] == KVPoll.WaitingForInput:
+            if self._can_decode_abort(s, r):
                 acts.append(DecodeAbort(r))
         if self._can_miss_heartbeat(s):
             acts.append(HeartbeatMiss())
@@ -183,39 +204,7 @@ class PdProtocol:
 
     def allows(self, s: ProtoState, a: tuple) -> bool:
         """`a in self.enabled(s)`, without listing every room's actions."""
-        kind = a[0]
-        if kind in FAULTS:
-            if not s.faults_left:
-                return False
-            if kind == "drop" or kind == "duplicate":
-                return _holds(s.to_prefill if a[1] == PREFILL else s.to_decode, a[2])
-            if kind == "duplicate_work":
-                return 0 <= a[1] < len(s.queue)
-            if kind == "garbage" and a[1] == DECODE:
-                return True
-            return not s.peer_dead  # garbage towards the prefill, crash_prefill
-        if kind == "deliver_prefill":
-            return not s.peer_dead and s.thread == ALIVE and _holds(s.to_prefill, a[1])
-        if kind == "deliver_decode":
-            return s.decode_thread == ALIVE and _holds(s.to_decode, a[1])
-        if kind == "init":
-            return not s.peer_dead and s.init_pc < len(self.init) and a[1] == self.init[s.init_pc]
-        if kind == "work":
-            return not s.peer_dead and bool(s.queue)
-        if kind == "heartbeat_miss":
-            return self._can_miss_heartbeat(s)
-        r = a[1]
-        if kind == "enqueue":
-            return self._can_enqueue(s, r)
-        if kind == "clear":
-            return self._can_clear(s, r)
-        if kind == "bootstrap_timeout":
-            return self._can_time_out(s, r)
-        if kind == "decode_init":
-            return s.decode[r] == KVPoll.Bootstrapping
-        if kind == "decode_abort":
-            return s.decode[r] == KVPoll.WaitingForInput
-        return False
+        return RULES.allows(self, s, a)
 
     def step(self, s: ProtoState, a: tuple) -> ProtoState:
         return self.transition(s, a)[0]
@@ -223,54 +212,13 @@ class PdProtocol:
     def transition(self, s: ProtoState, a: tuple) -> tuple[ProtoState, tuple[tuple, ...]]:
         """`step`, and what it did: messages sent, work queued and run, rooms concluded, threads died.
 
-        Each step writes the fields it changes into `ch` and the state is rebuilt once, at the end.
+        Each step (the rule of the action's record type, `RULES`) writes the fields it changes into `ch`
+        and the state is rebuilt once, at the end.
         """
-        kind = a[0]
+        effect, a = RULES.effect(a)
         fx: list[tuple] = []
         ch: dict[str, object] = {}
-        if kind == "work":
-            self._work(s, ch, fx)
-        elif kind == "enqueue":
-            r = a[1]
-            chunk = s.sent[r]
-            fx.append(Queued(r, chunk))
-            ch["queue"], ch["sent"] = s.queue + (WorkItem(r, chunk),), put(s.sent, r, chunk + 1)
-        elif kind == "deliver_prefill":
-            ch["to_prefill"] = _remove(s.to_prefill, a[1])
-            self._on_prefill_message(s, a[1], ch, fx)
-        elif kind == "deliver_decode":
-            ch["to_decode"] = _remove(s.to_decode, a[1])
-            self._on_decode_message(s, a[1], ch, fx)
-        elif kind == "clear":
-            self._set_prefill(s, a[1], R.clear(s.prefill[a[1]]), ch, fx)
-        elif kind == "decode_init":
-            self._decode_init(s, a[1], ch, fx)
-        elif kind == "init":
-            started = a[1] == R.START_THREAD
-            if started:
-                fx.append(ThreadStarted(BOOTSTRAP))
-                ch["thread"] = ALIVE
-            ch["init_pc"] = s.init_pc + 1
-        elif kind == "bootstrap_timeout":
-            r = a[1]
-            self._set_prefill(s, r, R.bootstrap_timeout(s.prefill[r], self.backend, self.variant), ch, fx)
-            self._send(s, DECODE, ch, fx, Status(r, int(KVPoll.Failed)))
-        elif kind == "decode_abort":
-            r = a[1]
-            self._set_decode(s, r, KVPoll.Failed, "waiting timeout", ch, fx)
-            self._send(s, PREFILL, ch, fx, Abort(r))
-        elif kind == "heartbeat_miss":
-            ch["hb_fail"] = hb_fail = s.hb_fail + 1
-            if hb_fail == self.config.max_failures and self.heartbeat:
-                after = R.handle_node_failure(s.decode)
-                fx += [Concluded(r, new, "peer death (heartbeat)")
-                       for r, (old, new) in enumerate(zip(s.decode, after)) if old != new]
-                ch["decode"] = Rooms.of(after)
-        elif kind in FAULTS:
-            ch["faults_left"] = s.faults_left if s.faults_left == UNBOUNDED else s.faults_left - 1
-            self._fault(s, a, ch, fx)
-        else:
-            raise ValueError(f"unknown action {a!r}")
+        effect(self, s, a, ch, fx)
         return s._replace(**ch), tuple(fx)
 
     # -- prefill ------------------------------------------------------------------------------
@@ -335,24 +283,6 @@ class PdProtocol:
         if after is not None:  # None: a concluded receiver drops late news
             self._set_decode(s, r, after, "prefill status", ch, fx)
 
-    # -- faults -------------------------------------------------------------------------------
-    def _fault(self, s: ProtoState, a: tuple, ch: dict, fx: list) -> None:
-        kind = a[0]
-        side = "to_prefill" if len(a) > 1 and a[1] == PREFILL else "to_decode"
-        if kind == "drop":
-            ch[side] = _remove(getattr(s, side), a[2])
-        elif kind == "duplicate":
-            ch[side] = _add(getattr(s, side), a[2])
-        elif kind == "duplicate_work":
-            item = s.queue[a[1]]
-            fx.append(Queued(item.room, item.chunk))
-            ch["queue"] = s.queue + (item,)
-        elif kind == "garbage":
-            ch[side] = _add(getattr(s, side), GarbageFrame())
-        else:  # crash_prefill
-            fx.append(PrefillDied())
-            ch["peer_dead"], ch["to_prefill"], ch["queue"] = True, (), ()
-
     # -- helpers and invariants ----------------------------------------------------------------
     # Each writes the fields it changes into `ch`; a step changes a room, or a bag, at most once, so they
     # read the state before the step (`s`), except `_send`, which adds to what the step left in flight.
@@ -413,3 +343,118 @@ def _decode_dead(s: ProtoState) -> str | None:
 
 def _dead(s: ProtoState, kind: str) -> str | None:
     return f"bootstrap thread: expected alive, got {s.thread}" if s.dead_kind == kind else None
+
+
+# -- the rules: each action's precondition beside its effect, by record type --------------------------------
+# An effect is `effect(system, state, action, ch, fx)`: it writes the fields it changes into `ch` and what it
+# did into `fx` (`PdProtocol.transition`); a precondition is `when(system, state, action)`.
+RULES = Rules()
+
+
+@RULES.rule(Work, when=lambda self, s, a: self._can_work(s))
+def _work(self: PdProtocol, s: ProtoState, a: tuple, ch: dict, fx: list) -> None:
+    self._work(s, ch, fx)
+
+
+@RULES.rule(Enqueue, when=lambda self, s, a: self._can_enqueue(s, a.room))
+def _enqueue(self: PdProtocol, s: ProtoState, a: Enqueue, ch: dict, fx: list) -> None:
+    r = a.room
+    chunk = s.sent[r]
+    fx.append(Queued(r, chunk))
+    ch["queue"], ch["sent"] = s.queue + (WorkItem(r, chunk),), put(s.sent, r, chunk + 1)
+
+
+@RULES.rule(DeliverPrefill, when=lambda self, s, a: self._prefill_reads(s) and _holds(s.to_prefill, a.message))
+def _deliver_prefill(self: PdProtocol, s: ProtoState, a: DeliverPrefill, ch: dict, fx: list) -> None:
+    ch["to_prefill"] = _remove(s.to_prefill, a.message)
+    self._on_prefill_message(s, a.message, ch, fx)
+
+
+@RULES.rule(DeliverDecode, when=lambda self, s, a: s.decode_thread == ALIVE and _holds(s.to_decode, a.message))
+def _deliver_decode(self: PdProtocol, s: ProtoState, a: DeliverDecode, ch: dict, fx: list) -> None:
+    ch["to_decode"] = _remove(s.to_decode, a.message)
+    self._on_decode_message(s, a.message, ch, fx)
+
+
+@RULES.rule(Clear, when=lambda self, s, a: self._can_clear(s, a.room))
+def _clear(self: PdProtocol, s: ProtoState, a: Clear, ch: dict, fx: list) -> None:
+    self._set_prefill(s, a.room, R.clear(s.prefill[a.room]), ch, fx)
+
+
+@RULES.rule(DecodeInit, when=lambda self, s, a: self._can_decode_init(s, a.room))
+def _decode_init(self: PdProtocol, s: ProtoState, a: DecodeInit, ch: dict, fx: list) -> None:
+    self._decode_init(s, a.room, ch, fx)
+
+
+@RULES.rule(Init, when=lambda self, s, a: self._can_init(s) and a.step == self.init[s.init_pc])
+def _init(self: PdProtocol, s: ProtoState, a: Init, ch: dict, fx: list) -> None:
+    if a.step == R.START_THREAD:
+        fx.append(ThreadStarted(BOOTSTRAP))
+        ch["thread"] = ALIVE
+    ch["init_pc"] = s.init_pc + 1
+
+
+@RULES.rule(BootstrapTimeout, when=lambda self, s, a: self._can_time_out(s, a.room))
+def _bootstrap_timeout(self: PdProtocol, s: ProtoState, a: BootstrapTimeout, ch: dict, fx: list) -> None:
+    r = a.room
+    self._set_prefill(s, r, R.bootstrap_timeout(s.prefill[r], self.backend, self.variant), ch, fx)
+    self._send(s, DECODE, ch, fx, Status(r, int(KVPoll.Failed)))
+
+
+@RULES.rule(DecodeAbort, when=lambda self, s, a: self._can_decode_abort(s, a.room))
+def _decode_abort(self: PdProtocol, s: ProtoState, a: DecodeAbort, ch: dict, fx: list) -> None:
+    r = a.room
+    self._set_decode(s, r, KVPoll.Failed, "waiting timeout", ch, fx)
+    self._send(s, PREFILL, ch, fx, Abort(r))
+
+
+@RULES.rule(HeartbeatMiss, when=lambda self, s, a: self._can_miss_heartbeat(s))
+def _heartbeat_miss(self: PdProtocol, s: ProtoState, a: HeartbeatMiss, ch: dict, fx: list) -> None:
+    ch["hb_fail"] = hb_fail = s.hb_fail + 1
+    if hb_fail == self.config.max_failures and self.heartbeat:
+        after = R.handle_node_failure(s.decode)
+        fx += [Concluded(r, new, "peer death (heartbeat)")
+               for r, (old, new) in enumerate(zip(s.decode, after)) if old != new]
+        ch["decode"] = Rooms.of(after)
+
+
+# -- faults: each takes one unit of the budget ---------------------------------------------------------------
+def _spend(s: ProtoState, ch: dict) -> None:
+    ch["faults_left"] = s.faults_left if s.faults_left == UNBOUNDED else s.faults_left - 1
+
+
+def _bag(a: tuple) -> str:
+    return "to_prefill" if a.side == PREFILL else "to_decode"
+
+
+@RULES.rule(Drop, when=lambda self, s, a: bool(s.faults_left) and _holds(getattr(s, _bag(a)), a.message))
+def _drop(self: PdProtocol, s: ProtoState, a: Drop, ch: dict, fx: list) -> None:
+    _spend(s, ch)
+    ch[_bag(a)] = _remove(getattr(s, _bag(a)), a.message)
+
+
+@RULES.rule(Duplicate, when=lambda self, s, a: bool(s.faults_left) and _holds(getattr(s, _bag(a)), a.message))
+def _duplicate(self: PdProtocol, s: ProtoState, a: Duplicate, ch: dict, fx: list) -> None:
+    _spend(s, ch)
+    ch[_bag(a)] = _add(getattr(s, _bag(a)), a.message)
+
+
+@RULES.rule(DuplicateWork, when=lambda self, s, a: bool(s.faults_left) and 0 <= a.index < len(s.queue))
+def _duplicate_work(self: PdProtocol, s: ProtoState, a: DuplicateWork, ch: dict, fx: list) -> None:
+    _spend(s, ch)
+    item = s.queue[a.index]
+    fx.append(Queued(item.room, item.chunk))
+    ch["queue"] = s.queue + (item,)
+
+
+@RULES.rule(InjectGarbage, when=lambda self, s, a: bool(s.faults_left) and (a.side == DECODE or not s.peer_dead))
+def _inject_garbage(self: PdProtocol, s: ProtoState, a: InjectGarbage, ch: dict, fx: list) -> None:
+    _spend(s, ch)
+    ch[_bag(a)] = _add(getattr(s, _bag(a)), GarbageFrame())
+
+
+@RULES.rule(CrashPrefill, when=lambda self, s, a: bool(s.faults_left) and not s.peer_dead)
+def _crash_prefill(self: PdProtocol, s: ProtoState, a: CrashPrefill, ch: dict, fx: list) -> None:
+    _spend(s, ch)
+    fx.append(PrefillDied())
+    ch["peer_dead"], ch["to_prefill"], ch["queue"] = True, (), ()

@@ -12,7 +12,7 @@ pairing by layer id when the pools publish ids (0.5.22). `pre_35281` is 0.5.13-0
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kvsim.engine.variants import Variant, VariantTable
 
@@ -43,21 +43,19 @@ class ProtocolVariant(Variant):
     mori_layer_id_pairing: bool  # 0.5.22: Mori pairs descriptors by layer id when either peer publishes ids
 
 
-VARIANTS = VariantTable(
-    ProtocolVariant("fixed", bootstrap_loop_catches=True, nixl_guard_validated=True, mori_abort_before_guard=True,
-                    mooncake_decode_loop_catches=True, nixl_decode_checks_empty=True, nixl_stale_work_checked=True,
-                    mori_heartbeat_checker=True, mooncake_fields_before_thread=True, mori_hybrid_mla_sliced=True,
-                    mori_same_pp_local_start=True, mori_common_v_offset=True, common_opening_only=False,
-                    common_failed_terminal=False, mori_layer_id_pairing=False),
-    ProtocolVariant("pre_35281", bootstrap_loop_catches=False, nixl_guard_validated=False,
-                    mori_abort_before_guard=False, mooncake_decode_loop_catches=False, nixl_decode_checks_empty=False,
-                    nixl_stale_work_checked=False, mori_heartbeat_checker=False, mooncake_fields_before_thread=False,
-                    mori_hybrid_mla_sliced=False, mori_same_pp_local_start=False, mori_common_v_offset=False,
-                    common_opening_only=False, common_failed_terminal=False, mori_layer_id_pairing=False),
-    ProtocolVariant("sglang_0_5_23", bootstrap_loop_catches=True, nixl_guard_validated=True,
-                    mori_abort_before_guard=True, mooncake_decode_loop_catches=True, nixl_decode_checks_empty=True,
-                    nixl_stale_work_checked=True, mori_heartbeat_checker=True, mooncake_fields_before_thread=True,
-                    mori_hybrid_mla_sliced=True, mori_same_pp_local_start=True, mori_common_v_offset=True,
-                    common_opening_only=True, common_failed_terminal=True, mori_layer_id_pairing=True),
+_FIXED = ProtocolVariant("fixed", bootstrap_loop_catches=True, nixl_guard_validated=True,
+                         mori_abort_before_guard=True, mooncake_decode_loop_catches=True, nixl_decode_checks_empty=True,
+                         nixl_stale_work_checked=True, mori_heartbeat_checker=True, mooncake_fields_before_thread=True,
+                         mori_hybrid_mla_sliced=True, mori_same_pp_local_start=True, mori_common_v_offset=True,
+                         common_opening_only=False, common_failed_terminal=False, mori_layer_id_pairing=False)
+
+VARIANTS = VariantTable(  # each variant states only its differences from `fixed`
+    _FIXED,
+    replace(_FIXED, name="pre_35281", bootstrap_loop_catches=False, nixl_guard_validated=False,
+            mori_abort_before_guard=False, mooncake_decode_loop_catches=False, nixl_decode_checks_empty=False,
+            nixl_stale_work_checked=False, mori_heartbeat_checker=False, mooncake_fields_before_thread=False,
+            mori_hybrid_mla_sliced=False, mori_same_pp_local_start=False, mori_common_v_offset=False),
+    replace(_FIXED, name="sglang_0_5_23", common_opening_only=True, common_failed_terminal=True,
+            mori_layer_id_pairing=True),
 )
 FIXED = VARIANTS.fixed

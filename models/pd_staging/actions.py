@@ -13,7 +13,7 @@ the transfer status, `WM` `WATERMARK`, `ABORT` the decode's abort.
 
 from __future__ import annotations
 
-from kvsim.engine.actions import tagged, type_table
+from kvsim.engine.actions import table, tagged, type_table
 
 from ..pd_common.status import KVPoll
 
@@ -69,77 +69,53 @@ def _route(side: int, writer: int) -> str:
     return f"prefill writer {writer} → decode" if side == UP else f"decode → prefill writer {writer}"
 
 
-def _message(m: tuple) -> str:
-    kind = m[0]
-    if kind == "REQ":
-        return f"STAGING_REQ room {m[1]} chunk {m[2]} ({m[3]} page{'s' if m[3] != 1 else ''})"
-    if kind == "RSP":
-        slot = f"slot {m[4]}, offset {m[5]}, round {m[6]}" if m[4] >= 0 else "no slot: the chunk does not fit the ring"
-        return f"STAGING_RSP room {m[1]} chunk {m[2]} ({slot})"
-    if kind == "READY":
-        return f"CHUNK_READY room {m[1]} chunk {m[2]} (suffix pages [{m[3]}, {m[3] + m[4]}))"
-    if kind == "STATUS":
-        return f"transfer status {KVPoll(m[3]).name} for room {m[1]}"
-    if kind == "WM":
-        return f"WATERMARK (round {m[2]}, tail {m[3]})"
-    if kind == "ABORT":
-        return f"ABORT room {m[1]}"
-    if kind == "ACK":
-        return f"ABORT_ACK room {m[1]}"
-    return repr(m)
+def _rsp(m: tuple) -> str:
+    slot = (f"slot {m.alloc_id}, offset {m.offset}, round {m.round}" if m.alloc_id >= 0
+            else "no slot: the chunk does not fit the ring")
+    return f"STAGING_RSP room {m.room} chunk {m.chunk_idx} ({slot})"
 
 
-def describe(record: tuple) -> str:
-    """An action (or a message, or a `Sent`/`Deferred`/`Concluded` effect) of this model in words."""
-    kind = record[0]
-    if kind in ("REQ", "RSP", "READY", "STATUS", "WM", "ABORT", "ACK"):
-        return _message(record)
-    if kind == "batch":
-        return f"prefill: a forward batch of room {record[1]}; its next chunk joins every writer's transfer queue"
-    if kind == "work":
-        return f"prefill writer {record[1]}: the transfer worker takes the head of its queue"
-    if kind == "clear":
-        return f"prefill writer {record[1]}: the scheduler sees a terminal poll and clears room {record[2]}"
-    if kind == "deliver":
-        return f"{_route(record[1], record[2])}: {_message(record[3])}"
-    if kind == "scatter_done":
-        return f"decode: the scatter of room {record[1]} from slot {record[2]} completes; the slot is freed"
-    if kind == "deadline":
-        return f"decode: room {record[1]}'s staging completion deadline passes"
-    if kind == "waiting_timeout":
-        return f"decode: room {record[1]}'s waiting timeout passes"
-    if kind == "heartbeat_failure":
-        return "decode: the prefill's heartbeat fails; unfinished rooms fail"
-    if kind == "abort":
-        return f"ABORT (fault): decode aborts room {record[1]}"
-    if kind == "reorder":
-        return f"REORDER: {_route(record[1], record[2])}: {_message(record[3])} overtakes the messages ahead of it"
-    if kind == "drop":
-        return f"DROP: {_route(record[1], record[2])}: {_message(record[3])} is lost"
-    if kind == "duplicate":
-        return f"DUPLICATE: {_route(record[1], record[2])}: {_message(record[3])} will arrive twice"
-    if kind == "peer_death":
-        return "FAULT: the prefill node dies"
-    if kind == "defer_dst":
-        return (f"prefill writer {record[1]}: the transfer worker writes the head chunk to this decode rank, then "
-                f"a sibling destination is not ready: the whole chunk is re-enqueued")
-    if kind == "release_timeout":
-        return f"decode: room {record[1]}'s deferred KV release times out (30 s); its slots are freed"
-    if kind == "held":
-        return f"room {record[1]}'s staging slots are held until every prefill writer acknowledges the abort"
-    if kind == "sent":
-        who = f"prefill writer {record[2]} sends" if record[1] == UP else f"sends prefill writer {record[2]}"
-        return f"{who} {_message(record[3])}"
-    if kind == "deferred":
-        return "re-enqueues the chunk (a destination is not ready: its slot offset or watermark)"
-    if kind == "scatter_submitted":
-        return f"scatter of room {record[1]} from slot {record[2]} submitted"
-    if kind == "concluded":
-        return f"decode room {record[1]} concludes {KVPoll(record[2]).name}"
-    if kind == "enqueued":
-        return ""  # said by the batch itself
-    if kind == "poll_terminal":
-        return f"writer {record[1]}'s poll of room {record[2]} turns terminal"
-    if kind == "deadline_armed":
-        return f"all ranks reported Success for room {record[1]}: the completion deadline starts"
-    return repr(record)
+def _sent(e: tuple) -> str:
+    who = f"prefill writer {e.writer} sends" if e.side == UP else f"sends prefill writer {e.writer}"
+    return f"{who} {_message(e.msg)}"
+
+
+_message = table({
+    ReqMsg: lambda m: f"STAGING_REQ room {m.room} chunk {m.chunk_idx} ({m.pages} page{'s' if m.pages != 1 else ''})",
+    RspMsg: _rsp,
+    ReadyMsg: lambda m: (f"CHUNK_READY room {m.room} chunk {m.chunk_idx} "
+                         f"(suffix pages [{m.page_start}, {m.page_start + m.num_pages}))"),
+    StatusMsg: lambda m: f"transfer status {KVPoll(m.status).name} for room {m.room}",
+    WatermarkMsg: lambda m: f"WATERMARK (round {m.round}, tail {m.tail})",
+    AbortMsg: lambda m: f"ABORT room {m.room}",
+    AckMsg: lambda m: f"ABORT_ACK room {m.room}",
+}, repr)
+
+describe = table({  # an action (or a message, or a `Sent`/`Deferred`/`Concluded` effect) of this model in words
+    **{m: _message for m in (ReqMsg, RspMsg, ReadyMsg, StatusMsg, WatermarkMsg, AbortMsg, AckMsg)},
+    Batch: lambda a: f"prefill: a forward batch of room {a.room}; its next chunk joins every writer's transfer queue",
+    Work: lambda a: f"prefill writer {a.writer}: the transfer worker takes the head of its queue",
+    Clear: lambda a: f"prefill writer {a.writer}: the scheduler sees a terminal poll and clears room {a.room}",
+    Deliver: lambda a: f"{_route(a.side, a.writer)}: {_message(a.msg)}",
+    ScatterDone: lambda a: f"decode: the scatter of room {a.room} from slot {a.alloc_id} completes; the slot is freed",
+    Deadline: lambda a: f"decode: room {a.room}'s staging completion deadline passes",
+    WaitingTimeout: lambda a: f"decode: room {a.room}'s waiting timeout passes",
+    HeartbeatFailure: lambda a: "decode: the prefill's heartbeat fails; unfinished rooms fail",
+    Abort: lambda a: f"ABORT (fault): decode aborts room {a.room}",
+    Reorder: lambda a: (f"REORDER: {_route(a.side, a.writer)}: {_message(a.msg)} overtakes the messages "
+                        f"ahead of it"),
+    Drop: lambda a: f"DROP: {_route(a.side, a.writer)}: {_message(a.msg)} is lost",
+    Duplicate: lambda a: f"DUPLICATE: {_route(a.side, a.writer)}: {_message(a.msg)} will arrive twice",
+    PeerDeath: lambda a: "FAULT: the prefill node dies",
+    DeferDst: lambda a: (f"prefill writer {a.writer}: the transfer worker writes the head chunk to this decode rank, "
+                         f"then a sibling destination is not ready: the whole chunk is re-enqueued"),
+    ReleaseTimeout: lambda a: f"decode: room {a.room}'s deferred KV release times out (30 s); its slots are freed",
+    Held: lambda e: f"room {e.room}'s staging slots are held until every prefill writer acknowledges the abort",
+    Sent: _sent,
+    Deferred: lambda e: "re-enqueues the chunk (a destination is not ready: its slot offset or watermark)",
+    ScatterSubmitted: lambda e: f"scatter of room {e.room} from slot {e.alloc_id} submitted",
+    Concluded: lambda e: f"decode room {e.room} concludes {KVPoll(e.status).name}",
+    Enqueued: lambda e: "",  # said by the batch itself
+    PollTerminal: lambda e: f"writer {e.writer}'s poll of room {e.room} turns terminal",
+    DeadlineArmed: lambda e: f"all ranks reported Success for room {e.room}: the completion deadline starts",
+}, repr)

@@ -44,8 +44,9 @@ from kvsim.engine.trace import TraceRecorder
 from . import data
 from ..pd_common.status import (SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL, SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE,
                                 SGLANG_DISAGGREGATION_WAITING_TIMEOUT, STAGING_WATERMARK_WAIT_S, KVPoll)
-from .actions import (ACTIONS, DOWN, UP, Batch, Clear, Deadline, Deliver, Drop, Duplicate, HeartbeatFailure,
-                      PeerDeath, ReleaseTimeout, ScatterDone, WaitingTimeout, Work)
+from .actions import (ACTIONS, DOWN, UP, Batch, Clear, Concluded, Deadline, DeadlineArmed, Deliver, Drop, Duplicate,
+                      Enqueued, HeartbeatFailure, Held, PeerDeath, PollTerminal, ReleaseTimeout, ScatterDone,
+                      ScatterSubmitted, Sent, WaitingTimeout, Work)
 from .state import TERMINAL
 from .system import PdStaging
 from .variants import StagingVariant
@@ -112,15 +113,17 @@ def trace_actions(steps: Iterable[dict[str, Any]]) -> list[tuple]:
 
 # The order the decode room's effects are acted on within a room (scatter events before the deadline before
 # the conclusion), rooms in increasing order.
-_ROOM_EFFECTS = {"scatter_submitted": 0, "deadline_armed": 1, "held": 2, "concluded": 3}
+_ROOM_EFFECTS = {ScatterSubmitted: 0, DeadlineArmed: 1, Held: 2, Concluded: 3}
+# `_follow` sorts a step's effects into (sent, room effects, terminal polls, enqueued batches) by record type
+_BUCKETS = {Sent: 0, PollTerminal: 2, Enqueued: 3, **dict.fromkeys(_ROOM_EFFECTS, 1)}
 
 
 def _room_order(e: tuple) -> tuple[int, int]:
-    return e[1], _ROOM_EFFECTS[e[0]]
+    return e.room, _ROOM_EFFECTS[type(e)]
 
 
 def _channel_of(e: tuple) -> tuple[int, int]:
-    return e[1], e[2]  # (side, writer) of a `Sent`
+    return e.side, e.writer  # of a `Sent`
 
 
 class _Run:
@@ -180,19 +183,16 @@ class _Run:
                 if not busy[w] and not parked[w]:
                     self._kick(w)
             return
-        sent, room_effects, clears, enqueued = [], [], [], set()
+        buckets: tuple[list, list, list, list] = ([], [], [], [])
         for e in effects:  # one pass: this runs once per event
-            tag = e[0]
-            if tag == "sent":
-                sent.append(e)
-            elif tag in _ROOM_EFFECTS:
-                room_effects.append(e)
-            elif tag == "poll_terminal":
-                clears.append((e[1], e[2]))
-            elif tag == "enqueued":
-                enqueued.add(e[1])
+            b = _BUCKETS.get(type(e))
+            if b is not None:
+                buckets[b].append(e)
+        sent, room_effects, polls, batches = buckets
+        clears = [(e.writer, e.room) for e in polls]
+        enqueued = {e.writer for e in batches}
         for e in sorted(sent, key=_channel_of) if len(sent) > 1 else sent:  # channel by channel, in send order
-            self.chans[e[1]][e[2]].send(e[3])
+            self.chans[e.side][e.writer].send(e.msg)
         if room_effects:
             self._follow_rooms(sorted(room_effects, key=_room_order) if len(room_effects) > 1 else room_effects)
         clears.sort()
@@ -207,18 +207,24 @@ class _Run:
                 self._kick(w)
 
     def _follow_rooms(self, effects: list[tuple]) -> None:
-        now = self.sim.now
         for e in effects:
-            if e.tag == "scatter_submitted":
-                self.sim.schedule(self.p.scatter_time, self._scatter_done, e.room, e.alloc_id)
-            elif e.tag == "deadline_armed":
-                self.sim.schedule(SGLANG_DISAGGREGATION_WAITING_TIMEOUT, self._timer, Deadline(e.room))
-            elif e.tag == "held":
-                self.sim.schedule(DEFERRED_KV_RELEASE_TIMEOUT, self._timer, ReleaseTimeout(e.room))
-            else:
-                why = "Success" if e.status == KVPoll.Success else f"Failed: {self.why}"
-                self.concluded[e.room] = (now, why)
-                self.rec.record(now, "conclude", [e.room, why])
+            _FOLLOW_ROOM[type(e)](self, e)
+
+    # -- what a room effect sets in motion (`_FOLLOW_ROOM`, by record type) ----------------------------------
+    def _on_scatter_submitted(self, e: ScatterSubmitted) -> None:
+        self.sim.schedule(self.p.scatter_time, self._scatter_done, e.room, e.alloc_id)
+
+    def _on_deadline_armed(self, e: DeadlineArmed) -> None:
+        self.sim.schedule(SGLANG_DISAGGREGATION_WAITING_TIMEOUT, self._timer, Deadline(e.room))
+
+    def _on_held(self, e: Held) -> None:
+        self.sim.schedule(DEFERRED_KV_RELEASE_TIMEOUT, self._timer, ReleaseTimeout(e.room))
+
+    def _on_concluded(self, e: Concluded) -> None:
+        now = self.sim.now
+        why = "Success" if e.status == KVPoll.Success else f"Failed: {self.why}"
+        self.concluded[e.room] = (now, why)
+        self.rec.record(now, "conclude", [e.room, why])
 
     # -- events ------------------------------------------------------------------------------------
     def arrive(self, r: int) -> None:
@@ -314,3 +320,7 @@ class _Run:
             "held_prefill_rooms": len(held),
             "violations": violations,
         }
+
+
+_FOLLOW_ROOM = {ScatterSubmitted: _Run._on_scatter_submitted, DeadlineArmed: _Run._on_deadline_armed,
+                Held: _Run._on_held, Concluded: _Run._on_concluded}

@@ -51,6 +51,7 @@ from __future__ import annotations
 
 from functools import cached_property
 
+from kvsim.engine.actions import Rules
 from kvsim.engine.system import Invariant
 
 from . import checks
@@ -230,72 +231,17 @@ class PdStaging(PrefillSide, DecodeSide):
         return acts
 
     def is_enabled(self, s: StagingState, a: tuple) -> bool:
-        """`a in enabled(s)`, answered from the part of `enabled` that could list `a`."""
-        kind = a[0]
-        if kind == "batch":
-            return self.batch_enabled(s, a[1])
-        if kind == "work":
-            return self.work_enabled(s, a[1])
-        if kind == "deliver":
-            return self.deliverable(s, a[1], a[2], a[3])
-        if kind in ("scatter_done", "deadline", "waiting_timeout"):
-            return a in self.room_actions(s, a[1])
-        return a in self.enabled(s)
+        """`a in enabled(s)`, answered from the rule of `a`'s record type (`RULES`)."""
+        return RULES.allows(self, s, a)
 
     def step(self, s: StagingState, a: tuple) -> StagingState:
         return self.transition(s, a)[0]
 
     def transition(self, s: StagingState, a: tuple) -> tuple[StagingState, tuple[tuple, ...]]:
         """`step`, and what it did (`actions`: Sent, Enqueued, Deferred, PollTerminal, ScatterSubmitted, ...)."""
+        effect, a = RULES.effect(a)
         fx: Effects = []
-        return self._step(s, a, fx), tuple(fx)
-
-    def _step(self, s: StagingState, a: tuple, fx: Effects) -> StagingState:
-        kind = a[0]
-        if kind == "batch":
-            return self._batch(s, a[1], fx)
-        if kind == "work":
-            return self._work(s, a[1], fx)
-        if kind == "clear":
-            w, r = a[1], a[2]
-            p = s.prefill[w][r]
-            # clear() pops request_status and transfer_infos; _staging_outstanding is the worker's to pop
-            return self._set_prefill(s, w, r, PrefillRoom(None, p.outstanding, False, (None,) * self.k, p.status,
-                                                          p.ack), fx)
-        if kind == "deliver":
-            s = self._take(s, a[1], a[2], a[3])
-            return self._on_decode(s, a[3], fx) if a[1] == UP else self._on_prefill(s, a[3], fx)
-        if kind == "scatter_done":
-            return self._scatter_done(s, a[1], a[2], fx)
-        if kind in ("deadline", "waiting_timeout"):
-            return self._conclude(s, a[1], KVPoll.Failed, fx)
-        if kind == "heartbeat_failure":
-            # _handle_node_failure after HEARTBEAT_MAX_FAILURE missed /health polls (folded into one action):
-            # every room not yet at all-ranks Success fails
-            for r, d in enumerate(s.decode):
-                if d.status not in TERMINAL and not d.all_success:
-                    s = self._conclude(s, r, KVPoll.Failed, fx)
-            return s
-        if not self.cfg.timed:  # a fault spends the path's budget (the timed network's fault plan has none)
-            s = s._replace(faults_left=s.faults_left - 1)
-        if kind == "abort":
-            return self._conclude(s, a[1], KVPoll.Failed, fx)
-        if kind == "defer_dst":
-            return self._work(s, a[1], fx, sibling_defers=True)
-        if kind == "release_timeout":
-            return self._release(s, a[1], fx)
-        if kind == "reorder":
-            s = self._take(s, a[1], a[2], a[3])
-            return self._on_decode(s, a[3], fx) if a[1] == UP else self._on_prefill(s, a[3], fx)
-        if kind == "drop":
-            return self._take(s, a[1], a[2], a[3])
-        if kind == "duplicate":
-            chan = s.chans[a[1]][a[2]]
-            i = chan.index(a[3])
-            return self._set_chan(s, a[1], a[2], chan[:i + 1] + (a[3],) + chan[i + 1:])
-        if kind == "peer_death":
-            return s._replace(dead=True, queues=((),) * self.cfg.writers)
-        raise ValueError(f"unknown action {a!r}")
+        return effect(self, s, a, fx), tuple(fx)
 
     # -- helpers -------------------------------------------------------------------------------
     def _send(self, s: StagingState, side: int, w: int, fx: Effects, *messages: tuple) -> StagingState:
@@ -322,3 +268,111 @@ class PdStaging(PrefillSide, DecodeSide):
     @staticmethod
     def _set_decode(s: StagingState, r: int, d: DecodeRoom) -> StagingState:
         return replace_at(s, DECODE_ROOMS, put(s.decode, r, d))
+
+
+# -- the rules: each action's precondition beside its effect, by record type --------------------------------
+# An effect is `effect(system, state, action, fx) -> state`, appending what it did to `fx`; a precondition is
+# `when(system, state, action)`. An action whose condition only `enabled` states (a fault, a clear) is enabled
+# when `enabled` lists it.
+RULES = Rules()
+
+
+def _listed(self: PdStaging, s: StagingState, a: tuple) -> bool:
+    return a in self.enabled(s)
+
+
+def _room_action(self: PdStaging, s: StagingState, a: tuple) -> bool:
+    return a in self.room_actions(s, a.room)
+
+
+def _spend(self: PdStaging, s: StagingState) -> StagingState:
+    """A fault spends the path's budget (the timed network's fault plan has none)."""
+    return s if self.cfg.timed else s._replace(faults_left=s.faults_left - 1)
+
+
+@RULES.rule(Batch, when=lambda self, s, a: self.batch_enabled(s, a.room))
+def _batch(self: PdStaging, s: StagingState, a: Batch, fx: Effects) -> StagingState:
+    return self._batch(s, a.room, fx)
+
+
+@RULES.rule(Work, when=lambda self, s, a: self.work_enabled(s, a.writer))
+def _work(self: PdStaging, s: StagingState, a: Work, fx: Effects) -> StagingState:
+    return self._work(s, a.writer, fx)
+
+
+@RULES.rule(Clear, when=_listed)
+def _clear(self: PdStaging, s: StagingState, a: Clear, fx: Effects) -> StagingState:
+    w, r = a.writer, a.room
+    p = s.prefill[w][r]
+    # clear() pops request_status and transfer_infos; _staging_outstanding is the worker's to pop
+    return self._set_prefill(s, w, r, PrefillRoom(None, p.outstanding, False, (None,) * self.k, p.status, p.ack),
+                             fx)
+
+
+def _receive(self: PdStaging, s: StagingState, a: tuple, fx: Effects) -> StagingState:
+    s = self._take(s, a.side, a.writer, a.msg)
+    return self._on_decode(s, a.msg, fx) if a.side == UP else self._on_prefill(s, a.msg, fx)
+
+
+@RULES.rule(Deliver, when=lambda self, s, a: self.deliverable(s, a.side, a.writer, a.msg))
+def _deliver(self: PdStaging, s: StagingState, a: Deliver, fx: Effects) -> StagingState:
+    return _receive(self, s, a, fx)
+
+
+@RULES.rule(ScatterDone, when=_room_action)
+def _scatter_done(self: PdStaging, s: StagingState, a: ScatterDone, fx: Effects) -> StagingState:
+    return self._scatter_done(s, a.room, a.alloc_id, fx)
+
+
+@RULES.rule(Deadline, WaitingTimeout, when=_room_action)
+def _time_out(self: PdStaging, s: StagingState, a: tuple, fx: Effects) -> StagingState:
+    return self._conclude(s, a.room, KVPoll.Failed, fx)
+
+
+@RULES.rule(HeartbeatFailure, when=_listed)
+def _heartbeat_failure(self: PdStaging, s: StagingState, a: HeartbeatFailure, fx: Effects) -> StagingState:
+    # _handle_node_failure after HEARTBEAT_MAX_FAILURE missed /health polls (folded into one action):
+    # every room not yet at all-ranks Success fails
+    for r, d in enumerate(s.decode):
+        if d.status not in TERMINAL and not d.all_success:
+            s = self._conclude(s, r, KVPoll.Failed, fx)
+    return s
+
+
+# -- faults: each spends the budget first ------------------------------------------------------------------
+@RULES.rule(AbortAction, when=_listed)
+def _abort(self: PdStaging, s: StagingState, a: AbortAction, fx: Effects) -> StagingState:
+    return self._conclude(_spend(self, s), a.room, KVPoll.Failed, fx)
+
+
+@RULES.rule(DeferDst, when=_listed)
+def _defer_dst(self: PdStaging, s: StagingState, a: DeferDst, fx: Effects) -> StagingState:
+    return self._work(_spend(self, s), a.writer, fx, sibling_defers=True)
+
+
+@RULES.rule(ReleaseTimeout, when=_listed)
+def _release_timeout(self: PdStaging, s: StagingState, a: ReleaseTimeout, fx: Effects) -> StagingState:
+    return self._release(_spend(self, s), a.room, fx)
+
+
+@RULES.rule(Reorder, when=_listed)
+def _reorder(self: PdStaging, s: StagingState, a: Reorder, fx: Effects) -> StagingState:
+    return _receive(self, _spend(self, s), a, fx)
+
+
+@RULES.rule(Drop, when=_listed)
+def _drop(self: PdStaging, s: StagingState, a: Drop, fx: Effects) -> StagingState:
+    return self._take(_spend(self, s), a.side, a.writer, a.msg)
+
+
+@RULES.rule(Duplicate, when=_listed)
+def _duplicate(self: PdStaging, s: StagingState, a: Duplicate, fx: Effects) -> StagingState:
+    s = _spend(self, s)
+    chan = s.chans[a.side][a.writer]
+    i = chan.index(a.msg)
+    return self._set_chan(s, a.side, a.writer, chan[:i + 1] + (a.msg,) + chan[i + 1:])
+
+
+@RULES.rule(PeerDeath, when=_listed)
+def _peer_death(self: PdStaging, s: StagingState, a: PeerDeath, fx: Effects) -> StagingState:
+    return _spend(self, s)._replace(dead=True, queues=((),) * self.cfg.writers)

@@ -42,7 +42,7 @@ Each flag is read at exactly the line the change touched:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kvsim.engine.variants import Variant, VariantTable
 
@@ -72,25 +72,19 @@ AFTER_05C7EBF = ("fresh_round_when_empty", "deferred_decode_kv_release", "pp_pre
 IN_EVERY_RELEASE = ("whole_chunk_reenqueue",)
 
 
-VARIANTS = VariantTable(
-    StagingVariant("fixed", grid_floored_sends=True, grid_segmented_sends=True, early_send_under_staging=True,
-                   aligned_prefix_check=True, scatter_adds_decode_prefix=True, slot_size_write_check=True,
-                   last_chunk_ready=True, staging_outstanding=True, completion_deadline=True,
-                   fresh_round_when_empty=False, deferred_decode_kv_release=False, pp_prefill_writers=False),
-    StagingVariant("pre_05c7ebf", grid_floored_sends=False, grid_segmented_sends=False,
-                   early_send_under_staging=False, aligned_prefix_check=False, scatter_adds_decode_prefix=False,
-                   slot_size_write_check=False, last_chunk_ready=False, staging_outstanding=False,
-                   completion_deadline=False, fresh_round_when_empty=False, deferred_decode_kv_release=False,
-                   pp_prefill_writers=False),
-    StagingVariant("sglang_0_5_23", grid_floored_sends=True, grid_segmented_sends=True, early_send_under_staging=True,
-                   aligned_prefix_check=True, scatter_adds_decode_prefix=True, slot_size_write_check=True,
-                   last_chunk_ready=True, staging_outstanding=True, completion_deadline=True,
-                   fresh_round_when_empty=True, deferred_decode_kv_release=True, pp_prefill_writers=True),
+_FIXED = StagingVariant("fixed", grid_floored_sends=True, grid_segmented_sends=True, early_send_under_staging=True,
+                        aligned_prefix_check=True, scatter_adds_decode_prefix=True, slot_size_write_check=True,
+                        last_chunk_ready=True, staging_outstanding=True, completion_deadline=True,
+                        fresh_round_when_empty=False, deferred_decode_kv_release=False, pp_prefill_writers=False)
+_SGLANG_0_5_23 = replace(_FIXED, name="sglang_0_5_23", **dict.fromkeys(AFTER_05C7EBF, True))
+
+VARIANTS = VariantTable(  # each variant states only its differences from `fixed` (or from the release it patches)
+    _FIXED,
+    replace(_FIXED, name="pre_05c7ebf", grid_floored_sends=False, grid_segmented_sends=False,
+            early_send_under_staging=False, aligned_prefix_check=False, scatter_adds_decode_prefix=False,
+            slot_size_write_check=False, last_chunk_ready=False, staging_outstanding=False, completion_deadline=False),
+    _SGLANG_0_5_23,
     # not a release: 0.5.23 with the findings' proposed fix (a retry re-sends only the deferred destinations)
-    StagingVariant("proposed_per_dst_retry", grid_floored_sends=True, grid_segmented_sends=True,
-                   early_send_under_staging=True, aligned_prefix_check=True, scatter_adds_decode_prefix=True,
-                   slot_size_write_check=True, last_chunk_ready=True, staging_outstanding=True,
-                   completion_deadline=True, fresh_round_when_empty=True, deferred_decode_kv_release=True,
-                   pp_prefill_writers=True, whole_chunk_reenqueue=False),
+    replace(_SGLANG_0_5_23, name="proposed_per_dst_retry", whole_chunk_reenqueue=False),
 )
 FIXED = VARIANTS.fixed

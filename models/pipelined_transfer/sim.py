@@ -33,7 +33,8 @@ from kvsim.engine.trace import TraceRecorder
 
 from .chunks import BOUNDARIES, cdiv, prefill_chunks
 from .config import PipelinedConfig
-from .state import Compute, Deliver, DropFrame, DupFrame, Poll, Silent, StallReport, Timeout, WriteDone
+from .state import (Compute, CtxConcluded, Deliver, Dispatched, DropFrame, DupFrame, FrameSent, Poll, RxConcluded,
+                    Silent, Stalled, StallReport, Timeout, WriteDone)
 from .status import LlmRequestState
 from .system import PipelinedTransfer
 from .timing import exposed_closed_form
@@ -245,20 +246,9 @@ class _Run:
     def apply(self, action: tuple) -> None:
         r = action[1] if len(action) > 1 else None
         for effect in self.driver.apply(action):
-            tag = effect.tag
-            if tag == "dispatched":
-                self.nic(effect.rid, effect.rank, effect.write)
-            elif tag == "frame_sent":
-                self.sim.schedule(self.p.notify_us * US, self.frame_arrives, effect.rid, effect.rank)
-            elif tag == "rx_concluded" and effect.state == LlmRequestState.DISAGG_GENERATION_TRANS_COMPLETE:
-                self.unblocked[effect.rid] = self.sim.now
-            elif tag == "ctx_concluded":
-                self.ctx_done[effect.rid] = self.sim.now
-                timer = self.timers.pop(effect.rid, None)
-                if timer is not None:
-                    self.sim.cancel(timer)
-            elif tag == "stalled":
-                self.stalled[effect.rid] = self.sim.now
+            follow = _FOLLOW.get(type(effect))
+            if follow is not None:
+                follow(self, effect)
         if r is not None:
             s = self.driver.state
             q = s.reqs[r]
@@ -267,6 +257,26 @@ class _Run:
                                     "in_flight": sum(len(f) for f in s.flight[r])})
         if r is not None and self.system.poll_enabled(self.driver.state, r):
             self.apply(Poll(r))
+
+    # -- what an effect sets in motion (`_FOLLOW`, by record type) ---------------------------------------
+    def _on_dispatched(self, e: Dispatched) -> None:
+        self.nic(e.rid, e.rank, e.write)
+
+    def _on_frame_sent(self, e: FrameSent) -> None:
+        self.sim.schedule(self.p.notify_us * US, self.frame_arrives, e.rid, e.rank)
+
+    def _on_rx_concluded(self, e: RxConcluded) -> None:
+        if e.state == LlmRequestState.DISAGG_GENERATION_TRANS_COMPLETE:
+            self.unblocked[e.rid] = self.sim.now
+
+    def _on_ctx_concluded(self, e: CtxConcluded) -> None:
+        self.ctx_done[e.rid] = self.sim.now
+        timer = self.timers.pop(e.rid, None)
+        if timer is not None:
+            self.sim.cancel(timer)
+
+    def _on_stalled(self, e: Stalled) -> None:
+        self.stalled[e.rid] = self.sim.now
 
     def record(self, event: str, data: dict[str, Any]) -> None:
         if self.recorder is not None:
@@ -339,3 +349,7 @@ class _Run:
 def single_request(params: SimConfig) -> SimConfig:
     """The same workload with one request: its link is free, so the closed form applies."""
     return replace(params, requests=1)
+
+
+_FOLLOW = {Dispatched: _Run._on_dispatched, FrameSent: _Run._on_frame_sent, RxConcluded: _Run._on_rx_concluded,
+           CtxConcluded: _Run._on_ctx_concluded, Stalled: _Run._on_stalled}

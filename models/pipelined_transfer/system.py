@@ -43,6 +43,7 @@ the cancel-ACK is sent and received in one step (`cancel_ack`); context pages ar
 
 from __future__ import annotations
 
+from kvsim.engine.actions import Rules
 from kvsim.engine.system import Invariant
 
 from . import checks
@@ -178,148 +179,146 @@ class PipelinedTransfer:
     def _indices(self, flight: tuple) -> range:
         return range(1) if self.cfg.fifo else range(len(flight))
 
+    # what enables an action is written once, beside its effect (`RULES` below): `enabled` lists the explorer's
+    # actions in its order from the same conditions, and `allows` (one action: what a timing policy asks before
+    # it acts) reads the rule of the action's record type
+    def _can_post(self, s: PtState, r: int) -> bool:
+        return (s.rx[r].state == S.DISAGG_GENERATION_INIT and not s.reqs[r].stopping
+                and len(self._free_pages(s)) >= self.cfg.cells_per_rank)
+
+    @staticmethod
+    def _awaits_promotion(s: PtState, r: int) -> bool:
+        """In DISAGG_CONTEXT_WAIT_SCHEDULER with the receive posted: peer info arrives, then the promotion."""
+        q = s.reqs[r]
+        return q.ctx == S.DISAGG_CONTEXT_WAIT_SCHEDULER and not q.stopping and s.rx[r].state != S.DISAGG_GENERATION_INIT
+
+    def _settling(self, s: PtState, r: int, k: int) -> range:
+        """The indices of rank k's writes in flight that may settle next (none while its peer is silent)."""
+        fl = s.flight[r][k]
+        return self._indices(fl) if fl and not s.reqs[r].silent else range(0)
+
+    @staticmethod
+    def _deliverable(s: PtState, r: int, k: int) -> bool:
+        return bool(s.frames[r][k]) and not s.reqs[r].silent
+
+    def _can_time_out(self, s: PtState, r: int) -> bool:
+        q = s.reqs[r]
+        return bool(self.cfg.timeouts and q.clock and not q.timed_out and not q.freed)
+
+    @staticmethod
+    def _can_report_stall(s: PtState, r: int) -> bool:
+        q = s.reqs[r]
+        return q.timed_out and not q.stalled and any(s.flight[r]) and not q.freed
+
+    def _can_fence(self, s: PtState, r: int) -> bool:
+        return self.variant.drain_deadline and s.reqs[r].stalled and any(s.flight[r])
+
+    def _can_rx_time_out(self, s: PtState, r: int) -> bool:
+        rx = s.rx[r]
+        return bool(self.variant.rx_deadline and self.cfg.timeouts and rx.state == S.DISAGG_GENERATION_TRANS_IN_PROGRESS
+                    and not (s.reqs[r].silent or rx.crashed))
+
+    @staticmethod
+    def _cancel_in_flight(s: PtState, r: int, k: int) -> bool:
+        """A CANCEL_SESSION to rank k is on its way."""
+        return s.rx[r].cancel_to[k]
+
+    def _can_rx_stall(self, s: PtState, r: int) -> bool:
+        rx = s.rx[r]
+        return bool(self.cfg.timeouts and rx.held and not rx.stalled and ACK_LOST in rx.acks)
+
+    def _may_fault(self, s: PtState, kind: str) -> bool:
+        """A fault of `kind` is configured and the path's budget has one left."""
+        return bool(s.faults_left) and kind in self.fault_kinds
+
+    def _can_go_silent(self, s: PtState, r: int) -> bool:
+        return (s.rx[r].state != S.DISAGG_GENERATION_INIT and not s.reqs[r].silent
+                and not (self.ctx_done(s, r) and self.rx_done(s, r)))
+
+    @staticmethod
+    def _can_cancel(s: PtState, r: int) -> bool:
+        q = s.reqs[r]
+        return s.rx[r].state != S.DISAGG_GENERATION_INIT and not q.stopping and not q.freed
+
+    @staticmethod
+    def _can_gen_cancel(s: PtState, r: int) -> bool:
+        rx = s.rx[r]
+        return rx.state == S.DISAGG_GENERATION_TRANS_IN_PROGRESS and not s.reqs[r].silent and not rx.crashed
+
+    @staticmethod
+    def _any_open(s: PtState) -> bool:
+        return any(not q.stopping and not q.freed for q in s.reqs)
+
     def enabled(self, s: PtState) -> list[tuple]:
-        c, v, acts = self.cfg, self.variant, []
-        faults = self.fault_kinds if s.faults_left else ()
+        acts: list[tuple] = []
+        faults = self.fault_kinds if s.faults_left else ()  # `_may_fault`, once per state
+        ranks = range(self.k)
         for r, q in enumerate(s.reqs):
             if self.computing(q):
                 acts.append(Compute(r))
-            rx = s.rx[r]
-            if rx.state == S.DISAGG_GENERATION_INIT and not q.stopping and (
-                    len(self._free_pages(s)) >= self.cfg.cells_per_rank):
+            if self._can_post(s, r):
                 acts.append(GenPost(r))
-            if q.ctx == S.DISAGG_CONTEXT_WAIT_SCHEDULER and not q.stopping and rx.state != S.DISAGG_GENERATION_INIT:
-                acts += [PeerInfo(r, k) for k in range(self.k) if not q.peer_info[k]]
+            if self._awaits_promotion(s, r):
+                acts += [PeerInfo(r, k) for k in ranks if not q.peer_info[k]]
                 if all(q.peer_info):
                     acts.append(Promote(r))
             if self.poll_enabled(s, r):
                 acts.append(Poll(r))
-            for k in range(self.k):
-                fl = s.flight[r][k]
-                if fl and not q.silent:
-                    acts += [WriteDone(r, k, i) for i in self._indices(fl)]
-                if s.frames[r][k] and not q.silent:
+            for k in ranks:
+                acts += [WriteDone(r, k, i) for i in self._settling(s, r, k)]
+                if self._deliverable(s, r, k):
                     acts.append(Deliver(r, k))
-            in_flight = any(s.flight[r])
-            if c.timeouts and q.clock and not q.timed_out and not q.freed:
+            if self._can_time_out(s, r):
                 acts.append(Timeout(r))
-            if q.timed_out and not q.stalled and in_flight and not q.freed:
+            if self._can_report_stall(s, r):
                 acts.append(StallReport(r))
-            if v.drain_deadline and q.stalled and in_flight:
+            if self._can_fence(s, r):
                 acts.append(Fence(r))
-            if v.rx_deadline and c.timeouts and rx.state == S.DISAGG_GENERATION_TRANS_IN_PROGRESS and not (
-                    q.silent or rx.crashed):
+            if self._can_rx_time_out(s, r):
                 acts.append(RxTimeout(r))
-            acts += [RemoteCancel(r, k) for k in range(self.k) if rx.cancel_to[k]]
-            acts += [CancelAck(r, k) for k in range(self.k) if self._ack_due(s, r, k)]
-            if c.timeouts and rx.held and not rx.stalled and ACK_LOST in rx.acks:
+            acts += [RemoteCancel(r, k) for k in ranks if self._cancel_in_flight(s, r, k)]
+            acts += [CancelAck(r, k) for k in ranks if self._ack_due(s, r, k)]
+            if self._can_rx_stall(s, r):
                 acts.append(RxStall(r))
             if self._may_release(s, r):
                 acts.append(GenRelease(r))
-        for r, q in enumerate(s.reqs):
-            posted = s.rx[r].state != S.DISAGG_GENERATION_INIT
-            for k in range(self.k):
-                if "drop" in faults and s.rx[r].cancel_to[k]:
+        if not faults:
+            return acts
+        for r in range(len(s.reqs)):
+            for k in ranks:
+                if "drop" in faults and self._cancel_in_flight(s, r, k):
                     acts.append(DropCancel(r, k))
                 if "drop" in faults and self._ack_due(s, r, k):
                     acts.append(DropAck(r, k))
-                fl = s.flight[r][k]
-                if "fail" in faults and fl and not q.silent:
-                    acts += [WriteFail(r, k, i) for i in self._indices(fl)]
+                if "fail" in faults:
+                    acts += [WriteFail(r, k, i) for i in self._settling(s, r, k)]
                 if s.frames[r][k]:
                     if "drop" in faults:
                         acts.append(DropFrame(r, k))
                     if "dup" in faults:
                         acts.append(DupFrame(r, k))
-            if "silent" in faults and posted and not q.silent and not (self.ctx_done(s, r) and self.rx_done(s, r)):
+            if "silent" in faults and self._can_go_silent(s, r):
                 acts.append(Silent(r))
-            if "cancel" in faults and posted and not q.stopping and not q.freed:
+            if "cancel" in faults and self._can_cancel(s, r):
                 acts.append(Cancel(r))
-            if ("gen_cancel" in faults and s.rx[r].state == S.DISAGG_GENERATION_TRANS_IN_PROGRESS and not q.silent
-                    and not s.rx[r].crashed):
+            if "gen_cancel" in faults and self._can_gen_cancel(s, r):
                 acts.append(GenCancel(r))
-        if "shutdown" in faults and any(not q.stopping and not q.freed for q in s.reqs):
+        if "shutdown" in faults and self._any_open(s):
             acts.append(Shutdown())
         return acts
+
+    def allows(self, s: PtState, a: tuple) -> bool:
+        """`a in self.enabled(s)`, answered from the rule of `a`'s record type (`RULES`)."""
+        return RULES.allows(self, s, a)
 
     def step(self, s: PtState, a: tuple) -> PtState:
         return self.transition(s, a)[0]
 
     def transition(self, s: PtState, a: tuple) -> tuple[PtState, tuple[tuple, ...]]:
+        """`step`, and what it did: the rule of the action's record type (`RULES`)."""
+        effect, a = RULES.effect(a)
         fx: Effects = []
-        return self._step(s, a, fx), tuple(fx)
-
-    def _step(self, s: PtState, a: tuple, fx: Effects) -> PtState:
-        kind = a[0]
-        if kind == "compute":
-            return self._compute(s, a[1], fx)
-        if kind == "peer_info":  # has_all_peer_req_infos_for_send on that rank
-            q = s.reqs[a[1]]
-            return self._set_req(s, a[1], q._replace(peer_info=put(q.peer_info, a[2], True)))
-        if kind == "promote":  # consensus over the TP ranks: DISAGG_CONTEXT_WAIT_SCHEDULER -> CONTEXT_INIT
-            return self._set_req(s, a[1], s.reqs[a[1]]._replace(ctx=S.CONTEXT_INIT))
-        if kind == "write_done":
-            return self._settle(s, a[1], a[2], a[3], True, fx)
-        if kind == "deliver":
-            return self._deliver(s, a[1], a[2], fx)
-        if kind == "poll":
-            return self._poll(s, a[1], fx)
-        if kind == "timeout":
-            return self._timeout(s, a[1], fx)
-        if kind == "stall_report":
-            fx.append(Stalled(a[1]))
-            return self._set_req(s, a[1], s.reqs[a[1]]._replace(stalled=True))
-        if kind == "fence":
-            return self._fence(s, a[1], fx)
-        if kind == "rx_timeout":
-            return self._set_rx(s, a[1], s.rx[a[1]]._replace(state=S.DISAGG_TRANS_ERROR), fx)
-        if kind == "gen_post":
-            return self._gen_post(s, a[1], fx)
-        if kind == "remote_cancel":
-            return self._remote_cancel(s, a[1], a[2])
-        if kind == "gen_release":
-            rx = s.rx[a[1]]
-            fx.append(DestReleased(a[1], rx.pages))
-            return self._set_rx(s, a[1], rx._replace(releases=rx.releases + 1), fx)
-        if kind == "cancel_ack":
-            rx = s.rx[a[1]]
-            return self._set_rx(s, a[1], rx._replace(acks=put(rx.acks, a[2], ACK_RECEIVED)), fx)
-        if kind == "rx_stall":
-            fx.append(Stalled(a[1]))
-            return self._set_rx(s, a[1], s.rx[a[1]]._replace(stalled=True), fx)
-        s = s._replace(faults_left=s.faults_left - 1)
-        if kind == "drop_ack":
-            rx = s.rx[a[1]]
-            return self._set_rx(s, a[1], rx._replace(acks=put(rx.acks, a[2], ACK_LOST)), fx)
-        if kind == "write_fail":
-            return self._settle(s, a[1], a[2], a[3], False, fx)
-        if kind == "drop_frame":
-            r, k = a[1], a[2]
-            return self._set_frames(s, r, k, s.frames[r][k][1:])
-        if kind == "dup_frame":
-            r, k = a[1], a[2]
-            frames = s.frames[r][k]
-            return self._set_frames(s, r, k, frames[:1] + frames)
-        if kind == "silent":
-            return self._set_req(s, a[1], s.reqs[a[1]]._replace(silent=True))
-        if kind == "cancel":
-            return self._cancel(s, a[1], fx)
-        if kind == "shutdown":
-            for r, q in enumerate(s.reqs):
-                if s.rx[r].state == S.DISAGG_GENERATION_INIT:  # never posted: both sides concluded, nothing held
-                    s = self._set_rx(s, r, s.rx[r]._replace(state=S.DISAGG_TRANS_ERROR), fx)
-                    s = self._free(self._set_req(s, r, q._replace(stopping=True)), r, S.DISAGG_TRANS_ERROR, fx)
-                elif not q.stopping and not q.freed:
-                    s = self._cancel(s, r, fx)
-            return s
-        if kind == "gen_cancel":  # the receive session is cancelled; CANCEL_SESSION to every context rank
-            rx = s.rx[a[1]]
-            return self._set_rx(s, a[1], rx._replace(state=S.DISAGG_TRANS_ERROR, gen_cancelled=True,
-                                                     cancel_to=(True,) * self.k), fx)
-        if kind == "drop_cancel":
-            rx = s.rx[a[1]]
-            return s._replace(rx=put(s.rx, a[1], rx._replace(cancel_to=put(rx.cancel_to, a[2], False))))
-        raise ValueError(f"unknown action {a!r}")
+        return effect(self, s, a, fx), tuple(fx)
 
     # -- the context executor -------------------------------------------------------------------
     def _compute(self, s: PtState, r: int, fx: Effects) -> PtState:
@@ -564,3 +563,162 @@ class PipelinedTransfer:
     @staticmethod
     def _set_frames(s: PtState, r: int, k: int, frames: tuple) -> PtState:
         return s._replace(frames=put(s.frames, r, put(s.frames[r], k, frames)))
+
+
+# -- the rules: each action's precondition beside its effect, by record type ----------------------------------
+# An effect is `effect(system, state, action, fx) -> state`, appending what it did to `fx`; a precondition is
+# `when(system, state, action)`, the condition `enabled` lists the action under.
+RULES = Rules()
+
+
+@RULES.rule(Compute, when=lambda self, s, a: self.computing(s.reqs[a.rid]))
+def _compute(self: PipelinedTransfer, s: PtState, a: Compute, fx: Effects) -> PtState:
+    return self._compute(s, a.rid, fx)
+
+
+@RULES.rule(PeerInfo, when=lambda self, s, a: self._awaits_promotion(s, a.rid) and not s.reqs[a.rid].peer_info[a.rank])
+def _peer_info(self: PipelinedTransfer, s: PtState, a: PeerInfo, fx: Effects) -> PtState:
+    q = s.reqs[a.rid]  # has_all_peer_req_infos_for_send on that rank
+    return self._set_req(s, a.rid, q._replace(peer_info=put(q.peer_info, a.rank, True)))
+
+
+@RULES.rule(Promote, when=lambda self, s, a: self._awaits_promotion(s, a.rid) and all(s.reqs[a.rid].peer_info))
+def _promote(self: PipelinedTransfer, s: PtState, a: Promote, fx: Effects) -> PtState:
+    # consensus over the TP ranks: DISAGG_CONTEXT_WAIT_SCHEDULER -> CONTEXT_INIT
+    return self._set_req(s, a.rid, s.reqs[a.rid]._replace(ctx=S.CONTEXT_INIT))
+
+
+@RULES.rule(WriteDone, when=lambda self, s, a: a.index in self._settling(s, a.rid, a.rank))
+def _write_done(self: PipelinedTransfer, s: PtState, a: WriteDone, fx: Effects) -> PtState:
+    return self._settle(s, a.rid, a.rank, a.index, True, fx)
+
+
+@RULES.rule(Deliver, when=lambda self, s, a: self._deliverable(s, a.rid, a.rank))
+def _deliver(self: PipelinedTransfer, s: PtState, a: Deliver, fx: Effects) -> PtState:
+    return self._deliver(s, a.rid, a.rank, fx)
+
+
+@RULES.rule(Poll, when=lambda self, s, a: self.poll_enabled(s, a.rid))
+def _poll(self: PipelinedTransfer, s: PtState, a: Poll, fx: Effects) -> PtState:
+    return self._poll(s, a.rid, fx)
+
+
+@RULES.rule(Timeout, when=lambda self, s, a: self._can_time_out(s, a.rid))
+def _timeout(self: PipelinedTransfer, s: PtState, a: Timeout, fx: Effects) -> PtState:
+    return self._timeout(s, a.rid, fx)
+
+
+@RULES.rule(StallReport, when=lambda self, s, a: self._can_report_stall(s, a.rid))
+def _stall_report(self: PipelinedTransfer, s: PtState, a: StallReport, fx: Effects) -> PtState:
+    fx.append(Stalled(a.rid))
+    return self._set_req(s, a.rid, s.reqs[a.rid]._replace(stalled=True))
+
+
+@RULES.rule(Fence, when=lambda self, s, a: self._can_fence(s, a.rid))
+def _fence(self: PipelinedTransfer, s: PtState, a: Fence, fx: Effects) -> PtState:
+    return self._fence(s, a.rid, fx)
+
+
+@RULES.rule(RxTimeout, when=lambda self, s, a: self._can_rx_time_out(s, a.rid))
+def _rx_timeout(self: PipelinedTransfer, s: PtState, a: RxTimeout, fx: Effects) -> PtState:
+    return self._set_rx(s, a.rid, s.rx[a.rid]._replace(state=S.DISAGG_TRANS_ERROR), fx)
+
+
+@RULES.rule(GenPost, when=lambda self, s, a: self._can_post(s, a.rid))
+def _gen_post(self: PipelinedTransfer, s: PtState, a: GenPost, fx: Effects) -> PtState:
+    return self._gen_post(s, a.rid, fx)
+
+
+@RULES.rule(RemoteCancel, when=lambda self, s, a: self._cancel_in_flight(s, a.rid, a.rank))
+def _remote_cancel(self: PipelinedTransfer, s: PtState, a: RemoteCancel, fx: Effects) -> PtState:
+    return self._remote_cancel(s, a.rid, a.rank)
+
+
+@RULES.rule(GenRelease, when=lambda self, s, a: self._may_release(s, a.rid))
+def _gen_release(self: PipelinedTransfer, s: PtState, a: GenRelease, fx: Effects) -> PtState:
+    rx = s.rx[a.rid]
+    fx.append(DestReleased(a.rid, rx.pages))
+    return self._set_rx(s, a.rid, rx._replace(releases=rx.releases + 1), fx)
+
+
+@RULES.rule(CancelAck, when=lambda self, s, a: self._ack_due(s, a.rid, a.rank))
+def _cancel_ack(self: PipelinedTransfer, s: PtState, a: CancelAck, fx: Effects) -> PtState:
+    rx = s.rx[a.rid]
+    return self._set_rx(s, a.rid, rx._replace(acks=put(rx.acks, a.rank, ACK_RECEIVED)), fx)
+
+
+@RULES.rule(RxStall, when=lambda self, s, a: self._can_rx_stall(s, a.rid))
+def _rx_stall(self: PipelinedTransfer, s: PtState, a: RxStall, fx: Effects) -> PtState:
+    fx.append(Stalled(a.rid))
+    return self._set_rx(s, a.rid, s.rx[a.rid]._replace(stalled=True), fx)
+
+
+# -- faults: each spends one unit of the budget first -------------------------------------------------------
+def _spend(s: PtState) -> PtState:
+    return s._replace(faults_left=s.faults_left - 1)
+
+
+@RULES.rule(DropAck, when=lambda self, s, a: self._may_fault(s, "drop") and self._ack_due(s, a.rid, a.rank))
+def _drop_ack(self: PipelinedTransfer, s: PtState, a: DropAck, fx: Effects) -> PtState:
+    s = _spend(s)
+    rx = s.rx[a.rid]
+    return self._set_rx(s, a.rid, rx._replace(acks=put(rx.acks, a.rank, ACK_LOST)), fx)
+
+
+@RULES.rule(WriteFail,
+             when=lambda self, s, a: self._may_fault(s, "fail") and a.index in self._settling(s, a.rid, a.rank))
+def _write_fail(self: PipelinedTransfer, s: PtState, a: WriteFail, fx: Effects) -> PtState:
+    return self._settle(_spend(s), a.rid, a.rank, a.index, False, fx)
+
+
+@RULES.rule(DropFrame, when=lambda self, s, a: self._may_fault(s, "drop") and bool(s.frames[a.rid][a.rank]))
+def _drop_frame(self: PipelinedTransfer, s: PtState, a: DropFrame, fx: Effects) -> PtState:
+    s = _spend(s)
+    r, k = a.rid, a.rank
+    return self._set_frames(s, r, k, s.frames[r][k][1:])
+
+
+@RULES.rule(DupFrame, when=lambda self, s, a: self._may_fault(s, "dup") and bool(s.frames[a.rid][a.rank]))
+def _dup_frame(self: PipelinedTransfer, s: PtState, a: DupFrame, fx: Effects) -> PtState:
+    s = _spend(s)
+    r, k = a.rid, a.rank
+    frames = s.frames[r][k]
+    return self._set_frames(s, r, k, frames[:1] + frames)
+
+
+@RULES.rule(Silent, when=lambda self, s, a: self._may_fault(s, "silent") and self._can_go_silent(s, a.rid))
+def _silent(self: PipelinedTransfer, s: PtState, a: Silent, fx: Effects) -> PtState:
+    s = _spend(s)
+    return self._set_req(s, a.rid, s.reqs[a.rid]._replace(silent=True))
+
+
+@RULES.rule(Cancel, when=lambda self, s, a: self._may_fault(s, "cancel") and self._can_cancel(s, a.rid))
+def _cancel(self: PipelinedTransfer, s: PtState, a: Cancel, fx: Effects) -> PtState:
+    return self._cancel(_spend(s), a.rid, fx)
+
+
+@RULES.rule(Shutdown, when=lambda self, s, a: self._may_fault(s, "shutdown") and self._any_open(s))
+def _shutdown(self: PipelinedTransfer, s: PtState, a: Shutdown, fx: Effects) -> PtState:
+    s = _spend(s)
+    for r, q in enumerate(s.reqs):
+        if s.rx[r].state == S.DISAGG_GENERATION_INIT:  # never posted: both sides concluded, nothing held
+            s = self._set_rx(s, r, s.rx[r]._replace(state=S.DISAGG_TRANS_ERROR), fx)
+            s = self._free(self._set_req(s, r, q._replace(stopping=True)), r, S.DISAGG_TRANS_ERROR, fx)
+        elif not q.stopping and not q.freed:
+            s = self._cancel(s, r, fx)
+    return s
+
+
+@RULES.rule(GenCancel, when=lambda self, s, a: self._may_fault(s, "gen_cancel") and self._can_gen_cancel(s, a.rid))
+def _gen_cancel(self: PipelinedTransfer, s: PtState, a: GenCancel, fx: Effects) -> PtState:
+    s = _spend(s)  # the receive session is cancelled; CANCEL_SESSION to every context rank
+    rx = s.rx[a.rid]
+    return self._set_rx(s, a.rid, rx._replace(state=S.DISAGG_TRANS_ERROR, gen_cancelled=True,
+                                              cancel_to=(True,) * self.k), fx)
+
+
+@RULES.rule(DropCancel, when=lambda self, s, a: self._may_fault(s, "drop") and self._cancel_in_flight(s, a.rid, a.rank))
+def _drop_cancel(self: PipelinedTransfer, s: PtState, a: DropCancel, fx: Effects) -> PtState:
+    s = _spend(s)
+    rx = s.rx[a.rid]
+    return s._replace(rx=put(s.rx, a.rid, rx._replace(cancel_to=put(rx.cancel_to, a.rank, False))))

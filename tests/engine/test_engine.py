@@ -144,3 +144,57 @@ def test_canonical_json_is_order_free():
     assert canonical_json({"b": 1, "a": frozenset({"y", "x"})}) == '{"a":["x","y"],"b":1}'
     assert digest({"a": 1, "b": 2}) == digest({"b": 2, "a": 1})
     assert canonical_json(float("nan")) == '"nan"'
+
+
+def test_rules_dispatch_by_record_type_with_the_precondition_beside_the_effect():
+    from kvsim.engine.actions import Rules, table, tagged
+    Inc = tagged("inc", "by")
+    Reset = tagged("reset")
+    rules = Rules()
+
+    @rules.rule(Inc, when=lambda system, s, a: s + a.by <= system)
+    def inc(system, s, a):
+        return s + a.by
+
+    @rules.rule(Reset)  # no precondition: never listed as enabled
+    def reset(system, s, a):
+        return 0
+
+    effect, a = rules.effect(("inc", 2))  # a plain tuple is found by its tag and typed
+    assert effect is inc and type(a) is Inc and effect(10, 3, a) == 5
+    assert rules.allows(10, 8, Inc(2)) and not rules.allows(10, 9, Inc(2))
+    assert not rules.allows(10, 0, Reset()) and not rules.allows(10, 0, ("nope",))
+    with pytest.raises(ValueError, match="unknown action"):
+        rules.effect(("nope", 1))
+    derived = Rules(rules)  # a variant's table: the base's, with what it changes
+    derived.rule(Reset, when=lambda system, s, a: True)(reset)
+    assert derived.allows(10, 0, Reset()) and not rules.allows(10, 0, Reset())
+    say = table({Inc: lambda a: f"+{a.by}"}, repr)
+    assert say(Inc(3)) == "+3" and say(("inc", 4)) == "+4" and say(("other",)) == "('other',)"
+
+
+def test_rules_disagreements_find_a_precondition_that_enabled_does_not_list_under():
+    from kvsim.engine.actions import Rules, tagged
+    Inc = tagged("inc", "by")
+
+    class Upto:  # 0..limit by +1 and +2; `enabled` lists a step only where it stays within the limit
+        def __init__(self, rules, limit=5):
+            self.rules, self.limit = rules, limit
+
+        def initial_states(self):
+            return (0,)
+
+        def enabled(self, s):
+            return [Inc(by) for by in (1, 2) if s + by <= self.limit]
+
+        def step(self, s, a):
+            effect, a = self.rules.effect(a)
+            return effect(self, s, a)
+
+    right, wrong = Rules(), Rules()
+    right.rule(Inc, when=lambda system, s, a: s + a.by <= system.limit)(lambda system, s, a: s + a.by)
+    wrong.rule(Inc, when=lambda system, s, a: s < system.limit)(lambda system, s, a: s + a.by)
+    actions, none = right.disagreements(Upto(right))
+    assert actions == {Inc(1), Inc(2)} and none == []
+    _, found = wrong.disagreements(Upto(wrong))
+    assert found == [(4, Inc(2))]  # allowed by the rule, not listed by `enabled`

@@ -10,8 +10,8 @@ from kvsim.engine.runner import run_property
 from kvsim.models.kv_offload import DESCRIPTOR, manager as manager_module, names, policies
 from kvsim.models.kv_offload.status import CPUOffloadingMetrics
 from kvsim.engine.errors import PropertyViolation
-from kvsim.models.kv_offload.system import OffloadSystem
-from kvsim.models.kv_offload.variants import FIXED
+from kvsim.models.kv_offload.system import RULES, OffloadSystem, OffloadSystemConfig
+from kvsim.models.kv_offload.variants import FIXED, VARIANTS
 from kvsim.properties.kv_offload.cases import OpsCase
 
 REG = catalog.load()
@@ -52,6 +52,15 @@ def test_the_35846_property_fails_on_its_variant_from_search_alone():
 def test_the_stateful_property_fails_on_the_pre_fix_variant():
     result = run("offload_system_invariants", "pre_already_stored_fix", n=200)
     assert result.status == "failed" and result.message.startswith("no_input_key_evicted")
+
+
+@pytest.mark.parametrize("variant, policy", [("fixed", "lru"), ("fixed", "arc"), ("pre_already_stored_fix", "lru")])
+def test_allows_is_membership_in_enabled(variant, policy):
+    """Each rule's precondition (read by `allows`) is the condition `enabled` lists its action under."""
+    system = OffloadSystem(VARIANTS[variant], OffloadSystemConfig(cache_policy=policy, resets=1))
+    actions, wrong = RULES.disagreements(system)
+    assert {a.tag for a in actions} == {"store", "complete_store", "load", "complete_load", "touch", "finish", "reset"}
+    assert not wrong
 
 
 # -- planted mutations: each by-construction property must catch its own ------------------------------

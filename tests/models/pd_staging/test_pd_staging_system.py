@@ -13,7 +13,7 @@ from kvsim.models.pd_common.status import KVPoll
 from kvsim.models.pd_staging import DESCRIPTOR, data
 from kvsim.models.pd_staging.actions import ACTIONS, DOWN, UP
 from kvsim.models.pd_staging.data import StagingSystemConfig
-from kvsim.models.pd_staging.system import PdStaging
+from kvsim.models.pd_staging.system import RULES, PdStaging
 from kvsim.models.pd_staging.variants import FIXED, VARIANTS
 
 REG = catalog.load()
@@ -234,6 +234,18 @@ def test_stateful_property():
     bad = run_property(prop, PRE, max_examples=500, seed=0,
                        params=dict(REG.bug("sglang-05c7ebf-staging-prefix-overwrite").params))
     assert bad.status == "failed" and bad.counterexample["invariant"] == "shared_prefix_rows_unchanged"
+
+
+@pytest.mark.parametrize("variant, kw", [
+    ("fixed", dict(rooms=2, faults=("drop_ready", "abort", "peer_death", "reorder", "dup_req"))),
+    ("sglang_0_5_23", dict(writers=2, dsts=2, prompt_len=3, faults=("defer_dst", "release_timeout", "drop_ack"))),
+    ("pre_05c7ebf", dict(faults=("drop_req", "drop_status"))),
+])
+def test_is_enabled_is_membership_in_enabled(variant, kw):
+    """Each rule's precondition (read by `is_enabled`) is the condition `enabled` lists its action under."""
+    actions, wrong = RULES.disagreements(PdStaging(VARIANTS[variant], Config(**kw)))
+    assert len({a.tag for a in actions}) >= 6
+    assert not wrong
 
 
 def test_bad_fault_kind_is_a_config_error():

@@ -20,7 +20,7 @@ from kvsim.models.pipelined_transfer.config import PipelinedConfig
 from kvsim.models.pipelined_transfer.state import ACTIONS, Frame, Write
 from kvsim.models.pipelined_transfer.status import (NEW_TX, KVSendTask, LlmRequestState, SessionStatus, TaskStatus,
                                                     cancel, is_completed, set_exception, tx_status)
-from kvsim.models.pipelined_transfer.system import PipelinedTransfer
+from kvsim.models.pipelined_transfer.system import RULES, PipelinedTransfer
 from kvsim.models.pipelined_transfer.variants import FIXED, VARIANTS
 
 REG = catalog.load()
@@ -118,6 +118,24 @@ def test_promotion_needs_peer_info_on_every_rank():
     s = system.step(s, typed([["peer_info", 0, 0]])[0])
     s = system.step(s, typed([["promote", 0]])[0])
     assert s.reqs[0].ctx == LlmRequestState.CONTEXT_INIT and ("compute", 0) in system.enabled(s)
+
+
+ALL_FAULTS = "fail,drop,dup,silent,cancel,shutdown,gen_cancel"
+
+
+@pytest.mark.parametrize("variant, kw, kinds", [
+    ("fixed", dict(ranks=2, promotion=1, faults=ALL_FAULTS), {"peer_info", "promote", "write_fail"}),
+    ("fixed", dict(requests=2, rx_pages=3, fifo=0, faults=ALL_FAULTS), {"gen_post", "shutdown", "dup_frame"}),
+    ("proposed_drain_deadline", dict(faults="silent,drop", fault_budget=2), {"fence", "drop_ack"}),
+    ("proposed_rx_deadline", dict(faults="drop,gen_cancel", fault_budget=2),
+     {"rx_timeout", "drop_cancel", "remote_cancel", "gen_cancel"}),
+])
+def test_allows_is_membership_in_enabled(variant, kw, kinds):
+    """Each rule's precondition (read by `allows`) is the condition `enabled` lists its action under."""
+    system = PipelinedTransfer(VARIANTS[variant], PipelinedConfig(**kw))
+    actions, wrong = RULES.disagreements(system)
+    assert kinds <= {a.tag for a in actions}
+    assert not wrong
 
 
 def test_transition_effects_name_what_happened():
