@@ -241,6 +241,27 @@ def test_a_tick_that_lands_in_the_clean_up_leaves_no_alarm_behind(monkeypatch):
     assert landed and signal.getsignal(signal.SIGALRM) is before and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
 
 
+def test_a_deadline_left_behind_by_its_with_statement_disarms_itself():
+    """A raise that lands in the `with` statement's own exit (before `within`'s clean-up can run) leaves the
+    deadline's handler installed and its timer ticking; it took down an idle pytest-xdist worker on a busy machine
+    (CallTimeout raised in execnet's wait). A tick that lands outside the with statement's frame puts back what
+    was there and raises nothing."""
+    before = signal.getsignal(signal.SIGALRM)
+
+    def left_behind():
+        manager = deadline.within(0.05, memory=None)
+        manager.__enter__()  # never exited, as when a raise lands between the body and __exit__
+        return manager
+
+    kept = left_behind()  # held, so nothing closes it
+    started = time.monotonic()
+    # the deadline passes here, and its ticks land here: nothing is raised, and the first tick puts things back
+    while signal.getsignal(signal.SIGALRM) is not before and time.monotonic() - started < 60:
+        sum(range(1000))
+    assert signal.getsignal(signal.SIGALRM) is before and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+    del kept
+
+
 def test_a_call_growing_past_its_memory_bound_is_stopped():
     with pytest.raises(deadline.CallTimeout, match="GiB of memory"):
         with deadline.within(60, memory=64 * 2 ** 20):

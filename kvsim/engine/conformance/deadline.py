@@ -60,6 +60,10 @@ def within(seconds: float | None, memory: int | None = DEFAULT_MEMORY) -> Iterat
     previous = signal.getsignal(signal.SIGALRM)
     fired: list[str] = []
     closed: list[bool] = []  # the call is over: a tick that comes now does nothing
+    hook = sys.unraisablehook
+    # the frame of the `with` statement (below this generator and contextlib's __enter__): while a tick lands
+    # anywhere but under it, the call is over however it ended
+    owner = sys._getframe(2)
 
     def arm(now: float) -> None:
         due = [now + TICK] + [t for t in (ours, outer_at) if t is not None]
@@ -67,6 +71,9 @@ def within(seconds: float | None, memory: int | None = DEFAULT_MEMORY) -> Iterat
 
     def expire(signum: int, frame: Any) -> None:
         if closed:
+            return
+        if not _under(frame, owner):  # left behind: a raise landed in the `with` statement's own exit, before
+            close()                   # the clean-up below could run (it took down an idle pytest-xdist worker)
             return
         now = time.monotonic()
         if outer_at is not None and outer_at <= now and callable(previous):
@@ -81,18 +88,11 @@ def within(seconds: float | None, memory: int | None = DEFAULT_MEMORY) -> Iterat
         if fired:
             raise CallTimeout(seconds or 0.0, fired[0])
 
-    hook = sys.unraisablehook
-
     def quiet(unraisable: Any) -> None:  # a raise a callback swallowed is raised again at the next tick
         if not isinstance(unraisable.exc_value, CallTimeout):
             hook(unraisable)
 
-    signal.signal(signal.SIGALRM, expire)
-    sys.unraisablehook = quiet
-    arm(start)
-    try:
-        yield
-    finally:
+    def close() -> None:
         # A tick can land in this clean-up, after the call returned: its raise would leave this handler installed
         # and the timer re-armed, and the alarm would then raise CallTimeout in whatever runs next (a test
         # runner's idle loop). So the clean-up is done again until it completes, and such a tick is dropped.
@@ -107,3 +107,21 @@ def within(seconds: float | None, memory: int | None = DEFAULT_MEMORY) -> Iterat
                 continue
         if outer_at is not None:  # the outer alarm goes on at its own time (now, if that has passed)
             signal.setitimer(signal.ITIMER_REAL, max(outer_at - time.monotonic(), 1e-3), outer_interval)
+
+    try:  # installed inside: a raise before the call starts still restores what was there
+        signal.signal(signal.SIGALRM, expire)
+        sys.unraisablehook = quiet
+        arm(start)
+        yield
+    finally:
+        if not closed:
+            close()
+
+
+def _under(frame: Any, owner: Any) -> bool:
+    """Whether `frame` runs inside `owner` (one of its callers is `owner`)."""
+    while frame is not None:
+        if frame is owner:
+            return True
+        frame = frame.f_back
+    return False
