@@ -37,13 +37,50 @@ MANAGER_UNREACHED = (
               "config_info: connector metadata the model has no counterpart of"),
 )
 
+CANONICAL = ("the canonical CPU layout only (canonical_layout=True): the target compares the direct layout (the "
+             "model has no certified mappings for the canonical one)")
+TRANSFER_UNREACHED = (
+    Unreached(f"{HANDLER}.__init__", "assert (", "the canonical layout's CPU page check: " + CANONICAL),
+    Unreached(f"{HANDLER}._estimate_max_copy_ops", "num_copy_ops += group_size * sum(",
+              "the canonical layout's descriptor count: " + CANONICAL),
+)
+TRANSFER_SURVIVORS = (
+    Survivor("compute_sub_block_ptrs", "comparison", "<", "assert skip_count < blocks_per_chunk made <=: every "
+                                                          "caller passes block_idx % blocks_per_chunk"),
+    Survivor("compute_sub_block_ptrs", "constant", "1", "the 1:1 fast path's test made == 0: the general path "
+                                                        "computes the same pointers at one sub-block per block "
+                                                        "(sub-offset 0, skip 0)"),
+    Survivor("compute_sub_block_ptrs", "bound", "num_sub_blocks",
+             "the 1:1 path's slice one longer: there the caller's block ids are num_sub_blocks long "
+             "(cdiv(group_size + 0, 1))"),
+    Survivor("compute_sub_block_ptrs", "division", "tensor.shape[1] // blocks_per_chunk",
+             "ceiling division of a page the assertion before it makes a multiple of blocks_per_chunk"),
+    Survivor(f"{HANDLER}.__init__", "arguments", "layer_refs_per_group, len(gpu_tensors)", CANONICAL),
+    Survivor(f"{HANDLER}.__init__", "arguments", "ref, gpu_to_cpu", CANONICAL),
+    Survivor(f"{HANDLER}.__init__", "constant", "0", "the canonical fill's scratch size: " + CANONICAL),
+    Survivor(f"{HANDLER}._fill_direct_ops", "bound", "end_idx",
+             "one size written past a data reference's descriptors: the next reference or group writes its own "
+             "there, or it lies past the last descriptor (the view ends there)"),
+    Survivor(f"{HANDLER}.transfer_async", "comparison", "<",
+             "a pooled descriptor buffer of exactly the size needed replaced by a new one of that size"),
+    Survivor(f"{HANDLER}.transfer_async", "bound", "num_copy_ops",
+             "a descriptor view one longer: the views are cut to op_idx before the swap"),
+    *(Survivor(f"{HANDLER}.transfer_async", "bound", end,
+               "one block id more handed to compute_sub_block_ptrs: it fills only its output's sub-blocks")
+      for end in ("src_end_offset", "dst_end_offset")),
+    Survivor(f"{HANDLER}.transfer_async", "bound", "op_idx",
+             "the views cut one longer: the direct layout's estimate is exact (op_idx == num_copy_ops) and the views "
+             "are num_copy_ops long"),
+)
+
 CONFORM = (
     ConformTarget(
         "vllm", "offload_transfer_async",
         upstream=WORKER + (Upstream(GPU_WORKER, (HANDLER, "compute_sub_block_ptrs"), checked=(
             "compute_sub_block_ptrs", f"{HANDLER}.__init__", f"{HANDLER}._estimate_max_copy_ops",
             f"{HANDLER}._fill_direct_ops", f"{HANDLER}.transfer_async")),),
-        adapter="kvsim.conform.vllm.offload_mapping:TRANSFER",
+        adapter="kvsim.conform.vllm.offload_mapping:TRANSFER", unreached=TRANSFER_UNREACHED,
+        survivors=TRANSFER_SURVIVORS,
         doc="the batched swap's (src, dst, size) triples, bytes and descriptors per transfer, random geometries, "
             "both directions; the model's mapping properties on upstream's triples"),
     ConformTarget(
