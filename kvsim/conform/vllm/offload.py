@@ -518,6 +518,11 @@ ARC_SEEN_NOT_STORED = (  # request 0's offer of key 1 finds no room (None): key 
     config("arc", 2), ("prepare_store", ([0, 2], 1)), ("prepare_store", ([1], 0)),
     ("complete_store", ([0, 2], 1, True)), ("store_and_complete", ([1], 1)), ("touch", ([1], 1)),
     ("touch", ([2], 1)), ("on_request_finished", 0), ("take_events", ()))
+ARC_TWO_EVICTIONS = (  # B1 ghost hits raise the target to 3; a two-chunk eviction takes T1's oldest, then (T1 now
+    # below the target) T2's
+    config("arc", 4), ("store_and_complete", ([0, 1, 2, 3], 0)), ("touch", ([3], 0)),
+    ("store_and_complete", ([4], 0)), ("store_and_complete", ([0], 1)), ("store_and_complete", ([1], 2)),
+    ("prepare_store", ([2, 5], 3)))
 ARC_PROTECTED = (  # the offer's own idle key is the oldest in T1: ARC evicts the next one
     config("arc", 2), ("store_and_complete", ([0, 1], 0)), ("prepare_store", ([0, 2], 1)))
 ARC_PENDING_IN_T2 = (  # request 0 reuses key 0, which is evicted and stored again (write-pending) for request 0: its
@@ -572,6 +577,8 @@ MANAGER = Lockstep(
                      ARC_REUSED_EVICTED),
             directed("arc_finish_keeps_a_key_it_only_saw", "ARC: a key a request saw but neither stored nor reused "
                                                            "keeps its T2 place", ARC_SEEN_NOT_STORED),
+            directed("arc_two_evictions_track_t1", "ARC: one call's evictions track T1's shrinking size",
+                     ARC_TWO_EVICTIONS),
             directed("arc_evict_skips_the_offer", "ARC eviction passes over the offer's own idle key", ARC_PROTECTED),
             directed("arc_failed_store_of_a_t2_key", "ARC: a failed store removes a write-pending key from T2",
                      ARC_PENDING_IN_T2),
