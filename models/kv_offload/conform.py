@@ -97,6 +97,8 @@ MANAGER_SURVIVORS = (
     Survivor(LRU_CLASS, "arguments", "self, self._cache_generation", REQUEST_RANK),
     Survivor(LRU_CLASS, "arguments", "self._cache_generation, self._next_rank", REQUEST_RANK),
     Survivor(LRU_CLASS, "boolean", "position is None or key not in self.chunks", POSITIONS),
+    Survivor(LRU_CLASS, "comparison", "not in", "on_request_access's `key not in self.chunks` made `in`: read only "
+                                                "for a key with a position, and " + POSITIONS),
     Survivor(LRU_CLASS, "comparison", "<", HEAP_REBUILD),
     Survivor(LRU_CLASS, "constant", "64", HEAP_REBUILD),
     Survivor(LRU_CLASS, "constant", "2", HEAP_REBUILD),
@@ -111,8 +113,11 @@ MANAGER_SURVIVORS = (
                                                "completes only loads it prepared, so the lockstep completes pinned "
                                                "keys only), or an eviction of 0 chunks asked for (both policies' "
                                                "evict(0) returns none)"),
-    Survivor(MANAGER_CLASS, "constant", "0", "an untracked key's count 0 made 1: the tracker is on only for "
-                                             "store_threshold >= 2, above both"),
+    Survivor(MANAGER_CLASS, "constant", "0", "an untracked key's count 0 made 1 (the tracker is on only for "
+                                             "store_threshold >= 2, above both), or the cache generation started at "
+                                             "1 (only compared with its own copies)"),
+    *(Survivor(MANAGER_CLASS, "arguments", args, MAX_MIN_SWAPPED) for args in (
+        "len(keys), self._num_chunks - self._num_allocated_chunks", "usage - write_usage, 0.0")),
     Survivor(MANAGER_CLASS, "constant", "1", "the cache generation advanced by 2 on a reset: it is only compared with "
                                              "its own copies"),
 )

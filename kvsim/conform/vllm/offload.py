@@ -523,6 +523,8 @@ ARC_TWO_EVICTIONS = (  # B1 ghost hits raise the target to 3; a two-chunk evicti
     config("arc", 4), ("store_and_complete", ([0, 1, 2, 3], 0)), ("touch", ([3], 0)),
     ("store_and_complete", ([4], 0)), ("store_and_complete", ([0], 1)), ("store_and_complete", ([1], 2)),
     ("prepare_store", ([2, 5], 3)))
+ONE_CHUNK_WRITE_USAGE = (  # a pool of one chunk, write-pending: its write usage is 1.0
+    config("lru", 1), ("prepare_store", ([0], 0)), ("get_stats", ()))
 ARC_PROTECTED = (  # the offer's own idle key is the oldest in T1: ARC evicts the next one
     config("arc", 2), ("store_and_complete", ([0, 1], 0)), ("prepare_store", ([0, 2], 1)))
 ARC_PENDING_IN_T2 = (  # request 0 reuses key 0, which is evicted and stored again (write-pending) for request 0: its
@@ -579,6 +581,7 @@ MANAGER = Lockstep(
                                                            "keeps its T2 place", ARC_SEEN_NOT_STORED),
             directed("arc_two_evictions_track_t1", "ARC: one call's evictions track T1's shrinking size",
                      ARC_TWO_EVICTIONS),
+            directed("one_chunk_write_usage", "the write usage of a one-chunk pool", ONE_CHUNK_WRITE_USAGE),
             directed("arc_evict_skips_the_offer", "ARC eviction passes over the offer's own idle key", ARC_PROTECTED),
             directed("arc_failed_store_of_a_t2_key", "ARC: a failed store removes a write-pending key from T2",
                      ARC_PENDING_IN_T2),

@@ -49,7 +49,7 @@ def test_lockstep_conforms_and_runs_the_directed_programs(v033):
         "failed_store_removal_event", "failed_store_without_events", "arc_b2_ghost_hit_lowers_the_target",
         "stale_request_finished", "lru_ranks_one_call_in_order", "lru_evict_skips_a_pinned_entry",
         "arc_finish_of_an_evicted_reused_key", "arc_finish_keeps_a_key_it_only_saw", "arc_evict_skips_the_offer",
-        "arc_two_evictions_track_t1",
+        "arc_two_evictions_track_t1", "one_chunk_write_usage",
         "arc_failed_store_of_a_t2_key", "arc_b2_ghost_stored_again", "arc_promotions_ghost_hits_failed_store",
         "full_tracker_drops_its_oldest"), "holds")
 
