@@ -37,13 +37,99 @@ MANAGER_UNREACHED = (
               "config_info: connector metadata the model has no counterpart of"),
 )
 
+CANONICAL = ("the canonical CPU layout only (canonical_layout=True): the target compares the direct layout (the "
+             "model has no certified mappings for the canonical one)")
+TRANSFER_UNREACHED = (
+    Unreached(f"{HANDLER}.__init__", "assert (", "the canonical layout's CPU page check: " + CANONICAL),
+    Unreached(f"{HANDLER}._estimate_max_copy_ops", "num_copy_ops += group_size * sum(",
+              "the canonical layout's descriptor count: " + CANONICAL),
+)
+TRANSFER_SURVIVORS = (
+    Survivor("compute_sub_block_ptrs", "comparison", "<", "assert skip_count < blocks_per_chunk made <=: every "
+                                                          "caller passes block_idx % blocks_per_chunk"),
+    Survivor("compute_sub_block_ptrs", "constant", "1", "the 1:1 fast path's test made == 0: the general path "
+                                                        "computes the same pointers at one sub-block per block "
+                                                        "(sub-offset 0, skip 0)"),
+    Survivor("compute_sub_block_ptrs", "bound", "num_sub_blocks",
+             "the 1:1 path's slice one longer: there the caller's block ids are num_sub_blocks long "
+             "(cdiv(group_size + 0, 1))"),
+    Survivor("compute_sub_block_ptrs", "division", "tensor.shape[1] // blocks_per_chunk",
+             "ceiling division of a page the assertion before it makes a multiple of blocks_per_chunk"),
+    Survivor(f"{HANDLER}.__init__", "arguments", "layer_refs_per_group, len(gpu_tensors)", CANONICAL),
+    Survivor(f"{HANDLER}.__init__", "arguments", "ref, gpu_to_cpu", CANONICAL),
+    Survivor(f"{HANDLER}.__init__", "constant", "0", "the canonical fill's scratch size: " + CANONICAL),
+    Survivor(f"{HANDLER}._fill_direct_ops", "bound", "end_idx",
+             "one size written past a data reference's descriptors: the next reference or group writes its own "
+             "there, or it lies past the last descriptor (the view ends there)"),
+    Survivor(f"{HANDLER}.transfer_async", "comparison", "<",
+             "a pooled descriptor buffer of exactly the size needed replaced by a new one of that size"),
+    Survivor(f"{HANDLER}.transfer_async", "bound", "num_copy_ops",
+             "a descriptor view one longer: the views are cut to op_idx before the swap"),
+    *(Survivor(f"{HANDLER}.transfer_async", "bound", end,
+               "one block id more handed to compute_sub_block_ptrs: it fills only its output's sub-blocks")
+      for end in ("src_end_offset", "dst_end_offset")),
+    Survivor(f"{HANDLER}.transfer_async", "bound", "op_idx",
+             "the views cut one longer: the direct layout's estimate is exact (op_idx == num_copy_ops) and the views "
+             "are num_copy_ops long"),
+)
+LRU_CLASS, ARC_CLASS, MANAGER_CLASS = "LRUCachePolicy", "ARCCachePolicy", "CPUOffloadingManager"
+REQUEST_RANK = ("the request's rank (LRUCachePolicy._get_request_rank) orders only keys with a position, and " +
+                POSITIONS)
+STATE_TEST = ("state is None\n            or state.owner is not self\n"
+              "            or state.cache_generation != self._cache_generation")
+ONE_MANAGER = ("a request context's state left by another manager or policy: each side of the lockstep has its own "
+               "manager and its own contexts")
+HEAP_REBUILD = ("the lazy heap's rebuild threshold (max(64, 2 x evictable keys)): a rebuild keeps every current entry, "
+                "so the eviction order is the same; only the heap's size differs")
+MAX_MIN_SWAPPED = "max's or min's two arguments swapped"
+MANAGER_SURVIVORS = (
+    Survivor(LRU_CLASS, "constant", "0", "a counter started at 1, or a rank's second element 1 for keys without a "
+                                         "position: ranks differ in their first elements and are only compared with "
+                                         "each other; cache generations only with their own copies"),
+    Survivor(LRU_CLASS, "constant", "1", "the shared rank counter advanced by 2, or by 0 where a request's rank is "
+                                         "taken: the keys' ranks keep their order; or the policy's cache generation "
+                                         "stepped otherwise on clear (" + REQUEST_RANK + ")"),
+    Survivor(LRU_CLASS, "assignment", "+=", "the policy's cache generation set, not advanced, on clear: only the "
+                                            "request's rank reads it (" + REQUEST_RANK + ")"),
+    Survivor(LRU_CLASS, "boolean", STATE_TEST, REQUEST_RANK),
+    Survivor(LRU_CLASS, "comparison", "is not", REQUEST_RANK),
+    Survivor(LRU_CLASS, "comparison", "!=", REQUEST_RANK),
+    Survivor(LRU_CLASS, "arguments", "self, self._cache_generation", REQUEST_RANK),
+    Survivor(LRU_CLASS, "arguments", "self._cache_generation, self._next_rank", REQUEST_RANK),
+    Survivor(LRU_CLASS, "boolean", "position is None or key not in self.chunks", POSITIONS),
+    Survivor(LRU_CLASS, "comparison", "not in", "on_request_access's `key not in self.chunks` made `in`: read only "
+                                                "for a key with a position, and " + POSITIONS),
+    Survivor(LRU_CLASS, "comparison", "<", HEAP_REBUILD),
+    Survivor(LRU_CLASS, "constant", "64", HEAP_REBUILD),
+    Survivor(LRU_CLASS, "constant", "2", HEAP_REBUILD),
+    Survivor(LRU_CLASS, "arguments", "64, 2 * len(self._evictable)", HEAP_REBUILD),
+    *(Survivor(ARC_CLASS, "arguments", args, MAX_MIN_SWAPPED) for args in (
+        "1, len(self.b2) / len(self.b1)", "1, len(self.b1) / len(self.b2)", "self.target_t1_size - delta, 0")),
+    Survivor(MANAGER_CLASS, "boolean", STATE_TEST, ONE_MANAGER),
+    Survivor(MANAGER_CLASS, "boolean", STATE_TEST + "\n            or state.finished",
+             ONE_MANAGER + "; or a request finished twice: the scheduler finishes a request once (the lockstep "
+                           "replaces a finished request by a new one)"),
+    Survivor(MANAGER_CLASS, "comparison", ">", "complete_load's assertion ref_cnt > 0 made >= 0 (the scheduler "
+                                               "completes only loads it prepared, so the lockstep completes pinned "
+                                               "keys only), or an eviction of 0 chunks asked for (both policies' "
+                                               "evict(0) returns none)"),
+    Survivor(MANAGER_CLASS, "constant", "0", "an untracked key's count 0 made 1 (the tracker is on only for "
+                                             "store_threshold >= 2, above both), or the cache generation started at "
+                                             "1 (only compared with its own copies)"),
+    *(Survivor(MANAGER_CLASS, "arguments", args, MAX_MIN_SWAPPED) for args in (
+        "len(keys), self._num_chunks - self._num_allocated_chunks", "usage - write_usage, 0.0")),
+    Survivor(MANAGER_CLASS, "constant", "1", "the cache generation advanced by 2 on a reset: it is only compared with "
+                                             "its own copies"),
+)
+
 CONFORM = (
     ConformTarget(
         "vllm", "offload_transfer_async",
         upstream=WORKER + (Upstream(GPU_WORKER, (HANDLER, "compute_sub_block_ptrs"), checked=(
             "compute_sub_block_ptrs", f"{HANDLER}.__init__", f"{HANDLER}._estimate_max_copy_ops",
             f"{HANDLER}._fill_direct_ops", f"{HANDLER}.transfer_async")),),
-        adapter="kvsim.conform.vllm.offload_mapping:TRANSFER",
+        adapter="kvsim.conform.vllm.offload_mapping:TRANSFER", unreached=TRANSFER_UNREACHED,
+        survivors=TRANSFER_SURVIVORS,
         doc="the batched swap's (src, dst, size) triples, bytes and descriptors per transfer, random geometries, "
             "both directions; the model's mapping properties on upstream's triples"),
     ConformTarget(
@@ -63,7 +149,7 @@ CONFORM = (
             "pages) on the model's triples, in the kernel child; bytes against apply_swap"),
     ConformTarget(
         "vllm", "CPUOffloadingManager", upstream=MANAGER_FILES,
-        adapter="kvsim.conform.vllm.offload:MANAGER", unreached=MANAGER_UNREACHED,
+        adapter="kvsim.conform.vllm.offload:MANAGER", unreached=MANAGER_UNREACHED, survivors=MANAGER_SURVIVORS,
         doc="the manager (LRU and ARC) in lockstep with the model, one Hypothesis state machine; every return "
             "value, the events, counters, slots and policy order after every step"),
     ConformTarget(

@@ -11,11 +11,27 @@ UTILS = "vllm/v1/worker/utils.py"
 # segments (the widest page per address) first released in 0.29.0
 ZEROER_RELEASES = ((None, "pre_d6af803"), ("0.28.0", "first_view_overlaid"), ("0.29.0", "fixed"))
 
+ZEROER_INIT = "KVBlockZeroer.__init__"
+ASSERTED_WHOLE = "ceiling division of a quotient the assertion before it makes whole"
+ZEROER_SURVIVORS = (
+    Survivor(ZEROER_INIT, "division", "kv.shape[0] // num_blocks", ASSERTED_WHOLE + " (kv.shape[0] % num_blocks)"),
+    Survivor(ZEROER_INIT, "division", "logical_block_stride_bytes // 4",
+             ASSERTED_WHOLE + " (block_stride_bytes % 4: the logical stride is a multiple of it)"),
+    Survivor(ZEROER_INIT, "division", "kernel_page_bytes // 4", ASSERTED_WHOLE + " (kernel_page_bytes % 4)"),
+    Survivor(ZEROER_INIT, "constant", "1", "the outer-dimension search started at dimension 0: the block dimension's "
+                                           "stride is the block stride, never greater than itself"),
+    Survivor(ZEROER_INIT, "arguments", "outer, outer_strides", "zip's two arguments swapped: the sum of products is "
+                                                               "the same"),
+    Survivor(ZEROER_INIT, "arguments", "seg_page_sizes[idx], kernel_page_bytes // 4", "max's two arguments swapped"),
+    Survivor(ZEROER_INIT, "arguments", "1 << (max_page_size_el - 1).bit_length(), 1024",
+             "min's two arguments swapped"),
+)
+
 CONFORM = (
     ConformTarget(
         "vllm", "KVBlockZeroer",
         upstream=(Upstream(UTILS, ("KVBlockZeroer",), checked=("KVBlockZeroer.__init__",)),),
-        adapter="kvsim.conform.vllm.zeroer:ZEROER", releases=ZEROER_RELEASES,
+        adapter="kvsim.conform.vllm.zeroer:ZEROER", releases=ZEROER_RELEASES, survivors=ZEROER_SURVIVORS,
         doc="segment table and launch (BLOCK_SIZE, chunks, segments) of the real KVBlockZeroer.__init__ on CPU "
             "tensors vs plan_segments/launch_config of the release's variant; every kv-zeroing property on "
             "upstream's plan"),

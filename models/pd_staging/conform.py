@@ -134,6 +134,37 @@ SEND_PLAN_UNREACHED = (
     Unreached("CommonKVSender._prepare_send_indices", "elif self.kv_mgr.is_dummy_cp_rank:",
               "a dummy CP rank's sends"),
 )
+NO_PAGE_SENT = ("the only difference: the room's entry in disagg_prefill_pending_chunk_rids (the compaction gate), "
+                "outside pd-staging")
+SEND_PLAN_SURVIVORS = (
+    Survivor(f"{MIXIN}.maybe_send_cached_prefix_chunk", "arguments", "0, req.prefix_len - req.host_hit_length",
+             "max's two arguments swapped"),
+    Survivor(f"{MIXIN}._send_kv_chunk", "arguments", "req.extend_end, transfer_input_len",
+             "min's two arguments swapped"),
+    Survivor(f"{MIXIN}.maybe_send_cached_prefix_chunk", "boolean",
+             "self.enable_staging and req.early_send_prefix_end is None",
+             "a clause of the snapshot's test dropped: staging is always on here (pd-staging plans the staging path; "
+             "staging off is the unreached one-segment path), and a snapshot taken again before each batch is the "
+             "first one (the request keeps its prefix: pd-staging has no overlap scheduling, where the prefix grows "
+             "past the sent cursor before a batch's send)"),
+    Survivor(f"{MIXIN}.maybe_send_cached_prefix_chunk", "comparison", "<=",
+             "an early send from the cursor to itself: floored to the grid, it ends at or before the cursor and sends "
+             "no page; " + NO_PAGE_SENT),
+    Survivor(f"{MIXIN}._send_kv_chunk", "comparison", "<",
+             "end_idx == start_idx made a skip: only on a call that is not the last (D <= L - 1 and every earlier send "
+             "ends before L), whose one empty segment sends nothing (should_send_kv_chunk(0, False)) and leaves "
+             "start_send_idx; " + NO_PAGE_SENT),
+    Survivor(f"{MIXIN}._send_kv_chunk", "arguments", "len(page_indices), segment_is_last",
+             "should_send_kv_chunk's arguments swapped: `a > 0 or b` holds exactly when one of a page count and a "
+             "bool is non-zero, whichever is a"),
+    Survivor("CommonKVSender.should_send_kv_chunk", "boolean", "num_pages > 0 or last_chunk",
+             "a last send without pages (metadata only) dropped: the last batch always has tokens past "
+             "start_send_idx (D <= L - 1, every earlier send ends before L), so its final segment holds a page"),
+    Survivor("kv_to_page_indices", "division", "kv_indices[::page_size] // page_size",
+             "ceiling division of a page's first slot: every segment starts on a page (D page-aligned since "
+             "05c7ebf, grid ends whole pages), and the paged allocator puts a page's first slot at page id x "
+             "page_size"),
+)
 
 CONFORM = (
     ConformTarget(
@@ -183,10 +214,7 @@ CONFORM = (
                                                                 "CommonKVSender.init")),
                   Upstream(STAGING_HANDLER, ("PrefillStagingStrategy",), checked=())),
         adapter="kvsim.conform.sglang.send_plan:PLAN", releases=GRID_SENDS, unreached=SEND_PLAN_UNREACHED,
-        survivors=(Survivor(f"{MIXIN}.maybe_send_cached_prefix_chunk", "arguments",
-                            "0, req.prefix_len - req.host_hit_length", "max's two arguments swapped"),
-                   Survivor(f"{MIXIN}._send_kv_chunk", "arguments", "req.extend_end, transfer_input_len",
-                            "min's two arguments swapped")),
+        survivors=SEND_PLAN_SURVIVORS,
         doc="the prefill send plan (token ranges, pages, chunk_idx, is_last, state per send) of upstream's "
             "send_kv_chunk, driven room by room against plan_room_sends; the plan properties on it"),
     handler_target("staging-dedupe", "DEDUPE", ("handle_staging_req",), DEDUPE_SURVIVORS,

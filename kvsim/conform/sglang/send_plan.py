@@ -35,7 +35,9 @@ and its mutants survive (not documented: reachable upstream, outside pd-staging)
 chunk (`send_kv_chunk` with a checksum computer), the state payloads of hybrid models (`_send_kv_chunk`'s
 MAMBA/SWA/DSA/... closures), host-tensor page indices, DCP/CP shard filtering (`_prepare_send_indices`), the
 overlap event of the early send, and a send not allowed (`allow_send=False`, pending bootstrap). Documented
-(equivalent): min's and max's arguments swapped.
+(`SEND_PLAN_SURVIVORS`, each with its reason): min's and max's arguments swapped, and the mutants whose only change
+is outside pd-staging's plan (staging off, a snapshot re-taken under overlap scheduling, an empty non-last send
+that only enters the room in `disagg_prefill_pending_chunk_rids`, a metadata-only last send).
 
 Settled divergence (pre-05c7ebf, D not page-aligned): upstream counts a send's pages as
 `len(req_to_token[start:end][::ps]) = ceil((end - start) / ps)`; the model's `plan.send_pages` counted

@@ -8,9 +8,13 @@ Two Locksteps:
   complete_load, touch, lookup, on_request_finished, reset_cache, take_events and get_stats. After every step
   every observable is compared: the return value, the pending events in order, the pool counters and the free
   list, each key's (ref_cnt, slot), the policy's order (LRU recency; ARC T1, T2, B1, B2 and the target), the
-  store-threshold tracker and the batch's allocation sizes and skipped stores. The model states 0.33.0; a release
-  without the request-scoped cache access (0.30.0 and before) is skipped with a note (the `offload_rename` target
-  covers those).
+  store-threshold tracker and the batch's allocation sizes and skipped stores. Probes run directed programs (the
+  model's trace and the release's must be equal) on paths random programs reach rarely: the ARC T1 fallback, B2
+  ghost hits lowering the target, a write-pending key in T2, a reused key evicted before its request finishes,
+  the offer's own idle keys passed over by eviction, a key a request only saw, LRU's heap (a repinned, a pinned and an outgrown one), the
+  order of one call's keys, failed stores with events on and off, a full tracker, and a request finished after a
+  reset. The model states 0.33.0; a release without the request-scoped cache access (0.30.0 and before) is
+  skipped with a note (the `offload_rename` target covers those).
 * `RENAME` (`offload_rename`, both sides code under test): the #52615 rename on the real code. The release given
   (new names: 0.30.0, the first with them) and vLLM 0.29.0 (the last with the old names, fetched like any release,
   loaded without the mutant of a `--mutants` run) run the same programs (store_threshold 1, LRU and ARC), each
@@ -491,6 +495,58 @@ LRU_COMPACTED = (  # many touches of idle keys: the lazy heap outgrows twice the
 FAILED_STORE = (  # a failed store of pending keys, with events on: a metadata-only removal event (0.31.0 had none);
     # random programs reach failed stores of pending keys mostly with events off
     config("lru", 2), ("prepare_store", ([0, 1], 0)), ("complete_store", ([0], 0, False)), ("take_events", ()))
+FAILED_STORE_QUIET = ({**FAILED_STORE[0], "events": False},) + FAILED_STORE[1:]  # the same with events off
+ARC_TARGET_LOWERED = (  # two B1 ghost hits (other requests) raise ARC's target to 2; a B2 ghost hit with B1 empty
+    # lowers it by max(1, |B1| / |B2|) = 1, and a second one to 0
+    config("arc", 2), ("store_and_complete", ([0, 1], 0)), ("touch", ([0, 1], 0)),
+    ("store_and_complete", ([2], 0)), ("store_and_complete", ([3], 0)), ("store_and_complete", ([2], 1)),
+    ("store_and_complete", ([3], 2)), ("store_and_complete", ([1], 3)), ("store_and_complete", ([0], 4)),
+    ("take_events", ()))
+STALE_REQUEST_FINISHED = (  # request 0's accesses (after a first reset) predate a second one: its finish must not
+    # reorder the keys request 1 stored again after it
+    config("lru", 2), ("reset_cache", ()), ("store_and_complete", ([0, 1], 0)), ("reset_cache", ()),
+    ("store_and_complete", ([0, 1], 1)), ("on_request_finished", 0), ("prepare_store", ([2], 1)))
+LRU_ONE_CALL = (  # keys stored by one call are ranked in the call's order: the first is evicted first
+    config("lru", 2), ("store_and_complete", ([1, 0], 0)), ("prepare_store", ([2], 0)))
+LRU_PINNED_ENTRY = (  # a load pins the oldest key, whose heap entry stays: eviction passes over it
+    config("lru", 2), ("store_and_complete", ([0, 1], 0)), ("prepare_load", ([0], 0)), ("prepare_store", ([2], 1)))
+ARC_REUSED_EVICTED = (  # request 0 reused key 0, evicted before request 0 finishes: its finish leaves ARC's lists
+    config("arc", 1), ("store_and_complete", ([0], 1)), ("load_and_complete", ([0], 0)),
+    ("store_and_complete", ([1], 1)), ("on_request_finished", 0), ("take_events", ()))
+ARC_SEEN_NOT_STORED = (  # request 0's offer of key 1 finds no room (None): key 1 is seen, not stored nor reused; stored
+    # and promoted to T2 by request 1, it keeps its T2 place when request 0 finishes
+    config("arc", 2), ("prepare_store", ([0, 2], 1)), ("prepare_store", ([1], 0)),
+    ("complete_store", ([0, 2], 1, True)), ("store_and_complete", ([1], 1)), ("touch", ([1], 1)),
+    ("touch", ([2], 1)), ("on_request_finished", 0), ("take_events", ()))
+ARC_TWO_EVICTIONS = (  # B1 ghost hits raise the target to 3; a two-chunk eviction takes T1's oldest, then (T1 now
+    # below the target) T2's
+    config("arc", 4), ("store_and_complete", ([0, 1, 2, 3], 0)), ("touch", ([3], 0)),
+    ("store_and_complete", ([4], 0)), ("store_and_complete", ([0], 1)), ("store_and_complete", ([1], 2)),
+    ("prepare_store", ([2, 5], 3)))
+ONE_CHUNK_WRITE_USAGE = (  # a pool of one chunk, write-pending: its write usage is 1.0
+    config("lru", 1), ("prepare_store", ([0], 0)), ("get_stats", ()))
+ARC_PROTECTED = (  # the offer's own idle key is the oldest in T1: ARC evicts the next one
+    config("arc", 2), ("store_and_complete", ([0, 1], 0)), ("prepare_store", ([0, 2], 1)))
+ARC_PENDING_IN_T2 = (  # request 0 reuses key 0, which is evicted and stored again (write-pending) for request 0: its
+    # finish moves the pending key to T2, and the failed store removes it from there
+    config("arc", 1), ("store_and_complete", ([0], 1)), ("load_and_complete", ([0], 0)),
+    ("store_and_complete", ([1], 1)), ("prepare_store", ([0], 0)), ("on_request_finished", 0),
+    ("complete_store", ([0], 2, False)), ("take_events", ()))
+
+ARC_RENAMED = (  # ARC without the T1 fallback: T2 promotion, evictions from T1 into B1, a ghost hit, a failed store
+    config("arc", 3), ("store_and_complete", ([0, 1, 2], 0)), ("touch", ([0], 0)), ("store_and_complete", ([3], 0)),
+    ("store_and_complete", ([1], 0)), ("touch", ([3], 0)), ("lookup", (2, 0)), ("prepare_load", ([0], 0)),
+    ("complete_load", ([0], 0)), ("prepare_store", ([4], 0)), ("complete_store", ([4], 0, False)),
+    ("take_events", ()), ("get_stats", ()), ("reset_cache", ()), ("store_and_complete", ([5, 4], 1)))
+ARC_GHOSTS = (  # ARC without the T1 fallback: evictions from T2 into B2, a B2 ghost hit, the ghost lists trimmed,
+    # touches of a T2 key and of a write-pending T1 key
+    config("arc", 2), ("store_and_complete", ([0, 1], 0)), ("touch", ([0, 1], 0)), ("touch", ([0], 0)),
+    ("store_and_complete", ([2], 0)), ("touch", ([1], 0)), ("store_and_complete", ([3], 0)),
+    ("store_and_complete", ([4], 0)), ("store_and_complete", ([5], 0)), ("prepare_store", ([1], 1)),
+    ("touch", ([1], 1)), ("complete_store", ([1], 1, True)), ("take_events", ()))
+FULL_TRACKER = (  # store_threshold 2, a full tracker and an offer of untracked keys: the oldest count goes
+    config("lru", 2, threshold=2, tracker=2), ("prepare_store", ([0], 0)), ("prepare_store", ([1], 0)),
+    ("prepare_store", ([2], 0)), ("prepare_store", ([2], 0)), ("get_stats", ()))
 
 
 def directed(name: str, what: str, program: tuple) -> Probe:
@@ -508,7 +564,33 @@ MANAGER = Lockstep(
                      LRU_REPINNED),
             directed("lru_compacts_its_heap", "LRU rebuilds an outgrown heap", LRU_COMPACTED),
             directed("failed_store_removal_event", "a failed store removes its pending keys with an event",
-                     FAILED_STORE)),
+                     FAILED_STORE),
+            directed("failed_store_without_events", "a failed store with events off records no event",
+                     FAILED_STORE_QUIET),
+            directed("arc_b2_ghost_hit_lowers_the_target", "ARC: a B2 ghost hit lowers the T1 target by at least 1",
+                     ARC_TARGET_LOWERED),
+            directed("stale_request_finished", "a request finished after a reset leaves the new cache's order",
+                     STALE_REQUEST_FINISHED),
+            directed("lru_ranks_one_call_in_order", "LRU ranks the keys of one store in the call's order",
+                     LRU_ONE_CALL),
+            directed("lru_evict_skips_a_pinned_entry", "LRU eviction passes over a pinned key's heap entry",
+                     LRU_PINNED_ENTRY),
+            directed("arc_finish_of_an_evicted_reused_key", "ARC: a request's reused key evicted before it finishes",
+                     ARC_REUSED_EVICTED),
+            directed("arc_finish_keeps_a_key_it_only_saw", "ARC: a key a request saw but neither stored nor reused "
+                                                           "keeps its T2 place", ARC_SEEN_NOT_STORED),
+            directed("arc_two_evictions_track_t1", "ARC: one call's evictions track T1's shrinking size",
+                     ARC_TWO_EVICTIONS),
+            directed("one_chunk_write_usage", "the write usage of a one-chunk pool", ONE_CHUNK_WRITE_USAGE),
+            directed("arc_evict_skips_the_offer", "ARC eviction passes over the offer's own idle key", ARC_PROTECTED),
+            directed("arc_failed_store_of_a_t2_key", "ARC: a failed store removes a write-pending key from T2",
+                     ARC_PENDING_IN_T2),
+            directed("arc_b2_ghost_stored_again", "ARC: a key evicted from T2 into B2 and stored again leaves B2",
+                     ARC_GHOSTS),
+            directed("arc_promotions_ghost_hits_failed_store", "ARC promotions, ghost hits and a failed store",
+                     ARC_RENAMED),
+            directed("full_tracker_drops_its_oldest", "a full admission tracker drops its oldest count",
+                     FULL_TRACKER)),
     note=lambda ctx: f"names: {upstream_of(ctx).naming.label}; LRU and ARC, every observable after every step")
 
 
@@ -566,22 +648,6 @@ def renamed_alike(name: str, what: str, program: tuple) -> Probe:
         differs = run_program(UpstreamSide(ctx.state["old"], config), UpstreamSide(upstream_of(ctx), config), ops)
         return None if differs is None else f"{what}: vLLM {OLD_RELEASE} and {ctx.source.label} differ {differs}"
     return Probe(name, f"{what}: the same trace on both releases", check)
-
-
-ARC_RENAMED = (  # ARC without the T1 fallback: T2 promotion, evictions from T1 into B1, a ghost hit, a failed store
-    config("arc", 3), ("store_and_complete", ([0, 1, 2], 0)), ("touch", ([0], 0)), ("store_and_complete", ([3], 0)),
-    ("store_and_complete", ([1], 0)), ("touch", ([3], 0)), ("lookup", (2, 0)), ("prepare_load", ([0], 0)),
-    ("complete_load", ([0], 0)), ("prepare_store", ([4], 0)), ("complete_store", ([4], 0, False)),
-    ("take_events", ()), ("get_stats", ()), ("reset_cache", ()), ("store_and_complete", ([5, 4], 1)))
-ARC_GHOSTS = (  # ARC without the T1 fallback: evictions from T2 into B2, a B2 ghost hit, the ghost lists trimmed,
-    # touches of a T2 key and of a write-pending T1 key
-    config("arc", 2), ("store_and_complete", ([0, 1], 0)), ("touch", ([0, 1], 0)), ("touch", ([0], 0)),
-    ("store_and_complete", ([2], 0)), ("touch", ([1], 0)), ("store_and_complete", ([3], 0)),
-    ("store_and_complete", ([4], 0)), ("store_and_complete", ([5], 0)), ("prepare_store", ([1], 1)),
-    ("touch", ([1], 1)), ("complete_store", ([1], 1, True)), ("take_events", ()))
-FULL_TRACKER = (  # store_threshold 2, a full tracker and an offer of untracked keys: the oldest count goes
-    config("lru", 2, threshold=2, tracker=2), ("prepare_store", ([0], 0)), ("prepare_store", ([1], 0)),
-    ("prepare_store", ([2], 0)), ("prepare_store", ([2], 0)), ("get_stats", ()))
 
 
 RENAME = Lockstep(

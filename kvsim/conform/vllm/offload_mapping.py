@@ -14,8 +14,10 @@ and the spec classes it uses; torch real, on CPU) and its Triton swap kernel:
   were handed over (none for an empty transfer) and with which `is_src_access_order_any`, and the destination
   tensors' bytes afterwards, against the model's `plan_swap` and `apply_swap`. One input in five drops the last
   chunk id or adds a spare one: both sides must refuse it (upstream's assertions, the model's ConfigError).
-  One input in three runs after an earlier (empty) transfer on the same handler, still in flight (the stream
-  waits on its end event) or finished (its descriptor buffers are pooled, and too small: the handler grows them).
+  One input in two runs after earlier (empty) transfers on the same handler: one or two still in flight (the
+  stream waits on the last one's end event) or one finished (its descriptor buffers are pooled, and too small: the
+  handler grows them). One input in four is on XPU tensors (the handler asserts CUDA or XPU); a probe builds a
+  handler of no tensors, which upstream must refuse as the model refuses a geometry of none.
   The model's properties `worker_mapping_is_a_bijection_with_page_bytes` and
   `round_trip_gpu_cpu_gpu_is_identity` are checked on upstream's triples.
 * `FINISHED` (`offload_get_finished`, a Lockstep): one handler and the model's `TransferQueue`; transfers
@@ -49,7 +51,7 @@ from typing import Any, Iterator
 import numpy as np
 from hypothesis import strategies as st
 
-from kvsim.engine.conformance.adapters import Check, Context, Differential, Lockstep, Operation
+from kvsim.engine.conformance.adapters import Check, Context, Differential, Lockstep, Operation, Probe
 from kvsim.engine.conformance.compare import Exact
 from kvsim.engine.errors import ConfigError, PropertyViolation
 from kvsim.models.kv_offload.mapping import CopyOp, DataRef, SwapGeometry, SwapPlan, TransferSpec, apply_swap, \
@@ -102,11 +104,12 @@ PLATFORM = SimpleNamespace(Stream=FakeStream, current_stream=FakeStream, stream=
 
 
 class DeviceView:
-    """A CPU int8 tensor that passes the handler's `is_cuda` assertion (pointer arithmetic only)."""
+    """A CPU int8 tensor that passes the handler's device assertion as a CUDA or an XPU tensor (pointer arithmetic
+    only)."""
 
-    def __init__(self, tensor: Any) -> None:
+    def __init__(self, tensor: Any, xpu: bool = False) -> None:
         self.tensor, self.dtype, self.ndim, self.shape = tensor, tensor.dtype, tensor.ndim, tensor.shape
-        self.is_cuda, self.is_xpu = True, False
+        self.is_cuda, self.is_xpu = not xpu, xpu
 
     def data_ptr(self) -> int:
         return self.tensor.data_ptr()
@@ -163,7 +166,7 @@ def prepare(ctx: Context) -> None:
 class Side:
     """One side's tensors as torch views over numpy bytes, and pointer -> (tensor, offset) resolution."""
 
-    def __init__(self, geometry: Any, gpu: bool, arrays: list[np.ndarray]) -> None:
+    def __init__(self, geometry: Any, gpu: bool, arrays: list[np.ndarray], xpu: bool = False) -> None:
         import torch
 
         self.arrays = [a.copy() for a in arrays]
@@ -171,7 +174,7 @@ class Side:
         for t, array in enumerate(self.arrays):
             flat = torch.from_numpy(array).view(torch.int8)
             if gpu:
-                self.tensors.append(DeviceView(flat.view(geometry.num_gpu_blocks, geometry.gpu_page_bytes[t])))
+                self.tensors.append(DeviceView(flat.view(geometry.num_gpu_blocks, geometry.gpu_page_bytes[t]), xpu))
             else:
                 self.tensors.append(flat.as_strided((geometry.num_cpu_chunks, geometry.cpu_page_bytes(t)),
                                                     (geometry.cpu_row_stride(t), 1)))
@@ -187,7 +190,10 @@ class Side:
 # -- offload_transfer_async ----------------------------------------------------------------------------------
 
 CHANGES = ("exact", "exact", "exact", "one chunk id short", "one chunk id extra")
-EARLIER = (None, None, None, "in flight", "finished")  # an earlier empty transfer on the same handler
+# earlier empty transfers on the same handler: one in flight, two in flight (the new one waits on the last), one
+# finished
+EARLIER = (None, None, None, "in flight", "two in flight", "finished")
+IN_FLIGHT = {None: 0, "in flight": 1, "two in flight": 2, "finished": 1}  # the earlier transfers submitted
 
 
 @dataclass(frozen=True)
@@ -197,6 +203,7 @@ class TransferCase:
     change: str = "exact"
     pinned: bool = True  # host_memory_is_pinned
     earlier: str | None = None
+    xpu: bool = False  # the GPU tensors are XPU tensors (the handler asserts CUDA or XPU)
 
     @property
     def spec(self) -> TransferSpec:
@@ -220,7 +227,7 @@ def transfer_inputs(ctx: Context) -> Any:
 
     pinned = st.booleans() if "host_memory_is_pinned" in ctx.state["optional"] else st.just(True)
     return st.builds(TransferCase, swap_cases(), st.booleans(), st.sampled_from(CHANGES), pinned,
-                     st.sampled_from(EARLIER))
+                     st.sampled_from(EARLIER), st.sampled_from((False, False, False, True)))
 
 
 def ops_of(triples: Any) -> list[dict[str, int]]:
@@ -235,17 +242,20 @@ def transfer_model(ctx: Context, tc: TransferCase) -> dict[str, Any]:
             "num_bytes": plan.num_bytes, "descriptors": len(plan.ops),
             "batches": [{"is_src_access_order_any": not tc.gpu_to_cpu}] if plan.ops else [],
             "selected_for": {"gpu_to_cpu": tc.gpu_to_cpu, "host_memory_is_pinned": tc.pinned},
-            "dst": apply_swap(plan, src, dst), "waits_for_the_transfer_in_flight": tc.earlier == "in flight"}
+            "dst": apply_swap(plan, src, dst),
+            "waits_for_the_transfer_in_flight": tc.earlier in ("in flight", "two in flight")}
 
 
 def run_swap(ctx: Context, case: Any, gpu_to_cpu: bool, spec: TransferSpec, src_bufs: list[np.ndarray],
-             dst_bufs: list[np.ndarray], *, pinned: bool = True, earlier: str | None = None) -> dict[str, Any]:
-    """Upstream's handler on one transfer (after an earlier empty one, in flight or finished): what it returned,
-    its triples (("outside", ...) for a pointer in no tensor), num_bytes, descriptor size, batches, and the dst
-    tensors after doing the recorded copies."""
+             dst_bufs: list[np.ndarray], *, pinned: bool = True, earlier: str | None = None,
+             xpu: bool = False) -> dict[str, Any]:
+    """Upstream's handler on one transfer (after earlier empty ones, in flight or finished; `xpu`: on XPU tensors):
+    what it returned, its triples (("outside", ...) for a pointer in no tensor), num_bytes, descriptor size,
+    batches, whether it waits on the last transfer in flight, and the dst tensors after doing the recorded
+    copies."""
     g = case.geometry
-    gpu, cpu = (Side(g, True, src_bufs), Side(g, False, dst_bufs)) if gpu_to_cpu else \
-        (Side(g, True, dst_bufs), Side(g, False, src_bufs))
+    gpu, cpu = (Side(g, True, src_bufs, xpu), Side(g, False, dst_bufs)) if gpu_to_cpu else \
+        (Side(g, True, dst_bufs, xpu), Side(g, False, src_bufs))
     refs = [[SimpleNamespace(tensor_idx=r.tensor_idx, page_size_bytes=r.page_size_bytes, mapping=None) for r in group]
             for group in g.group_data_refs]
     optional = {"canonical_layout": False, "host_memory_is_pinned": pinned}
@@ -253,10 +263,10 @@ def run_swap(ctx: Context, case: Any, gpu_to_cpu: bool, spec: TransferSpec, src_
     handler = up.SingleDirectionOffloadingHandler(gpu.tensors, cpu.tensors, g.blocks_per_chunk, refs, gpu_to_cpu,
                                                   **{k: v for k, v in optional.items() if k in ctx.state["optional"]})
     swap = handler._swap_blocks_batch
-    handler._event_pool.extend(FakeEvent() for _ in range(4))
-    if earlier is not None:
-        empty = TransferSpec((), tuple(0 for _ in refs), tuple(0 for _ in refs), ())
-        submit(up, handler, 0, empty, gpu_to_cpu)
+    handler._event_pool.extend(FakeEvent() for _ in range(6))
+    empty = TransferSpec((), tuple(0 for _ in refs), tuple(0 for _ in refs), ())
+    for job_id in range(IN_FLIGHT[earlier]):
+        submit(up, handler, 2 + job_id, empty, gpu_to_cpu)
         if earlier == "finished":
             handler._transfers[-1].end_event.fired = True
             handler.get_finished()
@@ -289,7 +299,7 @@ def submit(up: SimpleNamespace, handler: Any, job_id: int, spec: TransferSpec, g
 
 def transfer_upstream(ctx: Context, tc: TransferCase) -> dict[str, Any]:
     src, dst = tc.case.buffers(tc.gpu_to_cpu, 1), tc.case.buffers(not tc.gpu_to_cpu, 2)
-    got = run_swap(ctx, tc.case, tc.gpu_to_cpu, tc.spec, src, dst, pinned=tc.pinned, earlier=tc.earlier)
+    got = run_swap(ctx, tc.case, tc.gpu_to_cpu, tc.spec, src, dst, pinned=tc.pinned, earlier=tc.earlier, xpu=tc.xpu)
     got["ops"] = [{"outside": [op[1], op[2], op[3]]} if op[0] == "outside" else
                   {"tensor": op[0], "src": op[1], "dst": op[2], "size": op[3]} for op in got["ops"]]
     return got
@@ -347,12 +357,33 @@ def describe_transfer(ctx: Context, tc: TransferCase) -> dict[str, Any]:
         shown["host_memory_is_pinned"] = False
     if tc.earlier:
         shown["after_an_empty_transfer"] = tc.earlier
+    if tc.xpu:
+        shown["device"] = "xpu"
     return shown
+
+
+def no_tensors_refused(ctx: Context) -> str | None:
+    """A handler of no KV tensors: upstream asserts, as the model refuses a geometry of none."""
+    try:
+        SwapGeometry((), 1, 1, 1, ((),))
+    except ConfigError:
+        pass
+    else:
+        return "the model accepted a geometry of no tensor"
+    optional = {"canonical_layout": False, "host_memory_is_pinned": True}
+    try:
+        ctx.up.SingleDirectionOffloadingHandler([], [], 1, [[]], True, **{
+            k: v for k, v in optional.items() if k in ctx.state["optional"]})
+    except AssertionError:
+        return None
+    return "upstream built a handler of no KV tensors (the model refuses a geometry of none)"
 
 
 TRANSFER = Differential(
     loading=loading, prepare=prepare, inputs=transfer_inputs, model=transfer_model, upstream=transfer_upstream,
     compare=REFUSALS, describe=describe_transfer,
+    probes=(Probe("no_tensors_refused", "a handler of no KV tensors is refused, as the model refuses a geometry of "
+                                        "none", no_tensors_refused),),
     checks=(mapping_check("worker_mapping_is_a_bijection_with_page_bytes"),
             mapping_check("round_trip_gpu_cpu_gpu_is_identity")),
     note=lambda ctx: "random geometries, both directions; triples in batch order, bytes, and the model's properties")

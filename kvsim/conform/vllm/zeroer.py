@@ -169,6 +169,12 @@ def single_block_dense_cases() -> Any:
         st.sampled_from((4, 2, 1)), st.integers(1, 2), st.integers(1, 2), st.integers(1, 3), st.sampled_from((0, 0, 4)))
 
 
+def permuted(view: Any, order: list[int]) -> Any:
+    """The view with its dimensions listed in `order` (a permuted tensor: the same elements)."""
+    return replace(view, shape=tuple(view.shape[d] for d in order), strides=tuple(view.strides[d] for d in order),
+                   block_dim=order.index(view.block_dim))
+
+
 @st.composite
 def permuted_cases(draw: st.DrawFn) -> Any:
     """kv-zeroing cases whose attention views list their dimensions in any order (a permuted tensor: the same
@@ -182,12 +188,21 @@ def permuted_cases(draw: st.DrawFn) -> Any:
     for view in case.geometry.views:
         if view.kind == "attention":  # reversed: the outer dims (first) go last
             dims = list(range(len(view.shape)))
-            order = draw(st.one_of(st.just(dims[::-1]), st.permutations(dims)))
-            view = replace(view, shape=tuple(view.shape[d] for d in order),
-                           strides=tuple(view.strides[d] for d in order), block_dim=order.index(view.block_dim))
+            view = permuted(view, draw(st.one_of(st.just(dims[::-1]), st.permutations(dims))))
         views.append(view)
     g = case.geometry
     return ZeroingCase(KVCacheGeometry(g.allocations, g.groups, tuple(views)), case.block_ids)
+
+
+def kv_last_case() -> ZeroerCase:
+    """A dense K/V-outer layout listing its K/V dimension last, after the block and every inner dimension: an
+    outer dimension in the last place (0.29.0+ look for outer dimensions among all but the block's)."""
+    from kvsim.models.kv_zeroing.layouts import dense_layout
+    from kvsim.properties.kv_zeroing.cases import ZeroingCase
+
+    g = dense_layout(num_blocks=2, kernel_block_size=2, heads=1, head_size=2, element_size=2, kv="outer")
+    views = tuple(permuted(v, [1, 2, 3, 4, 0]) for v in g.views)  # (2, blocks, kbs, heads, hs) -> K/V last
+    return ZeroerCase(ZeroingCase(KVCacheGeometry(g.allocations, g.groups, views), (1,)), "permuted")
 
 
 def families() -> dict[str, Any]:
@@ -239,10 +254,10 @@ def inputs(ctx: Context) -> Any:
 
 
 def pinned(ctx: Context) -> list[ZeroerCase]:
-    """The pinned upstream cases (every property's examples), first in every run."""
+    """The pinned upstream cases (every property's examples) and `kv_last_case`, first in every run."""
     from kvsim.properties.kv_zeroing.cases import PINNED
 
-    cases = [ZeroerCase(c, "pinned") for c in PINNED]
+    cases = [ZeroerCase(c, "pinned") for c in PINNED] + [kv_last_case()]
     return [c for c in cases if not ctx.state["shape"].takes_num_blocks or ratio_shape(c) != "not built"]
 
 

@@ -45,7 +45,8 @@ def test_upstream_handler_conforms_to_the_mapping(vllm_src) -> None:  # type: ig
     result = _run(vllm_src, "offload_transfer_async", 60)
     assert result.status == "conforms" and result.compared >= 60 and result.divergent == 0, result
     assert {p["property"]: p["status"] for p in result.properties} == {
-        "worker_mapping_is_a_bijection_with_page_bytes": "holds", "round_trip_gpu_cpu_gpu_is_identity": "holds"}
+        "worker_mapping_is_a_bijection_with_page_bytes": "holds", "round_trip_gpu_cpu_gpu_is_identity": "holds",
+        "no_tensors_refused": "holds"}
     order = _run(vllm_src, "offload_get_finished", 20)
     assert order.status == "conforms" and order.compared >= 20 and order.divergent == 0, order
 
