@@ -141,9 +141,12 @@ def property_failure(result: Any) -> str:
 
 
 def bug_verdict(bug: Any) -> Verdict:
-    from ..app.repro import baseline_variant, reproduce
+    from ..app import catalog
+    from ..app.repro import BugRun, baseline_variant, reproduce
 
-    result = reproduce(bug, seed=REPRO_SEED)
+    # resolved against the catalog loaded here (a bare report alone did not load it: it failed on "property:
+    # expected one of , ..." unless another test had loaded the catalog before it)
+    result = reproduce(BugRun.resolve(bug, catalog.load()), seed=REPRO_SEED)
     if result.ok:
         return Verdict("passed")
     searched = "examples" if bug.property else "states"
