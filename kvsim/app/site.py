@@ -18,9 +18,10 @@ import importlib.util
 import json
 import os
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from html import escape
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, ContextManager, Sequence
 
 from ..engine.canon import canonical_json
 from ..engine.errors import ConfigError
@@ -127,27 +128,30 @@ def _load_json(flag: str, path: str, what: str) -> Any:
 
 def build_site(out: str, registry: Registry, *, seed: int = 0, conform: Sequence[str] = (),
                bench: Sequence[str] = (), progress: Callable[[str], None] | None = None,
-               on_stop: Callable[[], None] | None = None, spent: bool = False) -> SiteResult:
+               on_stop: Callable[[], None] | None = None, spent: Callable[[], bool] = lambda: False,
+               setup: Callable[[], ContextManager[Any]] = nullcontext) -> SiteResult:
     """Write the site to `out`. Where the command's --max-seconds runs out (`BudgetExceeded`) while the bug reports
     are reproduced, the site is written with those done so far and names the rest (`not_run`); `on_stop` is
-    called then (the command line disarms its time limit). `spent`: it ran out before (no report is reproduced)."""
-    draw = drawing_function()
-
+    called then, and once every report ran (the command line disarms its time limit: the pages that follow are
+    not cut short). `setup`: what the folders, the inputs and the style sheet are made under (the command line
+    holds an alarm there); `spent()`: whether it ran out before a report starts (the rest are not reproduced)."""
     start = time.perf_counter()
-    conform_docs = [(p, _conform_doc(p)) for p in conform]  # bad input is refused before any work
-    bench_docs = [(p, _load_json("--bench", p, "a benchmark's JSON results")) for p in bench]
-    for sub in ("", "bugs", "charts", "figures"):
-        try:
-            os.makedirs(os.path.join(out, sub), exist_ok=True)
-        except OSError as exc:
-            raise ConfigError("--out", "a folder that can be created", out, exc.strerror or "") from None
-    result = SiteResult(out, without_charts=None if draw is not None else CHARTS_MISSING)
-    _write(os.path.join(out, "style.css"), STYLE.lstrip(), result)
+    with setup():
+        draw = drawing_function()
+        conform_docs = [(p, _conform_doc(p)) for p in conform]  # bad input is refused before any work
+        bench_docs = [(p, _load_json("--bench", p, "a benchmark's JSON results")) for p in bench]
+        for sub in ("", "bugs", "charts", "figures"):
+            try:
+                os.makedirs(os.path.join(out, sub), exist_ok=True)
+            except OSError as exc:
+                raise ConfigError("--out", "a folder that can be created", out, exc.strerror or "") from None
+        result = SiteResult(out, without_charts=None if draw is not None else CHARTS_MISSING)
+        _write(os.path.join(out, "style.css"), STYLE.lstrip(), result)
     rows = []
     bugs = list(registry.bugs.values())
     for i, bug in enumerate(bugs):
         try:
-            if spent:
+            if spent():
                 raise BudgetExceeded()
             if progress is not None:
                 progress(bug.id)
@@ -167,6 +171,9 @@ def build_site(out: str, registry: Registry, *, seed: int = 0, conform: Sequence
         result.bugs += 1
         result.holding += repro.ok
         rows.append(_bug_row(bug, repro))
+    else:
+        if on_stop is not None:  # every report ran: the pages below are written whole
+            on_stop()
     _write(os.path.join(out, "index.html"), _index(registry, rows, result), result)
     _write(os.path.join(out, "conform.html"), _conform_page(conform_docs), result)
     _write(os.path.join(out, "bench.html"), _bench_page(bench_docs, out, draw, result), result)

@@ -482,6 +482,26 @@ def test_a_budget_that_runs_out_while_the_command_imports_its_work_still_gives_i
     assert code == 3 and doc["stopped_by"] == "max-seconds" and len(doc["not_run"]) == 47
 
 
+def test_a_budget_that_runs_out_while_the_site_makes_its_folders_still_gives_its_document(capsys, monkeypatch,
+                                                                                          tmp_path):
+    # the catalog is already loaded (a quick set-up): the alarm lands while the site makes its folders, before any
+    # report runs (CI lost `report --max-seconds 0.01`'s document there once the import window was closed)
+    from kvsim.app import site
+
+    real = site.os.makedirs
+
+    def slow_makedirs(*args, **kwargs):
+        signal.setitimer(signal.ITIMER_REAL, 0.01)
+        time.sleep(0.1)  # the alarm fires in here
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(site.os, "makedirs", slow_makedirs)
+    code, out, _ = run(capsys, "report", "--out", str(tmp_path / "site"), "--max-seconds", "1000", "--json")
+    doc = json.loads(out)
+    assert code == 3 and doc["stopped_by"] == "max-seconds" and len(doc["not_run"]) == 47 and doc["bugs"] == 0
+    assert (tmp_path / "site" / "index.html").is_file()
+
+
 # -- accepted nonsense ---------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("argv, needle", [

@@ -32,10 +32,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         reg = catalog.load()
         drawing_function()  # matplotlib imported in the set-up, where it is installed
         progress = Progress(len(reg.bugs), "report")
-    if SETUP["held"]:  # the alarm came in the set-up: no report is reproduced, each is named as not run
-        disarm()
+    # an alarm in the set-up (here, or the site's folders and inputs) is held: then no report is reproduced, each
+    # is named as not run; one that comes later cuts the report it lands in
     result = build_site(args.out, reg, seed=args.seed, conform=args.conform, bench=args.bench,
-                        progress=progress.step, on_stop=disarm, spent=SETUP["held"])
+                        progress=progress.step, on_stop=disarm, spent=lambda: SETUP["held"], setup=setup)
     disarm()
     progress.close()
     return {**result.to_json(), VIEW: {"out": args.out, "seconds": result.seconds, "max_seconds": args.max_seconds}}
