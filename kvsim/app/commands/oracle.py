@@ -23,11 +23,11 @@ def arguments(o: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from .. import oracle
+    with setup():  # the oracle's modules are imported in it too: an alarm there is held like one in the catalog
+        from .. import oracle
 
-    with setup():
         reg, rows = catalog.load(), oracle.backends()
-    progress = Progress(None, "oracle")
+        progress = Progress(None, "oracle")
     if SETUP["held"]:  # an alarm held in the set-up: no run starts (a budget of 0 s), every run is named not run
         disarm()
     doc = oracle.oracle_report(reg, max_examples=args.max_examples, seed=args.seed, progress=progress.note,
