@@ -23,3 +23,17 @@ settings.load_profile(os.environ.get("KVSIM_PROFILE", "ci"))
 from kvsim.engine.conformance import runner as conformance_runner  # noqa: E402
 
 conformance_runner.CALL_TIMEOUT = 600.0
+
+
+# The suite's own Hypothesis tests draw what their seed names, not what the worker happened to import before them
+# (Hypothesis' "local constants": the literals of every module of ours, of the upstream files and mutants a
+# conformance test loaded); kvsim's runs do the same themselves (`kvsim.engine.draws`).
+import pytest  # noqa: E402
+
+from kvsim.engine.draws import own_draws  # noqa: E402
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _own_draws():
+    with own_draws():
+        yield

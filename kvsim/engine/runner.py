@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, Phase, Verbosity, example, given, settings
 from hypothesis.stateful import get_state_machine_test
 from .canon import to_jsonable
 from .descriptor import ModelDescriptor
+from .draws import own_draws
 from .errors import PropertyViolation
 from .interrupt import raise_if_asked
 from .params import resolve
@@ -107,7 +108,8 @@ def run_property(prop: KvProperty, variant: Any = "fixed", *, max_examples: int 
     start = time.perf_counter()
     status, message = "passed", ""
     try:
-        test()
+        with own_draws():  # the seed alone names the inputs, whatever this process imported
+            test()
     except PropertyViolation as exc:
         status, message = "failed", str(exc)
     except BaseExceptionGroup as group:  # several distinct failures: report the first

@@ -126,18 +126,11 @@ def _accumulate_upstream(ctx: Context, case: Any) -> dict[str, Any]:
 
 def probe_cases() -> list[Any]:
     """The pinned batches without DCP, and `PROBED` drawn ones (derandomized)."""
-    from hypothesis import HealthCheck, given, settings
-
+    from kvsim.engine.draws import derandomized_draws
     from kvsim.properties.mla_chunks.cases import NUMERIC_EXAMPLES
     from kvsim.properties.mla_chunks.strategies import numeric_cases
 
-    drawn: list[Any] = []
-
-    def keep(case: Any) -> None:
-        drawn.append(case)
-
-    settings(max_examples=PROBED, database=None, derandomize=True, deadline=None,
-             suppress_health_check=list(HealthCheck))(given(numeric_cases(dcp=False))(keep))()
+    drawn = derandomized_draws(numeric_cases(dcp=False), PROBED)
     return [c for c in NUMERIC_EXAMPLES if c.dcp is None] + drawn
 
 

@@ -214,20 +214,13 @@ FRAME_DRAWN = 8
 
 def frame_cases() -> list[tuple[str, Any, tuple[int, ...]]]:
     """The pinned regression geometries, the last-block overrun cases, and a few drawn kv-zeroing layouts."""
-    from hypothesis import HealthCheck, given, settings
-
+    from kvsim.engine.draws import derandomized_draws
     from kvsim.gpu_oracle.kernels.zero_kv_blocks.cases import overrun_cases, pinned_geometries
     from kvsim.properties.kv_zeroing.strategies import ZEROING_CASES
 
     cases = list(pinned_geometries())
     cases += [(f"{c.name}, last block", c.geometry, c.block_ids) for c in overrun_cases() if c.variant == "fixed"]
-    drawn: list[Any] = []
-
-    def keep(case: Any) -> None:
-        drawn.append(case)
-
-    settings(max_examples=FRAME_DRAWN, database=None, derandomize=True, deadline=None,
-             suppress_health_check=list(HealthCheck))(given(ZEROING_CASES)(keep))()
+    drawn = derandomized_draws(ZEROING_CASES, FRAME_DRAWN)
     return cases + [(f"drawn layout {i}", c.geometry, tuple(c.block_ids)) for i, c in enumerate(drawn)]
 
 
