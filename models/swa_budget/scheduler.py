@@ -11,8 +11,9 @@ too (upstream has no tail path there); its next decode step evicts the SWA
 tokens outside the window (upstream's `maybe_evict_swa`, simplified to every step).
 
 A failed `_pre_alloc` (the upstream assertion) and a resume result that breaks
-its own contract are recorded in the state as `fault`, so the invariants see
-them as data and the explorer reports the shortest path to them.
+its own contract are flagged in the state (the engine's `flag`: its `flags`), so
+the invariants see them as data and the explorer reports the shortest path to
+them; a flagged state has no successor.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import NamedTuple
 from kvsim.engine.errors import ConfigError, check_int
 from kvsim.engine.actions import tagged, type_table
 from kvsim.engine.params import param
-from kvsim.engine.system import Invariant
+from kvsim.engine.system import Invariant, flag, flagged
 
 from .resume import FIXED, RetractedReq, SwaVariant, held_pages, physical_pages, resume_retracted_reqs
 
@@ -96,7 +97,7 @@ class SchedState(NamedTuple):
     finished: tuple[int, ...]
     full_free: int
     swa_free: int
-    fault: tuple[str, str] | None = None  # (invariant, message) of a failed transition
+    flags: tuple[tuple[str, str], ...] = ()  # (invariant, message) of a failed transition (`flag`)
 
 
 class SwaScheduler:
@@ -110,11 +111,11 @@ class SwaScheduler:
         self.config = config
         self.n = len(config.prompts)
         self.invariants = (
-            Invariant("no_failed_allocation", _fault_check("no_failed_allocation"),
+            Invariant("no_failed_allocation", flagged("no_failed_allocation"),
                       "every _pre_alloc after admission said yes succeeds (B2)"),
-            Invariant("budget_nonnegative", _fault_check("budget_nonnegative"),
+            Invariant("budget_nonnegative", flagged("budget_nonnegative"),
                       "both budgets stay >= 0 after each admission (B1)"),
-            Invariant("retracted_fifo", _fault_check("retracted_fifo"),
+            Invariant("retracted_fifo", flagged("retracted_fifo"),
                       "resume takes a FIFO prefix and keeps the rest in order (B3, B6)"),
             Invariant("pool_conservation", self._conservation,
                       "free + held pages equal the pool size, in both pools"),
@@ -127,10 +128,10 @@ class SwaScheduler:
         return (SchedState(0, (), (), (), self.config.full_pages, self.config.swa_pages),)
 
     def done(self, state: SchedState) -> bool:
-        return state.fault is None and len(state.finished) == self.n
+        return not state.flags and len(state.finished) == self.n
 
     def enabled(self, state: SchedState) -> list[tuple]:
-        if state.fault is not None:
+        if state.flags:
             return []
         actions: list[tuple] = []
         if state.next_arrival < self.n and self._fits_new(state):
@@ -224,16 +225,15 @@ class SwaScheduler:
             sliding_window=cfg.sliding_window, full_free_pages=state.full_free, swa_free_pages=state.swa_free,
             reserved_decode_tokens=cfg.reserved_decode_tokens, variant=self.variant)
         if result.error is not None:
-            return state._replace(fault=("no_failed_allocation", result.error)), ()
+            return flag(state, "no_failed_allocation", result.error), ()
         k = len(result.resumed)
         if tuple(r.rid for r in state.retracted[:k]) != result.resumed or result.remaining != state.retracted[k:] \
                 or len(result.alloc_calls) != k:
-            return state._replace(fault=("retracted_fifo", f"resumed {result.resumed} from queue "
-                                         f"{[r.rid for r in state.retracted]}, left {[r.rid for r in result.remaining]}")), ()
+            return flag(state, "retracted_fifo", f"resumed {result.resumed} from queue "
+                        f"{[r.rid for r in state.retracted]}, left {[r.rid for r in result.remaining]}"), ()
         negative = [(f, s) for f, s in result.budget_trail if f < 0 or s < 0]
         if negative:
-            return state._replace(fault=("budget_nonnegative",
-                                         f"budget after admission: expected >= 0, got {negative[0]}")), ()
+            return flag(state, "budget_nonnegative", f"budget after admission: expected >= 0, got {negative[0]}"), ()
         running = list(state.running)
         full_free, swa_free = state.full_free, state.swa_free
         for req in state.retracted[:k]:
@@ -260,11 +260,3 @@ class SwaScheduler:
             return f"request ids across queues: expected each of 0..{self.n - 1} once, got {sorted(seen)}"
         return None
 
-
-def _fault_check(name: str):
-    def check(state: SchedState) -> str | None:
-        if state.fault is not None and state.fault[0] == name:
-            return state.fault[1]
-        return None
-    check.__name__ = name
-    return check

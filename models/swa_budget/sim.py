@@ -92,10 +92,10 @@ class _Run:
         self.recorder.record(self.sim.now, action[0], {"action": list(action), "state": digest(state, 16),
                                                       "full_free": state.full_free,
                                                       "swa_free": state.swa_free})
-        if state.fault is not None:
-            self.crash = (self.sim.now, state.fault[1])
-            self.recorder.record(self.sim.now, "crash", {"invariant": state.fault[0],
-                                                        "message": state.fault[1]})
+        if state.flags:  # a flagged state has no successor: its one flag is the crash
+            (invariant, message), = state.flags
+            self.crash = (self.sim.now, message)
+            self.recorder.record(self.sim.now, "crash", {"invariant": invariant, "message": message})
             self.sim.stop()
         return resumed
 
@@ -120,7 +120,7 @@ class _Run:
         leaked_full = cfg.full_pages - state.full_free - sum(r.full_pages for r in state.running)
         leaked_swa = cfg.swa_pages - state.swa_free - sum(r.swa_pages for r in state.running)
         latencies = sorted(self.finish_time.values())
-        violations = [f"{self.state.fault[0]}: {self.crash[1]}"] if self.crash else []
+        violations = [f"{self.state.flags[0][0]}: {self.crash[1]}"] if self.crash else []
         if leaked_full or leaked_swa:
             violations.append(f"leaked pages: expected 0, got full {leaked_full}, SWA {leaked_swa}")
         return {
