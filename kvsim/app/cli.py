@@ -165,8 +165,8 @@ def _paths(args: argparse.Namespace) -> None:
             check(f"--{flag}", value)
 
 
-# the exit codes of the commands that finished in this process (`entry` reads the last)
-FINISHED: list[int] = []
+# the exit code of the last command that finished in this process (`entry` reads it); None: none has yet
+FINISHED: list[int | None] = [None]
 
 
 def entry() -> None:
@@ -177,19 +177,19 @@ def entry() -> None:
     cleanly on it install their own handler)."""
 
     def late(signum: int, frame: Any) -> None:
-        if not FINISHED:
+        if FINISHED[0] is None:
             raise KeyboardInterrupt
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
             except (OSError, ValueError):  # closed, or the reader went away: nothing more to say
                 pass
-        os._exit(FINISHED[-1])
+        os._exit(FINISHED[0])
 
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, late)
     code = main()
-    FINISHED.append(code)  # an error's exit code too
+    FINISHED[0] = code  # an error's exit code too
     sys.exit(code)
 
 
@@ -203,7 +203,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         signals = stopping_on_signals() if args.command in STOP_ON_SIGNALS else nullcontext()
         with _deadline(_alarm_seconds(args)), signals, _quiet_stops():
             code = COMMANDS[args.command](args)
-            FINISHED.append(code)  # its output is out: a Ctrl-C from here on ends the `kvsim` process with it
+            FINISHED[0] = code  # its output is out: a Ctrl-C from here on ends the `kvsim` process with it
             return code
     except BrokenPipeError:  # the reader went away (`kvsim ... | head`): nothing more to say, and no traceback
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
