@@ -8,7 +8,8 @@ be used (it does not load, or changes a checked signature: a normal run's exit 2
 is *reached* when the unmutated run executed its line (a weak check, or an equivalent mutant) and *not reached*
 otherwise (an input gap). Mutants on the lines a target declares no input reaches (`ConformTarget.unreached`,
 with the reason) are not made (counted as `unreached`). A survivor the target's declaration documents
-(`ConformTarget.survivors`: an equivalent mutant, with the reason) is listed as such and left out of the score.
+(`ConformTarget.survivors`: an equivalent mutant, with the reason; matched by definition, operator and text, and by
+the replacement and the source line where the declaration names them) is listed as such and left out of the score.
 
 score = killed / (mutants - not loadable - documented survivors). Exit 1 when a target has an undocumented
 survivor, 2 when its unmutated run diverges or errs (nothing to measure against; a target not present or skipped
@@ -65,10 +66,11 @@ def target_mutants(target: Any, source: EngineSource) -> list[Mutant]:
             for m in mutants(text, upstream.file, upstream.checked_names)]
 
 
-def documented(target: Any, mutant: Mutant) -> str | None:
+def documented(target: Any, mutant: Mutant, text: str = "") -> str | None:
+    """The reason of the first `Survivor` declaration covering `mutant` (`text`: its upstream file's text, where a
+    declaration's `line` is matched), or None."""
     for survivor in target.survivors:
-        if (survivor.definition, survivor.operator, survivor.original) == (mutant.definition, mutant.operator,
-                                                                           mutant.original):
+        if survivor.covers(mutant, text):
             return survivor.reason
     return None
 
@@ -89,7 +91,9 @@ def measure(target: Any, source: EngineSource, options: Options, count: int) -> 
         out.seconds = round(time.perf_counter() - started, 3)
         return out
     found = target_mutants(target, source)
-    unreached = {(upstream.file, line) for upstream, text in upstream_texts(target, source)
+    read = list(upstream_texts(target, source))
+    texts = {upstream.file: text for upstream, text in read}
+    unreached = {(upstream.file, line) for upstream, text in read
                  for lines in unreached_in(target, upstream, text, every_line=True).values() for line in lines}
     reachable = [m for m in found if (m.file, m.line) not in unreached]
     out.unreached = len(found) - len(reachable)
@@ -115,7 +119,7 @@ def measure(target: Any, source: EngineSource, options: Options, count: int) -> 
         elif result.status in ("incomplete", "not run"):
             out.not_run += 1
         else:
-            reason = documented(target, mutant)
+            reason = documented(target, mutant, texts.get(mutant.file, ""))
             (out.documented if reason else out.survivors).append({**row, **({"reason": reason} if reason else {})})
     progress.close()
     out.seconds = round(time.perf_counter() - started, 3)

@@ -82,6 +82,9 @@ ONE_MANAGER = ("a request context's state left by another manager or policy: eac
 HEAP_REBUILD = ("the lazy heap's rebuild threshold (max(64, 2 x evictable keys)): a rebuild keeps every current entry, "
                 "so the eviction order is the same; only the heap's size differs")
 MAX_MIN_SWAPPED = "max's or min's two arguments swapped"
+T2_EXHAUSTED = ("ARC evict's virtual T1 size after a T1 fallback (the pick under `if candidate is None:` that follows "
+                "T2's): T2's scan came back empty and its iterator is spent, so every later pick of the call, whatever "
+                "that size makes it try first, falls back to T1's iterator alike")
 MANAGER_SURVIVORS = (
     Survivor(LRU_CLASS, "constant", "0", "a counter started at 1, or a rank's second element 1 for keys without a "
                                          "position: ranks differ in their first elements and are only compared with "
@@ -105,6 +108,9 @@ MANAGER_SURVIVORS = (
     Survivor(LRU_CLASS, "arguments", "64, 2 * len(self._evictable)", HEAP_REBUILD),
     *(Survivor(ARC_CLASS, "arguments", args, MAX_MIN_SWAPPED) for args in (
         "1, len(self.b2) / len(self.b1)", "1, len(self.b1) / len(self.b2)", "self.target_t1_size - delta, 0")),
+    *(Survivor(ARC_CLASS, operator, original, T2_EXHAUSTED, replacement=replacement, line="if candidate is None:")
+      for operator, original, replacement in (("assignment", "-=", "="), ("constant", "1", "0"),
+                                              ("constant", "1", "2"))),
     Survivor(MANAGER_CLASS, "boolean", STATE_TEST, ONE_MANAGER),
     Survivor(MANAGER_CLASS, "boolean", STATE_TEST + "\n            or state.finished",
              ONE_MANAGER + "; or a request finished twice: the scheduler finishes a request once (the lockstep "

@@ -171,6 +171,47 @@ def test_the_mutation_score_leaves_documented_equivalent_mutants_out(tmp_path):
     assert documented.score > plain.score and documented.killed == plain.killed
 
 
+TWIN_LINES = """\
+class Picker:
+    def pick(self, a, b):
+        size = a
+        if size >= b:
+            size -= 1
+        if a is None:
+            size -= 1
+        return size
+"""
+
+
+def test_a_survivor_naming_its_replacement_and_line_covers_those_mutants_only():
+    """A class holds siblings of one operator and text (`1` -> `0` and -> `2`, on two lines of the same text):
+    `replacement` and `line` (a piece of the mutant's line or of a statement around it) narrow a declaration to the
+    ones it names; the mutation score reads them (`documented`)."""
+    from kvsim.conform.mutate import documented
+
+    found = mutants(TWIN_LINES, "vllm/picker.py", ("Picker",))
+    ones = {(m.line, m.replacement): m for m in found if (m.operator, m.original) == ("constant", "1")}
+    assert sorted(ones) == [(5, "0"), (5, "2"), (7, "0"), (7, "2")]
+
+    def covered(**narrow):
+        survivor = Survivor("Picker", "constant", "1", "why", **narrow)
+        return sorted(key for key, m in ones.items() if survivor.covers(m, TWIN_LINES))
+
+    assert covered() == sorted(ones)  # as before: every sibling
+    assert covered(replacement="2") == [(5, "2"), (7, "2")]
+    assert covered(line="size -= 1") == sorted(ones)  # both lines hold that text
+    assert covered(line="if a is None:") == [(7, "0"), (7, "2")]  # the statement around line 7 tells them apart
+    assert covered(line="if a is None:", replacement="0") == [(7, "0")]
+    assert covered(line="if size >= b:", replacement="2") == [(5, "2")]
+    assert covered(line="return size") == [] and covered(replacement="3") == []
+    assert not Survivor("Picker", "constant", "1", "why", line="size").covers(ones[(5, "0")])  # no text: no line
+    narrow = Survivor("Picker", "assignment", "-=", "equivalent", replacement="=", line="if a is None:")
+    toy = target("DIFF", survivors=(Survivor("Picker", "constant", "1", "the first", line="if size >= b:"), narrow))
+    reasons = {(m.line, m.operator, m.replacement): documented(toy, m, TWIN_LINES) for m in found}
+    assert {key: why for key, why in reasons.items() if why} == {
+        (5, "constant", "0"): "the first", (5, "constant", "2"): "the first", (7, "assignment", "="): "equivalent"}
+
+
 def test_a_mutant_of_another_file_changes_nothing(tmp_path):
     m = Mutant("vllm/other.py", "plan", "constant", 1, 0, 1, "x", "y")
     with mutated(m):

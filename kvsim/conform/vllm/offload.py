@@ -10,11 +10,12 @@ Two Locksteps:
   list, each key's (ref_cnt, slot), the policy's order (LRU recency; ARC T1, T2, B1, B2 and the target), the
   store-threshold tracker and the batch's allocation sizes and skipped stores. Probes run directed programs (the
   model's trace and the release's must be equal) on paths random programs reach rarely: the ARC T1 fallback, B2
-  ghost hits lowering the target, a write-pending key in T2, a reused key evicted before its request finishes,
-  the offer's own idle keys passed over by eviction, a key a request only saw, LRU's heap (a repinned, a pinned and an outgrown one), the
-  order of one call's keys, failed stores with events on and off, a full tracker, and a request finished after a
-  reset. The model states 0.33.0; a release without the request-scoped cache access (0.30.0 and before) is
-  skipped with a note (the `offload_rename` target covers those).
+  ghost hits lowering the target, two evictions from a T1 one above the target, a write-pending key in T2, a
+  reused key evicted before its request finishes, the offer's own idle keys passed over by eviction, a key a
+  request only saw, LRU's heap (a repinned, a pinned and an outgrown one), the order of one call's keys, failed
+  stores with events on and off, a full tracker, and a request finished after a reset. The model states 0.33.0;
+  a release without the request-scoped cache access (0.30.0 and before) is skipped with a note (the
+  `offload_rename` target covers those).
 * `RENAME` (`offload_rename`, both sides code under test): the #52615 rename on the real code. The release given
   (new names: 0.30.0, the first with them) and vLLM 0.29.0 (the last with the old names, fetched like any release,
   loaded without the mutant of a `--mutants` run) run the same programs (store_threshold 1, LRU and ARC), each
@@ -523,6 +524,12 @@ ARC_TWO_EVICTIONS = (  # B1 ghost hits raise the target to 3; a two-chunk evicti
     config("arc", 4), ("store_and_complete", ([0, 1, 2, 3], 0)), ("touch", ([3], 0)),
     ("store_and_complete", ([4], 0)), ("store_and_complete", ([0], 1)), ("store_and_complete", ([1], 2)),
     ("prepare_store", ([2, 5], 3)))
+ARC_T1_ABOVE_TARGET = (  # a ghost touched, then stored again into a failed store's slot, raises the target to 2
+    # and leaves B1 empty; one request's touch moves key 1 to T2. Two fresh keys (no ghost hit) evict two chunks
+    # from a T1 of 3, the target + 1: T1's two oldest (after the first, T1's virtual size 2 still meets the target)
+    config("arc", 4), ("store_and_complete", ([0, 1, 2, 3], 0)), ("prepare_store", ([4], 0)),
+    ("complete_store", ([4], 0, False)), ("touch", ([0], 1)), ("store_and_complete", ([0], 1)),
+    ("touch", ([1], 1)), ("prepare_store", ([4, 5], 2)))
 ONE_CHUNK_WRITE_USAGE = (  # a pool of one chunk, write-pending: its write usage is 1.0
     config("lru", 1), ("prepare_store", ([0], 0)), ("get_stats", ()))
 ARC_PROTECTED = (  # the offer's own idle key is the oldest in T1: ARC evicts the next one
@@ -581,6 +588,8 @@ MANAGER = Lockstep(
                                                            "keeps its T2 place", ARC_SEEN_NOT_STORED),
             directed("arc_two_evictions_track_t1", "ARC: one call's evictions track T1's shrinking size",
                      ARC_TWO_EVICTIONS),
+            directed("arc_two_evictions_from_t1_above_target",
+                     "ARC: two evictions from a T1 one above the target both take T1", ARC_T1_ABOVE_TARGET),
             directed("one_chunk_write_usage", "the write usage of a one-chunk pool", ONE_CHUNK_WRITE_USAGE),
             directed("arc_evict_skips_the_offer", "ARC eviction passes over the offer's own idle key", ARC_PROTECTED),
             directed("arc_failed_store_of_a_t2_key", "ARC: a failed store removes a write-pending key from T2",

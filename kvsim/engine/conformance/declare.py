@@ -46,13 +46,41 @@ class Upstream:
 class Survivor:
     """A mutant a target is known not to kill, and why (an equivalent mutant, or a path no input reaches).
 
-    Matched by definition, operator and the changed source text (not line numbers, which move between
-    releases)."""
+    Matched by definition, operator and the changed source text (`original`; not line numbers, which move between
+    releases), and, when given, narrower: `replacement`, the mutant's new text (`1` -> `0` but not `1` -> `2`), and
+    `line`, a piece of the text of the source line the mutant is on, or of the first line of a statement around it
+    (as `Unreached.text` names a statement: an `if`'s test and its own body, not its `else`), so that two lines of
+    the same text are told apart by the statement each sits in. Empty: any. A definition that is a whole class
+    holds many mutants of one operator and text; naming the replacement and the line keeps one declaration from
+    covering a sibling that is a real gap."""
 
     definition: str
     operator: str
     original: str
     reason: str
+    replacement: str = ""
+    line: str = ""
+
+    def covers(self, mutant: Any, text: str = "") -> bool:
+        """Whether this declaration names `mutant` (a `mutants.Mutant`); `text`: the upstream file's text, which
+        `line` is matched in (a declaration with a `line` covers nothing without it)."""
+        if (self.definition, self.operator, self.original) != (mutant.definition, mutant.operator, mutant.original):
+            return False
+        if self.replacement and self.replacement != mutant.replacement:
+            return False
+        return not self.line or mutant.line in self.lines(text, mutant.line)
+
+    def lines(self, text: str, line: int) -> set[int]:
+        """The source lines `line` names in `text` (`line` itself when it holds the piece): the lines inside each
+        statement of the definition whose first line holds it."""
+        source = text.splitlines()
+        own = {line} if 0 < line <= len(source) and self.line in source[line - 1] else set()
+        if not text:
+            return own
+        from .linetrace import documented_lines  # ast work, only when a mutation run matches
+
+        found = documented_lines(text, [Unreached(self.definition, self.line, self.reason)], every_line=True)
+        return own | found.get(self.definition, set())
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from kvsim.conform.source import resolve_source
 from kvsim.conform.targets import RunOptions, run_target, select_targets
 from kvsim.conform.vllm import offload
 from kvsim.models.kv_offload import policies
+from kvsim.models.kv_offload.conform import ARC
 from kvsim.models.kv_offload.conform import MANAGER as RELPATH
 from kvsim.models.kv_offload.manager import CPUOffloadingManager
 from kvsim.models.kv_offload.names import NEW_NAMES, OLD_NAMES
@@ -26,11 +27,12 @@ def v033():  # type: ignore[no-untyped-def]
     return resolve_source("vllm", version="0.33.0")
 
 
-def _planted(tmp_path, source, old, new):  # type: ignore[no-untyped-def]
-    """A copy of the release tree with one line of the manager changed (hard links, the file replaced)."""
+def _planted(tmp_path, source, old, new, relpath=RELPATH):  # type: ignore[no-untyped-def]
+    """A copy of the release tree with one line of the manager (or `relpath`) changed (hard links, the file
+    replaced)."""
     tree = tmp_path / "vllm-planted"
     shutil.copytree(source.root, tree, copy_function=os.link)
-    target = tree / RELPATH
+    target = tree / relpath
     text = target.read_text()
     assert text.count(old) == 1, old
     target.unlink()  # hard link: replace the file, never write through to the cache
@@ -49,7 +51,7 @@ def test_lockstep_conforms_and_runs_the_directed_programs(v033):
         "failed_store_removal_event", "failed_store_without_events", "arc_b2_ghost_hit_lowers_the_target",
         "stale_request_finished", "lru_ranks_one_call_in_order", "lru_evict_skips_a_pinned_entry",
         "arc_finish_of_an_evicted_reused_key", "arc_finish_keeps_a_key_it_only_saw", "arc_evict_skips_the_offer",
-        "arc_two_evictions_track_t1", "one_chunk_write_usage",
+        "arc_two_evictions_track_t1", "arc_two_evictions_from_t1_above_target", "one_chunk_write_usage",
         "arc_failed_store_of_a_t2_key", "arc_b2_ghost_stored_again", "arc_promotions_ghost_hits_failed_store",
         "full_tracker_drops_its_oldest"), "holds")
 
@@ -88,6 +90,17 @@ def test_planted_upstream_change_makes_the_lockstep_fail(tmp_path, v033):
     result = _run("CPUOffloadingManager", _planted(tmp_path, v033, "protected = set(keys)", "protected = set()"), 30)
     assert result.status == "diverges" and result.divergent == 1
     assert "prepare_store(" in result.divergences[0]["program"][-1]
+
+
+@pytest.mark.parametrize("step", ["virtual_t1_size = 1", "virtual_t1_size -= 2"])
+def test_planted_first_t1_pick_miscounted_is_caught_by_two_evictions_above_the_target(tmp_path, v033, step):
+    """ARC evict's virtual T1 size after its first T1 pick made 1 or decremented twice (two surviving mutants before
+    the directed program): with T1 one above the target, the second eviction takes T2's key, not T1's."""
+    first_pick = "                    candidate = (*entry, True)\n                    "
+    planted = _planted(tmp_path, v033, first_pick + "virtual_t1_size -= 1", first_pick + step, relpath=ARC)
+    props = {p["property"]: p for p in _run("CPUOffloadingManager", planted, 5).properties}
+    found = props["arc_two_evictions_from_t1_above_target"]
+    assert found["status"] == "fails" and "prepare_store([4, 5], 2)" in found["message"], found
 
 
 def test_planted_missing_failure_event_is_caught_at_a_failed_store(tmp_path, v033):
