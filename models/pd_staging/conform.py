@@ -41,6 +41,54 @@ KERNEL_DOCS = {
                            "every writer of the decode rank, bit for bit over the decode pool; 1/2/4-byte dtypes",
     ("scatter", "torch"): "scatter_staging_to_kv through the torch fallback vs scatter_staging_to_pages for every "
                           "writer, bit for bit over the decode pool, four dtypes"}
+
+
+RESIZED = ("the staging view reshaped with two of its sizes swapped: torch.gather(out=) resizes an out tensor of the "
+           "wrong shape to the index's (a deprecated behaviour, with a UserWarning), in the same storage from the same "
+           "offset, so the same bytes are written (were it to stop resizing, the call would raise)")
+RESHAPED = ("the layer's staging view reshaped with two of its sizes swapped: scatter_kv_head_slices reshapes it to "
+            "(tokens, heads, head size) again before the copy, and a contiguous view holds the same elements in the "
+            "same order either way")
+SHORTCUT = ("page_size == 1 -> == 0: no page size is 0, and the general branch at page size 1 makes the same token "
+            "indices (page * 1 + arange(1))")
+SAME_DEVICE = ("the device check's K and V lists swapped: it asserts both non-empty and the first list's device, and "
+               "upstream's pool puts K and V on one device")
+WRITERS = "num_writers = prefill_attn_tp_size // max(1, decode_attn_tp_size)"
+
+
+def _torch_path_survivors(kind: str) -> tuple[Survivor, ...]:
+    """The equivalent mutants of a torch path (all of its mutants run, `--mutants 0`)."""
+    launcher, helper = KERNEL_CHECKED[kind, "torch"][1:]
+    view = "staging_view[offset : offset + per_layer_bytes]" if kind == "gather" else \
+        "staging_buffer_view[offset : offset + per_layer_bytes]"
+    shared = (
+        Survivor(launcher if kind == "gather" else helper, "constant", "1", SHORTCUT, replacement="0",
+                 line="if page_size == 1:"),
+        *(Survivor(launcher, "arguments", original, RESIZED if kind == "gather" else RESHAPED, line=view)
+          for original in ("num_tokens, num_heads", "num_heads, head_dim")),
+        Survivor(KERNEL_CHECKED[kind, "torch"][0], "arguments", "k_buffers, v_buffers", SAME_DEVICE,
+                 line="_check_kv_on_staging_device("))
+    if kind == "gather":
+        return shared
+    return shared + (
+        Survivor(launcher, "comparison", ">", "the P_tp > D_tp branch taken at P_tp == D_tp too: P_tp // D_tp is one "
+                 "writer there, as the other branch says", line="if prefill_attn_tp_size > decode_attn_tp_size:"),
+        Survivor(launcher, "division", "prefill_attn_tp_size // max(1, decode_attn_tp_size)", WHOLE_QUOTIENT),
+        Survivor(launcher, "constant", "1", "max(1, D_tp) -> max(0, D_tp): every TP size is >= 1", replacement="0",
+                 line=WRITERS),
+        Survivor(launcher, "arguments", "1, decode_attn_tp_size", "max's two arguments swapped", line=WRITERS))
+
+
+KERNEL_SURVIVORS = {(kind, "torch"): _torch_path_survivors(kind) for kind in ("gather", "scatter")}
+
+
+def other_path(kind: str, path: str) -> tuple[Unreached, ...]:
+    """The dispatcher's call of the other path: that path's target checks it (this one never takes it)."""
+    other = "torch" if path == "triton" else "triton"
+    dispatcher, launcher = KERNEL_CHECKED[kind, other][:2]
+    return (Unreached(dispatcher, f"return {launcher}(", f"the {other} path's call: staging-{kind}-{other} checks it"),)
+
+
 PREFILL = "sglang/srt/disaggregation/prefill.py"
 CONN = "sglang/srt/disaggregation/common/conn.py"
 MEM_COMMON = "sglang/srt/mem_cache/common.py"
@@ -202,7 +250,8 @@ CONFORM = (
     *(ConformTarget(
         "sglang", f"staging-{kind}-{path}",
         upstream=(Upstream(STAGING_BUFFER, KERNEL_SYMBOLS[kind], checked=KERNEL_CHECKED[kind, path]),),
-        adapter=f"kvsim.conform.sglang.kernels:{kind.upper()}_{path.upper()}",
+        adapter=f"kvsim.conform.sglang.kernels:{kind.upper()}_{path.upper()}", unreached=other_path(kind, path),
+        survivors=KERNEL_SURVIVORS.get((kind, path), ()),
         doc=KERNEL_DOCS[kind, path]) for kind in ("gather", "scatter") for path in ("triton", "torch")),
     ConformTarget(
         "sglang", "send_plan",

@@ -80,10 +80,17 @@ PLANTS = [
      "pool_token * stride_pool_token.to(tl.int64) + e_idx"),  # the head offset dropped
     ("sglang", "staging-scatter-torch", "sglang/srt/disaggregation/common/staging_buffer.py",
      "rank_base = writer_rank * per_rank_bytes", "rank_base = writer_rank * per_layer_bytes"),
+    # the two input gaps a mutation run of the torch paths found, closed by the targets' pinned cases
+    ("sglang", "staging-gather-torch", "sglang/srt/disaggregation/common/staging_buffer.py",
+     "if page_size == 1:\n        token_indices = page_idx_tensor",
+     "if page_size == 2:\n        token_indices = page_idx_tensor"),  # the page-size-1 shortcut at size 2
+    ("sglang", "staging-scatter-torch", "sglang/srt/disaggregation/common/staging_buffer.py",
+     "num_writers = prefill_attn_tp_size // max(1, decode_attn_tp_size)",
+     "num_writers = prefill_attn_tp_size // max(2, decode_attn_tp_size)"),  # one writer short at decode TP 1
 ]
 
 
-@pytest.mark.parametrize("engine,name,relpath,old,new", PLANTS, ids=[p[1] for p in PLANTS])
+@pytest.mark.parametrize("engine,name,relpath,old,new", PLANTS, ids=[f"{p[1]}-{i}" for i, p in enumerate(PLANTS)])
 def test_a_planted_stride_or_offset_makes_the_target_diverge(sources, tmp_path, engine, name, relpath, old,
                                                              new) -> None:
     mutant = resolve_source(engine, from_path=_planted(tmp_path, sources[engine], relpath, old, new))
@@ -190,3 +197,37 @@ def test_a_planted_change_in_the_0_5_17_gather_diverges(tmp_path) -> None:  # ty
     result = run_target(_target("sglang", "staging-gather-triton"), resolve_source("sglang", from_path=tree),
                                                            RunOptions(max_examples=20))
     assert result.status == "diverges", result
+
+
+# the torch paths' equivalent mutants, all of them measured (`kvsim conform sglang --target T --mutants 0`): each
+# declaration covers these and no sibling of the same operator and text (docs/conform.md#mutation-scores)
+DOCUMENTED = {
+    "staging-gather-torch": ["442 _gather_all_layers_torch constant: '1' -> '0'",
+                             "458 _gather_all_layers_torch arguments: 'num_tokens, num_heads'",
+                             "458 _gather_all_layers_torch arguments: 'num_heads, head_dim'",
+                             "472 _gather_all_layers_torch arguments: 'num_tokens, num_heads'",
+                             "472 _gather_all_layers_torch arguments: 'num_heads, head_dim'",
+                             "564 gather_all_layers_to_staging arguments: 'k_buffers, v_buffers'"],
+    "staging-scatter-torch": ["406 scatter_kv_head_slices constant: '1' -> '0'",
+                              "603 _scatter_staging_to_kv_torch comparison: '>' -> '>='",
+                              "604 _scatter_staging_to_kv_torch division:",
+                              "604 _scatter_staging_to_kv_torch constant: '1' -> '0'",
+                              "604 _scatter_staging_to_kv_torch arguments: '1, decode_attn_tp_size'",
+                              "623 _scatter_staging_to_kv_torch arguments: 'num_tokens, num_heads'",
+                              "623 _scatter_staging_to_kv_torch arguments: 'num_heads, head_dim'",
+                              "638 _scatter_staging_to_kv_torch arguments: 'num_tokens, num_heads'",
+                              "638 _scatter_staging_to_kv_torch arguments: 'num_heads, head_dim'",
+                              "747 scatter_staging_to_kv arguments: 'k_buffers, v_buffers'"]}
+
+
+@pytest.mark.parametrize("name", sorted(DOCUMENTED))
+def test_the_torch_paths_document_exactly_their_equivalent_mutants(sources, name: str) -> None:
+    from kvsim.conform.mutate import target_mutants
+    from kvsim.conform.run import upstream_texts
+
+    target = _target("sglang", name)
+    texts = {u.file: text for u, text in upstream_texts(target, sources["sglang"])}
+    covered = [m.label.split(":", 1)[1] for m in target_mutants(target, sources["sglang"])
+               if any(s.covers(m, texts[m.file]) for s in target.survivors)]
+    assert len(covered) == len(DOCUMENTED[name]), covered
+    assert all(label.startswith(want) for label, want in zip(covered, DOCUMENTED[name])), covered
