@@ -85,3 +85,14 @@ def test_refusals_and_engine_raises_are_answers(child):  # type: ignore[no-untyp
     assert answer.where.startswith(str(child.env.source.root / "vllm" / "v1" / "core" / "block_pool.py")), answer
     # the child still answers after a raise, with the manager it had
     assert child.call("allocate", request="x", new_tokens=8)["blocks"] == [1, 2]
+
+
+def test_without_caching_nothing_is_hashed_or_hit_and_freed_blocks_are_reused_first(child):  # type: ignore[no-untyped-def]
+    child.call("build", num_blocks=10, block_size=4, enable_caching=False, events=True)
+    child.call("computed", request="a", tokens=list(range(10)))
+    assert child.call("allocate", request="a", new_tokens=10)["blocks"] == [1, 2, 3]
+    state = child.call("free", request="a", observe=True)["state"]
+    assert state["blocks"] == [[i, 0, False] for i in range(10)] and state["events"] == []
+    # uncached blocks are prepended, tail first: the request's last block is the next one handed out (LIFO)
+    assert state["free"] == [3, 2, 1, 4, 5, 6, 7, 8, 9]
+    assert child.call("computed", request="b", tokens=list(range(10))) == {"blocks": [], "hit": 0}
