@@ -35,7 +35,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import types
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -43,6 +42,7 @@ from typing import Any, Callable, Mapping, Sequence
 from kvsim.engine.conformance.runner import TargetSkipped
 from kvsim.engine.errors import ConfigError
 
+from .child import LineChild, kill
 from .source import EngineSource
 
 DEVICES = ("cpu", "cuda")
@@ -172,7 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 # --- parent side ---------------------------------------------------------------------------------------
 
-class KernelChild:
+class KernelChild(LineChild):
     """A running child for one engine source and device; `call` sends one case and returns its result.
 
     `timeout`: seconds one call may take; a call that does not answer in time ends the child (its whole
@@ -186,17 +186,13 @@ class KernelChild:
                  mutant: Any = None, trace: Any = None) -> None:
         if device not in DEVICES:
             raise ConfigError("--device", f"one of {', '.join(DEVICES)}", device)
+        super().__init__()
         self.source, self.device, self.timeout, self.mutant, self.trace = source, device, timeout, mutant, trace
-        self.process: subprocess.Popen[str] | None = None
-        self._stderr: Any = None
         self.started = 0
 
     def __enter__(self) -> "KernelChild":
         self._start()
         return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
     def _start(self) -> None:
         if self.device == "cuda" and self.started == 0:  # no CUDA here: the target is skipped before any call
@@ -209,57 +205,12 @@ class KernelChild:
         else:
             env.pop("TRITON_INTERPRET", None)
         env.setdefault("PYTHONWARNINGS", "ignore")
-        self._stderr = tempfile.TemporaryFile(mode="w+")
-        self.process = subprocess.Popen([sys.executable, "-m", "kvsim.conform.triton_child", "--device", self.device],
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
-                                        text=True, env=env, start_new_session=True)
+        self.spawn(["-m", "kvsim.conform.triton_child", "--device", self.device], env)
         self.started += 1
         s = self.source
-        self._send({"engine": s.engine, "version": s.version, "root": str(s.root), "origin": s.origin,
-                    "mutant": self.mutant.to_json() if self.mutant is not None else None,
-                    "trace": self.trace is not None})
-
-    def close(self) -> None:
-        process, self.process = self.process, None
-        if process is not None:
-            if process.stdin:
-                try:
-                    process.stdin.close()
-                except OSError:
-                    pass
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                _kill(process)
-            except BaseException:
-                _kill(process)
-                raise
-        if self._stderr is not None:
-            self._stderr.close()
-            self._stderr = None
-
-    def _send(self, document: Mapping[str, Any]) -> None:
-        assert self.process is not None and self.process.stdin is not None
-        self.process.stdin.write(json.dumps(document) + "\n")
-        self.process.stdin.flush()
-
-    def stderr_tail(self, limit: int = 2000) -> str:
-        if self._stderr is None:
-            return ""
-        self._stderr.flush()
-        self._stderr.seek(0)
-        return self._stderr.read()[-limit:]
-
-    def _readline(self) -> str | None:
-        """The child's next line, or None when it did not answer within the timeout."""
-        import select
-
-        assert self.process is not None and self.process.stdout is not None
-        if self.timeout:
-            ready, _, _ = select.select([self.process.stdout], [], [], self.timeout)
-            if not ready:
-                return None
-        return self.process.stdout.readline()
+        self.send({"engine": s.engine, "version": s.version, "root": str(s.root), "origin": s.origin,
+                   "mutant": self.mutant.to_json() if self.mutant is not None else None,
+                   "trace": self.trace is not None})
 
     def call(self, kernel: str, case: Mapping[str, Any]) -> dict[str, Any]:
         """The kernel's result; ConfigError when upstream cannot be loaded, KernelSkipped without CUDA; a raise,
@@ -270,15 +221,15 @@ class KernelChild:
             self._start()
         assert self.process is not None
         try:
-            self._send({"kernel": kernel, "case": case})
-            line = self._readline()
+            self.send({"kernel": kernel, "case": case})
+            line = self.readline(self.timeout)
         except (BrokenPipeError, OSError) as exc:
             line = ""
             reason = f"{exc}"
         else:
             reason = ""
         if line is None:
-            _kill(self.process)
+            kill(self.process)
             self.close()
             raise Answered(DidNotReturn(float(self.timeout or 0)))
         if not line:
@@ -301,20 +252,6 @@ class KernelChild:
             raise ConfigError(kernel, "upstream definitions that load", answer["error"])
         raised = answer.get("raised") or {"type": "Error", "message": answer["error"], "where": kernel}
         raise Answered(Raised(raised["type"], raised["message"], raised["where"], raised.get("origin", "upstream")))
-
-
-def _kill(process: subprocess.Popen[str]) -> None:
-    """End the child and everything it started (its own process group)."""
-    import signal
-
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
-        process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        pass
 
 
 if __name__ == "__main__":

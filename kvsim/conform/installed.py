@@ -1,0 +1,140 @@
+"""The second load mode: a released engine imported for real, in a child process, from the user cache.
+
+`loader.py` reads named definitions out of an engine's files without importing the engine. A whole component
+(vLLM's `KVCacheManager` with its block pool, coordinator and request type) is driven by importing the
+release instead: its unpacked tree (`source.resolve_source`) first on `sys.path`, and a per-release folder of
+the dependencies its import chain needs last, installed `pip install --no-deps --target` from the pins below.
+Torch is never installed there: it is the running interpreter's (the CPU build), and `--no-deps` keeps every
+pin from pulling a CUDA torch or nvidia packages. Nothing is written into the repository.
+
+`DEPENDENCIES` is the one place that says what an import needs: per engine, a table of pinned distributions
+for each release (`"default"` for the releases without their own). The vLLM table was found by importing
+`vllm.v1.core.kv_cache_manager` from the 0.33.0 tree and adding each distribution a `ModuleNotFoundError`
+named, then keeping those whose modules the import loaded; 0.26.0 imports with the same table (its metadata
+pins apache-tvm-ffi 0.1.10, and 0.1.11 loads for the import). No module is stubbed: the import chain runs as
+released (vLLM only warns that its package metadata is missing, as it does from any unpacked tree).
+
+`prepare(engine, version)` installs the folder once (a marker file names the pins it holds; processes that
+prepare the same release at once take turns on a lock file, and pip installs into a private folder renamed
+into place), and returns the `ImportEnvironment` the child (`installed_child`) starts from.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+from kvsim.engine.errors import ConfigError, KvsimError
+
+from .source import EngineSource, cache_root, check_version, resolve_source
+
+INSTALL_TIMEOUT_S = 1800
+MARKER = ".kvsim-prepared"
+
+# vllm.v1.core.kv_cache_manager's import chain (vllm.distributed.kv_events, kv_cache_utils, vllm.config,
+# vllm.v1.request and its structured-output and entrypoint imports), distribution==version. Numpy, pyzmq,
+# psutil, pyyaml, requests, filelock and pillow come from kvsim's own environment, torch from the interpreter.
+_VLLM = (
+    "aiohappyeyeballs==2.7.1", "aiohttp==3.14.5", "aiosignal==1.4.0", "annotated-doc==0.0.7",
+    "annotated-types==0.8.0", "anyio==4.16.0", "apache-tvm-ffi==0.1.11", "cachetools==8.0.2", "cbor2==6.3.0",
+    "cloudpickle==3.1.3", "fastapi==0.136.3", "frozenlist==1.8.0", "h11==0.16.0", "httpcore2==2.16.2",
+    "httpx2==2.16.2", "huggingface-hub==2.4.0", "llguidance==1.7.6", "msgspec==0.23.0", "multidict==7.2.1",
+    "openai==3.60.0", "openai-harmony==0.0.8", "partial-json-parser==0.2.1.1.post7", "prometheus-client==0.26.0",
+    "propcache==0.5.4", "py-cpuinfo==9.0.0", "pybase64==1.5.1", "pydantic==2.14.4", "pydantic-core==2.50.5",
+    "regex==2026.11.19", "safetensors==0.8.0", "sniffio==1.3.1", "starlette==1.10.0", "tokenizers==0.23.3",
+    "tqdm==4.70.1", "transformers==5.20.2", "truststore==0.10.5", "typing-inspection==0.4.5", "uvloop==0.23.0",
+    "xgrammar==0.2.8", "yarl==1.25.1",
+)
+
+DEPENDENCIES: Mapping[str, Mapping[str, tuple[str, ...]]] = {
+    "vllm": {"default": _VLLM},
+}
+# the module a child imports before it answers anything: the component the checks drive
+CHECKED_MODULES: Mapping[str, str] = {"vllm": "vllm.v1.core.kv_cache_manager"}
+# never in a dependency folder: the interpreter's own torch and nothing built for CUDA
+FORBIDDEN = ("torch", "torchvision", "torchaudio", "triton", "nvidia-")
+
+
+@dataclass(frozen=True)
+class ImportEnvironment:
+    """What a real-import child puts on `sys.path`: the release tree first, its dependency folder last."""
+
+    source: EngineSource
+    deps: Path
+    pins: tuple[str, ...]
+
+    @property
+    def engine(self) -> str:
+        return self.source.engine
+
+    @property
+    def module(self) -> str:
+        return CHECKED_MODULES[self.source.engine]
+
+
+def pins(engine: str, version: str) -> tuple[str, ...]:
+    """The pinned distributions the import of `engine` `version` needs (ConfigError for an engine without a table)."""
+    table = DEPENDENCIES.get(engine)
+    if table is None:
+        raise ConfigError("engine", f"an engine with a real-import table ({', '.join(DEPENDENCIES)})", engine)
+    return table.get(version, table["default"])
+
+
+def deps_folder(engine: str, version: str, pinned: tuple[str, ...]) -> Path:
+    """`<cache>/deps/<engine>-<version>-<digest of the pins>`: a changed table is a new folder, never a stale one."""
+    digest = hashlib.sha256("\n".join(sorted(pinned)).encode()).hexdigest()[:12]
+    return cache_root() / "deps" / f"{engine}-{version}-{digest}"
+
+
+def prepare(engine: str, version: str) -> ImportEnvironment:
+    """The release's tree and its dependency folder, downloaded and installed once (later calls only look)."""
+    version = check_version(version)
+    pinned = pins(engine, version)
+    source = resolve_source(engine, version=version)
+    return ImportEnvironment(source, install_dependencies(engine, version), pinned)
+
+
+def install_dependencies(engine: str, version: str) -> Path:
+    """The release's dependency folder, installed once from its pins (a KvsimError with pip's reason if not)."""
+    pinned = pins(engine, check_version(version))
+    folder = deps_folder(engine, version, pinned)
+    if not (folder / MARKER).is_file():
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        with open(folder.parent / f".{folder.name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+            if not (folder / MARKER).is_file():  # another process may have installed it while this one waited
+                _install(pinned, folder)
+    return folder
+
+
+def _install(pinned: tuple[str, ...], folder: Path) -> None:
+    bad = [p for p in pinned if p.lower().startswith(FORBIDDEN)]
+    if bad:
+        raise ConfigError("dependency table", "no torch, triton or nvidia distribution", ", ".join(bad))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    try:
+        cmd = [sys.executable, "-m", "pip", "install", "--no-deps", "--only-binary=:all:", "--no-compile",
+               "--disable-pip-version-check", "-q", "--target", str(tmp), *pinned]
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S)
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise KvsimError(f"installing the import dependencies into {folder} failed: {exc}") from exc
+        if done.returncode != 0:
+            lines = [line for line in (done.stderr or done.stdout).splitlines()
+                     if line.strip() and not line.lstrip().startswith("WARNING")]
+            reason = " ".join(" ".join(lines[-3:]).split()) or "no output"
+            raise KvsimError(f"installing the import dependencies with pip failed (exit {done.returncode}): {reason}")
+        (tmp / MARKER).write_text("\n".join(pinned) + "\n")
+        if folder.exists():  # a folder left without its marker by an interrupted run
+            shutil.rmtree(folder)
+        os.rename(tmp, folder)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,131 @@
+"""vLLM's real `KVCacheManager`, imported from a release (`kvsim.conform.installed`), driven in the child.
+
+The driver runs inside `kvsim.conform.installed_child` (the release on `sys.path`, vLLM imported) and answers
+a small request vocabulary, each answer JSON:
+
+* `build(num_blocks, block_size, enable_caching=True, events=False, max_model_len=None)`: a new manager for one
+  full-attention group (`KVCacheConfig` with `kv_cache_tensors=[]`, as upstream's CPU tests build it), hashed
+  with sha256 at the block size; every request of the previous manager is forgotten. Answers `observe`.
+* `computed(request, tokens)`: `get_computed_blocks` of the request (made on first use from its token list):
+  `{"blocks": [ids in order], "hit": tokens}`; the blocks are kept for the request's next `allocate`.
+* `allocate(request, new_tokens, computed_tokens=0, lookahead=0)`: `allocate_slots` with the blocks the last
+  `computed` returned when `computed_tokens` > 0: `{"blocks": [new ids in order] | null, "held": [ids]}`.
+* `free(request)`: `free`; the request is forgotten.
+* `observe()`: `{"blocks": [[id, ref_cnt, hashed], ...] by id, "free": [ids in the free queue's order],
+  "events": [...]}` (the events `take_events` hands over, `[]` unless the manager was built with events: each
+  `{"type": class name, field: value, ...}`, hashes as upstream gives them).
+
+Every request but `observe` takes `observe=True` to answer `{"answer": ..., "state": observe()}` in one round
+trip. Releases differ in signatures (0.33.0's `get_computed_blocks` returns a third count): the driver reads
+only what both 0.26.0 and 0.33.0 give.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Mapping
+
+from kvsim.engine.errors import ConfigError
+
+
+def _jsonable(value: Any) -> Any:
+    """An event's field as JSON: bytes as hex, msgspec structs and dataclasses as their fields, enums by name."""
+    if isinstance(value, (bytes, bytearray)):
+        return value.hex()
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    fields = getattr(value, "__struct_fields__", None) or getattr(value, "__dataclass_fields__", None)
+    if fields is not None:
+        return {"type": type(value).__name__, **{f: _jsonable(getattr(value, f)) for f in fields}}
+    if hasattr(value, "name") and hasattr(value, "value") and type(value).__module__ != "builtins":
+        return value.name
+    return value
+
+
+class ManagerDriver:
+    """One real `KVCacheManager` at a time and the requests made on it, answering the requests above."""
+
+    def __init__(self) -> None:
+        from vllm.utils.hashing import sha256
+        from vllm.v1.core import kv_cache_utils
+
+        self._sha256 = sha256
+        kv_cache_utils.init_none_hash(sha256)  # PYTHONHASHSEED is fixed by the parent: the same NONE_HASH each run
+        self.manager: Any = None
+        self.block_size = 0
+        self.requests: dict[str, Any] = {}
+        self.computed_blocks: dict[str, Any] = {}
+
+    def handle(self, op: str, args: Mapping[str, Any]) -> Any:
+        method = getattr(self, "op_" + op, None)
+        if method is None:
+            raise ConfigError("op", "one of build, computed, allocate, free, observe", op)
+        args = dict(args)
+        observe = bool(args.pop("observe", False))
+        if op != "build" and self.manager is None:
+            raise ConfigError(op, "a manager built first (op build)", "none")
+        try:
+            inspect.signature(method).bind(**args)
+        except TypeError as exc:
+            raise ConfigError(op, "the arguments the op takes", sorted(args), hint=str(exc)) from None
+        answer = method(**args)
+        return {"answer": answer, "state": self.op_observe()} if observe and op != "observe" else answer
+
+    def op_build(self, num_blocks: int, block_size: int, enable_caching: bool = True, events: bool = False,
+                 max_model_len: int | None = None) -> Any:
+        import torch
+        from vllm.v1.core import kv_cache_utils
+        from vllm.v1.core.kv_cache_manager import KVCacheManager
+        from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+
+        spec = FullAttentionSpec(block_size=block_size, num_kv_heads=1, head_size=1, dtype=torch.float32)
+        config = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[],
+                               kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)])
+        self.manager = KVCacheManager(config, max_model_len=max_model_len or num_blocks * block_size,
+                                      scheduler_block_size=block_size, hash_block_size=block_size,
+                                      enable_caching=enable_caching, enable_kv_cache_events=events)
+        self.block_size = block_size
+        self.hasher = kv_cache_utils.get_request_block_hasher(block_size, self._sha256)
+        self.requests.clear()
+        self.computed_blocks.clear()
+        return self.op_observe()
+
+    def _request(self, request: str, tokens: list[int] | None = None) -> Any:
+        if request not in self.requests:
+            if tokens is None:
+                raise ConfigError("request", "a request first seen with its tokens (op computed)", request)
+            from vllm.sampling_params import SamplingParams
+            from vllm.v1.request import Request
+
+            self.requests[request] = Request(request, list(tokens), SamplingParams(max_tokens=1), None,
+                                             block_hasher=self.hasher)
+        return self.requests[request]
+
+    def op_computed(self, request: str, tokens: list[int]) -> Any:
+        blocks, hit = self.manager.get_computed_blocks(self._request(request, tokens))[:2]
+        self.computed_blocks[request] = blocks
+        return {"blocks": blocks.get_block_ids()[0], "hit": hit}
+
+    def op_allocate(self, request: str, new_tokens: int, computed_tokens: int = 0, lookahead: int = 0) -> Any:
+        req = self._request(request)
+        computed = self.computed_blocks.pop(request, None) if computed_tokens else None
+        blocks = self.manager.allocate_slots(req, new_tokens, computed_tokens, computed,
+                                             num_lookahead_tokens=lookahead)
+        if blocks is not None:  # what the scheduler does once the step ran: the request's tokens are computed
+            req.num_computed_tokens += computed_tokens + new_tokens
+        return {"blocks": None if blocks is None else blocks.get_block_ids()[0],
+                "held": list(self.manager.get_block_ids(request)[0])}
+
+    def op_free(self, request: str) -> Any:
+        self.manager.free(self._request(request))
+        del self.requests[request]
+        self.computed_blocks.pop(request, None)
+        return None
+
+    def op_observe(self) -> Any:
+        pool = self.manager.block_pool
+        return {"blocks": [[b.block_id, b.ref_cnt, b.block_hash is not None] for b in pool.blocks],
+                "free": [b.block_id for b in pool.free_block_queue.get_all_free_blocks()],
+                "events": [_jsonable(e) for e in self.manager.take_events()]}

@@ -1,0 +1,89 @@
+"""kvsim.conform.installed and installed_child without a release: the dependency table, a failed install, a
+release that does not import (each a one-line error), and the child's protocol (tests/conform/vllm/
+test_conform_real_manager.py drives the real vLLM manager)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from kvsim.conform import installed
+from kvsim.conform.installed_child import InstalledChild
+from kvsim.conform.source import EngineSource
+from kvsim.engine.errors import ConfigError, KvsimError
+
+
+def test_the_tables_pin_every_distribution_and_never_torch_or_cuda():
+    for engine, table in installed.DEPENDENCIES.items():
+        assert "default" in table and engine in installed.CHECKED_MODULES
+        for pinned in table.values():
+            assert len(set(pinned)) == len(pinned)
+            for pin in pinned:
+                name, sep, version = pin.partition("==")
+                assert sep and version and name, pin
+                assert not name.lower().startswith(installed.FORBIDDEN), pin
+
+
+def test_an_engine_without_a_table_is_a_config_error():
+    with pytest.raises(ConfigError, match="real-import table"):
+        installed.pins("flashinfer", "0.7.4")
+
+
+def test_a_failed_install_is_one_line_with_pips_reason_and_leaves_no_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("KVSIM_CACHE_DIR", str(tmp_path))
+    monkeypatch.setitem(installed.DEPENDENCIES["vllm"], "0.0.1", ("regex==not a version",))  # refused by pip itself
+    with pytest.raises(KvsimError) as raised:
+        installed.install_dependencies("vllm", "0.0.1")
+    message = str(raised.value)
+    assert message.startswith("installing the import dependencies with pip failed (exit ")
+    assert "\n" not in message and "regex" in message, message
+    assert [p.name for p in (tmp_path / "deps").iterdir() if not p.name.endswith(".lock")] == []
+
+
+def test_a_release_that_does_not_import_is_a_config_error_with_the_last_line(tmp_path):
+    (tmp_path / "vllm").mkdir()
+    (tmp_path / "vllm" / "__init__.py").write_text("import kvsim_no_such_module_here\n")
+    env = installed.ImportEnvironment(EngineSource("vllm", "0.0.1", tmp_path, "test tree"), tmp_path / "deps", ())
+    with pytest.raises(ConfigError) as raised:
+        with InstalledChild(env, "kvsim.conform.vllm.real_manager:ManagerDriver", start_timeout=300):
+            pass
+    assert "No module named 'kvsim_no_such_module_here'" in str(raised.value)
+    assert "\n" not in str(raised.value)
+
+
+def _fake_release(tmp_path):  # type: ignore[no-untyped-def]
+    """A tree whose checked module imports at once (nothing of vLLM in it), for the child's own protocol."""
+    package = tmp_path / "vllm" / "v1" / "core"
+    package.mkdir(parents=True)
+    for folder in (tmp_path / "vllm", tmp_path / "vllm" / "v1", package):
+        (folder / "__init__.py").write_text("")
+    (package / "kv_cache_manager.py").write_text("print('engine output on stdout')\n")
+    return installed.ImportEnvironment(EngineSource("vllm", "0.0.1", tmp_path, "test tree"), tmp_path / "deps", ())
+
+
+def test_the_child_answers_refusals_raises_deaths_and_hangs_and_leaves_no_process(tmp_path):
+    from kvsim.engine.conformance.answers import Answered
+
+    driver = "kvsim.conform.installed_child:SelfTest"
+    with InstalledChild(_fake_release(tmp_path), driver, timeout=2.0, start_timeout=300) as child:
+        # what the engine prints at import goes to stderr, never into the protocol
+        assert child.call("echo", value=[1, "a"]) == [1, "a"] and child.import_s >= 0
+        assert "engine output on stdout" in child.stderr_tail()
+        with pytest.raises(ConfigError, match="one of echo, raise"):
+            child.call("evict")
+        with pytest.raises(Answered) as raised:
+            child.call("raise", message="boom")
+        assert (raised.value.answer.type, raised.value.answer.message) == ("ValueError", "boom")
+        assert "installed_child.py:" in raised.value.answer.where
+        pid = child.process.pid
+        with pytest.raises(Answered) as hung:
+            child.call("hang")
+        assert hung.value.answer.type == "ChildDied" and "within 2.0 s" in hung.value.answer.message
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)  # the hung child (and its process group) is gone
+        with pytest.raises(Answered) as died:
+            child.call("exit", code=5)  # a fresh child, which then dies
+        assert died.value.answer.type == "ChildDied"
+        assert child.call("echo", value="again") == "again"
+    assert child.process is None

@@ -1,0 +1,98 @@
+"""The second load mode on vLLM: the released `KVCacheManager` imported for real (kvsim.conform.installed), driven
+in its child process (kvsim.conform.vllm.real_manager). The release tree and its pinned dependencies are prepared
+once in the user cache (a failed download fails here with its reason); one child per release for the module."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvsim.conform.installed import MARKER, prepare
+from kvsim.conform.installed_child import InstalledChild
+from kvsim.engine.conformance.answers import Answered
+from kvsim.engine.errors import ConfigError
+
+DRIVER = "kvsim.conform.vllm.real_manager:ManagerDriver"
+# 0.33.0, the pinned release; 0.26.0, the release before the #48195 and #50297 fixes (the same table)
+RELEASES = ("0.33.0", "0.26.0")
+
+
+@pytest.fixture(scope="module", params=RELEASES)
+def child(request):  # type: ignore[no-untyped-def]
+    env = prepare("vllm", request.param)
+    assert (env.deps / MARKER).read_text().split() == list(env.pins)
+    with InstalledChild(env, DRIVER) as running:
+        yield running
+
+
+def _ref_counts(state):  # type: ignore[no-untyped-def]
+    return [count for _, count, _ in state["blocks"]]
+
+
+def test_prefix_hits_ref_counts_and_the_lru_free_queue(child):  # type: ignore[no-untyped-def]
+    state = child.call("build", num_blocks=10, block_size=4, events=True)
+    assert state == {"blocks": [[i, 0, False] for i in range(10)], "free": list(range(1, 10)), "events": []}
+    assert child.call("computed", request="a", tokens=list(range(10))) == {"blocks": [], "hit": 0}
+    a = child.call("allocate", request="a", new_tokens=10, observe=True)
+    # block 0 is the null block; two full blocks are hashed, the third holds 2 tokens
+    assert a["answer"] == {"blocks": [1, 2, 3], "held": [1, 2, 3]}
+    assert a["state"]["blocks"][:5] == [[0, 0, False], [1, 1, True], [2, 1, True], [3, 1, False], [4, 0, False]]
+    assert a["state"]["free"] == [4, 5, 6, 7, 8, 9]
+    (stored,) = a["state"]["events"]
+    assert stored["type"] == "BlockStored" and stored["token_ids"] == list(range(8))
+    assert stored["parent_block_hash"] is None and stored["block_size"] == 4 and len(stored["block_hashes"]) == 2
+
+    b = child.call("computed", request="b", tokens=list(range(8)) + [50, 51, 52])  # shares 8 tokens with a
+    assert b == {"blocks": [1, 2], "hit": 8}
+    assert child.call("allocate", request="b", new_tokens=3, computed_tokens=8) == {"blocks": [4], "held": [1, 2, 4]}
+    assert _ref_counts(child.call("observe")) == [0, 2, 2, 1, 1, 0, 0, 0, 0, 0]
+
+    child.call("free", request="a")
+    state = child.call("free", request="b", observe=True)["state"]
+    assert _ref_counts(state) == [0] * 10
+    assert [hashed for _, _, hashed in state["blocks"]] == [False, True, True] + [False] * 7
+    # the LRU order upstream defines: a request's blocks are freed tail first; a block without a hash goes to the
+    # front (evicted first), a cached one to the back, so the cached prefix [1, 2] is evicted last, 1 after 2
+    assert state["free"] == [4, 3, 5, 6, 7, 8, 9, 2, 1]
+    assert state["events"] == []
+
+    # a new 36-token request takes the nine free blocks in the queue's order, evicting the cached two last
+    c = child.call("computed", request="c", tokens=list(range(100, 136)))
+    assert c == {"blocks": [], "hit": 0}
+    c = child.call("allocate", request="c", new_tokens=36, observe=True)
+    assert c["answer"]["blocks"] == [4, 3, 5, 6, 7, 8, 9, 2, 1]
+    assert c["state"]["free"] == [] and _ref_counts(c["state"]) == [0] + [1] * 9
+    kinds = [e["type"] for e in c["state"]["events"]]
+    removed = [h for e in c["state"]["events"] if e["type"] == "BlockRemoved" for h in e["block_hashes"]]
+    assert sorted(removed) == sorted(stored["block_hashes"]), c["state"]["events"]
+    assert kinds.count("BlockStored") >= 1 and kinds[-1] == "BlockStored"
+    # a prefix of the evicted request no longer hits
+    assert child.call("computed", request="d", tokens=list(range(10)))["hit"] == 0
+
+
+def test_refusals_and_engine_raises_are_answers(child):  # type: ignore[no-untyped-def]
+    child.call("build", num_blocks=4, block_size=4)
+    with pytest.raises(ConfigError, match="op: expected one of build"):
+        child.call("evict_everything")
+    with pytest.raises(ConfigError, match="request first seen with its tokens"):
+        child.call("free", request="never-seen")
+    with pytest.raises(ConfigError, match="the arguments the op takes"):
+        child.call("computed", request="x", tokens=list(range(8)), max_cache_hit_length=3)
+    assert child.call("computed", request="x", tokens=list(range(8))) == {"blocks": [], "hit": 0}
+    with pytest.raises(Answered) as raised:  # the block pool asserts a positive block count
+        child.call("build", num_blocks=0, block_size=4)
+    answer = raised.value.answer
+    assert answer.type == "AssertionError" and answer.origin == "upstream"
+    assert answer.where.startswith(str(child.env.source.root / "vllm" / "v1" / "core" / "block_pool.py")), answer
+    # the child still answers after a raise, with the manager it had
+    assert child.call("allocate", request="x", new_tokens=8)["blocks"] == [1, 2]
+
+
+def test_without_caching_nothing_is_hashed_or_hit_and_freed_blocks_are_reused_first(child):  # type: ignore[no-untyped-def]
+    child.call("build", num_blocks=10, block_size=4, enable_caching=False, events=True)
+    child.call("computed", request="a", tokens=list(range(10)))
+    assert child.call("allocate", request="a", new_tokens=10)["blocks"] == [1, 2, 3]
+    state = child.call("free", request="a", observe=True)["state"]
+    assert state["blocks"] == [[i, 0, False] for i in range(10)] and state["events"] == []
+    # uncached blocks are prepended, tail first: the request's last block is the next one handed out (LIFO)
+    assert state["free"] == [3, 2, 1, 4, 5, 6, 7, 8, 9]
+    assert child.call("computed", request="b", tokens=list(range(10))) == {"blocks": [], "hit": 0}
