@@ -8,6 +8,7 @@ request life cycle of one full-attention group.
   `cache_blocks`, `free`).
 * `checks`, `actions`, `system`: the manager under a few requests as a transition system (`CacheManagerSystem`,
   its config `CacheManagerConfig`: the `kvsim explore --param`s) and its invariants.
+* `symmetry`: block ids are names; the explorer keeps one state per renaming of the blocks.
 * `variants`: `fixed` only this slice.
 """
 

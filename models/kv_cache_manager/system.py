@@ -19,7 +19,7 @@ Each step's KV events come back as its effects; the state keeps the view of the 
 eviction order, the tables matching the requests, the events matching the cache, nothing held once all ended;
 step checks (recorded with `flag`): a hit is a proper prefix of the request's chain, every `BlockRemoved`
 names a hash a `BlockStored` named before. Liveness (`every_request_finishes`): from every state all requests
-can finish.
+can finish. Block ids are names (`symmetry`): the explorer keeps one state per renaming of the blocks.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from kvsim.engine.errors import ConfigError
 from kvsim.engine.params import param
 from kvsim.engine.system import Invariant, flag, flagged
 
-from . import checks
+from . import checks, symmetry
 from .actions import Allocated, Decode, Deferred, Events, Finish, Freed, Preempt, Reset, ResetDone, Schedule
 from .kv_cache_manager import KVCacheManager, ManagerState, Request, cdiv
 from .kv_cache_utils import BlockHash
@@ -132,6 +132,10 @@ class CacheManagerSystem:
         if s.resets_left:
             actions.append(Reset())
         return actions
+
+    def canonical(self, s: CacheState) -> CacheState:
+        """One representative per renaming of the blocks (`symmetry`): the explorer's reduction."""
+        return symmetry.canonical(s)
 
     def allows(self, s: CacheState, a: tuple) -> bool:
         return RULES.allows(self, s, a)
