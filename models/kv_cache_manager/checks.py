@@ -75,11 +75,27 @@ def cached_map_hashes(pool: PoolState) -> str | None:
 
 def free_queue_order(pool: PoolState) -> str | None:
     """The eviction order: every uncached free block comes before every cached one (a freed request's uncached
-    blocks go to the front, its cached ones to the back, so the cache is evicted last, LRU first)."""
+    blocks go to the front, its cached ones to the back, so the cache is evicted last, LRU first). An invariant
+    of the operations this slice models; upstream's connector-facing `evict_blocks` (a hash dropped from a free
+    block in place) and `unpin_blocks` (uncached blocks appended) break it, and it is to be revisited with them."""
     cached = [pool.hashes[b] is not None for b in pool.free]
     if any(c and not later for i, c in enumerate(cached) for later in cached[i + 1:]):
         return f"free queue {list(pool.free)}: expected the uncached blocks before the cached ones, got " \
                f"cached flags {cached}"
+    return None
+
+
+def freed_in_eviction_order(queue_before: Sequence[int], table: Sequence[int], after: PoolState) -> str | None:
+    """`free` of a request whose table was `table`: the blocks it released (ref_cnt now 0), tail first, the
+    uncached ones before the queue as it was and the cached ones after it (upstream's `free_blocks` over the
+    reversed table: prepend_n the uncached, append_n the cached). The cached tail of the queue is then least
+    recently freed first (LRU), a request's tail block before its parents."""
+    released = [b for b in reversed(table) if b and after.refs[b] == 0]
+    expected = [b for b in released if after.hashes[b] is None] + list(queue_before) + \
+        [b for b in released if after.hashes[b] is not None]
+    if list(after.free) != expected:
+        return f"free of table {list(table)} on queue {list(queue_before)}: expected queue {expected}, " \
+               f"got {list(after.free)}"
     return None
 
 

@@ -15,6 +15,8 @@ from typing import Mapping
 from .block_pool import PoolState
 from .kv_cache_manager import ManagerState
 
+FLAG_MESSAGE = "(a representative's flag: the message is the real state's)"
+
 
 def relabel(s, perm: Mapping[int, int]):
     """`s` (a `CacheState`) with every block id b renamed perm[b] (perm fixes 0, the null block)."""
@@ -44,5 +46,9 @@ def first_appearance(s) -> dict[int, int]:
 
 
 def canonical(s):
+    """The representative of `s`'s orbit. A flag's message may name blocks, so the representative keeps only
+    the flag's name (the explorer computes a reported violation's message again on the real state)."""
     perm = first_appearance(s)
+    if s.flags:
+        s = s._replace(flags=tuple((name, FLAG_MESSAGE) for name, _ in s.flags))
     return s if all(old == new for old, new in perm.items()) else relabel(s, perm)

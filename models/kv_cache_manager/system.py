@@ -17,7 +17,8 @@ so decode blocks are shared too. A request:
 Each step's KV events come back as its effects; the state keeps the view of the cache they describe
 (`announced`). Invariants on every state: ref counts, the free queue, pool accounting, the cached map, the
 eviction order, the tables matching the requests, the events matching the cache, nothing held once all ended;
-step checks (recorded with `flag`): a hit is a proper prefix of the request's chain, every `BlockRemoved`
+step checks (recorded with `flag`): a hit is a proper prefix of the request's chain, `free` puts the released
+blocks where upstream's eviction order says (tail first, uncached to the front, cached to the back), every `BlockRemoved`
 names a hash a `BlockStored` named before. Liveness (`every_request_finishes`): from every state all requests
 can finish. Block ids are names (`symmetry`): the explorer keeps one state per renaming of the blocks.
 """
@@ -106,6 +107,8 @@ class CacheManagerSystem:
                       "every block is free once every request has ended"),
             Invariant("hit_is_proper_prefix", flagged("hit_is_proper_prefix"),
                       "a cache hit is a prefix of the request's hash chain, never the whole prompt"),
+            Invariant("freed_in_eviction_order", flagged("freed_in_eviction_order"),
+                      "free puts a request's released blocks tail first: uncached at the front, cached at the back"),
             Invariant("removed_was_stored", flagged("removed_was_stored"),
                       "every BlockRemoved names a hash a BlockStored named before"),
         )
@@ -166,17 +169,23 @@ class CacheManagerSystem:
         req = s.requests[r]
         return Request(r, list(req.token_ids), self.cfg.prompt_len, req.num_computed_tokens, self.cfg.block_size)
 
-    def sample(self, m: KVCacheManager, req: Request, fx: list) -> RequestState:
+    def sample(self, m: KVCacheManager, req: Request, fx: list, ch: dict) -> RequestState:
         """The step computed every token of `req`; it samples the next one, and finishes after `max_tokens`."""
         tokens = tuple(req.all_token_ids) + (self.cfg.output_token(req.request_id),)
         if len(tokens) - req.num_prompt_tokens >= self.cfg.max_tokens:
-            return self.free(m, req, fx)
+            return self.free(m, req, fx, ch)
         return RequestState(RUNNING, tokens, req.num_tokens)
 
     @staticmethod
-    def free(m: KVCacheManager, req: Request, fx: list) -> RequestState:
-        fx.append(Freed(req.request_id, tuple(m.get_block_ids(req.request_id))))
+    def free(m: KVCacheManager, req: Request, fx: list, ch: dict) -> RequestState:
+        """`free`, checked against upstream's eviction order (`checks.freed_in_eviction_order`)."""
+        table = tuple(m.get_block_ids(req.request_id))
+        queue = tuple(b.block_id for b in m.block_pool.free_block_queue.get_all_free_blocks())
+        fx.append(Freed(req.request_id, table))
         m.free(req)
+        problem = checks.freed_in_eviction_order(queue, table, m.block_pool.freeze())
+        if problem is not None:
+            ch["flags"] = ch.get("flags", ()) + (("freed_in_eviction_order", problem),)
         return RequestState(FINISHED, (), 0)
 
     # -- invariants ------------------------------------------------------------------------------------------
@@ -220,7 +229,7 @@ def _schedule(self: CacheManagerSystem, s: CacheState, a: Schedule, m: KVCacheMa
     problem = checks.hit_is_proper_prefix(req.block_hashes, [b.block_hash for b in hit], num_hit, req.num_tokens,
                                           self.cfg.block_size)
     if problem is not None:
-        ch["flags"] = (("hit_is_proper_prefix", problem),)
+        ch["flags"] = ch.get("flags", ()) + (("hit_is_proper_prefix", problem),)
     hit_ids = tuple(b.block_id for b in hit)
     new = m.allocate_slots(req, req.num_tokens - num_hit, num_hit, hit)
     if new is None:
@@ -228,7 +237,7 @@ def _schedule(self: CacheManagerSystem, s: CacheState, a: Schedule, m: KVCacheMa
         return
     fx.append(Allocated(a.req, hit_ids, num_hit, tuple(b.block_id for b in new)))
     req.num_computed_tokens = req.num_tokens
-    requests[a.req] = self.sample(m, req, fx)
+    requests[a.req] = self.sample(m, req, fx, ch)
 
 
 @RULES.rule(Decode, when=_listed)
@@ -241,20 +250,20 @@ def _decode(self: CacheManagerSystem, s: CacheState, a: Decode, m: KVCacheManage
         return
     fx.append(Allocated(a.req, (), 0, tuple(b.block_id for b in new)))
     req.num_computed_tokens = req.num_tokens
-    requests[a.req] = self.sample(m, req, fx)
+    requests[a.req] = self.sample(m, req, fx, ch)
 
 
 @RULES.rule(Finish, when=_listed)
 def _finish(self: CacheManagerSystem, s: CacheState, a: Finish, m: KVCacheManager, requests: list, fx: list,
             ch: dict) -> None:
-    requests[a.req] = self.free(m, self.request(s, a.req), fx)
+    requests[a.req] = self.free(m, self.request(s, a.req), fx, ch)
 
 
 @RULES.rule(Preempt, when=_listed)
 def _preempt(self: CacheManagerSystem, s: CacheState, a: Preempt, m: KVCacheManager, requests: list, fx: list,
              ch: dict) -> None:
     req = self.request(s, a.req)
-    self.free(m, req, fx)
+    self.free(m, req, fx, ch)
     requests[a.req] = RequestState(WAITING, s.requests[a.req].token_ids, 0)
 
 
