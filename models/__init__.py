@@ -16,4 +16,5 @@ MODELS = (  # in the order the models were added; the catalog lists them so
     "mla_backends",
     "pipelined_transfer",
     "kv_offload",
+    "kv_cache_manager",
 )

@@ -1,0 +1,151 @@
+"""The block pool's invariants as checks returning None when they hold, else a message.
+
+State checks read the value forms (`PoolState`, the manager's request tables); the step checks read what one
+call returned (`hit_is_proper_prefix`) or the events one step published (`announce`, against the consumer's
+view of the cache that the events so far describe).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Iterable, Sequence
+
+from .block_pool import PoolState
+from .kv_cache_utils import BlockHash
+from .kv_events import AllBlocksCleared, BlockRemoved, BlockStored
+
+Tables = Sequence["tuple[tuple[int, ...], int] | None"]
+
+
+def holders(tables: Tables) -> Counter:
+    """block id -> how many requests hold it."""
+    return Counter(b for t in tables if t is not None for b in t[0])
+
+
+def ref_count_is_holders(pool: PoolState, tables: Tables) -> str | None:
+    """Every block's ref_cnt is the number of requests holding it (the null block: none, count 0)."""
+    held = holders(tables)
+    if held[0]:
+        return f"null block: expected held by no request, got {held[0]}"
+    for b, ref in enumerate(pool.refs):
+        if b and ref != held[b]:
+            return f"block {b}: expected ref_cnt {held[b]} (requests holding it), got {ref}"
+    return None
+
+
+def free_queue_iff_unreferenced(pool: PoolState) -> str | None:
+    """A block is in the free queue exactly when its ref_cnt is 0; the null block never; no block twice."""
+    free = pool.free
+    if len(set(free)) != len(free):
+        return f"free queue: expected no block twice, got {list(free)}"
+    if 0 in free:
+        return f"free queue: expected never the null block, got {list(free)}"
+    expected = {b for b, ref in enumerate(pool.refs) if b and ref == 0}
+    if set(free) != expected:
+        return f"free queue: expected exactly the blocks with ref_cnt 0 {sorted(expected)}, got {sorted(free)}"
+    return None
+
+
+def pool_accounting(pool: PoolState) -> str | None:
+    """free + held + the null block = the pool size."""
+    held = sum(1 for b, ref in enumerate(pool.refs) if b and ref > 0)
+    if len(pool.free) + held + 1 != len(pool.refs):
+        return f"free ({len(pool.free)}) + held ({held}) + null (1): expected the pool size {len(pool.refs)}"
+    return None
+
+
+def cached_map_hashes(pool: PoolState) -> str | None:
+    """Every cached-map entry points at blocks carrying its hash, and every block with a hash is in the map
+    under it (the null block never)."""
+    listed = Counter()
+    for key, ids in pool.cached:
+        if not ids:
+            return f"cached map: expected no empty entry, got {key!r}"
+        for b in ids:
+            if pool.hashes[b] != key:
+                return f"cached map: {key!r} points at block {b}, whose hash is {pool.hashes[b]!r}"
+            listed[b] += 1
+    for b, h in enumerate(pool.hashes):
+        if h is not None and listed[b] != 1:
+            return f"block {b} has hash {h!r}: expected in the cached map once under it, got {listed[b]} times"
+    if pool.hashes[0] is not None:
+        return f"null block: expected no hash, got {pool.hashes[0]!r}"
+    return None
+
+
+def free_queue_order(pool: PoolState) -> str | None:
+    """The eviction order: every uncached free block comes before every cached one (a freed request's uncached
+    blocks go to the front, its cached ones to the back, so the cache is evicted last, LRU first). An invariant
+    of the operations this slice models; upstream's connector-facing `evict_blocks` (a hash dropped from a free
+    block in place) and `unpin_blocks` (uncached blocks appended) break it, and it is to be revisited with them."""
+    cached = [pool.hashes[b] is not None for b in pool.free]
+    if any(c and not later for i, c in enumerate(cached) for later in cached[i + 1:]):
+        return f"free queue {list(pool.free)}: expected the uncached blocks before the cached ones, got " \
+               f"cached flags {cached}"
+    return None
+
+
+def freed_in_eviction_order(queue_before: Sequence[int], table: Sequence[int], after: PoolState) -> str | None:
+    """`free` of a request whose table was `table`: the blocks it released (ref_cnt now 0), tail first, the
+    uncached ones before the queue as it was and the cached ones after it (upstream's `free_blocks` over the
+    reversed table: prepend_n the uncached, append_n the cached). The cached tail of the queue is then least
+    recently freed first (LRU), a request's tail block before its parents."""
+    released = [b for b in reversed(table) if b and after.refs[b] == 0]
+    expected = [b for b in released if after.hashes[b] is None] + list(queue_before) + \
+        [b for b in released if after.hashes[b] is not None]
+    if list(after.free) != expected:
+        return f"free of table {list(table)} on queue {list(queue_before)}: expected queue {expected}, " \
+               f"got {list(after.free)}"
+    return None
+
+
+def all_free_when_done(pool: PoolState, tables: Tables) -> str | None:
+    """Once every request has ended no block is held: all but the null block are free."""
+    if any(t is not None for t in tables):
+        return "every request ended: expected no request table, got " \
+               f"{[r for r, t in enumerate(tables) if t is not None]}"
+    if len(pool.free) != len(pool.refs) - 1:
+        return f"every request ended: expected all {len(pool.refs) - 1} blocks free, got {sorted(pool.free)}"
+    return None
+
+
+def events_mirror_cache(pool: PoolState, announced: Iterable[tuple[BlockHash, int]]) -> str | None:
+    """The events so far describe the cache: per hash, the blocks stored and not removed since the last clear
+    are the blocks the cached map holds under it."""
+    view = dict(announced)
+    actual = {key: len(ids) for key, ids in pool.cached}
+    if view != actual:
+        return f"the events' view of the cache {view!r}: expected the cached map's counts {actual!r}"
+    return None
+
+
+def hit_is_proper_prefix(hashes: Sequence[BlockHash], hit: Sequence[BlockHash | None], num_hit_tokens: int,
+                         num_tokens: int, block_size: int) -> str | None:
+    """A cache hit is a prefix of the request's hash chain, block aligned, and never the whole prompt."""
+    if list(hit) != list(hashes[:len(hit)]):
+        return f"hit blocks' hashes {list(hit)!r}: expected a prefix of the request's chain {list(hashes)!r}"
+    if num_hit_tokens != len(hit) * block_size:
+        return f"hit of {len(hit)} blocks: expected {len(hit) * block_size} tokens, got {num_hit_tokens}"
+    if num_hit_tokens >= num_tokens:
+        return f"hit of {num_hit_tokens} tokens: expected fewer than the request's {num_tokens} (its last " \
+               f"token is computed)"
+    return None
+
+
+def announce(announced: Iterable[tuple[BlockHash, int]], events: Iterable[tuple]) \
+        -> tuple[tuple[tuple[BlockHash, int], ...], str | None]:
+    """The consumer's view after `events`, and a message for the first `BlockRemoved` of a hash that no
+    `BlockStored` since the last clear named (or None)."""
+    view = Counter(dict(announced))
+    problem = None
+    for event in events:
+        if type(event) is BlockStored:
+            view.update(event.block_hashes)
+        elif type(event) is BlockRemoved:
+            for key in event.block_hashes:
+                if view[key] <= 0 and problem is None:
+                    problem = f"BlockRemoved({key!r}): expected a hash a BlockStored named before, got none live"
+                view[key] -= 1
+        elif type(event) is AllBlocksCleared:
+            view.clear()
+    return tuple(sorted((k, n) for k, n in view.items() if n)), problem

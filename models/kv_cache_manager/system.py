@@ -1,0 +1,274 @@
+"""The KV cache manager under a few requests, as a transition system (`kvsim explore kv-cache-manager`).
+
+Request r's prompt is from a small alphabet: `shared` leading 1s (every prompt shares them), then its
+family's token, `2 + prompts[r]`, up to `prompt_len`; requests of one family have one prompt (`prompts=0,1,0`
+is A -> B -> A). The model's output token for a family is `8 + family` (greedy: equal prompts, equal outputs),
+so decode blocks are shared too. A request:
+
+- `schedule` (waiting): `get_computed_blocks`, then `allocate_slots` for its tokens after the hit; when the pool
+  cannot give the blocks (`deferred`), nothing changes. Prefill runs in the step and samples a token: the
+  request is running, its last sampled token not yet computed.
+- `decode` (running): `allocate_slots(1)` for that token, computed in the step, then the next token sampled;
+  after `max_tokens` outputs the request finishes and is freed.
+- `finish` (running): it stops early (a stop token) and is freed. `preempt` (running): freed, back to waiting
+  with its tokens, recomputed from token 0 when scheduled again.
+- `reset`: `reset_prefix_cache` (refused while a block is held), `resets` times at most.
+
+Each step's KV events come back as its effects; the state keeps the view of the cache they describe
+(`announced`). Invariants on every state: ref counts, the free queue, pool accounting, the cached map, the
+eviction order, the tables matching the requests, the events matching the cache, nothing held once all ended;
+step checks (recorded with `flag`): a hit is a proper prefix of the request's chain, `free` puts the released
+blocks where upstream's eviction order says (tail first, uncached to the front, cached to the back), every `BlockRemoved`
+names a hash a `BlockStored` named before. Liveness (`every_request_finishes`): from every state all requests
+can finish. Block ids are names (`symmetry`): the explorer keeps one state per renaming of the blocks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from kvsim.engine.actions import Rules
+from kvsim.engine.errors import ConfigError
+from kvsim.engine.params import param
+from kvsim.engine.system import Invariant, flag, flagged
+
+from . import checks, symmetry
+from .actions import Allocated, Decode, Deferred, Events, Finish, Freed, Preempt, Reset, ResetDone, Schedule
+from .kv_cache_manager import KVCacheManager, ManagerState, Request, cdiv
+from .kv_cache_utils import BlockHash
+from .variants import FIXED, CacheManagerVariant
+
+WAITING, RUNNING, FINISHED = "waiting", "running", "finished"
+
+
+@dataclass(frozen=True)
+class CacheManagerConfig:
+    """`kvsim explore kv-cache-manager --param`: the pool, the requests' prompts and outputs, the resets."""
+
+    num_blocks: int = param(4, "blocks in the pool, the null block (block 0) included", minimum=2, maximum=8)
+    block_size: int = param(2, "tokens per block", minimum=1, maximum=4)
+    prompts: tuple[int, ...] = param((0, 1, 0), "each request's prompt family (equal families: equal prompts)",
+                                     minimum=0, maximum=3)
+    prompt_len: int = param(3, "tokens in each prompt", minimum=1, maximum=6)
+    shared: int = param(2, "leading prompt tokens every family shares", minimum=0, maximum=6)
+    max_tokens: int = param(2, "output tokens a request samples before it finishes", minimum=1, maximum=3)
+    resets: int = param(1, "reset_prefix_cache calls allowed", minimum=0, maximum=2)
+
+    def __post_init__(self) -> None:
+        if not 1 <= len(self.prompts) <= 3:
+            raise ConfigError("param prompts", "one to three requests", len(self.prompts))
+        if self.shared > self.prompt_len:
+            raise ConfigError("param shared", f"at most prompt_len ({self.prompt_len})", self.shared)
+
+    def prompt(self, req: int) -> tuple[int, ...]:
+        return (1,) * self.shared + (2 + self.prompts[req],) * (self.prompt_len - self.shared)
+
+    def output_token(self, req: int) -> int:
+        return 8 + self.prompts[req]
+
+
+class RequestState(NamedTuple):
+    status: str  # WAITING, RUNNING or FINISHED
+    token_ids: tuple[int, ...]  # prompt, then the sampled outputs (empty once finished)
+    num_computed_tokens: int
+
+
+class CacheState(NamedTuple):
+    manager: ManagerState
+    requests: tuple[RequestState, ...]
+    announced: tuple[tuple[BlockHash, int], ...]  # the events' view: hash -> blocks stored, not removed
+    resets_left: int
+    flags: tuple[tuple[str, str], ...] = ()  # (invariant, message) a step broke
+
+
+class CacheManagerSystem:
+    liveness = "every_request_finishes"
+
+    def __init__(self, variant: CacheManagerVariant = FIXED, config: CacheManagerConfig = CacheManagerConfig()) \
+            -> None:
+        self.name, self.variant, self.cfg = "kv-cache-manager", variant, config
+        self.invariants = (
+            Invariant("ref_count_is_holders", lambda s: checks.ref_count_is_holders(s.manager.pool, s.manager.tables),
+                      "a block's ref_cnt is the number of requests holding it"),
+            Invariant("free_queue_iff_unreferenced", lambda s: checks.free_queue_iff_unreferenced(s.manager.pool),
+                      "a block is in the free queue exactly when its ref_cnt is 0 (the null block never)"),
+            Invariant("pool_accounting", lambda s: checks.pool_accounting(s.manager.pool),
+                      "free + held + the null block = the pool size"),
+            Invariant("cached_map_hashes", lambda s: checks.cached_map_hashes(s.manager.pool),
+                      "the cached map's entries point at blocks whose hash matches, and back"),
+            Invariant("free_queue_order", lambda s: checks.free_queue_order(s.manager.pool),
+                      "eviction order: uncached free blocks before cached ones"),
+            Invariant("tables_match_requests", self._tables,
+                      "a running request holds the blocks of its computed tokens; no other request holds any"),
+            Invariant("events_mirror_cache", lambda s: checks.events_mirror_cache(s.manager.pool, s.announced),
+                      "the KV events so far describe the cached map"),
+            Invariant("all_free_when_done", self._all_free,
+                      "every block is free once every request has ended"),
+            Invariant("hit_is_proper_prefix", flagged("hit_is_proper_prefix"),
+                      "a cache hit is a prefix of the request's hash chain, never the whole prompt"),
+            Invariant("freed_in_eviction_order", flagged("freed_in_eviction_order"),
+                      "free puts a request's released blocks tail first: uncached at the front, cached at the back"),
+            Invariant("removed_was_stored", flagged("removed_was_stored"),
+                      "every BlockRemoved names a hash a BlockStored named before"),
+        )
+
+    # -- the contract ----------------------------------------------------------------------------------------
+    def initial_states(self) -> tuple[CacheState, ...]:
+        cfg = self.cfg
+        m = KVCacheManager(cfg.num_blocks, cfg.block_size, len(cfg.prompts))
+        requests = tuple(RequestState(WAITING, cfg.prompt(r), 0) for r in range(len(cfg.prompts)))
+        return (CacheState(m.freeze(), requests, (), cfg.resets),)
+
+    def done(self, s: CacheState) -> bool:
+        return not s.flags and all(r.status == FINISHED for r in s.requests)
+
+    def enabled(self, s: CacheState) -> list[tuple]:
+        if s.flags:
+            return []
+        actions: list[tuple] = []
+        for r, req in enumerate(s.requests):
+            if req.status == WAITING:
+                actions.append(Schedule(r))
+            elif req.status == RUNNING:
+                actions.extend((Decode(r), Finish(r), Preempt(r)))
+        if s.resets_left:
+            actions.append(Reset())
+        return actions
+
+    def canonical(self, s: CacheState) -> CacheState:
+        """One representative per renaming of the blocks (`symmetry`): the explorer's reduction."""
+        return symmetry.canonical(s)
+
+    def allows(self, s: CacheState, a: tuple) -> bool:
+        return RULES.allows(self, s, a)
+
+    def step(self, s: CacheState, action: tuple) -> CacheState:
+        return self.transition(s, action)[0]
+
+    def transition(self, s: CacheState, action: tuple) -> tuple[CacheState, tuple[tuple, ...]]:
+        m = KVCacheManager.thaw(s.manager, self.cfg.block_size)
+        effect, action = RULES.effect(action)
+        requests = list(s.requests)
+        fx: list[tuple] = []
+        ch: dict[str, object] = {}  # what the rule changes besides the manager and the requests
+        effect(self, s, action, m, requests, fx, ch)
+        events = m.take_events()
+        announced, problem = checks.announce(s.announced, events)
+        if events:
+            fx.append(Events(events))
+        after = CacheState(m.freeze(), tuple(requests), announced, ch.get("resets_left", s.resets_left), s.flags)
+        for name, message in ch.get("flags", ()):
+            after = flag(after, name, message)
+        if problem is not None:
+            after = flag(after, "removed_was_stored", problem)
+        return after, tuple(fx)
+
+    # -- the model's side of a request -----------------------------------------------------------------------
+    def request(self, s: CacheState, r: int) -> Request:
+        req = s.requests[r]
+        return Request(r, list(req.token_ids), self.cfg.prompt_len, req.num_computed_tokens, self.cfg.block_size)
+
+    def sample(self, m: KVCacheManager, req: Request, fx: list, ch: dict) -> RequestState:
+        """The step computed every token of `req`; it samples the next one, and finishes after `max_tokens`."""
+        tokens = tuple(req.all_token_ids) + (self.cfg.output_token(req.request_id),)
+        if len(tokens) - req.num_prompt_tokens >= self.cfg.max_tokens:
+            return self.free(m, req, fx, ch)
+        return RequestState(RUNNING, tokens, req.num_tokens)
+
+    @staticmethod
+    def free(m: KVCacheManager, req: Request, fx: list, ch: dict) -> RequestState:
+        """`free`, checked against upstream's eviction order (`checks.freed_in_eviction_order`)."""
+        table = tuple(m.get_block_ids(req.request_id))
+        queue = tuple(b.block_id for b in m.block_pool.free_block_queue.get_all_free_blocks())
+        fx.append(Freed(req.request_id, table))
+        m.free(req)
+        problem = checks.freed_in_eviction_order(queue, table, m.block_pool.freeze())
+        if problem is not None:
+            ch["flags"] = ch.get("flags", ()) + (("freed_in_eviction_order", problem),)
+        return RequestState(FINISHED, (), 0)
+
+    # -- invariants ------------------------------------------------------------------------------------------
+    def _tables(self, s: CacheState) -> str | None:
+        for r, (req, table) in enumerate(zip(s.requests, s.manager.tables)):
+            if req.status != RUNNING:
+                if table is not None:
+                    return f"request {r} ({req.status}): expected no blocks, got {list(table[0])}"
+                continue
+            if table is None:
+                return f"request {r} (running): expected a block table, got none"
+            ids, _ = table
+            want = cdiv(req.num_computed_tokens, self.cfg.block_size)
+            if len(ids) != want or len(set(ids)) != len(ids) or 0 in ids:
+                return f"request {r} (running, {req.num_computed_tokens} tokens computed): expected {want} " \
+                       f"distinct non-null blocks, got {list(ids)}"
+        return None
+
+    def _all_free(self, s: CacheState) -> str | None:
+        if any(r.status != FINISHED for r in s.requests):
+            return None
+        return checks.all_free_when_done(s.manager.pool, s.manager.tables)
+
+
+# -- the rules: each action's precondition beside its effect, by record type ----------------------------------
+# An effect is `effect(system, state, action, manager, requests, effects, ch)`: it acts on the live manager and
+# the requests list, appends what it did to `effects`, and writes into `ch` the flags it found and the budget
+# it spent. A request's action is enabled when `enabled` lists it (its status), a reset while resets are left.
+RULES = Rules()
+
+
+def _listed(self: CacheManagerSystem, s: CacheState, a: tuple) -> bool:
+    return a in self.enabled(s)
+
+
+@RULES.rule(Schedule, when=_listed)
+def _schedule(self: CacheManagerSystem, s: CacheState, a: Schedule, m: KVCacheManager, requests: list, fx: list,
+              ch: dict) -> None:
+    req = self.request(s, a.req)
+    hit, num_hit = m.get_computed_blocks(req)
+    problem = checks.hit_is_proper_prefix(req.block_hashes, [b.block_hash for b in hit], num_hit, req.num_tokens,
+                                          self.cfg.block_size)
+    if problem is not None:
+        ch["flags"] = ch.get("flags", ()) + (("hit_is_proper_prefix", problem),)
+    hit_ids = tuple(b.block_id for b in hit)
+    new = m.allocate_slots(req, req.num_tokens - num_hit, num_hit, hit)
+    if new is None:
+        fx.append(Deferred(a.req))
+        return
+    fx.append(Allocated(a.req, hit_ids, num_hit, tuple(b.block_id for b in new)))
+    req.num_computed_tokens = req.num_tokens
+    requests[a.req] = self.sample(m, req, fx, ch)
+
+
+@RULES.rule(Decode, when=_listed)
+def _decode(self: CacheManagerSystem, s: CacheState, a: Decode, m: KVCacheManager, requests: list, fx: list,
+            ch: dict) -> None:
+    req = self.request(s, a.req)
+    new = m.allocate_slots(req, req.num_tokens - req.num_computed_tokens)
+    if new is None:
+        fx.append(Deferred(a.req))
+        return
+    fx.append(Allocated(a.req, (), 0, tuple(b.block_id for b in new)))
+    req.num_computed_tokens = req.num_tokens
+    requests[a.req] = self.sample(m, req, fx, ch)
+
+
+@RULES.rule(Finish, when=_listed)
+def _finish(self: CacheManagerSystem, s: CacheState, a: Finish, m: KVCacheManager, requests: list, fx: list,
+            ch: dict) -> None:
+    requests[a.req] = self.free(m, self.request(s, a.req), fx, ch)
+
+
+@RULES.rule(Preempt, when=_listed)
+def _preempt(self: CacheManagerSystem, s: CacheState, a: Preempt, m: KVCacheManager, requests: list, fx: list,
+             ch: dict) -> None:
+    req = self.request(s, a.req)
+    self.free(m, req, fx, ch)
+    requests[a.req] = RequestState(WAITING, s.requests[a.req].token_ids, 0)
+
+
+@RULES.rule(Reset, when=_listed)
+def _reset(self: CacheManagerSystem, s: CacheState, a: Reset, m: KVCacheManager, requests: list, fx: list,
+           ch: dict) -> None:
+    fx.append(ResetDone(m.reset_prefix_cache()))
+    ch["resets_left"] = s.resets_left - 1

@@ -1,0 +1,162 @@
+"""kv-cache-manager's block pool and full-attention manager, call by call: the null block, the hash chain, the
+free queue's eviction order, prefix-cache hits (never the whole prompt), eviction of a reused cached block,
+`reset_prefix_cache`, the KV events, and the value form (freeze/thaw)."""
+
+import pytest
+
+from kvsim.models.kv_cache_manager.block_pool import BlockPool
+from kvsim.models.kv_cache_manager.kv_cache_manager import KVCacheManager, Request
+from kvsim.models.kv_cache_manager.kv_cache_utils import ROOT, hash_block_tokens, request_block_hashes
+from kvsim.models.kv_cache_manager.kv_events import AllBlocksCleared, BlockRemoved, BlockStored
+
+
+def ids(blocks):
+    return [b.block_id for b in blocks]
+
+
+def free_ids(pool):
+    return ids(pool.free_block_queue.get_all_free_blocks())
+
+
+def admit(m, rid, tokens):
+    """What the scheduler does for a new request: its hit, then slots for the rest of its tokens."""
+    req = Request(rid, list(tokens), len(tokens), 0, m.block_size)
+    hit, num_hit = m.get_computed_blocks(req)
+    new = m.allocate_slots(req, req.num_tokens - num_hit, num_hit, hit)
+    if new is not None:
+        req.num_computed_tokens = req.num_tokens
+    return req, ids(hit), num_hit, new
+
+
+def test_the_hash_is_the_chain_of_token_blocks():
+    h1 = hash_block_tokens(ROOT, (1, 2))
+    assert request_block_hashes([1, 2, 3, 4, 5], 2) == (h1, hash_block_tokens(h1, (3, 4)))
+    # equal blocks after different prefixes hash apart; a partial block has no hash
+    assert request_block_hashes([9, 9, 3, 4], 2)[1] != request_block_hashes([1, 2, 3, 4], 2)[1]
+    assert request_block_hashes([1], 2) == ()
+
+
+def test_the_null_block_is_taken_at_start_and_never_freed():
+    pool = BlockPool(4)
+    assert pool.null_block.block_id == 0 and pool.null_block.is_null and free_ids(pool) == [1, 2, 3]
+    pool.free_blocks([pool.null_block])
+    pool.touch([pool.null_block])
+    assert free_ids(pool) == [1, 2, 3] and pool.null_block.ref_cnt == 0
+
+
+def test_the_probe_run_blocks_1_2_3_then_an_8_token_hit():
+    """The research note's probe of the real 0.33.0 manager (block_size 4, 10 blocks): a 10-token request gets
+    blocks [1, 2, 3]; after `free`, a request sharing its first 10 tokens hits 8 tokens; every ref_cnt is 0."""
+    m = KVCacheManager(10, 4, 2)
+    tokens = list(range(10))
+    req, hit, num_hit, new = admit(m, 0, tokens)
+    assert (hit, num_hit, ids(new)) == ([], 0, [1, 2, 3])
+    m.free(req)
+    _, hit, num_hit, new = admit(m, 1, tokens + [99])
+    assert (hit, num_hit) == ([1, 2], 8)
+    assert [b.ref_cnt for b in m.block_pool.blocks[1:4]] == [1, 1, 1]  # 3 was free, uncached: reused first
+    m.free(Request(1, [], 0))
+    assert all(b.ref_cnt == 0 for b in m.block_pool.blocks)
+
+
+def test_a_wholly_cached_prompt_still_computes_its_last_block():
+    """The hit is capped at num_tokens - 1 tokens, so a 4-token prompt whose two blocks are cached hits one."""
+    m = KVCacheManager(6, 2, 2)
+    first, *_ = admit(m, 0, [1, 2, 3, 4])
+    m.free(first)
+    _, hit, num_hit, new = admit(m, 1, [1, 2, 3, 4])
+    assert (hit, num_hit) == ([1], 2) and len(new) == 1
+
+
+def test_free_returns_the_tail_first_uncached_to_the_front_cached_to_the_back():
+    m = KVCacheManager(6, 2, 2)
+    req, *_ = admit(m, 0, [1, 2, 3, 4, 5])  # blocks 1, 2 full and cached, 3 holds one token
+    assert free_ids(m.block_pool) == [4, 5]
+    m.free(req)
+    # reversed [1, 2, 3]: 3 (uncached) to the front; 2 then 1 (cached) to the back: the tail is evicted first
+    assert free_ids(m.block_pool) == [3, 4, 5, 2, 1]
+
+
+def test_a_hit_on_a_free_block_takes_it_out_of_the_queue_and_counts_it_in_the_budget():
+    m = KVCacheManager(4, 2, 2)  # three usable blocks
+    first, *_ = admit(m, 0, [1, 2, 3])
+    m.free(first)
+    assert free_ids(m.block_pool) == [2, 3, 1]
+    assert m.get_num_blocks_to_allocate(1, 3, [m.block_pool.blocks[1]]) == 2  # one new, one free hit
+    _, hit, num_hit, new = admit(m, 1, [1, 2, 7])
+    assert (hit, num_hit, ids(new)) == ([1], 2, [2]) and free_ids(m.block_pool) == [3]
+
+
+def test_allocate_slots_refuses_with_nothing_changed():
+    m = KVCacheManager(3, 2, 2)  # two usable blocks
+    admit(m, 0, [1, 2, 3])
+    before = m.freeze()
+    _, _, _, new = admit(m, 1, [5, 6, 7])
+    assert new is None and m.freeze() == before and m.take_events() == (BlockStored(
+        (hash_block_tokens(ROOT, (1, 2)),), None, (1, 2), 2),)
+
+
+def test_reusing_a_cached_free_block_evicts_its_hash():
+    m = KVCacheManager(3, 2, 2)
+    first, *_ = admit(m, 0, [1, 2, 3])
+    m.free(first)
+    m.take_events()
+    h = hash_block_tokens(ROOT, (1, 2))
+    assert m.block_pool.get_cached_block(h).block_id == 1
+    _, hit, _, new = admit(m, 1, [5, 6, 7])  # needs both blocks: block 1 is reused
+    assert hit == [] and sorted(ids(new)) == [1, 2]
+    assert m.block_pool.get_cached_block(h) is None
+    assert m.take_events() == (BlockRemoved((h,)), BlockStored((hash_block_tokens(ROOT, (5, 6)),), None, (5, 6), 2))
+
+
+def test_cache_blocks_caches_a_decode_block_once_it_is_full_with_its_parent():
+    m = KVCacheManager(5, 2, 1)
+    req, *_ = admit(m, 0, [1, 2, 3])
+    m.take_events()
+    req.all_token_ids.append(8)  # the sampled token; the next step computes it
+    assert m.allocate_slots(req, 1) == []
+    h1 = hash_block_tokens(ROOT, (1, 2))
+    assert m.take_events() == (BlockStored((hash_block_tokens(h1, (3, 8)),), h1, (3, 8), 2),)
+    assert m.num_cached_block[0] == 2
+
+
+def test_two_requests_filling_the_same_block_cache_it_twice():
+    """Upstream does not de-duplicate: a hit returns the block cached first."""
+    m = KVCacheManager(6, 2, 2)
+    a, *_ = admit(m, 0, [1, 2, 3])
+    b, *_ = admit(m, 1, [1, 2, 3])
+    for req in (a, b):
+        req.all_token_ids.append(8)
+        m.allocate_slots(req, 1)
+    h2 = request_block_hashes([1, 2, 3, 8], 2)[1]
+    assert dict(m.block_pool.freeze().cached)[h2] == (2, 3)
+    assert m.block_pool.get_cached_block(h2).block_id == 2
+
+
+def test_reset_prefix_cache_only_when_no_block_is_held():
+    m = KVCacheManager(4, 2, 1)
+    req, *_ = admit(m, 0, [1, 2, 3])
+    m.take_events()
+    assert m.reset_prefix_cache() is False and m.take_events() == ()
+    m.free(req)
+    assert m.reset_prefix_cache() is True and m.take_events() == (AllBlocksCleared(),)
+    assert all(b.block_hash is None for b in m.block_pool.blocks) and m.block_pool.freeze().cached == ()
+
+
+def test_freeze_thaw_round_trip():
+    m = KVCacheManager(6, 2, 3)
+    a, *_ = admit(m, 0, [1, 2, 3, 4, 5])
+    admit(m, 1, [1, 2, 3, 4, 6])
+    m.free(a)
+    state = m.freeze()
+    again = KVCacheManager.thaw(state, 2)
+    assert again.freeze() == state and hash(again.freeze()) == hash(state)
+    assert free_ids(again.block_pool) == free_ids(m.block_pool)
+
+
+def test_get_new_blocks_refuses_more_than_the_free_queue_holds():
+    pool = BlockPool(4)
+    pool.get_new_blocks(2)
+    with pytest.raises(ValueError, match="Cannot get 2 free blocks"):
+        pool.get_new_blocks(2)
+    assert free_ids(pool) == [3]

@@ -1,0 +1,116 @@
+"""kv-cache-manager: block ids are names, so renaming the blocks (`symmetry`) is a symmetry.
+
+Checked on every reachable state of small configurations (no reduction) against a renaming that moves every
+non-null block: the renamed state has the same enabled actions (they name requests only), each step commutes
+with the renaming, `done` and every invariant's verdict agree, and both get one representative. Then the
+explorer with and without the reduction gives the same violations, trace lengths and liveness verdict, and its
+reported paths are real paths of the unreduced system.
+"""
+
+import pytest
+
+from kvsim.engine.actions import decode
+from kvsim.engine.explore import ExploreOptions, explore
+from kvsim.engine.system import run_actions
+from kvsim.models.kv_cache_manager import DESCRIPTOR, kv_cache_manager, kv_cache_utils, symmetry
+from kvsim.models.kv_cache_manager.actions import ACTIONS
+
+CONFIGS = [{}, {"prompts": (0, 0), "prompt_len": 4, "resets": 0}, {"num_blocks": 5, "max_tokens": 3, "resets": 0}]
+
+
+def reachable(system):
+    result = explore(system, ExploreOptions(symmetry=False, check_liveness=False))
+    assert result.bound_hit is None
+    store = result._store
+    return [store.state(sid) for sid in range(len(store))]
+
+
+def rotation(system):
+    """Every non-null block b renamed b + 1, the last renamed 1."""
+    n = system.cfg.num_blocks
+    return {0: 0, **{b: b % (n - 1) + 1 for b in range(1, n)}}
+
+
+def symmetry_breaks(system, states, relabel=symmetry.relabel):
+    perm = rotation(system)
+    for s in states:
+        t = relabel(s, perm)
+        if system.canonical(t) != system.canonical(s) or system.canonical(system.canonical(s)) != system.canonical(s):
+            return f"one representative per orbit: {s}"
+        if system.done(t) != system.done(s):
+            return f"done: {s}"
+        for inv in system.invariants:
+            if (inv.check(t) is None) != (inv.check(s) is None):
+                return f"{inv.name}: {s}"
+        acts = system.enabled(s)
+        if system.enabled(t) != acts:
+            return f"enabled: {s}"
+        for a in acts:
+            if system.step(t, a) != relabel(system.step(s, a), perm):
+                return f"step {a}: {s}"
+    return None
+
+
+@pytest.mark.parametrize("values", CONFIGS)
+def test_renaming_the_blocks_is_a_symmetry_on_every_reachable_state(values):
+    system = DESCRIPTOR.build_system("fixed", values)
+    states = reachable(system)
+    assert len(states) > 30
+    assert symmetry_breaks(system, states) is None
+
+
+def test_a_renaming_that_forgets_the_free_queue_is_no_symmetry():
+    """The check above can fail."""
+    system = DESCRIPTOR.build_system("fixed", {})
+
+    def forgetful(s, perm):
+        renamed = symmetry.relabel(s, perm)
+        return renamed._replace(manager=renamed.manager._replace(
+            pool=renamed.manager.pool._replace(free=s.manager.pool.free)))
+
+    assert symmetry_breaks(system, reachable(system), forgetful) is not None
+
+
+def test_a_canonical_form_that_is_no_symmetry_is_caught_by_the_explorer(monkeypatch):
+    """The explorer's own check: mapping a reported path back through a bad representative fails."""
+    system = DESCRIPTOR.build_system("fixed", {})
+
+    def forgetful(s):  # renames the tables and the pool but leaves the free queue as it was
+        c = symmetry.canonical(s)
+        return c._replace(manager=c.manager._replace(pool=c.manager.pool._replace(free=s.manager.pool.free)))
+
+    monkeypatch.setattr(system, "canonical", forgetful)
+    monkeypatch.setattr(kv_cache_manager.KVCacheManager, "max_cache_hit_length",  # so a 5-step path is reported
+                        lambda self, request: request.num_tokens)
+    with pytest.raises(AssertionError, match="not a symmetry"):
+        explore(system)
+
+
+PLANTED = {
+    "decr_ref": (kv_cache_utils.KVCacheBlock, "decr_ref", lambda self: None),
+    "max_cache_hit_length": (kv_cache_manager.KVCacheManager, "max_cache_hit_length", lambda self, r: r.num_tokens),
+    "popleft_n": (kv_cache_utils.FreeKVCacheBlockQueue, "popleft_n", lambda self, n: self._blocks[:n]),
+    # a step check whose flag's message names blocks (the representative keeps the flag's name only)
+    "free": (kv_cache_manager.KVCacheManager, "free",
+             lambda self, request: self.block_pool.free_blocks(self.pop_blocks_for_free(request.request_id))),
+}
+
+
+@pytest.mark.parametrize("plant", [None, *PLANTED])
+@pytest.mark.parametrize("values", [{}, {"prompts": (0, 0), "prompt_len": 4}, {"num_blocks": 2, "resets": 0}])
+def test_reduction_keeps_violations_and_liveness(plant, values, monkeypatch):
+    if plant is not None:
+        monkeypatch.setattr(*PLANTED[plant])
+    system = DESCRIPTOR.build_system("fixed", values)
+    every, reduced = explore(system, ExploreOptions(symmetry=False)), explore(system)
+    assert reduced.symmetry and not every.symmetry and reduced.states <= every.states
+    assert [(v.property, len(v.trace)) for v in reduced.violations] == [
+        (v.property, len(v.trace)) for v in every.violations]
+    assert (reduced.hang_states > 0) == (every.hang_states > 0)
+    for v in reduced.violations:  # a real path of the unreduced system, ending where the report says
+        end = run_actions(system, [decode(a, ACTIONS) for a in v.trace])[-1]
+        if v.kind == "invariant":
+            inv = next(i for i in system.invariants if i.name == v.property)
+            assert inv.check(end) == v.message != symmetry.FLAG_MESSAGE  # the real state's message
+        else:
+            assert not system.done(end)

@@ -1,0 +1,155 @@
+"""kv-cache-manager's transition system: exhaustive exploration of small configurations (pinned state counts),
+every invariant failing alone on a planted wrong line (a monkeypatched method, never a copied module), liveness
+failing on a pool too small for one request, the rules agreeing with `enabled`, and the stateful property."""
+
+import pytest
+
+from kvsim.app import catalog
+from kvsim.engine.explore import ExploreOptions, explore
+from kvsim.engine.runner import run_property
+from kvsim.models.kv_cache_manager import DESCRIPTOR
+from kvsim.models.kv_cache_manager import block_pool, kv_cache_manager, kv_cache_utils
+from kvsim.models.kv_cache_manager.kv_events import BlockStored
+from kvsim.models.kv_cache_manager.system import RULES, CacheManagerConfig, CacheManagerSystem
+
+# (parameters, states, states with the block renaming reduced): block_size 2, prompts of 3 tokens sharing 2,
+# two outputs each, unless set
+CONFIGS = [
+    ({}, 803, 260),  # A -> B -> A on 3 usable blocks, one reset_prefix_cache
+    ({"resets": 0}, 221, 117),
+    ({"prompts": (0, 1), "num_blocks": 5, "resets": 0}, 43, 26),
+    ({"prompts": (0, 0), "prompt_len": 4, "resets": 0}, 33, 30),  # equal prompts: a wholly cached prompt
+    ({"num_blocks": 5, "resets": 1}, 1729, 284),
+    ({"num_blocks": 5, "max_tokens": 3, "resets": 0}, 2421, 502),
+    ({"num_blocks": 6, "max_tokens": 3, "prompt_len": 4, "resets": 0}, 11247, 1247),
+]
+
+
+def system(values=(), only=None):
+    s = DESCRIPTOR.build_system("fixed", dict(values))
+    if only is not None:  # the invariant under test alone: it, not another, must catch the planted line
+        s.invariants = tuple(i for i in s.invariants if i.name == only)
+        assert len(s.invariants) == 1
+    return s
+
+
+@pytest.mark.parametrize("values, states, reduced", CONFIGS)
+def test_explore_holds_every_invariant_and_liveness(values, states, reduced):
+    for options, count in ((ExploreOptions(symmetry=False), states), (ExploreOptions(), reduced)):
+        result = explore(system(values), options)
+        assert result.bound_hit is None and result.violations == [] and result.hang_states == 0
+        assert result.states == count
+
+
+def test_the_default_configuration_reaches_every_kind_of_step():
+    """Hits, refusals, evictions of cached blocks, resets that clear and resets refused: the search sees each."""
+    s = system()
+    seen, frontier, kinds = set(), list(s.initial_states()), set()
+    while frontier:
+        state = frontier.pop()
+        for action in s.enabled(state):
+            after, effects = s.transition(state, action)
+            for e in effects:
+                kinds.add(e.tag)
+                if e.tag == "events":
+                    kinds.update(ev.tag for ev in e.events)
+                if e.tag == "allocated" and e.num_hit_tokens:
+                    kinds.add("hit")
+                if e.tag == "reset_done":
+                    kinds.add(f"reset {e.ok}")
+            if after not in seen:
+                seen.add(after)
+                frontier.append(after)
+    assert kinds == {"allocated", "hit", "deferred", "freed", "events", "block_stored", "block_removed",
+                     "all_blocks_cleared", "reset_done", "reset True", "reset False"}
+
+
+# -- each invariant alone catches its planted wrong line ----------------------------------------------------
+_emit, _pop_for_free = block_pool.BlockPool._emit, kv_cache_manager.KVCacheManager.pop_blocks_for_free
+
+PLANTS = {
+    # invariant: (class or module, attribute, the wrong line, parameters)
+    "ref_count_is_holders": (kv_cache_utils.KVCacheBlock, "decr_ref", lambda self: None, {}),  # never decremented
+    "free_queue_iff_unreferenced":  # a hit takes the wrong block out of the queue (the counts stay right)
+        (kv_cache_utils.FreeKVCacheBlockQueue, "remove", lambda self, block: self._blocks.pop(0), {}),
+    "pool_accounting":  # blocks handed out stay in the free queue
+        (kv_cache_utils.FreeKVCacheBlockQueue, "popleft_n", lambda self, n: self._blocks[:n], {}),
+    "cached_map_hashes":  # an evicted block's entry stays in the map
+        (block_pool.BlockHashToBlockMap, "pop", lambda self, key, block_id: self.get_one_block(key), {}),
+    "free_queue_order":  # the free queue appended at the wrong end
+        (kv_cache_utils.FreeKVCacheBlockQueue, "prepend_n", kv_cache_utils.FreeKVCacheBlockQueue.append_n, {}),
+    "tables_match_requests":  # slots rounded down: a partial block gets no block
+        (kv_cache_manager, "cdiv", lambda a, b: a // b, {}),
+    "freed_in_eviction_order":  # free without reversing: the head of a request is evicted before its tail
+        (kv_cache_manager.KVCacheManager, "free",
+         lambda self, request: self.block_pool.free_blocks(self.pop_blocks_for_free(request.request_id)), {}),
+    "events_mirror_cache":  # a BlockStored lost
+        (block_pool.BlockPool, "_emit", lambda self, e: None if type(e) is BlockStored else _emit(self, e), {}),
+    "removed_was_stored":
+        (block_pool.BlockPool, "_emit", lambda self, e: None if type(e) is BlockStored else _emit(self, e), {}),
+    "all_free_when_done":  # free forgets the request's last block
+        (kv_cache_manager.KVCacheManager, "pop_blocks_for_free", lambda self, r: _pop_for_free(self, r)[:-1],
+         {"num_blocks": 8, "resets": 0}),  # room enough that the leak is not first a hang
+    "hit_is_proper_prefix":  # a hit one block too long: the whole prompt
+        (kv_cache_manager.KVCacheManager, "max_cache_hit_length", lambda self, request: request.num_tokens,
+         {"prompts": (0, 0), "prompt_len": 4}),
+}
+
+
+def test_every_invariant_has_its_planted_line():
+    assert set(PLANTS) == {i.name for i in CacheManagerSystem().invariants}
+
+
+@pytest.mark.parametrize("name", sorted(PLANTS))
+def test_each_invariant_fails_alone_on_its_planted_line(name, monkeypatch):
+    where, attribute, wrong, values = PLANTS[name]
+    # liveness off: a state another (unchecked) step check flagged enables nothing, so it would count as a hang
+    options = ExploreOptions(check_liveness=False)
+    assert explore(system(values, only=name), options).violations == []  # it holds before the plant
+    monkeypatch.setattr(where, attribute, wrong)
+    result = explore(system(values, only=name), options)
+    assert [v.property for v in result.violations] == [name]
+    assert result.violations[0].trace  # reached by a path, not in the initial state
+
+
+def test_the_whole_prompt_hit_is_found_in_two_steps(monkeypatch):
+    monkeypatch.setattr(kv_cache_manager.KVCacheManager, "max_cache_hit_length", lambda self, request: request.num_tokens)
+    (violation,) = explore(system({"prompts": (0, 0), "prompt_len": 4, "max_tokens": 1})).violations
+    assert violation.property == "hit_is_proper_prefix"
+    assert violation.trace == [["schedule", 0], ["schedule", 1]]
+    assert "hit of 4 tokens" in violation.message
+
+
+def test_a_pool_too_small_for_one_request_is_a_hang():
+    """Liveness: with one usable block a 3-token prompt can never be scheduled."""
+    result = explore(system({"num_blocks": 2, "resets": 0}))
+    assert [v.property for v in result.violations] == ["every_request_finishes"] and result.hang_states == 1
+
+
+@pytest.mark.parametrize("values", [{}, {"prompts": (0, 0), "prompt_len": 4}])
+def test_allows_is_membership_in_enabled(values):
+    actions, wrong = RULES.disagreements(system(values))
+    assert {a.tag for a in actions} == {"schedule", "decode", "finish", "preempt", "reset"}
+    assert not wrong
+
+
+def test_the_config_refuses_what_the_model_cannot_run():
+    with pytest.raises(Exception, match="prompts"):
+        CacheManagerConfig(prompts=(0, 1, 2, 3))
+    with pytest.raises(Exception, match="shared"):
+        CacheManagerConfig(prompt_len=2, shared=3)
+
+
+# -- the stateful property ------------------------------------------------------------------------------------
+PROP = {p.name: p for p in catalog.load().properties_of("kv-cache-manager")}["cache_manager_invariants"]
+
+
+def test_the_stateful_property_holds_on_fixed():
+    result = run_property(PROP, "fixed", max_examples=60, derandomize=True)
+    assert result.status == "passed", result.message
+
+
+def test_the_stateful_property_fails_on_a_reference_count_not_decremented(monkeypatch):
+    monkeypatch.setattr(kv_cache_utils.KVCacheBlock, "decr_ref", lambda self: None)
+    result = run_property(PROP, "fixed", max_examples=60, derandomize=True)
+    assert result.status == "failed" and result.message.startswith("ref_count_is_holders")
