@@ -12,6 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from kvsim.engine.actions import table
+
+from .actions import CompleteLoad, CompleteStore, Finish, Load, Reset, Store, Touch
+
 SCHEDULER, MANAGER, WORKER = "scheduler (connector)", "CPU OffloadingManager", "offloading worker"
 
 
@@ -19,21 +23,21 @@ def lifelines(system: Any) -> tuple[str, ...]:
     return (SCHEDULER, MANAGER, WORKER)
 
 
+def _complete_store(a: tuple) -> tuple[tuple[str, str, str, bool], ...]:
+    ok = bool(a.success)
+    return ((WORKER, MANAGER, f"complete_store(req {a.req}, success={ok})", not ok),)
+
+
+_arrows = table({  # an action on the chart, by record type
+    Store: lambda a: ((SCHEDULER, MANAGER, f"prepare_store(req {a.req})", False),),
+    Load: lambda a: ((SCHEDULER, MANAGER, f"prepare_load(req {a.req})", False),),
+    Touch: lambda a: ((SCHEDULER, MANAGER, f"touch(req {a.req})", False),),
+    Finish: lambda a: ((SCHEDULER, SCHEDULER, f"request {a.req} finished", False),),
+    Reset: lambda a: ((SCHEDULER, MANAGER, "reset_cache()", False),),
+    CompleteStore: _complete_store,
+    CompleteLoad: lambda a: ((WORKER, MANAGER, f"complete_load(req {a.req})", False),),
+}, lambda a: ((SCHEDULER, MANAGER, a[0], False),))
+
+
 def arrows(system: Any, state: Any, action: tuple) -> tuple[tuple[str, str, str, bool], ...]:
-    kind = action[0]
-    if kind == "store":
-        return ((SCHEDULER, MANAGER, f"prepare_store(req {action.req})", False),)
-    if kind == "load":
-        return ((SCHEDULER, MANAGER, f"prepare_load(req {action.req})", False),)
-    if kind == "touch":
-        return ((SCHEDULER, MANAGER, f"touch(req {action.req})", False),)
-    if kind == "finish":
-        return ((SCHEDULER, SCHEDULER, f"request {action.req} finished", False),)
-    if kind == "reset":
-        return ((SCHEDULER, MANAGER, "reset_cache()", False),)
-    if kind == "complete_store":
-        ok = bool(action.success)
-        return ((WORKER, MANAGER, f"complete_store(req {action.req}, success={ok})", not ok),)
-    if kind == "complete_load":
-        return ((WORKER, MANAGER, f"complete_load(req {action.req})", False),)
-    return ((SCHEDULER, MANAGER, kind, False),)
+    return _arrows(action)

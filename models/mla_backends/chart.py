@@ -11,6 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from kvsim.engine.actions import table
+
+from .wrapper import Advance, Fail, Plan, Run, Select
+
 CALLER, WRAPPER, BACKEND = "caller (attention layer)", "BatchMLAPagedAttentionWrapper", "selected backend"
 
 
@@ -18,19 +22,20 @@ def lifelines(system: Any) -> tuple[str, ...]:
     return (CALLER, WRAPPER, BACKEND)
 
 
+def _select(a: tuple) -> tuple[tuple[str, str, str, bool], ...]:
+    fault = a.fault
+    label = "select backend" if fault is None else f"select backend: {fault[0]} at candidate {fault[1]}"
+    return ((WRAPPER, BACKEND, label, fault is not None),)
+
+
+_arrows = table({  # an action on the chart, by record type
+    Plan: lambda a: ((CALLER, WRAPPER, f"plan(request {a.request})", False),),
+    Select: _select,
+    Advance: lambda a: ((WRAPPER, BACKEND, "next plan stage", False),),
+    Fail: lambda a: ((BACKEND, WRAPPER, f"stage fails: {a.kind}", True),),
+    Run: lambda a: ((CALLER, WRAPPER, f"run(lse={a.lse_mode})", False), (WRAPPER, BACKEND, "dispatch", False)),
+}, lambda a: ((WRAPPER, WRAPPER, a[0], False),))
+
+
 def arrows(system: Any, state: Any, action: tuple) -> tuple[tuple[str, str, str, bool], ...]:
-    kind = action[0]
-    if kind == "plan":
-        return ((CALLER, WRAPPER, f"plan(request {action.request})", False),)
-    if kind == "select":
-        fault = action.fault
-        label = "select backend" if fault is None else f"select backend: {fault[0]} at candidate {fault[1]}"
-        return ((WRAPPER, BACKEND, label, fault is not None),)
-    if kind == "advance":
-        return ((WRAPPER, BACKEND, "next plan stage", False),)
-    if kind == "fail":
-        return ((BACKEND, WRAPPER, f"stage fails: {action.kind}", True),)
-    if kind == "run":
-        return ((CALLER, WRAPPER, f"run(lse={action.lse_mode})", False),
-                (WRAPPER, BACKEND, "dispatch", False))
-    return ((WRAPPER, WRAPPER, kind, False),)
+    return _arrows(action)

@@ -13,8 +13,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from kvsim.engine.actions import table
+
 from ..pd_common.status import KVPoll
-from .actions import PREFILL
+from .actions import (PREFILL, Abort, BootstrapTimeout, Clear, CrashPrefill, DecodeAbort, DecodeInit, DeliverDecode,
+                      DeliverPrefill, Drop, Duplicate, DuplicateWork, Enqueue, HeartbeatMiss, Init, InjectGarbage,
+                      Status, Tinfo, Work)
 
 MANAGER, SCHEDULER, WORKER = "prefill manager (__init__)", "prefill scheduler", "transfer worker queue"
 BOOTSTRAP, DECODE_THREAD, DECODE = "bootstrap thread", "decode thread", "decode scheduler"
@@ -24,54 +28,57 @@ def lifelines(system: Any) -> tuple[str, ...]:
     return (MANAGER, SCHEDULER, WORKER, BOOTSTRAP, DECODE_THREAD, DECODE)
 
 
-def message(m: tuple) -> str:
-    if m[0] == "STATUS":
-        return f"STATUS r{m.room} {KVPoll(m.status).name}"
-    if m[0] in ("TINFO", "ABORT"):
-        return f"{m[0]} r{m.room}"
-    return m[0]
+message = table({  # a message in a few words: `STATUS r0 Success`; the others by their tag
+    Status: lambda m: f"STATUS r{m.room} {KVPoll(m.status).name}",
+    Tinfo: lambda m: f"TINFO r{m.room}",
+    Abort: lambda m: f"ABORT r{m.room}",
+}, lambda m: m[0])
+
+# who put a message in flight towards the decode thread: the worker a status frame on Success, else the scheduler
+# (a Failed status is its timeout's)
+_sender = table({Status: lambda m: WORKER if m.status == int(KVPoll.Success) else SCHEDULER}, lambda m: SCHEDULER)
 
 
-def _sender(m: tuple) -> str:
-    """Who put a status frame in flight: the worker on Success, the scheduler's timeout on Failed."""
-    return WORKER if m[0] == "STATUS" and m.status == int(KVPoll.Success) else SCHEDULER
+def _work(a: tuple, state: Any) -> tuple[tuple[str, str, str, bool], ...]:
+    head = state.queue[0] if state.queue else None
+    return ((WORKER, WORKER, f"send r{head.room} chunk {head.chunk}" if head else "work", False),)
+
+
+def _channel_fault(a: tuple, state: Any) -> tuple[tuple[str, str, str, bool], ...]:
+    """A dropped or duplicated message, on the arrow of the channel it was on."""
+    to_prefill = a.side == PREFILL
+    sender = DECODE if to_prefill else _sender(a.message)
+    return ((sender, BOOTSTRAP if to_prefill else DECODE_THREAD, f"{a.tag.upper()} {message(a.message)}", True),)
+
+
+def _duplicate_work(a: tuple, state: Any) -> tuple[tuple[str, str, str, bool], ...]:
+    item = state.queue[a.index]
+    return ((WORKER, WORKER, f"stale work: r{item.room} chunk {item.chunk} runs twice", True),)
+
+
+def _garbage(a: tuple, state: Any) -> tuple[tuple[str, str, str, bool], ...]:
+    sender, receiver = (DECODE, BOOTSTRAP) if a.side == PREFILL else (SCHEDULER, DECODE_THREAD)
+    return ((sender, receiver, "GARBAGE frame", True),)
+
+
+_arrows = table({  # an action on the chart, by record type (`state`: the state it is taken in)
+    Init: lambda a, state: ((MANAGER, MANAGER, a.step, False),),
+    DeliverPrefill: lambda a, state: ((DECODE, BOOTSTRAP, message(a.message), False),),
+    DeliverDecode: lambda a, state: ((_sender(a.message), DECODE_THREAD, message(a.message), False),),
+    Enqueue: lambda a, state: ((SCHEDULER, WORKER, f"enqueue r{a.room} chunk", False),),
+    Work: _work,
+    Clear: lambda a, state: ((SCHEDULER, SCHEDULER, f"clear r{a.room}", False),),
+    BootstrapTimeout: lambda a, state: ((SCHEDULER, SCHEDULER, f"bootstrap timeout r{a.room}", False),),
+    DecodeInit: lambda a, state: ((DECODE, DECODE, f"init r{a.room}", False),),
+    DecodeAbort: lambda a, state: ((DECODE, DECODE, f"waiting timeout r{a.room}", False),),
+    HeartbeatMiss: lambda a, state: ((DECODE, DECODE, "heartbeat miss", False),),
+    Drop: _channel_fault,
+    Duplicate: _channel_fault,
+    DuplicateWork: _duplicate_work,
+    InjectGarbage: _garbage,
+    CrashPrefill: lambda a, state: ((MANAGER, MANAGER, "prefill crashes", True),),
+}, lambda a, state: ((DECODE, DECODE, a[0], False),))
 
 
 def arrows(system: Any, state: Any, action: tuple) -> tuple[tuple[str, str, str, bool], ...]:
-    kind = action[0]
-    if kind == "init":
-        return ((MANAGER, MANAGER, action.step, False),)
-    if kind == "deliver_prefill":
-        return ((DECODE, BOOTSTRAP, message(action.message), False),)
-    if kind == "deliver_decode":
-        return ((_sender(action.message), DECODE_THREAD, message(action.message), False),)
-    if kind == "enqueue":
-        return ((SCHEDULER, WORKER, f"enqueue r{action.room} chunk", False),)
-    if kind == "work":
-        head = state.queue[0] if state.queue else None
-        return ((WORKER, WORKER, f"send r{head.room} chunk {head.chunk}" if head else "work", False),)
-    if kind == "clear":
-        return ((SCHEDULER, SCHEDULER, f"clear r{action.room}", False),)
-    if kind == "bootstrap_timeout":
-        return ((SCHEDULER, SCHEDULER, f"bootstrap timeout r{action.room}", False),)
-    if kind == "decode_init":
-        return ((DECODE, DECODE, f"init r{action.room}", False),)
-    if kind == "decode_abort":
-        return ((DECODE, DECODE, f"waiting timeout r{action.room}", False),)
-    if kind == "heartbeat_miss":
-        return ((DECODE, DECODE, "heartbeat miss", False),)
-    if kind in ("drop", "duplicate"):
-        to_prefill = action.side == PREFILL
-        sender = DECODE if to_prefill else _sender(action.message)
-        return ((sender, BOOTSTRAP if to_prefill else DECODE_THREAD, f"{kind.upper()} {message(action.message)}",
-                 True),)
-    if kind == "duplicate_work":
-        item = state.queue[action.index]
-        return ((WORKER, WORKER, f"stale work: r{item.room} chunk {item.chunk} runs twice", True),)
-    if kind == "garbage":
-        if action.side == PREFILL:
-            return ((DECODE, BOOTSTRAP, "GARBAGE frame", True),)
-        return ((SCHEDULER, DECODE_THREAD, "GARBAGE frame", True),)
-    if kind == "crash_prefill":
-        return ((MANAGER, MANAGER, "prefill crashes", True),)
-    return ((DECODE, DECODE, kind, False),)
+    return _arrows(action, state)

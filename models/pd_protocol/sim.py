@@ -49,6 +49,9 @@ from .wire import BACKENDS
 PEERS = (PREFILL,)  # what `crash=PEER@T` may name
 SLACK = 1.0  # seconds of tolerance on the P8 bound (message latency, heartbeat phase)
 WORK, HEARTBEAT_MISS = Work(), HeartbeatMiss()  # the actions without fields, built once
+# a channel fault that is an action of the model, by the fault's kind (a garbled message is `garble`'s; a delay or
+# a reorder only moves the delivery time)
+FAULT_ACTIONS = {"drop": Drop, "duplicate": Duplicate}
 
 
 @dataclass(frozen=True)
@@ -118,10 +121,9 @@ class _Run:
             return GarbageFrame()
 
         def on_fault(kind: str, message: tuple) -> None:
-            if kind == "drop":
-                self.act(Drop(side, message))
-            elif kind == "duplicate":
-                self.act(Duplicate(side, message))
+            fault = FAULT_ACTIONS.get(kind)
+            if fault is not None:
+                self.act(fault(side, message))
             elif kind != "garble":  # delay, reorder: timing only
                 self.rec.record(self.sim.now, f"fault_{kind}", message)
 

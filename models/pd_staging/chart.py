@@ -14,12 +14,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from kvsim.engine.actions import table
+
 from ..pd_common.status import KVPoll
-from .actions import UP
+from .actions import (UP, Abort, AbortMsg, AckMsg, Batch, Clear, Deadline, DeferDst, Deliver, Drop, Duplicate,
+                      HeartbeatFailure, PeerDeath, ReadyMsg, ReleaseTimeout, Reorder, ReqMsg, RspMsg, ScatterDone,
+                      StatusMsg, WaitingTimeout, WatermarkMsg, Work)
 
 SCHEDULER, DECODE = "prefill scheduler", "decode (DecodeStagingHandler)"
-NAMES = {"REQ": "STAGING_REQ", "RSP": "STAGING_RSP", "READY": "CHUNK_READY", "STATUS": "status", "WM": "WATERMARK",
-         "ABORT": "ABORT", "ACK": "ABORT_ACK"}
 
 
 def writer(w: int) -> str:
@@ -30,51 +32,40 @@ def lifelines(system: Any) -> tuple[str, ...]:
     return (SCHEDULER,) + tuple(writer(w) for w in range(system.cfg.writers)) + (DECODE,)
 
 
-def message(m: tuple) -> str:
-    """A message in a few words: `STAGING_RSP r0 c1 slot 2`."""
-    kind, name = m[0], NAMES.get(m[0], m[0])
-    if kind == "WM":
-        return f"{name} round {m.round} tail {m.tail}"
-    if kind == "STATUS":
-        return f"{name} r{m.room} {KVPoll(m.status).name}"
-    if kind in ("ABORT", "ACK"):
-        return f"{name} r{m.room}"
-    text = f"{name} r{m.room} c{m.chunk_idx}"
-    if kind == "RSP":
-        text += f" slot {m.alloc_id}" if m.alloc_id >= 0 else " no slot"
-    return text
+message = table({  # a message in a few words: `STAGING_RSP r0 c1 slot 2`
+    WatermarkMsg: lambda m: f"WATERMARK round {m.round} tail {m.tail}",
+    StatusMsg: lambda m: f"status r{m.room} {KVPoll(m.status).name}",
+    AbortMsg: lambda m: f"ABORT r{m.room}",
+    AckMsg: lambda m: f"ABORT_ACK r{m.room}",
+    ReqMsg: lambda m: f"STAGING_REQ r{m.room} c{m.chunk_idx}",
+    ReadyMsg: lambda m: f"CHUNK_READY r{m.room} c{m.chunk_idx}",
+    RspMsg: lambda m: f"STAGING_RSP r{m.room} c{m.chunk_idx}" + (f" slot {m.alloc_id}" if m.alloc_id >= 0
+                                                                 else " no slot"),
+}, lambda m: m[0])
 
 
 def _route(side: int, w: int) -> tuple[str, str]:
     return (writer(w), DECODE) if side == UP else (DECODE, writer(w))
 
 
+_arrows = table({  # an action on the chart, by record type (`writers`: the prefill writer ranks)
+    Batch: lambda a, writers: tuple((SCHEDULER, writer(w), f"enqueue r{a.room} chunk", False) for w in range(writers)),
+    Work: lambda a, writers: ((writer(a.writer), writer(a.writer), "dequeue head chunk", False),),
+    DeferDst: lambda a, writers: ((writer(a.writer), writer(a.writer), "sibling dst defers: re-enqueue chunk", True),),
+    Clear: lambda a, writers: ((writer(a.writer), writer(a.writer), f"poll terminal: clear r{a.room}", False),),
+    Deliver: lambda a, writers: ((*_route(a.side, a.writer), message(a.msg), False),),
+    Reorder: lambda a, writers: ((*_route(a.side, a.writer), "overtakes: " + message(a.msg), True),),
+    Drop: lambda a, writers: ((*_route(a.side, a.writer), f"DROP {message(a.msg)}", True),),
+    Duplicate: lambda a, writers: ((*_route(a.side, a.writer), f"DUPLICATE {message(a.msg)}", True),),
+    ScatterDone: lambda a, writers: ((DECODE, DECODE, f"scatter r{a.room} done, free slot {a.alloc_id}", False),),
+    Deadline: lambda a, writers: ((DECODE, DECODE, f"deadline r{a.room}", False),),
+    WaitingTimeout: lambda a, writers: ((DECODE, DECODE, f"waiting timeout r{a.room}", False),),
+    ReleaseTimeout: lambda a, writers: ((DECODE, DECODE, f"release timeout r{a.room}", False),),
+    HeartbeatFailure: lambda a, writers: ((DECODE, DECODE, "heartbeat failure", False),),
+    Abort: lambda a, writers: ((DECODE, DECODE, f"abort r{a.room}", True),),
+    PeerDeath: lambda a, writers: ((SCHEDULER, SCHEDULER, "prefill node dies", True),),
+}, lambda a, writers: ((DECODE, DECODE, a[0], False),))
+
+
 def arrows(system: Any, state: Any, action: tuple) -> tuple[tuple[str, str, str, bool], ...]:
-    kind = action[0]
-    if kind == "batch":
-        return tuple((SCHEDULER, writer(w), f"enqueue r{action.room} chunk", False)
-                     for w in range(system.cfg.writers))
-    if kind in ("work", "defer_dst"):
-        who = writer(action.writer)
-        label = "dequeue head chunk" if kind == "work" else "sibling dst defers: re-enqueue chunk"
-        return ((who, who, label, kind == "defer_dst"),)
-    if kind == "clear":
-        return ((writer(action.writer), writer(action.writer), f"poll terminal: clear r{action.room}", False),)
-    if kind in ("deliver", "reorder"):
-        sender, receiver = _route(action.side, action.writer)
-        return ((sender, receiver, ("overtakes: " if kind == "reorder" else "") + message(action.msg),
-                 kind == "reorder"),)
-    if kind in ("drop", "duplicate"):
-        sender, receiver = _route(action.side, action.writer)
-        return ((sender, receiver, f"{kind.upper()} {message(action.msg)}", True),)
-    if kind == "scatter_done":
-        return ((DECODE, DECODE, f"scatter r{action.room} done, free slot {action.alloc_id}", False),)
-    if kind in ("deadline", "waiting_timeout", "release_timeout"):
-        return ((DECODE, DECODE, f"{kind.replace('_', ' ')} r{action.room}", False),)
-    if kind == "heartbeat_failure":
-        return ((DECODE, DECODE, "heartbeat failure", False),)
-    if kind == "abort":
-        return ((DECODE, DECODE, f"abort r{action.room}", True),)
-    if kind == "peer_death":
-        return ((SCHEDULER, SCHEDULER, "prefill node dies", True),)
-    return ((DECODE, DECODE, kind, False),)
+    return _arrows(action, system.cfg.writers)

@@ -12,6 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from kvsim.engine.actions import table
+
+from .state import (Cancel, CancelAck, Compute, Deliver, DropAck, DropCancel, DropFrame, DupFrame, Fence, GenCancel,
+                    GenPost, GenRelease, PeerInfo, Poll, Promote, RemoteCancel, RxStall, RxTimeout, Shutdown, Silent,
+                    StallReport, Timeout, WriteDone, WriteFail)
+
 EXECUTOR, RECEIVER = "context executor (PyExecutor)", "receiver (KVRecvTask)"
 
 
@@ -23,48 +29,39 @@ def lifelines(system: Any) -> tuple[str, ...]:
     return (EXECUTOR,) + tuple(rank(k) for k in range(system.cfg.ranks)) + (RECEIVER,)
 
 
+def _executor(a: tuple, ranks: int) -> tuple[tuple[str, str, str, bool], ...]:
+    """A step of the executor's own (the poll, the timeout, the stall report, the fence), named by its tag."""
+    return ((EXECUTOR, EXECUTOR, f"req {a.rid}: {a.tag.replace('_', ' ')}", False),)
+
+
+_arrows = table({  # an action on the chart, by record type (`ranks`: the sender ranks)
+    PeerInfo: lambda a, ranks: ((RECEIVER, rank(a.rank), f"req {a.rid}: peer info", False),),
+    Promote: lambda a, ranks: ((EXECUTOR, EXECUTOR, f"req {a.rid}: CONTEXT_INIT", False),),
+    Compute: lambda a, ranks: tuple((EXECUTOR, rank(k), f"req {a.rid}: respond_and_send_async", False)
+                                    for k in range(ranks)),
+    WriteDone: lambda a, ranks: ((rank(a.rank), RECEIVER, f"req {a.rid}: write #{a.index} lands", False),),
+    WriteFail: lambda a, ranks: ((rank(a.rank), RECEIVER, f"req {a.rid}: write #{a.index} FAILS", True),),
+    Deliver: lambda a, ranks: ((rank(a.rank), RECEIVER, f"req {a.rid}: result frame", False),),
+    DropFrame: lambda a, ranks: ((rank(a.rank), RECEIVER, f"req {a.rid}: result frame LOST", True),),
+    DupFrame: lambda a, ranks: ((rank(a.rank), RECEIVER, f"req {a.rid}: result frame DUPLICATED", True),),
+    Poll: _executor,
+    Timeout: _executor,
+    StallReport: _executor,
+    Fence: _executor,
+    RxTimeout: lambda a, ranks: ((RECEIVER, RECEIVER, f"req {a.rid}: receive deadline", False),),
+    Silent: lambda a, ranks: ((RECEIVER, RECEIVER, f"req {a.rid}: peer goes silent", True),),
+    Cancel: lambda a, ranks: ((EXECUTOR, EXECUTOR, f"req {a.rid}: cancelled", True),),
+    Shutdown: lambda a, ranks: ((EXECUTOR, EXECUTOR, "shutdown", True),),
+    GenPost: lambda a, ranks: tuple((RECEIVER, rank(k), f"req {a.rid}: REQUEST_DATA", False) for k in range(ranks)),
+    GenCancel: lambda a, ranks: ((RECEIVER, RECEIVER, f"req {a.rid}: receive cancelled", True),),
+    RemoteCancel: lambda a, ranks: ((RECEIVER, rank(a.rank), f"req {a.rid}: CANCEL_SESSION", False),),
+    DropCancel: lambda a, ranks: ((RECEIVER, rank(a.rank), f"req {a.rid}: CANCEL_SESSION LOST", True),),
+    CancelAck: lambda a, ranks: ((rank(a.rank), RECEIVER, f"req {a.rid}: cancel-ACK", False),),
+    DropAck: lambda a, ranks: ((rank(a.rank), RECEIVER, f"req {a.rid}: cancel-ACK LOST", True),),
+    RxStall: lambda a, ranks: ((RECEIVER, RECEIVER, f"req {a.rid}: ACK deadline: stalled", False),),
+    GenRelease: lambda a, ranks: ((RECEIVER, RECEIVER, f"req {a.rid}: destination pages released", False),),
+}, lambda a, ranks: ((EXECUTOR, EXECUTOR, a[0], False),))
+
+
 def arrows(system: Any, state: Any, action: tuple) -> tuple[tuple[str, str, str, bool], ...]:
-    kind, rid = action[0], (action[1] if len(action) > 1 else None)
-    if kind == "peer_info":
-        return ((RECEIVER, rank(action.rank), f"req {rid}: peer info", False),)
-    if kind == "promote":
-        return ((EXECUTOR, EXECUTOR, f"req {rid}: CONTEXT_INIT", False),)
-    if kind == "compute":
-        return tuple((EXECUTOR, rank(k), f"req {rid}: respond_and_send_async", False) for k in range(system.cfg.ranks))
-    if kind == "write_done":
-        return ((rank(action.rank), RECEIVER, f"req {rid}: write #{action.index} lands", False),)
-    if kind == "write_fail":
-        return ((rank(action.rank), RECEIVER, f"req {rid}: write #{action.index} FAILS", True),)
-    if kind == "deliver":
-        return ((rank(action.rank), RECEIVER, f"req {rid}: result frame", False),)
-    if kind == "drop_frame":
-        return ((rank(action.rank), RECEIVER, f"req {rid}: result frame LOST", True),)
-    if kind == "dup_frame":
-        return ((rank(action.rank), RECEIVER, f"req {rid}: result frame DUPLICATED", True),)
-    if kind in ("poll", "timeout", "stall_report", "fence"):
-        return ((EXECUTOR, EXECUTOR, f"req {rid}: {kind.replace('_', ' ')}", False),)
-    if kind == "rx_timeout":
-        return ((RECEIVER, RECEIVER, f"req {rid}: receive deadline", False),)
-    if kind == "silent":
-        return ((RECEIVER, RECEIVER, f"req {rid}: peer goes silent", True),)
-    if kind == "cancel":
-        return ((EXECUTOR, EXECUTOR, f"req {rid}: cancelled", True),)
-    if kind == "shutdown":
-        return ((EXECUTOR, EXECUTOR, "shutdown", True),)
-    if kind == "gen_post":
-        return tuple((RECEIVER, rank(k), f"req {rid}: REQUEST_DATA", False) for k in range(system.cfg.ranks))
-    if kind == "gen_cancel":
-        return ((RECEIVER, RECEIVER, f"req {rid}: receive cancelled", True),)
-    if kind == "remote_cancel":
-        return ((RECEIVER, rank(action.rank), f"req {rid}: CANCEL_SESSION", False),)
-    if kind == "drop_cancel":
-        return ((RECEIVER, rank(action.rank), f"req {rid}: CANCEL_SESSION LOST", True),)
-    if kind == "cancel_ack":
-        return ((rank(action.rank), RECEIVER, f"req {rid}: cancel-ACK", False),)
-    if kind == "drop_ack":
-        return ((rank(action.rank), RECEIVER, f"req {rid}: cancel-ACK LOST", True),)
-    if kind == "rx_stall":
-        return ((RECEIVER, RECEIVER, f"req {rid}: ACK deadline: stalled", False),)
-    if kind == "gen_release":
-        return ((RECEIVER, RECEIVER, f"req {rid}: destination pages released", False),)
-    return ((EXECUTOR, EXECUTOR, kind, False),)
+    return _arrows(action, system.cfg.ranks)

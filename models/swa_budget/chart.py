@@ -11,6 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from kvsim.engine.actions import table
+
+from .scheduler import Arrive, Decode, Resume, Retract
+
 REQUESTS, SCHEDULER, ALLOCATOR = "requests", "Scheduler", "SWA KV allocator (full + swa pools)"
 
 
@@ -18,15 +22,14 @@ def lifelines(system: Any) -> tuple[str, ...]:
     return (REQUESTS, SCHEDULER, ALLOCATOR)
 
 
+_arrows = table({  # an action on the chart, by record type (`state`: the state it is taken in)
+    Arrive: lambda a, state: ((REQUESTS, SCHEDULER, f"request {state.next_arrival} arrives", False),
+                              (SCHEDULER, ALLOCATOR, "prefill: alloc pages", False)),
+    Decode: lambda a, state: ((SCHEDULER, ALLOCATOR, "decode step: one token each", False),),
+    Retract: lambda a, state: ((SCHEDULER, ALLOCATOR, f"retract request {a.rid}: free pages", False),),
+    Resume: lambda a, state: ((SCHEDULER, ALLOCATOR, "resume_retracted_reqs: _pre_alloc", False),),
+}, lambda a, state: ((SCHEDULER, SCHEDULER, a[0], False),))
+
+
 def arrows(system: Any, state: Any, action: tuple) -> tuple[tuple[str, str, str, bool], ...]:
-    kind = action[0]
-    if kind == "arrive":
-        return ((REQUESTS, SCHEDULER, f"request {state.next_arrival} arrives", False),
-                (SCHEDULER, ALLOCATOR, "prefill: alloc pages", False))
-    if kind == "decode":
-        return ((SCHEDULER, ALLOCATOR, "decode step: one token each", False),)
-    if kind == "retract":
-        return ((SCHEDULER, ALLOCATOR, f"retract request {action.rid}: free pages", False),)
-    if kind == "resume":
-        return ((SCHEDULER, ALLOCATOR, "resume_retracted_reqs: _pre_alloc", False),)
-    return ((SCHEDULER, SCHEDULER, kind, False),)
+    return _arrows(action, state)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 import sys
 import threading
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 from .answers import registered, upstream_line
 
@@ -83,9 +83,10 @@ def documented_lines(source: str, unreached: Iterable[Any], *, every_line: bool 
         node = find_definition(tree, entry.definition)
         if node is None:
             continue
-        body = _body_lines(node)
-        for stmt in ast.walk(node):
-            if isinstance(stmt, ast.stmt) and stmt is not node and entry.text in text[stmt.lineno - 1]:
+        statements = list(_statements(node))  # one walk: the definition's statement lines, and where the text is
+        body = {line for _, line in statements if line is not None}
+        for stmt, _ in statements:
+            if entry.text in text[stmt.lineno - 1]:
                 # an `if` / `elif` / loop: its test and its own body (its `else` / `elif` chain is another branch)
                 last = stmt.body[-1].end_lineno if isinstance(stmt, (ast.If, ast.While, ast.For)) else stmt.end_lineno
                 inside = set(range(stmt.lineno, (last or stmt.lineno) + 1))
@@ -106,28 +107,37 @@ def find_definition(tree: ast.Module, dotted: str) -> ast.AST | None:
 
 
 def _body_lines(node: ast.AST) -> set[int]:
-    lines: set[int] = set()
+    return {line for _, line in _statements(node) if line is not None}
+
+
+def _statements(node: ast.AST) -> Iterator[tuple[ast.stmt, int | None]]:
+    """Every statement inside a definition, each with the line that runs for it when the definition is called, or
+    None: a class's own body and a method's `def` line ran when the module loaded (a class: the bodies of its
+    methods), so did a function's docstring, and `x: T` compiles to nothing."""
     body = getattr(node, "body", [])
-    if isinstance(node, ast.ClassDef):  # a class: the bodies of its methods (its own body ran at load)
+    if isinstance(node, ast.ClassDef):
         for child in body:
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                lines |= _body_lines(child)
-        return lines
-    for stmt in _without_docstring(body):
-        for sub in ast.walk(stmt):
+                yield child, None
+                yield from _statements(child)
+            else:
+                yield from ((sub, None) for sub in ast.walk(child) if isinstance(sub, ast.stmt))
+        return
+    code = _without_docstring(body)
+    for stmt in body[:len(body) - len(code)]:  # the docstring
+        yield stmt, None
+    for stmt in code:
+        for sub in ast.walk(stmt):  # inside a function all of it runs when it is called, nested bodies too
             if isinstance(sub, ast.stmt):
-                if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                    lines |= _body_lines(sub)
-                    continue
-                if isinstance(sub, ast.AnnAssign) and sub.value is None:
-                    continue  # `x: T` in a function body compiles to nothing: no line of it ever runs
-                # `elif (` / `if (` over several lines: the line that runs is the test's own first line
-                lines.add(sub.test.lineno if isinstance(sub, (ast.If, ast.While)) else sub.lineno)
-    # nested definitions' headers ran when the enclosing body ran them: count the header line itself
-    for stmt in ast.walk(node):
-        if stmt is not node and isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            lines.add(stmt.lineno)
-    return lines
+                yield sub, _line(sub)
+
+
+def _line(stmt: ast.stmt) -> int | None:
+    if isinstance(stmt, ast.ClassDef) or (isinstance(stmt, ast.AnnAssign) and stmt.value is None):
+        return None  # a nested class's header line is not counted; `x: T` in a function body runs nothing
+    # `elif (` / `if (` over several lines: the line that runs is the test's own first line; a nested definition's
+    # header ran when the enclosing body ran it: its `def` line
+    return stmt.test.lineno if isinstance(stmt, (ast.If, ast.While)) else stmt.lineno
 
 
 def _without_docstring(body: list[ast.stmt]) -> list[ast.stmt]:
