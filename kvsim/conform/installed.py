@@ -21,20 +21,18 @@ into place), and returns the `ImportEnvironment` the child (`installed_child`) s
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
 from kvsim.engine.errors import ConfigError, KvsimError
 
-from .source import EngineSource, cache_root, check_version, resolve_source
+from .source import EngineSource, cache_root, check_version, made_once, resolve_source
 
 INSTALL_TIMEOUT_S = 1800
 MARKER = ".kvsim-prepared"
@@ -106,35 +104,28 @@ def install_dependencies(engine: str, version: str) -> Path:
     """The release's dependency folder, installed once from its pins (a KvsimError with pip's reason if not)."""
     pinned = pins(engine, check_version(version))
     folder = deps_folder(engine, version, pinned)
-    if not (folder / MARKER).is_file():
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        with open(folder.parent / f".{folder.name}.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-            if not (folder / MARKER).is_file():  # another process may have installed it while this one waited
-                _install(pinned, folder)
-    return folder
-
-
-def _install(pinned: tuple[str, ...], folder: Path) -> None:
     bad = [p for p in pinned if p.lower().startswith(FORBIDDEN)]
     if bad:
         raise ConfigError("dependency table", "no torch, triton or nvidia distribution", ", ".join(bad))
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    return made_once(folder.parent, f".{folder.name}.lock", lambda: folder if (folder / MARKER).is_file() else None,
+                     lambda scratch: _install(pinned, scratch, folder), prefix=f".{folder.name}.")
+
+
+def _install(pinned: tuple[str, ...], tmp: Path, folder: Path) -> Path:
+    """`pinned` installed into `tmp` with its marker, then renamed to `folder`."""
+    cmd = [sys.executable, "-m", "pip", "install", "--no-deps", "--only-binary=:all:", "--no-compile",
+           "--disable-pip-version-check", "-q", "--target", str(tmp), *pinned]
     try:
-        cmd = [sys.executable, "-m", "pip", "install", "--no-deps", "--only-binary=:all:", "--no-compile",
-               "--disable-pip-version-check", "-q", "--target", str(tmp), *pinned]
-        try:
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S)
-        except (OSError, subprocess.SubprocessError) as exc:
-            raise KvsimError(f"installing the import dependencies into {folder} failed: {exc}") from exc
-        if done.returncode != 0:
-            lines = [line for line in (done.stderr or done.stdout).splitlines()
-                     if line.strip() and not line.lstrip().startswith("WARNING")]
-            reason = " ".join(" ".join(lines[-3:]).split()) or "no output"
-            raise KvsimError(f"installing the import dependencies with pip failed (exit {done.returncode}): {reason}")
-        (tmp / MARKER).write_text("\n".join(pinned) + "\n")
-        if folder.exists():  # a folder left without its marker by an interrupted run
-            shutil.rmtree(folder)
-        os.rename(tmp, folder)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise KvsimError(f"installing the import dependencies into {folder} failed: {exc}") from exc
+    if done.returncode != 0:
+        lines = [line for line in (done.stderr or done.stdout).splitlines()
+                 if line.strip() and not line.lstrip().startswith("WARNING")]
+        reason = " ".join(" ".join(lines[-3:]).split()) or "no output"
+        raise KvsimError(f"installing the import dependencies with pip failed (exit {done.returncode}): {reason}")
+    (tmp / MARKER).write_text("\n".join(pinned) + "\n")
+    if folder.exists():  # a folder left without its marker by an interrupted run
+        shutil.rmtree(folder)
+    os.rename(tmp, folder)
+    return folder

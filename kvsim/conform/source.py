@@ -22,6 +22,7 @@ import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, TypeVar
 
 from kvsim.engine.errors import ConfigError, KvsimError
 
@@ -30,6 +31,7 @@ DEFAULT_VERSIONS = {"vllm": "0.33.0", "sglang": "0.5.23", "flashinfer": "0.7.4"}
 # the name pip knows an engine by, where it differs from the package folder (`flashinfer/`)
 DISTRIBUTIONS = {"flashinfer": "flashinfer-python"}
 DOWNLOAD_TIMEOUT_S = 900
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -91,23 +93,40 @@ def download_wheel(engine: str, version: str) -> Path:
     dist = distribution(engine)
     stem = dist.replace("-", "_")  # a wheel's file name spells the distribution with underscores
     wheel_dir = cache_root() / "wheels" / f"{engine}-{version}"
-    found = sorted(wheel_dir.glob(f"{stem}-{version}-*.whl"))
-    if found:
-        return found[0]
-    wheel_dir.mkdir(parents=True, exist_ok=True)
-    with open(wheel_dir / ".lock", "w") as lock:
+
+    def found() -> Path | None:
+        wheels = sorted(wheel_dir.glob(f"{stem}-{version}-*.whl"))
+        return wheels[0] if wheels else None
+
+    def fetch(scratch: Path) -> Path:
+        wheel = _pip_download(dist, version, scratch, stem)
+        target = wheel_dir / wheel.name
+        os.replace(wheel, target)
+        return target
+
+    return made_once(wheel_dir, ".lock", found, fetch, prefix=".download.")
+
+
+def made_once(folder: Path, lock_name: str, found: Callable[[], T | None], make: Callable[[Path], T], *,
+              prefix: str) -> T:
+    """What `found()` finds in the cache, else what `make(scratch)` makes there, once: processes that ask at once
+    (test workers on an empty cache) take turns on the lock file `folder/lock_name` and look again once they
+    hold it; `make` works in a private scratch folder under `folder` (removed afterwards) and renames what it
+    made into place itself, so no process ever sees half of it."""
+    done = found()
+    if done is not None:
+        return done
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / lock_name, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-        found = sorted(wheel_dir.glob(f"{stem}-{version}-*.whl"))
-        if found:  # another process fetched it while this one waited
-            return found[0]
-        tmp = Path(tempfile.mkdtemp(prefix=".download.", dir=wheel_dir))
+        done = found()
+        if done is not None:  # another process made it while this one waited
+            return done
+        scratch = Path(tempfile.mkdtemp(prefix=prefix, dir=folder))
         try:
-            wheel = _pip_download(dist, version, tmp, stem)
-            target = wheel_dir / wheel.name
-            os.replace(wheel, target)
+            return make(scratch)
         finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return target
+            shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _pip_download(dist: str, version: str, into: Path, stem: str) -> Path:
