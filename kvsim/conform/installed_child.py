@@ -14,10 +14,20 @@ every block hash are the same in every run.
 
 `InstalledChild` is the parent's handle: `with InstalledChild(prepare("vllm", "0.33.0"), DRIVER) as child:
 child.call("build", num_blocks=10, block_size=4)`.
+
+A changed module (a planted regression, a `--mutants` mutant) is loaded into the running child, not into a new
+one: the request `{"op": "__configure__", "args": {"mutant": Mutant JSON or null, "trace": [files] or null}}`
+(`InstalledChild.configure`) executes the release's file with the mutant applied into its module, every line
+where it was, and points each name the release's other modules imported from it at the new definition
+(`Swap`); `"mutant": null` puts the released module back the same way. The driver's next `build` makes its
+objects from what is loaded then. `trace` names release files (relative to the tree) whose executed lines each
+later answer carries under `"lines"` (`--coverage`, and which lines a mutant run reached). A child is kept per
+release and driver for the parent's life (`shared`), since an import costs about 20 s.
 """
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import json
 import os
@@ -31,6 +41,7 @@ from kvsim.engine.errors import ConfigError
 from .child import LineChild, kill
 from .installed import ImportEnvironment
 
+CONFIGURE = "__configure__"  # the child's own request (a mutant, a line trace), never the driver's
 START_TIMEOUT_S = 900.0  # the first import of a release compiles its files (about 30 s on a busy 2-core machine)
 HASH_SEED = "0"
 
@@ -59,6 +70,97 @@ class SelfTest:
         return args.get("value")
 
 
+class Swap:
+    """One module of the release re-executed from a changed text, and undone.
+
+    `apply(module, text, path)` runs `text` (compiled as `path`, so tracebacks and traced lines name the release's
+    file) in a fresh namespace that becomes the module's, then replaces, in every loaded module of the engine's
+    package, each global that was one of the module's own definitions by the new one of that name; `undo()`
+    restores the namespace as it was and the references the same way."""
+
+    def __init__(self) -> None:
+        self.module: Any = None
+        self.saved: dict[str, Any] = {}
+
+    def apply(self, module: Any, text: str, path: str) -> None:
+        self.module, self.saved = module, dict(vars(module))
+        fresh: dict[str, Any] = {k: v for k, v in self.saved.items() if k.startswith("__")}
+        exec(compile(text, path, "exec", dont_inherit=True), fresh)  # noqa: S102 - the release's own text, mutated
+        self._rebind(fresh)
+
+    def undo(self) -> None:
+        if self.module is not None:
+            self._rebind(self.saved)
+            self.module, self.saved = None, {}
+
+    def _rebind(self, namespace: dict[str, Any]) -> None:
+        module = self.module
+        name = module.__name__
+        old = vars(module)
+        moved = {id(v): namespace[k] for k, v in old.items() if k in namespace and v is not namespace[k]
+                 and getattr(v, "__module__", None) == name}
+        old.clear()
+        old.update(namespace)
+        package = name.partition(".")[0]
+        for other in list(sys.modules.values()):
+            if other is None or other is module or not getattr(other, "__name__", "").startswith(package):
+                continue
+            space = getattr(other, "__dict__", None)
+            if not isinstance(space, dict):
+                continue
+            for key, value in list(space.items()):
+                if id(value) in moved:
+                    space[key] = moved[id(value)]
+
+
+def module_name(relpath: str) -> str:
+    """"vllm/v1/core/block_pool.py" -> "vllm.v1.core.block_pool"."""
+    return relpath[: -len(".py")].replace("/", ".").removesuffix(".__init__")
+
+
+class Configured:
+    """The child's loaded mutant and line trace (`__configure__`)."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self.swap = Swap()
+        self.mutant: Any = None
+        self.trace: Any = None
+        self.sent: set[tuple[str, int]] = set()
+
+    def configure(self, mutant: Any = None, trace: Any = None) -> dict[str, Any]:
+        from kvsim.engine.conformance.answers import register_lines
+        from kvsim.engine.conformance.linetrace import LineTrace
+        from kvsim.engine.conformance.mutants import Mutant
+
+        self.swap.undo()
+        self.mutant = None
+        if mutant is not None:
+            m = Mutant.from_json(mutant)
+            path = os.path.join(self.root, m.file)
+            try:
+                with open(path, encoding="utf-8") as f:
+                    text = m.apply(f.read())
+                self.swap.apply(importlib.import_module(module_name(m.file)), text, path)
+            except Exception as exc:  # a mutant that does not load: not counted, as the loader's
+                self.swap.undo()
+                last = traceback.format_exception_only(type(exc), exc)[-1].strip()
+                raise ConfigError("mutant", "a mutant that loads", m.label, hint=last) from None
+            self.mutant = m
+        self.trace, self.sent = None, set()
+        if trace:
+            for relpath in trace:
+                register_lines(os.path.join(self.root, relpath), lambda line, rel=relpath: f"{rel}:{line}")
+            self.trace = LineTrace()
+        return {"mutant": None if self.mutant is None else self.mutant.label, "trace": bool(self.trace)}
+
+    def new_lines(self) -> list[tuple[str, int]]:
+        assert self.trace is not None
+        new = sorted(self.trace.executed - self.sent)
+        self.sent |= self.trace.executed
+        return new
+
+
 def _driver(name: str) -> Any:
     module, _, attribute = name.partition(":")
     if not (attribute and module.startswith("kvsim.conform.")):
@@ -83,12 +185,19 @@ def serve(lines: Any, out: Any) -> int:
     out.write(json.dumps({"ok": True, "result": {"import_s": time.perf_counter() - started,
                                                  "version": header["version"]}}) + "\n")
     out.flush()
+    configured = Configured(header["root"])
     for line in lines:
         if not line.strip():
             continue
         request = json.loads(line)
+        trace = configured.trace
+        if trace is not None:
+            trace.start()
         try:
-            answer = {"ok": True, "result": driver.handle(request["op"], request.get("args") or {})}
+            if request["op"] == CONFIGURE:
+                answer = {"ok": True, "result": configured.configure(**(request.get("args") or {}))}
+            else:
+                answer = {"ok": True, "result": driver.handle(request["op"], request.get("args") or {})}
         except ConfigError as exc:
             answer = {"ok": False, "error": str(exc), "config": True}
         except Exception as exc:  # the engine raised: an answer, with where
@@ -96,7 +205,16 @@ def serve(lines: Any, out: Any) -> int:
             answer = {"ok": False, "error": f"{type(exc).__name__}: {message}", "config": False,
                       "raised": {"type": type(exc).__name__, "message": message,
                                  "where": _where(exc.__traceback__)}}
-        out.write(json.dumps(answer) + "\n")
+        finally:
+            if trace is not None:
+                trace.stop()
+        if trace is not None:
+            answer["lines"] = configured.new_lines()
+        try:
+            text = json.dumps(answer)
+        except (TypeError, ValueError) as exc:  # the driver's answer is not JSON: its bug, said in one line
+            text = json.dumps({"ok": False, "config": True, "error": f"the driver's answer is not JSON: {exc}"})
+        out.write(text + "\n")
         out.flush()
     return 0
 
@@ -128,6 +246,30 @@ class InstalledChild(LineChild):
         super().__init__()
         self.env, self.driver, self.timeout, self.start_timeout = env, driver, timeout, start_timeout
         self.import_s: float | None = None
+        self.mutant: Any = None  # what the child has loaded (`configure`), sent again to a restarted child
+        self.traced: tuple[str, ...] = ()
+        self.trace: Any = None  # the parent's LineTrace the child's executed lines are added to
+
+    def configure(self, mutant: Any = None, trace: Any = None, files: Sequence[str] = ()) -> None:
+        """Load `mutant` (a `mutants.Mutant`; None: the release as it is) into the child, and add the lines of
+        `files` it executes to `trace` (a LineTrace; None: no trace). Sent only when it changes what is loaded."""
+        traced = tuple(files) if trace is not None else ()
+        self.trace = trace
+        if self.process is not None and (mutant, traced) == (self.mutant, self.traced):
+            return
+        self.mutant, self.traced = mutant, traced
+        if self.process is None:
+            self.start()  # it configures itself
+        else:
+            self._configure()
+
+    def _configure(self) -> None:
+        try:
+            self.call(CONFIGURE, mutant=None if self.mutant is None else self.mutant.to_json(),
+                      trace=list(self.traced) or None)
+        except ConfigError:
+            self.mutant = None  # the child put the released module back
+            raise
 
     def __enter__(self) -> "InstalledChild":
         self.start()
@@ -147,6 +289,8 @@ class InstalledChild(LineChild):
             raise ConfigError(f"{s.label} (real import)", f"{self.env.module} importable", why,
                               hint=f"dependencies in {self.env.deps}")
         self.import_s = answer["result"]["import_s"]
+        if self.mutant is not None or self.traced:
+            self._configure()
 
     def _answer(self, timeout: float | None) -> dict[str, Any] | None:
         """The child's next answer; None when it ended or did not answer within `timeout` (then it is ended)."""
@@ -167,6 +311,9 @@ class InstalledChild(LineChild):
             answer = self._answer(self.timeout)
         except OSError as exc:
             answer, tail = None, str(exc)
+        except BaseException:  # interrupted waiting (a caller's deadline, Ctrl-C): its answer would come late
+            self.close()
+            raise
         else:
             tail = ""
         if answer is None:
@@ -174,12 +321,35 @@ class InstalledChild(LineChild):
             self.close()
             raise Answered(Raised("ChildDied", f"the {self.env.source.label} child ended or did not answer "
                                   f"within {self.timeout} s: {tail}", op))
+        if self.trace is not None and answer.get("lines"):
+            self.trace.add(tuple(x) for x in answer["lines"])
         if answer["ok"]:
             return answer["result"]
         if answer.get("config"):
             raise ConfigError(op, "a request the driver knows", answer["error"])
         raised = answer["raised"]
         raise Answered(Raised(raised["type"], raised["message"], raised["where"]))
+
+
+_SHARED: dict[tuple[str, str, str], InstalledChild] = {}
+
+
+def shared(env: ImportEnvironment, driver: str, timeout: float | None = None) -> InstalledChild:
+    """The child of this release and driver kept for the process's life (started on first use; closed at exit):
+    every target run of a `kvsim conform` or a test session reuses its import."""
+    key = (str(env.source.root), str(env.deps), driver)
+    child = _SHARED.get(key)
+    if child is None:
+        if not _SHARED:
+            atexit.register(close_shared)
+        child = _SHARED[key] = InstalledChild(env, driver)
+    child.timeout = timeout
+    return child
+
+
+def close_shared() -> None:
+    while _SHARED:
+        _SHARED.popitem()[1].close()
 
 
 if __name__ == "__main__":

@@ -10,10 +10,13 @@ request life cycle of one full-attention group.
   its config `CacheManagerConfig`: the `kvsim explore --param`s) and its invariants.
 * `symmetry`: block ids are names; the explorer keeps one state per renaming of the blocks.
 * `variants`: `fixed` only this slice.
+* `conform`: the real released `KVCacheManager` in lockstep with the model (`kvsim conform vllm --target
+  kv_cache_manager_lockstep`).
 """
 
 from kvsim.engine.descriptor import ModelDescriptor
 
+from .conform import CONFORM
 from .system import CacheManagerConfig, CacheManagerSystem
 from .variants import FIXED, VARIANTS, CacheManagerVariant
 
@@ -26,6 +29,7 @@ DESCRIPTOR = ModelDescriptor(
     variants=VARIANTS,
     config=CacheManagerConfig,
     system=CacheManagerSystem,
+    conform=CONFORM,
 )
 
 __all__ = ["DESCRIPTOR", "FIXED", "VARIANTS", "CacheManagerVariant"]
