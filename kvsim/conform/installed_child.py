@@ -34,6 +34,7 @@ import os
 import sys
 import time
 import traceback
+import types
 from typing import Any, Sequence
 
 from kvsim.engine.errors import ConfigError
@@ -42,7 +43,8 @@ from .child import LineChild, kill
 from .installed import ImportEnvironment
 
 CONFIGURE = "__configure__"  # the child's own request (a mutant, a line trace), never the driver's
-START_TIMEOUT_S = 900.0  # the first import of a release compiles its files (about 30 s on a busy 2-core machine)
+START_TIMEOUT_S = 900.0
+CONFIGURE_TIMEOUT_S = 120.0  # loading a mutant re-executes a release module: never under a mutant run's short deadline  # the first import of a release compiles its files (about 30 s on a busy 2-core machine)
 HASH_SEED = "0"
 
 
@@ -106,11 +108,40 @@ class Swap:
             if other is None or other is module or not getattr(other, "__name__", "").startswith(package):
                 continue
             space = getattr(other, "__dict__", None)
-            if not isinstance(space, dict):
-                continue
-            for key, value in list(space.items()):
-                if id(value) in moved:
-                    space[key] = moved[id(value)]
+            if isinstance(space, dict):
+                _rebind_in(space, moved, package)
+
+
+def _rebind_in(space: dict[str, Any], moved: dict[int, Any], package: str) -> None:
+    """A module's globals: each moved definition replaced, and one level inside: in a dict or list it holds (a
+    registry: vLLM 0.33.0's `KVCacheSpecRegistry` keeps the manager classes that way, in frozen records), on the
+    records such a container holds, and among the class attributes of the package's own classes."""
+    def attributes(obj: Any) -> None:
+        fields = getattr(obj, "__dict__", None)
+        if isinstance(fields, dict) and not isinstance(obj, (type, types.ModuleType, types.FunctionType)):
+            for k, v in list(fields.items()):
+                if id(v) in moved:
+                    object.__setattr__(obj, k, moved[id(v)])  # a frozen dataclass's field too
+
+    for key, value in list(space.items()):
+        if id(value) in moved:
+            space[key] = moved[id(value)]
+        elif isinstance(value, dict):
+            for k, v in list(value.items()):
+                if id(v) in moved:
+                    value[k] = moved[id(v)]
+                else:
+                    attributes(v)
+        elif isinstance(value, list):
+            for i, v in enumerate(value):
+                if id(v) in moved:
+                    value[i] = moved[id(v)]
+                else:
+                    attributes(v)
+        elif isinstance(value, type) and str(getattr(value, "__module__", "")).startswith(package):
+            for k, v in list(vars(value).items()):
+                if id(v) in moved:
+                    setattr(value, k, moved[id(v)])
 
 
 def module_name(relpath: str) -> str:
@@ -208,7 +239,7 @@ def serve(lines: Any, out: Any) -> int:
         finally:
             if trace is not None:
                 trace.stop()
-        if trace is not None:
+        if trace is not None and configured.trace is trace:
             answer["lines"] = configured.new_lines()
         try:
             text = json.dumps(answer)
@@ -264,12 +295,18 @@ class InstalledChild(LineChild):
             self._configure()
 
     def _configure(self) -> None:
+        """Send what is to be loaded; a mutant that does not load, or kills the child, is a ConfigError (the
+        target cannot be run on it: a mutation run's "not loadable")."""
+        from kvsim.engine.conformance.answers import Answered
+
         try:
-            self.call(CONFIGURE, mutant=None if self.mutant is None else self.mutant.to_json(),
-                      trace=list(self.traced) or None)
-        except ConfigError:
-            self.mutant = None  # the child put the released module back
-            raise
+            self._call(CONFIGURE, {"mutant": None if self.mutant is None else self.mutant.to_json(),
+                                   "trace": list(self.traced) or None}, max(self.timeout or 0, CONFIGURE_TIMEOUT_S))
+        except (ConfigError, Answered) as exc:
+            self.mutant = None  # the child put the released module back, or a new one starts without it
+            if isinstance(exc, ConfigError):
+                raise
+            raise ConfigError("mutant", "a module the child loads", str(exc.answer)) from None
 
     def __enter__(self) -> "InstalledChild":
         self.start()
@@ -302,13 +339,16 @@ class InstalledChild(LineChild):
 
     def call(self, op: str, **args: Any) -> Any:
         """The driver's answer to `op`; see the class for what a refusal, a raise, a death or a hang become."""
+        return self._call(op, args, self.timeout)
+
+    def _call(self, op: str, args: dict[str, Any], timeout: float | None) -> Any:
         from kvsim.engine.conformance.answers import Answered, Raised
 
         if self.process is None:
             self.start()
         try:
             self.send({"op": op, "args": args})
-            answer = self._answer(self.timeout)
+            answer = self._answer(timeout)
         except OSError as exc:
             answer, tail = None, str(exc)
         except BaseException:  # interrupted waiting (a caller's deadline, Ctrl-C): its answer would come late
@@ -320,7 +360,7 @@ class InstalledChild(LineChild):
             tail = " ".join((tail or self.stderr_tail(600)).split())
             self.close()
             raise Answered(Raised("ChildDied", f"the {self.env.source.label} child ended or did not answer "
-                                  f"within {self.timeout} s: {tail}", op))
+                                  f"within {timeout} s: {tail}", op))
         if self.trace is not None and answer.get("lines"):
             self.trace.add(tuple(x) for x in answer["lines"])
         if answer["ok"]:

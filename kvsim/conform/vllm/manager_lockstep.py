@@ -3,7 +3,7 @@ with the `kv-cache-manager` model, one Hypothesis state machine driving both (`L
 
 A program starts from a configuration Hypothesis draws within the model's bounds (pool size, block size, the
 requests' prompt families, prompt length, shared prefix, output tokens, resets) and then makes the model's own
-actions, each where the model enables it: `schedule(r)` (a waiting request: `get_computed_blocks`, then
+actions, one a step among those the model enables (`step(schedule(req=0))`): `schedule(r)` (a waiting request: `get_computed_blocks`, then
 `allocate_slots` of every token after the hit; the step samples one token), `decode(r)` (`allocate_slots` of the
 sampled token), `finish(r)` (`free`), `preempt(r)` (`free`, recomputed from token 0 when scheduled again),
 `reset()` (`reset_prefix_cache`). A request that has sampled `max_tokens` tokens is freed in the same step.
@@ -33,22 +33,23 @@ from hypothesis import strategies as st
 
 from kvsim.engine.conformance.adapters import Context, Lockstep, Operation
 from kvsim.engine.errors import ConfigError
-from kvsim.models.kv_cache_manager.actions import (Allocated, Decode, Deferred, Events, Finish, Freed, Preempt,
-                                                   Reset, ResetDone, Schedule)
+from kvsim.models.kv_cache_manager.actions import (Allocated, Deferred, Events, Finish, Freed, Preempt, Reset,
+                                                   ResetDone, Schedule)
 from kvsim.models.kv_cache_manager.kv_events import BlockRemoved, BlockStored
 from kvsim.models.kv_cache_manager.system import RUNNING, CacheManagerConfig, CacheManagerSystem
 
 DRIVER = "kvsim.conform.vllm.real_manager:ManagerDriver"
 MAX_MODEL_LEN = 64
 STEPS = 40  # calls per program: three requests of up to nine tokens each, preempted and rescheduled
-ACTIONS = {"schedule": Schedule, "decode": Decode, "finish": Finish, "preempt": Preempt}
 
 
 @st.composite
 def configs(draw: Any) -> dict[str, Any]:
-    """A configuration within the model's bounds (`CacheManagerConfig`), as the program's first line shows it."""
-    prompt_len = draw(st.integers(1, 6))
-    return {"num_blocks": draw(st.integers(2, 8)), "block_size": draw(st.integers(1, 4)),
+    """A configuration within the model's bounds (`CacheManagerConfig`), as the program's first line shows it. The
+    pool holds at least one prompt but its last block (a pool one block short still defers), so most programs run
+    rather than wait."""
+    block_size, prompt_len = draw(st.integers(1, 4)), draw(st.integers(1, 6))
+    return {"num_blocks": draw(st.integers(max(2, -(-prompt_len // block_size)), 8)), "block_size": block_size,
             "prompts": draw(st.lists(st.integers(0, 2), min_size=1, max_size=3)), "prompt_len": prompt_len,
             "shared": draw(st.integers(0, prompt_len)), "max_tokens": draw(st.integers(1, 3)),
             "resets": draw(st.integers(0, 2))}
@@ -77,42 +78,46 @@ def stored(names: Names, hashes: Any, parent: Any, token_ids: Any, block_size: i
 
 
 class ModelSide:
-    """The model's transition system, called by action name; the view the operations draw from."""
+    """The model's transition system, called with one of its actions; the view the operations draw from."""
 
     def __init__(self, config: CacheManagerConfig) -> None:
         self.system = CacheManagerSystem(config=config)
         (self.state,) = self.system.initial_states()
         self.names = Names()
         self.events: list[dict[str, Any]] = []
+        self.idle = False
 
-    def requests(self, op: str) -> list[int]:
-        kind = ACTIONS[op]
-        return [a.req for a in self.system.enabled(self.state) if isinstance(a, kind)]
+    def enabled(self) -> Any:
+        """The actions the model enables now, as a strategy (None: none, the program has ended). After a step
+        that changed nothing (a deferred schedule or decode), the actions that would change nothing again are left
+        out while another is enabled, so a program does not spend its steps repeating a deferral."""
+        actions = self.system.enabled(self.state)
+        if self.idle:
+            actions = [a for a in actions if self.system.step(self.state, a) != self.state] or actions
+        return st.sampled_from(actions) if actions else None
 
-    def can_reset(self) -> bool:
-        return Reset() in self.system.enabled(self.state)
-
-    def call(self, op: str, args: Any) -> Any:
-        action = Reset() if op == "reset" else ACTIONS[op](args)
+    def call(self, op: str, action: Any) -> Any:
         if action not in self.system.enabled(self.state):
-            raise ConfigError(op, "an action the model enables", args)
+            raise ConfigError(op, "an action the model enables", action)
+        before = self.state
         self.state, effects = self.system.transition(self.state, action)
+        self.idle = self.state == before
         self.events = []
         answer: dict[str, Any] = {}
         for fx in effects:
             if isinstance(fx, Allocated):
-                if op == "schedule":
+                if isinstance(action, Schedule):
                     answer.update(hit=list(fx.hit_blocks), hit_tokens=fx.num_hit_tokens)
                 answer["new"] = list(fx.new_blocks)
             elif isinstance(fx, Deferred):
                 answer["deferred"] = True
             elif isinstance(fx, Freed):
-                answer["freed" if op in ("finish", "preempt") else "finished"] = list(fx.blocks)
+                answer["freed" if isinstance(action, (Finish, Preempt)) else "finished"] = list(fx.blocks)
             elif isinstance(fx, ResetDone):
                 answer["reset"] = fx.ok
             elif isinstance(fx, Events):
                 self._events(fx.events)
-        return answer.get("reset") if op == "reset" else answer
+        return answer.get("reset") if isinstance(action, Reset) else answer
 
     def _events(self, events: tuple) -> None:
         for e in events:
@@ -142,19 +147,16 @@ class RealSide:
         self.tokens = [list(config.prompt(r)) for r in range(len(config.prompts))]
         self.running: set[int] = set()
         self.names = Names()
-        self.events: list[dict[str, Any]] = []
-        self.last: dict[str, Any] | None = None
 
-    def call(self, op: str, args: Any) -> Any:
-        self.last = None
-        if op == "reset":
+    def call(self, op: str, action: Any) -> Any:
+        if isinstance(action, Reset):
             return self.child.call("reset")
-        r = str(args)
-        if op in ("finish", "preempt"):
-            self.running.discard(args)
-            return {"freed": self.child.call("free" if op == "finish" else "preempt", request=r)}
-        if op == "schedule":
-            got = self.child.call("schedule", request=r, tokens=self.tokens[args])
+        r, req = str(action.req), action.req
+        if isinstance(action, (Finish, Preempt)):
+            self.running.discard(req)
+            return {"freed": self.child.call("free" if isinstance(action, Finish) else "preempt", request=r)}
+        if isinstance(action, Schedule):
+            got = self.child.call("schedule", request=r, tokens=self.tokens[req])
             answer: dict[str, Any] = {"hit": got["hit"], "hit_tokens": got["hit_tokens"]}
         else:
             got = self.child.call("decode", request=r)
@@ -162,11 +164,11 @@ class RealSide:
         if got["new"] is None:
             return {"deferred": True}
         answer["new"] = got["new"]
-        token = self.cfg.output_token(args)
-        self.tokens[args].append(token)
-        self.running.add(args)
-        if len(self.tokens[args]) - self.cfg.prompt_len >= self.cfg.max_tokens:  # the step's stop: freed
-            self.running.discard(args)
+        token = self.cfg.output_token(req)
+        self.tokens[req].append(token)
+        self.running.add(req)
+        if len(self.tokens[req]) - self.cfg.prompt_len >= self.cfg.max_tokens:  # the step's stop: freed
+            self.running.discard(req)
             answer["finished"] = self.child.call("free", request=r)
         else:
             self.child.call("sample", request=r, token=token)
@@ -192,19 +194,10 @@ def sides(ctx: Context, start: dict[str, Any]) -> tuple[ModelSide, RealSide]:
     return ModelSide(config), RealSide(ctx.child, config)
 
 
-def _requests(op: str) -> Operation:
-    def args(view: ModelSide) -> Any:
-        found = view.requests(op)
-        return st.sampled_from(found) if found else None
-
-    return Operation(op, args)
-
-
 LOCKSTEP = Lockstep(
     installed=DRIVER,
     start=lambda ctx: configs(),
     sides=sides,
-    operations=(*(_requests(op) for op in ("schedule", "decode", "finish", "preempt")),
-                Operation("reset", lambda view: st.none() if view.can_reset() else None)),
+    operations=(Operation("step", lambda view: view.enabled()),),  # one of the actions the model enables
     steps=STEPS,
 )

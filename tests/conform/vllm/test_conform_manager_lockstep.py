@@ -60,8 +60,8 @@ def test_a_shared_block_whose_count_is_not_decremented(release):  # type: ignore
     program = found["program"]
     assert found["field"].startswith("ref_cnt["), found
     # two requests share a block, then one ends: the shortest program that reaches it
-    assert sum(line.startswith("schedule(") for line in program) == 2, program
-    assert program[-1].startswith(("finish(", "preempt(", "decode(")), program
+    assert sum(line.startswith("step(schedule(") for line in program) == 2, program
+    assert program[-1].startswith(("step(finish(", "step(preempt(", "step(decode(")), program
     assert len(program) <= 5, program
 
 
@@ -71,7 +71,7 @@ def test_cached_blocks_freed_to_the_wrong_end_of_the_queue(release):  # type: ig
                                           "self.free_block_queue.append_n(", "self.free_block_queue.prepend_n("))
     assert found["field"].startswith("free"), found
     # a request that fills a block and is freed (here: it samples its last token in the step it is scheduled)
-    assert found["program"][1:] == ["schedule(0)"], found["program"]
+    assert found["program"][1:] == ["step(schedule(req=0))"], found["program"]
 
 
 def test_a_hit_one_block_too_long(release):  # type: ignore[no-untyped-def]
@@ -82,7 +82,18 @@ def test_a_hit_one_block_too_long(release):  # type: ignore[no-untyped-def]
     program = found["program"]
     assert found["field"].startswith("returned.hit"), found
     # one request caches a prompt, a second with the same prompt hits it whole
-    assert "prompts=[0, 0]" in program[0] and program[1:] == ["schedule(0)", "schedule(1)"], program
+    assert "prompts=[0, 0]" in program[0], program
+    assert program[1:] == ["step(schedule(req=0))", "step(schedule(req=1))"], program
+
+
+def test_a_mutant_of_a_class_vllm_keeps_in_a_registry(release):  # type: ignore[no-untyped-def]
+    """The full-attention manager's class reaches the coordinator through vLLM's spec registry (0.33.0's
+    `KVCacheSpecRegistry`: frozen records in a dict), not an import: the swapped module's class replaces it there too,
+    so a mutant of `find_longest_cache_hit` (the hit's block count rounded up) is the manager the lockstep runs."""
+    found = _run_planted(release, planted(release, CORE + "single_type_kv_cache_manager.py",
+                                          "    def find_longest_cache_hit", "max_length // block_size",
+                                          "-(-max_length // block_size)"))
+    assert found["field"].startswith("returned.hit"), found
 
 
 def test_the_child_puts_the_released_module_back_after_a_mutant(release):  # type: ignore[no-untyped-def]
