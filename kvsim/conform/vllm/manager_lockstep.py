@@ -19,6 +19,10 @@ After every step the two sides are compared:
   when one bijection maps the one onto the other, fixed at the `BlockStored` that first names each; with the parent,
   the token ids and the block size.
 
+Two directed programs run on every release too (`PROBES`): a hash cached under two blocks at once (two requests
+of one prompt, block size 1), then one copy evicted (the other must still hit) or both (the hash must miss); random
+programs rarely reach the cached map's entry of two blocks.
+
 Conventions: the scheduler's part of a step (the sampled token, the request's computed count, a finished request
 freed) is the harness's on both sides, so the lockstep checks the manager, not a scheduler; token ids are the
 model's (`CacheManagerConfig.prompt`, `output_token`); the real manager is built with events on, caching on, no
@@ -31,10 +35,10 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from kvsim.engine.conformance.adapters import Context, Lockstep, Operation
+from kvsim.engine.conformance.adapters import Context, Lockstep, Operation, Probe
 from kvsim.engine.errors import ConfigError
-from kvsim.models.kv_cache_manager.actions import (Allocated, Deferred, Events, Finish, Freed, Preempt, Reset,
-                                                   ResetDone, Schedule)
+from kvsim.models.kv_cache_manager.actions import (Allocated, Decode, Deferred, Events, Finish, Freed, Preempt,
+                                                   Reset, ResetDone, Schedule)
 from kvsim.models.kv_cache_manager.kv_events import BlockRemoved, BlockStored
 from kvsim.models.kv_cache_manager.system import RUNNING, CacheManagerConfig, CacheManagerSystem
 
@@ -194,10 +198,49 @@ def sides(ctx: Context, start: dict[str, Any]) -> tuple[ModelSide, RealSide]:
     return ModelSide(config), RealSide(ctx.child, config)
 
 
+def run_program(ctx: Context, start: dict[str, Any], program: tuple) -> str | None:
+    """A directed program on fresh sides: None when every answer and observation agreed, else the first step that
+    differs and how."""
+    model, real = sides(ctx, start)
+    for i, action in enumerate(program):
+        seen = [{"returned": side.call("step", action), **side.observe()} for side in (model, real)]
+        if seen[0] != seen[1]:
+            fields = [k for k in seen[0] if seen[0][k] != seen[1].get(k)]  # the answer first
+            return f"after step {i + 1} {action!r}: {fields[0]} model {seen[0][fields[0]]}, " \
+                   f"upstream {seen[1][fields[0]]}"
+    return None
+
+
+def directed(name: str, what: str, start: dict[str, Any], program: tuple) -> Probe:
+    def check(ctx: Context) -> str | None:
+        differs = run_program(ctx, start, program)
+        return None if differs is None else f"{what}: the model and {ctx.source.label} differ {differs}"
+    return Probe(name, f"{what}: the model's answers and observations and upstream's are equal", check)
+
+
+# Two requests of one prompt cache its block in their own steps (block size 1: at their schedule), so one hash is
+# cached under two blocks (upstream keeps both, the map's entry then a dict); the third request's allocations evict
+# the first copy (the second still hits), or both (the hash misses).
+def twice(num_blocks: int) -> dict[str, Any]:
+    return {"num_blocks": num_blocks, "block_size": 1, "prompts": [0, 0, 1], "prompt_len": 1, "shared": 0,
+            "max_tokens": 3, "resets": 0}
+
+
+CACHED_TWICE = (Schedule(0), Schedule(1), Finish(0), Preempt(1), Schedule(2), Decode(2))
+PROBES = (
+    directed("hash_cached_twice_keeps_its_other_block",
+             "a hash cached under two blocks still hits the second once the first is evicted", twice(5),
+             CACHED_TWICE + (Decode(2), Schedule(1))),
+    directed("hash_cached_twice_evicted_twice", "a hash cached under two blocks misses once both are evicted",
+             twice(3), CACHED_TWICE + (Finish(2), Schedule(1))),
+)
+
+
 LOCKSTEP = Lockstep(
     installed=DRIVER,
     start=lambda ctx: configs(),
     sides=sides,
     operations=(Operation("step", lambda view: view.enabled()),),  # one of the actions the model enables
     steps=STEPS,
+    probes=PROBES,
 )

@@ -51,6 +51,9 @@ def test_the_real_manager_conforms(release):  # type: ignore[no-untyped-def]
     result = run_target(_target(), release, RunOptions(max_examples=EXAMPLES))
     assert result.status == "conforms", (result.note, result.divergences)
     assert result.compared >= 4 * EXAMPLES, result.compared  # the start and at least three calls a program
+    # the directed programs: a hash cached under two blocks, one or both evicted
+    assert {p["property"]: p["status"] for p in result.properties} == {
+        "hash_cached_twice_keeps_its_other_block": "holds", "hash_cached_twice_evicted_twice": "holds"}
 
 
 def test_a_shared_block_whose_count_is_not_decremented(release):  # type: ignore[no-untyped-def]
@@ -84,6 +87,18 @@ def test_a_hit_one_block_too_long(release):  # type: ignore[no-untyped-def]
     # one request caches a prompt, a second with the same prompt hits it whole
     assert "prompts=[0, 0]" in program[0], program
     assert program[1:] == ["step(schedule(req=0))", "step(schedule(req=1))"], program
+
+
+def test_a_hash_cached_twice_loses_its_other_block(release):  # type: ignore[no-untyped-def]
+    """The cached map drops a hash's entry when one of its two blocks is evicted (`len(blocks) > 1` for `> 0`): the
+    directed program whose other block must still hit fails; random programs rarely cache one hash twice."""
+    mutant = planted(release, CORE + "block_pool.py", "    def pop(", "if len(blocks) > 0:", "if len(blocks) > 1:")
+    with mutated(mutant):
+        result = run_target(_target(), release, RunOptions(max_examples=PLANTED_EXAMPLES))
+    assert result.status == "diverges", (result.status, result.note)
+    failed = {p["property"]: p["message"] for p in result.properties if p["status"] == "fails"}
+    assert "hash_cached_twice_keeps_its_other_block" in failed, result.properties
+    assert "schedule(req=1)" in failed["hash_cached_twice_keeps_its_other_block"], failed
 
 
 def test_a_mutant_of_a_class_vllm_keeps_in_a_registry(release):  # type: ignore[no-untyped-def]
