@@ -9,11 +9,16 @@ request life cycle of one full-attention group.
 * `checks`, `actions`, `system`: the manager under a few requests as a transition system (`CacheManagerSystem`,
   its config `CacheManagerConfig`: the `kvsim explore --param`s) and its invariants.
 * `symmetry`: block ids are names; the explorer keeps one state per renaming of the blocks.
-* `variants`: `fixed` only this slice.
+* `variants`: `fixed`, and `pre_50297` (read by `scheduler`).
+* `scheduler`: the P/D life cycle of the scheduler around the manager on a KV-producing instance (vLLM #50297),
+  its own transition system (`ProducerSchedulerSystem`, config `ProducerSchedulerConfig`): the second model of
+  this package, `kv-cache-manager-pd`. A package with two systems declares a descriptor for each and lists them
+  in `DESCRIPTORS` (the catalog registers every one); `DESCRIPTOR` stays its first.
 """
 
 from kvsim.engine.descriptor import ModelDescriptor
 
+from .scheduler import ProducerSchedulerConfig, ProducerSchedulerSystem
 from .system import CacheManagerConfig, CacheManagerSystem
 from .variants import FIXED, VARIANTS, CacheManagerVariant
 
@@ -28,4 +33,16 @@ DESCRIPTOR = ModelDescriptor(
     system=CacheManagerSystem,
 )
 
-__all__ = ["DESCRIPTOR", "FIXED", "VARIANTS", "CacheManagerVariant"]
+PD_DESCRIPTOR = ModelDescriptor(
+    name="kv-cache-manager-pd",
+    summary="vLLM's scheduler around the KV cache manager on a KV-producing (prefill) instance: async steps, "
+            "preemption racing a request's final step, request_finished handing the connector its blocks, "
+            "delivery then free (#50297)",
+    source="vllm 0.27.0 (vllm/v1/core/sched/scheduler.py, kv_connector/v1/base.py requires_kv_delivery)",
+    variants=VARIANTS,
+    config=ProducerSchedulerConfig,
+    system=ProducerSchedulerSystem,
+)
+DESCRIPTORS = (DESCRIPTOR, PD_DESCRIPTOR)
+
+__all__ = ["DESCRIPTOR", "DESCRIPTORS", "PD_DESCRIPTOR", "FIXED", "VARIANTS", "CacheManagerVariant"]

@@ -1,6 +1,12 @@
 """The variants of kv-cache-manager. This slice models vLLM 0.33.0's block pool and full-attention manager as
-released, so `fixed` is the only variant; the seed bugs of issue 33 (#48195, #50297, #55055) live in the hybrid
-coordinator and the scheduler, and come with their flags when those are modelled."""
+released; the seed bugs of issue 33 (#48195, #50297, #55055) live in the hybrid coordinator and the scheduler,
+and come with their flags as those are modelled.
+
+* `pre_50297`: the scheduler before vLLM #50297 (0.26.0): a request preempted while its last step's output is
+  in flight takes that output when it returns, so a producing connector's request can finish after the
+  preemption freed its blocks. Read by the P/D life cycle (`scheduler.py`) where the fix changed
+  `Scheduler._preempt_request`'s call (`drop_stale_output=self.requires_kv_delivery`).
+"""
 
 from __future__ import annotations
 
@@ -11,8 +17,10 @@ from kvsim.engine.variants import Variant, VariantTable
 
 @dataclass(frozen=True)
 class CacheManagerVariant(Variant):
-    pass
+    # #50297 (0.27.0): a preempted request's in-flight output is dropped when the connector requires delivery
+    requires_kv_delivery: bool = True
 
 
-VARIANTS = VariantTable(CacheManagerVariant("fixed"))
+VARIANTS = VariantTable(CacheManagerVariant("fixed"),
+                        CacheManagerVariant("pre_50297", requires_kv_delivery=False))
 FIXED = VARIANTS.fixed
