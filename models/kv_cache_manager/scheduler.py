@@ -40,7 +40,7 @@ done (delivered or freed). Block ids are names (`symmetry`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, Sequence
 
 from kvsim.engine.actions import Rules, tagged, type_table
 from kvsim.engine.errors import ConfigError
@@ -226,21 +226,28 @@ class ProducerSchedulerSystem:
     # -- invariants ------------------------------------------------------------------------------------------
     def _owns_blocks(self, s: SchedState) -> str | None:
         for r, req in enumerate(s.requests):
-            if req.status != SENDING:
-                continue
             table = s.manager.tables[r]
-            held = () if table is None else table[0]
-            want = cdiv(self.cfg.prompt_len, self.cfg.block_size)
-            if req.handed is None or len(req.handed) < want or tuple(held) != req.handed:
-                return f"request {r} finished into the producing connector: request_finished got " \
-                       f"{list(req.handed or ())}, expected the {want} block(s) of its {self.cfg.prompt_len} " \
-                       f"prompt tokens, still held (it holds {list(held)})"
+            problem = None if req.status != SENDING else \
+                owns_blocks(req.handed, () if table is None else table[0], self.cfg.prompt_len, self.cfg.block_size)
+            if problem is not None:
+                return f"request {r} {problem}"
         return None
 
     def _all_free(self, s: SchedState) -> str | None:
         if any(r.status != DONE for r in s.requests):
             return None
         return checks.all_free_when_done(s.manager.pool, s.manager.tables)
+
+
+def owns_blocks(handed: Sequence[int] | None, held: Sequence[int], prompt_len: int, block_size: int) -> str | None:
+    """A request finished into a producing connector: `request_finished` got the blocks of its prompt, and the
+    request still holds exactly those (`held`, until delivery). The real scheduler's run is checked with it too
+    (`kvsim.conform.vllm.real_scheduler`)."""
+    want = cdiv(prompt_len, block_size)
+    if handed is None or len(handed) < want or tuple(held) != tuple(handed):
+        return f"finished into the producing connector: request_finished got {list(handed or ())}, expected the " \
+               f"{want} block(s) of its {prompt_len} prompt tokens, still held (it holds {list(held)})"
+    return None
 
 
 def relabel(s: SchedState, perm: dict[int, int]) -> SchedState:
