@@ -8,6 +8,7 @@ import pytest
 
 from kvsim.app import catalog
 from kvsim.engine.explore import ExploreOptions, explore
+from kvsim.engine.runner import run_property
 from kvsim.engine.system import run_actions
 from kvsim.models.kv_cache_manager import DESCRIPTORS, PD_DESCRIPTOR, scheduler
 from kvsim.models.kv_cache_manager.scheduler import RULES, ProducerSchedulerConfig, ProducerSchedulerSystem
@@ -166,3 +167,22 @@ def test_the_catalog_registers_both_systems_of_the_package():
     assert [reg.model(d.name) for d in DESCRIPTORS] == list(DESCRIPTORS)
     assert reg.model("kv-cache-manager-pd").variants.names == ("fixed", "pre_50297")
     assert isinstance(reg.model("kv-cache-manager-pd").build_system("fixed"), ProducerSchedulerSystem)
+
+
+# -- the stateful property and the bug report -----------------------------------------------------------------
+PROP = {p.name: p for p in catalog.load().properties_of("kv-cache-manager-pd")}["pd_scheduler_invariants"]
+
+
+def test_the_stateful_property_holds_on_fixed_and_fails_on_pre_50297():
+    assert run_property(PROP, "fixed", max_examples=60, derandomize=True).status == "passed"
+    failed = run_property(PROP, "pre_50297", max_examples=200, derandomize=True)
+    assert failed.status == "failed" and "finished_into_producer_owns_blocks" in failed.message
+
+
+def test_the_bug_report_reproduces_on_pre_50297_and_holds_on_its_fix():
+    bug = catalog.load().bug("vllm-50297-pd-preemption-race")
+    assert (bug.model, bug.variant, bug.invariant, bug.fix_variant) == \
+        ("kv-cache-manager-pd", "pre_50297", "finished_into_producer_owns_blocks", "fixed")
+    for variant, violated in ((bug.variant, ["finished_into_producer_owns_blocks"]), (bug.fix_variant, [])):
+        result = explore(PD_DESCRIPTOR.build_system(variant, dict(bug.params)))
+        assert [v.property for v in result.violations] == violated
