@@ -31,7 +31,15 @@ waiting, is recomputed, and finishes with its blocks. 0.26.0 has no notion of a 
 lets a preempted request resume only once its stale output has returned (0.27.0's rule for outputs that are
 delivered, not dropped), an under-approximation of 0.26.0 that still reaches the race.
 
-Invariants: `finished_into_producer_owns_blocks` (a request finished into the producing connector still owns the
+#55055 (0.31.0, `NixlConnectorScheduler._prefill_backoff` / `_truncate_request_for_prefill`): with a multi-module
+MTP drafter of lookahead k (`num_prefill_lookahead_tokens`, param `mtp_lookahead`), MTP module i at prompt position
+p reads token p + i, a draft past the prompt's end and its sampled token, so the MTP-layer KV of the last k - 1
+prompt positions embeds unverified drafts; the decode side loads what the producer hands and never rebuilds it.
+Since the fix the producer truncates its prompt by max(Mamba's 1, k - 1) (when the prompt is longer than that) and
+the decode side recomputes those tokens; before it (0.30.0, `pre_55055`) only Mamba backed off. A prompt no
+longer than the backoff is not truncated, before the fix or after.
+
+Invariants: `no_unverified_draft_kv_handed` (#55055), `finished_into_producer_owns_blocks` (a request finished into the producing connector still owns the
 blocks handed to `request_finished`, those of its prompt, until delivery), the pool's reference counts, free
 queue and accounting (`checks`), and nothing held once every request is done. Liveness: every request is
 done (delivered or freed). Block ids are names (`symmetry`).
@@ -86,6 +94,8 @@ class ProducerSchedulerConfig:
                            minimum=0, maximum=3)
     local: int = param(1, "requests that decode here and free their blocks when they finish", minimum=0, maximum=2)
     max_tokens: int = param(2, "output tokens a local request samples", minimum=1, maximum=3)
+    mtp_lookahead: int = param(0, "num_prefill_lookahead_tokens: the multi-module MTP drafter's lookahead (0: no "
+                                  "drafter; #55055)", minimum=0, maximum=3)
 
     def __post_init__(self) -> None:
         if not 1 <= self.producers + self.local <= 3:
@@ -99,8 +109,11 @@ class ProducerSchedulerConfig:
     def is_producer(self, req: int) -> bool:
         return req < self.producers
 
-    def prompt(self, req: int) -> tuple[int, ...]:
-        return (1 + req,) * self.prompt_len
+    def prompt(self, req: int, backoff: int = 0) -> tuple[int, ...]:
+        """Request req's prompt; a producer's stops `backoff` tokens short (the P side's truncation, when the
+        prompt is longer than that: the decode side recomputes them)."""
+        cut = backoff if self.is_producer(req) and self.prompt_len > backoff else 0
+        return (1 + req,) * (self.prompt_len - cut)
 
     def output_budget(self, req: int) -> int:
         return 1 if self.is_producer(req) else self.max_tokens
@@ -128,11 +141,18 @@ class ProducerSchedulerSystem:
     def __init__(self, variant: CacheManagerVariant = FIXED,
                  config: ProducerSchedulerConfig = ProducerSchedulerConfig()) -> None:
         self.name, self.variant, self.cfg = "kv-cache-manager-pd", variant, config
+        # #55055 (0.31.0, NixlConnectorScheduler._prefill_backoff): the producer stops the drafter's lookahead
+        # window minus one short; 0.30.0 backed off only for Mamba (not modelled: 0)
+        self.backoff = max(0, config.mtp_lookahead - 1) if variant.prefill_backoff_covers_lookahead else 0
+        self.prompts = tuple(config.prompt(r, self.backoff) for r in range(config.num_requests))
         self.invariants = (
             Invariant("finished_into_producer_owns_blocks", self._owns_blocks,
                       "a request finished into a producing connector still owns the blocks request_finished got, "
                       "those of its prompt, until delivery"),
             *(i for i in CacheManagerSystem(variant).invariants if i.name in POOL_CHECKS),
+            Invariant("no_unverified_draft_kv_handed", self._no_draft_kv,
+                      "the KV a producer hands the connector holds no position whose MTP-layer KV was computed from "
+                      "unverified draft tokens (the last lookahead - 1 prompt positions)"),
             Invariant("all_free_when_done", self._all_free, "every block is free once every request is done"),
         )
 
@@ -140,7 +160,7 @@ class ProducerSchedulerSystem:
     def initial_states(self) -> tuple[SchedState, ...]:
         cfg = self.cfg
         m = KVCacheManager(cfg.num_blocks, cfg.block_size, cfg.num_requests)
-        requests = tuple(SchedRequest(WAITING, cfg.prompt(r), 0, 0, 0, False, None) for r in range(cfg.num_requests))
+        requests = tuple(SchedRequest(WAITING, self.prompts[r], 0, 0, 0, False, None) for r in range(cfg.num_requests))
         return (SchedState(m.freeze(), requests),)
 
     def done(self, s: SchedState) -> bool:
@@ -188,10 +208,10 @@ class ProducerSchedulerSystem:
     # -- the scheduler's reading of a request ----------------------------------------------------------------
     def request(self, s: SchedState, r: int) -> Request:
         req = s.requests[r]
-        return Request(r, list(req.token_ids), self.cfg.prompt_len, req.num_computed_tokens, self.cfg.block_size)
+        return Request(r, list(req.token_ids), len(self.prompts[r]), req.num_computed_tokens, self.cfg.block_size)
 
     def _finished(self, r: int, req: SchedRequest) -> bool:
-        return len(req.token_ids) - self.cfg.prompt_len >= self.cfg.output_budget(r)
+        return len(req.token_ids) - len(self.prompts[r]) >= self.cfg.output_budget(r)
 
     def _next_need(self, s: SchedState, r: int) -> int:
         """Blocks request r's next step takes from the free queue at most (a prefill's hit ignored): when one
@@ -228,9 +248,21 @@ class ProducerSchedulerSystem:
         for r, req in enumerate(s.requests):
             table = s.manager.tables[r]
             problem = None if req.status != SENDING else \
-                owns_blocks(req.handed, () if table is None else table[0], self.cfg.prompt_len, self.cfg.block_size)
+                owns_blocks(req.handed, () if table is None else table[0], len(self.prompts[r]), self.cfg.block_size)
             if problem is not None:
                 return f"request {r} {problem}"
+        return None
+
+    def _no_draft_kv(self, s: SchedState) -> str | None:
+        """MTP module i at prompt position p reads token p + i: past the prompt's end (and its one sampled token)
+        that is a draft, so with lookahead k the last k - 1 prompt positions' MTP KV is unverified. The decode
+        side never rebuilds it (its first decode rejects nothing), so a producer hands at most N - (k - 1)."""
+        limit = self.cfg.prompt_len - max(0, self.cfg.mtp_lookahead - 1)
+        for r, req in enumerate(s.requests):
+            if req.status == SENDING and req.num_computed_tokens > limit:
+                return f"request {r} hands the KV of {req.num_computed_tokens} of its {self.cfg.prompt_len} prompt " \
+                       f"tokens: with lookahead {self.cfg.mtp_lookahead} positions {limit}..{self.cfg.prompt_len - 1} " \
+                       f"hold the MTP drafter's KV of unverified draft tokens"
         return None
 
     def _all_free(self, s: SchedState) -> str | None:
@@ -311,7 +343,8 @@ def _output(self: ProducerSchedulerSystem, s: SchedState, a: Output, m: KVCacheM
     fx.append(Sampled(a.req, stale))
     requests[a.req] = cur
     if self._finished(a.req, cur):  # check_stop: the output budget is reached, whatever the request's status
-        req = Request(a.req, list(cur.token_ids), self.cfg.prompt_len, cur.num_computed_tokens, self.cfg.block_size)
+        req = Request(a.req, list(cur.token_ids), len(self.prompts[a.req]), cur.num_computed_tokens,
+                      self.cfg.block_size)
         requests[a.req] = self.finish(m, a.req, req, fx)._replace(stale=cur.stale)
 
 

@@ -91,11 +91,16 @@ def _free_keeps_tail(self, m, r, req, fx):  # the request's last block is never 
     m.block_pool.free_blocks(reversed(m.pop_blocks_for_free(r)[:-1]))
 
 
-# invariant -> (object, attribute, wrong value): each plant breaks its invariant on `fixed`
+def _no_backoff(self, req, backoff=0):  # the producer's prompt is not truncated, whatever the backoff
+    return (1 + req,) * self.prompt_len
+
+
+# invariant -> (object, attribute, wrong value, parameters): each plant breaks its invariant on `fixed`
 PLANTS = {
-    "finished_into_producer_owns_blocks": (ProducerSchedulerSystem, "finish", _hand_then_free),
-    "ref_count_is_holders": (ProducerSchedulerSystem, "free", _free_forgets_ref),
-    "all_free_when_done": (ProducerSchedulerSystem, "free", _free_keeps_tail),
+    "finished_into_producer_owns_blocks": (ProducerSchedulerSystem, "finish", _hand_then_free, {}),
+    "ref_count_is_holders": (ProducerSchedulerSystem, "free", _free_forgets_ref, {}),
+    "all_free_when_done": (ProducerSchedulerSystem, "free", _free_keeps_tail, {}),
+    "no_unverified_draft_kv_handed": (ProducerSchedulerConfig, "prompt", _no_backoff, {"mtp_lookahead": 2}),
 }
 
 
@@ -108,13 +113,44 @@ def test_every_invariant_but_the_pool_checks_has_a_planted_line():
 
 @pytest.mark.parametrize("name", sorted(PLANTS))
 def test_each_invariant_fails_alone_on_its_planted_line(name, monkeypatch):
-    where, attribute, wrong = PLANTS[name]
+    where, attribute, wrong, values = PLANTS[name]
     options = ExploreOptions(check_liveness=False)
-    assert explore(system(only=name), options).violations == []  # it holds before the plant
+    assert explore(system(values=values, only=name), options).violations == []  # it holds before the plant
     monkeypatch.setattr(where, attribute, wrong)
-    result = explore(system(only=name), options)
+    result = explore(system(values=values, only=name), options)
     assert [v.property for v in result.violations] == [name]
     assert result.violations[0].trace
+
+
+# -- #55055: the producer stops the MTP drafter's lookahead window short ---------------------------------------
+LOOKAHEAD = [({"mtp_lookahead": 2}, 67), ({"mtp_lookahead": 3, "prompt_len": 3}, 116), ({"mtp_lookahead": 1}, 86)]
+
+
+@pytest.mark.parametrize("values, reduced", LOOKAHEAD)
+def test_fixed_hands_no_draft_kv_for_any_lookahead(values, reduced):
+    result = explore(system("fixed", values))
+    assert result.violations == [] and result.hang_states == 0 and result.states == reduced
+
+
+@pytest.mark.parametrize("values", [v for v, _ in LOOKAHEAD[:2]])
+def test_pre_55055_hands_the_draft_kv_in_two_steps(values):
+    (violation,) = explore(system("pre_55055", values)).violations
+    assert violation.property == "no_unverified_draft_kv_handed"
+    assert violation.trace == [["schedule", 0], ["output", 0]]
+    assert "MTP drafter's KV of unverified draft tokens" in violation.message
+
+
+def test_an_eagle_drafter_needs_no_backoff():
+    """Lookahead 1 (Eagle reads only the next token, the sampled one): no backoff, before the fix or after."""
+    for variant in ("fixed", "pre_55055"):
+        s = system(variant, {"mtp_lookahead": 1})
+        assert s.backoff == 0 and explore(s).violations == []
+
+
+def test_the_fix_truncates_only_producer_prompts_longer_than_the_backoff():
+    assert system("fixed", {"mtp_lookahead": 3, "prompt_len": 3}).prompts == ((1,), (2, 2, 2))
+    assert system("fixed", {"mtp_lookahead": 3, "prompt_len": 2}).prompts == ((1, 1), (2, 2))  # not longer
+    assert system("pre_55055", {"mtp_lookahead": 3, "prompt_len": 3}).prompts == ((1, 1, 1), (2, 2, 2))
 
 
 def test_a_pool_too_small_for_one_prompt_is_a_hang():
@@ -165,7 +201,7 @@ def test_the_config_refuses_what_the_model_cannot_run():
 def test_the_catalog_registers_both_systems_of_the_package():
     reg = catalog.models()
     assert [reg.model(d.name) for d in DESCRIPTORS] == list(DESCRIPTORS)
-    assert reg.model("kv-cache-manager-pd").variants.names == ("fixed", "pre_50297")
+    assert reg.model("kv-cache-manager-pd").variants.names == ("fixed", "pre_50297", "pre_55055")
     assert isinstance(reg.model("kv-cache-manager-pd").build_system("fixed"), ProducerSchedulerSystem)
 
 
@@ -186,3 +222,19 @@ def test_the_bug_report_reproduces_on_pre_50297_and_holds_on_its_fix():
     for variant, violated in ((bug.variant, ["finished_into_producer_owns_blocks"]), (bug.fix_variant, [])):
         result = explore(PD_DESCRIPTOR.build_system(variant, dict(bug.params)))
         assert [v.property for v in result.violations] == violated
+
+
+def test_a_prompt_no_longer_than_the_backoff_is_handed_whole_after_the_fix_too():
+    """What the model says of 0.31.0's guard (`request.num_prompt_tokens > backoff`): a 2-token prompt under
+    lookahead 3 is not truncated, so its draft-derived MTP KV is handed. The model's reading of the source, not
+    run on the real code (the NIXL scheduler side does not import with the manager's dependency table)."""
+    (violation,) = explore(system("fixed", {"mtp_lookahead": 3, "prompt_len": 2})).violations
+    assert violation.property == "no_unverified_draft_kv_handed" and len(violation.trace) == 2
+
+
+def test_the_55055_bug_report_reproduces_on_pre_55055_and_holds_on_its_fix():
+    bug = catalog.load().bug("vllm-55055-pd-mtp-draft-kv")
+    assert (bug.variant, bug.fix_variant, dict(bug.params)) == ("pre_55055", "fixed", {"mtp_lookahead": 2})
+    for variant, violated in ((bug.variant, ["no_unverified_draft_kv_handed"]), (bug.fix_variant, [])):
+        assert [v.property for v in explore(PD_DESCRIPTOR.build_system(variant, dict(bug.params))).violations] \
+            == violated
