@@ -39,11 +39,11 @@ Since the fix the producer truncates its prompt by max(Mamba's 1, k - 1) (when t
 the decode side recomputes those tokens; before it (0.30.0, `pre_55055`) only Mamba backed off. A prompt no
 longer than the backoff is not truncated, before the fix or after.
 
-Invariants: `no_unverified_draft_kv_handed` (#55055), `finished_into_producer_owns_blocks` (a request finished into the producing connector still owns the
-blocks handed to `request_finished`, those of its prompt, until delivery), the pool's reference counts, free
-queue and accounting (`checks`), and nothing held once every request is done. Liveness: every request is
-done (delivered or freed). Block ids are names (`symmetry`).
-"""
+Invariants: `finished_into_producer_owns_blocks` (#50297: a request finished into the producing connector still
+owns the blocks handed to `request_finished`, those of its prompt, until delivery), `no_unverified_draft_kv_handed`
+(#55055), the pool's reference counts, free queue and accounting (`CacheManagerSystem`'s own), and nothing held
+once every request is done. Liveness: every request is done (delivered or freed). Block ids are names
+(`symmetry`)."""
 
 from __future__ import annotations
 
@@ -78,9 +78,9 @@ Freed = tagged("freed", "req", "blocks")
 EFFECTS = type_table((Allocated, Deferred, Sampled, Dropped, Handed, Freed))
 
 PIPELINE_DEPTH = 2  # async scheduling: a request's steps scheduled and not yet processed, at most
-OUTPUT_TOKEN = 9
+OUTPUT_TOKEN = 9  # every sampled token (the model never reads a token's value beyond its hash)
 # CacheManagerSystem's invariants that read only the manager (`state.manager`): this system's state has it too
-POOL_CHECKS = ("ref_count_is_holders", "free_queue_iff_unreferenced", "pool_accounting")  # every sampled token (the model never reads a token's value beyond its hash)
+POOL_CHECKS = ("ref_count_is_holders", "free_queue_iff_unreferenced", "pool_accounting")
 
 
 @dataclass(frozen=True)
@@ -222,7 +222,8 @@ class ProducerSchedulerSystem:
 
     def _steps(self, s: SchedState) -> tuple[int, ...]:
         """The requests the scheduler may give a step: a waiting one its prefill (once the outputs it must wait
-        for are back, and within the pipeline depth), a running one whose output is back and that has not finished its decode."""
+        for are back, and within the pipeline depth), a running one whose output is back, its decode (until it
+        has finished)."""
         return tuple(r for r, req in enumerate(s.requests) if not req.in_flight and (
             (req.status == WAITING and (not req.stale or (req.drop_stale and req.stale < PIPELINE_DEPTH)))
             or (req.status == RUNNING and not req.stale and not self._finished(r, req))))
@@ -260,9 +261,9 @@ class ProducerSchedulerSystem:
         limit = self.cfg.prompt_len - max(0, self.cfg.mtp_lookahead - 1)
         for r, req in enumerate(s.requests):
             if req.status == SENDING and req.num_computed_tokens > limit:
-                return f"request {r} hands the KV of {req.num_computed_tokens} of its {self.cfg.prompt_len} prompt " \
-                       f"tokens: with lookahead {self.cfg.mtp_lookahead} positions {limit}..{self.cfg.prompt_len - 1} " \
-                       f"hold the MTP drafter's KV of unverified draft tokens"
+                k, n = self.cfg.mtp_lookahead, self.cfg.prompt_len
+                return f"request {r} hands the KV of {req.num_computed_tokens} of its {n} prompt tokens: with " \
+                       f"lookahead {k} positions {limit}..{n - 1} hold the MTP drafter's KV of unverified draft tokens"
         return None
 
     def _all_free(self, s: SchedState) -> str | None:

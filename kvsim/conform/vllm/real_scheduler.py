@@ -160,7 +160,8 @@ class SchedulerDriver:
                             kv_transfer_config=transfer, device_config=DeviceConfig("cpu"))
         config.cache_config.num_gpu_blocks = num_blocks
         spec = FullAttentionSpec(block_size=block_size, num_kv_heads=1, head_size=1, dtype=torch.float32)
-        kv = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)])
+        kv = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[],
+                           kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)])
         self.scheduler = AsyncScheduler(vllm_config=config, kv_cache_config=kv, log_stats=False,
                                         structured_output_manager=StructuredOutputManager(config),
                                         block_size=block_size)
@@ -231,9 +232,9 @@ def race(child: Any, num_blocks: int = 3, block_size: int = 2, prompt_len: int =
     that handed its blocks, until every request is finished.
 
     Answers `{"preempted": step 2's preempted requests, "handed": [[request, blocks, held then]] for the producer
-    requests, "problems": [model check messages], "status", "free", "steps"}` (`free`: the pool's free blocks at the end, all of them but the null block when nothing
-    leaked); `problems` is empty exactly when
-    the model's `finished_into_producer_owns_blocks` (`owns_blocks`) holds at every hand-off."""
+    requests, "problems": [model check messages], "status", "free", "steps"}` (`free`: the pool's free blocks at
+    the end, all but the null block when nothing leaked); `problems` is empty exactly when the model's
+    `finished_into_producer_owns_blocks` (`owns_blocks`) holds at every hand-off."""
     from kvsim.models.kv_cache_manager.scheduler import owns_blocks
 
     child.call("build", num_blocks=num_blocks, block_size=block_size)

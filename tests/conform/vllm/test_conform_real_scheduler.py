@@ -30,7 +30,7 @@ def child(request):  # type: ignore[no-untyped-def]
         yield running
 
 
-def test_a_producer_preempted_in_its_final_step_hands_its_blocks_only_after_the_fix(child):  # type: ignore[no-untyped-def]
+def test_a_producer_preempted_in_its_final_step_hands_blocks_only_after_the_fix(child):  # type: ignore[no-untyped-def]
     result = race(child)
     assert result["preempted"] == ["P"]  # step 2 preempted P while step 1 (P's whole prefill) was in flight
     assert result["status"] == {"L": "FINISHED_LENGTH_CAPPED", "P": "FINISHED_LENGTH_CAPPED"}
