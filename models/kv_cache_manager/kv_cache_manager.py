@@ -108,7 +108,9 @@ class KVCacheManager:
 
     def get_computed_blocks_for_connector(self, request: Request) -> tuple[GroupBlocks, int]:
         """The local hit handed to a KV connector (0.27.0+): with Mamba layers, the full-attention hit unless a
-        group hit deeper than it (then the reconciled hit); without, `get_computed_blocks`."""
+        group hit deeper than it (then the reconciled hit); without, `get_computed_blocks`. A group that lags the
+        full-attention hit is upstream's `hit_diverged` (not returned here): the connector supplies it (a Mamba
+        state), or the scheduler reconciles with `get_computed_blocks` when the connector loads nothing."""
         coordinator = self.coordinator
         fa = coordinator.full_attention_group_id
         if not (coordinator.has_mamba_layers and coordinator.is_hybrid and fa is not None):

@@ -43,7 +43,7 @@ from kvsim.engine.system import Invariant, flag, flagged
 from . import checks, symmetry
 from .actions import Allocated, Decode, Deferred, Events, Finish, Freed, Preempt, Reset, ResetDone, Schedule
 from .kv_cache_manager import KVCacheManager, ManagerState, Request, cdiv, connector_local_hit
-from .single_type_kv_cache_manager import FULL, MAMBA
+from .single_type_kv_cache_manager import FULL
 from .kv_cache_utils import BlockHash
 from .variants import FIXED, CacheManagerVariant
 
@@ -57,7 +57,7 @@ GROUP_CHOICES = ("full", "full,swa", "full,mamba", "full,swa,mamba")
 class CacheManagerConfig:
     """`kvsim explore kv-cache-manager --param`: the pool, the requests' prompts and outputs, the resets."""
 
-    num_blocks: int = param(4, "blocks in the pool, the null block (block 0) included", minimum=2, maximum=8)
+    num_blocks: int = param(4, "blocks in the pool, the null block (block 0) included", minimum=2, maximum=10)
     block_size: int = param(2, "tokens per block", minimum=1, maximum=4)
     prompts: tuple[int, ...] = param((0, 1, 0), "each request's prompt family (equal families: equal prompts)",
                                      minimum=0, maximum=3)
@@ -131,8 +131,8 @@ class CacheManagerSystem:
             Invariant("removed_was_stored", flagged("removed_was_stored"),
                       "every BlockRemoved names a hash a BlockStored named before"),
             Invariant("hybrid_hit_backed", flagged("hybrid_hit_backed"),
-                      "a hit is one every KV cache group backs; the local hit handed to a KV connector, every "
-                      "attention group (a Mamba state is sent by the connector)"),
+                      "a hit is one every KV cache group backs; the local hit handed to a KV connector, the "
+                      "full-attention group (a lagging group is the connector's: upstream's hit_diverged)"),
             Invariant("no_block_outside_window", flagged("no_block_outside_window"),
                       "after an allocation a sliding-window or Mamba group holds no block wholly before its window"),
         )
@@ -279,7 +279,9 @@ def _schedule(self: CacheManagerSystem, s: CacheState, a: Schedule, m: KVCacheMa
     kinds = self.cfg.kinds
     if len(kinds) > 1:  # one group: the connector's hit is `get_computed_blocks`'s
         connector_hit, num_connector = connector_local_hit(m, req, self.variant.connector_hit_from_full_attention)
-        self.check_hit(m, req, connector_hit, num_connector, tuple("" if k == MAMBA else k for k in kinds),
+        # the full-attention group must back it; a lagging group is upstream's `hit_diverged`, left to the connector
+        # (which sends a Mamba state) or reconciled by the scheduler when it loads nothing
+        self.check_hit(m, req, connector_hit, num_connector, tuple(k if k == FULL else "" for k in kinds),
                        "the local hit handed to the connector", ch)
     hit, num_hit = m.get_computed_blocks(req)
     first = hit[kinds.index(FULL)]

@@ -21,6 +21,7 @@ CONFIGS = [
     (SWA, 622, 158),
     (MAMBA, 722, 263),
     ({"groups": "full,swa", "num_blocks": 7}, 3499, 302),
+    ({**BASE, "groups": "full,swa,mamba", "num_blocks": 10}, 666, 193),  # three kinds: 9 blocks for one prompt
 ]
 
 
