@@ -14,6 +14,7 @@ connector (#48195).
 * `checks`, `actions`, `system`: the manager under a few requests as a transition system (`CacheManagerSystem`,
   its config `CacheManagerConfig`: the `kvsim explore --param`s) and its invariants.
 * `symmetry`: block ids are names; the explorer keeps one state per renaming of the blocks.
+* `chart`: the actors of its sequence charts (`kvsim show`): the scheduler, the manager, a KV connector.
 * `variants`: `fixed` (0.33.0) and `pre_48195` (0.26.0's scheduler: the connector's local hit is the maximum of
   the per-group hits).
 """
