@@ -1,6 +1,14 @@
-"""The variants of kv-cache-manager. This slice models vLLM 0.33.0's block pool and full-attention manager as
-released, so `fixed` is the only variant; the seed bugs of issue 33 (#48195, #50297, #55055) live in the hybrid
-coordinator and the scheduler, and come with their flags when those are modelled."""
+"""The variants of kv-cache-manager: one flag per upstream change, read where it was made.
+
+`fixed` is vLLM 0.33.0's manager as released (the #48195 fix has been in since 0.27.0).
+`pre_48195` is vLLM 0.26.0's scheduler before vLLM #48195 / #48425 (commit 229e01e9e, issue #46453): for a hybrid
+model with Mamba layers and a KV connector, the local computed tokens handed to the connector were the maximum of
+the per-group hits (`num_new_local_computed_tokens = max(per_group_hits)`, 0.26.0 `sched/scheduler.py`), more
+than the full-attention group could back when its tail had been evicted while a deeper Mamba state survived.
+
+- `connector_hit_from_full_attention` (#48195): read in `kv_cache_manager.connector_local_hit`, the scheduler's
+  choice of what to hand the connector (0.27.0+: `KVCacheManager.get_computed_blocks_for_connector`).
+"""
 
 from __future__ import annotations
 
@@ -11,8 +19,12 @@ from kvsim.engine.variants import Variant, VariantTable
 
 @dataclass(frozen=True)
 class CacheManagerVariant(Variant):
-    pass
+    # #48195: the connector's local hit is the full-attention group's (or the reconciled one), never a deeper group's
+    connector_hit_from_full_attention: bool = True
 
 
-VARIANTS = VariantTable(CacheManagerVariant("fixed"))
+VARIANTS = VariantTable(
+    CacheManagerVariant("fixed", connector_hit_from_full_attention=True),
+    CacheManagerVariant("pre_48195", connector_hit_from_full_attention=False),
+)
 FIXED = VARIANTS.fixed
