@@ -3,6 +3,8 @@ request life cycle of one full-attention group.
 
 * `kv_cache_utils`: the block, the free-block queue (eviction order), the chained block hash.
 * `kv_events`: `BlockStored`, `BlockRemoved`, `AllBlocksCleared`.
+* `event_stream`: a recorded stream of those events as vLLM publishes them (`KVEventBatch` JSON) and the
+  transition system of what it alone allows (`EventStreamSystem`: the announced view; `kvsim events`).
 * `block_pool`: `BlockPool` (ref counts, the null block, the cached-block map, eviction, `reset_prefix_cache`).
 * `kv_cache_manager`: `KVCacheManager` for full attention (`get_computed_blocks`, `allocate_slots`,
   `cache_blocks`, `free`).
