@@ -1,10 +1,11 @@
 """The KV events vLLM publishes, as the stream a consumer reads, and what that stream alone allows.
 
 vLLM 0.33.0 `vllm/distributed/kv_events.py`: the scheduler wraps each step's events in a `KVEventBatch` (an
-`EventBatch` msgspec struct, `array_like`: `[ts, events]`, or `[ts, events, data_parallel_rank]` where a rank is
-set) whose events are tagged structs (`{"type": "BlockStored", field: value, ...}`: `BlockStored`, `BlockRemoved`,
-`AllBlocksCleared`; fields left at their default None are omitted). A block hash is `ExternalBlockHash`, bytes
-(msgspec's JSON writes them base64) or an int (`VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES`); here a hash is an opaque key.
+`EventBatch` msgspec struct, `array_like`: `[ts, events, data_parallel_rank]`, the rank null when unset; `[ts,
+events]` is read too) whose events are tagged structs (`{"type": "BlockStored", field: value, ...}`: `BlockStored`,
+`BlockRemoved`, `AllBlocksCleared`; the fields whose default is None omitted when None). A block hash is
+`ExternalBlockHash`: an int by default (`VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=1`: the low 64 bits of the block's
+sha256), else bytes (msgspec's JSON writes them base64); here a hash is an opaque key, an int or a string.
 
 `decode_batch` reads one batch's JSON value (the array form msgspec writes, or the field-named object form) into
 records, or raises a `ConfigError` naming the field; `EventStreamSystem` is the transition system of the stream:
@@ -26,7 +27,7 @@ records, or raises a `ConfigError` naming the field; `EventStreamSystem` is the 
 
 Conventions: the counts assume the default `kv_cache_report_mode` "incremental"; under "full" a request's reused
 prefix is announced again on each hit (one more count per hit, no removal for it), which this view would take as
-more blocks holding the hash. The view is a persistent map (`_put`: a path of two small tuples and one bucket
+more blocks holding the hash. The view is a persistent map (`_put`: a path of three small tuples and one bucket
 copied per change), so a step costs about the same with ten blocks or a hundred thousand announced.
 """
 
@@ -53,23 +54,29 @@ UPSTREAM_NAMES = {Stored: "BlockStored", Removed: "BlockRemoved", Cleared: "AllB
 POOL_MEDIA = (None, "GPU")  # the block pool's medium (upstream's MEDIUM_GPU, its default), or none named
 
 # ---------------------------------------------------------------------------------------------- the view's map
-# Two levels of 64 slots, then a bucket: a frozenset of (key, entry) pairs. A key's slot is a function of the key
-# alone (crc32 of a string hash: the same in every process), so equal views are equal values, whatever their order
-# of events.
+# Three levels of 64 slots, then a bucket: a frozenset of (key, entry) pairs (one pair, mostly: 262,144 buckets).
+# A key's slot is a function of the key alone (crc32 of a string hash: the same in every process), so equal views
+# are equal values, whatever their order of events.
 _FAN = 64
 _EMPTY_ROOT: tuple = (None,) * _FAN
+_BITS = 6
 
 
 def _slot(key: tuple) -> int:
     h = key[-1]
     n = h if type(h) is int else zlib.crc32(h.encode("utf-8", "surrogatepass"))
-    return (n ^ (key[2] or 0) * 0x9E3779B1) & (_FAN * _FAN - 1)
+    return (n ^ (key[2] or 0) * 0x9E3779B1) & ((1 << 3 * _BITS) - 1)
 
 
 def _get(root: tuple, key: tuple) -> Any:
     i = _slot(key)
-    middle = root[i // _FAN]
-    bucket = middle[i % _FAN] if middle is not None else None
+    node = root[i >> 2 * _BITS]
+    if node is None:
+        return None
+    node = node[(i >> _BITS) & (_FAN - 1)]
+    if node is None:
+        return None
+    bucket = node[i & (_FAN - 1)]
     if bucket is not None:
         for k, entry in bucket:
             if k == key:
@@ -77,25 +84,52 @@ def _get(root: tuple, key: tuple) -> Any:
     return None
 
 
+def _replaced(node: tuple | None, at: int, child: Any) -> tuple | None:
+    node = node or _EMPTY_ROOT
+    node = node[:at] + (child,) + node[at + 1:]
+    return None if child is None and node == _EMPTY_ROOT else node
+
+
 def _put(root: tuple, key: tuple, entry: Any) -> tuple:
     """`root` with `key` mapped to `entry` (None: removed)."""
     i = _slot(key)
-    hi, lo = divmod(i, _FAN)
-    middle = root[hi] or _EMPTY_ROOT
-    bucket = middle[lo] or frozenset()
-    kept = frozenset(pair for pair in bucket if pair[0] != key)
+    a, b, c = i >> 2 * _BITS, (i >> _BITS) & (_FAN - 1), i & (_FAN - 1)
+    top = root[a]
+    middle = top[b] if top is not None else None
+    bucket = middle[c] if middle is not None else None
+    kept = frozenset(pair for pair in bucket if pair[0] != key) if bucket else frozenset()
     if entry is not None:
         kept = kept | {(key, entry)}
-    middle = middle[:lo] + (kept or None,) + middle[lo + 1:]
-    return root[:hi] + (None if middle == _EMPTY_ROOT else middle,) + root[hi + 1:]
+    return _replaced(root, a, _replaced(top, b, _replaced(middle, c, kept or None))) or _EMPTY_ROOT
+
+
+def _built(pairs: list) -> tuple:
+    """The map of `pairs` (distinct keys), built at once."""
+    slots: dict[int, list] = {}
+    for pair in pairs:
+        slots.setdefault(_slot(pair[0]), []).append(pair)
+
+    wanted = {i >> _BITS * k for i in slots for k in (1, 2)}  # the inner nodes on a path to a pair
+
+    def node(prefix: int, level: int) -> Any:
+        if level == 3:
+            return frozenset(slots[prefix]) if prefix in slots else None
+        if level and prefix not in wanted:
+            return None
+        made = tuple(node(prefix << _BITS | j, level + 1) for j in range(_FAN))
+        return None if made == _EMPTY_ROOT else made
+
+    return node(0, 0) or _EMPTY_ROOT
 
 
 def _items(root: tuple) -> Iterator[tuple[tuple, Any]]:
-    for middle in root:
-        if middle is not None:
-            for bucket in middle:
-                if bucket is not None:
-                    yield from bucket
+    for top in root:
+        if top is not None:
+            for middle in top:
+                if middle is not None:
+                    for bucket in middle:
+                        if bucket is not None:
+                            yield from bucket
 
 
 class Entry(NamedTuple):
@@ -274,10 +308,9 @@ class EventStreamSystem:
                 known = _get(root, key)
                 root = _put(root, key, None if known.count <= 1 else known._replace(count=known.count - 1))
             delta = -len(hashes)
-        else:  # Cleared
+        else:  # Cleared: the kept entries in a map built at once (a clear of many blocks costs one pass)
             rank = event.rank
-            for k in [k for k, _ in _items(root) if k[0] == rank and k[1] in POOL_MEDIA]:
-                root = _put(root, k, None)
+            root = _built([(k, e) for k, e in _items(root) if k[0] != rank or k[1] not in POOL_MEDIA])
             return View(root, _with_pool(state, rank, -_pool_count(state, rank)))
         if medium in POOL_MEDIA:
             return View(root, _with_pool(state, rank, delta))

@@ -137,3 +137,16 @@ def test_equal_views_are_equal_values_whatever_the_order_of_events():
     assert views[0] == views[1] == views[2] and hash(views[0]) == hash(views[2])
     assert views[0].announced() == 400 and len(views[0].entries()) == 400
     assert system.step(views[0], stored([keys[0]])) != views[0]
+
+
+def test_a_clear_builds_the_same_map_as_removing_one_by_one():
+    system = EventStreamSystem()
+    state = EMPTY
+    for h in range(500):
+        state = system.step(state, stored([h * 7919], rank=h % 2))
+    cleared = system.step(state, Cleared(0))
+    one_by_one = state
+    for h in range(0, 500, 2):
+        one_by_one = system.step(one_by_one, removed(h * 7919, rank=0))
+    assert cleared.root == one_by_one.root and cleared.pool == ((1, 250),) and cleared.announced() == 250
+    assert system.step(cleared, Cleared(1)) == EMPTY
