@@ -16,8 +16,10 @@ records, or raises a `ConfigError` naming the field; `EventStreamSystem` is the 
 * an action is one event (`Stored`, `Removed`, `Cleared`: one upstream event each, with the batch's rank);
 * `refusal` is what a state allows: a `BlockStored` whose hashes, token ids and block size agree, whose parent is
   None or announced (in the same rank, medium and group: upstream's parent is the request's previous block, which
-  the request holds, so it cannot have been evicted; for groups other than full attention, where a block outside
-  the window may be freed and evicted first, name the full-attention groups in `parent_groups`), and whose hashes,
+  the request holds, so it cannot have been evicted: checked where the event's `kv_cache_spec_kind`, which 0.33.0's
+  `KVCacheManager.take_events` sets from the group's spec, is a kind whose manager holds every block of a request,
+  `HOLDING_KINDS`, or unset (older releases); a sliding-window, chunked-local or Mamba group may free and evict a
+  block before its successor is stored; `parent_groups` names the groups instead), and whose hashes,
   where already announced, come with the content they were announced with (a hash names its chain and tokens);
   a `BlockRemoved` of announced hashes only; `AllBlocksCleared` always (it empties the block pool's media, `GPU`
   and unset, of its rank; an offloading tier's other media keep theirs);
@@ -45,12 +47,15 @@ from .variants import FIXED
 
 # One upstream event each, with the rank of the batch that carried it.
 Stored = tagged("stored", "rank", "medium", "group", "block_hashes", "parent_block_hash", "token_ids",
-                "block_size", "lora_name")  # BlockStored
+                "block_size", "lora_name", "kind")  # BlockStored (kind: its kv_cache_spec_kind)
 Removed = tagged("removed", "rank", "medium", "group", "block_hashes")  # BlockRemoved
 Cleared = tagged("cleared", "rank")  # AllBlocksCleared
 STREAM_EVENTS = type_table((Stored, Removed, Cleared))
 UPSTREAM_NAMES = {Stored: "BlockStored", Removed: "BlockRemoved", Cleared: "AllBlocksCleared"}
 
+# the kinds (vllm/v1/kv_cache_interface.py KVCacheSpecKind) of groups whose manager holds all of a running request's
+# blocks (FullAttentionManager and its sink variant), and None: no kind named
+HOLDING_KINDS = frozenset({None, "full_attention", "mla_attention", "sink_full_attention"})
 POOL_MEDIA = (None, "GPU")  # the block pool's medium (upstream's MEDIUM_GPU, its default), or none named
 
 # ---------------------------------------------------------------------------------------------- the view's map
@@ -177,8 +182,8 @@ def _with_pool(view: View, rank: Any, delta: int) -> tuple:
 @dataclass(frozen=True)
 class EventStreamConfig:
     """What the stream alone does not say: the pool size (None: unbounded), the block size every `BlockStored`
-    must carry (None: any, as long as it is consistent), the groups whose parent hash must be announced (None:
-    every group, as for full attention)."""
+    must carry (None: any, as long as it is consistent), the groups whose parent hash must be announced (None: those
+    whose events name a kind in `HOLDING_KINDS`, or none)."""
 
     num_blocks: int | None = None
     block_size: int | None = None
@@ -236,7 +241,7 @@ class EventStreamSystem:
         return f"not an event of the stream: {event!r}"
 
     def _stored_refusal(self, state: View, e: Any) -> str | None:
-        _, rank, medium, group, hashes, parent, tokens, size, lora = e
+        _, rank, medium, group, hashes, parent, tokens, size, lora, spec_kind = e
         cfg, root = self.config, state.root
         if not hashes:
             return "block_hashes: expected at least one hash, got none"
@@ -250,7 +255,8 @@ class EventStreamSystem:
         if (len(hashes) > 1 and len(set(hashes)) != len(hashes)) or parent in hashes:
             return "block_hashes: expected a chain of distinct hashes (and not its own parent), got " \
                    f"{[_show(h) for h in hashes]} after parent {_show(parent)}"
-        if parent is not None and (cfg.parent_groups is None or group in cfg.parent_groups):
+        if parent is not None and (spec_kind in HOLDING_KINDS if cfg.parent_groups is None
+                                   else group in cfg.parent_groups):
             if _get(root, (rank, medium, group, parent)) is None:
                 return f"parent_block_hash {_show(parent)}: expected None or a hash announced in group {group} " \
                        f"(medium {medium}) and not removed since, got one no live BlockStored named"
@@ -293,7 +299,7 @@ class EventStreamSystem:
         kind = type(event)
         root = state.root
         if kind is Stored:
-            _, rank, medium, group, hashes, parent, tokens, size, lora = event
+            _, rank, medium, group, hashes, parent, tokens, size, lora, _ = event
             for i, block_hash in enumerate(hashes):
                 key = (rank, medium, group, block_hash)
                 known = _get(root, key)
@@ -413,7 +419,8 @@ def _event(obj: Any, field: str, rank: Any) -> Any:
     _need(_is_int(size), f"{field}.block_size", "an integer", size)
     for i, ids in enumerate(obj.get("lookahead_token_ids") or ()):
         _int_list(ids, f"{field}.lookahead_token_ids[{i}]")
-    return Stored(rank, medium, group, hashes, parent, tokens, size, obj.get("lora_name"))
+    return Stored(rank, medium, group, hashes, parent, tokens, size, obj.get("lora_name"),
+                  obj.get("kv_cache_spec_kind"))
 
 
 class Batch(NamedTuple):
@@ -452,5 +459,5 @@ def upstream_form(event: Any) -> dict[str, Any]:
         out.update(block_hashes=list(event.block_hashes), medium=event.medium, group_idx=event.group)
     if kind is Stored:
         out.update(parent_block_hash=event.parent_block_hash, token_ids=list(event.token_ids),
-                   block_size=event.block_size, lora_name=event.lora_name)
+                   block_size=event.block_size, lora_name=event.lora_name, kv_cache_spec_kind=event.kind)
     return out

@@ -34,8 +34,9 @@ def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--block-size", type=positive_int("--block-size"), metavar="N",
                    help="the block size every BlockStored must carry (default: any, if consistent)")
     p.add_argument("--parent-groups", metavar="LIST",
-                   help="the KV cache groups (group_idx, comma separated) whose parent hash must be announced: the "
-                        "full-attention groups (default: every group)")
+                   help="the KV cache groups (group_idx, comma separated) whose parent hash must be announced "
+                        "(default: the groups whose BlockStored names a kind whose manager holds every block, "
+                        "full_attention, mla_attention or sink_full_attention, or names none)")
     p.add_argument("--window", type=non_negative_int("--window"), default=8, metavar="N",
                    help="events shown before the first one refused (default: 8)")
 

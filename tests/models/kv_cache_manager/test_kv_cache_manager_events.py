@@ -13,9 +13,10 @@ from kvsim.models.kv_cache_manager.event_stream import (EMPTY, Cleared, EventStr
                                                           Stored, decode_batch, upstream_form)
 
 
-def stored(hashes, parent=None, *, size=2, group=0, medium="GPU", rank=None, tokens=None, lora=None):
+def stored(hashes, parent=None, *, size=2, group=0, medium="GPU", rank=None, tokens=None, lora=None,
+           kind="full_attention"):
     tokens = list(range(len(hashes) * size)) if tokens is None else tokens
-    return Stored(rank, medium, group, tuple(hashes), parent, tuple(tokens), size, lora)
+    return Stored(rank, medium, group, tuple(hashes), parent, tuple(tokens), size, lora, kind)
 
 
 def removed(*hashes, group=0, medium="GPU", rank=None):
@@ -98,10 +99,17 @@ def test_the_first_event_no_state_allows_is_named_with_why(events, at, message):
     assert stop.check == "enabled" and message in stop.message, stop.message
 
 
-def test_a_parent_outside_the_full_attention_groups_is_not_required():
-    events = [stored([1], group=1), removed(1, group=1), stored([2], parent=1, group=1)]
+@pytest.mark.parametrize("kind, required", [("full_attention", True), ("mla_attention", True), (None, True),
+                                            ("sliding_window", False), ("mamba", False),
+                                            ("chunked_local_attention", False)])
+def test_the_parent_is_required_where_the_groups_manager_holds_every_block(kind, required):
+    """0.33.0 names each BlockStored's group kind: a sliding-window (chunked, Mamba) group frees a request's blocks
+    outside its window, which may be evicted before the next block is stored; `parent_groups` overrides."""
+    events = [stored([1], group=1, kind=kind), removed(1, group=1), stored([2], parent=1, group=1, kind=kind)]
+    stop = run(events)[2]
+    assert (stop is not None) == required and (stop is None or stop.index == 2)
     assert run(events, parent_groups=frozenset({0}))[2] is None
-    assert run(events)[2].index == 2
+    assert run(events, parent_groups=frozenset({1}))[2].index == 2
 
 
 def test_the_pool_bound_counts_the_block_pool_media_per_rank():
