@@ -4,6 +4,8 @@ connector (#48195).
 
 * `kv_cache_utils`: the block, the free-block queue (eviction order), the chained block hash.
 * `kv_events`: `BlockStored`, `BlockRemoved`, `AllBlocksCleared`.
+* `event_stream`: a recorded stream of those events as vLLM publishes them (`KVEventBatch` JSON) and the
+  transition system of what it alone allows (`EventStreamSystem`: the announced view; `kvsim events`).
 * `block_pool`: `BlockPool` (ref counts, the null block, the cached-block map, eviction, `reset_prefix_cache`).
 * `single_type_kv_cache_manager`: one group's tables per request: `FullAttentionManager`, `SlidingWindowManager`
   (blocks before the window freed, the null block in their place), `MambaManager` (the state block).
