@@ -229,7 +229,7 @@ class ProducerSchedulerSystem:
             or (req.status == RUNNING and not req.stale and not self._finished(r, req))))
 
     def free(self, m: KVCacheManager, r: int, req: Request, fx: list) -> None:
-        fx.append(Freed(r, tuple(m.get_block_ids(r))))
+        fx.append(Freed(r, tuple(m.get_block_ids(r)[0])))
         m.free(req)
 
     def finish(self, m: KVCacheManager, r: int, req: Request, fx: list) -> SchedRequest:
@@ -239,7 +239,7 @@ class ProducerSchedulerSystem:
         if not self.cfg.is_producer(r):
             self.free(m, r, req, fx)
             return SchedRequest(DONE, tokens, 0, 0, 0, False, None)
-        held = m.get_block_ids(r)
+        held = m.get_block_ids(r)[0]  # one full-attention group
         handed = tuple(held[:cdiv(req.num_computed_tokens, self.cfg.block_size)])
         fx.append(Handed(r, handed))
         return SchedRequest(SENDING, tokens, req.num_computed_tokens, 0, 0, False, handed)
@@ -301,15 +301,15 @@ def _listed(self: ProducerSchedulerSystem, s: SchedState, a: tuple) -> bool:
     return a in self.enabled(s)
 
 
-def _allocate(s: SchedState, r: int, m: KVCacheManager, requests: list, fx: list, req: Request, hit: list,
-              num_hit: int) -> None:
+def _allocate(s: SchedState, r: int, m: KVCacheManager, requests: list, fx: list, req: Request,
+              hit: tuple[list, ...] | None, num_hit: int) -> None:
     """`allocate_slots` for every token of `req` not computed yet (after the hit): the step is scheduled, its
     output in flight; `deferred`, nothing changed, when the pool cannot give the blocks."""
     new = m.allocate_slots(req, req.num_tokens - req.num_computed_tokens - num_hit, num_hit, hit)
     if new is None:
         fx.append(Deferred(r))
         return
-    fx.append(Allocated(r, tuple(b.block_id for b in hit), tuple(b.block_id for b in new)))
+    fx.append(Allocated(r, tuple(b.block_id for b in hit[0]) if hit else (), tuple(b.block_id for b in new[0])))
     requests[r] = s.requests[r]._replace(status=RUNNING, num_computed_tokens=req.num_tokens, in_flight=1)
 
 
@@ -324,7 +324,7 @@ def _schedule(self: ProducerSchedulerSystem, s: SchedState, a: Schedule, m: KVCa
 @RULES.rule(Decode, when=_listed)
 def _decode(self: ProducerSchedulerSystem, s: SchedState, a: Decode, m: KVCacheManager, requests: list,
             fx: list) -> None:
-    _allocate(s, a.req, m, requests, fx, self.request(s, a.req), [], 0)
+    _allocate(s, a.req, m, requests, fx, self.request(s, a.req), None, 0)
 
 
 @RULES.rule(Output, when=_listed)

@@ -3,7 +3,7 @@ property, and the bug reports.
 
 * `system`: the block pool's invariants on Hypothesis-chosen request sequences (kv-cache-manager).
 * `scheduler`: the P/D life cycle's invariants (kv-cache-manager-pd).
-* `bugs.toml`: the bug reports, as data (#50297 on kv-cache-manager-pd).
+* `bugs.toml`: the bug reports, as data (#48195 on kv-cache-manager; #50297 and #55055 on kv-cache-manager-pd).
 """
 
 from kvsim.engine.bugfile import bug_file, load_bugs

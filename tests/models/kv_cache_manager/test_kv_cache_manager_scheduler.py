@@ -84,11 +84,13 @@ ORIGINAL_FINISH = ProducerSchedulerSystem.finish
 
 
 def _free_forgets_ref(self, m, r, req, fx):  # a request's blocks leave its table with their ref_cnt kept
-    m.pop_blocks_for_free(r)
+    (full,) = m.coordinator.single_type_managers
+    full.pop_blocks_for_free(r)
 
 
 def _free_keeps_tail(self, m, r, req, fx):  # the request's last block is never given back to the pool
-    m.block_pool.free_blocks(reversed(m.pop_blocks_for_free(r)[:-1]))
+    (full,) = m.coordinator.single_type_managers
+    m.block_pool.free_blocks(reversed(full.pop_blocks_for_free(r)[:-1]))
 
 
 def _no_backoff(self, req, backoff=0):  # the producer's prompt is not truncated, whatever the backoff
@@ -202,6 +204,7 @@ def test_the_catalog_registers_both_systems_of_the_package():
     reg = catalog.models()
     assert [reg.model(d.name) for d in DESCRIPTORS] == list(DESCRIPTORS)
     assert reg.model("kv-cache-manager-pd").variants.names == ("fixed", "pre_50297", "pre_55055")
+    assert reg.model("kv-cache-manager").variants.names == ("fixed", "pre_48195")
     assert isinstance(reg.model("kv-cache-manager-pd").build_system("fixed"), ProducerSchedulerSystem)
 
 
