@@ -17,14 +17,19 @@ connector (#48195).
   its config `CacheManagerConfig`: the `kvsim explore --param`s) and its invariants.
 * `symmetry`: block ids are names; the explorer keeps one state per renaming of the blocks.
 * `chart`: the actors of its sequence charts (`kvsim show`): the scheduler, the manager, a KV connector.
-* `variants`: `fixed` (0.33.0) and `pre_48195` (0.26.0's scheduler: the connector's local hit is the maximum of
-  the per-group hits).
+* `variants`: `fixed` (0.33.0), `pre_48195` (0.26.0's scheduler: the connector's local hit is the maximum of
+  the per-group hits), `pre_50297` and `pre_55055` (read by `scheduler`).
+* `scheduler`: the P/D life cycle of the scheduler around the manager on a KV-producing instance (vLLM #50297,
+  #55055), its own transition system (`ProducerSchedulerSystem`, config `ProducerSchedulerConfig`): the second
+  model of this package, `kv-cache-manager-pd`. A package with two systems declares a descriptor for each and
+  lists them in `DESCRIPTORS` (the catalog registers every one); `DESCRIPTOR` stays its first.
 """
 
 from kvsim.engine.descriptor import ModelDescriptor
 
+from .scheduler import ProducerSchedulerConfig, ProducerSchedulerSystem
 from .system import CacheManagerConfig, CacheManagerSystem
-from .variants import FIXED, VARIANTS, CacheManagerVariant
+from .variants import FIXED, PD_VARIANTS, VARIANTS, CacheManagerVariant
 
 DESCRIPTOR = ModelDescriptor(
     name="kv-cache-manager",
@@ -38,4 +43,17 @@ DESCRIPTOR = ModelDescriptor(
     system=CacheManagerSystem,
 )
 
-__all__ = ["DESCRIPTOR", "FIXED", "VARIANTS", "CacheManagerVariant"]
+PD_DESCRIPTOR = ModelDescriptor(
+    name="kv-cache-manager-pd",
+    summary="vLLM's scheduler around the KV cache manager on a KV-producing (prefill) instance: async steps, "
+            "preemption racing a request's final step, request_finished handing the connector its blocks, "
+            "delivery then free (#50297), and the prefill backoff over an MTP drafter's lookahead (#55055)",
+    source="vllm 0.27.0 (vllm/v1/core/sched/scheduler.py, kv_connector/v1/base.py requires_kv_delivery); "
+           "0.31.0 for #55055's prefill backoff",
+    variants=PD_VARIANTS,
+    config=ProducerSchedulerConfig,
+    system=ProducerSchedulerSystem,
+)
+DESCRIPTORS = (DESCRIPTOR, PD_DESCRIPTOR)
+
+__all__ = ["DESCRIPTOR", "DESCRIPTORS", "PD_DESCRIPTOR", "FIXED", "PD_VARIANTS", "VARIANTS", "CacheManagerVariant"]
