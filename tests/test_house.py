@@ -95,7 +95,7 @@ def test_the_wheel_installs_the_same_namespace(tmp_path):
     assert (target / "kvsim" / "gpu_oracle" / "kernels" / "zero_kv_blocks" / "zero_kv_blocks.cu").exists()
     assert (target / "kvsim" / "gpu_oracle" / "runtime" / "cuda_cpu_shim.h").exists()
     shipped = {p.parent.name for p in (target / "kvsim" / "properties").glob("*/bugs.toml")}
-    assert shipped == {p.parent.name for p in (ROOT / "properties").glob("*/bugs.toml")} and len(shipped) == 8
+    assert shipped == {p.parent.name for p in (ROOT / "properties").glob("*/bugs.toml")} and len(shipped) == 9
     work = tmp_path / "work"
     (work / "models").mkdir(parents=True)
     (work / "models" / "__init__.py").write_text("")

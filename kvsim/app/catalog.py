@@ -5,7 +5,8 @@ This is the top of kvsim. `models()` imports each model package for its
 also calls each properties package's `register(registry)`, which adds the
 model's properties and bug reports. Neither imports Hypothesis: strategies
 are imported when a property runs. Built-in models are listed in
-`kvsim.models.MODELS`; another installed package adds its own through the
+`kvsim.models.MODELS` (a package with more than one transition system lists
+its descriptors in `DESCRIPTORS`); another installed package adds its own through the
 entry-point group `kvsim.models` (a `register(registry)` callable that adds a
 descriptor, properties and bug reports).
 """
@@ -27,7 +28,9 @@ def models() -> Registry:
         from .. import models as package
 
         for name in package.MODELS:
-            REGISTRY.add_model(importlib.import_module(f"{package.__name__}.{name}").DESCRIPTOR)
+            module = importlib.import_module(f"{package.__name__}.{name}")
+            for descriptor in getattr(module, "DESCRIPTORS", (module.DESCRIPTOR,)):
+                REGISTRY.add_model(descriptor)
         _state["models"] = True
     return REGISTRY
 

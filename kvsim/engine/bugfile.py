@@ -1,8 +1,10 @@
 """A model's bug reports as data: `properties/<model>/bugs.toml`, read with `tomllib` and checked on load.
 
 The file holds the model's name and one `[[bug]]` table per report, in catalog order; its keys are the
-`BugReport` fields (`model` aside), the prose (summary, note, affected, consequence, fix) as TOML multi-line
-strings, `upstream_files` and `verdicts` as arrays of tables with the `UpstreamSite` and `Verdict` fields:
+`BugReport` fields (`model` optional: the file's model unless a report names another model of the same package,
+as kv-cache-manager's second system kv-cache-manager-pd), the prose (summary, note, affected, consequence, fix)
+as TOML multi-line strings, `upstream_files` and `verdicts` as arrays of tables with the `UpstreamSite` and
+`Verdict` fields:
 
     model = "swa-budget"
 
@@ -39,7 +41,7 @@ _BUG_KEYS: dict[str, tuple[type, bool]] = {
     "property": (str, False), "invariant": (str, False), "status": (str, False), "max_examples": (int, False),
     "params": (dict, False), "note": (str, False), "affected": (str, False), "upstream_files": (list, False),
     "harm": (str, False), "consequence": (str, False), "fix": (str, False), "fix_variant": (str, False),
-    "verdicts": (list, False),
+    "verdicts": (list, False), "model": (str, False),
 }
 _SITE_KEYS: dict[str, tuple[type, bool]] = {"path": (str, True), "functions": (list, True), "role": (str, False)}
 _VERDICT_KEYS: dict[str, tuple[type, bool]] = {
@@ -80,9 +82,10 @@ def load_bugs(registry: Registry, path: str) -> list[BugReport]:
         first[bug.id] = i
     for i, bug in enumerate(bugs):
         at = f"bug[{i}]"
-        _resolved(path, f"{at}.variant", lambda: registry.model(model).variant(bug.variant))
+        _resolved(path, f"{at}.model", lambda: registry.model(bug.model))
+        _resolved(path, f"{at}.variant", lambda: registry.model(bug.model).variant(bug.variant))
         if bug.fix_variant is not None:
-            _resolved(path, f"{at}.fix_variant", lambda: registry.model(model).variant(bug.fix_variant))
+            _resolved(path, f"{at}.fix_variant", lambda: registry.model(bug.model).variant(bug.fix_variant))
         try:
             registry.add_bug(bug)
         except ConfigError as exc:
@@ -103,6 +106,7 @@ def _bug(path: str, where: str, model: str, entry: Any) -> BugReport:
                                                              f"got {value!r}")
     sites = tuple(_site(path, f"{where}.upstream_files[{j}]", s) for j, s in enumerate(table.pop("upstream_files", [])))
     verdicts = tuple(_verdict(path, f"{where}.verdicts[{j}]", v) for j, v in enumerate(table.pop("verdicts", [])))
+    model = table.pop("model", model)
     try:
         return BugReport(model=model, upstream_files=sites, verdicts=verdicts, **table)
     except ConfigError as exc:  # status, harm, or not exactly one of property and invariant

@@ -99,3 +99,44 @@ def run_actions(system: TransitionSystem[Any, Any], actions: Sequence[Any], init
         state = system.step(state, action)
         states.append(state)
     return states
+
+
+def refusal(system: TransitionSystem[Any, Any], state: Any, action: Any) -> str | None:
+    """Why `action` is not enabled in `state` (None when it is): the system's own `refusal(state, action)` where it
+    has one (a system whose actions are data from outside, too many to list, says which of its conditions failed),
+    else whether `enabled(state)` lists it."""
+    fn = getattr(system, "refusal", None)
+    if fn is not None:
+        return fn(state, action)
+    return None if action in system.enabled(state) else "not enabled in this state"
+
+
+@dataclass(frozen=True)
+class Stopped:
+    """Where `replay_actions` stopped: the action at `index` (from 0), the state it met, and why: `check` is
+    "enabled" for an action the state does not allow (its `refusal`), else the invariant its step violated."""
+
+    index: int
+    action: Any
+    state: Any
+    check: str
+    message: str
+
+
+def replay_actions(system: TransitionSystem[Any, Any], actions: Iterable[Any], initial: Any = None) \
+        -> tuple[Any, int, Stopped | None]:
+    """`actions` taken one at a time as the iterable gives them (a stream read from a file: nothing is held but the
+    current state), each checked enabled (`refusal`) and each successor against the invariants, to the first that
+    fails. Returns the last state, the number of actions taken and where it stopped (None: all were taken)."""
+    state = next(iter(system.initial_states())) if initial is None else initial
+    taken = 0
+    for action in actions:
+        why = refusal(system, state, action)
+        if why is not None:
+            return state, taken, Stopped(taken, action, state, "enabled", why)
+        after = system.step(state, action)
+        bad = first_violation(system, after)
+        if bad is not None:
+            return after, taken, Stopped(taken, action, state, bad[0], bad[1])
+        state, taken = after, taken + 1
+    return state, taken, None

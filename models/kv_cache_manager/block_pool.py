@@ -7,6 +7,10 @@ A block reused from the free queue loses its cached hash (`BlockRemoved`); a ful
 cached (`BlockStored`); `reset_prefix_cache` drops every hash, only when no request holds a block
 (`AllBlocksCleared`). Events are always on here (upstream: `enable_kv_cache_events`).
 
+Several KV cache groups share one pool (`kv_cache_coordinator`): a group caches its blocks under the block hash
+with its group id (upstream's `BlockHashWithGroupId`), here the key `(group_id, hash)` (`key`); a pool of one group
+keys by the hash alone, the group id being the same everywhere, so one-group states are as before.
+
 `PoolState` is the value form (`freeze`/`thaw`), what the transition system keeps in its states.
 """
 
@@ -59,9 +63,10 @@ class BlockHashToBlockMap:
 
 
 class BlockPool:
-    def __init__(self, num_gpu_blocks: int) -> None:
+    def __init__(self, num_gpu_blocks: int, hybrid: bool = False) -> None:
         assert num_gpu_blocks > 0
         self.num_gpu_blocks = num_gpu_blocks
+        self.hybrid = hybrid
         self.blocks = [KVCacheBlock(i) for i in range(num_gpu_blocks)]
         self.free_block_queue = FreeKVCacheBlockQueue(self.blocks)
         self.cached_block_hash_to_block = BlockHashToBlockMap()
@@ -76,9 +81,10 @@ class BlockPool:
                          tuple(b.block_id for b in self.free_block_queue.get_all_free_blocks()), tuple(cached))
 
     @classmethod
-    def thaw(cls, state: PoolState) -> "BlockPool":
+    def thaw(cls, state: PoolState, hybrid: bool = False) -> "BlockPool":
         pool = cls.__new__(cls)
         pool.num_gpu_blocks = len(state.refs)
+        pool.hybrid = hybrid
         pool.blocks = [KVCacheBlock(i, ref, h) for i, (ref, h) in enumerate(zip(state.refs, state.hashes))]
         pool.blocks[0].is_null = True
         pool.null_block = pool.blocks[0]
@@ -91,13 +97,19 @@ class BlockPool:
         return pool
 
     # -- the prefix cache ------------------------------------------------------------------------------------
+    def key(self, block_hash: BlockHash, kv_cache_group_id: int) -> tuple:
+        """The cached map's key of a group's block: `(group_id, hash)`, or the hash in a one-group pool."""
+        return (kv_cache_group_id, block_hash) if self.hybrid else block_hash
+
     def get_cached_block(self, block_hash: BlockHash) -> KVCacheBlock | None:
         """A block cached under `block_hash` (the first cached, where several are), or None on a miss."""
         return self.cached_block_hash_to_block.get_one_block(block_hash)
 
     def cache_full_blocks(self, block_hashes: Sequence[BlockHash], blocks: Sequence[KVCacheBlock],
-                          num_cached_blocks: int, num_full_blocks: int, block_size: int) -> None:
-        """Cache `blocks[num_cached_blocks:num_full_blocks]` of a request under its hashes, one `BlockStored`."""
+                          num_cached_blocks: int, num_full_blocks: int, block_size: int,
+                          kv_cache_group_id: int = 0) -> None:
+        """Cache `blocks[num_cached_blocks:num_full_blocks]` of a request under its hashes (keyed with the group),
+        null blocks skipped; one `BlockStored`."""
         if num_cached_blocks >= num_full_blocks:
             return
         new_hashes = []
@@ -106,9 +118,10 @@ class BlockPool:
             if block.is_null:
                 continue
             assert block.block_hash is None, f"block {block.block_id} is cached already"
-            block.block_hash = block_hashes[i]
-            self.cached_block_hash_to_block.insert(block_hashes[i], block)
-            new_hashes.append(block_hashes[i])
+            key = self.key(block_hashes[i], kv_cache_group_id)
+            block.block_hash = key
+            self.cached_block_hash_to_block.insert(key, block)
+            new_hashes.append(key)
         parent = block_hashes[num_cached_blocks - 1] if num_cached_blocks else None
         token_ids = tuple(t for h in block_hashes[num_cached_blocks:num_full_blocks] for t in block_tokens(h))
         self._emit(BlockStored(tuple(new_hashes), parent, token_ids, block_size))

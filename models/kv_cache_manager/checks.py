@@ -18,15 +18,16 @@ Tables = Sequence["tuple[tuple[int, ...], int] | None"]
 
 
 def holders(tables: Tables) -> Counter:
-    """block id -> how many requests hold it."""
-    return Counter(b for t in tables if t is not None for b in t[0])
+    """block id -> how many request tables hold it (the null block, a placeholder, not counted)."""
+    return Counter(b for t in tables if t is not None for b in t[0] if b)
 
 
 def ref_count_is_holders(pool: PoolState, tables: Tables) -> str | None:
-    """Every block's ref_cnt is the number of requests holding it (the null block: none, count 0)."""
+    """Every block's ref_cnt is the number of request tables holding it (the null block's count stays 0; a
+    sliding-window or Mamba table holds it in place of the blocks it freed)."""
+    if pool.refs[0]:
+        return f"null block: expected ref_cnt 0, got {pool.refs[0]}"
     held = holders(tables)
-    if held[0]:
-        return f"null block: expected held by no request, got {held[0]}"
     for b, ref in enumerate(pool.refs):
         if b and ref != held[b]:
             return f"block {b}: expected ref_cnt {held[b]} (requests holding it), got {ref}"
@@ -96,6 +97,67 @@ def freed_in_eviction_order(queue_before: Sequence[int], table: Sequence[int], a
     if list(after.free) != expected:
         return f"free of table {list(table)} on queue {list(queue_before)}: expected queue {expected}, " \
                f"got {list(after.free)}"
+    return None
+
+
+def freed_groups_in_eviction_order(queue_before: Sequence[int], tables: Sequence[Sequence[int]],
+                                   after: PoolState) -> str | None:
+    """`free` of a request over several groups, group by group, each as `freed_in_eviction_order` says: the
+    uncached blocks a later group releases go before an earlier group's, its cached ones after them."""
+    front: list[int] = []
+    back: list[int] = []
+    for table in tables:
+        released = [b for b in reversed(table) if b and after.refs[b] == 0]
+        front[:0] = [b for b in released if after.hashes[b] is None]
+        back += [b for b in released if after.hashes[b] is not None]
+    expected = front + list(queue_before) + back
+    if list(after.free) != expected:
+        return f"free of tables {[list(t) for t in tables]} on queue {list(queue_before)}: expected queue " \
+               f"{expected}, got {list(after.free)}"
+    return None
+
+
+def hit_backed(kinds: Sequence[str], hit: Sequence[Sequence[BlockHash | None]], keys: Sequence[Sequence[tuple]],
+               num_hit_tokens: int, block_size: int, sliding_window: int, what: str) -> str | None:
+    """A hit of `num_hit_tokens` is one every group in `kinds` backs with its own cached blocks: full attention
+    every block before it, a sliding window the `cdiv(sliding_window - 1, block_size)` blocks before it, Mamba the
+    block it ends on (its state); each cached under the request's hash of that block for that group (`keys`).
+    `hit[g]` is the hashes of group g's hit blocks (None: the null block)."""
+    if num_hit_tokens % block_size:
+        return f"{what} of {num_hit_tokens} tokens: expected a multiple of the block size {block_size}"
+    n = num_hit_tokens // block_size
+    for g, kind in enumerate(kinds):
+        if kind == "full":
+            needed = range(0, n)
+        elif kind == "swa":
+            needed = range(max(0, n - -(-(sliding_window - 1) // block_size)), n)
+        elif kind == "mamba":
+            needed = range(n - 1, n) if n else range(0)
+        else:
+            continue
+        for i in needed:
+            got = hit[g][i] if i < len(hit[g]) else "no block"
+            if got != keys[g][i]:
+                return f"{what} of {num_hit_tokens} tokens: group {g} ({kind}) needs block {i} cached under the " \
+                       f"request's hash {keys[g][i]!r}, got {got!r} ({len(hit[g])} blocks handed)"
+    return None
+
+
+def no_block_outside_window(kinds: Sequence[str], tables: Sequence[Sequence[int]], num_computed_tokens: int,
+                            block_size: int, sliding_window: int) -> str | None:
+    """After an allocation, a sliding-window (or Mamba) group holds no block wholly before the tokens attention
+    still reads: those blocks are the null block (0)."""
+    for g, (kind, ids) in enumerate(zip(kinds, tables)):
+        if kind == "swa":
+            skipped = max(0, num_computed_tokens - sliding_window + 1)
+        elif kind == "mamba":
+            skipped = max(0, num_computed_tokens - 1)
+        else:
+            continue
+        outside = [b for b in ids[:skipped // block_size] if b]
+        if outside:
+            return f"group {g} ({kind}), {num_computed_tokens} tokens computed: expected the null block for the " \
+                   f"{skipped // block_size} blocks before the window, got blocks {list(ids[:skipped // block_size])}"
     return None
 
 

@@ -1,31 +1,35 @@
-"""The KV cache manager's request life cycle for one full-attention group (vLLM 0.33.0
-`vllm/v1/core/kv_cache_manager.py` with its coordinator and `FullAttentionManager` from
-`single_type_kv_cache_manager.py`, in kvsim's words).
+"""The KV cache manager's request life cycle (vLLM 0.33.0 `vllm/v1/core/kv_cache_manager.py`, in kvsim's words),
+over the coordinator (`kv_cache_coordinator`) of one or several KV cache groups (`single_type_kv_cache_manager`).
 
-- `get_computed_blocks`: the longest run of the request's hash chain the cache holds, capped at
+- `get_computed_blocks`: the coordinator's reconciled hit (one length every group backs), capped at
   `num_tokens - 1` tokens: a prompt that is wholly cached still computes its last token (for the logits),
   so a hit is never the whole prompt.
-- `allocate_slots`: touch the hit blocks (a free one leaves the queue), then take the blocks the new tokens
-  need from the free queue, or refuse (None) before changing anything when the pool cannot give them; then
-  `cache_blocks` the blocks the computed tokens fill.
-- `free`: the request's blocks back to the pool, tail first (so its tail is evicted first).
+- `get_computed_blocks_for_connector` (0.27.0+, the #48195 fix): the local hit handed to a KV connector. For a
+  hybrid model with Mamba layers it is the full-attention group's own hit when no group hit deeper (the Mamba
+  state is sent by the connector), else the reconciled hit; otherwise `get_computed_blocks`.
+  `connector_local_hit` is what the scheduler hands the connector, where the variant flag of #48195 is read
+  (`pre_48195`, vLLM 0.26.0's scheduler: the maximum of the per-group hits).
+- `allocate_slots`: free the blocks the window left behind (`remove_skipped_blocks`), then refuse (None) when the
+  pool cannot give the blocks every group needs; else adopt the hit (touch it, null blocks for the skipped part),
+  take the new blocks from the free queue, and `cache_blocks` the blocks the computed tokens fill.
+- `free`: the request's blocks back to the pool, group by group, each tail first (so its tail is evicted first).
 
-Not modelled this slice: chunked prefill's partial allocations beyond one call, lookahead and encoder tokens,
-external (connector) tokens, the watermark, sliding-window / Mamba groups and the coordinator over several.
+Not modelled: chunked prefill's partial allocations beyond one call, lookahead and encoder tokens, external
+(connector) tokens, the watermark, block sizes that differ between groups, EAGLE, partial hits.
 `ManagerState` is the value form the transition system keeps.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, Sequence
 
 from .block_pool import BlockPool, PoolState
+from .kv_cache_coordinator import GroupBlocks, KVCacheCoordinator
 from .kv_cache_utils import BlockHash, KVCacheBlock, request_block_hashes
+from .single_type_kv_cache_manager import FULL, cdiv
 
-
-def cdiv(a: int, b: int) -> int:
-    return -(-a // b)
+__all__ = ["KVCacheManager", "ManagerState", "Request", "cdiv", "connector_local_hit"]
 
 
 @dataclass
@@ -49,33 +53,48 @@ class Request:
 
 class ManagerState(NamedTuple):
     pool: PoolState
-    tables: tuple[tuple[tuple[int, ...], int] | None, ...]  # per request: (block ids, num cached blocks) or None
+    # per group, then per request (group-major: group g's request r at g * num_requests + r): (block ids, num
+    # cached blocks) or None; one group is the request tables as they were before groups
+    tables: tuple[tuple[tuple[int, ...], int] | None, ...]
 
 
 class KVCacheManager:
-    def __init__(self, num_blocks: int, block_size: int, num_requests: int) -> None:
+    def __init__(self, num_blocks: int, block_size: int, num_requests: int, groups: Sequence[str] = (FULL,),
+                 sliding_window: int = 0) -> None:
         self.block_size = block_size
         self.num_requests = num_requests
-        self.block_pool = BlockPool(num_blocks)
-        self.req_to_blocks: dict[int, list[KVCacheBlock]] = {}
-        self.num_cached_block: dict[int, int] = {}
+        self.coordinator = KVCacheCoordinator(num_blocks, block_size, groups, sliding_window)
+        self.block_pool = self.coordinator.block_pool
+
+    @property
+    def groups(self) -> tuple[str, ...]:
+        return self.coordinator.groups
 
     # -- the value form --------------------------------------------------------------------------------------
     def freeze(self) -> ManagerState:
-        tables = tuple((tuple(b.block_id for b in self.req_to_blocks[r]), self.num_cached_block[r])
-                       if r in self.req_to_blocks else None for r in range(self.num_requests))
+        tables = tuple((tuple(b.block_id for b in m.req_to_blocks[r]), m.num_cached_block[r])
+                       if r in m.num_cached_block else None
+                       for m in self.coordinator.single_type_managers for r in range(self.num_requests))
         return ManagerState(self.block_pool.freeze(), tables)
 
     @classmethod
-    def thaw(cls, state: ManagerState, block_size: int) -> "KVCacheManager":
+    def thaw(cls, state: ManagerState, block_size: int, groups: Sequence[str] = (FULL,),
+             sliding_window: int = 0) -> "KVCacheManager":
         m = cls.__new__(cls)
-        m.block_size, m.num_requests = block_size, len(state.tables)
-        m.block_pool = BlockPool.thaw(state.pool)
-        m.req_to_blocks, m.num_cached_block = {}, {}
-        for r, table in enumerate(state.tables):
-            if table is not None:
-                m.req_to_blocks[r] = [m.block_pool.blocks[i] for i in table[0]]
-                m.num_cached_block[r] = table[1]
+        m.block_size = block_size
+        m.num_requests = len(state.tables) // len(groups)
+        coordinator = KVCacheCoordinator.__new__(KVCacheCoordinator)
+        coordinator.groups = tuple(groups)
+        coordinator.block_pool = BlockPool.thaw(state.pool, hybrid=len(groups) > 1)
+        coordinator.make_managers(block_size, sliding_window)
+        m.coordinator, m.block_pool = coordinator, coordinator.block_pool
+        blocks = coordinator.block_pool.blocks
+        for g, manager in enumerate(coordinator.single_type_managers):
+            for r in range(m.num_requests):
+                table = state.tables[g * m.num_requests + r]
+                if table is not None:
+                    manager.req_to_blocks[r] = [blocks[i] for i in table[0]]
+                    manager.num_cached_block[r] = table[1]
         return m
 
     # -- the request life cycle ------------------------------------------------------------------------------
@@ -83,68 +102,47 @@ class KVCacheManager:
         """A hit leaves at least one token to compute: the last one gives the logits."""
         return request.num_tokens - 1
 
-    def get_computed_blocks(self, request: Request) -> tuple[list[KVCacheBlock], int]:
-        """The cached blocks of the longest prefix of the request's hash chain, and the tokens they cover."""
-        limit = self.max_cache_hit_length(request) // self.block_size
-        hit: list[KVCacheBlock] = []
-        for block_hash in request.block_hashes[:limit]:
-            block = self.block_pool.get_cached_block(block_hash)
-            if block is None:
-                break
-            hit.append(block)
-        return hit, len(hit) * self.block_size
+    def get_computed_blocks(self, request: Request) -> tuple[GroupBlocks, int]:
+        """Per group, the cached blocks of the longest prefix every group backs, and the tokens they cover."""
+        return self.coordinator.find_longest_cache_hit(request.block_hashes, self.max_cache_hit_length(request))
 
-    def get_num_blocks_to_allocate(self, request_id: int, num_tokens: int,
-                                   new_computed_blocks: list[KVCacheBlock]) -> int:
-        """Free-queue blocks the allocation takes: new ones, and hit blocks that are free now (touching them
-        takes them out of the queue)."""
-        num_required = cdiv(num_tokens, self.block_size)
-        held = self.req_to_blocks.get(request_id, [])
-        if request_id in self.num_cached_block:
-            assert not new_computed_blocks
-            return max(num_required - len(held), 0)
-        num_new = max(num_required - len(new_computed_blocks) - len(held), 0)
-        return num_new + sum(b.ref_cnt == 0 and not b.is_null for b in new_computed_blocks)
+    def get_computed_blocks_for_connector(self, request: Request) -> tuple[GroupBlocks, int]:
+        """The local hit handed to a KV connector (0.27.0+): with Mamba layers, the full-attention hit unless a
+        group hit deeper than it (then the reconciled hit); without, `get_computed_blocks`. A group that lags the
+        full-attention hit is upstream's `hit_diverged` (not returned here): the connector supplies it (a Mamba
+        state), or the scheduler reconciles with `get_computed_blocks` when the connector loads nothing."""
+        coordinator = self.coordinator
+        fa = coordinator.full_attention_group_id
+        if not (coordinator.has_mamba_layers and coordinator.is_hybrid and fa is not None):
+            return self.get_computed_blocks(request)
+        computed, per_group_hits = coordinator.find_longest_cache_hit_per_group(
+            request.block_hashes, self.max_cache_hit_length(request))
+        if any(hit > per_group_hits[fa] for hit in per_group_hits):
+            return self.get_computed_blocks(request)
+        return computed, per_group_hits[fa]
 
     def allocate_slots(self, request: Request, num_new_tokens: int, num_new_computed_tokens: int = 0,
-                       new_computed_blocks: list[KVCacheBlock] | None = None) -> list[KVCacheBlock] | None:
-        """Slots for `num_new_tokens` more tokens after the computed ones (the hit's included); None, with
-        nothing changed, when the free queue cannot give them. Caches the blocks the tokens fill."""
-        hit = list(new_computed_blocks or ())
+                       new_computed_blocks: GroupBlocks | None = None) -> GroupBlocks | None:
+        """Slots for `num_new_tokens` more tokens after the computed ones (the hit's included); None when the free
+        queue cannot give them (the blocks behind the window are freed first, as upstream does). Caches the blocks
+        the tokens fill. The new blocks, per group."""
+        coordinator = self.coordinator
+        hit = new_computed_blocks if new_computed_blocks is not None else tuple([] for _ in self.groups)
         total_computed = request.num_computed_tokens + num_new_computed_tokens
         num_tokens_need_slot = total_computed + num_new_tokens
         rid = request.request_id
-        if self.get_num_blocks_to_allocate(rid, num_tokens_need_slot, hit) > self.block_pool.get_num_free_blocks():
+        coordinator.remove_skipped_blocks(rid, total_computed)
+        if coordinator.get_num_blocks_to_allocate(rid, num_tokens_need_slot, hit, total_computed) > \
+                self.block_pool.get_num_free_blocks():
             return None
-        if rid not in self.num_cached_block:  # the request's first allocation: adopt the hit
-            self.block_pool.touch(hit)
-            self.req_to_blocks[rid] = list(hit)
-            self.num_cached_block[rid] = len(hit)
-        blocks = self.req_to_blocks[rid]
-        num_new_blocks = cdiv(num_tokens_need_slot, self.block_size) - len(blocks)
-        new_blocks = self.block_pool.get_new_blocks(num_new_blocks) if num_new_blocks > 0 else []
-        blocks.extend(new_blocks)
-        self.cache_blocks(request, min(num_tokens_need_slot, request.num_tokens))
+        coordinator.allocate_new_computed_blocks(rid, hit, total_computed)
+        new_blocks = coordinator.allocate_new_blocks(rid, num_tokens_need_slot)
+        coordinator.cache_blocks(request, min(num_tokens_need_slot, request.num_tokens))
         return new_blocks
 
-    def cache_blocks(self, request: Request, num_tokens: int) -> None:
-        """Cache the request's blocks that `num_tokens` fill and that are not cached yet."""
-        rid = request.request_id
-        hashes = request.block_hashes
-        num_cached = self.num_cached_block[rid]
-        num_full = min(num_tokens, len(hashes) * self.block_size) // self.block_size
-        if num_cached >= num_full:
-            return
-        self.block_pool.cache_full_blocks(hashes, self.req_to_blocks[rid], num_cached, num_full, self.block_size)
-        self.num_cached_block[rid] = num_full
-
-    def pop_blocks_for_free(self, request_id: int) -> list[KVCacheBlock]:
-        self.num_cached_block.pop(request_id, None)
-        return self.req_to_blocks.pop(request_id, [])
-
     def free(self, request: Request) -> None:
-        """The request's blocks back to the pool, tail first."""
-        self.block_pool.free_blocks(reversed(self.pop_blocks_for_free(request.request_id)))
+        """The request's blocks back to the pool, group by group, each tail first."""
+        self.coordinator.free(request.request_id)
 
     def reset_prefix_cache(self) -> bool:
         return self.block_pool.reset_prefix_cache()
@@ -152,5 +150,23 @@ class KVCacheManager:
     def take_events(self) -> tuple[tuple, ...]:
         return self.block_pool.take_events()
 
-    def get_block_ids(self, request_id: int) -> list[int]:
-        return [b.block_id for b in self.req_to_blocks.get(request_id, [])]
+    def get_block_ids(self, request_id: int) -> tuple[list[int], ...]:
+        """Per group, the request's block ids (0: the null block)."""
+        return tuple([b.block_id for b in blocks] for blocks in self.coordinator.get_blocks(request_id))
+
+
+def connector_local_hit(manager: KVCacheManager, request: Request, from_full_attention: bool) \
+        -> tuple[GroupBlocks, int]:
+    """The local computed blocks and tokens the scheduler hands a KV connector (its `get_num_new_matched_tokens`
+    reads the tokens). `from_full_attention` (the variant's `connector_hit_from_full_attention`, 0.27.0+):
+    `get_computed_blocks_for_connector`. Without it (`pre_48195`, 0.26.0's scheduler):
+    for a hybrid model with Mamba layers, every group's own blocks and the maximum of the per-group hits, which
+    a group whose tail was evicted cannot back."""
+    coordinator = manager.coordinator
+    if from_full_attention:
+        return manager.get_computed_blocks_for_connector(request)
+    if coordinator.has_mamba_layers and coordinator.is_hybrid:
+        computed, per_group_hits = coordinator.find_longest_cache_hit_per_group(
+            request.block_hashes, manager.max_cache_hit_length(request))
+        return computed, max(per_group_hits)
+    return manager.get_computed_blocks(request)

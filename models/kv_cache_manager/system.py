@@ -6,7 +6,8 @@ is A -> B -> A). The model's output token for a family is `8 + family` (greedy: 
 so decode blocks are shared too. A request:
 
 - `schedule` (waiting): `get_computed_blocks`, then `allocate_slots` for its tokens after the hit; when the pool
-  cannot give the blocks (`deferred`), nothing changes. Prefill runs in the step and samples a token: the
+  cannot give the blocks (`deferred`), nothing changes. Before it, the local hit the scheduler would hand a KV
+  connector (`connector_local_hit`, read-only) is checked too. Prefill runs in the step and samples a token: the
   request is running, its last sampled token not yet computed.
 - `decode` (running): `allocate_slots(1)` for that token, computed in the step, then the next token sampled;
   after `max_tokens` outputs the request finishes and is freed.
@@ -14,10 +15,16 @@ so decode blocks are shared too. A request:
   with its tokens, recomputed from token 0 when scheduled again.
 - `reset`: `reset_prefix_cache` (refused while a block is held), `resets` times at most.
 
+`groups` names the KV cache groups (`full`, or a hybrid: `full,swa`, `full,mamba`, `full,swa,mamba`) over the one
+pool; a sliding window's width is `sliding_window` tokens. A deferred `decode` has still freed the blocks the
+window left behind (upstream frees them before it counts the blocks it needs).
+
 Each step's KV events come back as its effects; the state keeps the view of the cache they describe
 (`announced`). Invariants on every state: ref counts, the free queue, pool accounting, the cached map, the
 eviction order, the tables matching the requests, the events matching the cache, nothing held once all ended;
-step checks (recorded with `flag`): a hit is a proper prefix of the request's chain, `free` puts the released
+step checks (recorded with `flag`): a hit is a proper prefix of the request's chain, a hybrid hit (and the
+connector's local hit) is one every group backs, a sliding-window or Mamba group holds no block wholly before its
+window after an allocation, `free` puts the released
 blocks where upstream's eviction order says (tail first, uncached to the front, cached to the back), every `BlockRemoved`
 names a hash a `BlockStored` named before. Liveness (`every_request_finishes`): from every state all requests
 can finish. Block ids are names (`symmetry`): the explorer keeps one state per renaming of the blocks.
@@ -35,18 +42,22 @@ from kvsim.engine.system import Invariant, flag, flagged
 
 from . import checks, symmetry
 from .actions import Allocated, Decode, Deferred, Events, Finish, Freed, Preempt, Reset, ResetDone, Schedule
-from .kv_cache_manager import KVCacheManager, ManagerState, Request, cdiv
+from .kv_cache_manager import KVCacheManager, ManagerState, Request, cdiv, connector_local_hit
+from .single_type_kv_cache_manager import FULL
 from .kv_cache_utils import BlockHash
 from .variants import FIXED, CacheManagerVariant
 
 WAITING, RUNNING, FINISHED = "waiting", "running", "finished"
 
 
+GROUP_CHOICES = ("full", "full,swa", "full,mamba", "full,swa,mamba")
+
+
 @dataclass(frozen=True)
 class CacheManagerConfig:
     """`kvsim explore kv-cache-manager --param`: the pool, the requests' prompts and outputs, the resets."""
 
-    num_blocks: int = param(4, "blocks in the pool, the null block (block 0) included", minimum=2, maximum=8)
+    num_blocks: int = param(4, "blocks in the pool, the null block (block 0) included", minimum=2, maximum=10)
     block_size: int = param(2, "tokens per block", minimum=1, maximum=4)
     prompts: tuple[int, ...] = param((0, 1, 0), "each request's prompt family (equal families: equal prompts)",
                                      minimum=0, maximum=3)
@@ -54,6 +65,10 @@ class CacheManagerConfig:
     shared: int = param(2, "leading prompt tokens every family shares", minimum=0, maximum=6)
     max_tokens: int = param(2, "output tokens a request samples before it finishes", minimum=1, maximum=3)
     resets: int = param(1, "reset_prefix_cache calls allowed", minimum=0, maximum=2)
+    groups: str = param("full", "the KV cache groups, in group order (each takes its own blocks: a hybrid needs a "
+                        "larger pool)", choices=GROUP_CHOICES)
+    sliding_window: int = param(3, "tokens a sliding-window group attends to (groups with swa)", minimum=2,
+                                maximum=8)
 
     def __post_init__(self) -> None:
         if not 1 <= len(self.prompts) <= 3:
@@ -66,6 +81,10 @@ class CacheManagerConfig:
 
     def output_token(self, req: int) -> int:
         return 8 + self.prompts[req]
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        return tuple(self.groups.split(","))
 
 
 class RequestState(NamedTuple):
@@ -111,12 +130,17 @@ class CacheManagerSystem:
                       "free puts a request's released blocks tail first: uncached at the front, cached at the back"),
             Invariant("removed_was_stored", flagged("removed_was_stored"),
                       "every BlockRemoved names a hash a BlockStored named before"),
+            Invariant("hybrid_hit_backed", flagged("hybrid_hit_backed"),
+                      "a hit is one every KV cache group backs; the local hit handed to a KV connector, the "
+                      "full-attention group (a lagging group is the connector's: upstream's hit_diverged)"),
+            Invariant("no_block_outside_window", flagged("no_block_outside_window"),
+                      "after an allocation a sliding-window or Mamba group holds no block wholly before its window"),
         )
 
     # -- the contract ----------------------------------------------------------------------------------------
     def initial_states(self) -> tuple[CacheState, ...]:
         cfg = self.cfg
-        m = KVCacheManager(cfg.num_blocks, cfg.block_size, len(cfg.prompts))
+        m = KVCacheManager(cfg.num_blocks, cfg.block_size, len(cfg.prompts), cfg.kinds, cfg.sliding_window)
         requests = tuple(RequestState(WAITING, cfg.prompt(r), 0) for r in range(len(cfg.prompts)))
         return (CacheState(m.freeze(), requests, (), cfg.resets),)
 
@@ -147,7 +171,7 @@ class CacheManagerSystem:
         return self.transition(s, action)[0]
 
     def transition(self, s: CacheState, action: tuple) -> tuple[CacheState, tuple[tuple, ...]]:
-        m = KVCacheManager.thaw(s.manager, self.cfg.block_size)
+        m = KVCacheManager.thaw(s.manager, self.cfg.block_size, self.cfg.kinds, self.cfg.sliding_window)
         effect, action = RULES.effect(action)
         requests = list(s.requests)
         fx: list[tuple] = []
@@ -178,30 +202,57 @@ class CacheManagerSystem:
 
     @staticmethod
     def free(m: KVCacheManager, req: Request, fx: list, ch: dict) -> RequestState:
-        """`free`, checked against upstream's eviction order (`checks.freed_in_eviction_order`)."""
-        table = tuple(m.get_block_ids(req.request_id))
+        """`free`, checked against upstream's eviction order (`checks.freed_in_eviction_order`, group by group)."""
+        tables = tuple(tuple(ids) for ids in m.get_block_ids(req.request_id))
         queue = tuple(b.block_id for b in m.block_pool.free_block_queue.get_all_free_blocks())
-        fx.append(Freed(req.request_id, table))
+        fx.append(Freed(req.request_id, tables[0] if len(tables) == 1 else tables))
         m.free(req)
-        problem = checks.freed_in_eviction_order(queue, table, m.block_pool.freeze())
+        problem = checks.freed_groups_in_eviction_order(queue, tables, m.block_pool.freeze())
         if problem is not None:
             ch["flags"] = ch.get("flags", ()) + (("freed_in_eviction_order", problem),)
         return RequestState(FINISHED, (), 0)
 
+    def check_hit(self, m: KVCacheManager, req: Request, hit: tuple, num_hit: int, kinds: tuple[str, ...],
+                  what: str, ch: dict) -> None:
+        """`checks.hit_backed` on a hit's blocks, each group's against the request's chain keyed for that group."""
+        keys = [[m.block_pool.key(h, g) for h in req.block_hashes] for g in range(len(kinds))]
+        hashes = [[None if b.is_null else b.block_hash for b in blocks] for blocks in hit]
+        problem = checks.hit_backed(kinds, hashes, keys, num_hit, self.cfg.block_size, self.cfg.sliding_window, what)
+        if problem is not None:
+            ch["flags"] = ch.get("flags", ()) + (("hybrid_hit_backed", problem),)
+
+    def check_window(self, m: KVCacheManager, req: Request, num_computed_tokens: int, ch: dict) -> None:
+        problem = checks.no_block_outside_window(self.cfg.kinds, m.get_block_ids(req.request_id), num_computed_tokens,
+                                                 self.cfg.block_size, self.cfg.sliding_window)
+        if problem is not None:
+            ch["flags"] = ch.get("flags", ()) + (("no_block_outside_window", problem),)
+
+    @staticmethod
+    def ids(m: KVCacheManager, blocks: tuple) -> tuple:
+        """A step's blocks as ids: group 0's alone for one group, else one tuple per group."""
+        ids = tuple(tuple(b.block_id for b in group) for group in blocks)
+        return ids[0] if len(m.groups) == 1 else ids
+
     # -- invariants ------------------------------------------------------------------------------------------
     def _tables(self, s: CacheState) -> str | None:
-        for r, (req, table) in enumerate(zip(s.requests, s.manager.tables)):
+        num_requests = len(s.requests)
+        for i, table in enumerate(s.manager.tables):
+            g, r = divmod(i, num_requests)
+            req, kind = s.requests[r], self.cfg.kinds[g]
+            where = f"request {r}" if len(self.cfg.kinds) == 1 else f"request {r}, group {g} ({kind})"
             if req.status != RUNNING:
                 if table is not None:
-                    return f"request {r} ({req.status}): expected no blocks, got {list(table[0])}"
+                    return f"{where} ({req.status}): expected no blocks, got {list(table[0])}"
                 continue
             if table is None:
-                return f"request {r} (running): expected a block table, got none"
+                return f"{where} (running): expected a block table, got none"
             ids, _ = table
+            real = [b for b in ids if b]
             want = cdiv(req.num_computed_tokens, self.cfg.block_size)
-            if len(ids) != want or len(set(ids)) != len(ids) or 0 in ids:
-                return f"request {r} (running, {req.num_computed_tokens} tokens computed): expected {want} " \
-                       f"distinct non-null blocks, got {list(ids)}"
+            if len(ids) != want or len(set(real)) != len(real) or (kind == FULL and 0 in ids):
+                nulls = "" if kind == FULL else " (null blocks before the window)"
+                return f"{where} (running, {req.num_computed_tokens} tokens computed): expected {want} " \
+                       f"distinct non-null blocks{nulls}, got {list(ids)}"
         return None
 
     def _all_free(self, s: CacheState) -> str | None:
@@ -225,17 +276,28 @@ def _listed(self: CacheManagerSystem, s: CacheState, a: tuple) -> bool:
 def _schedule(self: CacheManagerSystem, s: CacheState, a: Schedule, m: KVCacheManager, requests: list, fx: list,
               ch: dict) -> None:
     req = self.request(s, a.req)
+    kinds = self.cfg.kinds
+    if len(kinds) > 1:  # one group: the connector's hit is `get_computed_blocks`'s
+        connector_hit, num_connector = connector_local_hit(m, req, self.variant.connector_hit_from_full_attention)
+        # the full-attention group must back it; a lagging group is upstream's `hit_diverged`, left to the connector
+        # (which sends a Mamba state) or reconciled by the scheduler when it loads nothing
+        self.check_hit(m, req, connector_hit, num_connector, tuple(k if k == FULL else "" for k in kinds),
+                       "the local hit handed to the connector", ch)
     hit, num_hit = m.get_computed_blocks(req)
-    problem = checks.hit_is_proper_prefix(req.block_hashes, [b.block_hash for b in hit], num_hit, req.num_tokens,
-                                          self.cfg.block_size)
+    first = hit[kinds.index(FULL)]
+    hashes = [b.block_hash if len(kinds) == 1 else b.block_hash[1] for b in first]
+    problem = checks.hit_is_proper_prefix(req.block_hashes, hashes, num_hit, req.num_tokens, self.cfg.block_size)
     if problem is not None:
         ch["flags"] = ch.get("flags", ()) + (("hit_is_proper_prefix", problem),)
-    hit_ids = tuple(b.block_id for b in hit)
+    if len(kinds) > 1:
+        self.check_hit(m, req, hit, num_hit, kinds, "the hit", ch)
+    hit_ids = self.ids(m, hit)
     new = m.allocate_slots(req, req.num_tokens - num_hit, num_hit, hit)
     if new is None:
         fx.append(Deferred(a.req))
         return
-    fx.append(Allocated(a.req, hit_ids, num_hit, tuple(b.block_id for b in new)))
+    self.check_window(m, req, num_hit, ch)
+    fx.append(Allocated(a.req, hit_ids, num_hit, self.ids(m, new)))
     req.num_computed_tokens = req.num_tokens
     requests[a.req] = self.sample(m, req, fx, ch)
 
@@ -248,7 +310,8 @@ def _decode(self: CacheManagerSystem, s: CacheState, a: Decode, m: KVCacheManage
     if new is None:
         fx.append(Deferred(a.req))
         return
-    fx.append(Allocated(a.req, (), 0, tuple(b.block_id for b in new)))
+    self.check_window(m, req, req.num_computed_tokens, ch)
+    fx.append(Allocated(a.req, self.ids(m, ((),) * len(m.groups)), 0, self.ids(m, new)))
     req.num_computed_tokens = req.num_tokens
     requests[a.req] = self.sample(m, req, fx, ch)
 

@@ -4,8 +4,8 @@ document, `render(doc)` making its text from that document alone, and `exit_code
 
 from __future__ import annotations
 
-from . import check, explore, fuzz, list, oracle, replay, repro, report, show, simulate
+from . import check, events, explore, fuzz, list, oracle, replay, repro, report, show, simulate
 
 # the order of `kvsim --help` (conform, `kvsim.conform.cli`, comes after oracle)
-BEFORE_CONFORM = (list, check, repro, explore, fuzz, simulate, replay, oracle)
+BEFORE_CONFORM = (list, check, repro, explore, fuzz, simulate, replay, events, oracle)
 AFTER_CONFORM = (show, report)

@@ -21,11 +21,11 @@ def free_ids(pool):
 def admit(m, rid, tokens):
     """What the scheduler does for a new request: its hit, then slots for the rest of its tokens."""
     req = Request(rid, list(tokens), len(tokens), 0, m.block_size)
-    hit, num_hit = m.get_computed_blocks(req)
+    hit, num_hit = m.get_computed_blocks(req)  # one group: its blocks are hit[0], the new ones new[0]
     new = m.allocate_slots(req, req.num_tokens - num_hit, num_hit, hit)
     if new is not None:
         req.num_computed_tokens = req.num_tokens
-    return req, ids(hit), num_hit, new
+    return req, ids(hit[0]), num_hit, None if new is None else new[0]
 
 
 def test_the_hash_is_the_chain_of_token_blocks():
@@ -82,7 +82,7 @@ def test_a_hit_on_a_free_block_takes_it_out_of_the_queue_and_counts_it_in_the_bu
     first, *_ = admit(m, 0, [1, 2, 3])
     m.free(first)
     assert free_ids(m.block_pool) == [2, 3, 1]
-    assert m.get_num_blocks_to_allocate(1, 3, [m.block_pool.blocks[1]]) == 2  # one new, one free hit
+    assert m.coordinator.get_num_blocks_to_allocate(1, 3, ([m.block_pool.blocks[1]],), 2) == 2  # one new, one free hit
     _, hit, num_hit, new = admit(m, 1, [1, 2, 7])
     assert (hit, num_hit, ids(new)) == ([1], 2, [2]) and free_ids(m.block_pool) == [3]
 
@@ -114,10 +114,10 @@ def test_cache_blocks_caches_a_decode_block_once_it_is_full_with_its_parent():
     req, *_ = admit(m, 0, [1, 2, 3])
     m.take_events()
     req.all_token_ids.append(8)  # the sampled token; the next step computes it
-    assert m.allocate_slots(req, 1) == []
+    assert m.allocate_slots(req, 1) == ([],)
     h1 = hash_block_tokens(ROOT, (1, 2))
     assert m.take_events() == (BlockStored((hash_block_tokens(h1, (3, 8)),), h1, (3, 8), 2),)
-    assert m.num_cached_block[0] == 2
+    assert m.coordinator.single_type_managers[0].num_cached_block[0] == 2
 
 
 def test_two_requests_filling_the_same_block_cache_it_twice():

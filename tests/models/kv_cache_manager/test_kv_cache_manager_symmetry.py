@@ -13,6 +13,7 @@ from kvsim.engine.actions import decode
 from kvsim.engine.explore import ExploreOptions, explore
 from kvsim.engine.system import run_actions
 from kvsim.models.kv_cache_manager import DESCRIPTOR, kv_cache_manager, kv_cache_utils, symmetry
+from kvsim.models.kv_cache_manager import single_type_kv_cache_manager as single_type
 from kvsim.models.kv_cache_manager.actions import ACTIONS
 
 CONFIGS = [{}, {"prompts": (0, 0), "prompt_len": 4, "resets": 0}, {"num_blocks": 5, "max_tokens": 3, "resets": 0}]
@@ -91,8 +92,8 @@ PLANTED = {
     "max_cache_hit_length": (kv_cache_manager.KVCacheManager, "max_cache_hit_length", lambda self, r: r.num_tokens),
     "popleft_n": (kv_cache_utils.FreeKVCacheBlockQueue, "popleft_n", lambda self, n: self._blocks[:n]),
     # a step check whose flag's message names blocks (the representative keeps the flag's name only)
-    "free": (kv_cache_manager.KVCacheManager, "free",
-             lambda self, request: self.block_pool.free_blocks(self.pop_blocks_for_free(request.request_id))),
+    "free": (single_type.SingleTypeKVCacheManager, "free",
+             lambda self, request_id: self.block_pool.free_blocks(self.pop_blocks_for_free(request_id))),
 }
 
 

@@ -8,7 +8,8 @@ from kvsim.app import catalog
 from kvsim.engine.explore import ExploreOptions, explore
 from kvsim.engine.runner import run_property
 from kvsim.models.kv_cache_manager import DESCRIPTOR
-from kvsim.models.kv_cache_manager import block_pool, kv_cache_manager, kv_cache_utils
+from kvsim.models.kv_cache_manager import block_pool, kv_cache_coordinator, kv_cache_manager, kv_cache_utils
+from kvsim.models.kv_cache_manager import single_type_kv_cache_manager as single_type
 from kvsim.models.kv_cache_manager.kv_events import BlockStored
 from kvsim.models.kv_cache_manager.system import RULES, CacheManagerConfig, CacheManagerSystem
 
@@ -23,6 +24,10 @@ CONFIGS = [
     ({"num_blocks": 5, "max_tokens": 3, "resets": 0}, 2421, 502),
     ({"num_blocks": 6, "max_tokens": 3, "prompt_len": 4, "resets": 0}, 11247, 1247),
 ]
+
+
+# the smallest hybrid where per-group hits part: full attention + Mamba, a prompt that fills two blocks
+HYBRID = {"groups": "full,mamba", "prompt_len": 5, "shared": 2, "num_blocks": 8, "resets": 0}
 
 
 def system(values=(), only=None):
@@ -65,7 +70,15 @@ def test_the_default_configuration_reaches_every_kind_of_step():
 
 
 # -- each invariant alone catches its planted wrong line ----------------------------------------------------
-_emit, _pop_for_free = block_pool.BlockPool._emit, kv_cache_manager.KVCacheManager.pop_blocks_for_free
+_emit, _pop_for_free = block_pool.BlockPool._emit, single_type.SingleTypeKVCacheManager.pop_blocks_for_free
+_Coordinator = kv_cache_coordinator.KVCacheCoordinator
+
+
+def _max_over_groups(self, block_hashes, max_length):  # 0.26.0's scheduler line as the reconciled hit
+    blocks, hits = _Coordinator.find_longest_cache_hit_per_group(self, block_hashes, max_length)
+    return blocks, max(hits)
+
+
 
 PLANTS = {
     # invariant: (class or module, attribute, the wrong line, parameters)
@@ -79,20 +92,25 @@ PLANTS = {
     "free_queue_order":  # the free queue appended at the wrong end
         (kv_cache_utils.FreeKVCacheBlockQueue, "prepend_n", kv_cache_utils.FreeKVCacheBlockQueue.append_n, {}),
     "tables_match_requests":  # slots rounded down: a partial block gets no block
-        (kv_cache_manager, "cdiv", lambda a, b: a // b, {}),
+        (single_type, "cdiv", lambda a, b: a // b, {}),
     "freed_in_eviction_order":  # free without reversing: the head of a request is evicted before its tail
-        (kv_cache_manager.KVCacheManager, "free",
-         lambda self, request: self.block_pool.free_blocks(self.pop_blocks_for_free(request.request_id)), {}),
+        (single_type.SingleTypeKVCacheManager, "free",
+         lambda self, request_id: self.block_pool.free_blocks(self.pop_blocks_for_free(request_id)), {}),
     "events_mirror_cache":  # a BlockStored lost
         (block_pool.BlockPool, "_emit", lambda self, e: None if type(e) is BlockStored else _emit(self, e), {}),
     "removed_was_stored":
         (block_pool.BlockPool, "_emit", lambda self, e: None if type(e) is BlockStored else _emit(self, e), {}),
     "all_free_when_done":  # free forgets the request's last block
-        (kv_cache_manager.KVCacheManager, "pop_blocks_for_free", lambda self, r: _pop_for_free(self, r)[:-1],
+        (single_type.SingleTypeKVCacheManager, "pop_blocks_for_free", lambda self, r: _pop_for_free(self, r)[:-1],
          {"num_blocks": 8, "resets": 0}),  # room enough that the leak is not first a hang
     "hit_is_proper_prefix":  # a hit one block too long: the whole prompt
         (kv_cache_manager.KVCacheManager, "max_cache_hit_length", lambda self, request: request.num_tokens,
          {"prompts": (0, 0), "prompt_len": 4}),
+    "hybrid_hit_backed":  # the reconciled hit taken as the deepest group's
+        (_Coordinator, "find_longest_cache_hit", _max_over_groups, HYBRID),
+    "no_block_outside_window":  # the blocks before the window never freed
+        (single_type.SingleTypeKVCacheManager, "remove_skipped_blocks", lambda self, r, n: None,
+         {"groups": "full,swa", "prompt_len": 4, "max_tokens": 3, "num_blocks": 8, "resets": 0}),
 }
 
 

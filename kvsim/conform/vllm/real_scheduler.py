@@ -1,0 +1,261 @@
+"""vLLM's real `Scheduler` (async scheduling, a producing KV connector), imported from a release
+(`kvsim.conform.installed`), driven in the child: the P/D life cycle `kv-cache-manager-pd` models
+(`models/kv_cache_manager/scheduler.py`, vLLM #50297).
+
+What the scheduler needs besides the manager is built as upstream's CPU tests build it
+(`tests/v1/kv_connector/unit/utils.py`: `create_vllm_config`, `create_scheduler`, `MockKVConnector`), with two
+differences, both to stay offline and inside the release's import chain:
+
+* the model: `ModelConfig` reads a model folder's `config.json` and inspects its architecture. Upstream's tests name
+  a Hub model (facebook/opt-125m) whose inspection imports the model's module in a subprocess (its layers pull
+  einops and more, outside the manager's dependency table). The driver writes a throwaway folder with an OPT
+  `config.json` whose architecture is `KvsimToyForCausalLM`, registered in-process (`ModelRegistry.register_model`)
+  as a `torch.nn.Module` with the methods the registry's interface checks read; nothing ever runs it.
+* the connector: `KvsimProducerConnector`, a `KVConnectorBase_V1` made in the child (vLLM is not importable in the
+  parent) with role `kv_producer`, so its `requires_kv_delivery` is the base class's where a release has it
+  (0.27.0 on). Its `request_finished(request, block_ids)` records the block ids and, for a `do_remote_decode`
+  request, keeps the blocks (`delay_free_blocks`) until a later step's `finished_sending` names the request, as
+  NIXL's producer does; it loads nothing (`get_num_new_matched_tokens` is 0).
+
+Ops, each answer JSON:
+
+* `build(num_blocks, block_size, max_model_len=64, max_num_batched_tokens=64)`: a new `AsyncScheduler` over one
+  full-attention group (`KVCacheConfig` with `kv_cache_tensors=[]`); the previous one is forgotten.
+* `add(request, tokens, max_tokens, producer)`: `add_request` (a producer request is `do_remote_decode`).
+* `schedule()`: `schedule()`; the step's output is in flight until `output`. Answers
+  `{"scheduled": {request: tokens}, "preempted": [requests]}`.
+* `output(deliver=[])`: the oldest in-flight step's output returns (`update_from_output`): one sampled token per
+  scheduled request, and `finished_sending` for the requests named in `deliver`. Answers `observe`.
+* `observe()`: `{"handed": [[request, [block ids]], ...] (every request_finished, in call order), "held":
+  {request: [block ids]}, "status": {request: status name}, "free": free blocks}`; `held_at_hand` in `handed`'s
+  place of each call: the blocks the manager held for the request right after the step that handed them.
+"""
+
+from __future__ import annotations
+
+import collections
+import inspect
+import json
+import os
+import tempfile
+from typing import Any, Mapping
+
+from kvsim.engine.errors import ConfigError
+
+CONNECTOR = "KvsimProducerConnector"
+ARCHITECTURE = "KvsimToyForCausalLM"
+OUTPUT_TOKEN = 9
+EOS_TOKEN = 2
+# the folder ModelConfig reads: an OPT config small enough for nothing; the architecture is the registered toy
+_TOY_CONFIG = {"architectures": [ARCHITECTURE], "model_type": "opt", "hidden_size": 64, "num_attention_heads": 4,
+               "num_hidden_layers": 2, "ffn_dim": 128, "vocab_size": 64, "max_position_embeddings": 256,
+               "word_embed_proj_dim": 64, "do_layer_norm_before": True, "pad_token_id": 1, "bos_token_id": 2,
+               "eos_token_id": EOS_TOKEN, "torch_dtype": "float16"}
+_RECORD: list[tuple[str, list[int], bool]] = []  # what request_finished got: (request, block ids, producer)
+
+
+def _make_connector() -> type:
+    """The producing connector, a subclass of the release's `KVConnectorBase_V1` (made in the child)."""
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1, KVConnectorMetadata
+
+    class KvsimProducerConnector(KVConnectorBase_V1):  # type: ignore[misc, valid-type]
+        def get_num_new_matched_tokens(self, request: Any, num_computed_tokens: int) -> tuple[int, bool]:
+            return 0, False
+
+        def update_state_after_alloc(self, request: Any, blocks: Any, num_external_tokens: int) -> None:
+            return None
+
+        def build_connector_meta(self, scheduler_output: Any) -> Any:
+            return KVConnectorMetadata()
+
+        def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None:
+            return None
+
+        def wait_for_layer_load(self, layer_name: str) -> None:
+            return None
+
+        def save_kv_layer(self, *args: Any, **kwargs: Any) -> None:
+            return None
+
+        def wait_for_save(self) -> None:
+            return None
+
+        def request_finished(self, request: Any, block_ids: list[int]) -> tuple[bool, None]:
+            producer = bool((request.kv_transfer_params or {}).get("do_remote_decode"))
+            _RECORD.append((request.request_id, list(block_ids), producer))
+            return producer, None  # a producer's blocks wait for the decode side's read (finished_sending)
+
+    return KvsimProducerConnector
+
+
+def _make_toy_model() -> type:
+    import torch
+
+    class KvsimToyForCausalLM(torch.nn.Module):
+        """What the model registry's interface checks read; never built, never run."""
+
+        def __init__(self, vllm_config: Any, prefix: str = "") -> None:
+            super().__init__()
+
+        def embed_input_ids(self, input_ids: Any) -> Any:
+            return input_ids
+
+        def forward(self, input_ids: Any, positions: Any) -> Any:
+            return input_ids
+
+        def compute_logits(self, hidden_states: Any) -> Any:
+            return hidden_states
+
+    return KvsimToyForCausalLM
+
+
+class SchedulerDriver:
+    """One real `AsyncScheduler` at a time with its producing connector, answering the ops above."""
+
+    def __init__(self) -> None:
+        from vllm import ModelRegistry
+        from vllm.utils.hashing import sha256
+        from vllm.v1.core import kv_cache_utils
+
+        globals()[CONNECTOR] = _make_connector()  # the factory loads it by module path and class name
+        ModelRegistry.register_model(ARCHITECTURE, _make_toy_model())
+        kv_cache_utils.init_none_hash(sha256)
+        self._sha256 = sha256
+        self._model_dir = tempfile.mkdtemp(prefix="kvsim-toy-model-")
+        with open(os.path.join(self._model_dir, "config.json"), "w") as fh:
+            json.dump(_TOY_CONFIG, fh)
+        self.scheduler: Any = None
+        self.requests: dict[str, Any] = {}
+        self.in_flight: collections.deque[Any] = collections.deque()
+        self.held_at_hand: list[list[int]] = []
+
+    def handle(self, op: str, args: Mapping[str, Any]) -> Any:
+        method = getattr(self, "op_" + op, None)
+        if method is None:
+            raise ConfigError("op", "one of build, add, schedule, output, observe", op)
+        if op != "build" and self.scheduler is None:
+            raise ConfigError(op, "a scheduler built first (op build)", "none")
+        try:
+            inspect.signature(method).bind(**args)
+        except TypeError as exc:
+            raise ConfigError(op, "the arguments the op takes", sorted(args), hint=str(exc)) from None
+        return method(**args)
+
+    def op_build(self, num_blocks: int, block_size: int, max_model_len: int = 64,
+                 max_num_batched_tokens: int = 64) -> Any:
+        import torch
+        from vllm.config import CacheConfig, DeviceConfig, KVTransferConfig, ModelConfig, SchedulerConfig, VllmConfig
+        from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+        from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+        from vllm.v1.structured_output import StructuredOutputManager
+
+        model = ModelConfig(model=self._model_dir, skip_tokenizer_init=True, dtype="float16", seed=0,
+                            max_model_len=max_model_len)
+        sched = SchedulerConfig(max_num_seqs=8, max_num_batched_tokens=max_num_batched_tokens,
+                                max_model_len=max_model_len, enable_chunked_prefill=True, is_encoder_decoder=False,
+                                async_scheduling=True)
+        transfer = KVTransferConfig(kv_connector=CONNECTOR, kv_connector_module_path=__name__, kv_role="kv_producer")
+        config = VllmConfig(scheduler_config=sched, model_config=model,
+                            cache_config=CacheConfig(block_size=block_size, enable_prefix_caching=True),
+                            kv_transfer_config=transfer, device_config=DeviceConfig("cpu"))
+        config.cache_config.num_gpu_blocks = num_blocks
+        spec = FullAttentionSpec(block_size=block_size, num_kv_heads=1, head_size=1, dtype=torch.float32)
+        kv = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[],
+                           kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)])
+        self.scheduler = AsyncScheduler(vllm_config=config, kv_cache_config=kv, log_stats=False,
+                                        structured_output_manager=StructuredOutputManager(config),
+                                        block_size=block_size)
+        self.block_size = block_size
+        self.requests.clear()
+        self.in_flight.clear()
+        self.held_at_hand.clear()
+        _RECORD.clear()
+        return self.op_observe()
+
+    def op_add(self, request: str, tokens: list[int], max_tokens: int, producer: bool) -> Any:
+        from vllm import SamplingParams
+        from vllm.v1.core.kv_cache_utils import get_request_block_hasher
+        from vllm.v1.request import Request
+
+        params = SamplingParams(max_tokens=max_tokens)
+        params.update_from_generation_config({}, EOS_TOKEN)
+        req = Request(request_id=request, prompt_token_ids=list(tokens), sampling_params=params, pooling_params=None,
+                      block_hasher=get_request_block_hasher(self.block_size, self._sha256))
+        req.kv_transfer_params = {"do_remote_prefill": False, "do_remote_decode": True} if producer else None
+        self.requests[request] = req
+        self.scheduler.add_request(req)
+        return None
+
+    def op_schedule(self) -> Any:
+        out = self.scheduler.schedule()
+        self.in_flight.append(out)
+        return {"scheduled": dict(out.num_scheduled_tokens), "preempted": sorted(getattr(out, "preempted_req_ids", ())
+                                                                                or ())}
+
+    def op_output(self, deliver: list[str] = ()) -> Any:  # type: ignore[assignment]
+        from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
+
+        if not self.in_flight:
+            raise ConfigError("output", "a step in flight (op schedule first)", "none")
+        out = self.in_flight.popleft()
+        ids = list(out.num_scheduled_tokens)
+        sending = KVConnectorOutput(finished_sending=set(deliver)) if deliver else None
+        runner = ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
+                                   sampled_token_ids=[[OUTPUT_TOKEN] for _ in ids], logprobs=None,
+                                   prompt_logprobs_dict={}, pooler_output=None, kv_connector_output=sending)
+        before = len(_RECORD)
+        self.scheduler.update_from_output(out, runner)
+        for request, _, _ in _RECORD[before:]:
+            self.held_at_hand.append(self._held(request))
+        return self.op_observe()
+
+    def _held(self, request: str) -> list[int]:
+        return list(self.scheduler.kv_cache_manager.get_block_ids(request)[0])
+
+    def op_observe(self) -> Any:
+        return {"handed": [[r, blocks, producer] for r, blocks, producer in _RECORD],
+                "held_at_hand": list(self.held_at_hand),
+                "held": {r: self._held(r) for r in self.requests},
+                "status": {r: req.status.name for r, req in self.requests.items()},
+                "free": self.scheduler.kv_cache_manager.block_pool.get_num_free_blocks()}
+
+
+# --- parent side: the race of #50297 on a running child ------------------------------------------------------
+
+def race(child: Any, num_blocks: int = 3, block_size: int = 2, prompt_len: int = 2, max_tokens: int = 2,
+         max_steps: int = 16) -> dict[str, Any]:
+    """`kv-cache-manager-pd`'s default configuration on the real scheduler (`child` runs `SchedulerDriver`): a local
+    request L (`max_tokens` outputs) and a producer P, one prompt block each, two usable blocks. Both prefill in
+    step 1; step 2 is scheduled before step 1's output returns (async scheduling) and L's decode needs a second
+    block, so the scheduler preempts P (the last running request) while P's final step is in flight. Then outputs
+    return and steps are scheduled in turn, a producer delivered (`finished_sending`) in the output after the one
+    that handed its blocks, until every request is finished.
+
+    Answers `{"preempted": step 2's preempted requests, "handed": [[request, blocks, held then]] for the producer
+    requests, "problems": [model check messages], "status", "free", "steps"}` (`free`: the pool's free blocks at
+    the end, all but the null block when nothing leaked); `problems` is empty exactly when the model's
+    `finished_into_producer_owns_blocks` (`owns_blocks`) holds at every hand-off."""
+    from kvsim.models.kv_cache_manager.scheduler import owns_blocks
+
+    child.call("build", num_blocks=num_blocks, block_size=block_size)
+    child.call("add", request="L", tokens=[2] * prompt_len, max_tokens=max_tokens, producer=False)
+    child.call("add", request="P", tokens=[1] * prompt_len, max_tokens=1, producer=True)
+    child.call("schedule")
+    preempted = child.call("schedule")["preempted"]
+    in_flight, pending, delivered, steps = 2, [], set(), 2
+    state = child.call("observe")
+    while in_flight:
+        state = child.call("output", deliver=pending)
+        delivered.update(pending)
+        in_flight -= 1
+        pending = [r for r, _, producer in state["handed"] if producer and r not in delivered]
+        finished = all(status.startswith("FINISHED") for status in state["status"].values())
+        if (pending or not finished) and steps < max_steps:  # a delivery rides on a later step's output
+            child.call("schedule")
+            in_flight, steps = in_flight + 1, steps + 1
+    handed = [[r, blocks, held] for (r, blocks, producer), held in zip(state["handed"], state["held_at_hand"])
+              if producer]
+    problems = [f"request {r} {problem}" for r, blocks, held in handed
+                if (problem := owns_blocks(blocks, held, prompt_len, block_size)) is not None]
+    return {"preempted": preempted, "handed": handed, "problems": problems, "status": state["status"],
+            "free": state["free"], "steps": steps}

@@ -1,0 +1,104 @@
+"""kv-cache-manager over several KV cache groups: the single-type managers' hits (full attention, sliding window,
+Mamba), the coordinator's reconciled and per-group hits, the blocks a window leaves behind, and the #48195 variant:
+the explorer finds the connector handed more local tokens than full attention backs on `pre_48195`, and `fixed`
+holds on the same configuration (pinned state counts, with and without the block renaming)."""
+
+import pytest
+
+from kvsim.engine.explore import ExploreOptions, explore
+from kvsim.models.kv_cache_manager import DESCRIPTOR
+from kvsim.models.kv_cache_manager.kv_cache_manager import KVCacheManager, Request, connector_local_hit
+
+from test_kv_cache_manager_symmetry import reachable, symmetry_breaks
+
+# two groups over an 8-block pool, 5-token prompts sharing their first block (A -> B -> A)
+BASE = {"prompt_len": 5, "shared": 2, "num_blocks": 8, "resets": 0}
+SWA = {**BASE, "groups": "full,swa"}
+MAMBA = {**BASE, "groups": "full,mamba"}
+
+# (parameters, states, states with the block renaming reduced) on `fixed`
+CONFIGS = [
+    (SWA, 622, 158),
+    (MAMBA, 722, 263),
+    ({"groups": "full,swa", "num_blocks": 7}, 3499, 302),
+    ({**BASE, "groups": "full,swa,mamba", "num_blocks": 10}, 666, 193),  # three kinds: 9 blocks for one prompt
+]
+
+
+def system(variant, values):
+    return DESCRIPTOR.build_system(variant, dict(values))
+
+
+def ids(blocks):
+    return [b.block_id for b in blocks]
+
+
+def admit(m, rid, tokens):
+    req = Request(rid, list(tokens), len(tokens), 0, m.block_size)
+    hit, num_hit = m.get_computed_blocks(req)
+    new = m.allocate_slots(req, req.num_tokens - num_hit, num_hit, hit)
+    assert new is not None
+    req.num_computed_tokens = req.num_tokens
+    return req
+
+
+@pytest.mark.parametrize("values, states, reduced", CONFIGS)
+def test_fixed_holds_every_invariant_on_two_groups(values, states, reduced):
+    for options, count in ((ExploreOptions(symmetry=False), states), (ExploreOptions(), reduced)):
+        result = explore(system("fixed", values), options)
+        assert result.bound_hit is None and result.violations == [] and result.hang_states == 0
+        assert result.states == count
+
+
+@pytest.mark.parametrize("symmetry", [False, True])
+def test_pre_48195_hands_the_connector_a_hit_full_attention_cannot_back(symmetry):
+    """A fills two blocks per group and finishes at once (its Mamba states still cached); B, sharing A's first
+    block, takes new blocks from the free queue's front, evicting A's second full-attention block while its Mamba
+    state survives behind it; A's prompt again: full attention hits 2 tokens, Mamba 4, and 0.26.0 hands max = 4."""
+    (violation,) = explore(system("pre_48195", MAMBA), ExploreOptions(symmetry=symmetry)).violations
+    assert violation.property == "hybrid_hit_backed"
+    assert violation.trace == [["schedule", 0], ["finish", 0], ["schedule", 1], ["schedule", 2]]
+    assert violation.message.startswith("the local hit handed to the connector of 4 tokens: group 0 (full) needs "
+                                        "block 1")
+
+
+def test_pre_48195_is_the_fix_on_full_attention_and_sliding_window():
+    """Upstream's per-group path (both releases) is taken only with Mamba layers: without, the two variants agree."""
+    assert explore(system("pre_48195", SWA)).violations == []
+
+
+def test_the_per_group_hits_part_and_the_connector_hit_per_variant():
+    m = KVCacheManager(8, 2, 3, ("full", "mamba"))
+    a = admit(m, 0, [1, 1, 2, 2, 2])
+    m.free(a)
+    admit(m, 1, [1, 1, 3, 3, 3])
+    c = Request(2, [1, 1, 2, 2, 2], 5, 0, 2)
+    blocks, hits = m.coordinator.find_longest_cache_hit_per_group(c.block_hashes, 4)
+    assert hits == (2, 4) and len(blocks[0]) == 1 and ids(blocks[1])[0] == 0  # Mamba: a null block, then the state
+    hit, num_hit = m.get_computed_blocks(c)
+    assert num_hit == 2 and [len(b) for b in hit] == [1, 1]  # reconciled: what both back
+    assert connector_local_hit(m, c, True)[1] == 2  # 0.27.0+: a group hit deeper, so the reconciled hit
+    assert connector_local_hit(m, c, False)[1] == 4  # 0.26.0: max(per_group_hits)
+
+
+def test_a_sliding_window_hit_is_its_window_with_null_blocks_before_it():
+    m = KVCacheManager(12, 2, 2, ("full", "swa"), sliding_window=3)
+    a = admit(m, 0, list(range(9)))  # 4 full blocks
+    assert 0 not in m.get_block_ids(0)[1]  # prefill: nothing freed yet
+    a.all_token_ids.append(9)
+    assert m.allocate_slots(a, 1) is not None
+    # the next allocation frees what the window of 3 tokens left behind: after 9 computed, tokens 0..6 (3 blocks)
+    assert m.get_block_ids(0)[1][:4].count(0) == 3 and 0 not in m.get_block_ids(0)[0]
+    m.free(a)
+    b = Request(1, list(range(9)) + [50], 10, 0, 2)
+    (full, swa), num_hit = m.get_computed_blocks(b)
+    # full attention hits 4 blocks, the window needs cdiv(3 - 1, 2) = 1 cached block at the end: block 3
+    assert num_hit == 8 and len(full) == 4 and ids(swa)[:3] == [0, 0, 0] and ids(swa)[3] != 0
+
+
+def test_renaming_the_blocks_is_a_symmetry_on_two_groups():
+    for values in (SWA, MAMBA):
+        s = system("fixed", values)
+        states = reachable(s)
+        assert len(states) > 100
+        assert symmetry_breaks(s, states) is None

@@ -1,0 +1,243 @@
+"""kv-cache-manager-pd, the P/D life cycle of the scheduler around the manager (`scheduler.py`, vLLM #50297):
+exhaustive exploration of small configurations (pinned state counts) holding every invariant on `fixed`; the
+race found on `pre_50297` as the shortest path; each invariant failing on a planted wrong line (a monkeypatched
+method); renaming the blocks a symmetry on every reachable state; the rules agreeing with `enabled`; the
+catalog registering the package's second descriptor."""
+
+import pytest
+
+from kvsim.app import catalog
+from kvsim.engine.explore import ExploreOptions, explore
+from kvsim.engine.runner import run_property
+from kvsim.engine.system import run_actions
+from kvsim.models.kv_cache_manager import DESCRIPTORS, PD_DESCRIPTOR, scheduler
+from kvsim.models.kv_cache_manager.scheduler import RULES, ProducerSchedulerConfig, ProducerSchedulerSystem
+
+# (parameters, states, states with the block renaming reduced) on `fixed`: block_size 2, 2-token prompts unless set
+CONFIGS = [
+    ({}, 156, 86),  # one producer, one local request (two outputs), two usable blocks
+    ({"producers": 2, "local": 1, "num_blocks": 4}, 4861, 891),
+    ({"producers": 2, "local": 0, "num_blocks": 2, "prompt_len": 1}, 64, 64),  # one usable block
+]
+RACE = [scheduler.Schedule(0), scheduler.Schedule(1), scheduler.Output(1), scheduler.Preempt(0), scheduler.Output(0)]
+
+
+def system(variant="fixed", values=(), only=None):
+    s = PD_DESCRIPTOR.build_system(variant, dict(values))
+    if only is not None:  # the invariant under test alone: it, not another, must catch the planted line
+        s.invariants = tuple(i for i in s.invariants if i.name == only)
+        assert len(s.invariants) == 1
+    return s
+
+
+@pytest.mark.parametrize("values, states, reduced", CONFIGS)
+def test_explore_holds_every_invariant_and_liveness_on_fixed(values, states, reduced):
+    for options, count in ((ExploreOptions(symmetry=False), states), (ExploreOptions(), reduced)):
+        result = explore(system("fixed", values), options)
+        assert result.bound_hit is None and result.violations == [] and result.hang_states == 0
+        assert result.states == count
+
+
+def test_pre_50297_finishes_a_preempted_producer_with_no_blocks():
+    """The race: the producer's final step in flight, a local request's decode needs the block it holds, the
+    scheduler preempts it, and the stale output finishes it: request_finished gets no block."""
+    (violation,) = explore(system("pre_50297")).violations
+    assert violation.property == "finished_into_producer_owns_blocks"
+    assert violation.trace == [list(a) for a in RACE]
+    assert "request_finished got [], expected the 1 block(s) of its 2 prompt tokens" in violation.message
+    s = system("pre_50297")
+    *_, last = run_actions(s, RACE)
+    assert last.requests[0].status == scheduler.SENDING and last.requests[0].handed == ()
+    handed = [e for e in s.transition(run_actions(s, RACE[:-1])[-1], scheduler.Output(0))[1] if e.tag == "handed"]
+    assert handed == [scheduler.Handed(0, ())]
+
+
+@pytest.mark.parametrize("values", [c[0] for c in CONFIGS[1:]])
+def test_pre_50297_fails_in_every_configuration(values):
+    result = explore(system("pre_50297", values))
+    assert [v.property for v in result.violations] == ["finished_into_producer_owns_blocks"]
+
+
+def test_fixed_drops_the_stale_output_and_hands_the_recomputed_blocks():
+    """The same steps on `fixed`: the stale output is dropped, the producer waits, is recomputed once the local
+    request has finished, and request_finished gets the block of its prompt, which it holds until delivery."""
+    s = system("fixed")
+    states = run_actions(s, RACE)
+    assert states[-1].requests[0].status == scheduler.WAITING and states[-1].requests[0].stale == 0
+    rest = [scheduler.Decode(1), scheduler.Output(1), scheduler.Schedule(0), scheduler.Output(0)]
+    last = run_actions(s, RACE + rest)[-1]
+    (held,) = [t[0] for t in last.manager.tables if t is not None]
+    assert last.requests[0].status == scheduler.SENDING and last.requests[0].handed == held and len(held) == 1
+    done = run_actions(s, RACE + rest + [scheduler.Deliver(0)])[-1]
+    assert s.done(done)
+
+
+def _hand_then_free(self, m, r, req, fx):
+    """A planted finish: the connector gets the blocks, and they are freed at once (no delay_free_blocks)."""
+    after = ORIGINAL_FINISH(self, m, r, req, fx)
+    if after.status == scheduler.SENDING:
+        m.free(req)
+    return after
+
+
+ORIGINAL_FINISH = ProducerSchedulerSystem.finish
+
+
+def _free_forgets_ref(self, m, r, req, fx):  # a request's blocks leave its table with their ref_cnt kept
+    (full,) = m.coordinator.single_type_managers
+    full.pop_blocks_for_free(r)
+
+
+def _free_keeps_tail(self, m, r, req, fx):  # the request's last block is never given back to the pool
+    (full,) = m.coordinator.single_type_managers
+    m.block_pool.free_blocks(reversed(full.pop_blocks_for_free(r)[:-1]))
+
+
+def _no_backoff(self, req, backoff=0):  # the producer's prompt is not truncated, whatever the backoff
+    return (1 + req,) * self.prompt_len
+
+
+# invariant -> (object, attribute, wrong value, parameters): each plant breaks its invariant on `fixed`
+PLANTS = {
+    "finished_into_producer_owns_blocks": (ProducerSchedulerSystem, "finish", _hand_then_free, {}),
+    "ref_count_is_holders": (ProducerSchedulerSystem, "free", _free_forgets_ref, {}),
+    "all_free_when_done": (ProducerSchedulerSystem, "free", _free_keeps_tail, {}),
+    "no_unverified_draft_kv_handed": (ProducerSchedulerConfig, "prompt", _no_backoff, {"mtp_lookahead": 2}),
+}
+
+
+def test_every_invariant_but_the_pool_checks_has_a_planted_line():
+    """The pool's own checks (`free_queue_iff_unreferenced`, `pool_accounting`) are CacheManagerSystem's, planted
+    in its tests; this system's own invariants and the reference counts are planted here."""
+    names = {i.name for i in ProducerSchedulerSystem().invariants}
+    assert set(PLANTS) | {"free_queue_iff_unreferenced", "pool_accounting"} == names
+
+
+@pytest.mark.parametrize("name", sorted(PLANTS))
+def test_each_invariant_fails_alone_on_its_planted_line(name, monkeypatch):
+    where, attribute, wrong, values = PLANTS[name]
+    options = ExploreOptions(check_liveness=False)
+    assert explore(system(values=values, only=name), options).violations == []  # it holds before the plant
+    monkeypatch.setattr(where, attribute, wrong)
+    result = explore(system(values=values, only=name), options)
+    assert [v.property for v in result.violations] == [name]
+    assert result.violations[0].trace
+
+
+# -- #55055: the producer stops the MTP drafter's lookahead window short ---------------------------------------
+LOOKAHEAD = [({"mtp_lookahead": 2}, 67), ({"mtp_lookahead": 3, "prompt_len": 3}, 116), ({"mtp_lookahead": 1}, 86)]
+
+
+@pytest.mark.parametrize("values, reduced", LOOKAHEAD)
+def test_fixed_hands_no_draft_kv_for_any_lookahead(values, reduced):
+    result = explore(system("fixed", values))
+    assert result.violations == [] and result.hang_states == 0 and result.states == reduced
+
+
+@pytest.mark.parametrize("values", [v for v, _ in LOOKAHEAD[:2]])
+def test_pre_55055_hands_the_draft_kv_in_two_steps(values):
+    (violation,) = explore(system("pre_55055", values)).violations
+    assert violation.property == "no_unverified_draft_kv_handed"
+    assert violation.trace == [["schedule", 0], ["output", 0]]
+    assert "MTP drafter's KV of unverified draft tokens" in violation.message
+
+
+def test_an_eagle_drafter_needs_no_backoff():
+    """Lookahead 1 (Eagle reads only the next token, the sampled one): no backoff, before the fix or after."""
+    for variant in ("fixed", "pre_55055"):
+        s = system(variant, {"mtp_lookahead": 1})
+        assert s.backoff == 0 and explore(s).violations == []
+
+
+def test_the_fix_truncates_only_producer_prompts_longer_than_the_backoff():
+    assert system("fixed", {"mtp_lookahead": 3, "prompt_len": 3}).prompts == ((1,), (2, 2, 2))
+    assert system("fixed", {"mtp_lookahead": 3, "prompt_len": 2}).prompts == ((1, 1), (2, 2))  # not longer
+    assert system("pre_55055", {"mtp_lookahead": 3, "prompt_len": 3}).prompts == ((1, 1, 1), (2, 2, 2))
+
+
+def test_a_pool_too_small_for_one_prompt_is_a_hang():
+    result = explore(system("fixed", {"num_blocks": 2, "prompt_len": 3}))
+    assert [v.property for v in result.violations] == ["every_request_finishes"]
+
+
+def reachable(s):
+    result = explore(s, ExploreOptions(symmetry=False, check_liveness=False))
+    assert result.bound_hit is None
+    store = result._store
+    return [store.state(sid) for sid in range(len(store))]
+
+
+@pytest.mark.parametrize("variant, values", [("fixed", {}), ("fixed", CONFIGS[1][0]), ("pre_50297", CONFIGS[1][0])])
+def test_renaming_the_blocks_is_a_symmetry_on_every_reachable_state(variant, values):
+    s = system(variant, values)
+    n = s.cfg.num_blocks
+    perm = {0: 0, **{b: b % (n - 1) + 1 for b in range(1, n)}}
+    states = reachable(s)
+    assert len(states) > 25
+    for state in states:
+        t = scheduler.relabel(state, perm)
+        assert s.canonical(t) == s.canonical(state)
+        assert s.done(t) == s.done(state) and s.enabled(t) == s.enabled(state)
+        assert [i.check(t) is None for i in s.invariants] == [i.check(state) is None for i in s.invariants]
+        for a in s.enabled(state):
+            assert s.step(t, a) == scheduler.relabel(s.step(state, a), perm)
+    if variant == "pre_50297":  # with and without the reduction: one violation, one trace length
+        full, reduced = explore(s, ExploreOptions(symmetry=False)), explore(s, ExploreOptions())
+        assert [len(v.trace) for v in full.violations] == [len(v.trace) for v in reduced.violations] == [6]
+
+
+@pytest.mark.parametrize("variant", ["fixed", "pre_50297"])
+def test_allows_is_membership_in_enabled(variant):
+    actions, wrong = RULES.disagreements(system(variant, CONFIGS[1][0]))
+    assert {a.tag for a in actions} == {"schedule", "decode", "output", "preempt", "deliver"}
+    assert not wrong
+
+
+def test_the_config_refuses_what_the_model_cannot_run():
+    with pytest.raises(Exception, match="producers"):
+        ProducerSchedulerConfig(producers=0, local=0)
+    with pytest.raises(Exception, match="producers"):
+        ProducerSchedulerConfig(producers=3, local=1)
+
+
+def test_the_catalog_registers_both_systems_of_the_package():
+    reg = catalog.models()
+    assert [reg.model(d.name) for d in DESCRIPTORS] == list(DESCRIPTORS)
+    assert reg.model("kv-cache-manager-pd").variants.names == ("fixed", "pre_50297", "pre_55055")
+    assert reg.model("kv-cache-manager").variants.names == ("fixed", "pre_48195")
+    assert isinstance(reg.model("kv-cache-manager-pd").build_system("fixed"), ProducerSchedulerSystem)
+
+
+# -- the stateful property and the bug report -----------------------------------------------------------------
+PROP = {p.name: p for p in catalog.load().properties_of("kv-cache-manager-pd")}["pd_scheduler_invariants"]
+
+
+def test_the_stateful_property_holds_on_fixed_and_fails_on_pre_50297():
+    assert run_property(PROP, "fixed", max_examples=60, derandomize=True).status == "passed"
+    failed = run_property(PROP, "pre_50297", max_examples=200, derandomize=True)
+    assert failed.status == "failed" and "finished_into_producer_owns_blocks" in failed.message
+
+
+def test_the_bug_report_reproduces_on_pre_50297_and_holds_on_its_fix():
+    bug = catalog.load().bug("vllm-50297-pd-preemption-race")
+    assert (bug.model, bug.variant, bug.invariant, bug.fix_variant) == \
+        ("kv-cache-manager-pd", "pre_50297", "finished_into_producer_owns_blocks", "fixed")
+    for variant, violated in ((bug.variant, ["finished_into_producer_owns_blocks"]), (bug.fix_variant, [])):
+        result = explore(PD_DESCRIPTOR.build_system(variant, dict(bug.params)))
+        assert [v.property for v in result.violations] == violated
+
+
+def test_a_prompt_no_longer_than_the_backoff_is_handed_whole_after_the_fix_too():
+    """What the model says of 0.31.0's guard (`request.num_prompt_tokens > backoff`): a 2-token prompt under
+    lookahead 3 is not truncated, so its draft-derived MTP KV is handed. The model's reading of the source, not
+    run on the real code (the NIXL scheduler side does not import with the manager's dependency table)."""
+    (violation,) = explore(system("fixed", {"mtp_lookahead": 3, "prompt_len": 2})).violations
+    assert violation.property == "no_unverified_draft_kv_handed" and len(violation.trace) == 2
+
+
+def test_the_55055_bug_report_reproduces_on_pre_55055_and_holds_on_its_fix():
+    bug = catalog.load().bug("vllm-55055-pd-mtp-draft-kv")
+    assert (bug.variant, bug.fix_variant, dict(bug.params)) == ("pre_55055", "fixed", {"mtp_lookahead": 2})
+    for variant, violated in ((bug.variant, ["no_unverified_draft_kv_handed"]), (bug.fix_variant, [])):
+        assert [v.property for v in explore(PD_DESCRIPTOR.build_system(variant, dict(bug.params))).violations] \
+            == violated
