@@ -14,16 +14,27 @@ every block hash are the same in every run.
 
 `InstalledChild` is the parent's handle: `with InstalledChild(prepare("vllm", "0.33.0"), DRIVER) as child:
 child.call("build", num_blocks=10, block_size=4)`.
+
+A changed module (a planted regression, a `--mutants` mutant) is loaded into the running child, not into a new
+one: the request `{"op": "__configure__", "args": {"mutant": Mutant JSON or null, "trace": [files] or null}}`
+(`InstalledChild.configure`) executes the release's file with the mutant applied into its module, every line
+where it was, and points each name the release's other modules imported from it at the new definition
+(`Swap`); `"mutant": null` puts the released module back the same way. The driver's next `build` makes its
+objects from what is loaded then. `trace` names release files (relative to the tree) whose executed lines each
+later answer carries under `"lines"` (`--coverage`, and which lines a mutant run reached). A child is kept per
+release and driver for the parent's life (`shared`), since an import costs about 20 s.
 """
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import json
 import os
 import sys
 import time
 import traceback
+import types
 from typing import Any, Sequence
 
 from kvsim.engine.errors import ConfigError
@@ -31,7 +42,9 @@ from kvsim.engine.errors import ConfigError
 from .child import LineChild, kill
 from .installed import ImportEnvironment
 
-START_TIMEOUT_S = 900.0  # the first import of a release compiles its files (about 30 s on a busy 2-core machine)
+CONFIGURE = "__configure__"  # the child's own request (a mutant, a line trace), never the driver's
+START_TIMEOUT_S = 900.0
+CONFIGURE_TIMEOUT_S = 120.0  # loading a mutant re-executes a release module: never under a mutant run's short deadline  # the first import of a release compiles its files (about 30 s on a busy 2-core machine)
 HASH_SEED = "0"
 
 
@@ -59,6 +72,126 @@ class SelfTest:
         return args.get("value")
 
 
+class Swap:
+    """One module of the release re-executed from a changed text, and undone.
+
+    `apply(module, text, path)` runs `text` (compiled as `path`, so tracebacks and traced lines name the release's
+    file) in a fresh namespace that becomes the module's, then replaces, in every loaded module of the engine's
+    package, each global that was one of the module's own definitions by the new one of that name; `undo()`
+    restores the namespace as it was and the references the same way."""
+
+    def __init__(self) -> None:
+        self.module: Any = None
+        self.saved: dict[str, Any] = {}
+
+    def apply(self, module: Any, text: str, path: str) -> None:
+        self.module, self.saved = module, dict(vars(module))
+        fresh: dict[str, Any] = {k: v for k, v in self.saved.items() if k.startswith("__")}
+        exec(compile(text, path, "exec", dont_inherit=True), fresh)  # noqa: S102 - the release's own text, mutated
+        self._rebind(fresh)
+
+    def undo(self) -> None:
+        if self.module is not None:
+            self._rebind(self.saved)
+            self.module, self.saved = None, {}
+
+    def _rebind(self, namespace: dict[str, Any]) -> None:
+        module = self.module
+        name = module.__name__
+        old = vars(module)
+        moved = {id(v): namespace[k] for k, v in old.items() if k in namespace and v is not namespace[k]
+                 and getattr(v, "__module__", None) == name}
+        old.clear()
+        old.update(namespace)
+        package = name.partition(".")[0]
+        for other in list(sys.modules.values()):
+            if other is None or other is module or not getattr(other, "__name__", "").startswith(package):
+                continue
+            space = getattr(other, "__dict__", None)
+            if isinstance(space, dict):
+                _rebind_in(space, moved, package)
+
+
+def _rebind_in(space: dict[str, Any], moved: dict[int, Any], package: str) -> None:
+    """A module's globals: each moved definition replaced, and one level inside: in a dict or list it holds (a
+    registry: vLLM 0.33.0's `KVCacheSpecRegistry` keeps the manager classes that way, in frozen records), on the
+    records such a container holds, and among the class attributes of the package's own classes."""
+    def attributes(obj: Any) -> None:
+        fields = getattr(obj, "__dict__", None)
+        if isinstance(fields, dict) and not isinstance(obj, (type, types.ModuleType, types.FunctionType)):
+            for k, v in list(fields.items()):
+                if id(v) in moved:
+                    object.__setattr__(obj, k, moved[id(v)])  # a frozen dataclass's field too
+
+    for key, value in list(space.items()):
+        if id(value) in moved:
+            space[key] = moved[id(value)]
+        elif isinstance(value, dict):
+            for k, v in list(value.items()):
+                if id(v) in moved:
+                    value[k] = moved[id(v)]
+                else:
+                    attributes(v)
+        elif isinstance(value, list):
+            for i, v in enumerate(value):
+                if id(v) in moved:
+                    value[i] = moved[id(v)]
+                else:
+                    attributes(v)
+        elif isinstance(value, type) and str(getattr(value, "__module__", "")).startswith(package):
+            for k, v in list(vars(value).items()):
+                if id(v) in moved:
+                    setattr(value, k, moved[id(v)])
+
+
+def module_name(relpath: str) -> str:
+    """"vllm/v1/core/block_pool.py" -> "vllm.v1.core.block_pool"."""
+    return relpath[: -len(".py")].replace("/", ".").removesuffix(".__init__")
+
+
+class Configured:
+    """The child's loaded mutant and line trace (`__configure__`)."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self.swap = Swap()
+        self.mutant: Any = None
+        self.trace: Any = None
+        self.sent: set[tuple[str, int]] = set()
+
+    def configure(self, mutant: Any = None, trace: Any = None) -> dict[str, Any]:
+        from kvsim.engine.conformance.answers import register_lines
+        from kvsim.engine.conformance.linetrace import LineTrace
+        from kvsim.engine.conformance.mutants import Mutant
+
+        self.swap.undo()
+        self.mutant = None
+        if mutant is not None:
+            m = Mutant.from_json(mutant)
+            path = os.path.join(self.root, m.file)
+            try:
+                with open(path, encoding="utf-8") as f:
+                    text = m.apply(f.read())
+                self.swap.apply(importlib.import_module(module_name(m.file)), text, path)
+            except Exception as exc:  # a mutant that does not load: not counted, as the loader's
+                self.swap.undo()
+                last = traceback.format_exception_only(type(exc), exc)[-1].strip()
+                raise ConfigError("mutant", "a mutant that loads", m.label, hint=last) from None
+            self.mutant = m
+        self.trace, self.sent = None, set()
+        if trace:
+            for relpath in trace:
+                register_lines(os.path.join(self.root, relpath), lambda line, rel=relpath: f"{rel}:{line}")
+            self.trace = LineTrace()
+        return {"mutant": None if self.mutant is None else self.mutant.label, "trace": bool(self.trace)}
+
+    def new_lines(self) -> list[tuple[str, int]]:
+        assert self.trace is not None
+        new = sorted(self.trace.executed - self.sent)
+        self.sent |= self.trace.executed
+        return new
+
+
 def _driver(name: str) -> Any:
     module, _, attribute = name.partition(":")
     if not (attribute and module.startswith("kvsim.conform.")):
@@ -83,12 +216,19 @@ def serve(lines: Any, out: Any) -> int:
     out.write(json.dumps({"ok": True, "result": {"import_s": time.perf_counter() - started,
                                                  "version": header["version"]}}) + "\n")
     out.flush()
+    configured = Configured(header["root"])
     for line in lines:
         if not line.strip():
             continue
         request = json.loads(line)
+        trace = configured.trace
+        if trace is not None:
+            trace.start()
         try:
-            answer = {"ok": True, "result": driver.handle(request["op"], request.get("args") or {})}
+            if request["op"] == CONFIGURE:
+                answer = {"ok": True, "result": configured.configure(**(request.get("args") or {}))}
+            else:
+                answer = {"ok": True, "result": driver.handle(request["op"], request.get("args") or {})}
         except ConfigError as exc:
             answer = {"ok": False, "error": str(exc), "config": True}
         except Exception as exc:  # the engine raised: an answer, with where
@@ -96,7 +236,16 @@ def serve(lines: Any, out: Any) -> int:
             answer = {"ok": False, "error": f"{type(exc).__name__}: {message}", "config": False,
                       "raised": {"type": type(exc).__name__, "message": message,
                                  "where": _where(exc.__traceback__)}}
-        out.write(json.dumps(answer) + "\n")
+        finally:
+            if trace is not None:
+                trace.stop()
+        if trace is not None and configured.trace is trace:
+            answer["lines"] = configured.new_lines()
+        try:
+            text = json.dumps(answer)
+        except (TypeError, ValueError) as exc:  # the driver's answer is not JSON: its bug, said in one line
+            text = json.dumps({"ok": False, "config": True, "error": f"the driver's answer is not JSON: {exc}"})
+        out.write(text + "\n")
         out.flush()
     return 0
 
@@ -128,6 +277,36 @@ class InstalledChild(LineChild):
         super().__init__()
         self.env, self.driver, self.timeout, self.start_timeout = env, driver, timeout, start_timeout
         self.import_s: float | None = None
+        self.mutant: Any = None  # what the child has loaded (`configure`), sent again to a restarted child
+        self.traced: tuple[str, ...] = ()
+        self.trace: Any = None  # the parent's LineTrace the child's executed lines are added to
+
+    def configure(self, mutant: Any = None, trace: Any = None, files: Sequence[str] = ()) -> None:
+        """Load `mutant` (a `mutants.Mutant`; None: the release as it is) into the child, and add the lines of
+        `files` it executes to `trace` (a LineTrace; None: no trace). Sent only when it changes what is loaded."""
+        traced = tuple(files) if trace is not None else ()
+        self.trace = trace
+        if self.process is not None and (mutant, traced) == (self.mutant, self.traced):
+            return
+        self.mutant, self.traced = mutant, traced
+        if self.process is None:
+            self.start()  # it configures itself
+        else:
+            self._configure()
+
+    def _configure(self) -> None:
+        """Send what is to be loaded; a mutant that does not load, or kills the child, is a ConfigError (the
+        target cannot be run on it: a mutation run's "not loadable")."""
+        from kvsim.engine.conformance.answers import Answered
+
+        try:
+            self._call(CONFIGURE, {"mutant": None if self.mutant is None else self.mutant.to_json(),
+                                   "trace": list(self.traced) or None}, max(self.timeout or 0, CONFIGURE_TIMEOUT_S))
+        except (ConfigError, Answered) as exc:
+            self.mutant = None  # the child put the released module back, or a new one starts without it
+            if isinstance(exc, ConfigError):
+                raise
+            raise ConfigError("mutant", "a module the child loads", str(exc.answer)) from None
 
     def __enter__(self) -> "InstalledChild":
         self.start()
@@ -147,6 +326,8 @@ class InstalledChild(LineChild):
             raise ConfigError(f"{s.label} (real import)", f"{self.env.module} importable", why,
                               hint=f"dependencies in {self.env.deps}")
         self.import_s = answer["result"]["import_s"]
+        if self.mutant is not None or self.traced:
+            self._configure()
 
     def _answer(self, timeout: float | None) -> dict[str, Any] | None:
         """The child's next answer; None when it ended or did not answer within `timeout` (then it is ended)."""
@@ -158,28 +339,57 @@ class InstalledChild(LineChild):
 
     def call(self, op: str, **args: Any) -> Any:
         """The driver's answer to `op`; see the class for what a refusal, a raise, a death or a hang become."""
+        return self._call(op, args, self.timeout)
+
+    def _call(self, op: str, args: dict[str, Any], timeout: float | None) -> Any:
         from kvsim.engine.conformance.answers import Answered, Raised
 
         if self.process is None:
             self.start()
         try:
             self.send({"op": op, "args": args})
-            answer = self._answer(self.timeout)
+            answer = self._answer(timeout)
         except OSError as exc:
             answer, tail = None, str(exc)
+        except BaseException:  # interrupted waiting (a caller's deadline, Ctrl-C): its answer would come late
+            self.close()
+            raise
         else:
             tail = ""
         if answer is None:
             tail = " ".join((tail or self.stderr_tail(600)).split())
             self.close()
             raise Answered(Raised("ChildDied", f"the {self.env.source.label} child ended or did not answer "
-                                  f"within {self.timeout} s: {tail}", op))
+                                  f"within {timeout} s: {tail}", op))
+        if self.trace is not None and answer.get("lines"):
+            self.trace.add(tuple(x) for x in answer["lines"])
         if answer["ok"]:
             return answer["result"]
         if answer.get("config"):
             raise ConfigError(op, "a request the driver knows", answer["error"])
         raised = answer["raised"]
         raise Answered(Raised(raised["type"], raised["message"], raised["where"]))
+
+
+_SHARED: dict[tuple[str, str, str], InstalledChild] = {}
+
+
+def shared(env: ImportEnvironment, driver: str, timeout: float | None = None) -> InstalledChild:
+    """The child of this release and driver kept for the process's life (started on first use; closed at exit):
+    every target run of a `kvsim conform` or a test session reuses its import."""
+    key = (str(env.source.root), str(env.deps), driver)
+    child = _SHARED.get(key)
+    if child is None:
+        if not _SHARED:
+            atexit.register(close_shared)
+        child = _SHARED[key] = InstalledChild(env, driver)
+    child.timeout = timeout
+    return child
+
+
+def close_shared() -> None:
+    while _SHARED:
+        _SHARED.popitem()[1].close()
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from typing import Any, Iterator, Sequence
 from kvsim.engine.conformance.declare import ConformTarget, Upstream
 from kvsim.engine.conformance.linetrace import LineTrace, coverage, documented_lines, statement_lines
 from kvsim.engine.conformance.result import TargetResult
-from kvsim.engine.conformance.runner import Env, NotPresent, Options, run_target
+from kvsim.engine.conformance.runner import Env, NotPresent, Options, TargetSkipped, run_target
 
 from .loader import load_definitions, names_in
 from .source import EngineSource
@@ -58,8 +58,24 @@ def environment(target: ConformTarget, source: EngineSource, descriptor: Any, op
         return KernelChild(source, options.device, timeout=options.call_timeout, mutant=MUTANT.get(),
                            trace=options.trace)
 
+    @contextlib.contextmanager
+    def start_installed(driver: str) -> Iterator[Any]:
+        from .installed import prepare
+        from .installed_child import shared
+        from .loader import MUTANT
+
+        if not source.version:
+            raise TargetSkipped(f"{source.label}: a real import needs a release (--version), not a tree")
+        child = shared(prepare(source.engine, source.version), driver, timeout=options.call_timeout)
+        try:
+            child.configure(MUTANT.get(), options.trace, target.files)
+            yield child
+        finally:
+            child.trace = None
+
     return Env(source=source, load=lambda upstream, **kw: load_upstream(source, upstream, **kw),
-               descriptor=descriptor, start_child=start_child, subject=subject(source))
+               descriptor=descriptor, start_child=start_child, start_installed=start_installed,
+               subject=subject(source))
 
 
 @dataclass

@@ -72,12 +72,13 @@ def machine_class(system: TransitionSystem[Any, Any], record: dict[str, Any] | N
 
 
 def call_line(op: str, args: Any) -> str:
-    """One call of a lockstep program as it reads: `assign(5)`, `free(alloc_id=3)`, `reset()`."""
+    """One call of a lockstep program as it reads: `assign(5)`, `free(alloc_id=3)`, `reset()`; a tagged record
+    (`kvsim.engine.actions`) as its own repr: `step(schedule(req=0))`."""
     if args is None or args == ():
         return f"{op}()"
     if isinstance(args, dict):
         return f"{op}({', '.join(f'{k}={v!r}' for k, v in args.items())})"
-    if isinstance(args, tuple):
+    if isinstance(args, tuple) and type(args).__repr__ is tuple.__repr__:
         return f"{op}({', '.join(repr(a) for a in args)})"
     return f"{op}({args!r})"
 

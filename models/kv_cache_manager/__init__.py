@@ -23,10 +23,13 @@ connector (#48195).
   #55055), its own transition system (`ProducerSchedulerSystem`, config `ProducerSchedulerConfig`): the second
   model of this package, `kv-cache-manager-pd`. A package with two systems declares a descriptor for each and
   lists them in `DESCRIPTORS` (the catalog registers every one); `DESCRIPTOR` stays its first.
+* `conform`: the real released `KVCacheManager` in lockstep with the model (`kvsim conform vllm --target
+  kv_cache_manager_lockstep`).
 """
 
 from kvsim.engine.descriptor import ModelDescriptor
 
+from .conform import CONFORM
 from .scheduler import ProducerSchedulerConfig, ProducerSchedulerSystem
 from .system import CacheManagerConfig, CacheManagerSystem
 from .variants import FIXED, PD_VARIANTS, VARIANTS, CacheManagerVariant
@@ -41,6 +44,7 @@ DESCRIPTOR = ModelDescriptor(
     variants=VARIANTS,
     config=CacheManagerConfig,
     system=CacheManagerSystem,
+    conform=CONFORM,
 )
 
 PD_DESCRIPTOR = ModelDescriptor(

@@ -10,10 +10,21 @@ a small request vocabulary, each answer JSON:
   `{"blocks": [ids in order], "hit": tokens}`; the blocks are kept for the request's next `allocate`.
 * `allocate(request, new_tokens, computed_tokens=0, lookahead=0)`: `allocate_slots` with the blocks the last
   `computed` returned when `computed_tokens` > 0: `{"blocks": [new ids in order] | null, "held": [ids]}`.
-* `free(request)`: `free`; the request is forgotten.
+* `free(request)`: `free`; the request is forgotten. Answers the blocks it held, in its table's order.
 * `observe()`: `{"blocks": [[id, ref_cnt, hashed], ...] by id, "free": [ids in the free queue's order],
-  "events": [...]}` (the events `take_events` hands over, `[]` unless the manager was built with events: each
-  `{"type": class name, field: value, ...}`, hashes as upstream gives them).
+  "tables": {request: [ids]} of the requests holding blocks, "events": [...]}` (the events `take_events` hands
+  over, `[]` unless the manager was built with events: each `{"type": class name, field: value, ...}`, hashes
+  as upstream gives them).
+
+The scheduler's side of a request's life cycle, as the lockstep (`kvsim.conform.vllm.lockstep`) drives it:
+
+* `schedule(request, tokens)`: `computed` then `allocate` of every token after the hit, in one call:
+  `{"hit": [ids], "hit_tokens": n, "new": [ids] | null, "held": [ids]}` (`new` null: the pool cannot give them).
+* `decode(request)`: `allocate` of the tokens sampled but not computed yet: `{"new": [ids] | null, "held": [ids]}`.
+* `sample(request, token)`: the step's sampled token appended to the request (its block hashes follow).
+* `preempt(request)`: `free`, then the request back to waiting with no token computed (it keeps its tokens and is
+  recomputed when scheduled again), as the scheduler's preemption does. Answers the blocks it held.
+* `reset()`: `reset_prefix_cache`'s answer.
 
 Every request but `observe` takes `observe=True` to answer `{"answer": ..., "state": observe()}` in one round
 trip. Releases differ in signatures (0.33.0's `get_computed_blocks` returns a third count): the driver reads
@@ -36,12 +47,17 @@ def _jsonable(value: Any) -> Any:
         return [_jsonable(v) for v in value]
     if isinstance(value, dict):
         return {str(k): _jsonable(v) for k, v in value.items()}
-    fields = getattr(value, "__struct_fields__", None) or getattr(value, "__dataclass_fields__", None)
-    if fields is not None:
+    fields = getattr(value, "__struct_fields__", None)
+    if fields is None:
+        fields = getattr(value, "__dataclass_fields__", None)
+    if fields is not None:  # a struct without fields (AllBlocksCleared) too
         return {"type": type(value).__name__, **{f: _jsonable(getattr(value, f)) for f in fields}}
     if hasattr(value, "name") and hasattr(value, "value") and type(value).__module__ != "builtins":
         return value.name
     return value
+
+
+OPS = ("build", "computed", "allocate", "free", "observe", "schedule", "decode", "sample", "preempt", "reset")
 
 
 class ManagerDriver:
@@ -61,7 +77,7 @@ class ManagerDriver:
     def handle(self, op: str, args: Mapping[str, Any]) -> Any:
         method = getattr(self, "op_" + op, None)
         if method is None:
-            raise ConfigError("op", "one of build, computed, allocate, free, observe", op)
+            raise ConfigError("op", "one of " + ", ".join(OPS), op)
         args = dict(args)
         observe = bool(args.pop("observe", False))
         if op != "build" and self.manager is None:
@@ -114,18 +130,54 @@ class ManagerDriver:
         blocks = self.manager.allocate_slots(req, new_tokens, computed_tokens, computed,
                                              num_lookahead_tokens=lookahead)
         if blocks is not None:  # what the scheduler does once the step ran: the request's tokens are computed
+            from vllm.v1.request import RequestStatus
+
             req.num_computed_tokens += computed_tokens + new_tokens
-        return {"blocks": None if blocks is None else blocks.get_block_ids()[0],
-                "held": list(self.manager.get_block_ids(request)[0])}
+            req.status = RequestStatus.RUNNING
+        return {"blocks": None if blocks is None else blocks.get_block_ids()[0], "held": self._held(request)}
+
+    def _held(self, request: str) -> list[int]:
+        return list(self.manager.get_block_ids(request)[0])
 
     def op_free(self, request: str) -> Any:
+        held = self._held(request) if request in self.requests else []
         self.manager.free(self._request(request))
         del self.requests[request]
         self.computed_blocks.pop(request, None)
-        return None
+        return held
+
+    def op_schedule(self, request: str, tokens: list[int]) -> Any:
+        req = self._request(request, tokens)
+        hit = self.op_computed(request, tokens)
+        allocated = self.op_allocate(request, req.num_tokens - req.num_computed_tokens - hit["hit"], hit["hit"])
+        return {"hit": hit["blocks"], "hit_tokens": hit["hit"], "new": allocated["blocks"], "held": allocated["held"]}
+
+    def op_decode(self, request: str) -> Any:
+        req = self._request(request)
+        allocated = self.op_allocate(request, req.num_tokens - req.num_computed_tokens)
+        return {"new": allocated["blocks"], "held": allocated["held"]}
+
+    def op_sample(self, request: str, token: int) -> Any:
+        req = self._request(request)
+        req.append_output_token_ids(token)
+        return req.num_tokens
+
+    def op_preempt(self, request: str) -> Any:
+        from vllm.v1.request import RequestStatus
+
+        req = self._request(request)
+        held = self._held(request)
+        self.manager.free(req)
+        req.status, req.num_computed_tokens = RequestStatus.PREEMPTED, 0
+        self.computed_blocks.pop(request, None)
+        return held
+
+    def op_reset(self) -> Any:
+        return bool(self.manager.reset_prefix_cache())
 
     def op_observe(self) -> Any:
         pool = self.manager.block_pool
         return {"blocks": [[b.block_id, b.ref_cnt, b.block_hash is not None] for b in pool.blocks],
                 "free": [b.block_id for b in pool.free_block_queue.get_all_free_blocks()],
+                "tables": {r: held for r in sorted(self.requests) if (held := self._held(r))},
                 "events": [_jsonable(e) for e in self.manager.take_events()]}

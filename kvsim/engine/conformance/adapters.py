@@ -71,7 +71,8 @@ class Common:
     """What every shape may add: `loading(upstream, loaded so far)` -> the loader's stand-ins for one declared
     file (`extra_globals`, `modules`), `prepare(ctx)` after loading (signatures, patches; a ConfigError there
     is an unusable source), `skip(ctx)` -> None or (status, why) for a release of another shape, `note(ctx)`
-    the result's note, `probes`, and `examples` (a cap on the examples, for slow targets)."""
+    the result's note, `probes`, `examples` (a cap on the examples, for slow targets), and where upstream runs: in-process, in a kernel
+    child (`kernel`) or imported for real in a child (`installed`)."""
 
     prepare: Callable[[Context], None] | None = None
     loading: Callable[[Any, SimpleNamespace], Mapping[str, Any]] | None = None
@@ -80,6 +81,9 @@ class Common:
     probes: tuple[Probe, ...] = ()
     examples: int | Callable[[], int] | None = None  # a cap, or a function giving it at run time
     kernel: bool = False  # upstream runs in a kernel child (`ctx.child.call(runner, case)`)
+    # upstream is a released engine imported for real in a child, driven by this "kvsim.conform.<module>:<Class>"
+    # driver (`kvsim.conform.installed_child`); the runner hands that child to the adapter as `ctx.child`
+    installed: str = ""
 
 
 @dataclass(frozen=True)

@@ -80,6 +80,8 @@ class Env:
     load: Callable[[Upstream], SimpleNamespace]
     descriptor: Any  # the model's ModelDescriptor
     start_child: Callable[[], Any] | None = None  # a context manager giving a kernel child
+    # start_installed(driver): a context manager giving the real-import child of the source's release (`installed`)
+    start_installed: Callable[[str], Any] | None = None
     subject: str = "upstream"
     files: list[str] = field(default_factory=list)
 
@@ -112,10 +114,16 @@ def run_target(target: ConformTarget, env: Env, options: Options) -> TargetResul
             return result.finish(started)
         if adapter.prepare is not None:
             adapter.prepare(ctx)
-        if adapter.kernel is not None:
+        if adapter.kernel:
             if env.start_child is None:
                 raise TargetSkipped("no kernel child here")
             with env.start_child() as child:
+                ctx.child = child
+                _run_shape(adapter, ctx, result, env, options)
+        elif adapter.installed:
+            if env.start_installed is None:
+                raise TargetSkipped("no real-import child here")
+            with env.start_installed(adapter.installed) as child:
                 ctx.child = child
                 _run_shape(adapter, ctx, result, env, options)
         else:

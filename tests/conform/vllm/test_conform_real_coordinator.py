@@ -66,8 +66,12 @@ class Model:
         return {"blocks": None if new is None else self.block_ids(new),
                 "held": [list(g) for g in self.m.get_block_ids(req.request_id)]}
 
-    def free(self, request: str) -> None:
-        self.m.free(self.requests.pop(request))
+    def free(self, request: str) -> list[int]:
+        """`free`, answering the first group's blocks it released, as the driver's `free` does."""
+        req = self.requests.pop(request)
+        held = list(self.m.get_block_ids(req.request_id)[0])
+        self.m.free(req)
+        return held
 
     def hits(self, request: str, tokens: list[int]) -> dict:
         req = Request(99, list(tokens), len(tokens), 0, BLOCK_SIZE)

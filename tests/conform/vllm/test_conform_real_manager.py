@@ -30,7 +30,8 @@ def _ref_counts(state):  # type: ignore[no-untyped-def]
 
 def test_prefix_hits_ref_counts_and_the_lru_free_queue(child):  # type: ignore[no-untyped-def]
     state = child.call("build", num_blocks=10, block_size=4, events=True)
-    assert state == {"blocks": [[i, 0, False] for i in range(10)], "free": list(range(1, 10)), "events": []}
+    assert state == {"blocks": [[i, 0, False] for i in range(10)], "free": list(range(1, 10)), "tables": {},
+                     "events": []}
     assert child.call("computed", request="a", tokens=list(range(10))) == {"blocks": [], "hit": 0}
     a = child.call("allocate", request="a", new_tokens=10, observe=True)
     # block 0 is the null block; two full blocks are hashed, the third holds 2 tokens
@@ -44,9 +45,11 @@ def test_prefix_hits_ref_counts_and_the_lru_free_queue(child):  # type: ignore[n
     b = child.call("computed", request="b", tokens=list(range(8)) + [50, 51, 52])  # shares 8 tokens with a
     assert b == {"blocks": [1, 2], "hit": 8}
     assert child.call("allocate", request="b", new_tokens=3, computed_tokens=8) == {"blocks": [4], "held": [1, 2, 4]}
-    assert _ref_counts(child.call("observe")) == [0, 2, 2, 1, 1, 0, 0, 0, 0, 0]
+    seen = child.call("observe")
+    assert _ref_counts(seen) == [0, 2, 2, 1, 1, 0, 0, 0, 0, 0]
+    assert seen["tables"] == {"a": [1, 2, 3], "b": [1, 2, 4]}
 
-    child.call("free", request="a")
+    assert child.call("free", request="a") == [1, 2, 3]
     state = child.call("free", request="b", observe=True)["state"]
     assert _ref_counts(state) == [0] * 10
     assert [hashed for _, _, hashed in state["blocks"]] == [False, True, True] + [False] * 7
@@ -96,3 +99,29 @@ def test_without_caching_nothing_is_hashed_or_hit_and_freed_blocks_are_reused_fi
     # uncached blocks are prepended, tail first: the request's last block is the next one handed out (LIFO)
     assert state["free"] == [3, 2, 1, 4, 5, 6, 7, 8, 9]
     assert child.call("computed", request="b", tokens=list(range(10))) == {"blocks": [], "hit": 0}
+
+
+def test_the_scheduler_ops_decode_preempt_and_reset(child):  # type: ignore[no-untyped-def]
+    """The lockstep's vocabulary: schedule (hit + allocate), sample and decode, preempt (free, recompute from token
+    0 with the tokens kept), reset_prefix_cache refused while a block is held and done once all are free."""
+    child.call("build", num_blocks=6, block_size=2, events=True)
+    assert child.call("schedule", request="a", tokens=[1, 1, 2]) == {"hit": [], "hit_tokens": 0, "new": [1, 2],
+                                                                     "held": [1, 2]}
+    assert child.call("sample", request="a", token=8) == 4
+    assert child.call("decode", request="a") == {"new": [], "held": [1, 2]}  # the 4th token fills block 2
+    state = child.call("observe")
+    assert [e["type"] for e in state["events"]] == ["BlockStored", "BlockStored"]
+    assert state["events"][1]["token_ids"] == [2, 8]
+    assert child.call("reset") is False  # a's blocks are held
+    assert child.call("preempt", request="a") == [1, 2]
+    state = child.call("observe")
+    assert state["tables"] == {} and state["free"] == [3, 4, 5, 2, 1]
+    # rescheduled: its four tokens (prompt and output) hit the first block only (the last token is recomputed,
+    # in a new block from the queue's front)
+    assert child.call("schedule", request="a", tokens=[]) == {"hit": [1], "hit_tokens": 2, "new": [3],
+                                                              "held": [1, 3]}
+    assert child.call("free", request="a") == [1, 3]
+    assert child.call("reset") is True
+    assert child.call("observe")["events"][-1] == {"type": "AllBlocksCleared"}
+    with pytest.raises(ConfigError, match="op: expected one of build, computed, allocate, free, observe, schedule"):
+        child.call("evict")

@@ -1,0 +1,246 @@
+"""vLLM's real `KVCacheManager` (imported from a release, `real_manager.ManagerDriver` in the child) in lockstep
+with the `kv-cache-manager` model, one Hypothesis state machine driving both (`LOCKSTEP`).
+
+A program starts from a configuration Hypothesis draws within the model's bounds (pool size, block size, the
+requests' prompt families, prompt length, shared prefix, output tokens, resets) and then makes the model's own
+actions, one a step among those the model enables (`step(schedule(req=0))`): `schedule(r)` (a waiting request: `get_computed_blocks`, then
+`allocate_slots` of every token after the hit; the step samples one token), `decode(r)` (`allocate_slots` of the
+sampled token), `finish(r)` (`free`), `preempt(r)` (`free`, recomputed from token 0 when scheduled again),
+`reset()` (`reset_prefix_cache`). A request that has sampled `max_tokens` tokens is freed in the same step.
+After every step the two sides are compared:
+
+* the call's answer: the hit blocks (ids, in order) and hit length, the new blocks (ids, in order) or the
+  deferral when the pool cannot give them, whether the request finished; the blocks a `free` released; the reset's
+  answer;
+* every block's reference count and whether it holds a hash, the free queue (ids, in eviction order), each
+  request's block table;
+* the step's KV events, structurally: a hash is named by the order it first appeared in the events of the program
+  on its side (`h0`, `h1`, ...), so the model's hashes (token tuples) and upstream's (sha256) compare equal exactly
+  when one bijection maps the one onto the other, fixed at the `BlockStored` that first names each; with the parent,
+  the token ids and the block size.
+
+Two directed programs run on every release too (`PROBES`): a hash cached under two blocks at once (two requests
+of one prompt, block size 1), then one copy evicted (the other must still hit) or both (the hash must miss); random
+programs rarely reach the cached map's entry of two blocks.
+
+Conventions: the scheduler's part of a step (the sampled token, the request's computed count, a finished request
+freed) is the harness's on both sides, so the lockstep checks the manager, not a scheduler; token ids are the
+model's (`CacheManagerConfig.prompt`, `output_token`); the real manager is built with events on, caching on, no
+watermark, `max_model_len` 64 (above every program's tokens), one full-attention group, sha256 block hashes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import strategies as st
+
+from kvsim.engine.conformance.adapters import Context, Lockstep, Operation, Probe
+from kvsim.engine.errors import ConfigError
+from kvsim.models.kv_cache_manager.actions import (Allocated, Decode, Deferred, Events, Finish, Freed, Preempt,
+                                                   Reset, ResetDone, Schedule)
+from kvsim.models.kv_cache_manager.kv_events import BlockRemoved, BlockStored
+from kvsim.models.kv_cache_manager.system import RUNNING, CacheManagerConfig, CacheManagerSystem
+
+DRIVER = "kvsim.conform.vllm.real_manager:ManagerDriver"
+MAX_MODEL_LEN = 64
+STEPS = 40  # calls per program: three requests of up to nine tokens each, preempted and rescheduled
+
+
+@st.composite
+def configs(draw: Any) -> dict[str, Any]:
+    """A configuration within the model's bounds (`CacheManagerConfig`), as the program's first line shows it. The
+    pool holds at least one prompt but its last block (a pool one block short still defers), so most programs run
+    rather than wait."""
+    block_size, prompt_len = draw(st.integers(1, 4)), draw(st.integers(1, 6))
+    return {"num_blocks": draw(st.integers(max(2, -(-prompt_len // block_size)), 8)), "block_size": block_size,
+            "prompts": draw(st.lists(st.integers(0, 2), min_size=1, max_size=3)), "prompt_len": prompt_len,
+            "shared": draw(st.integers(0, prompt_len)), "max_tokens": draw(st.integers(1, 3)),
+            "resets": draw(st.integers(0, 2))}
+
+
+def config_of(start: dict[str, Any]) -> CacheManagerConfig:
+    return CacheManagerConfig(**{**start, "prompts": tuple(start["prompts"])})
+
+
+class Names:
+    """A block hash's name on one side: `h<k>`, k the order it first appeared in that side's events."""
+
+    def __init__(self) -> None:
+        self.names: dict[Any, str] = {}
+
+    def __call__(self, block_hash: Any) -> str | None:
+        if block_hash is None:
+            return None
+        key = tuple(block_hash) if isinstance(block_hash, list) else block_hash
+        return self.names.setdefault(key, f"h{len(self.names)}")
+
+
+def stored(names: Names, hashes: Any, parent: Any, token_ids: Any, block_size: int) -> dict[str, Any]:
+    return {"type": "BlockStored", "block_hashes": [names(h) for h in hashes], "parent": names(parent),
+            "token_ids": list(token_ids), "block_size": block_size}
+
+
+class ModelSide:
+    """The model's transition system, called with one of its actions; the view the operations draw from."""
+
+    def __init__(self, config: CacheManagerConfig) -> None:
+        self.system = CacheManagerSystem(config=config)
+        (self.state,) = self.system.initial_states()
+        self.names = Names()
+        self.events: list[dict[str, Any]] = []
+        self.idle = False
+
+    def enabled(self) -> Any:
+        """The actions the model enables now, as a strategy (None: none, the program has ended). After a step
+        that changed nothing (a deferred schedule or decode), the actions that would change nothing again are left
+        out while another is enabled, so a program does not spend its steps repeating a deferral."""
+        actions = self.system.enabled(self.state)
+        if self.idle:
+            actions = [a for a in actions if self.system.step(self.state, a) != self.state] or actions
+        return st.sampled_from(actions) if actions else None
+
+    def call(self, op: str, action: Any) -> Any:
+        if action not in self.system.enabled(self.state):
+            raise ConfigError(op, "an action the model enables", action)
+        before = self.state
+        self.state, effects = self.system.transition(self.state, action)
+        self.idle = self.state == before
+        self.events = []
+        answer: dict[str, Any] = {}
+        for fx in effects:
+            if isinstance(fx, Allocated):
+                if isinstance(action, Schedule):
+                    answer.update(hit=list(fx.hit_blocks), hit_tokens=fx.num_hit_tokens)
+                answer["new"] = list(fx.new_blocks)
+            elif isinstance(fx, Deferred):
+                answer["deferred"] = True
+            elif isinstance(fx, Freed):
+                answer["freed" if isinstance(action, (Finish, Preempt)) else "finished"] = list(fx.blocks)
+            elif isinstance(fx, ResetDone):
+                answer["reset"] = fx.ok
+            elif isinstance(fx, Events):
+                self._events(fx.events)
+        return answer.get("reset") if isinstance(action, Reset) else answer
+
+    def _events(self, events: tuple) -> None:
+        for e in events:
+            if isinstance(e, BlockStored):
+                self.events.append(stored(self.names, e.block_hashes, e.parent_block_hash, e.token_ids, e.block_size))
+            elif isinstance(e, BlockRemoved):
+                self.events.append({"type": "BlockRemoved", "block_hashes": [self.names(h) for h in e.block_hashes]})
+            else:
+                self.events.append({"type": "AllBlocksCleared"})
+
+    def observe(self) -> dict[str, Any]:
+        pool = self.state.manager.pool
+        tables = {str(r): list(t[0]) for r, t in enumerate(self.state.manager.tables) if t is not None and t[0]}
+        running = [r for r, q in enumerate(self.state.requests) if q.status == RUNNING]
+        return {"ref_cnt": list(pool.refs), "hashed": [h is not None for h in pool.hashes], "free": list(pool.free),
+                "tables": tables, "running": running, "events": self.events}
+
+
+class RealSide:
+    """The real manager in the child, driven as the model's actions are: the harness keeps each request's tokens
+    and status (the scheduler's part), the child the manager."""
+
+    def __init__(self, child: Any, config: CacheManagerConfig) -> None:
+        self.child, self.cfg = child, config
+        child.call("build", num_blocks=config.num_blocks, block_size=config.block_size, events=True,
+                   max_model_len=MAX_MODEL_LEN)
+        self.tokens = [list(config.prompt(r)) for r in range(len(config.prompts))]
+        self.running: set[int] = set()
+        self.names = Names()
+
+    def call(self, op: str, action: Any) -> Any:
+        if isinstance(action, Reset):
+            return self.child.call("reset")
+        r, req = str(action.req), action.req
+        if isinstance(action, (Finish, Preempt)):
+            self.running.discard(req)
+            return {"freed": self.child.call("free" if isinstance(action, Finish) else "preempt", request=r)}
+        if isinstance(action, Schedule):
+            got = self.child.call("schedule", request=r, tokens=self.tokens[req])
+            answer: dict[str, Any] = {"hit": got["hit"], "hit_tokens": got["hit_tokens"]}
+        else:
+            got = self.child.call("decode", request=r)
+            answer = {}
+        if got["new"] is None:
+            return {"deferred": True}
+        answer["new"] = got["new"]
+        token = self.cfg.output_token(req)
+        self.tokens[req].append(token)
+        self.running.add(req)
+        if len(self.tokens[req]) - self.cfg.prompt_len >= self.cfg.max_tokens:  # the step's stop: freed
+            self.running.discard(req)
+            answer["finished"] = self.child.call("free", request=r)
+        else:
+            self.child.call("sample", request=r, token=token)
+        return answer
+
+    def observe(self) -> dict[str, Any]:
+        seen = self.child.call("observe")
+        events = []
+        for e in seen["events"]:
+            if e["type"] == "BlockStored":
+                events.append(stored(self.names, e["block_hashes"], e["parent_block_hash"], e["token_ids"],
+                                     e["block_size"]))
+            elif e["type"] == "BlockRemoved":
+                events.append({"type": "BlockRemoved", "block_hashes": [self.names(h) for h in e["block_hashes"]]})
+            else:
+                events.append({"type": e["type"]})
+        return {"ref_cnt": [b[1] for b in seen["blocks"]], "hashed": [b[2] for b in seen["blocks"]],
+                "free": seen["free"], "tables": seen["tables"], "running": sorted(self.running), "events": events}
+
+
+def sides(ctx: Context, start: dict[str, Any]) -> tuple[ModelSide, RealSide]:
+    config = config_of(start)
+    return ModelSide(config), RealSide(ctx.child, config)
+
+
+def run_program(ctx: Context, start: dict[str, Any], program: tuple) -> str | None:
+    """A directed program on fresh sides: None when every answer and observation agreed, else the first step that
+    differs and how."""
+    model, real = sides(ctx, start)
+    for i, action in enumerate(program):
+        seen = [{"returned": side.call("step", action), **side.observe()} for side in (model, real)]
+        if seen[0] != seen[1]:
+            fields = [k for k in seen[0] if seen[0][k] != seen[1].get(k)]  # the answer first
+            return f"after step {i + 1} {action!r}: {fields[0]} model {seen[0][fields[0]]}, " \
+                   f"upstream {seen[1][fields[0]]}"
+    return None
+
+
+def directed(name: str, what: str, start: dict[str, Any], program: tuple) -> Probe:
+    def check(ctx: Context) -> str | None:
+        differs = run_program(ctx, start, program)
+        return None if differs is None else f"{what}: the model and {ctx.source.label} differ {differs}"
+    return Probe(name, f"{what}: the model's answers and observations and upstream's are equal", check)
+
+
+# Two requests of one prompt cache its block in their own steps (block size 1: at their schedule), so one hash is
+# cached under two blocks (upstream keeps both, the map's entry then a dict); the third request's allocations evict
+# the first copy (the second still hits), or both (the hash misses).
+def twice(num_blocks: int) -> dict[str, Any]:
+    return {"num_blocks": num_blocks, "block_size": 1, "prompts": [0, 0, 1], "prompt_len": 1, "shared": 0,
+            "max_tokens": 3, "resets": 0}
+
+
+CACHED_TWICE = (Schedule(0), Schedule(1), Finish(0), Preempt(1), Schedule(2), Decode(2))
+PROBES = (
+    directed("hash_cached_twice_keeps_its_other_block",
+             "a hash cached under two blocks still hits the second once the first is evicted", twice(5),
+             CACHED_TWICE + (Decode(2), Schedule(1))),
+    directed("hash_cached_twice_evicted_twice", "a hash cached under two blocks misses once both are evicted",
+             twice(3), CACHED_TWICE + (Finish(2), Schedule(1))),
+)
+
+
+LOCKSTEP = Lockstep(
+    installed=DRIVER,
+    start=lambda ctx: configs(),
+    sides=sides,
+    operations=(Operation("step", lambda view: view.enabled()),),  # one of the actions the model enables
+    steps=STEPS,
+    probes=PROBES,
+)

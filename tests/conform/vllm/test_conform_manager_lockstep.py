@@ -1,0 +1,159 @@
+"""kvsim conform vllm --target kv_cache_manager_lockstep: the real released KVCacheManager (imported in a child,
+`kvsim.conform.installed_child`) in lockstep with the kv-cache-manager model, on 0.33.0 and 0.26.0; three planted
+regressions loaded into the running child (a mutant of the release's module) each end as a shrunk program. One
+child per release for the whole session (`installed_child.shared`); the runs are derandomized."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+
+import pytest
+
+from kvsim.conform.installed_child import Swap, module_name
+from kvsim.conform.loader import mutated
+from kvsim.conform.source import resolve_source
+from kvsim.conform.targets import RunOptions, run_target, select_targets
+from kvsim.engine.conformance.mutants import Mutant
+
+DEV = os.environ.get("KVSIM_PROFILE") == "dev"
+EXAMPLES = 1000 if DEV else 60
+PLANTED_EXAMPLES = 200 if DEV else 100
+TARGET = "kv_cache_manager_lockstep"
+CORE = "vllm/v1/core/"
+
+
+@pytest.fixture(scope="module", params=("0.33.0", "0.26.0"))
+def release(request):  # type: ignore[no-untyped-def]
+    return resolve_source("vllm", version=request.param)
+
+
+def _target():  # type: ignore[no-untyped-def]
+    return select_targets("vllm", TARGET)[0]
+
+
+def planted(source, relpath, after, original, replacement):  # type: ignore[no-untyped-def]
+    """A mutant of the release's file: the first `original` after `after`, made `replacement`."""
+    text = source.file(relpath).read_text()
+    start = text.index(original, text.index(after))
+    return Mutant(relpath, after, "planted", text.count("\n", 0, start) + 1, start, start + len(original), original,
+                  replacement)
+
+
+def _run_planted(source, mutant):  # type: ignore[no-untyped-def]
+    with mutated(mutant):
+        result = run_target(_target(), source, RunOptions(max_examples=PLANTED_EXAMPLES))
+    assert result.status == "diverges" and result.divergent == 1, (result.status, result.note)
+    return result.divergences[0]
+
+
+def test_the_real_manager_conforms(release):  # type: ignore[no-untyped-def]
+    result = run_target(_target(), release, RunOptions(max_examples=EXAMPLES))
+    assert result.status == "conforms", (result.note, result.divergences)
+    assert result.compared >= 4 * EXAMPLES, result.compared  # the start and at least three calls a program
+    # the directed programs: a hash cached under two blocks, one or both evicted
+    assert {p["property"]: p["status"] for p in result.properties} == {
+        "hash_cached_twice_keeps_its_other_block": "holds", "hash_cached_twice_evicted_twice": "holds"}
+
+
+def test_a_shared_block_whose_count_is_not_decremented(release):  # type: ignore[no-untyped-def]
+    """`free_blocks` decrements only a count of 1: a block two requests hold keeps 2 after one frees it."""
+    found = _run_planted(release, planted(release, CORE + "block_pool.py", "def free_blocks", "block.ref_cnt -= 1",
+                                          "block.ref_cnt -= block.ref_cnt < 2"))
+    program = found["program"]
+    assert found["field"].startswith("ref_cnt["), found
+    # two requests share a block, then one ends: the shortest program that reaches it
+    assert sum(line.startswith("step(schedule(") for line in program) == 2, program
+    assert program[-1].startswith(("step(finish(", "step(preempt(", "step(decode(")), program
+    assert len(program) <= 5, program
+
+
+def test_cached_blocks_freed_to_the_wrong_end_of_the_queue(release):  # type: ignore[no-untyped-def]
+    """`free_blocks` puts cached blocks at the front (evicted first) instead of the back."""
+    found = _run_planted(release, planted(release, CORE + "block_pool.py", "def free_blocks",
+                                          "self.free_block_queue.append_n(", "self.free_block_queue.prepend_n("))
+    assert found["field"].startswith("free"), found
+    # a request that fills a block and is freed (here: it samples its last token in the step it is scheduled)
+    assert found["program"][1:] == ["step(schedule(req=0))"], found["program"]
+
+
+def test_a_hit_one_block_too_long(release):  # type: ignore[no-untyped-def]
+    """`get_computed_blocks` lets the hit cover the whole prompt (no last token left to compute)."""
+    found = _run_planted(release, planted(release, CORE + "kv_cache_manager.py", "def get_computed_blocks",
+                                          "max_cache_hit_length = request.num_tokens - 1",
+                                          "max_cache_hit_length = request.num_tokens"))
+    program = found["program"]
+    assert found["field"].startswith("returned.hit"), found
+    # one request caches a prompt, a second with the same prompt hits it whole
+    assert "prompts=[0, 0]" in program[0], program
+    assert program[1:] == ["step(schedule(req=0))", "step(schedule(req=1))"], program
+
+
+def test_a_hash_cached_twice_loses_its_other_block(release):  # type: ignore[no-untyped-def]
+    """The cached map drops a hash's entry when one of its two blocks is evicted (`len(blocks) > 1` for `> 0`): the
+    directed program whose other block must still hit fails; random programs rarely cache one hash twice."""
+    mutant = planted(release, CORE + "block_pool.py", "    def pop(", "if len(blocks) > 0:", "if len(blocks) > 1:")
+    with mutated(mutant):
+        result = run_target(_target(), release, RunOptions(max_examples=PLANTED_EXAMPLES))
+    assert result.status == "diverges", (result.status, result.note)
+    failed = {p["property"]: p["message"] for p in result.properties if p["status"] == "fails"}
+    assert "hash_cached_twice_keeps_its_other_block" in failed, result.properties
+    assert "schedule(req=1)" in failed["hash_cached_twice_keeps_its_other_block"], failed
+
+
+def test_a_mutant_of_a_class_vllm_keeps_in_a_registry(release):  # type: ignore[no-untyped-def]
+    """The full-attention manager's class reaches the coordinator through vLLM's spec registry (0.33.0's
+    `KVCacheSpecRegistry`: frozen records in a dict), not an import: the swapped module's class replaces it there too,
+    so a mutant of `find_longest_cache_hit` (the hit's block count rounded up) is the manager the lockstep runs."""
+    found = _run_planted(release, planted(release, CORE + "single_type_kv_cache_manager.py",
+                                          "    def find_longest_cache_hit", "max_length // block_size",
+                                          "-(-max_length // block_size)"))
+    assert found["field"].startswith("returned.hit"), found
+
+
+def test_the_child_puts_the_released_module_back_after_a_mutant(release):  # type: ignore[no-untyped-def]
+    """A mutant is undone in the running child: the next run without one conforms (derandomized: the same
+    programs that the planted runs failed on)."""
+    bad = planted(release, CORE + "block_pool.py", "def free_blocks", "self.free_block_queue.append_n(",
+                  "self.free_block_queue.prepend_n(")
+    _run_planted(release, bad)
+    result = run_target(_target(), release, RunOptions(max_examples=20))
+    assert result.status == "conforms", (result.note, result.divergences)
+
+
+def test_a_mutant_that_does_not_load_is_one_line(release):  # type: ignore[no-untyped-def]
+    """A changed module that raises when the child executes it: the target errs (a mutation run's "not loadable"),
+    in one line, and the child keeps the released module."""
+    text = release.file(CORE + "block_pool.py").read_text()
+    start = text.index("class BlockPool")
+    raises = Mutant(CORE + "block_pool.py", "BlockPool", "planted", text.count("\n", 0, start) + 1, start, start + 5,
+                    "class", "raise ValueError('planted')\nclass")
+    with mutated(raises):
+        result = run_target(_target(), release, RunOptions(max_examples=5))
+    assert result.status == "error" and "ValueError: planted" in result.note and "\n" not in result.note, result.note
+    assert run_target(_target(), release, RunOptions(max_examples=5)).status == "conforms"
+
+
+def test_a_tree_without_a_version_is_skipped_with_the_reason(release):  # type: ignore[no-untyped-def]
+    tree = replace(release, version=None, origin=f"tree {release.root}")  # a working tree: no release to import
+    result = run_target(_target(), tree, RunOptions(max_examples=5))
+    assert result.status == "skipped" and "needs a release" in result.note, result.note
+
+
+def test_a_swap_rebinds_every_importer_and_undoes_it() -> None:
+    """The child's module swap, on a module of kvsim's own: the importer's name follows the new definition and
+    comes back on undo."""
+    import kvsim.engine.conformance.mutants as target
+    import kvsim.conform.mutate as importer
+
+    released = target.sample
+    swap = Swap()
+    text = open(target.__file__, encoding="utf-8").read().replace("def sample(", "def sample(*a, **k):\n"
+                                                                   "    return 'planted'\n\n\ndef _sample(")
+    swap.apply(target, text, target.__file__)
+    try:
+        assert importer.sample is target.sample and importer.sample([], 0) == "planted"
+    finally:
+        swap.undo()
+    assert importer.sample is released and target.sample is released
+    assert module_name("vllm/v1/core/block_pool.py") == "vllm.v1.core.block_pool"
