@@ -23,12 +23,14 @@ connector (#48195).
   #55055), its own transition system (`ProducerSchedulerSystem`, config `ProducerSchedulerConfig`): the second
   model of this package, `kv-cache-manager-pd`. A package with two systems declares a descriptor for each and
   lists them in `DESCRIPTORS` (the catalog registers every one); `DESCRIPTOR` stays its first.
+* `sim`: the timed request workload (`kvsim simulate kv-cache-manager`), a timing policy over `CacheManagerSystem`.
 * `conform`: the real released `KVCacheManager` in lockstep with the model (`kvsim conform vllm --target
   kv_cache_manager_lockstep`).
 """
 
 from kvsim.engine.descriptor import ModelDescriptor
 
+from . import sim
 from .conform import CONFORM
 from .scheduler import ProducerSchedulerConfig, ProducerSchedulerSystem
 from .system import CacheManagerConfig, CacheManagerSystem
@@ -44,6 +46,8 @@ DESCRIPTOR = ModelDescriptor(
     variants=VARIANTS,
     config=CacheManagerConfig,
     system=CacheManagerSystem,
+    sim_config=sim.SimConfig,
+    simulate=sim.simulate,
     conform=CONFORM,
 )
 

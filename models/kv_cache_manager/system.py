@@ -33,7 +33,7 @@ can finish. Block ids are names (`symmetry`): the explorer keeps one state per r
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 from kvsim.engine.actions import Rules
 from kvsim.engine.errors import ConfigError
@@ -70,9 +70,12 @@ class CacheManagerConfig:
     sliding_window: int = param(3, "tokens a sliding-window group attends to (groups with swa)", minimum=2,
                                 maximum=8)
 
+    # the explorer's bound on requests; the timed simulation's workload config (`sim.WorkloadConfig`) raises it
+    max_requests: ClassVar[int] = 3
+
     def __post_init__(self) -> None:
-        if not 1 <= len(self.prompts) <= 3:
-            raise ConfigError("param prompts", "one to three requests", len(self.prompts))
+        if not 1 <= len(self.prompts) <= self.max_requests:
+            raise ConfigError("param prompts", f"one to {self.max_requests} requests", len(self.prompts))
         if self.shared > self.prompt_len:
             raise ConfigError("param shared", f"at most prompt_len ({self.prompt_len})", self.shared)
 

@@ -82,6 +82,12 @@ PINS = [
     ('swa-budget', 'pre_af7c62e', 1, {'requests': 100}, None,
      'f54ae631cc542868caf22595ffb01bb5f4db849b8753d0e763045a48de771e95', 902, 1360,
      '1ddea6be15b3688467eb0723ba1b1e88', '17430cd772a05e7927c2da8f7b6590d4', None),
+    ('kv-cache-manager', 'fixed', 0, {'requests': 200}, None,
+     'b646e21d3c2231dafe31933933d9b87978c797c44bb35d7f85d6d67d7f717625', 746, 3170,
+     '1d3fd0664a6d93d67a97d2ad82df983d', '0115ba0b847e115e2e9b9a37b91d8bf9', None),
+    ('kv-cache-manager', 'pre_48195', 0, {'groups': 'full,swa,mamba', 'num_blocks': 80}, None,
+     '59d72a3efac920f6ecd6bef7745d0355aee14c634cd4ee856239d29d45990c8f', 170, 664,
+     '609c39c20c9025a463f4bc70addd3292', 'd6cd39572645dc1801cab046322b4d3f', None),
 ]
 
 

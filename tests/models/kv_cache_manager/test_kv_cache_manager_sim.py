@@ -1,0 +1,101 @@
+"""kv-cache-manager's timed simulation (`kvsim simulate kv-cache-manager`): a timing policy over `CacheManagerSystem`.
+
+Its recorded actions replay through the transition system to the driver's state, with every invariant holding on
+every state of a run that preempts; the same seed gives the same digest under any PYTHONHASHSEED; the planted
+pre-#48195 connector hit is caught where the workload reaches it (three hybrid groups); bad parameters are one-line
+errors; the explorer's bound on requests stays three.
+"""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from kvsim.app.simulate import simulate_model
+from kvsim.engine.actions import decode
+from kvsim.engine.errors import ConfigError
+from kvsim.engine.system import first_violation, run_actions
+from kvsim.models.kv_cache_manager import DESCRIPTOR
+from kvsim.models.kv_cache_manager.actions import ACTIONS
+from kvsim.models.kv_cache_manager.system import CacheManagerConfig
+
+# a small workload under pressure: 40 requests, a pool for about two of them at once
+PRESSED = {"requests": 40, "num_blocks": 24, "arrival_rate": 40.0}
+
+
+def _recorded(result):
+    return [decode(step["data"]["action"], ACTIONS) for step in result.recorder.steps
+            if isinstance(step["data"], dict) and "action" in step["data"]]
+
+
+def test_invariants_hold_along_a_run_that_preempts_on_fixed():
+    result = simulate_model(DESCRIPTOR, "fixed", 0, PRESSED)
+    summary = result.summary
+    assert summary["violations"] == [] and summary["finished"] == 40 and result.complete
+    assert summary["preemptions"] > 0 and summary["deferrals"] > 0 and summary["evictions"] > 0
+    assert 0 < summary["hit_rate"] < 1 and summary["free_blocks_min"] == 0
+    recorded = _recorded(result)
+    assert recorded == result.driver.actions
+    kinds = {a[0] for a in recorded}
+    assert kinds == {"schedule", "decode", "finish", "preempt"}
+    states = run_actions(result.driver.system, recorded)
+    assert states[-1] == result.driver.state
+    for i, state in enumerate(states):
+        assert first_violation(result.driver.system, state) is None, (i, recorded[i - 1] if i else None)
+    assert all(r.status == "finished" for r in states[-1].requests)
+
+
+@pytest.mark.parametrize("groups", ["full,swa", "full,swa,mamba"])
+def test_hybrid_groups_run_clean_on_fixed(groups):
+    result = simulate_model(DESCRIPTOR, "fixed", 0, {"requests": 60, "groups": groups, "num_blocks": 80})
+    assert result.summary["violations"] == [] and result.summary["finished"] == 60
+    assert run_actions(result.driver.system, result.driver.actions)[-1] == result.driver.state
+
+
+def test_the_pre_48195_connector_hit_is_caught_on_three_groups():
+    params = {"groups": "full,swa,mamba", "num_blocks": 80}
+    result = simulate_model(DESCRIPTOR, "pre_48195", 0, params)
+    summary = result.summary
+    assert summary["crashed"] and len(summary["violations"]) == 1
+    assert summary["violations"][0].startswith("hybrid_hit_backed: the local hit handed to the connector")
+    assert summary["finished"] < summary["requests"]
+    assert run_actions(result.driver.system, _recorded(result))[-1] == result.driver.state
+    assert simulate_model(DESCRIPTOR, "fixed", 0, params).summary["violations"] == []
+
+
+def test_same_seed_same_digest_under_any_hash_seed():
+    code = ("from kvsim.app.simulate import simulate_model; from kvsim.models.kv_cache_manager import DESCRIPTOR;"
+            "print(simulate_model(DESCRIPTOR, 'fixed', 3, ['requests=30', 'num_blocks=20']).digest)")
+    digests = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                              env={**os.environ, "PYTHONHASHSEED": h}).stdout for h in ("0", "1")}
+    assert len(digests) == 1
+    assert simulate_model(DESCRIPTOR, "fixed", 3, ["requests=30", "num_blocks=20"]).digest == digests.pop().strip()
+    assert simulate_model(DESCRIPTOR, "fixed", 4, ["requests=30", "num_blocks=20"]).digest != \
+        simulate_model(DESCRIPTOR, "fixed", 3, ["requests=30", "num_blocks=20"]).digest
+
+
+@pytest.mark.parametrize("param,expected", [
+    ("num_blocks=5", "param num_blocks: expected at least 13 (one request's prompt and outputs in every group, "
+                     "and the null block), got 5"),
+    ("shared=40", "param shared: expected at most prompt_len (32), got 40"),
+    ("groups=swa", "param groups: expected one of full, full,swa, full,mamba, full,swa,mamba, got 'swa'"),
+    ("requests=0", "param requests: expected an integer (>= 1 and <= 20000), got 0"),
+])
+def test_bad_params_are_one_line_errors(param, expected):
+    with pytest.raises(ConfigError) as err:
+        simulate_model(DESCRIPTOR, "fixed", 0, [param])
+    assert str(err.value) == expected  # `kvsim simulate` prints it as one line, `kvsim: error: --` before it
+
+
+def test_the_cli_prints_a_bad_param_on_one_line():
+    out = subprocess.run([sys.executable, "-m", "kvsim", "simulate", "kv-cache-manager", "--param", "num_blocks=5"],
+                         capture_output=True, text=True)
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.splitlines() == ["kvsim: error: --param num_blocks: expected at least 13 (one request's prompt "
+                                       "and outputs in every group, and the null block), got 5"]
+
+
+def test_the_explorer_keeps_its_three_requests():
+    with pytest.raises(ConfigError, match="one to 3 requests"):
+        CacheManagerConfig(prompts=(0, 1, 0, 1))
