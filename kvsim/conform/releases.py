@@ -54,6 +54,9 @@ SEED_BUGS = (
             "PR #35281 (area 4)", "0.5.18", "0.5.19",
             "upstream's own MoriKVManager._get_mha_mem_desc_slices: 0.5.13-0.5.18 split the list in half, 0.5.19+ "
             "the V-offset rule (whose wider cases are the open finding sglang-pr35281-mori-wide-draft-layout)"),
+    SeedBug("vllm-50297-pd-preemption-race", "vllm", "pd_preemption_race", "finished_into_producer_owns_blocks",
+            "#50297", "0.26.0", "0.27.0",
+            "upstream's own AsyncScheduler with a producing connector, the race of real_scheduler.race"),
     SeedBug("vllm-49294-mla-empty-span", "vllm", "mla-context-accumulation",
             "context_partial_matches_context_attention",
             "#49294 (fixes #49334)", "0.25.1", "0.26.0",

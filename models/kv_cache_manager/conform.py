@@ -242,4 +242,11 @@ CONFORM = (
         doc="the real KVCacheManager (one full-attention group) imported from the release, in lockstep with the "
             "model: the hit and new blocks, ref counts, the free queue, block tables and the KV events (hashes "
             "mapped by first appearance) after every schedule, decode, finish, preempt and reset"),
+    ConformTarget(
+        "vllm", "pd_preemption_race",
+        upstream=(Upstream(CORE + "sched/scheduler.py", (), checked=()),),
+        adapter="kvsim.conform.vllm.pd_race:PD_RACE",
+        doc="vLLM #50297 on the real Scheduler (async scheduling, a producing connector): a producer preempted "
+            "while its final step is in flight; finished_into_producer_owns_blocks on request_finished's blocks, "
+            "and the model's variant of the release against it"),
 )
