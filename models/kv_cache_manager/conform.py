@@ -249,4 +249,13 @@ CONFORM = (
         doc="vLLM #50297 on the real Scheduler (async scheduling, a producing connector): a producer preempted "
             "while its final step is in flight; finished_into_producer_owns_blocks on request_finished's blocks, "
             "and the model's variant of the release against it"),
+    ConformTarget(
+        "vllm", "connector_hit_48195",
+        upstream=(Upstream(CORE + "kv_cache_manager.py", (), checked=()),
+                  Upstream(CORE + "kv_cache_coordinator.py", (), checked=()),
+                  Upstream(CORE + "sched/scheduler.py", (), checked=())),
+        adapter="kvsim.conform.vllm.connector_hit:CONNECTOR_HIT",
+        doc="vLLM #48195 on the real coordinator (full attention + Mamba): the local tokens handed to a KV connector "
+            "(0.27.0+ get_computed_blocks_for_connector; 0.26.0 the scheduler's max(per_group_hits)) are ones full "
+            "attention backs (hybrid_hit_backed), and the model's variant of the release agrees"),
 )

@@ -15,13 +15,11 @@ import pytest
 
 from kvsim.conform.installed import prepare
 from kvsim.conform.installed_child import InstalledChild
-from kvsim.models.kv_cache_manager.kv_cache_manager import KVCacheManager, Request, connector_local_hit
+from kvsim.conform.vllm.connector_hit import (BLOCK_SIZE, DRIVER, WINDOW, Model, admit, connector_hit_backed,
+                                              decode, fixed, run)
 
-DRIVER = "kvsim.conform.vllm.real_coordinator:CoordinatorDriver"
 # 0.26.0: before #48195 (the scheduler's max); 0.27.0: the first release with the fix; 0.33.0: the pinned release
 RELEASES = ("0.26.0", "0.27.0", "0.33.0")
-FIXED_IN = "0.27.0"
-BLOCK_SIZE, WINDOW = 2, 3
 
 
 @pytest.fixture(scope="module", params=RELEASES)
@@ -30,117 +28,6 @@ def child(request):  # type: ignore[no-untyped-def]
     with InstalledChild(env, DRIVER) as running:
         running.release = request.param
         yield running
-
-
-def fixed(release: str) -> bool:
-    return tuple(map(int, release.split("."))) >= tuple(map(int, FIXED_IN.split(".")))
-
-
-class Model:
-    """The model's manager driven with the child's vocabulary (requests named, hits per group)."""
-
-    def __init__(self, num_blocks: int, groups: list[str], release: str) -> None:
-        self.m = KVCacheManager(num_blocks, BLOCK_SIZE, 4, tuple(groups), WINDOW)
-        self.release, self.ids, self.requests, self.hit = release, {}, {}, {}
-
-    def request(self, name: str, tokens: list[int] | None = None) -> Request:
-        if name not in self.requests:
-            self.ids[name] = len(self.ids)
-            self.requests[name] = Request(self.ids[name], list(tokens), len(tokens), 0, BLOCK_SIZE)
-        return self.requests[name]
-
-    @staticmethod
-    def block_ids(blocks):  # type: ignore[no-untyped-def]
-        return [[b.block_id for b in group] for group in blocks]
-
-    def computed(self, request: str, tokens: list[int]) -> dict:
-        blocks, hit = self.m.get_computed_blocks(self.request(request, tokens))
-        self.hit[request] = blocks
-        return {"blocks": self.block_ids(blocks), "hit": hit}
-
-    def allocate(self, request: str, new_tokens: int, computed_tokens: int = 0) -> dict:
-        req = self.request(request)
-        new = self.m.allocate_slots(req, new_tokens, computed_tokens, self.hit.pop(request, None))
-        if new is not None:
-            req.num_computed_tokens += computed_tokens + new_tokens
-        return {"blocks": None if new is None else self.block_ids(new),
-                "held": [list(g) for g in self.m.get_block_ids(req.request_id)]}
-
-    def free(self, request: str) -> list[int]:
-        """`free`, answering the first group's blocks it released, as the driver's `free` does."""
-        req = self.requests.pop(request)
-        held = list(self.m.get_block_ids(req.request_id)[0])
-        self.m.free(req)
-        return held
-
-    def hits(self, request: str, tokens: list[int]) -> dict:
-        req = Request(99, list(tokens), len(tokens), 0, BLOCK_SIZE)
-        per_blocks, per_hits = self.m.coordinator.find_longest_cache_hit_per_group(req.block_hashes, len(tokens) - 1)
-        blocks, hit = self.m.get_computed_blocks(req)
-        cblocks, chit = connector_local_hit(self.m, req, fixed(self.release))
-        return {"per_group": {"hits": list(per_hits), "blocks": self.block_ids(per_blocks)},
-                "reconciled": {"hit": hit, "blocks": self.block_ids(blocks)},
-                "connector": {"hit": chit, "blocks": self.block_ids(cblocks)}}
-
-    def free_queue(self) -> list[int]:
-        return [b.block_id for b in self.m.block_pool.free_block_queue.get_all_free_blocks()]
-
-
-def connector_hit_backed(hits: dict, fa: int = 0) -> str | None:
-    """The property on one `hits` answer: the connector's local tokens are no more than the full-attention group's
-    own hit, and the full-attention blocks handed cover them."""
-    connector, fa_hit = hits["connector"], hits["per_group"]["hits"][fa]
-    if connector["hit"] > fa_hit:
-        return f"connector handed {connector['hit']} local tokens, full attention backs {fa_hit}"
-    if len(connector["blocks"][fa]) * BLOCK_SIZE < connector["hit"]:
-        return f"connector handed {connector['hit']} local tokens with {len(connector['blocks'][fa])} full-attention " \
-               "blocks"
-    return None
-
-
-def admit(side, name: str, tokens: list[int]) -> dict:  # type: ignore[no-untyped-def]
-    hit = side.computed(name, tokens) if isinstance(side, Model) else side.call("computed", request=name,
-                                                                                 tokens=tokens)
-    new_tokens, computed = len(tokens) - hit["hit"], hit["hit"]
-    if isinstance(side, Model):
-        return side.allocate(name, new_tokens, computed)
-    return side.call("allocate", request=name, new_tokens=new_tokens, computed_tokens=computed)
-
-
-def run(side, groups: list[str], scenario: str) -> list:  # type: ignore[no-untyped-def]
-    """The operations, on the real child or the model; every answer and the free queue after each, in order."""
-    real = not isinstance(side, Model)
-    call = (lambda op, **kw: side.call(op, **kw)) if real else (lambda op, **kw: getattr(side, op)(**kw))
-    queue = (lambda: side.call("observe")["free"]) if real else side.free_queue
-    log: list = []
-    if real:
-        side.call("build_hybrid", num_blocks=8, block_size=BLOCK_SIZE, groups=groups, sliding_window=WINDOW)
-    if scenario == "shared-first-block":  # the explorer's path: A, A finishes, B shares A's first block, A again
-        a = [1, 1, 2, 2, 2]
-        log += [admit(side, "a", a), queue()]
-        call("free", request="a")
-        log += [queue(), admit(side, "b", [1, 1, 3, 3, 3]), queue(), call("hits", request="c", tokens=a)]
-    else:  # "fill": A (two full blocks) finishes; B decodes until a lookup of A's prompt sees the groups part
-        a = [1, 1, 2, 2]
-        log += [admit(side, "a", a), queue()]
-        call("free", request="a")
-        log += [queue(), admit(side, "b", [5] * 5), queue()]
-        for _ in range(4):
-            hits = call("hits", request="c", tokens=a + [9])
-            log.append(hits)
-            hit_per_group = hits["per_group"]["hits"]
-            if any(h > hit_per_group[0] for h in hit_per_group):
-                break
-            log.append(decode(side, "b", 6))
-    return log
-
-
-def decode(side, name: str, token: int) -> dict:  # type: ignore[no-untyped-def]
-    """One decode step of a running request: its sampled token appended, one slot for it."""
-    if isinstance(side, Model):
-        side.requests[name].all_token_ids.append(token)
-        return side.allocate(name, 1)
-    return side.call("decode", request=name, token=token)
 
 
 @pytest.mark.parametrize("scenario", ["shared-first-block", "fill"])
