@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 from dataclasses import replace
 
@@ -301,6 +302,49 @@ def test_a_deadline_left_behind_by_its_with_statement_disarms_itself():
         sum(range(1000))
     assert signal.getsignal(signal.SIGALRM) is before and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
     del kept
+
+
+def test_ticks_that_land_all_along_the_way_out_of_a_hung_call_do_not_escape_its_capture():
+    """After the first raise the ticks go on (to raise again should it be swallowed). On a busy machine one landed
+    as `within`'s clean-up began and the next in the caller's `except CallTimeout`: CallTimeout escaped `capture`
+    and failed a CI run. Here a tick lands at every line and call on the way out, from the first raise until
+    `capture` returns: its answer is DidNotReturn, and the alarm is put back."""
+    from kvsim.engine.conformance.answers import DidNotReturn, capture
+
+    before = signal.getsignal(signal.SIGALRM)
+    raised: list[int] = []
+    ticks: list[str] = []
+    raised_again: list[str] = []
+
+    def hang():
+        while True:
+            pass
+
+    def tick(frame, event, arg):  # type: ignore[no-untyped-def]
+        if frame.f_code.co_name in ("hang", "expire", "arm", "_under", "_leaving"):
+            return None  # the hung call runs untraced (the deadline's signal lands in it, not in this tracer)
+        if event == "exception" and frame.f_code is capture.__code__ and issubclass(arg[0], deadline.CallTimeout):
+            raised.append(1)  # the deadline's first raise, come out of the hung call
+        elif raised and event in ("call", "line", "return"):
+            handler = signal.getsignal(signal.SIGALRM)
+            if handler is not before and callable(handler):
+                ticks.append(frame.f_code.co_name)
+                try:
+                    handler(signal.SIGALRM, frame)
+                except deadline.CallTimeout:
+                    raised_again.append(frame.f_code.co_name)  # (a raise here also ends the tracing)
+                    raise
+        return tick
+
+    sys.settrace(tick)
+    try:
+        answer = capture(hang, seconds=0.05)
+    finally:
+        sys.settrace(None)
+    assert isinstance(answer, DidNotReturn), answer
+    assert not raised_again, raised_again
+    assert {"__exit__", "within", "close"} <= set(ticks), ticks  # the ticks did land along the way out
+    assert signal.getsignal(signal.SIGALRM) is before and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
 
 
 def test_a_call_growing_past_its_memory_bound_is_stopped():

@@ -17,7 +17,7 @@ import signal
 import sys
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import _GeneratorContextManager, contextmanager
 from typing import Any, Iterator
 
 TICK = 0.25
@@ -78,6 +78,8 @@ def within(seconds: float | None, memory: int | None = DEFAULT_MEMORY) -> Iterat
         now = time.monotonic()
         if outer_at is not None and outer_at <= now and callable(previous):
             previous(signum, frame)  # the command's own alarm (it raises, or re-arms itself)
+        if fired and _leaving(frame, owner):  # the raise reached the `with` statement: its exit closes, unticked
+            return
         arm(now)
         if fired:  # the first raise was swallowed: raise it again
             raise CallTimeout(seconds or 0.0, fired[0])
@@ -118,6 +120,18 @@ def within(seconds: float | None, memory: int | None = DEFAULT_MEMORY) -> Iterat
             close()
 
 
+def _leaving(frame: Any, owner: Any) -> bool:
+    """Whether `frame` runs in the `with` statement's way out: its own frame (which holds only the call), the
+    context manager's `__exit__`, or this generator's clean-up. A tick that lands there after the first raise must
+    not raise again: on a busy machine one landed as `close()` began, its raise skipped the clean-up, and the next
+    one escaped the caller's `except CallTimeout` (it failed a CI run)."""
+    while frame is not None and frame is not owner:
+        if frame.f_code is _WITHIN_CODE or (frame.f_code is _EXIT_CODE and frame.f_back is owner):
+            return True
+        frame = frame.f_back
+    return frame is owner
+
+
 def _under(frame: Any, owner: Any) -> bool:
     """Whether `frame` runs inside `owner` (one of its callers is `owner`)."""
     while frame is not None:
@@ -125,3 +139,7 @@ def _under(frame: Any, owner: Any) -> bool:
             return True
         frame = frame.f_back
     return False
+
+
+_WITHIN_CODE = within.__wrapped__.__code__  # type: ignore[attr-defined]
+_EXIT_CODE = _GeneratorContextManager.__exit__.__code__
