@@ -5,7 +5,11 @@ Select with KVSIM_PROFILE=dev. The CI profile keeps the suite deterministic.
 
 import os
 
+import pytest
 from hypothesis import HealthCheck, settings
+
+# the shared helpers assert for the tests that call them: pytest explains their failures as it does a test's
+pytest.register_assert_rewrite("toys", "conform_toys")
 
 settings.register_profile("ci", derandomize=True, database=None, deadline=None, max_examples=60,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
@@ -28,8 +32,6 @@ conformance_runner.CALL_TIMEOUT = 600.0
 # The suite's own Hypothesis tests draw what their seed names, not what the worker happened to import before them
 # (Hypothesis' "local constants": the literals of every module of ours, of the upstream files and mutants a
 # conformance test loaded); kvsim's runs do the same themselves (`kvsim.engine.draws`).
-import pytest  # noqa: E402
-
 from kvsim.engine.draws import own_draws  # noqa: E402
 
 

@@ -1,8 +1,84 @@
-"""Tiny transition systems written for the engine tests (no KV cache in sight)."""
+"""Tiny transition systems written for the engine tests (no KV cache in sight), and the checks the model tests
+share: a pinned exploration with and without the symmetry reduction, an invariant failing alone on a planted line,
+every reachable state, a renaming checked to be a symmetry."""
 
 from __future__ import annotations
 
+from kvsim.engine.explore import ExploreOptions, explore
 from kvsim.engine.system import Invariant
+
+
+def explores_clean(system, states: int, reduced: int) -> None:
+    """`system` explored whole, without and with its symmetry reduction: no violation, no hang, no bound reached,
+    and `states`, then `reduced`, states stored."""
+    for options, count in ((ExploreOptions(symmetry=False), states), (ExploreOptions(), reduced)):
+        result = explore(system, options)
+        assert result.bound_hit is None and result.violations == [] and result.hang_states == 0
+        assert result.states == count, (options.symmetry, result.states)
+
+
+def alone(system, name: str):
+    """`system` with its invariant `name` alone: it, not another, must catch what a test plants."""
+    system.invariants = tuple(i for i in system.invariants if i.name == name)
+    assert len(system.invariants) == 1, name
+    return system
+
+
+def fails_alone(build, name: str, plant: tuple, monkeypatch) -> None:
+    """The invariant `name` of `build()`, checked alone, holds on every reachable state; once `plant` (object,
+    attribute, wrong value) is set with `monkeypatch`, it fails on a state reached by a path. Liveness is off: a
+    state another (unchecked) step check flagged enables nothing, so it would count as a hang."""
+    options = ExploreOptions(check_liveness=False)
+    assert explore(alone(build(), name), options).violations == []
+    monkeypatch.setattr(*plant)
+    result = explore(alone(build(), name), options)
+    assert [v.property for v in result.violations] == [name]
+    assert result.violations[0].trace
+
+
+def reachable(system) -> list:
+    """Every state `system` reaches (no reduction, no liveness check); the search must end within its bounds."""
+    result = explore(system, ExploreOptions(symmetry=False, check_liveness=False))
+    assert result.bound_hit is None
+    store = result._store
+    return [store.state(sid) for sid in range(len(store))]
+
+
+def rotation(n: int) -> dict[int, int]:
+    """The renaming of ids 0..n-1 that keeps 0 (a null id) and moves every other id b to b + 1, the last to 1."""
+    return {0: 0, **{b: b % (n - 1) + 1 for b in range(1, n)}}
+
+
+def symmetry_breaks(system, states, rename, rename_action=None, *, two_per_orbit: bool = False) -> str | None:
+    """The first way `rename` (of states) fails to be a symmetry of `system` on `states`, or None.
+
+    A symmetry: the renamed state gets the state's canonical form (a fixed point of `canonical`), `done` and every
+    invariant's verdict agree, its enabled actions are the renamed ones, and each step commutes with the renaming.
+    `rename_action` renames actions (their order may then differ); without it actions name nothing renamed, and
+    come in the same order. `two_per_orbit`: the orbit of a state is itself and its renaming, so the canonical
+    form is one of the two."""
+    for s in states:
+        t = rename(s)
+        form = system.canonical(s)
+        if system.canonical(t) != form or system.canonical(form) != form or (two_per_orbit and form not in (s, t)):
+            return f"one representative per orbit: {s}"
+        if system.done(t) != system.done(s):
+            return f"done: {s}"
+        for inv in system.invariants:
+            if (inv.check(t) is None) != (inv.check(s) is None):
+                return f"{inv.name}: {s}"
+        acts = system.enabled(s)
+        if rename_action is None:
+            moved, same = acts, system.enabled(t) == acts
+        else:
+            moved = [rename_action(a) for a in acts]
+            same = sorted(system.enabled(t), key=repr) == sorted(moved, key=repr)
+        if not same:
+            return f"enabled: {s}"
+        for a, b in zip(acts, moved):
+            if system.step(t, b) != rename(system.step(s, a)):
+                return f"step {a}: {s}"
+    return None
 
 
 class Counter:

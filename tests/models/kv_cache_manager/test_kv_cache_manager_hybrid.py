@@ -6,10 +6,10 @@ holds on the same configuration (pinned state counts, with and without the block
 import pytest
 
 from kvsim.engine.explore import ExploreOptions, explore
-from kvsim.models.kv_cache_manager import DESCRIPTOR
+from kvsim.models.kv_cache_manager import DESCRIPTOR, symmetry
 from kvsim.models.kv_cache_manager.kv_cache_manager import KVCacheManager, Request, connector_local_hit
 
-from test_kv_cache_manager_symmetry import reachable, symmetry_breaks
+from toys import explores_clean, reachable, rotation, symmetry_breaks
 
 # two groups over an 8-block pool, 5-token prompts sharing their first block (A -> B -> A)
 BASE = {"prompt_len": 5, "shared": 2, "num_blocks": 8, "resets": 0}
@@ -44,10 +44,7 @@ def admit(m, rid, tokens):
 
 @pytest.mark.parametrize("values, states, reduced", CONFIGS)
 def test_fixed_holds_every_invariant_on_two_groups(values, states, reduced):
-    for options, count in ((ExploreOptions(symmetry=False), states), (ExploreOptions(), reduced)):
-        result = explore(system("fixed", values), options)
-        assert result.bound_hit is None and result.violations == [] and result.hang_states == 0
-        assert result.states == count
+    explores_clean(system("fixed", values), states, reduced)
 
 
 @pytest.mark.parametrize("symmetry", [False, True])
@@ -101,4 +98,5 @@ def test_renaming_the_blocks_is_a_symmetry_on_two_groups():
         s = system("fixed", values)
         states = reachable(s)
         assert len(states) > 100
-        assert symmetry_breaks(s, states) is None
+        perm = rotation(s.cfg.num_blocks)
+        assert symmetry_breaks(s, states, lambda state: symmetry.relabel(state, perm)) is None

@@ -13,6 +13,8 @@ from kvsim.engine.system import run_actions
 from kvsim.models.kv_cache_manager import DESCRIPTORS, PD_DESCRIPTOR, scheduler
 from kvsim.models.kv_cache_manager.scheduler import RULES, ProducerSchedulerConfig, ProducerSchedulerSystem
 
+from toys import explores_clean, fails_alone, reachable, rotation, symmetry_breaks
+
 # (parameters, states, states with the block renaming reduced) on `fixed`: block_size 2, 2-token prompts unless set
 CONFIGS = [
     ({}, 156, 86),  # one producer, one local request (two outputs), two usable blocks
@@ -22,20 +24,13 @@ CONFIGS = [
 RACE = [scheduler.Schedule(0), scheduler.Schedule(1), scheduler.Output(1), scheduler.Preempt(0), scheduler.Output(0)]
 
 
-def system(variant="fixed", values=(), only=None):
-    s = PD_DESCRIPTOR.build_system(variant, dict(values))
-    if only is not None:  # the invariant under test alone: it, not another, must catch the planted line
-        s.invariants = tuple(i for i in s.invariants if i.name == only)
-        assert len(s.invariants) == 1
-    return s
+def system(variant="fixed", values=()):
+    return PD_DESCRIPTOR.build_system(variant, dict(values))
 
 
 @pytest.mark.parametrize("values, states, reduced", CONFIGS)
 def test_explore_holds_every_invariant_and_liveness_on_fixed(values, states, reduced):
-    for options, count in ((ExploreOptions(symmetry=False), states), (ExploreOptions(), reduced)):
-        result = explore(system("fixed", values), options)
-        assert result.bound_hit is None and result.violations == [] and result.hang_states == 0
-        assert result.states == count
+    explores_clean(system("fixed", values), states, reduced)
 
 
 def test_pre_50297_finishes_a_preempted_producer_with_no_blocks():
@@ -116,12 +111,7 @@ def test_every_invariant_but_the_pool_checks_has_a_planted_line():
 @pytest.mark.parametrize("name", sorted(PLANTS))
 def test_each_invariant_fails_alone_on_its_planted_line(name, monkeypatch):
     where, attribute, wrong, values = PLANTS[name]
-    options = ExploreOptions(check_liveness=False)
-    assert explore(system(values=values, only=name), options).violations == []  # it holds before the plant
-    monkeypatch.setattr(where, attribute, wrong)
-    result = explore(system(values=values, only=name), options)
-    assert [v.property for v in result.violations] == [name]
-    assert result.violations[0].trace
+    fails_alone(lambda: system(values=values), name, (where, attribute, wrong), monkeypatch)
 
 
 # -- #55055: the producer stops the MTP drafter's lookahead window short ---------------------------------------
@@ -160,27 +150,13 @@ def test_a_pool_too_small_for_one_prompt_is_a_hang():
     assert [v.property for v in result.violations] == ["every_request_finishes"]
 
 
-def reachable(s):
-    result = explore(s, ExploreOptions(symmetry=False, check_liveness=False))
-    assert result.bound_hit is None
-    store = result._store
-    return [store.state(sid) for sid in range(len(store))]
-
-
 @pytest.mark.parametrize("variant, values", [("fixed", {}), ("fixed", CONFIGS[1][0]), ("pre_50297", CONFIGS[1][0])])
 def test_renaming_the_blocks_is_a_symmetry_on_every_reachable_state(variant, values):
     s = system(variant, values)
-    n = s.cfg.num_blocks
-    perm = {0: 0, **{b: b % (n - 1) + 1 for b in range(1, n)}}
+    perm = rotation(s.cfg.num_blocks)
     states = reachable(s)
     assert len(states) > 25
-    for state in states:
-        t = scheduler.relabel(state, perm)
-        assert s.canonical(t) == s.canonical(state)
-        assert s.done(t) == s.done(state) and s.enabled(t) == s.enabled(state)
-        assert [i.check(t) is None for i in s.invariants] == [i.check(state) is None for i in s.invariants]
-        for a in s.enabled(state):
-            assert s.step(t, a) == scheduler.relabel(s.step(state, a), perm)
+    assert symmetry_breaks(s, states, lambda state: scheduler.relabel(state, perm)) is None
     if variant == "pre_50297":  # with and without the reduction: one violation, one trace length
         full, reduced = explore(s, ExploreOptions(symmetry=False)), explore(s, ExploreOptions())
         assert [len(v.trace) for v in full.violations] == [len(v.trace) for v in reduced.violations] == [6]

@@ -5,13 +5,15 @@ failing on a pool too small for one request, the rules agreeing with `enabled`, 
 import pytest
 
 from kvsim.app import catalog
-from kvsim.engine.explore import ExploreOptions, explore
+from kvsim.engine.explore import explore
 from kvsim.engine.runner import run_property
 from kvsim.models.kv_cache_manager import DESCRIPTOR
 from kvsim.models.kv_cache_manager import block_pool, kv_cache_coordinator, kv_cache_manager, kv_cache_utils
 from kvsim.models.kv_cache_manager import single_type_kv_cache_manager as single_type
 from kvsim.models.kv_cache_manager.kv_events import BlockStored
 from kvsim.models.kv_cache_manager.system import RULES, CacheManagerConfig, CacheManagerSystem
+
+from toys import explores_clean, fails_alone
 
 # (parameters, states, states with the block renaming reduced): block_size 2, prompts of 3 tokens sharing 2,
 # two outputs each, unless set
@@ -30,20 +32,13 @@ CONFIGS = [
 HYBRID = {"groups": "full,mamba", "prompt_len": 5, "shared": 2, "num_blocks": 8, "resets": 0}
 
 
-def system(values=(), only=None):
-    s = DESCRIPTOR.build_system("fixed", dict(values))
-    if only is not None:  # the invariant under test alone: it, not another, must catch the planted line
-        s.invariants = tuple(i for i in s.invariants if i.name == only)
-        assert len(s.invariants) == 1
-    return s
+def system(values=()):
+    return DESCRIPTOR.build_system("fixed", dict(values))
 
 
 @pytest.mark.parametrize("values, states, reduced", CONFIGS)
 def test_explore_holds_every_invariant_and_liveness(values, states, reduced):
-    for options, count in ((ExploreOptions(symmetry=False), states), (ExploreOptions(), reduced)):
-        result = explore(system(values), options)
-        assert result.bound_hit is None and result.violations == [] and result.hang_states == 0
-        assert result.states == count
+    explores_clean(system(values), states, reduced)
 
 
 def test_the_default_configuration_reaches_every_kind_of_step():
@@ -121,13 +116,7 @@ def test_every_invariant_has_its_planted_line():
 @pytest.mark.parametrize("name", sorted(PLANTS))
 def test_each_invariant_fails_alone_on_its_planted_line(name, monkeypatch):
     where, attribute, wrong, values = PLANTS[name]
-    # liveness off: a state another (unchecked) step check flagged enables nothing, so it would count as a hang
-    options = ExploreOptions(check_liveness=False)
-    assert explore(system(values, only=name), options).violations == []  # it holds before the plant
-    monkeypatch.setattr(where, attribute, wrong)
-    result = explore(system(values, only=name), options)
-    assert [v.property for v in result.violations] == [name]
-    assert result.violations[0].trace  # reached by a path, not in the initial state
+    fails_alone(lambda: system(values), name, (where, attribute, wrong), monkeypatch)
 
 
 def test_the_whole_prompt_hit_is_found_in_two_steps(monkeypatch):

@@ -19,6 +19,8 @@ from kvsim.engine.system import run_actions
 from kvsim.models.pipelined_transfer import DESCRIPTOR, symmetry
 from kvsim.models.pipelined_transfer.state import ACTIONS
 
+from toys import reachable, symmetry_breaks
+
 SWAP = (1, 0)
 OWN_PAGES = {"requests": 2, "prompt_len": 4, "chunk_tokens": 2, "faults": "gen_cancel,drop", "timeouts": 0}
 SHARED_POOL = {"requests": 2, "prompt_len": 2, "chunk_tokens": 1, "rx_pages": 1, "faults": "gen_cancel",
@@ -26,34 +28,6 @@ SHARED_POOL = {"requests": 2, "prompt_len": 2, "chunk_tokens": 1, "rx_pages": 1,
 TWO_RANKS = {"ranks": 2, "prompt_len": 4, "chunk_tokens": 2, "faults": "fail,drop,gen_cancel"}
 TWO_BY_TWO = {"requests": 2, "ranks": 2, "prompt_len": 2, "chunk_tokens": 2, "faults": "", "fault_budget": 0,
               "timeouts": 0}
-
-
-def reachable(system):
-    result = explore(system, ExploreOptions(symmetry=False, check_liveness=False))
-    assert result.bound_hit is None
-    store = result._store
-    return [store.state(sid) for sid in range(len(store))]
-
-
-def symmetry_breaks(system, states, swap, swap_action, *, two_per_orbit=False):
-    """The first way `swap` (of states, with `swap_action` of actions) fails to be a symmetry on `states`, or
-    None. `two_per_orbit`: the orbit of a state is itself and its swap (requests are all `canonical` sorts)."""
-    for s in states:
-        t = swap(s)
-        if system.canonical(t) != system.canonical(s) or (two_per_orbit and system.canonical(s) not in (s, t)):
-            return f"one representative per orbit: {s}"
-        if system.done(t) != system.done(s):
-            return f"done: {s}"
-        for inv in system.invariants:
-            if (inv.check(t) is None) != (inv.check(s) is None):
-                return f"{inv.name}: {s}"
-        acts = system.enabled(s)
-        if sorted(system.enabled(t)) != sorted(swap_action(a) for a in acts):
-            return f"enabled: {s}"
-        for a in acts:
-            if system.step(t, swap_action(a)) != swap(system.step(s, a)):
-                return f"step {a}: {s}"
-    return None
 
 
 def request_swap_breaks(system, states, relabel=symmetry.relabel):

@@ -23,6 +23,8 @@ from kvsim.models.pipelined_transfer.status import (NEW_TX, KVSendTask, LlmReque
 from kvsim.models.pipelined_transfer.system import RULES, PipelinedTransfer
 from kvsim.models.pipelined_transfer.variants import FIXED, VARIANTS
 
+from toys import alone
+
 REG = catalog.load()
 NO_FAULTS = dict(faults="", fault_budget=0)
 
@@ -30,7 +32,7 @@ NO_FAULTS = dict(faults="", fault_budget=0)
 def _explore(variant=FIXED, only=None, **kw):
     system = PipelinedTransfer(variant, PipelinedConfig(**kw))
     if only is not None:
-        system.invariants = tuple(i for i in system.invariants if i.name == only)
+        alone(system, only)
     result = explore(system)
     assert result.bound_hit is None
     return result, {v.property: v for v in result.violations}
