@@ -55,9 +55,9 @@ from kvsim.engine.errors import ConfigError
 from kvsim.engine.params import param
 from kvsim.engine.system import Invariant
 
-from . import checks, symmetry
+from . import symmetry
 from .kv_cache_manager import KVCacheManager, ManagerState, Request, cdiv
-from .system import CacheManagerSystem
+from .system import CacheManagerSystem, all_free_when_done
 from .variants import FIXED, CacheManagerVariant
 
 WAITING, RUNNING, SENDING, DONE = "waiting", "running", "sending", "done"
@@ -153,7 +153,7 @@ class ProducerSchedulerSystem:
             Invariant("no_unverified_draft_kv_handed", self._no_draft_kv,
                       "the KV a producer hands the connector holds no position whose MTP-layer KV was computed from "
                       "unverified draft tokens (the last lookahead - 1 prompt positions)"),
-            Invariant("all_free_when_done", self._all_free, "every block is free once every request is done"),
+            all_free_when_done(DONE),
         )
 
     # -- the contract ----------------------------------------------------------------------------------------
@@ -265,11 +265,6 @@ class ProducerSchedulerSystem:
                 return f"request {r} hands the KV of {req.num_computed_tokens} of its {n} prompt tokens: with " \
                        f"lookahead {k} positions {limit}..{n - 1} hold the MTP drafter's KV of unverified draft tokens"
         return None
-
-    def _all_free(self, s: SchedState) -> str | None:
-        if any(r.status != DONE for r in s.requests):
-            return None
-        return checks.all_free_when_done(s.manager.pool, s.manager.tables)
 
 
 def owns_blocks(handed: Sequence[int] | None, held: Sequence[int], prompt_len: int, block_size: int) -> str | None:

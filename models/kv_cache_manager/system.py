@@ -125,8 +125,7 @@ class CacheManagerSystem:
                       "a running request holds the blocks of its computed tokens; no other request holds any"),
             Invariant("events_mirror_cache", lambda s: checks.events_mirror_cache(s.manager.pool, s.announced),
                       "the KV events so far describe the cached map"),
-            Invariant("all_free_when_done", self._all_free,
-                      "every block is free once every request has ended"),
+            all_free_when_done(FINISHED),
             Invariant("hit_is_proper_prefix", flagged("hit_is_proper_prefix"),
                       "a cache hit is a prefix of the request's hash chain, never the whole prompt"),
             Invariant("freed_in_eviction_order", flagged("freed_in_eviction_order"),
@@ -258,10 +257,17 @@ class CacheManagerSystem:
                        f"distinct non-null blocks{nulls}, got {list(ids)}"
         return None
 
-    def _all_free(self, s: CacheState) -> str | None:
-        if any(r.status != FINISHED for r in s.requests):
+
+def all_free_when_done(ended: str) -> Invariant:
+    """The invariant `all_free_when_done` of a system whose states hold the manager and the requests, a request
+    ending in status `ended`: this system's (`finished`) and the P/D scheduler's around it (`done`)."""
+
+    def check(s) -> str | None:
+        if any(r.status != ended for r in s.requests):
             return None
         return checks.all_free_when_done(s.manager.pool, s.manager.tables)
+
+    return Invariant("all_free_when_done", check, "every block is free once every request has ended")
 
 
 # -- the rules: each action's precondition beside its effect, by record type ----------------------------------
