@@ -92,6 +92,20 @@ def test_a_sweep_reports_its_smallest_divergence(tmp_path):
     assert result.divergences[0]["difference"] == "full: model 7, upstream 0"
 
 
+@pytest.mark.parametrize("replace_text, first, upstream", [
+    (("    out = []\n", "    out = []\n    if n > 6:\n        raise ValueError('too many rows')\n"),
+     {"n": 7, "k": 1, "cap": 0}, f"raised ValueError: too many rows ({TOY}:6)"),
+    (("        start += size\n", "        start = size\n"), {"n": 2, "k": 1, "cap": 0}, "did not return within 2 s")])
+def test_a_raise_or_a_hang_of_a_sweeps_upstream_call_is_its_divergence(tmp_path, replace_text, first, upstream):
+    """The shape of the Sweep targets on a real release (pd_preemption_race, connector_hit_48195): the code under
+    test raising or looping is the sweep's first divergence, with its input, and the sweep stops there."""
+    result = _run(tmp_path, "SWEEP", replace_text=replace_text, options=replace(OPTIONS, call_timeout=2.0))
+    assert result.status == "diverges", result
+    (d,) = result.divergences
+    assert d["input"] == first and d["upstream"] == upstream and d["difference"].startswith("the answer: model {")
+    assert result.compared == 1 + 5 * 6 * first["n"] + 6 * first["k"]  # every smaller input, then this one
+
+
 def test_a_lockstep_divergence_is_a_short_program(tmp_path):
     result = _run(tmp_path, "LOCKSTEP", names=("Counter",),
                   replace_text=("        if self.value + amount > self.limit:", "        if self.value + amount >= self.limit:"))
