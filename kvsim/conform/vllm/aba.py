@@ -94,10 +94,9 @@ def _allocate(child: Any, ledger: Ledger, name: str, budget: int, hit: int = 0) 
 
 
 def run(child: Any, kinds: Sequence[str], num_blocks: int, program: Sequence[tuple], use_eagle: bool = False,
-        aligned: bool = True, plant: Any = None) -> Ledger:
+        aligned: bool = True) -> Ledger:
     """The program on a fresh manager in `child`; the ledger with every problem `hit_state_identity` found.
-    `aligned=False` hands the manager the chunks as drawn (a scheduler that does not clip them); `plant(ledger,
-    op)`, when given, runs after each operation (a planted wrong reuse, to show the check fails)."""
+    `aligned=False` hands the manager the chunks as drawn (a scheduler that does not clip them)."""
     ledger = Ledger(tuple(kinds), use_eagle, aligned)
     child.call("build_hybrid", num_blocks=num_blocks, block_size=BLOCK_SIZE, groups=list(kinds),
                sliding_window=WINDOW, use_eagle=use_eagle, mamba_cache_mode="align" if "mamba" in kinds else None)
@@ -136,8 +135,6 @@ def run(child: Any, kinds: Sequence[str], num_blocks: int, program: Sequence[tup
                 for g, g_kind in enumerate(kinds):
                     ledger.check([hits["per_group"]["blocks"][g]], tokens, hits["per_group"]["hits"][g],
                                  f"group {g}'s own hit", kinds=[g_kind])
-        if plant is not None:
-            plant(ledger, op)
     return ledger
 
 
