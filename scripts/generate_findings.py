@@ -4,7 +4,8 @@
     .venv/bin/python scripts/generate_findings.py --check   # exit 1 if a committed file differs
 
 The files are `kvsim repro ID --report` output, never edited by hand
-(tests/app/test_findings_report.py checks that they are what this produces now).
+(tests/app/test_findings_report.py checks that they are what this produces now), but for the few results
+`WRITTEN_BY_HAND` names, which the generator leaves alone.
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ from kvsim.app import catalog
 from kvsim.app.report_md import report
 
 RELEASE = "0.5.23"
+# results that are no catalog finding (a bug family settled against a real release by a conform workload), written
+# by hand: kept as they are, never compared with or removed by the generator
+WRITTEN_BY_HAND = ("vllm-aba-hybrid-prefix-cache.md",)
 FOLDER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "findings")
 
 
@@ -36,7 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true", help="compare with the committed files; write nothing")
     args = ap.parse_args(argv)
     want = generate()
-    have = {n for n in os.listdir(FOLDER) if n.endswith(".md")} if os.path.isdir(FOLDER) else set()
+    have = {n for n in os.listdir(FOLDER) if n.endswith(".md")} - set(WRITTEN_BY_HAND) if os.path.isdir(FOLDER) \
+        else set()
     if args.check:
         stale = sorted(n for n in want if not os.path.exists(os.path.join(FOLDER, n))
                        or open(os.path.join(FOLDER, n), encoding="utf-8").read() != want[n])

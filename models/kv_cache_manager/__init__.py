@@ -15,6 +15,9 @@ connector (#48195).
   `allocate_slots`, `free`) and `connector_local_hit`, what the scheduler hands a KV connector.
 * `checks`, `actions`, `system`: the manager under a few requests as a transition system (`CacheManagerSystem`,
   its config `CacheManagerConfig`: the `kvsim explore --param`s) and its invariants.
+* `model_runner`: what the model runner writes where the manager's tables point (`step_writes`), the ledger
+  `checks.hit_state_identity` reads: the block a hit reuses holds the state of exactly that prefix (the A→B→A
+  family, #50630, run on the real coordinator by `kvsim.conform.vllm.aba`).
 * `symmetry`: block ids are names; the explorer keeps one state per renaming of the blocks.
 * `chart`: the actors of its sequence charts (`kvsim show`): the scheduler, the manager, a KV connector.
 * `variants`: `fixed` (0.33.0), `pre_48195` (0.26.0's scheduler: the connector's local hit is the maximum of

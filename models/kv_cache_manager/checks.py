@@ -8,7 +8,7 @@ view of the cache that the events so far describe).
 from __future__ import annotations
 
 from collections import Counter
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from .block_pool import PoolState
 from .kv_cache_utils import BlockHash
@@ -117,6 +117,18 @@ def freed_groups_in_eviction_order(queue_before: Sequence[int], tables: Sequence
     return None
 
 
+def needed_blocks(kind: str, n: int, block_size: int, sliding_window: int) -> range:
+    """The positions of a group's blocks that a hit of `n` blocks reads: full attention every block, a sliding
+    window the `cdiv(sliding_window - 1, block_size)` blocks before the hit's end, Mamba the block it ends on."""
+    if kind == "full":
+        return range(0, n)
+    if kind == "swa":
+        return range(max(0, n - -(-(sliding_window - 1) // block_size)), n)
+    if kind == "mamba":
+        return range(n - 1, n) if n else range(0)
+    return range(0)
+
+
 def hit_backed(kinds: Sequence[str], hit: Sequence[Sequence[BlockHash | None]], keys: Sequence[Sequence[tuple]],
                num_hit_tokens: int, block_size: int, sliding_window: int, what: str) -> str | None:
     """A hit of `num_hit_tokens` is one every group in `kinds` backs with its own cached blocks: full attention
@@ -127,19 +139,33 @@ def hit_backed(kinds: Sequence[str], hit: Sequence[Sequence[BlockHash | None]], 
         return f"{what} of {num_hit_tokens} tokens: expected a multiple of the block size {block_size}"
     n = num_hit_tokens // block_size
     for g, kind in enumerate(kinds):
-        if kind == "full":
-            needed = range(0, n)
-        elif kind == "swa":
-            needed = range(max(0, n - -(-(sliding_window - 1) // block_size)), n)
-        elif kind == "mamba":
-            needed = range(n - 1, n) if n else range(0)
-        else:
-            continue
-        for i in needed:
+        for i in needed_blocks(kind, n, block_size, sliding_window):
             got = hit[g][i] if i < len(hit[g]) else "no block"
             if got != keys[g][i]:
                 return f"{what} of {num_hit_tokens} tokens: group {g} ({kind}) needs block {i} cached under the " \
                        f"request's hash {keys[g][i]!r}, got {got!r} ({len(hit[g])} blocks handed)"
+    return None
+
+
+def hit_state_identity(kinds: Sequence[str], hit: Sequence[Sequence[int]], written: Mapping[int, tuple],
+                       tokens: Sequence[int], num_hit_tokens: int, block_size: int, sliding_window: int,
+                       what: str) -> str | None:
+    """The block a hit reuses holds the state for exactly that prefix: every block a group reads for a hit of
+    `num_hit_tokens` (`needed_blocks`), at position i, was last written by a group of its kind for the request's
+    first `(i + 1) * block_size` tokens, no more and no fewer (`written`: block id -> the kind and the tokens whose
+    KV or Mamba state the model runner wrote into it, `model_runner.step_writes`). `hit_backed` says the block
+    carries the right hash; this says its contents are what the hash promises, which the hash alone cannot (a
+    block rewritten in place, or reused after eviction, under a hash that stayed)."""
+    n = num_hit_tokens // block_size
+    for g, kind in enumerate(kinds):
+        for i in needed_blocks(kind, n, block_size, sliding_window):
+            block = hit[g][i] if i < len(hit[g]) else None
+            expected = tuple(tokens[:(i + 1) * block_size])
+            got = written.get(block) if block else None
+            if got != (kind, expected):
+                shown = "nothing written" if got is None else f"{got[0]} state of {len(got[1])} tokens {list(got[1])}"
+                return f"{what} of {num_hit_tokens} tokens: group {g} ({kind}) block {i} (id {block}) must hold the " \
+                       f"state of the prefix {list(expected)}, holds {shown}"
     return None
 
 

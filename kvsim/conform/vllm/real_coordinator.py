@@ -3,11 +3,13 @@
 
 `CoordinatorDriver` adds to `ManagerDriver`'s vocabulary (whose answers stay group 0's):
 
-* `build_hybrid(num_blocks, block_size, groups, sliding_window=4, events=False)`: a manager over the named groups
-  (`full`, `swa`, `mamba`, in group order), built as upstream's CPU tests build hybrid configs (`KVCacheConfig` with
-  `kv_cache_tensors=[]`, one `KVCacheGroupSpec` per group: `FullAttentionSpec`, `SlidingWindowSpec`, `MambaSpec`
-  with prefix caching: mode `all` where the release has it (0.26.0-0.30.0), else `align`). Answers `observe`
-  plus `{"coordinator": class name, "mamba_cache_mode": ...}`.
+* `build_hybrid(num_blocks, block_size, groups, sliding_window=4, events=False, use_eagle=False,
+  mamba_cache_mode=None)`: a manager over the named groups (`full`, `swa`, `mamba`, in group order), built as
+  upstream's CPU tests build hybrid configs (`KVCacheConfig` with `kv_cache_tensors=[]`, one `KVCacheGroupSpec` per
+  group: `FullAttentionSpec`, `SlidingWindowSpec`, `MambaSpec` with prefix caching: mode `all` where the release
+  has it (0.26.0-0.30.0), else `align`, unless `mamba_cache_mode` names one), `use_eagle` as the scheduler passes
+  it with EAGLE/MTP speculative decoding (no group flagged, so every group gets the EAGLE last-block drop, as
+  upstream falls back). Answers `observe` plus `{"coordinator": class name, "mamba_cache_mode": ...}`.
 * `hits(request, tokens)`: the lookups a scheduler makes for a new request, none of which changes the pool:
   `per_group` (`find_longest_cache_hit_per_group` up to `num_tokens - 1`: each group's hit and block ids),
   `reconciled` (`get_computed_blocks`) and `connector`, the local hit the scheduler hands a KV connector:
@@ -58,7 +60,7 @@ class CoordinatorDriver(ManagerDriver):
         raise ConfigError("groups", "full, swa or mamba", kind)
 
     def op_build_hybrid(self, num_blocks: int, block_size: int, groups: list[str], sliding_window: int = 4,
-                        events: bool = False) -> Any:
+                        events: bool = False, use_eagle: bool = False, mamba_cache_mode: str | None = None) -> Any:
         import typing
 
         from vllm.config import cache
@@ -66,13 +68,16 @@ class CoordinatorDriver(ManagerDriver):
         from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec
 
         modes = typing.get_args(cache.MambaCacheMode)
-        self.mamba_cache_mode = "all" if "all" in modes else "align"
+        if mamba_cache_mode is not None and mamba_cache_mode not in modes:
+            raise ConfigError("mamba_cache_mode", "one of " + ", ".join(modes), mamba_cache_mode)
+        self.mamba_cache_mode = mamba_cache_mode or ("all" if "all" in modes else "align")
         config = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=[
             KVCacheGroupSpec([f"layer.{g}"], self.spec(kind, block_size, sliding_window))
             for g, kind in enumerate(groups)])
         self.op_build(num_blocks, block_size, events=events)  # the hasher at the block size, the requests forgotten
         self.manager = KVCacheManager(config, max_model_len=num_blocks * block_size, scheduler_block_size=block_size,
-                                      hash_block_size=block_size, enable_caching=True, enable_kv_cache_events=events)
+                                      hash_block_size=block_size, enable_caching=True, enable_kv_cache_events=events,
+                                      use_eagle=use_eagle)
         return {**self.op_observe(), "coordinator": type(self.manager.coordinator).__name__,
                 "mamba_cache_mode": self.mamba_cache_mode if "mamba" in groups else None}
 

@@ -6,15 +6,20 @@ connector are ones the full-attention group backs (no more than its own hit, its
 real per-group hits, reconciled hits, connector hits, block ids and free queue, on every release whose Mamba prefix
 caching it models (mode `all`: 0.26.0, 0.27.0) and, with a sliding window, on all three: on the two scenarios and
 on 12 derandomized programs of 12 calls each (admissions with hits, decodes, refusals, frees, lookups; every
-answer and the free queue after every call). Releases are prepared once
-in the user cache (a failed download fails here with its reason); one child per release for the module."""
+answer and the free queue after every call); and the A→B→A family (#50630) with `hit_state_identity`
+(kvsim.conform.vllm.aba): with EAGLE 0.26.0's connector hit reuses a Mamba state full attention does not back, 0.27.0
+and 0.33.0 hold, 0.33.0 on derandomized programs, and fails with prefill chunks the scheduler would clip. Releases
+are prepared once in the user cache (a failed download fails here with its reason); one child per release for the module."""
 
 from __future__ import annotations
+
+import os
 
 import pytest
 
 from kvsim.conform.installed import prepare
 from kvsim.conform.installed_child import InstalledChild
+from kvsim.conform.vllm import aba
 from kvsim.conform.vllm.connector_hit import (BLOCK_SIZE, DRIVER, WINDOW, Model, admit, connector_hit_backed,
                                               decode, fixed, run)
 
@@ -122,3 +127,46 @@ def test_the_model_agrees_with_the_real_coordinator_on_derandomized_programs(chi
         model = replay(Model(10, groups, child.release), groups, ops, 10)
         for step, (want, got) in enumerate(zip(real, model)):
             assert got == want, f"seed {seed}, step {step}: {ops[:step + 1]}"
+
+
+# -- the A→B→A family (#50630, #53912, #49502) on the same children: kvsim.conform.vllm.aba,
+# docs/findings/vllm-aba-hybrid-prefix-cache.md; the property's own tests in test_conform_aba.py
+
+def test_aba_with_eagle_fails_the_state_identity_on_0_26_0_s_connector_path_only(child):  # type: ignore[no-untyped-def]
+    # A, B (sharing A's first two blocks), A' with EAGLE: 0.26.0's reconciled hit holds (the gate in
+    # find_longest_cache_hit), its connector hit (the scheduler's max over find_longest_cache_hit_per_group, where
+    # Mamba ignores the EAGLE drop) hands 4 tokens over one full-attention block; 0.27.0 and 0.33.0 hold
+    assert aba.run(child, ["full", "mamba"], 16, aba.AA, use_eagle=True).problems == []
+    assert aba.run(child, ["full", "mamba"], 16, aba.ABA, use_eagle=False).problems == []
+    problems = aba.run(child, ["full", "mamba"], 16, aba.ABA, use_eagle=True).problems
+    if fixed(child.release):
+        assert problems == []
+    else:
+        assert problems == ["connector hit of 4 tokens: group 0 (full) block 1 (id None) must hold the state of the "
+                            "prefix [1, 1, 2, 2], holds nothing written"]
+
+
+def test_aba_programs_hold_on_0_33_0(child):  # type: ignore[no-untyped-def]
+    if child.release != "0.33.0":
+        pytest.skip("the A→B→A programs are the pinned release's check")
+    checked = 0
+    for seed in range(40 if os.environ.get("KVSIM_PROFILE") == "dev" else 8):
+        kinds, num_blocks, use_eagle, ops = aba.program(seed)
+        ledger = aba.run(child, kinds, num_blocks, ops, use_eagle=use_eagle)
+        assert ledger.problems == [], f"seed {seed}: {ops}"
+        checked += ledger.hits
+    assert checked >= 50  # the programs reach hits: the property is not vacuous
+
+
+def test_a_scheduler_that_does_not_clip_chunks_to_the_mamba_grid_fails_on_0_33_0(child):  # type: ignore[no-untyped-def]
+    # the write side: A prefilled in 3-token chunks, the first ending inside block 1 (the state after 3 tokens in
+    # column 1), the next crossing the boundary; the manager caches column 1 under the 4-token hash, A' reuses it.
+    # 0.33.0's scheduler clips the chunk at the boundary (_mamba_block_aligned_split), and then it holds
+    if child.release != "0.33.0":
+        pytest.skip("0.33.0's manager")
+    a = aba.A_PROMPT + [2]
+    ops = aba.prefill("a", a, 3) + [("free", "a")] + aba.prefill("a2", a, 8)
+    assert aba.run(child, ["full", "mamba"], 16, ops).problems == []
+    problems = aba.run(child, ["full", "mamba"], 16, ops, aligned=False).problems
+    assert problems == ["a2's hit of 4 tokens: group 1 (mamba) block 1 (id 3) must hold the state of the prefix "
+                        "[1, 1, 2, 2], holds mamba state of 3 tokens [1, 1, 2]"]
