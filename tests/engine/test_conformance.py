@@ -106,6 +106,16 @@ def test_a_raise_or_a_hang_of_a_sweeps_upstream_call_is_its_divergence(tmp_path,
     assert result.compared == 1 + 5 * 6 * first["n"] + 6 * first["k"]  # every smaller input, then this one
 
 
+def test_a_property_the_code_under_test_never_answered_is_not_run_not_holds(tmp_path):
+    """Where every call of the code under test raises (or hangs), the model's properties had no answer to check:
+    they are "not run", never "holds" (a release whose call raises must not show its bug's property as holding)."""
+    broken = _run(tmp_path, replace_text=("    assert k > 0 and cap >= 0\n", "    raise RuntimeError('broken')\n"))
+    assert broken.status == "diverges"
+    assert [(p["property"], p["status"]) for p in broken.properties] == [("sizes_sum_to_n", "not run")]
+    healthy = _run(tmp_path / "healthy")
+    assert [(p["property"], p["status"]) for p in healthy.properties] == [("sizes_sum_to_n", "holds")]
+
+
 def test_a_lockstep_divergence_is_a_short_program(tmp_path):
     result = _run(tmp_path, "LOCKSTEP", names=("Counter",),
                   replace_text=("        if self.value + amount > self.limit:", "        if self.value + amount >= self.limit:"))

@@ -214,11 +214,13 @@ def shrink_deadline(ctx: Context) -> float | None:
 
 
 class _Record:
-    """The last divergence seen (Hypothesis replays the shrunk input last) and the first failure of each check."""
+    """The last divergence seen (Hypothesis replays the shrunk input last), the first failure of each check and the
+    checks run at all (on an upstream answer that was not a raise or a hang)."""
 
     def __init__(self) -> None:
         self.divergence: dict[str, Any] | None = None
         self.failures: dict[str, tuple[Any, str]] = {}
+        self.ran: set[str] = set()
         self.hangs = 0
 
 
@@ -252,6 +254,7 @@ def _run_checks(adapter: Differential, ctx: Context, record: _Record, case: Any,
     for check in adapter.checks:
         if (only is None and check.name in record.failures) or (only is not None and check.name != only):
             continue
+        record.ran.add(check.name)
         try:
             check.fn(ctx, case, upstream)
         except PropertyViolation as exc:
@@ -439,7 +442,10 @@ def _shown(answer: Any) -> Any:
 def _report_checks(adapter: Any, record: _Record, result: TargetResult) -> None:
     for check in getattr(adapter, "checks", ()):
         failed = record.failures.get(check.name)
-        if failed is None:
+        if failed is None and check.name not in record.ran:  # every upstream call raised or hung: nothing to check
+            result.prop(check.name, "not run", "the code under test answered no input (it raised or hung), so the "
+                        "property was never checked")
+        elif failed is None:
             result.prop(check.name, "holds", f"finding {check.finding} not reproduced" if check.finding else "")
         else:
             shown, message = failed
