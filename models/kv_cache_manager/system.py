@@ -143,7 +143,8 @@ class CacheManagerSystem:
     # -- the contract ----------------------------------------------------------------------------------------
     def initial_states(self) -> tuple[CacheState, ...]:
         cfg = self.cfg
-        m = KVCacheManager(cfg.num_blocks, cfg.block_size, len(cfg.prompts), cfg.kinds, cfg.sliding_window)
+        m = KVCacheManager(cfg.num_blocks, cfg.block_size, len(cfg.prompts), cfg.kinds, cfg.sliding_window,
+                           self.variant.mamba_cache_mode)
         requests = tuple(RequestState(WAITING, cfg.prompt(r), 0) for r in range(len(cfg.prompts)))
         return (CacheState(m.freeze(), requests, (), cfg.resets),)
 
@@ -174,7 +175,8 @@ class CacheManagerSystem:
         return self.transition(s, action)[0]
 
     def transition(self, s: CacheState, action: tuple) -> tuple[CacheState, tuple[tuple, ...]]:
-        m = KVCacheManager.thaw(s.manager, self.cfg.block_size, self.cfg.kinds, self.cfg.sliding_window)
+        m = KVCacheManager.thaw(s.manager, self.cfg.block_size, self.cfg.kinds, self.cfg.sliding_window,
+                                self.variant.mamba_cache_mode)
         effect, action = RULES.effect(action)
         requests = list(s.requests)
         fx: list[tuple] = []
