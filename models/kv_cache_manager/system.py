@@ -16,7 +16,10 @@ so decode blocks are shared too. A request:
 - `reset`: `reset_prefix_cache` (refused while a block is held), `resets` times at most.
 
 `groups` names the KV cache groups (`full`, or a hybrid: `full,swa`, `full,mamba`, `full,swa,mamba`) over the one
-pool; a sliding window's width is `sliding_window` tokens. A deferred `decode` has still freed the blocks the
+pool; a sliding window's width is `sliding_window` tokens. Mamba caches its states in the variant's prefix-caching
+mode: `align` on `fixed` (0.33.0: a state is cached only where an allocation ends on a block boundary, so a request
+whose prompt is as long as another's never hits the Mamba group; a preempted request's recompute does), `all` on
+`mamba_all` and `pre_48195` (a state per block). A deferred `decode` has still freed the blocks the
 window left behind (upstream frees them before it counts the blocks it needs).
 
 Each step's KV events come back as its effects; the state keeps the view of the cache they describe
