@@ -19,8 +19,8 @@ connector (#48195).
 * `symmetry`: block ids are names; the explorer keeps one state per renaming of the blocks.
 * `chart`: the actors of its sequence charts (`kvsim show`): the scheduler, the manager, a KV connector.
 * `variants`: `fixed` (0.33.0), `pre_48195` (0.26.0's scheduler: the connector's local hit is the maximum of
-  the per-group hits; Mamba in 0.26.0's default mode `all`), `mamba_all` (Mamba prefix caching in mode `all`, the
-  default before 0.33.0), `pre_50297` and `pre_55055` (read by `scheduler`).
+  the per-group hits; Mamba in 0.26.0's default mode `all`), `mamba_all` (Mamba prefix caching in mode `all`, 0.26.0
+  and 0.27.0's default, removed in 0.33.0), `pre_50297` and `pre_55055` (read by `scheduler`).
 * `scheduler`: the P/D life cycle of the scheduler around the manager on a KV-producing instance (vLLM #50297,
   #55055), its own transition system (`ProducerSchedulerSystem`, config `ProducerSchedulerConfig`): the second
   model of this package, `kv-cache-manager-pd`. A package with two systems declares a descriptor for each and
@@ -45,7 +45,7 @@ DESCRIPTOR = ModelDescriptor(
             "groups (full attention, sliding window, Mamba), and the local hit handed to a KV connector (#48195)",
     source="vllm 0.33.0 (vllm/v1/core/block_pool.py, kv_cache_utils.py, kv_cache_manager.py, "
            "kv_cache_coordinator.py, single_type_kv_cache_manager.py); 0.26.0's scheduler for pre_48195; "
-           "Mamba prefix-caching mode all (0.26.0-0.31.0's default) for mamba_all and pre_48195",
+           "Mamba prefix-caching mode all (0.26.0 and 0.27.0's default) for mamba_all and pre_48195",
     variants=VARIANTS,
     config=CacheManagerConfig,
     system=CacheManagerSystem,

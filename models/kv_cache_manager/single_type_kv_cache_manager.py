@@ -15,8 +15,8 @@ many of its blocks are cached (`num_cached_block`). The kinds differ in two thin
   (nulls before it).
 
 Mamba's prefix caching has two modes (`MambaManager.mamba_cache_mode`, the variant flag
-`mamba_cache_mode_align`): `align`, the only one 0.33.0 keeps, and `all`, the releases' default before it
-(0.26.0-0.31.0 offer both). They differ in allocation only; the hit lookup, the adoption of a hit and the
+`mamba_cache_mode_align`): `align`, the only one 0.33.0 keeps, and `all` (0.26.0-0.31.0 offer both; `all` is
+the default of 0.26.0 and 0.27.0 for the models that support it, `align` from 0.28.0, vLLM #50991). They differ in allocation only; the hit lookup, the adoption of a hit and the
 caching of full blocks are the same:
 
 * `all`: allocation as attention, a block per `block_size` tokens, all but the last freed as the request

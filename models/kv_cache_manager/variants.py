@@ -3,11 +3,14 @@
 `fixed` is vLLM 0.33.0's manager and scheduler as released (the #48195 and #50297 fixes have been in since 0.27.0,
 #55055's since 0.31.0; Mamba prefix caching in mode `align`, its only mode).
 
-* `mamba_all`: the Mamba single-type manager in prefix-caching mode `all`, the default of the releases before
-  0.33.0 for the models that support it (0.26.0-0.31.0 have `MambaCacheMode = Literal["all", "align", "none"]`;
-  0.33.0 has `Literal["align", "none"]` and `MambaManager.__init__` asserts `align` whenever caching is on).
-  `align` itself is older (vLLM #30877, before 0.26.0); what 0.33.0 changed is that it is the only mode, so
-  `fixed` reads `align` and the releases before it are this variant. Flag `mamba_cache_mode_align`, read in
+* `mamba_all`: the Mamba single-type manager in prefix-caching mode `all`. 0.26.0-0.31.0 have
+  `MambaCacheMode = Literal["all", "align", "none"]`; `all` is the default of 0.26.0 and 0.27.0 for the models that
+  support it (`"all" if model_config.supports_mamba_prefix_caching else "align"`, `models/config.py`), `align` the
+  default from 0.28.0 (vLLM #50991, "enable prefix cache by default and change the default mode to align");
+  0.33.0 has `Literal["align", "none"]` and `MambaManager.__init__` asserts `align` whenever caching is on.
+  `align` itself is older (vLLM #30877, before 0.26.0): what 0.33.0 changed is that it is the only mode, so
+  `fixed` reads `align`, and this variant is the releases before it in mode `all`, as the conform child builds
+  them (`kvsim/conform/vllm/real_coordinator.py`). Flag `mamba_cache_mode_align`, read in
   `single_type_kv_cache_manager.MambaManager` where upstream reads `mamba_cache_mode == "align"`:
   `get_num_blocks_to_allocate`, `allocate_new_blocks`, `remove_skipped_blocks` (`_remove_blocks_in_range`).
 * `pre_48195` is vLLM 0.26.0's scheduler before vLLM #48195 / #48425 (commit 229e01e9e, issue #46453): for a

@@ -28,7 +28,7 @@ PROPERTY = "hybrid_hit_backed"
 # the model variant each release follows (#48195 / #48425 landed in 0.27.0)
 RELEASES: tuple[tuple[str | None, str], ...] = ((None, "pre_48195"), ("0.27.0", "fixed"))
 # the model variant of each release's Mamba prefix caching as the child builds it (`real_coordinator`: mode `all`
-# where the release has it, its default there; else `align`): 0.33.0 is the first pinned release with `align` only
+# where the release has it, the default of 0.26.0 and 0.27.0; else `align`): 0.33.0 is the first pinned release with `align` only
 MAMBA_RELEASES: tuple[tuple[str | None, str], ...] = ((None, "mamba_all"), ("0.33.0", "fixed"))
 BLOCK_SIZE, WINDOW = 2, 3
 SCENARIOS = ("shared-first-block", "fill")

@@ -3,7 +3,7 @@ Mamba), the coordinator's reconciled and per-group hits, the blocks a window lea
 the explorer finds the connector handed more local tokens than full attention backs on `pre_48195`, and `fixed`
 holds on the same configuration (pinned state counts, with and without the block renaming). Mamba in both
 prefix-caching modes: `align` (`fixed`, 0.33.0: one state block per allocation, null padding before it) and `all`
-(`mamba_all`, the releases' default before 0.33.0)."""
+(`mamba_all`, 0.26.0 and 0.27.0's default, removed in 0.33.0)."""
 
 import pytest
 
