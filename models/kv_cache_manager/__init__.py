@@ -8,7 +8,8 @@ connector (#48195).
   transition system of what it alone allows (`EventStreamSystem`: the announced view; `kvsim events`).
 * `block_pool`: `BlockPool` (ref counts, the null block, the cached-block map, eviction, `reset_prefix_cache`).
 * `single_type_kv_cache_manager`: one group's tables per request: `FullAttentionManager`, `SlidingWindowManager`
-  (blocks before the window freed, the null block in their place), `MambaManager` (the state block).
+  (blocks before the window freed, the null block in their place), `MambaManager` (the state block, in prefix-
+  caching mode `align`, 0.33.0's only one: one state block per allocation after null padding; or `all`).
 * `kv_cache_coordinator`: `KVCacheCoordinator` over the groups: the reconciled hit every group backs
   (`find_longest_cache_hit`) and the per-group hits (`find_longest_cache_hit_per_group`).
 * `kv_cache_manager`: `KVCacheManager` (`get_computed_blocks`, `get_computed_blocks_for_connector`,
@@ -21,7 +22,8 @@ connector (#48195).
 * `symmetry`: block ids are names; the explorer keeps one state per renaming of the blocks.
 * `chart`: the actors of its sequence charts (`kvsim show`): the scheduler, the manager, a KV connector.
 * `variants`: `fixed` (0.33.0), `pre_48195` (0.26.0's scheduler: the connector's local hit is the maximum of
-  the per-group hits), `pre_50297` and `pre_55055` (read by `scheduler`).
+  the per-group hits; Mamba in 0.26.0's default mode `all`), `mamba_all` (Mamba prefix caching in mode `all`, 0.26.0
+  and 0.27.0's default, removed in 0.33.0), `pre_50297` and `pre_55055` (read by `scheduler`).
 * `scheduler`: the P/D life cycle of the scheduler around the manager on a KV-producing instance (vLLM #50297,
   #55055), its own transition system (`ProducerSchedulerSystem`, config `ProducerSchedulerConfig`): the second
   model of this package, `kv-cache-manager-pd`. A package with two systems declares a descriptor for each and
@@ -45,7 +47,8 @@ DESCRIPTOR = ModelDescriptor(
             "block hashes, cached-block map, KV events) under the request life cycle of one or several KV cache "
             "groups (full attention, sliding window, Mamba), and the local hit handed to a KV connector (#48195)",
     source="vllm 0.33.0 (vllm/v1/core/block_pool.py, kv_cache_utils.py, kv_cache_manager.py, "
-           "kv_cache_coordinator.py, single_type_kv_cache_manager.py); 0.26.0's scheduler for pre_48195",
+           "kv_cache_coordinator.py, single_type_kv_cache_manager.py); 0.26.0's scheduler for pre_48195; "
+           "Mamba prefix-caching mode all (0.26.0 and 0.27.0's default) for mamba_all and pre_48195",
     variants=VARIANTS,
     config=CacheManagerConfig,
     system=CacheManagerSystem,

@@ -20,23 +20,23 @@ from typing import Sequence
 
 from .block_pool import BlockPool
 from .kv_cache_utils import BlockHash, KVCacheBlock
-from .single_type_kv_cache_manager import FULL, MAMBA, SingleTypeKVCacheManager, cdiv, get_manager_for_kind
+from .single_type_kv_cache_manager import ALIGN, FULL, MAMBA, SingleTypeKVCacheManager, cdiv, get_manager_for_kind
 
 GroupBlocks = tuple  # one list of blocks per KV cache group
 
 
 class KVCacheCoordinator:
     def __init__(self, num_blocks: int, block_size: int, groups: Sequence[str] = (FULL,),
-                 sliding_window: int = 0) -> None:
+                 sliding_window: int = 0, mamba_cache_mode: str = ALIGN) -> None:
         assert groups and len(set(groups)) == len(groups), groups
         self.groups = tuple(groups)
         self.block_pool = BlockPool(num_blocks, hybrid=len(self.groups) > 1)
-        self.make_managers(block_size, sliding_window)
+        self.make_managers(block_size, sliding_window, mamba_cache_mode)
 
-    def make_managers(self, block_size: int, sliding_window: int) -> None:
+    def make_managers(self, block_size: int, sliding_window: int, mamba_cache_mode: str = ALIGN) -> None:
         self.block_size, self.sliding_window = block_size, sliding_window
         self.single_type_managers: tuple[SingleTypeKVCacheManager, ...] = tuple(
-            get_manager_for_kind(kind, self.block_pool, block_size, gid, sliding_window)
+            get_manager_for_kind(kind, self.block_pool, block_size, gid, sliding_window, mamba_cache_mode)
             for gid, kind in enumerate(self.groups))
         # the lookup order: full attention first (its left-to-right scan bounds the others), then group order
         self.attention_groups = sorted(range(len(self.groups)), key=lambda g: self.groups[g] != FULL)

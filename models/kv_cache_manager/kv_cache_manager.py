@@ -14,6 +14,9 @@ over the coordinator (`kv_cache_coordinator`) of one or several KV cache groups 
   take the new blocks from the free queue, and `cache_blocks` the blocks the computed tokens fill.
 - `free`: the request's blocks back to the pool, group by group, each tail first (so its tail is evicted first).
 
+Mamba's prefix-caching mode (`mamba_cache_mode`: `align`, 0.33.0's only one, or `all`) is the managers'
+(`single_type_kv_cache_manager`); the table of a request holds no more than what it implies.
+
 Not modelled: chunked prefill's partial allocations beyond one call, lookahead and encoder tokens, external
 (connector) tokens, the watermark, block sizes that differ between groups, EAGLE, partial hits.
 `ManagerState` is the value form the transition system keeps.
@@ -27,7 +30,7 @@ from typing import NamedTuple, Sequence
 from .block_pool import BlockPool, PoolState
 from .kv_cache_coordinator import GroupBlocks, KVCacheCoordinator
 from .kv_cache_utils import BlockHash, KVCacheBlock, request_block_hashes
-from .single_type_kv_cache_manager import FULL, cdiv
+from .single_type_kv_cache_manager import ALIGN, FULL, cdiv
 
 __all__ = ["KVCacheManager", "ManagerState", "Request", "cdiv", "connector_local_hit"]
 
@@ -60,10 +63,10 @@ class ManagerState(NamedTuple):
 
 class KVCacheManager:
     def __init__(self, num_blocks: int, block_size: int, num_requests: int, groups: Sequence[str] = (FULL,),
-                 sliding_window: int = 0) -> None:
+                 sliding_window: int = 0, mamba_cache_mode: str = ALIGN) -> None:
         self.block_size = block_size
         self.num_requests = num_requests
-        self.coordinator = KVCacheCoordinator(num_blocks, block_size, groups, sliding_window)
+        self.coordinator = KVCacheCoordinator(num_blocks, block_size, groups, sliding_window, mamba_cache_mode)
         self.block_pool = self.coordinator.block_pool
 
     @property
@@ -79,14 +82,14 @@ class KVCacheManager:
 
     @classmethod
     def thaw(cls, state: ManagerState, block_size: int, groups: Sequence[str] = (FULL,),
-             sliding_window: int = 0) -> "KVCacheManager":
+             sliding_window: int = 0, mamba_cache_mode: str = ALIGN) -> "KVCacheManager":
         m = cls.__new__(cls)
         m.block_size = block_size
         m.num_requests = len(state.tables) // len(groups)
         coordinator = KVCacheCoordinator.__new__(KVCacheCoordinator)
         coordinator.groups = tuple(groups)
         coordinator.block_pool = BlockPool.thaw(state.pool, hybrid=len(groups) > 1)
-        coordinator.make_managers(block_size, sliding_window)
+        coordinator.make_managers(block_size, sliding_window, mamba_cache_mode)
         m.coordinator, m.block_pool = coordinator, coordinator.block_pool
         blocks = coordinator.block_pool.blocks
         for g, manager in enumerate(coordinator.single_type_managers):

@@ -14,11 +14,27 @@ many of its blocks are cached (`num_cached_block`). The kinds differ in two thin
   blocks (nulls before them), or takes the run that reaches block 0; Mamba takes the rightmost cached block
   (nulls before it).
 
+Mamba's prefix caching has two modes (`MambaManager.mamba_cache_mode`, the variant flag
+`mamba_cache_mode_align`): `align`, the only one 0.33.0 keeps, and `all` (0.26.0-0.31.0 offer both; `all` is
+the default of 0.26.0 and 0.27.0 for the models that support it, `align` from 0.28.0, vLLM #50991). They differ in allocation only; the hit lookup, the adoption of a hit and the
+caching of full blocks are the same:
+
+* `all`: allocation as attention, a block per `block_size` tokens, all but the last freed as the request
+  computes (the skipped run is freed tail first and stops at a null block);
+* `align`: one running-state block per allocation. `get_num_blocks_to_allocate` asks for at most one new block
+  (plus the hit's free blocks); `allocate_new_blocks` pads the table with null blocks up to the last required
+  block and takes one block for it, answering the padding and the block; `remove_skipped_blocks` frees every
+  held block before the last computed token, past the null gaps between states (upstream's
+  `_remove_blocks_in_range` override). So only a state at a block boundary that ends an allocation is cached.
+
 The model pins one block size for every group (the hash block size, the scheduler's block size), no EAGLE
-drop, no partial (fine-grained) hits and dense retention (every full block cached). Mamba is the prefix-caching
-mode `all` of vLLM 0.26.0-0.30.0 (allocation as attention: a block per `block_size` tokens, all but the last
-freed as the request computes); 0.33.0 keeps only `align` (one running-state block per request), whose
-allocation is not modelled; the hit lookup is the same in both.
+drop, no partial (fine-grained) hits and dense retention (every full block cached). Under these pins align's
+other state is implied by the table: no speculative blocks (`num_speculative_blocks` 0) makes the cap on new
+blocks one whether or not the request allocated before (`_allocated_block_reqs`), and the block upstream frees
+through `last_state_block_idx` is one the skipped range frees too (`_num_retired_blocks` only skips blocks that
+are already null); no prefill checkpoint blocks and a hash block the size of a block make
+`_cache_partial_tail_block` a no-op (its boundary is either not the prompt's or a block `cache_full_blocks`
+just keyed).
 """
 
 from __future__ import annotations
@@ -30,6 +46,8 @@ from .kv_cache_utils import BlockHash, KVCacheBlock
 
 FULL, SWA, MAMBA = "full", "swa", "mamba"
 KINDS = (FULL, SWA, MAMBA)
+# Mamba's prefix-caching modes (upstream's `MambaCacheMode` with prefix caching on)
+ALIGN, ALL = "align", "all"
 
 
 def cdiv(a: int, b: int) -> int:
@@ -181,6 +199,55 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
 class MambaManager(SingleTypeKVCacheManager):
     kind = MAMBA
 
+    def __init__(self, block_pool: BlockPool, block_size: int, kv_cache_group_id: int,
+                 mamba_cache_mode: str = ALIGN) -> None:
+        super().__init__(block_pool, block_size, kv_cache_group_id)
+        assert mamba_cache_mode in (ALIGN, ALL), mamba_cache_mode
+        self.mamba_cache_mode = mamba_cache_mode
+
+    def get_num_blocks_to_allocate(self, request_id: int, num_tokens: int,
+                                   new_computed_blocks: Sequence[KVCacheBlock], total_computed_tokens: int) -> int:
+        """`align`: at most one new block, the running state's (the rest of the table is null padding), and the
+        hit's blocks that are free now."""
+        if self.mamba_cache_mode != ALIGN:
+            return super().get_num_blocks_to_allocate(request_id, num_tokens, new_computed_blocks,
+                                                      total_computed_tokens)
+        num_new = cdiv(num_tokens, self.block_size) - len(new_computed_blocks) \
+            - len(self.req_to_blocks.get(request_id, ()))
+        if num_new > 0:
+            num_new = 1
+        return num_new + sum(b.ref_cnt == 0 and not b.is_null for b in new_computed_blocks)
+
+    def allocate_new_blocks(self, request_id: int, num_tokens: int) -> list[KVCacheBlock]:
+        """`align`: null blocks up to the last required block, one new block there; the padding and the block."""
+        if self.mamba_cache_mode != ALIGN:
+            return super().allocate_new_blocks(request_id, num_tokens)
+        blocks = self.req_to_blocks[request_id]
+        num_required = cdiv(num_tokens, self.block_size)
+        if num_required <= len(blocks):
+            return []
+        prev = len(blocks)
+        blocks.extend([self._null_block] * (num_required - 1 - prev))
+        new_blocks = self.block_pool.get_new_blocks(num_required - len(blocks))
+        blocks.extend(new_blocks)
+        return blocks[prev:]
+
+    def remove_skipped_blocks(self, request_id: int, num_computed_tokens: int) -> None:
+        """`align`: every held block before the last computed token, tail first, past the null gaps."""
+        if self.mamba_cache_mode != ALIGN:
+            return super().remove_skipped_blocks(request_id, num_computed_tokens)
+        blocks = self.req_to_blocks.get(request_id)
+        num_skipped = self.get_num_skipped_tokens(num_computed_tokens)
+        if num_skipped <= 0 or not blocks:
+            return
+        freed = []
+        for i in range(min(num_skipped // self.block_size, len(blocks)) - 1, -1, -1):
+            if not blocks[i].is_null:
+                freed.append(blocks[i])
+                blocks[i] = self._null_block
+        if freed:
+            self.block_pool.free_blocks(freed)
+
     def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
         return num_computed_tokens - 1
 
@@ -195,7 +262,9 @@ class MambaManager(SingleTypeKVCacheManager):
 
 
 def get_manager_for_kind(kind: str, block_pool: BlockPool, block_size: int, kv_cache_group_id: int,
-                         sliding_window: int) -> SingleTypeKVCacheManager:
+                         sliding_window: int, mamba_cache_mode: str = ALIGN) -> SingleTypeKVCacheManager:
     if kind == SWA:
         return SlidingWindowManager(block_pool, block_size, kv_cache_group_id, sliding_window)
-    return {FULL: FullAttentionManager, MAMBA: MambaManager}[kind](block_pool, block_size, kv_cache_group_id)
+    if kind == MAMBA:
+        return MambaManager(block_pool, block_size, kv_cache_group_id, mamba_cache_mode)
+    return FullAttentionManager(block_pool, block_size, kv_cache_group_id)

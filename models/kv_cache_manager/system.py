@@ -16,7 +16,10 @@ so decode blocks are shared too. A request:
 - `reset`: `reset_prefix_cache` (refused while a block is held), `resets` times at most.
 
 `groups` names the KV cache groups (`full`, or a hybrid: `full,swa`, `full,mamba`, `full,swa,mamba`) over the one
-pool; a sliding window's width is `sliding_window` tokens. A deferred `decode` has still freed the blocks the
+pool; a sliding window's width is `sliding_window` tokens. Mamba caches its states in the variant's prefix-caching
+mode: `align` on `fixed` (0.33.0: a state is cached only where an allocation ends on a block boundary, so a request
+whose prompt is as long as another's never hits the Mamba group; a preempted request's recompute does), `all` on
+`mamba_all` and `pre_48195` (a state per block). A deferred `decode` has still freed the blocks the
 window left behind (upstream frees them before it counts the blocks it needs).
 
 Each step's KV events come back as its effects; the state keeps the view of the cache they describe
@@ -142,7 +145,8 @@ class CacheManagerSystem:
     # -- the contract ----------------------------------------------------------------------------------------
     def initial_states(self) -> tuple[CacheState, ...]:
         cfg = self.cfg
-        m = KVCacheManager(cfg.num_blocks, cfg.block_size, len(cfg.prompts), cfg.kinds, cfg.sliding_window)
+        m = KVCacheManager(cfg.num_blocks, cfg.block_size, len(cfg.prompts), cfg.kinds, cfg.sliding_window,
+                           self.variant.mamba_cache_mode)
         requests = tuple(RequestState(WAITING, cfg.prompt(r), 0) for r in range(len(cfg.prompts)))
         return (CacheState(m.freeze(), requests, (), cfg.resets),)
 
@@ -173,7 +177,8 @@ class CacheManagerSystem:
         return self.transition(s, action)[0]
 
     def transition(self, s: CacheState, action: tuple) -> tuple[CacheState, tuple[tuple, ...]]:
-        m = KVCacheManager.thaw(s.manager, self.cfg.block_size, self.cfg.kinds, self.cfg.sliding_window)
+        m = KVCacheManager.thaw(s.manager, self.cfg.block_size, self.cfg.kinds, self.cfg.sliding_window,
+                                self.variant.mamba_cache_mode)
         effect, action = RULES.effect(action)
         requests = list(s.requests)
         fx: list[tuple] = []

@@ -9,7 +9,8 @@ full-attention group's own hit, and its blocks cover them. It fails on 0.26.0 (t
 `kvsim.conform.releases`) and holds on 0.27.0 and later. The differential: the model (`Model`, the package's
 `KVCacheManager` driven with the child's vocabulary) on the release's variant (`pre_48195` before 0.27.0) along the
 same operations, compared on the property's verdict (the hits themselves are compared call by call in
-tests/conform/vllm/test_conform_real_coordinator.py, on the releases whose Mamba caching mode the model states).
+tests/conform/vllm/test_conform_real_coordinator.py); the model's Mamba prefix-caching mode is the release's
+(`MAMBA_RELEASES`: `all` before 0.33.0, as the child builds it, `align` from 0.33.0).
 """
 
 from __future__ import annotations
@@ -20,11 +21,15 @@ from kvsim.engine.conformance.adapters import Check, Context, Sweep
 from kvsim.engine.conformance.declare import variant_for
 from kvsim.engine.errors import PropertyViolation
 from kvsim.models.kv_cache_manager.kv_cache_manager import KVCacheManager, Request, connector_local_hit
+from kvsim.models.kv_cache_manager.variants import VARIANTS
 
 DRIVER = "kvsim.conform.vllm.real_coordinator:CoordinatorDriver"
 PROPERTY = "hybrid_hit_backed"
 # the model variant each release follows (#48195 / #48425 landed in 0.27.0)
 RELEASES: tuple[tuple[str | None, str], ...] = ((None, "pre_48195"), ("0.27.0", "fixed"))
+# the model variant of each release's Mamba prefix caching as the child builds it (`real_coordinator`: mode `all`
+# where the release has it, the default of 0.26.0 and 0.27.0; else `align`): 0.33.0 is the first pinned release with `align` only
+MAMBA_RELEASES: tuple[tuple[str | None, str], ...] = ((None, "mamba_all"), ("0.33.0", "fixed"))
 BLOCK_SIZE, WINDOW = 2, 3
 SCENARIOS = ("shared-first-block", "fill")
 
@@ -34,11 +39,16 @@ def fixed(release: str | None) -> bool:
     return variant_for(RELEASES, release) == "fixed"
 
 
+def mamba_cache_mode(release: str | None) -> str:
+    """The release's Mamba prefix-caching mode, as the model's variant flag reads it."""
+    return VARIANTS[variant_for(MAMBA_RELEASES, release)].mamba_cache_mode
+
+
 class Model:
     """The model's manager driven with the child's vocabulary (requests named, hits per group)."""
 
     def __init__(self, num_blocks: int, groups: list[str], release: str | None) -> None:
-        self.m = KVCacheManager(num_blocks, BLOCK_SIZE, 4, tuple(groups), WINDOW)
+        self.m = KVCacheManager(num_blocks, BLOCK_SIZE, 4, tuple(groups), WINDOW, mamba_cache_mode(release))
         self.release = release
         self.ids: dict[str, int] = {}
         self.requests: dict[str, Request] = {}
@@ -130,6 +140,13 @@ def run(side: Any, groups: list[str], scenario: str) -> list:
         log += [admit(side, "a", a), queue()]
         call("free", request="a")
         log += [queue(), admit(side, "b", [1, 1, 3, 3, 3]), queue(), call("hits", request="c", tokens=a)]
+    elif scenario == "gap":  # B extends A's prompt by more than a block: its hit ends before a padded block (Mamba
+        # `align`: a null gap between the hit's state and the new one), and B's next step frees the hit's state
+        a = [1, 1, 2, 2]
+        log += [admit(side, "a", a), queue()]
+        call("free", request="a")
+        log += [queue(), admit(side, "b", a + [3, 3, 3]), queue(), decode(side, "b", 6), queue(),
+                call("hits", request="c", tokens=a + [3, 3, 3, 6, 9])]
     else:  # "fill": A (two full blocks) finishes; B decodes until a lookup of A's prompt sees the groups part
         a = [1, 1, 2, 2]
         log += [admit(side, "a", a), queue()]
@@ -168,6 +185,6 @@ CONNECTOR_HIT = Sweep(
     domain=lambda ctx: [{"scenario": s} for s in SCENARIOS],
     model=model, upstream=upstream,
     checks=(Check(PROPERTY, check_backed),),
-    note=lambda ctx: f"model variant {variant_for(RELEASES, ctx.source.version)}; full attention + Mamba, "
-                     "the scenarios shared-first-block and fill",
+    note=lambda ctx: f"model variant {variant_for(RELEASES, ctx.source.version)}; full attention + Mamba in mode "
+                     f"{mamba_cache_mode(ctx.source.version)}, the scenarios shared-first-block and fill",
 )

@@ -3,13 +3,15 @@ child (kvsim.conform.vllm.real_coordinator). The hybrid-hit property: the local 
 connector are ones the full-attention group backs (no more than its own hit, its blocks covering them). It fails on
 0.26.0 (the scheduler's `max(per_group_hits)`) and holds on 0.27.0 and 0.33.0
 (`get_computed_blocks_for_connector`); on the same operations the model (`kvsim.models.kv_cache_manager`) gives the
-real per-group hits, reconciled hits, connector hits, block ids and free queue, on every release whose Mamba prefix
-caching it models (mode `all`: 0.26.0, 0.27.0) and, with a sliding window, on all three: on the two scenarios and
-on 12 derandomized programs of 12 calls each (admissions with hits, decodes, refusals, frees, lookups; every
-answer and the free queue after every call); and the A→B→A family (#50630) with `hit_state_identity`
-(kvsim.conform.vllm.aba): with EAGLE 0.26.0's connector hit reuses a Mamba state full attention does not back, 0.27.0
-and 0.33.0 hold, 0.33.0 on derandomized programs, and fails with prefill chunks the scheduler would clip. Releases
-are prepared once in the user cache (a failed download fails here with its reason); one child per release for the module."""
+real per-group hits, reconciled hits, connector hits, block ids and free queue on all three, with a sliding window
+and with Mamba in the release's prefix-caching mode (`all` on 0.26.0 and 0.27.0, as the child builds it; `align`,
+the only mode, on 0.33.0: a state block per allocation after null padding): on three scenarios (`gap`: a hit's
+state behind a padded block, freed at the next step) and on 12 derandomized programs of 12 calls each (admissions
+with hits, decodes, refusals, frees, lookups; every answer and the free queue after every call); and the A→B→A
+family (#50630) with `hit_state_identity` (kvsim.conform.vllm.aba): with EAGLE 0.26.0's connector hit reuses a Mamba
+state full attention does not back, 0.27.0 and 0.33.0 hold, 0.33.0 on derandomized programs, and fails with prefill
+chunks the scheduler would clip. Releases are prepared once in the user cache (a failed download fails here with its
+reason); one child per release for the module."""
 
 from __future__ import annotations
 
@@ -56,11 +58,9 @@ def test_the_connector_hit_fails_before_48195_and_holds_after(child, scenario): 
         assert hits["connector"]["by"] == "num_new_local_computed_tokens = max(per_group_hits)"
 
 
-@pytest.mark.parametrize("groups", [["full", "mamba"], ["full", "swa"]])
-@pytest.mark.parametrize("scenario", ["shared-first-block", "fill"])
+@pytest.mark.parametrize("groups", [["full", "mamba"], ["full", "swa"]], ids="+".join)
+@pytest.mark.parametrize("scenario", ["shared-first-block", "fill", "gap"])
 def test_the_model_gives_the_real_hits_blocks_and_free_queue(child, groups, scenario):  # type: ignore[no-untyped-def]
-    if "mamba" in groups and child.release == "0.33.0":
-        pytest.skip("0.33.0's Mamba prefix caching is mode align, whose allocation the model does not state")
     real = run(child, groups, scenario)
     model = run(Model(8, groups, child.release), groups, scenario)
     for answer in real:
@@ -117,10 +117,8 @@ def replay(side, groups: list[str], ops: list[tuple], num_blocks: int) -> list: 
     return log
 
 
-@pytest.mark.parametrize("groups", [["full", "swa"], ["full", "mamba"]])
+@pytest.mark.parametrize("groups", [["full", "swa"], ["full", "mamba"]], ids="+".join)
 def test_the_model_agrees_with_the_real_coordinator_on_derandomized_programs(child, groups):  # type: ignore[no-untyped-def]
-    if "mamba" in groups and child.release == "0.33.0":
-        pytest.skip("0.33.0's Mamba prefix caching is mode align, whose allocation the model does not state")
     for seed in range(12):
         ops = program(seed)
         real = replay(child, groups, ops, 10)

@@ -1,7 +1,9 @@
 """kv-cache-manager over several KV cache groups: the single-type managers' hits (full attention, sliding window,
 Mamba), the coordinator's reconciled and per-group hits, the blocks a window leaves behind, and the #48195 variant:
 the explorer finds the connector handed more local tokens than full attention backs on `pre_48195`, and `fixed`
-holds on the same configuration (pinned state counts, with and without the block renaming)."""
+holds on the same configuration (pinned state counts, with and without the block renaming). Mamba in both
+prefix-caching modes: `align` (`fixed`, 0.33.0: one state block per allocation, null padding before it) and `all`
+(`mamba_all`, 0.26.0 and 0.27.0's default, removed in 0.33.0)."""
 
 import pytest
 
@@ -16,12 +18,22 @@ BASE = {"prompt_len": 5, "shared": 2, "num_blocks": 8, "resets": 0}
 SWA = {**BASE, "groups": "full,swa"}
 MAMBA = {**BASE, "groups": "full,mamba"}
 
-# (parameters, states, states with the block renaming reduced) on `fixed`
+THREE = {**BASE, "groups": "full,swa,mamba", "num_blocks": 10}  # three kinds: 9 blocks for one prompt (`all`)
+# equal 3-token prompts, three outputs: under `align` Mamba caches a state only where an allocation ends on a block
+# boundary (a decode), so the hits here are a preempted request's recompute
+RECOMPUTE = {"groups": "full,mamba", "prompts": (0, 0), "prompt_len": 3, "max_tokens": 3, "num_blocks": 8,
+             "resets": 0}
+
+# (variant, parameters, states, states with the block renaming reduced)
 CONFIGS = [
-    (SWA, 622, 158),
-    (MAMBA, 722, 263),
-    ({"groups": "full,swa", "num_blocks": 7}, 3499, 302),
-    ({**BASE, "groups": "full,swa,mamba", "num_blocks": 10}, 666, 193),  # three kinds: 9 blocks for one prompt
+    ("fixed", SWA, 622, 158),
+    ("fixed", MAMBA, 514, 244),
+    ("mamba_all", MAMBA, 722, 263),
+    ("fixed", {"groups": "full,swa", "num_blocks": 7}, 3499, 302),
+    ("fixed", THREE, 564, 298),
+    ("mamba_all", THREE, 666, 193),
+    ("fixed", RECOMPUTE, 1166, 337),
+    ("mamba_all", RECOMPUTE, 809, 145),
 ]
 
 
@@ -42,9 +54,9 @@ def admit(m, rid, tokens):
     return req
 
 
-@pytest.mark.parametrize("values, states, reduced", CONFIGS)
-def test_fixed_holds_every_invariant_on_two_groups(values, states, reduced):
-    explores_clean(system("fixed", values), states, reduced)
+@pytest.mark.parametrize("variant, values, states, reduced", CONFIGS)
+def test_every_invariant_holds_on_two_groups_in_both_mamba_modes(variant, values, states, reduced):
+    explores_clean(system(variant, values), states, reduced)
 
 
 @pytest.mark.parametrize("symmetry", [False, True])
@@ -65,7 +77,7 @@ def test_pre_48195_is_the_fix_on_full_attention_and_sliding_window():
 
 
 def test_the_per_group_hits_part_and_the_connector_hit_per_variant():
-    m = KVCacheManager(8, 2, 3, ("full", "mamba"))
+    m = KVCacheManager(8, 2, 3, ("full", "mamba"), mamba_cache_mode="all")  # 0.26.0 and 0.27.0's default mode
     a = admit(m, 0, [1, 1, 2, 2, 2])
     m.free(a)
     admit(m, 1, [1, 1, 3, 3, 3])
@@ -76,6 +88,31 @@ def test_the_per_group_hits_part_and_the_connector_hit_per_variant():
     assert num_hit == 2 and [len(b) for b in hit] == [1, 1]  # reconciled: what both back
     assert connector_local_hit(m, c, True)[1] == 2  # 0.27.0+: a group hit deeper, so the reconciled hit
     assert connector_local_hit(m, c, False)[1] == 4  # 0.26.0: max(per_group_hits)
+
+
+def test_mamba_align_takes_one_state_block_per_allocation_and_frees_the_hit_past_the_gap():
+    """`align` (0.33.0): a prompt's table is null padding and one state block, cached only where the allocation
+    ends on a block boundary; a hit's state sits before a padded block and the next step frees it past the gap.
+    `all` takes a block per two tokens and its removal stops at the first null block."""
+    align, every = KVCacheManager(8, 2, 3, ("full", "mamba")), KVCacheManager(8, 2, 3, ("full", "mamba"), 0, "all")
+    a = admit(align, 0, [1, 1, 2, 2])
+    admit(every, 0, [1, 1, 2, 2])
+    state = align.get_block_ids(0)[1]
+    assert state[0] == 0 and state[1] != 0 and 0 not in every.get_block_ids(0)[1]
+    align.free(a)
+    b = Request(1, [1, 1, 2, 2, 3, 3, 3], 7, 0, 2)
+    hit, num_hit = align.get_computed_blocks(b)
+    assert num_hit == 4 and ids(hit[1]) == [0, state[1]]  # A's state at 4 tokens
+    # full attention: 2 new blocks and its 2 free hit blocks; Mamba: one new block (of 4 - 2 wanted) and its hit's
+    assert align.coordinator.get_num_blocks_to_allocate(1, 7, hit, 4) == (2 + 2) + (1 + 1)
+    (full, mamba) = align.allocate_slots(b, 3, 4, hit)
+    assert len(full) == 2 and ids(mamba)[0] == 0 and len(mamba) == 2  # the padding, then the one new block
+    assert align.get_block_ids(1)[1][:3] == [0, state[1], 0]
+    b.num_computed_tokens = 7
+    b.all_token_ids.append(6)
+    before = align.block_pool.get_num_free_blocks()
+    assert align.allocate_slots(b, 1) == ([], [])  # in the last block: nothing new; the hit's state is freed
+    assert align.get_block_ids(1)[1][:3] == [0, 0, 0] and align.block_pool.get_num_free_blocks() == before + 1
 
 
 def test_a_sliding_window_hit_is_its_window_with_null_blocks_before_it():

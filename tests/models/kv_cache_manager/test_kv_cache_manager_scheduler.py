@@ -180,7 +180,7 @@ def test_the_catalog_registers_both_systems_of_the_package():
     reg = catalog.models()
     assert [reg.model(d.name) for d in DESCRIPTORS] == list(DESCRIPTORS)
     assert reg.model("kv-cache-manager-pd").variants.names == ("fixed", "pre_50297", "pre_55055")
-    assert reg.model("kv-cache-manager").variants.names == ("fixed", "pre_48195")
+    assert reg.model("kv-cache-manager").variants.names == ("fixed", "mamba_all", "pre_48195")
     assert isinstance(reg.model("kv-cache-manager-pd").build_system("fixed"), ProducerSchedulerSystem)
 
 
