@@ -1,9 +1,8 @@
-"""#48195 on the real releases: vLLM's KV cache coordinator over two groups, imported for real and driven in its
-child (kvsim.conform.vllm.real_coordinator). The hybrid-hit property: the local computed tokens handed to a KV
-connector are ones the full-attention group backs (no more than its own hit, its blocks covering them). It fails on
-0.26.0 (the scheduler's `max(per_group_hits)`) and holds on 0.27.0 and 0.33.0
-(`get_computed_blocks_for_connector`); on the same operations the model (`kvsim.models.kv_cache_manager`) gives the
-real per-group hits, reconciled hits, connector hits, block ids and free queue, on every release whose Mamba prefix
+"""vLLM's KV cache coordinator over two groups on the real releases, imported for real and driven in its child
+(kvsim.conform.vllm.real_coordinator); #48195 itself is driven through the real scheduler
+(test_conform_real_scheduler.py). On the same operations the model (`kvsim.models.kv_cache_manager`) gives the
+real per-group hits, reconciled hits, connector hits (0.27.0+'s `get_computed_blocks_for_connector`; none before
+it, where the choice is the scheduler's), block ids and free queue, on every release whose Mamba prefix
 caching it models (mode `all`: 0.26.0, 0.27.0) and, with a sliding window, on all three: on the two scenarios and
 on 12 derandomized programs of 12 calls each (admissions with hits, decodes, refusals, frees, lookups; every
 answer and the free queue after every call). Releases are prepared once
@@ -15,8 +14,7 @@ import pytest
 
 from kvsim.conform.installed import prepare
 from kvsim.conform.installed_child import InstalledChild
-from kvsim.conform.vllm.connector_hit import (BLOCK_SIZE, DRIVER, WINDOW, Model, admit, connector_hit_backed,
-                                              decode, fixed, run)
+from kvsim.conform.vllm.connector_hit import BLOCK_SIZE, COORDINATOR, WINDOW, Model, admit, decode, run
 
 # 0.26.0: before #48195 (the scheduler's max); 0.27.0: the first release with the fix; 0.33.0: the pinned release
 RELEASES = ("0.26.0", "0.27.0", "0.33.0")
@@ -25,30 +23,9 @@ RELEASES = ("0.26.0", "0.27.0", "0.33.0")
 @pytest.fixture(scope="module", params=RELEASES)
 def child(request):  # type: ignore[no-untyped-def]
     env = prepare("vllm", request.param)
-    with InstalledChild(env, DRIVER) as running:
+    with InstalledChild(env, COORDINATOR) as running:
         running.release = request.param
         yield running
-
-
-@pytest.mark.parametrize("scenario", ["shared-first-block", "fill"])
-def test_the_connector_hit_fails_before_48195_and_holds_after(child, scenario):  # type: ignore[no-untyped-def]
-    log = run(child, ["full", "mamba"], scenario)
-    hits = log[-1]
-    per_group = hits["per_group"]["hits"]
-    problem = connector_hit_backed(hits)
-    if scenario == "shared-first-block" and child.release == "0.33.0":
-        # mode align caches no state for A's 5-token prompt (its state block is not full): the groups do not part
-        # that way here, full attention hits deeper (hit_diverged: the connector sends the state), and it holds
-        assert per_group == [4, 0] and hits["connector"]["hit"] == 4 and problem is None, hits
-        return
-    assert per_group[1] > per_group[0], hits  # the groups part: Mamba's state deeper than full attention's tail
-    if fixed(child.release):
-        assert problem is None, hits
-        assert hits["connector"]["hit"] == hits["reconciled"]["hit"]  # the fallback: the hit both groups agree on
-        assert hits["connector"]["by"] == "get_computed_blocks_for_connector"
-    else:
-        assert problem is not None and hits["connector"]["hit"] == max(per_group), hits
-        assert hits["connector"]["by"] == "num_new_local_computed_tokens = max(per_group_hits)"
 
 
 @pytest.mark.parametrize("groups", [["full", "mamba"], ["full", "swa"]])
@@ -58,9 +35,6 @@ def test_the_model_gives_the_real_hits_blocks_and_free_queue(child, groups, scen
         pytest.skip("0.33.0's Mamba prefix caching is mode align, whose allocation the model does not state")
     real = run(child, groups, scenario)
     model = run(Model(8, groups, child.release), groups, scenario)
-    for answer in real:
-        if isinstance(answer, dict) and "connector" in answer:
-            answer["connector"].pop("by")
     assert model == real
 
 
@@ -106,7 +80,6 @@ def replay(side, groups: list[str], ops: list[tuple], num_blocks: int) -> list: 
         else:
             answer = call("hits", request=f"probe{n}", tokens=op[1])
             if real:
-                answer["connector"].pop("by")
                 side.call("free", request=f"probe{n}")  # a lookup only: the child forgets the probe request
         log.append((op, answer, side.call("observe")["free"] if real else side.free_queue()))
     return log
