@@ -56,8 +56,8 @@ SEED_BUGS = (
             "the V-offset rule (whose wider cases are the open finding sglang-pr35281-mori-wide-draft-layout)"),
     SeedBug("vllm-48195-connector-hit-max-over-groups", "vllm", "connector_hit_48195", "hybrid_hit_backed",
             "#48195 / #48425", "0.26.0", "0.27.0",
-            "upstream's own hybrid coordinator (full attention + Mamba) and the connector hit it hands: 0.27.0+ "
-            "get_computed_blocks_for_connector, 0.26.0 the scheduler's max(per_group_hits) on its per-group hits"),
+            "upstream's own Scheduler.schedule() over full attention + Mamba and the local tokens it hands a KV "
+            "connector: 0.26.0 max(per_group_hits), 0.27.0+ get_computed_blocks_for_connector"),
     SeedBug("vllm-50297-pd-preemption-race", "vllm", "pd_preemption_race", "finished_into_producer_owns_blocks",
             "#50297", "0.26.0", "0.27.0",
             "upstream's own AsyncScheduler with a producing connector, the race of real_scheduler.race"),

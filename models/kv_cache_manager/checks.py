@@ -169,6 +169,19 @@ def hit_state_identity(kinds: Sequence[str], hit: Sequence[Sequence[int]], writt
     return None
 
 
+CONNECTOR_HIT = "the local hit handed to the connector"
+
+
+def connector_hit_backed(kinds: Sequence[str], hit: Sequence[Sequence[BlockHash | None]],
+                         keys: Sequence[Sequence[tuple]], num_local_tokens: int, block_size: int,
+                         sliding_window: int) -> str | None:
+    """`hit_backed` on the local computed tokens handed to a KV connector (its `get_num_new_matched_tokens`): the
+    full-attention group must back them; a lagging group is upstream's `hit_diverged`, left to the connector (which
+    sends a Mamba state) or reconciled by the scheduler when it loads nothing."""
+    return hit_backed(tuple(k if k == "full" else "" for k in kinds), hit, keys, num_local_tokens, block_size,
+                      sliding_window, CONNECTOR_HIT)
+
+
 def no_block_outside_window(kinds: Sequence[str], tables: Sequence[Sequence[int]], num_computed_tokens: int,
                             block_size: int, sliding_window: int) -> str | None:
     """After an allocation, a sliding-window (or Mamba) group holds no block wholly before the tokens attention

@@ -255,7 +255,8 @@ CONFORM = (
                   Upstream(CORE + "kv_cache_coordinator.py", (), checked=()),
                   Upstream(CORE + "sched/scheduler.py", (), checked=())),
         adapter="kvsim.conform.vllm.connector_hit:CONNECTOR_HIT",
-        doc="vLLM #48195 on the real coordinator (full attention + Mamba): the local tokens handed to a KV connector "
-            "(0.27.0+ get_computed_blocks_for_connector; 0.26.0 the scheduler's max(per_group_hits)) are ones full "
-            "attention backs (hybrid_hit_backed), and the model's variant of the release agrees"),
+        doc="vLLM #48195 through the real Scheduler.schedule() (full attention + Mamba, a recording KV connector): "
+            "the local tokens it hands the connector (0.27.0+ get_computed_blocks_for_connector; 0.26.0 "
+            "max(per_group_hits)) are ones full attention caches blocks for (hybrid_hit_backed, the model's "
+            "connector_hit_backed on the real record), and the model's variant of the release agrees"),
 )

@@ -13,6 +13,8 @@ over the coordinator (`kv_cache_coordinator`) of one or several KV cache groups 
   pool cannot give the blocks every group needs; else adopt the hit (touch it, null blocks for the skipped part),
   take the new blocks from the free queue, and `cache_blocks` the blocks the computed tokens fill.
 - `free`: the request's blocks back to the pool, group by group, each tail first (so its tail is evicted first).
+- `remove_skipped_blocks`: what `allocate_slots` frees first, on its own (the scheduler's call before a finished
+  request's blocks go to a KV connector).
 
 Mamba's prefix-caching mode (`mamba_cache_mode`: `align`, 0.33.0's only one, or `all`) is the managers'
 (`single_type_kv_cache_manager`); the table of a request holds no more than what it implies.
@@ -146,6 +148,11 @@ class KVCacheManager:
     def free(self, request: Request) -> None:
         """The request's blocks back to the pool, group by group, each tail first."""
         self.coordinator.free(request.request_id)
+
+    def remove_skipped_blocks(self, request_id: int, num_computed_tokens: int) -> None:
+        """The blocks the window (a Mamba state: all but the last) no longer reads, freed and replaced by the null
+        block; the scheduler calls it before a finished request's blocks are handed to a KV connector."""
+        self.coordinator.remove_skipped_blocks(request_id, num_computed_tokens)
 
     def reset_prefix_cache(self) -> bool:
         return self.block_pool.reset_prefix_cache()

@@ -219,12 +219,16 @@ class CacheManagerSystem:
             ch["flags"] = ch.get("flags", ()) + (("freed_in_eviction_order", problem),)
         return RequestState(FINISHED, (), 0)
 
-    def check_hit(self, m: KVCacheManager, req: Request, hit: tuple, num_hit: int, kinds: tuple[str, ...],
-                  what: str, ch: dict) -> None:
-        """`checks.hit_backed` on a hit's blocks, each group's against the request's chain keyed for that group."""
-        keys = [[m.block_pool.key(h, g) for h in req.block_hashes] for g in range(len(kinds))]
+    def check_hit(self, m: KVCacheManager, req: Request, hit: tuple, num_hit: int, connector: bool, ch: dict) \
+            -> None:
+        """`checks.hit_backed` on a hit's blocks, each group's against the request's chain keyed for that group
+        (`checks.connector_hit_backed` on the local hit handed to the connector)."""
+        keys = [[m.block_pool.key(h, g) for h in req.block_hashes] for g in range(len(self.cfg.kinds))]
         hashes = [[None if b.is_null else b.block_hash for b in blocks] for blocks in hit]
-        problem = checks.hit_backed(kinds, hashes, keys, num_hit, self.cfg.block_size, self.cfg.sliding_window, what)
+        cfg = self.cfg
+        problem = checks.connector_hit_backed(cfg.kinds, hashes, keys, num_hit, cfg.block_size, cfg.sliding_window) \
+            if connector else checks.hit_backed(cfg.kinds, hashes, keys, num_hit, cfg.block_size, cfg.sliding_window,
+                                                "the hit")
         if problem is not None:
             ch["flags"] = ch.get("flags", ()) + (("hybrid_hit_backed", problem),)
 
@@ -293,10 +297,7 @@ def _schedule(self: CacheManagerSystem, s: CacheState, a: Schedule, m: KVCacheMa
     kinds = self.cfg.kinds
     if len(kinds) > 1:  # one group: the connector's hit is `get_computed_blocks`'s
         connector_hit, num_connector = connector_local_hit(m, req, self.variant.connector_hit_from_full_attention)
-        # the full-attention group must back it; a lagging group is upstream's `hit_diverged`, left to the connector
-        # (which sends a Mamba state) or reconciled by the scheduler when it loads nothing
-        self.check_hit(m, req, connector_hit, num_connector, tuple(k if k == FULL else "" for k in kinds),
-                       "the local hit handed to the connector", ch)
+        self.check_hit(m, req, connector_hit, num_connector, True, ch)
     hit, num_hit = m.get_computed_blocks(req)
     first = hit[kinds.index(FULL)]
     hashes = [b.block_hash if len(kinds) == 1 else b.block_hash[1] for b in first]
@@ -304,7 +305,7 @@ def _schedule(self: CacheManagerSystem, s: CacheState, a: Schedule, m: KVCacheMa
     if problem is not None:
         ch["flags"] = ch.get("flags", ()) + (("hit_is_proper_prefix", problem),)
     if len(kinds) > 1:
-        self.check_hit(m, req, hit, num_hit, kinds, "the hit", ch)
+        self.check_hit(m, req, hit, num_hit, False, ch)
     hit_ids = self.ids(m, hit)
     new = m.allocate_slots(req, req.num_tokens - num_hit, num_hit, hit)
     if new is None:

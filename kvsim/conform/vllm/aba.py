@@ -50,6 +50,7 @@ class Ledger:
     computed: dict[str, int] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
     hits: int = 0  # hits of at least one block checked
+    parted: int = 0  # lookups where a group's own hit is deeper than full attention's (0.26.0's scheduler takes the max)
     steps: int = 0
 
     def step(self, name: str, tables: Sequence[Sequence[int]], start: int, end: int) -> None:
@@ -129,9 +130,12 @@ def run(child: Any, kinds: Sequence[str], num_blocks: int, program: Sequence[tup
             lookups += 1
             hits = child.call("hits", request=f"lookup-{lookups}", tokens=tokens)
             ledger.check(hits["reconciled"]["blocks"], tokens, hits["reconciled"]["hit"], "reconciled hit")
-            # the connector's local hit is full attention's (group 0): a lagging group's state is the connector's
-            ledger.check(hits["connector"]["blocks"][:1], tokens, hits["connector"]["hit"], "connector hit", ["full"])
+            if hits["connector"] is not None:  # 0.27.0+, the manager's; before it the scheduler's (connector_hit_48195)
+                # the connector's local hit is full attention's (group 0): a lagging group's state is the connector's
+                ledger.check(hits["connector"]["blocks"][:1], tokens, hits["connector"]["hit"], "connector hit",
+                             ["full"])
             if hits["per_group"] is not None:
+                ledger.parted += any(h > hits["per_group"]["hits"][0] for h in hits["per_group"]["hits"][1:])
                 for g, g_kind in enumerate(kinds):
                     ledger.check([hits["per_group"]["blocks"][g]], tokens, hits["per_group"]["hits"][g],
                                  f"group {g}'s own hit", kinds=[g_kind])

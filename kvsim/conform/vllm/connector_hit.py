@@ -1,29 +1,42 @@
 """vLLM #48195 on the real releases through `kvsim conform vllm` (target `connector_hit_48195`): the local computed
-tokens the scheduler hands a KV connector for a hybrid (full attention + Mamba) request, on the release's own
-coordinator imported in its child (`real_coordinator.CoordinatorDriver`: 0.27.0+ the release's
-`get_computed_blocks_for_connector`; 0.26.0 the scheduler's branch, `max(per_group_hits)`, found in the release's
-`scheduler.py`, run on the real coordinator's per-group hits).
+tokens the real `Scheduler.schedule()` hands a KV connector for a hybrid (full attention + Mamba) request, on the
+release's own scheduler imported in its child (`real_scheduler.SchedulerDriver`, built over the two groups with a
+connector that records what its `get_num_new_matched_tokens` got and what the scheduler's block pool caches for the
+request then). 0.26.0's `schedule` takes `max(per_group_hits)`; 0.27.0+ `get_computed_blocks_for_connector`.
 
-The property `hybrid_hit_backed` (the model's step check): the connector's local tokens are no more than the
-full-attention group's own hit, and its blocks cover them. It fails on 0.26.0 (the expected pre-fix verdict, read by
-`kvsim.conform.releases`) and holds on 0.27.0 and later. The differential: the model (`Model`, the package's
-`KVCacheManager` driven with the child's vocabulary) on the release's variant (`pre_48195` before 0.27.0) along the
-same operations, compared on the property's verdict (the hits themselves are compared call by call in
-tests/conform/vllm/test_conform_real_coordinator.py); the model's Mamba prefix-caching mode is the release's
-(`MAMBA_RELEASES`: `all` before 0.33.0, as the child builds it, `align` from 0.33.0).
+The program (`through_scheduler`): request A (two full blocks) runs and finishes, B runs its prefill and `decodes`
+decode steps, then C (A's prompt and one token) is scheduled; the pool is small, so B's blocks evict A's, and the
+groups' hits of C part (a Mamba state cached deeper than full attention's blocks) on some of the cases `DECODES`
+lists.
+
+The property `hybrid_hit_backed` (the model's `checks.connector_hit_backed`, its step check on the connector's hit)
+on the real scheduler's record: the tokens handed are ones the full-attention group caches blocks for under the
+request's hashes. It fails on 0.26.0 (the expected pre-fix verdict, read by `kvsim.conform.releases`) and holds on
+0.27.0 and later. The differential: the model (`Model`, the package's `KVCacheManager` driven with the driver's
+vocabulary) on the release's variant (`pre_48195` before 0.27.0) along the same requests, compared on the
+property's verdict (the coordinator's hits themselves are compared call by call in
+tests/conform/vllm/test_conform_real_coordinator.py, on `real_coordinator.CoordinatorDriver`), and the local tokens
+handed where the release's Mamba prefix caching is mode `all` (`MAMBA_RELEASES`: before 0.33.0; the model runs the
+release's mode, but on 0.33.0's `align` the real scheduler also splits prefills at Mamba block boundaries, which the
+program on the model does not: there the verdict alone is compared).
 """
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from kvsim.engine.conformance.adapters import Check, Context, Sweep
 from kvsim.engine.conformance.declare import variant_for
-from kvsim.engine.errors import PropertyViolation
+from kvsim.engine.errors import KvsimError, PropertyViolation
+from kvsim.models.kv_cache_manager.checks import connector_hit_backed
 from kvsim.models.kv_cache_manager.kv_cache_manager import KVCacheManager, Request, connector_local_hit
 from kvsim.models.kv_cache_manager.variants import VARIANTS
 
-DRIVER = "kvsim.conform.vllm.real_coordinator:CoordinatorDriver"
+from .real_scheduler import OUTPUT_TOKEN
+
+DRIVER = "kvsim.conform.vllm.real_scheduler:SchedulerDriver"
+COORDINATOR = "kvsim.conform.vllm.real_coordinator:CoordinatorDriver"  # the per-call comparison's driver
 PROPERTY = "hybrid_hit_backed"
 # the model variant each release follows (#48195 / #48425 landed in 0.27.0)
 RELEASES: tuple[tuple[str | None, str], ...] = ((None, "pre_48195"), ("0.27.0", "fixed"))
@@ -31,7 +44,11 @@ RELEASES: tuple[tuple[str | None, str], ...] = ((None, "pre_48195"), ("0.27.0", 
 # where the release has it, the default of 0.26.0 and 0.27.0; else `align`): 0.33.0 is the first pinned release with `align` only
 MAMBA_RELEASES: tuple[tuple[str | None, str], ...] = ((None, "mamba_all"), ("0.33.0", "fixed"))
 BLOCK_SIZE, WINDOW = 2, 3
-SCENARIOS = ("shared-first-block", "fill")
+SCENARIOS = ("shared-first-block", "fill")  # the coordinator's
+GROUPS = ("full", "mamba")
+NUM_BLOCKS = 8
+DECODES = (0, 1, 2)  # B's decode steps before C arrives: the scheduler's cases
+A, B, C_TOKEN = [1, 1, 2, 2], [5] * 5, 9
 
 
 def fixed(release: str | None) -> bool:
@@ -84,29 +101,26 @@ class Model:
         self.m.free(req)
         return held
 
+    def finish(self, request: str) -> list[int]:
+        """A request's end in a scheduler with a KV connector: the blocks its window skips freed before the
+        hand-off (`remove_skipped_blocks` at its computed tokens), then `free`."""
+        req = self.requests[request]
+        self.m.remove_skipped_blocks(req.request_id, req.num_computed_tokens)
+        return self.free(request)
+
     def hits(self, request: str, tokens: list[int]) -> dict:
         req = Request(99, list(tokens), len(tokens), 0, BLOCK_SIZE)
         per_blocks, per_hits = self.m.coordinator.find_longest_cache_hit_per_group(req.block_hashes, len(tokens) - 1)
         blocks, hit = self.m.get_computed_blocks(req)
-        cblocks, chit = connector_local_hit(self.m, req, fixed(self.release))
-        return {"per_group": {"hits": list(per_hits), "blocks": self.block_ids(per_blocks)},
-                "reconciled": {"hit": hit, "blocks": self.block_ids(blocks)},
-                "connector": {"hit": chit, "blocks": self.block_ids(cblocks)}}
+        answer = {"per_group": {"hits": list(per_hits), "blocks": self.block_ids(per_blocks)},
+                  "reconciled": {"hit": hit, "blocks": self.block_ids(blocks)}, "connector": None}
+        if fixed(self.release):  # the manager's get_computed_blocks_for_connector (before it, the scheduler's)
+            cblocks, chit = connector_local_hit(self.m, req, True)
+            answer["connector"] = {"hit": chit, "blocks": self.block_ids(cblocks)}
+        return answer
 
     def free_queue(self) -> list[int]:
         return [b.block_id for b in self.m.block_pool.free_block_queue.get_all_free_blocks()]
-
-
-def connector_hit_backed(hits: dict, fa: int = 0) -> str | None:
-    """The property on one `hits` answer: the connector's local tokens are no more than the full-attention group's
-    own hit, and the full-attention blocks handed cover them."""
-    connector, fa_hit = hits["connector"], hits["per_group"]["hits"][fa]
-    if connector["hit"] > fa_hit:
-        return f"connector handed {connector['hit']} local tokens, full attention backs {fa_hit}"
-    if len(connector["blocks"][fa]) * BLOCK_SIZE < connector["hit"]:
-        return f"connector handed {connector['hit']} local tokens with {len(connector['blocks'][fa])} full-attention " \
-               "blocks"
-    return None
 
 
 def admit(side: Any, name: str, tokens: list[int]) -> dict:
@@ -162,29 +176,97 @@ def run(side: Any, groups: list[str], scenario: str) -> list:
     return log
 
 
+# -- through the real scheduler --------------------------------------------------------------------------------
+
+def through_scheduler(child: Any, decodes: int) -> dict[str, Any]:
+    """The program on the real scheduler (`child` runs `SchedulerDriver`): A runs to its end, B runs `decodes` + 1
+    steps (its prefill, then decodes), C is scheduled. Answers C's record of `get_num_new_matched_tokens`
+    (`local_tokens`, and per group the request's keys beside the pool's cached block hashes then), the statuses and
+    the release's Mamba caching mode."""
+    built = child.call("build", num_blocks=NUM_BLOCKS, block_size=BLOCK_SIZE, groups=list(GROUPS),
+                       sliding_window=WINDOW)
+    child.call("add", request="a", tokens=A, max_tokens=1)
+    child.call("schedule")
+    child.call("output")
+    child.call("add", request="b", tokens=B, max_tokens=16)
+    for _ in range(decodes + 1):  # B's prefill, then its decodes
+        child.call("schedule")
+        child.call("output")
+    child.call("add", request="c", tokens=A + [C_TOKEN], max_tokens=1)
+    child.call("schedule")
+    state = child.call("output")
+    asked = [m for m in state["matched"] if m["request"] == "c"]
+    if not asked:  # the program's premise, not the property: C reaches the connector in its first step
+        raise KvsimError(f"decodes={decodes}: the scheduler never asked the connector about request c")
+    matched = asked[0]
+    return {"matched": matched, "status": state["status"], "mamba_cache_mode": built["mamba_cache_mode"]}
+
+
+def backed(matched: dict[str, Any]) -> str | None:
+    """The model's check on one record of the connector: the local tokens handed, against the blocks the pool
+    caches at the call (for each group, under the request's hashes keyed for it, up to the first it lacks)."""
+    groups = matched["groups"]
+    hit = [list(itertools.takewhile(lambda h: h is not None, g["cached"])) for g in groups]
+    return connector_hit_backed(GROUPS, hit, [g["keys"] for g in groups], matched["local_tokens"], BLOCK_SIZE,
+                                WINDOW)
+
+
+def parted(matched: dict[str, Any]) -> bool:
+    """The groups' hits part on the record: a Mamba state cached for a block full attention has none for."""
+    full, mamba = (g for g in matched["groups"])
+    return any(m is not None and f is None for f, m in zip(full["cached"], mamba["cached"]))
+
+
+def on_model(release: str | None, decodes: int) -> dict[str, Any]:
+    """The program on the model's manager (the release's variant): the record's shape, from the model."""
+    side = Model(NUM_BLOCKS, list(GROUPS), release)
+    admit(side, "a", A)
+    side.finish("a")
+    admit(side, "b", B)
+    for _ in range(decodes + 1):  # the step after each of B's steps allocates the slot of its sampled token
+        decode(side, "b", OUTPUT_TOKEN)
+    m = side.m
+    req = Request(99, A + [C_TOKEN], len(A) + 1, 0, BLOCK_SIZE)
+    _, local = connector_local_hit(m, req, fixed(release))
+    groups = []
+    for g in range(len(GROUPS)):
+        keys = [m.block_pool.key(h, g) for h in req.block_hashes]
+        cached = [m.block_pool.get_cached_block(k) for k in keys]
+        groups.append({"keys": keys, "cached": [None if b is None else b.block_hash for b in cached]})
+    return {"request": "c", "local_tokens": local, "groups": groups}
+
+
+def compared(matched: dict[str, Any], mamba_cache_mode: str) -> dict[str, Any]:
+    """What the differential compares: the property's verdict on every release; where the model states the
+    release's Mamba caching mode (`all`), the local tokens handed too."""
+    got: dict[str, Any] = {"connector_hit_backed": backed(matched) is None}
+    if mamba_cache_mode == "all":
+        got["local_tokens"] = matched["local_tokens"]
+    return got
+
+
 def model(ctx: Context, case: dict[str, Any]) -> dict[str, Any]:
-    hits = run(Model(8, ["full", "mamba"], ctx.source.version), ["full", "mamba"], case["scenario"])[-1]
-    return {"connector_hit_backed": connector_hit_backed(hits) is None}
+    return compared(on_model(ctx.source.version, case["decodes"]), mamba_cache_mode(ctx.source.version))
 
 
 def upstream(ctx: Context, case: dict[str, Any]) -> dict[str, Any]:
-    hits = run(ctx.child, ["full", "mamba"], case["scenario"])[-1]
-    problem = connector_hit_backed(hits)
-    ctx.state.setdefault("problems", {})[case["scenario"]] = problem
-    return {"connector_hit_backed": problem is None}
+    got = through_scheduler(ctx.child, case["decodes"])
+    ctx.state.setdefault("problems", {})[case["decodes"]] = backed(got["matched"])
+    return compared(got["matched"], got["mamba_cache_mode"])
 
 
 def check_backed(ctx: Context, case: dict[str, Any], answer: dict[str, Any]) -> None:
-    problem = ctx.state["problems"][case["scenario"]]
+    problem = ctx.state["problems"][case["decodes"]]
     if problem is not None:
-        raise PropertyViolation(f"{case['scenario']}: {problem}")
+        raise PropertyViolation(f"decodes={case['decodes']}: {problem}")
 
 
 CONNECTOR_HIT = Sweep(
     installed=DRIVER,
-    domain=lambda ctx: [{"scenario": s} for s in SCENARIOS],
+    domain=lambda ctx: [{"decodes": k} for k in DECODES],
     model=model, upstream=upstream,
     checks=(Check(PROPERTY, check_backed),),
-    note=lambda ctx: f"model variant {variant_for(RELEASES, ctx.source.version)}; full attention + Mamba in mode "
-                     f"{mamba_cache_mode(ctx.source.version)}, the scenarios shared-first-block and fill",
+    note=lambda ctx: f"model variant {variant_for(RELEASES, ctx.source.version)}; the real Scheduler over full "
+                     f"attention + Mamba in mode {mamba_cache_mode(ctx.source.version)}, C after B's "
+                     f"{', '.join(map(str, DECODES))} decode steps",
 )

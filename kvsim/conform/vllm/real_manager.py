@@ -4,7 +4,8 @@ The driver runs inside `kvsim.conform.installed_child` (the release on `sys.path
 a small request vocabulary, each answer JSON:
 
 * `build(num_blocks, block_size, enable_caching=True, events=False, max_model_len=None)`: a new manager for one
-  full-attention group (`KVCacheConfig` with `kv_cache_tensors=[]`, as upstream's CPU tests build it), hashed
+  full-attention group (`kv_cache_config`: `KVCacheConfig` with `kv_cache_tensors=[]`, as upstream's CPU tests
+  build it; the coordinator's and the scheduler's drivers build theirs with it too), hashed
   with sha256 at the block size; every request of the previous manager is forgotten. Answers `observe`.
 * `computed(request, tokens)`: `get_computed_blocks` of the request (made on first use from its token list):
   `{"blocks": [ids in order], "hit": tokens}`; the blocks are kept for the request's next `allocate`.
@@ -34,7 +35,7 @@ only what both 0.26.0 and 0.33.0 give.
 from __future__ import annotations
 
 import inspect
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from kvsim.engine.errors import ConfigError
 
@@ -55,6 +56,49 @@ def _jsonable(value: Any) -> Any:
     if hasattr(value, "name") and hasattr(value, "value") and type(value).__module__ != "builtins":
         return value.name
     return value
+
+
+def kv_cache_spec(kind: str, block_size: int, sliding_window: int, mamba_cache_mode: str) -> Any:
+    """One KV cache group's spec, as upstream's CPU tests build them: `full` (`FullAttentionSpec`), `swa`
+    (`SlidingWindowSpec`), `mamba` (`MambaSpec` with prefix caching in `mamba_cache_mode`)."""
+    import torch
+    from vllm.v1 import kv_cache_interface as kvi
+
+    if kind == "full":
+        return kvi.FullAttentionSpec(block_size=block_size, num_kv_heads=1, head_size=1, dtype=torch.float32)
+    if kind == "swa":
+        return kvi.SlidingWindowSpec(block_size=block_size, num_kv_heads=1, head_size=1, dtype=torch.float32,
+                                     sliding_window=sliding_window)
+    if kind == "mamba":
+        return kvi.MambaSpec(block_size=block_size, shapes=((1,),), dtypes=(torch.float32,),
+                             mamba_cache_mode=mamba_cache_mode)
+    raise ConfigError("groups", "full, swa or mamba", kind)
+
+
+def mamba_cache_mode(named: str | None = None) -> str:
+    """The Mamba prefix-caching mode: `named` if the release's `MambaCacheMode` offers it (else a ConfigError), or
+    by default `all` where it does (0.26.0-0.31.0), else `align` (0.33.0)."""
+    import typing
+
+    from vllm.config import cache
+
+    modes = typing.get_args(cache.MambaCacheMode)
+    if named is not None and named not in modes:
+        raise ConfigError("mamba_cache_mode", "one of " + ", ".join(modes), named)
+    return named or ("all" if "all" in modes else "align")
+
+
+def kv_cache_config(num_blocks: int, block_size: int, groups: Sequence[str] = ("full",),
+                    sliding_window: int = 4, mode: str | None = None) -> Any:
+    """The `KVCacheConfig` every driver builds (the manager's, the coordinator's, the scheduler's): one group per
+    name in `groups` (layer `layer.<g>`), `kv_cache_tensors=[]` as upstream's CPU tests have it; Mamba in prefix-caching
+    `mode` (`mamba_cache_mode`'s default if None)."""
+    from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec
+
+    mode = mamba_cache_mode(mode) if "mamba" in groups else "none"
+    return KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=[
+        KVCacheGroupSpec([f"layer.{g}"], kv_cache_spec(kind, block_size, sliding_window, mode))
+        for g, kind in enumerate(groups)])
 
 
 OPS = ("build", "computed", "allocate", "free", "observe", "schedule", "decode", "sample", "preempt", "reset")
@@ -91,15 +135,11 @@ class ManagerDriver:
 
     def op_build(self, num_blocks: int, block_size: int, enable_caching: bool = True, events: bool = False,
                  max_model_len: int | None = None) -> Any:
-        import torch
         from vllm.v1.core import kv_cache_utils
         from vllm.v1.core.kv_cache_manager import KVCacheManager
-        from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
 
-        spec = FullAttentionSpec(block_size=block_size, num_kv_heads=1, head_size=1, dtype=torch.float32)
-        config = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[],
-                               kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)])
-        self.manager = KVCacheManager(config, max_model_len=max_model_len or num_blocks * block_size,
+        self.manager = KVCacheManager(kv_cache_config(num_blocks, block_size),
+                                      max_model_len=max_model_len or num_blocks * block_size,
                                       scheduler_block_size=block_size, hash_block_size=block_size,
                                       enable_caching=enable_caching, enable_kv_cache_events=events)
         self.block_size = block_size

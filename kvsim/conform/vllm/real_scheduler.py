@@ -1,10 +1,11 @@
 """vLLM's real `Scheduler` (async scheduling, a producing KV connector), imported from a release
 (`kvsim.conform.installed`), driven in the child: the P/D life cycle `kv-cache-manager-pd` models
-(`models/kv_cache_manager/scheduler.py`, vLLM #50297).
+(`models/kv_cache_manager/scheduler.py`, vLLM #50297), and the local computed tokens `schedule` hands the connector
+for a hybrid model (vLLM #48195, `connector_hit.through_scheduler`).
 
 What the scheduler needs besides the manager is built as upstream's CPU tests build it
 (`tests/v1/kv_connector/unit/utils.py`: `create_vllm_config`, `create_scheduler`, `MockKVConnector`), with two
-differences, both to stay offline and inside the release's import chain:
+differences, to stay offline and inside the release's import chain:
 
 * the model: `ModelConfig` reads a model folder's `config.json` and inspects its architecture. Upstream's tests name
   a Hub model (facebook/opt-125m) whose inspection imports the model's module in a subprocess (its layers pull
@@ -15,20 +16,33 @@ differences, both to stay offline and inside the release's import chain:
   parent) with role `kv_producer`, so its `requires_kv_delivery` is the base class's where a release has it
   (0.27.0 on). Its `request_finished(request, block_ids)` records the block ids and, for a `do_remote_decode`
   request, keeps the blocks (`delay_free_blocks`) until a later step's `finished_sending` names the request, as
-  NIXL's producer does; it loads nothing (`get_num_new_matched_tokens` is 0).
+  NIXL's producer does; it loads nothing (`get_num_new_matched_tokens` is 0) and records what that call got: the
+  local computed tokens the scheduler hands it, and, read from the scheduler's own block pool at the call, the block
+  each group caches under each of the request's block hashes. Over several groups it is `KvsimHybridConnector`,
+  the same with the release's `SupportsHMA` (the connector factory refuses one without it when the hybrid
+  allocator is on); `request_finished_all_groups` answers as `request_finished` on group 0's blocks.
+* the hybrid model: the toy model stays one; the groups are the `KVCacheConfig`'s (`real_manager.kv_cache_config`,
+  the one the manager and coordinator drivers build), and `CacheConfig.mamba_cache_mode` is set as the engine sets
+  it for a hybrid model with prefix caching (the release's mode: `all` through 0.31.0, `align` in 0.33.0).
 
 Ops, each answer JSON:
 
-* `build(num_blocks, block_size, max_model_len=64, max_num_batched_tokens=64)`: a new `AsyncScheduler` over one
-  full-attention group (`KVCacheConfig` with `kv_cache_tensors=[]`); the previous one is forgotten.
-* `add(request, tokens, max_tokens, producer)`: `add_request` (a producer request is `do_remote_decode`).
+* `build(num_blocks, block_size, max_model_len=64, max_num_batched_tokens=64, groups=["full"], sliding_window=4)`:
+  a new `AsyncScheduler` over the named groups (`full`, `swa`, `mamba`; `KVCacheConfig` with
+  `kv_cache_tensors=[]`); the previous one is forgotten. Answers `observe` plus the coordinator's class name and
+  the Mamba caching mode (null without a Mamba group).
+* `add(request, tokens, max_tokens, producer=False)`: `add_request` (a producer request is `do_remote_decode`).
 * `schedule()`: `schedule()`; the step's output is in flight until `output`. Answers
   `{"scheduled": {request: tokens}, "preempted": [requests]}`.
 * `output(deliver=[])`: the oldest in-flight step's output returns (`update_from_output`): one sampled token per
-  scheduled request, and `finished_sending` for the requests named in `deliver`. Answers `observe`.
+  request the step completed the prompt of when it was scheduled (none for a chunk of one), and `finished_sending`
+  for the requests named in `deliver`. Answers `observe`.
 * `observe()`: `{"handed": [[request, [block ids]], ...] (every request_finished, in call order), "held":
-  {request: [block ids]}, "status": {request: status name}, "free": free blocks}`; `held_at_hand` in `handed`'s
-  place of each call: the blocks the manager held for the request right after the step that handed them.
+  {request: [block ids]}, "status": {request: status name}, "free": free blocks, "matched": [...]}`;
+  `held_at_hand` in `handed`'s place of each call: the blocks the manager held for the request right after the
+  step that handed them; `matched`: every `get_num_new_matched_tokens`, in call order, as `{"request",
+  "local_tokens", "groups": [{"keys": [the request's block hashes keyed for the group], "cached": [the hash of the
+  block the pool caches under each, or null]}]}` (hashes as hex).
 """
 
 from __future__ import annotations
@@ -43,6 +57,7 @@ from typing import Any, Mapping
 from kvsim.engine.errors import ConfigError
 
 CONNECTOR = "KvsimProducerConnector"
+HYBRID_CONNECTOR = "KvsimHybridConnector"
 ARCHITECTURE = "KvsimToyForCausalLM"
 OUTPUT_TOKEN = 9
 EOS_TOKEN = 2
@@ -52,6 +67,27 @@ _TOY_CONFIG = {"architectures": [ARCHITECTURE], "model_type": "opt", "hidden_siz
                "word_embed_proj_dim": 64, "do_layer_norm_before": True, "pad_token_id": 1, "bos_token_id": 2,
                "eos_token_id": EOS_TOKEN, "torch_dtype": "float16"}
 _RECORD: list[tuple[str, list[int], bool]] = []  # what request_finished got: (request, block ids, producer)
+# what get_num_new_matched_tokens got, in call order: the request, the local computed tokens the scheduler handed,
+# and per group the request's block hashes keyed for the group beside the hash of the block the pool caches
+# under that key then (None: none), as hex; read from the scheduler's own block pool at the call
+_MATCHED: list[dict[str, Any]] = []
+_POOL: list[Any] = []  # the running scheduler's block pool, and its number of groups
+
+
+def _matched(request: Any, num_computed_tokens: int) -> None:
+    from vllm.v1.core.kv_cache_utils import make_block_hash_with_group_id
+
+    def hexed(h: Any) -> str | None:
+        return None if h is None else bytes(h).hex()
+
+    pool, num_groups = _POOL
+    groups = []
+    for g in range(num_groups):
+        keys = [make_block_hash_with_group_id(h, g) for h in request.block_hashes]
+        cached = [(pool.get_cached_block(h, [g]) or [None])[0] for h in request.block_hashes]
+        groups.append({"keys": [hexed(k) for k in keys],
+                       "cached": [None if b is None else hexed(b.block_hash) for b in cached]})
+    _MATCHED.append({"request": request.request_id, "local_tokens": num_computed_tokens, "groups": groups})
 
 
 def _make_connector() -> type:
@@ -60,6 +96,7 @@ def _make_connector() -> type:
 
     class KvsimProducerConnector(KVConnectorBase_V1):  # type: ignore[misc, valid-type]
         def get_num_new_matched_tokens(self, request: Any, num_computed_tokens: int) -> tuple[int, bool]:
+            _matched(request, num_computed_tokens)
             return 0, False
 
         def update_state_after_alloc(self, request: Any, blocks: Any, num_external_tokens: int) -> None:
@@ -86,6 +123,19 @@ def _make_connector() -> type:
             return producer, None  # a producer's blocks wait for the decode side's read (finished_sending)
 
     return KvsimProducerConnector
+
+
+def _make_hybrid_connector(producer: type) -> type:
+    """The producing connector for a hybrid model: with the release's `SupportsHMA` (the scheduler refuses a
+    connector without it over several groups), `request_finished_all_groups` answering as `request_finished`
+    does on group 0's blocks."""
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import SupportsHMA
+
+    class KvsimHybridConnector(producer, SupportsHMA):  # type: ignore[misc, valid-type]
+        def request_finished_all_groups(self, request: Any, block_ids: tuple[list[int], ...]) -> tuple[bool, None]:
+            return self.request_finished(request, block_ids[0])
+
+    return KvsimHybridConnector
 
 
 def _make_toy_model() -> type:
@@ -118,6 +168,7 @@ class SchedulerDriver:
         from vllm.v1.core import kv_cache_utils
 
         globals()[CONNECTOR] = _make_connector()  # the factory loads it by module path and class name
+        globals()[HYBRID_CONNECTOR] = _make_hybrid_connector(globals()[CONNECTOR])
         ModelRegistry.register_model(ARCHITECTURE, _make_toy_model())
         kv_cache_utils.init_none_hash(sha256)
         self._sha256 = sha256
@@ -141,27 +192,29 @@ class SchedulerDriver:
             raise ConfigError(op, "the arguments the op takes", sorted(args), hint=str(exc)) from None
         return method(**args)
 
-    def op_build(self, num_blocks: int, block_size: int, max_model_len: int = 64,
-                 max_num_batched_tokens: int = 64) -> Any:
-        import torch
+    def op_build(self, num_blocks: int, block_size: int, max_model_len: int = 64, max_num_batched_tokens: int = 64,
+                 groups: tuple[str, ...] = ("full",), sliding_window: int = 4) -> Any:
         from vllm.config import CacheConfig, DeviceConfig, KVTransferConfig, ModelConfig, SchedulerConfig, VllmConfig
         from vllm.v1.core.sched.async_scheduler import AsyncScheduler
-        from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
         from vllm.v1.structured_output import StructuredOutputManager
 
+        from .real_manager import kv_cache_config, mamba_cache_mode
+
+        hybrid = len(groups) > 1
         model = ModelConfig(model=self._model_dir, skip_tokenizer_init=True, dtype="float16", seed=0,
                             max_model_len=max_model_len)
         sched = SchedulerConfig(max_num_seqs=8, max_num_batched_tokens=max_num_batched_tokens,
                                 max_model_len=max_model_len, enable_chunked_prefill=True, is_encoder_decoder=False,
                                 async_scheduling=True)
-        transfer = KVTransferConfig(kv_connector=CONNECTOR, kv_connector_module_path=__name__, kv_role="kv_producer")
+        transfer = KVTransferConfig(kv_connector=HYBRID_CONNECTOR if hybrid else CONNECTOR,
+                                    kv_connector_module_path=__name__, kv_role="kv_producer")
         config = VllmConfig(scheduler_config=sched, model_config=model,
                             cache_config=CacheConfig(block_size=block_size, enable_prefix_caching=True),
                             kv_transfer_config=transfer, device_config=DeviceConfig("cpu"))
         config.cache_config.num_gpu_blocks = num_blocks
-        spec = FullAttentionSpec(block_size=block_size, num_kv_heads=1, head_size=1, dtype=torch.float32)
-        kv = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[],
-                           kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)])
+        if "mamba" in groups:  # what the engine sets for a hybrid model's prefix caching (the toy model is none)
+            config.cache_config.mamba_cache_mode = mamba_cache_mode()
+        kv = kv_cache_config(num_blocks, block_size, groups, sliding_window)
         self.scheduler = AsyncScheduler(vllm_config=config, kv_cache_config=kv, log_stats=False,
                                         structured_output_manager=StructuredOutputManager(config),
                                         block_size=block_size)
@@ -170,9 +223,12 @@ class SchedulerDriver:
         self.in_flight.clear()
         self.held_at_hand.clear()
         _RECORD.clear()
-        return self.op_observe()
+        _MATCHED.clear()
+        _POOL[:] = [self.scheduler.kv_cache_manager.block_pool, len(groups)]
+        return {**self.op_observe(), "coordinator": type(self.scheduler.kv_cache_manager.coordinator).__name__,
+                "mamba_cache_mode": config.cache_config.mamba_cache_mode if "mamba" in groups else None}
 
-    def op_add(self, request: str, tokens: list[int], max_tokens: int, producer: bool) -> Any:
+    def op_add(self, request: str, tokens: list[int], max_tokens: int, producer: bool = False) -> Any:
         from vllm import SamplingParams
         from vllm.v1.core.kv_cache_utils import get_request_block_hasher
         from vllm.v1.request import Request
@@ -188,7 +244,11 @@ class SchedulerDriver:
 
     def op_schedule(self) -> Any:
         out = self.scheduler.schedule()
-        self.in_flight.append(out)
+        # a step samples for the requests whose prompt it completes, as the model runner does (none for a chunk);
+        # decided when it is scheduled: a request preempted while the step is in flight still gets its token
+        sampled = {r: self.requests[r].num_computed_tokens >= self.requests[r].num_prompt_tokens
+                   for r in out.num_scheduled_tokens}
+        self.in_flight.append((out, sampled))
         return {"scheduled": dict(out.num_scheduled_tokens), "preempted": sorted(getattr(out, "preempted_req_ids", ())
                                                                                 or ())}
 
@@ -197,11 +257,12 @@ class SchedulerDriver:
 
         if not self.in_flight:
             raise ConfigError("output", "a step in flight (op schedule first)", "none")
-        out = self.in_flight.popleft()
+        out, sampled = self.in_flight.popleft()
         ids = list(out.num_scheduled_tokens)
         sending = KVConnectorOutput(finished_sending=set(deliver)) if deliver else None
         runner = ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
-                                   sampled_token_ids=[[OUTPUT_TOKEN] for _ in ids], logprobs=None,
+                                   sampled_token_ids=[[OUTPUT_TOKEN] if sampled[r] else [] for r in ids],
+                                   logprobs=None,
                                    prompt_logprobs_dict={}, pooler_output=None, kv_connector_output=sending)
         before = len(_RECORD)
         self.scheduler.update_from_output(out, runner)
@@ -217,7 +278,8 @@ class SchedulerDriver:
                 "held_at_hand": list(self.held_at_hand),
                 "held": {r: self._held(r) for r in self.requests},
                 "status": {r: req.status.name for r, req in self.requests.items()},
-                "free": self.scheduler.kv_cache_manager.block_pool.get_num_free_blocks()}
+                "free": self.scheduler.kv_cache_manager.block_pool.get_num_free_blocks(),
+                "matched": list(_MATCHED)}
 
 
 # --- parent side: the race of #50297 on a running child ------------------------------------------------------

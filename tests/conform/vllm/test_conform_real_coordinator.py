@@ -1,17 +1,16 @@
-"""#48195 on the real releases: vLLM's KV cache coordinator over two groups, imported for real and driven in its
-child (kvsim.conform.vllm.real_coordinator). The hybrid-hit property: the local computed tokens handed to a KV
-connector are ones the full-attention group backs (no more than its own hit, its blocks covering them). It fails on
-0.26.0 (the scheduler's `max(per_group_hits)`) and holds on 0.27.0 and 0.33.0
-(`get_computed_blocks_for_connector`); on the same operations the model (`kvsim.models.kv_cache_manager`) gives the
-real per-group hits, reconciled hits, connector hits, block ids and free queue on all three, with a sliding window
-and with Mamba in the release's prefix-caching mode (`all` on 0.26.0 and 0.27.0, as the child builds it; `align`,
-the only mode, on 0.33.0: a state block per allocation after null padding): on three scenarios (`gap`: a hit's
-state behind a padded block, freed at the next step) and on 12 derandomized programs of 12 calls each (admissions
-with hits, decodes, refusals, frees, lookups; every answer and the free queue after every call); and the A→B→A
-family (#50630) with `hit_state_identity` (kvsim.conform.vllm.aba): with EAGLE 0.26.0's connector hit reuses a Mamba
-state full attention does not back, 0.27.0 and 0.33.0 hold, 0.33.0 on derandomized programs, and fails with prefill
-chunks the scheduler would clip. Releases are prepared once in the user cache (a failed download fails here with its
-reason); one child per release for the module."""
+"""vLLM's KV cache coordinator over two groups on the real releases, imported for real and driven in its child
+(kvsim.conform.vllm.real_coordinator); #48195 itself is driven through the real scheduler
+(test_conform_real_scheduler.py). On the same operations the model (`kvsim.models.kv_cache_manager`) gives the
+real per-group hits, reconciled hits, connector hits (0.27.0+'s `get_computed_blocks_for_connector`; none before
+it, where the choice is the scheduler's), block ids and free queue on all three, with a sliding window and with
+Mamba in the release's prefix-caching mode (`all` on 0.26.0 and 0.27.0, as the child builds it; `align`, the only
+mode, on 0.33.0: a state block per allocation after null padding): on three scenarios (`gap`: a hit's state behind
+a padded block, freed at the next step) and on 12 derandomized programs of 12 calls each (admissions with hits,
+decodes, refusals, frees, lookups; every answer and the free queue after every call); and the A→B→A family (#50630)
+with `hit_state_identity` (kvsim.conform.vllm.aba): with EAGLE 0.26.0's connector hit reuses a Mamba state full
+attention does not back, 0.27.0 and 0.33.0 hold, 0.33.0 on derandomized programs, and fails with prefill chunks the
+scheduler would clip. Releases are prepared once in the user cache (a failed download fails here with its reason);
+one child per release for the module."""
 
 from __future__ import annotations
 
@@ -22,8 +21,7 @@ import pytest
 from kvsim.conform.installed import prepare
 from kvsim.conform.installed_child import InstalledChild
 from kvsim.conform.vllm import aba
-from kvsim.conform.vllm.connector_hit import (BLOCK_SIZE, DRIVER, WINDOW, Model, admit, connector_hit_backed,
-                                              decode, fixed, run)
+from kvsim.conform.vllm.connector_hit import BLOCK_SIZE, COORDINATOR, WINDOW, Model, admit, decode, run
 
 # 0.26.0: before #48195 (the scheduler's max); 0.27.0: the first release with the fix; 0.33.0: the pinned release
 RELEASES = ("0.26.0", "0.27.0", "0.33.0")
@@ -32,30 +30,9 @@ RELEASES = ("0.26.0", "0.27.0", "0.33.0")
 @pytest.fixture(scope="module", params=RELEASES)
 def child(request):  # type: ignore[no-untyped-def]
     env = prepare("vllm", request.param)
-    with InstalledChild(env, DRIVER) as running:
+    with InstalledChild(env, COORDINATOR) as running:
         running.release = request.param
         yield running
-
-
-@pytest.mark.parametrize("scenario", ["shared-first-block", "fill"])
-def test_the_connector_hit_fails_before_48195_and_holds_after(child, scenario):  # type: ignore[no-untyped-def]
-    log = run(child, ["full", "mamba"], scenario)
-    hits = log[-1]
-    per_group = hits["per_group"]["hits"]
-    problem = connector_hit_backed(hits)
-    if scenario == "shared-first-block" and child.release == "0.33.0":
-        # mode align caches no state for A's 5-token prompt (its state block is not full): the groups do not part
-        # that way here, full attention hits deeper (hit_diverged: the connector sends the state), and it holds
-        assert per_group == [4, 0] and hits["connector"]["hit"] == 4 and problem is None, hits
-        return
-    assert per_group[1] > per_group[0], hits  # the groups part: Mamba's state deeper than full attention's tail
-    if fixed(child.release):
-        assert problem is None, hits
-        assert hits["connector"]["hit"] == hits["reconciled"]["hit"]  # the fallback: the hit both groups agree on
-        assert hits["connector"]["by"] == "get_computed_blocks_for_connector"
-    else:
-        assert problem is not None and hits["connector"]["hit"] == max(per_group), hits
-        assert hits["connector"]["by"] == "num_new_local_computed_tokens = max(per_group_hits)"
 
 
 @pytest.mark.parametrize("groups", [["full", "mamba"], ["full", "swa"]], ids="+".join)
@@ -63,9 +40,6 @@ def test_the_connector_hit_fails_before_48195_and_holds_after(child, scenario): 
 def test_the_model_gives_the_real_hits_blocks_and_free_queue(child, groups, scenario):  # type: ignore[no-untyped-def]
     real = run(child, groups, scenario)
     model = run(Model(8, groups, child.release), groups, scenario)
-    for answer in real:
-        if isinstance(answer, dict) and "connector" in answer:
-            answer["connector"].pop("by")
     assert model == real
 
 
@@ -111,7 +85,6 @@ def replay(side, groups: list[str], ops: list[tuple], num_blocks: int) -> list: 
         else:
             answer = call("hits", request=f"probe{n}", tokens=op[1])
             if real:
-                answer["connector"].pop("by")
                 side.call("free", request=f"probe{n}")  # a lookup only: the child forgets the probe request
         log.append((op, answer, side.call("observe")["free"] if real else side.free_queue()))
     return log
@@ -130,18 +103,17 @@ def test_the_model_agrees_with_the_real_coordinator_on_derandomized_programs(chi
 # -- the A→B→A family (#50630, #53912, #49502) on the same children: kvsim.conform.vllm.aba,
 # docs/findings/vllm-aba-hybrid-prefix-cache.md; the property's own tests in test_conform_aba.py
 
-def test_aba_with_eagle_fails_the_state_identity_on_0_26_0_s_connector_path_only(child):  # type: ignore[no-untyped-def]
-    # A, B (sharing A's first two blocks), A' with EAGLE: 0.26.0's reconciled hit holds (the gate in
-    # find_longest_cache_hit), its connector hit (the scheduler's max over find_longest_cache_hit_per_group, where
-    # Mamba ignores the EAGLE drop) hands 4 tokens over one full-attention block; 0.27.0 and 0.33.0 hold
-    assert aba.run(child, ["full", "mamba"], 16, aba.AA, use_eagle=True).problems == []
-    assert aba.run(child, ["full", "mamba"], 16, aba.ABA, use_eagle=False).problems == []
-    problems = aba.run(child, ["full", "mamba"], 16, aba.ABA, use_eagle=True).problems
-    if fixed(child.release):
-        assert problems == []
-    else:
-        assert problems == ["connector hit of 4 tokens: group 0 (full) block 1 (id None) must hold the state of the "
-                            "prefix [1, 1, 2, 2], holds nothing written"]
+def test_aba_with_eagle_parts_the_groups_own_hits_and_the_managers_hits_hold(child):  # type: ignore[no-untyped-def]
+    # A, B (sharing A's first two blocks), A' with EAGLE: on every release the groups' own hits of A'
+    # (find_longest_cache_hit_per_group, where Mamba ignores the EAGLE drop) part, Mamba's deeper than full
+    # attention's, while the reconciled hits, each group's own hits and (0.27.0+) the manager's connector hit hold
+    # their state. 0.26.0's scheduler hands the connector the max of the parted hits: the #48195 failure
+    # connector_hit_48195 shows through the real scheduler (test_conform_real_scheduler.py). Without B, or without
+    # EAGLE, the hits do not part.
+    assert aba.run(child, ["full", "mamba"], 16, aba.AA, use_eagle=True).parted == 0
+    assert aba.run(child, ["full", "mamba"], 16, aba.ABA, use_eagle=False).parted == 0
+    ledger = aba.run(child, ["full", "mamba"], 16, aba.ABA, use_eagle=True)
+    assert ledger.problems == [] and ledger.parted == 1, ledger
 
 
 def test_aba_programs_hold_on_0_33_0(child):  # type: ignore[no-untyped-def]

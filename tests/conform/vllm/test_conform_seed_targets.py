@@ -1,9 +1,10 @@
 """The seed bugs of the KV cache manager on the real releases, through the conform runner:
 `kvsim conform vllm --target pd_preemption_race` (vLLM #50297 on the real Scheduler) and `connector_hit_48195`
-(#48195 on the real hybrid coordinator). The release before each fix (0.26.0) agrees with the model's pre-fix
-variant and fails the bug report's property (the expected pre-fix verdict, not a kvsim error); 0.27.0, the fix,
-conforms and the property holds. The release table reads it as the seed bug reproduced across the fix. Releases are
-prepared once in the user cache; the child is shared per release (kvsim.conform.installed_child.shared)."""
+(#48195 on the real Scheduler over full attention + Mamba). The release before each fix (0.26.0) agrees with the
+model's pre-fix variant and fails the bug report's property (the expected pre-fix verdict, not a kvsim error);
+0.27.0, the fix, conforms and the property holds. The release table reads it as the seed bug reproduced across the
+fix. Releases are prepared once in the user cache; the child is shared per release
+(kvsim.conform.installed_child.shared)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from kvsim.conform.targets import RunOptions, run_target, select_targets
 
 @pytest.mark.parametrize("name, bug, message", [
     ("pd_preemption_race", "vllm-50297-pd-preemption-race", "request_finished got []"),
-    ("connector_hit_48195", "vllm-48195-connector-hit-max-over-groups", "full attention backs"),
+    ("connector_hit_48195", "vllm-48195-connector-hit-max-over-groups", "group 0 (full) needs block 0 cached"),
 ])
 def test_the_property_fails_before_the_fix_and_holds_after(name: str, bug: str, message: str) -> None:
     (target,) = select_targets("vllm", name)
