@@ -37,12 +37,25 @@ METADATA = {
 }
 
 
+def baseline_simd_env() -> dict[str, str]:
+    """numpy's runtime SIMD dispatch turned off in the kernel (`NPY_DISABLE_CPU_FEATURES`, every dispatched target
+    this numpy has): float32 `exp`, `log` and reductions then round alike on every CPU of the architecture, with or
+    without AVX-512, so a plot of float32 error (mla_backends_selection) reproduces on any machine. Its saved
+    outputs once came from a machine whose numpy dispatched AVX-512 and failed the comparison on one that has AVX2."""
+    try:
+        from numpy._core._multiarray_umath import __cpu_dispatch__
+    except ImportError:  # numpy < 2
+        from numpy.core._multiarray_umath import __cpu_dispatch__  # type: ignore[no-redef]
+    return {"NPY_DISABLE_CPU_FEATURES": " ".join(__cpu_dispatch__)}
+
+
 class InterpreterKernelSpecs(KernelSpecManager):
-    """`python3` is always this interpreter's ipykernel, even where a user-installed `python3` spec exists."""
+    """`python3` is always this interpreter's ipykernel, even where a user-installed `python3` spec exists; its
+    numpy runs without SIMD dispatch (`baseline_simd_env`)."""
 
     def get_kernel_spec(self, kernel_name: str) -> KernelSpec:
         if kernel_name == NATIVE_KERNEL_NAME:
-            return KernelSpec(resource_dir=RESOURCES, **get_kernel_dict())
+            return KernelSpec(resource_dir=RESOURCES, **{**get_kernel_dict(), "env": baseline_simd_env()})
         return super().get_kernel_spec(kernel_name)
 
 

@@ -39,6 +39,17 @@ def test_the_kernel_is_this_interpreter():
     assert [o.get("text", "").strip() for o in out] == [sys.executable]
 
 
+def test_the_kernels_numpy_rounds_alike_on_every_cpu():
+    """The kernel's numpy dispatches no SIMD target past its baseline: the float32 error plot of
+    mla_backends_selection once changed with the machine (AVX-512 or not)."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(
+        "from numpy._core._multiarray_umath import __cpu_dispatch__, __cpu_features__\n"
+        "print(len(__cpu_dispatch__), [f for f in __cpu_dispatch__ if __cpu_features__[f]])")]
+    (out,) = runner.execute(nb).cells[0].outputs
+    assert out["text"].split(" ", 1)[1].strip() == "[]", out["text"]
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_imports_only_the_public_layers(path):
     nb = nbformat.read(path, as_version=4)
