@@ -1,15 +1,24 @@
 """vLLM's real `Scheduler` (async scheduling, a producing KV connector) imported from releases across #50297 and
 driven in its child (kvsim.conform.vllm.real_scheduler): a producer request preempted while its final prefill step
 is in flight. The model's invariant `finished_into_producer_owns_blocks` (the same check, `owns_blocks`) fails on
-0.26.0, the release before the fix, and holds on 0.27.0 (the fix) and 0.33.0; the model's variants agree with
-each release. One child per release for the module (an import takes about 20 s)."""
+0.26.0, the release before the fix, and holds on 0.27.0 (the fix), 0.30.0, 0.31.0 and 0.33.0; the model's variants
+agree with each release.
+
+vLLM #55055 on the same scheduler with a multi-module MTP drafter and the release's NixlConnector
+(kvsim.conform.vllm.pd_mtp): the model's invariant `no_unverified_draft_kv_handed` (`draft_kv_handed`) fails on
+0.30.0, whose producer computes its whole prompt, and holds on 0.31.0 and 0.33.0, whose producer stops
+`num_prefill_lookahead_tokens - 1` short. One child per release, shared with the session's other real-scheduler
+runs (kvsim.conform.installed_child.shared: an import takes about 20 s)."""
 
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import pytest
 
 from kvsim.conform.installed import prepare
-from kvsim.conform.installed_child import InstalledChild
+from kvsim.conform.installed_child import shared
+from kvsim.conform.vllm.pd_mtp import handoff
 from kvsim.conform.vllm.real_scheduler import race
 from kvsim.engine.errors import ConfigError
 from kvsim.engine.system import run_actions
@@ -18,16 +27,27 @@ from kvsim.models.kv_cache_manager.scheduler import Decode, Output, Preempt, Sch
 
 DRIVER = "kvsim.conform.vllm.real_scheduler:SchedulerDriver"
 # release -> the model's variant of it: #50297 landed in 0.27.0
-RELEASES = {"0.26.0": "pre_50297", "0.27.0": "fixed", "0.33.0": "fixed"}
+RELEASES = {"0.26.0": "pre_50297", "0.27.0": "fixed", "0.30.0": "fixed", "0.31.0": "fixed", "0.33.0": "fixed"}
+# release -> whether its producer backs off the MTP drafter's lookahead: #55055 landed in 0.31.0
+MTP_RELEASES = {"0.30.0": False, "0.31.0": True, "0.33.0": True}
 # the model's shortest path to the race (kv-cache-manager-pd's default configuration: P is request 0, L is 1)
 MODEL_RACE = [Schedule(0), Schedule(1), Output(1), Preempt(0), Output(0)]
 
 
+def started(release: str):  # type: ignore[no-untyped-def]
+    running = shared(prepare("vllm", release), DRIVER, timeout=600.0)
+    running.release = release
+    return running
+
+
 @pytest.fixture(scope="module", params=sorted(RELEASES))
 def child(request):  # type: ignore[no-untyped-def]
-    with InstalledChild(prepare("vllm", request.param), DRIVER) as running:
-        running.release = request.param
-        yield running
+    return started(request.param)
+
+
+@pytest.fixture(scope="module", params=sorted(MTP_RELEASES))
+def mtp_child(request):  # type: ignore[no-untyped-def]
+    return started(request.param)
 
 
 def test_a_producer_preempted_in_its_final_step_hands_blocks_only_after_the_fix(child):  # type: ignore[no-untyped-def]
@@ -73,3 +93,37 @@ def test_a_request_the_driver_does_not_know_is_refused(child):  # type: ignore[n
     with pytest.raises(ConfigError, match="output"):
         child.call("build", num_blocks=3, block_size=2)
         child.call("output")
+
+
+def test_an_mtp_producer_hands_no_draft_kv_only_after_55055(mtp_child):  # type: ignore[no-untyped-def]
+    """A producer with a 2-module MTP drafter and a 2-token prompt: 0.30.0 (no num_prefill_lookahead_tokens) computes
+    and hands both positions, the last one's MTP KV a draft's; 0.31.0 on truncates the prompt by one and the
+    decode side recomputes it. The verdict is the model's check on the count the release's request_finished saw."""
+    result = handoff(mtp_child)
+    assert result["status"] == {"P": "FINISHED_LENGTH_CAPPED"} and result["free"] == 2  # delivered, nothing leaks
+    assert len(result["handed"]) == 1
+    if MTP_RELEASES[mtp_child.release]:
+        assert (result["lookahead"], result["scheduled"], result["computed"]) == (2, 1, 1)
+        assert result["problems"] == []
+    else:
+        assert (result["lookahead"], result["scheduled"], result["computed"]) == (None, 2, 2)
+        (problem,) = result["problems"]
+        assert problem == "request P hands the KV of 2 of its 2 prompt tokens: with lookahead 2 positions 1..1 " \
+                          "hold the MTP drafter's KV of unverified draft tokens"
+
+
+def test_the_backoff_follows_the_drafters_lookahead(mtp_child):  # type: ignore[no-untyped-def]
+    """Three MTP modules and a 4-token prompt: the fixed releases stop two tokens short (lookahead 3 - 1), 0.30.0
+    none; the model's variant of each release computes as many. (Blocks of 4 tokens: with prefix caching every
+    release refuses a multi-module MTP drafter whose lookahead is more than a block.)"""
+    from kvsim.conform.vllm.pd_mtp import MTP_RELEASES as VARIANTS, model
+    from kvsim.engine.conformance.declare import variant_for
+
+    case = {"num_blocks": 3, "block_size": 4, "prompt_len": 4, "mtp_lookahead": 3}
+    result = handoff(mtp_child, **case)
+    fixed = MTP_RELEASES[mtp_child.release]
+    assert (result["lookahead"], result["computed"]) == ((3, 2) if fixed else (None, 4))
+    assert result["problems"] == [] if fixed else len(result["problems"]) == 1
+    assert variant_for(VARIANTS, mtp_child.release) == ("fixed" if fixed else "pre_55055")
+    ctx = SimpleNamespace(source=SimpleNamespace(version=mtp_child.release))  # what the adapter's model reads
+    assert model(ctx, case) == {"computed_tokens": result["computed"], "no_draft_kv": not result["problems"]}
