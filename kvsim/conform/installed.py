@@ -11,8 +11,10 @@ pin from pulling a CUDA torch or nvidia packages. Nothing is written into the re
 for each release (`"default"` for the releases without their own). The vLLM table was found by importing
 `vllm.v1.core.kv_cache_manager` from the 0.33.0 tree and adding each distribution a `ModuleNotFoundError`
 named, then keeping those whose modules the import loaded; 0.26.0 imports with the same table (its metadata
-pins apache-tvm-ffi 0.1.10, and 0.1.11 loads for the import). No module is stubbed: the import chain runs as
-released (vLLM only warns that its package metadata is missing, as it does from any unpacked tree).
+pins apache-tvm-ffi 0.1.10, and 0.1.11 loads for the import). einops was added the same way for the scheduler's
+P/D path (NIXL's connector from 0.26.0, and 0.30.0's scheduler module itself); the manager never loads it, and it
+is in the default table since every release from 0.26.0 needs it there. No module is stubbed: the import chain
+runs as released (vLLM only warns that its package metadata is missing, as it does from any unpacked tree).
 
 `prepare(engine, version)` installs the folder once (a marker file names the pins it holds; processes that
 prepare the same release at once take turns on a lock file, and pip installs into a private folder renamed
@@ -38,8 +40,9 @@ INSTALL_TIMEOUT_S = 1800
 MARKER = ".kvsim-prepared"
 
 # vllm.v1.core.kv_cache_manager's import chain (vllm.distributed.kv_events, kv_cache_utils, vllm.config,
-# vllm.v1.request and its structured-output and entrypoint imports), distribution==version. Numpy, pyzmq,
-# psutil, pyyaml, requests, filelock and pillow come from kvsim's own environment, torch from the interpreter.
+# vllm.v1.request and its structured-output and entrypoint imports) and the scheduler's, distribution==version.
+# Numpy, pyzmq, psutil, pyyaml, requests, filelock and pillow come from kvsim's own environment, torch from the
+# interpreter.
 _VLLM = (
     "aiohappyeyeballs==2.7.1", "aiohttp==3.14.5", "aiosignal==1.4.0", "annotated-doc==0.0.7",
     "annotated-types==0.8.0", "anyio==4.16.0", "apache-tvm-ffi==0.1.11", "cachetools==8.0.2", "cbor2==6.3.0",
@@ -50,6 +53,9 @@ _VLLM = (
     "regex==2026.11.19", "safetensors==0.8.0", "sniffio==1.3.1", "starlette==1.10.0", "tokenizers==0.23.3",
     "tqdm==4.70.1", "transformers==5.20.2", "truststore==0.10.5", "typing-inspection==0.4.5", "uvloop==0.23.0",
     "xgrammar==0.2.8", "yarl==1.25.1",
+    # not the manager's: NIXL's connector (its worker module loads the attention layers, whose ViT wrappers import
+    # einops; 0.26.0 on) and 0.30.0's scheduler itself (fused_moe -> model utilities -> the model loader -> the same)
+    "einops==0.8.2",
 )
 
 DEPENDENCIES: Mapping[str, Mapping[str, tuple[str, ...]]] = {

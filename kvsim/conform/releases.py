@@ -61,6 +61,11 @@ SEED_BUGS = (
     SeedBug("vllm-50297-pd-preemption-race", "vllm", "pd_preemption_race", "finished_into_producer_owns_blocks",
             "#50297", "0.26.0", "0.27.0",
             "upstream's own AsyncScheduler with a producing connector, the race of real_scheduler.race"),
+    SeedBug("vllm-55055-pd-mtp-draft-kv", "vllm", "pd_mtp_draft_kv", "no_unverified_draft_kv_handed",
+            "#55055", "0.30.0", "0.31.0",
+            "upstream's own AsyncScheduler with a 2-module MTP drafter (SpeculativeConfig method mtp) and its "
+            "NixlConnector: 0.30.0 truncates a producer's prompt for Mamba only, 0.31.0+ by "
+            "num_prefill_lookahead_tokens - 1"),
     SeedBug("vllm-49294-mla-empty-span", "vllm", "mla-context-accumulation",
             "context_partial_matches_context_attention",
             "#49294 (fixes #49334)", "0.25.1", "0.26.0",

@@ -250,6 +250,15 @@ CONFORM = (
             "while its final step is in flight; finished_into_producer_owns_blocks on request_finished's blocks, "
             "and the model's variant of the release against it"),
     ConformTarget(
+        "vllm", "pd_mtp_draft_kv",
+        upstream=(Upstream(CORE + "sched/scheduler.py", (), checked=()),
+                  Upstream("vllm/distributed/kv_transfer/kv_connector/v1/nixl/base_scheduler.py", (), checked=())),
+        adapter="kvsim.conform.vllm.pd_mtp:PD_MTP",
+        doc="vLLM #55055 on the real Scheduler with a multi-module MTP drafter (the release's SpeculativeConfig, "
+            "method mtp) and the release's NixlConnector: a producer hands no prompt position whose MTP-layer KV "
+            "embeds unverified drafts (no_unverified_draft_kv_handed), and the model's variant of the release "
+            "against it"),
+    ConformTarget(
         "vllm", "connector_hit_48195",
         upstream=(Upstream(CORE + "kv_cache_manager.py", (), checked=()),
                   Upstream(CORE + "kv_cache_coordinator.py", (), checked=()),

@@ -255,15 +255,11 @@ class ProducerSchedulerSystem:
         return None
 
     def _no_draft_kv(self, s: SchedState) -> str | None:
-        """MTP module i at prompt position p reads token p + i: past the prompt's end (and its one sampled token)
-        that is a draft, so with lookahead k the last k - 1 prompt positions' MTP KV is unverified. The decode
-        side never rebuilds it (its first decode rejects nothing), so a producer hands at most N - (k - 1)."""
-        limit = self.cfg.prompt_len - max(0, self.cfg.mtp_lookahead - 1)
         for r, req in enumerate(s.requests):
-            if req.status == SENDING and req.num_computed_tokens > limit:
-                k, n = self.cfg.mtp_lookahead, self.cfg.prompt_len
-                return f"request {r} hands the KV of {req.num_computed_tokens} of its {n} prompt tokens: with " \
-                       f"lookahead {k} positions {limit}..{n - 1} hold the MTP drafter's KV of unverified draft tokens"
+            problem = None if req.status != SENDING else \
+                draft_kv_handed(req.num_computed_tokens, self.cfg.prompt_len, self.cfg.mtp_lookahead)
+            if problem is not None:
+                return f"request {r} {problem}"
         return None
 
 
@@ -275,6 +271,19 @@ def owns_blocks(handed: Sequence[int] | None, held: Sequence[int], prompt_len: i
     if handed is None or len(handed) < want or tuple(held) != tuple(handed):
         return f"finished into the producing connector: request_finished got {list(handed or ())}, expected the " \
                f"{want} block(s) of its {prompt_len} prompt tokens, still held (it holds {list(held)})"
+    return None
+
+
+def draft_kv_handed(num_computed_tokens: int, prompt_len: int, lookahead: int) -> str | None:
+    """A producer finished into the connector with the KV of `num_computed_tokens` of its `prompt_len` prompt tokens
+    (the prompt as the user sent it). MTP module i at prompt position p reads token p + i: past the prompt's end (and
+    its one sampled token) that is a draft, so with lookahead k the last k - 1 prompt positions' MTP KV is unverified.
+    The decode side never rebuilds it (its first decode rejects nothing), so a producer hands at most N - (k - 1).
+    The real scheduler's hand-off is checked with it too (`kvsim.conform.vllm.real_scheduler`)."""
+    limit = prompt_len - max(0, lookahead - 1)
+    if num_computed_tokens > limit:
+        return f"hands the KV of {num_computed_tokens} of its {prompt_len} prompt tokens: with lookahead {lookahead} " \
+               f"positions {limit}..{prompt_len - 1} hold the MTP drafter's KV of unverified draft tokens"
     return None
 
 

@@ -11,7 +11,7 @@ verdict, read by `kvsim.conform.releases`) and holds on 0.27.0 and later.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from kvsim.engine.conformance.adapters import Check, Context, Sweep
 from kvsim.engine.conformance.declare import variant_for
@@ -48,17 +48,20 @@ def upstream(ctx: Context, case: dict[str, Any]) -> dict[str, Any]:
     return {"handed_blocks": len(blocks), "owns_blocks": not got["problems"]}
 
 
-def check_owns_blocks(ctx: Context, case: dict[str, Any], answer: dict[str, Any]) -> None:
-    problems = ctx.state["race"]["problems"]
-    if problems:
-        raise PropertyViolation("; ".join(problems))
+def problems_sweep(case: dict[str, Any], model: Callable, upstream: Callable, prop: str, key: str,
+                   note: Callable[[Context], str]) -> Sweep:
+    """A real-scheduler target of one `case`: the model against `upstream`, which keeps the release's run under
+    `ctx.state[key]`, and the property `prop` failing with that run's model-check `problems` (`pd_mtp` too)."""
+    def check(ctx: Context, case: dict[str, Any], answer: dict[str, Any]) -> None:
+        problems = ctx.state[key]["problems"]
+        if problems:
+            raise PropertyViolation("; ".join(problems))
+
+    return Sweep(installed=DRIVER, domain=lambda ctx: [case], model=model, upstream=upstream,
+                 checks=(Check(prop, check),), note=note)
 
 
-PD_RACE = Sweep(
-    installed=DRIVER,
-    domain=lambda ctx: [RACE],
-    model=model, upstream=upstream,
-    checks=(Check(PROPERTY, check_owns_blocks),),
-    note=lambda ctx: f"model variant {variant_for(PD_RELEASES, ctx.source.version)}; the race of "
-                     "real_scheduler.race (a producer preempted while its final step is in flight)",
-)
+PD_RACE = problems_sweep(
+    RACE, model, upstream, PROPERTY, "race",
+    lambda ctx: f"model variant {variant_for(PD_RELEASES, ctx.source.version)}; the race of real_scheduler.race (a "
+                "producer preempted while its final step is in flight)")

@@ -24,13 +24,22 @@ differences, to stay offline and inside the release's import chain:
 * the hybrid model: the toy model stays one; the groups are the `KVCacheConfig`'s (`real_manager.kv_cache_config`,
   the one the manager and coordinator drivers build), and `CacheConfig.mamba_cache_mode` is set as the engine sets
   it for a hybrid model with prefix caching (the release's mode: `all` through 0.31.0, `align` in 0.33.0).
+* with a multi-module MTP drafter (`build(mtp_lookahead=k)`, vLLM #55055): the model folder is a DeepSeek-V3
+  `config.json` (`num_nextn_predict_layers` k, its architecture the toy) and the config carries the release's own
+  `SpeculativeConfig(method="mtp", num_speculative_tokens=k)`, whose drafter (`hf_config_override`: model type
+  deepseek_mtp, architecture `DeepSeekMTPModel`) is the toy registered under that name, so the registry never
+  inspects the real drafter's module. The connector is then `KvsimNixlConnector`, the release's own
+  `NixlConnector` (its scheduler side: `on_new_request`'s prefill truncation, `request_finished`), recording what
+  `request_finished` got; NIXL's worker side is never built.
 
 Ops, each answer JSON:
 
-* `build(num_blocks, block_size, max_model_len=64, max_num_batched_tokens=64, groups=["full"], sliding_window=4)`:
-  a new `AsyncScheduler` over the named groups (`full`, `swa`, `mamba`; `KVCacheConfig` with
-  `kv_cache_tensors=[]`); the previous one is forgotten. Answers `observe` plus the coordinator's class name and
-  the Mamba caching mode (null without a Mamba group).
+* `build(num_blocks, block_size, max_model_len=64, max_num_batched_tokens=64, groups=["full"], sliding_window=4,
+  mtp_lookahead=0)`: a new `AsyncScheduler` over the named groups (`full`, `swa`, `mamba`; `KVCacheConfig` with
+  `kv_cache_tensors=[]`), with the MTP drafter and NIXL's connector when `mtp_lookahead` > 0 (one full-attention
+  group); the previous one is forgotten. Answers `observe` plus the coordinator's class name, the Mamba caching
+  mode (null without a Mamba group) and `"lookahead"`: the release's `VllmConfig.num_prefill_lookahead_tokens`
+  (None where it has none).
 * `add(request, tokens, max_tokens, producer=False)`: `add_request` (a producer request is `do_remote_decode`).
 * `schedule()`: `schedule()`; the step's output is in flight until `output`. Answers
   `{"scheduled": {request: tokens}, "preempted": [requests]}`.
@@ -40,7 +49,8 @@ Ops, each answer JSON:
 * `observe()`: `{"handed": [[request, [block ids]], ...] (every request_finished, in call order), "held":
   {request: [block ids]}, "status": {request: status name}, "free": free blocks, "matched": [...]}`;
   `held_at_hand` in `handed`'s place of each call: the blocks the manager held for the request right after the
-  step that handed them; `matched`: every `get_num_new_matched_tokens`, in call order, as `{"request",
+  step that handed them; `computed` in its place: the request's `num_computed_tokens` when `request_finished` got
+  it; `matched`: every `get_num_new_matched_tokens`, in call order, as `{"request",
   "local_tokens", "groups": [{"keys": [the request's block hashes keyed for the group], "cached": [the hash of the
   block the pool caches under each, or null]}]}` (hashes as hex).
 """
@@ -58,7 +68,9 @@ from kvsim.engine.errors import ConfigError
 
 CONNECTOR = "KvsimProducerConnector"
 HYBRID_CONNECTOR = "KvsimHybridConnector"
+NIXL_CONNECTOR = "KvsimNixlConnector"
 ARCHITECTURE = "KvsimToyForCausalLM"
+MTP_ARCHITECTURE = "DeepSeekMTPModel"  # the drafter hf_config_override names for a deepseek_v3 target
 OUTPUT_TOKEN = 9
 EOS_TOKEN = 2
 # the folder ModelConfig reads: an OPT config small enough for nothing; the architecture is the registered toy
@@ -66,7 +78,21 @@ _TOY_CONFIG = {"architectures": [ARCHITECTURE], "model_type": "opt", "hidden_siz
                "num_hidden_layers": 2, "ffn_dim": 128, "vocab_size": 64, "max_position_embeddings": 256,
                "word_embed_proj_dim": 64, "do_layer_norm_before": True, "pad_token_id": 1, "bos_token_id": 2,
                "eos_token_id": EOS_TOKEN, "torch_dtype": "float16"}
-_RECORD: list[tuple[str, list[int], bool]] = []  # what request_finished got: (request, block ids, producer)
+# the target of the MTP build: a DeepSeek-V3 config (its drafter is DeepSeekMTPModel), sizes for nothing
+_MTP_TOY_CONFIG = {"architectures": [ARCHITECTURE], "model_type": "deepseek_v3", "hidden_size": 64,
+                   "num_attention_heads": 4, "num_key_value_heads": 4, "num_hidden_layers": 2, "intermediate_size": 128,
+                   "moe_intermediate_size": 32, "vocab_size": 64, "max_position_embeddings": 256, "kv_lora_rank": 16,
+                   "q_lora_rank": 16, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8, "v_head_dim": 8,
+                   "n_routed_experts": 4, "num_experts_per_tok": 2, "n_group": 1, "topk_group": 1,
+                   "first_k_dense_replace": 2, "bos_token_id": 0, "eos_token_id": EOS_TOKEN, "torch_dtype": "float16"}
+# what request_finished got: (request, block ids, producer, the request's num_computed_tokens then)
+_RECORD: list[tuple[str, list[int], bool, int]] = []
+
+
+def _record(request: Any, block_ids: list[int]) -> bool:
+    producer = bool((request.kv_transfer_params or {}).get("do_remote_decode"))
+    _RECORD.append((request.request_id, list(block_ids), producer, request.num_computed_tokens))
+    return producer
 # what get_num_new_matched_tokens got, in call order: the request, the local computed tokens the scheduler handed,
 # and per group the request's block hashes keyed for the group beside the hash of the block the pool caches
 # under that key then (None: none), as hex; read from the scheduler's own block pool at the call
@@ -118,9 +144,7 @@ def _make_connector() -> type:
             return None
 
         def request_finished(self, request: Any, block_ids: list[int]) -> tuple[bool, None]:
-            producer = bool((request.kv_transfer_params or {}).get("do_remote_decode"))
-            _RECORD.append((request.request_id, list(block_ids), producer))
-            return producer, None  # a producer's blocks wait for the decode side's read (finished_sending)
+            return _record(request, block_ids), None  # a producer's blocks wait for the decode side's read
 
     return KvsimProducerConnector
 
@@ -136,6 +160,23 @@ def _make_hybrid_connector(producer: type) -> type:
             return self.request_finished(request, block_ids[0])
 
     return KvsimHybridConnector
+
+
+def _make_nixl_connector() -> type:
+    """The release's `NixlConnector` (a hybrid-aware connector: the scheduler hands it every group's blocks),
+    recording what its `request_finished` got (group 0's blocks: one group here) before it acts as released."""
+    from vllm.distributed.kv_transfer.kv_connector.v1.nixl import NixlConnector
+
+    class KvsimNixlConnector(NixlConnector):  # type: ignore[misc, valid-type]
+        def request_finished(self, request: Any, block_ids: list[int]) -> Any:
+            _record(request, block_ids)
+            return super().request_finished(request, block_ids)
+
+        def request_finished_all_groups(self, request: Any, block_ids: tuple[list[int], ...]) -> Any:
+            _record(request, block_ids[0])
+            return super().request_finished_all_groups(request, block_ids)
+
+    return KvsimNixlConnector
 
 
 def _make_toy_model() -> type:
@@ -170,11 +211,13 @@ class SchedulerDriver:
         globals()[CONNECTOR] = _make_connector()  # the factory loads it by module path and class name
         globals()[HYBRID_CONNECTOR] = _make_hybrid_connector(globals()[CONNECTOR])
         ModelRegistry.register_model(ARCHITECTURE, _make_toy_model())
+        ModelRegistry.register_model(MTP_ARCHITECTURE, _make_toy_model())
         kv_cache_utils.init_none_hash(sha256)
         self._sha256 = sha256
         self._model_dir = tempfile.mkdtemp(prefix="kvsim-toy-model-")
         with open(os.path.join(self._model_dir, "config.json"), "w") as fh:
             json.dump(_TOY_CONFIG, fh)
+        self._mtp_dirs: dict[int, str] = {}
         self.scheduler: Any = None
         self.requests: dict[str, Any] = {}
         self.in_flight: collections.deque[Any] = collections.deque()
@@ -192,25 +235,44 @@ class SchedulerDriver:
             raise ConfigError(op, "the arguments the op takes", sorted(args), hint=str(exc)) from None
         return method(**args)
 
+    def _mtp_dir(self, lookahead: int) -> str:
+        """The DeepSeek-V3 toy's folder with `lookahead` MTP modules (`num_nextn_predict_layers`), made once."""
+        if lookahead not in self._mtp_dirs:
+            folder = self._mtp_dirs[lookahead] = tempfile.mkdtemp(prefix=f"kvsim-toy-mtp{lookahead}-")
+            with open(os.path.join(folder, "config.json"), "w") as fh:
+                json.dump(dict(_MTP_TOY_CONFIG, num_nextn_predict_layers=lookahead), fh)
+        return self._mtp_dirs[lookahead]
+
     def op_build(self, num_blocks: int, block_size: int, max_model_len: int = 64, max_num_batched_tokens: int = 64,
-                 groups: tuple[str, ...] = ("full",), sliding_window: int = 4) -> Any:
-        from vllm.config import CacheConfig, DeviceConfig, KVTransferConfig, ModelConfig, SchedulerConfig, VllmConfig
+                 groups: tuple[str, ...] = ("full",), sliding_window: int = 4, mtp_lookahead: int = 0) -> Any:
+        from vllm.config import (CacheConfig, DeviceConfig, KVTransferConfig, ModelConfig, ParallelConfig,
+                                 SchedulerConfig, SpeculativeConfig, VllmConfig)
         from vllm.v1.core.sched.async_scheduler import AsyncScheduler
         from vllm.v1.structured_output import StructuredOutputManager
 
         from .real_manager import kv_cache_config, mamba_cache_mode
 
         hybrid = len(groups) > 1
-        model = ModelConfig(model=self._model_dir, skip_tokenizer_init=True, dtype="float16", seed=0,
+        if not isinstance(mtp_lookahead, int) or mtp_lookahead < 0 or (mtp_lookahead and hybrid):
+            raise ConfigError("mtp_lookahead", "0 (no drafter) or the MTP modules' count, over one group",
+                              mtp_lookahead)
+        folder = self._mtp_dir(mtp_lookahead) if mtp_lookahead else self._model_dir
+        model = ModelConfig(model=folder, skip_tokenizer_init=True, dtype="float16", seed=0,
                             max_model_len=max_model_len)
+        spec, connector = None, HYBRID_CONNECTOR if hybrid else CONNECTOR
+        if mtp_lookahead:
+            if NIXL_CONNECTOR not in globals():  # NIXL's modules load on the first MTP build
+                globals()[NIXL_CONNECTOR] = _make_nixl_connector()
+            spec = SpeculativeConfig(method="mtp", num_speculative_tokens=mtp_lookahead, target_model_config=model,
+                                     target_parallel_config=ParallelConfig())
+            connector = NIXL_CONNECTOR
         sched = SchedulerConfig(max_num_seqs=8, max_num_batched_tokens=max_num_batched_tokens,
                                 max_model_len=max_model_len, enable_chunked_prefill=True, is_encoder_decoder=False,
                                 async_scheduling=True)
-        transfer = KVTransferConfig(kv_connector=HYBRID_CONNECTOR if hybrid else CONNECTOR,
-                                    kv_connector_module_path=__name__, kv_role="kv_producer")
+        transfer = KVTransferConfig(kv_connector=connector, kv_connector_module_path=__name__, kv_role="kv_producer")
         config = VllmConfig(scheduler_config=sched, model_config=model,
                             cache_config=CacheConfig(block_size=block_size, enable_prefix_caching=True),
-                            kv_transfer_config=transfer, device_config=DeviceConfig("cpu"))
+                            kv_transfer_config=transfer, device_config=DeviceConfig("cpu"), speculative_config=spec)
         config.cache_config.num_gpu_blocks = num_blocks
         if "mamba" in groups:  # what the engine sets for a hybrid model's prefix caching (the toy model is none)
             config.cache_config.mamba_cache_mode = mamba_cache_mode()
@@ -226,7 +288,8 @@ class SchedulerDriver:
         _MATCHED.clear()
         _POOL[:] = [self.scheduler.kv_cache_manager.block_pool, len(groups)]
         return {**self.op_observe(), "coordinator": type(self.scheduler.kv_cache_manager.coordinator).__name__,
-                "mamba_cache_mode": config.cache_config.mamba_cache_mode if "mamba" in groups else None}
+                "mamba_cache_mode": config.cache_config.mamba_cache_mode if "mamba" in groups else None,
+                "lookahead": getattr(config, "num_prefill_lookahead_tokens", None)}
 
     def op_add(self, request: str, tokens: list[int], max_tokens: int, producer: bool = False) -> Any:
         from vllm import SamplingParams
@@ -266,7 +329,7 @@ class SchedulerDriver:
                                    prompt_logprobs_dict={}, pooler_output=None, kv_connector_output=sending)
         before = len(_RECORD)
         self.scheduler.update_from_output(out, runner)
-        for request, _, _ in _RECORD[before:]:
+        for request, *_ in _RECORD[before:]:
             self.held_at_hand.append(self._held(request))
         return self.op_observe()
 
@@ -274,7 +337,8 @@ class SchedulerDriver:
         return list(self.scheduler.kv_cache_manager.get_block_ids(request)[0])
 
     def op_observe(self) -> Any:
-        return {"handed": [[r, blocks, producer] for r, blocks, producer in _RECORD],
+        return {"handed": [[r, blocks, producer] for r, blocks, producer, _ in _RECORD],
+                "computed": [computed for *_, computed in _RECORD],
                 "held_at_hand": list(self.held_at_hand),
                 "held": {r: self._held(r) for r in self.requests},
                 "status": {r: req.status.name for r, req in self.requests.items()},

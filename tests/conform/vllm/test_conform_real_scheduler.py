@@ -1,25 +1,33 @@
 """vLLM's real `Scheduler` (async scheduling, a producing KV connector) imported from releases across #50297 and
 driven in its child (kvsim.conform.vllm.real_scheduler): a producer request preempted while its final prefill step
 is in flight. The model's invariant `finished_into_producer_owns_blocks` (the same check, `owns_blocks`) fails on
-0.26.0, the release before the fix, and holds on 0.27.0 (the fix) and 0.33.0; the model's variants agree with
-each release.
+0.26.0, the release before the fix, and holds on 0.27.0 (the fix), 0.30.0, 0.31.0 and 0.33.0; the model's variants
+agree with each release.
 
 #48195 through the same scheduler, over full attention + Mamba (the program of
 kvsim.conform.vllm.connector_hit.through_scheduler): a KV connector records the local computed tokens `schedule`
 hands its `get_num_new_matched_tokens`, and what the scheduler's block pool caches for the request then. On 0.26.0
 (`max(per_group_hits)`) the scheduler hands 4 local tokens for which full attention caches no block: the model's
-`checks.connector_hit_backed` fails on the real record; on 0.27.0 and 0.33.0 (`get_computed_blocks_for_connector`)
-it holds, on cases where the groups' hits part. On the releases whose Mamba caching mode the model states (`all`:
-0.26.0, 0.27.0) the model's manager along the same requests hands the same tokens and caches the same blocks.
-One child per release for the module (an import takes about 20 s)."""
+`checks.connector_hit_backed` fails on the real record; from 0.27.0 (`get_computed_blocks_for_connector`) it holds,
+on cases where the groups' hits part. On the releases whose Mamba caching mode is `all` (through 0.31.0) the model's
+manager along the same requests hands the same tokens and caches the same blocks.
+
+vLLM #55055 on the same scheduler with a multi-module MTP drafter and the release's NixlConnector
+(kvsim.conform.vllm.pd_mtp): the model's invariant `no_unverified_draft_kv_handed` (`draft_kv_handed`) fails on
+0.30.0, whose producer computes its whole prompt, and holds on 0.31.0 and 0.33.0, whose producer stops
+`num_prefill_lookahead_tokens - 1` short. One child per release, shared with the session's other real-scheduler
+runs (kvsim.conform.installed_child.shared: an import takes about 20 s)."""
 
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import pytest
 
 from kvsim.conform.installed import prepare
-from kvsim.conform.installed_child import InstalledChild
+from kvsim.conform.installed_child import shared
 from kvsim.conform.vllm.connector_hit import DECODES, backed, on_model, parted, through_scheduler
+from kvsim.conform.vllm.pd_mtp import handoff
 from kvsim.conform.vllm.real_scheduler import race
 from kvsim.engine.errors import ConfigError
 from kvsim.engine.system import run_actions
@@ -28,18 +36,29 @@ from kvsim.models.kv_cache_manager.scheduler import Decode, Output, Preempt, Sch
 
 DRIVER = "kvsim.conform.vllm.real_scheduler:SchedulerDriver"
 # release -> the model's variant of it: #50297 landed in 0.27.0
-RELEASES = {"0.26.0": "pre_50297", "0.27.0": "fixed", "0.33.0": "fixed"}
+RELEASES = {"0.26.0": "pre_50297", "0.27.0": "fixed", "0.30.0": "fixed", "0.31.0": "fixed", "0.33.0": "fixed"}
+# release -> whether its producer backs off the MTP drafter's lookahead: #55055 landed in 0.31.0
+MTP_RELEASES = {"0.30.0": False, "0.31.0": True, "0.33.0": True}
 # the model's shortest path to the race (kv-cache-manager-pd's default configuration: P is request 0, L is 1)
 MODEL_RACE = [Schedule(0), Schedule(1), Output(1), Preempt(0), Output(0)]
 # #48195: the local tokens the real scheduler hands request C, per case (B's decode steps before C)
-HANDED = {"0.26.0": [4, 0, 0], "0.27.0": [0, 0, 0], "0.33.0": [4, 0, 0]}
+HANDED = {"0.26.0": [4, 0, 0], "0.27.0": [0, 0, 0], "0.30.0": [0, 0, 0], "0.31.0": [0, 0, 0], "0.33.0": [4, 0, 0]}
+
+
+def started(release: str):  # type: ignore[no-untyped-def]
+    running = shared(prepare("vllm", release), DRIVER, timeout=600.0)
+    running.release = release
+    return running
 
 
 @pytest.fixture(scope="module", params=sorted(RELEASES))
 def child(request):  # type: ignore[no-untyped-def]
-    with InstalledChild(prepare("vllm", request.param), DRIVER) as running:
-        running.release = request.param
-        yield running
+    return started(request.param)
+
+
+@pytest.fixture(scope="module", params=sorted(MTP_RELEASES))
+def mtp_child(request):  # type: ignore[no-untyped-def]
+    return started(request.param)
 
 
 def test_a_producer_preempted_in_its_final_step_hands_blocks_only_after_the_fix(child):  # type: ignore[no-untyped-def]
@@ -110,9 +129,45 @@ def test_before_48195_the_scheduler_hands_the_connector_tokens_full_attention_do
 def test_the_model_hands_the_real_schedulers_tokens_to_the_connector(child):  # type: ignore[no-untyped-def]
     release, got = child.release, [through_scheduler(child, k) for k in DECODES]
     if got[0]["mamba_cache_mode"] != "all":
-        pytest.skip(f"{release}'s Mamba prefix caching is mode {got[0]['mamba_cache_mode']}, which the model does "
-                    "not state")
+        # the model's manager runs align, but the program on it does not split prefills at Mamba blocks as 0.33.0's
+        # scheduler does (_mamba_block_aligned_split): A's first Mamba state is cached there and not on the model
+        pytest.skip(f"{release}'s scheduler splits prefills at Mamba blocks (mode {got[0]['mamba_cache_mode']}), "
+                    "which the model's program does not")
     for k, real in zip(DECODES, got):
         model = on_model(release, k)
         assert model["local_tokens"] == real["matched"]["local_tokens"], k
         assert cached(model) == cached(real["matched"]), k
+
+
+def test_an_mtp_producer_hands_no_draft_kv_only_after_55055(mtp_child):  # type: ignore[no-untyped-def]
+    """A producer with a 2-module MTP drafter and a 2-token prompt: 0.30.0 (no num_prefill_lookahead_tokens) computes
+    and hands both positions, the last one's MTP KV a draft's; 0.31.0 on truncates the prompt by one and the
+    decode side recomputes it. The verdict is the model's check on the count the release's request_finished saw."""
+    result = handoff(mtp_child)
+    assert result["status"] == {"P": "FINISHED_LENGTH_CAPPED"} and result["free"] == 2  # delivered, nothing leaks
+    assert len(result["handed"]) == 1
+    if MTP_RELEASES[mtp_child.release]:
+        assert (result["lookahead"], result["scheduled"], result["computed"]) == (2, 1, 1)
+        assert result["problems"] == []
+    else:
+        assert (result["lookahead"], result["scheduled"], result["computed"]) == (None, 2, 2)
+        (problem,) = result["problems"]
+        assert problem == "request P hands the KV of 2 of its 2 prompt tokens: with lookahead 2 positions 1..1 " \
+                          "hold the MTP drafter's KV of unverified draft tokens"
+
+
+def test_the_backoff_follows_the_drafters_lookahead(mtp_child):  # type: ignore[no-untyped-def]
+    """Three MTP modules and a 4-token prompt: the fixed releases stop two tokens short (lookahead 3 - 1), 0.30.0
+    none; the model's variant of each release computes as many. (Blocks of 4 tokens: with prefix caching every
+    release refuses a multi-module MTP drafter whose lookahead is more than a block.)"""
+    from kvsim.conform.vllm.pd_mtp import MTP_RELEASES as VARIANTS, model
+    from kvsim.engine.conformance.declare import variant_for
+
+    case = {"num_blocks": 3, "block_size": 4, "prompt_len": 4, "mtp_lookahead": 3}
+    result = handoff(mtp_child, **case)
+    fixed = MTP_RELEASES[mtp_child.release]
+    assert (result["lookahead"], result["computed"]) == ((3, 2) if fixed else (None, 4))
+    assert result["problems"] == [] if fixed else len(result["problems"]) == 1
+    assert variant_for(VARIANTS, mtp_child.release) == ("fixed" if fixed else "pre_55055")
+    ctx = SimpleNamespace(source=SimpleNamespace(version=mtp_child.release))  # what the adapter's model reads
+    assert model(ctx, case) == {"computed_tokens": result["computed"], "no_draft_kv": not result["problems"]}

@@ -1,9 +1,10 @@
 """The seed bugs of the KV cache manager on the real releases, through the conform runner:
-`kvsim conform vllm --target pd_preemption_race` (vLLM #50297 on the real Scheduler) and `connector_hit_48195`
-(#48195 on the real Scheduler over full attention + Mamba). The release before each fix (0.26.0) agrees with the
-model's pre-fix variant and fails the bug report's property (the expected pre-fix verdict, not a kvsim error);
-0.27.0, the fix, conforms and the property holds. The release table reads it as the seed bug reproduced across the
-fix. Releases are prepared once in the user cache; the child is shared per release
+`kvsim conform vllm --target pd_preemption_race` (vLLM #50297 on the real Scheduler), `connector_hit_48195`
+(#48195 on the real Scheduler over full attention + Mamba) and `pd_mtp_draft_kv` (#55055 on the real Scheduler with
+an MTP drafter and NIXL's connector). The release before each fix (0.26.0; 0.30.0 for #55055) agrees with the
+model's pre-fix variant and fails the bug report's property (the expected pre-fix verdict, not a kvsim error); the
+fix (0.27.0; 0.31.0 for #55055) conforms and the property holds. The release table reads it as the seed bug
+reproduced across the fix. Releases are prepared once in the user cache; the child is shared per release
 (kvsim.conform.installed_child.shared)."""
 
 from __future__ import annotations
@@ -15,18 +16,21 @@ from kvsim.conform.source import resolve_source
 from kvsim.conform.targets import RunOptions, run_target, select_targets
 
 
-@pytest.mark.parametrize("name, bug, message", [
-    ("pd_preemption_race", "vllm-50297-pd-preemption-race", "request_finished got []"),
-    ("connector_hit_48195", "vllm-48195-connector-hit-max-over-groups", "group 0 (full) needs block 0 cached"),
+@pytest.mark.parametrize("name, bug, message, versions", [
+    ("pd_preemption_race", "vllm-50297-pd-preemption-race", "request_finished got []", ("0.26.0", "0.27.0")),
+    ("connector_hit_48195", "vllm-48195-connector-hit-max-over-groups", "group 0 (full) needs block 0 cached",
+     ("0.26.0", "0.27.0")),
+    ("pd_mtp_draft_kv", "vllm-55055-pd-mtp-draft-kv", "hands the KV of 2 of its 2 prompt tokens", ("0.30.0", "0.31.0")),
 ])
-def test_the_property_fails_before_the_fix_and_holds_after(name: str, bug: str, message: str) -> None:
+def test_the_property_fails_before_the_fix_and_holds_after(name: str, bug: str, message: str,
+                                                           versions: tuple[str, str]) -> None:
     (target,) = select_targets("vllm", name)
-    results = {v: run_target(target, resolve_source("vllm", version=v), RunOptions()) for v in ("0.26.0", "0.27.0")}
-    before, after = results["0.26.0"], results["0.27.0"]
+    results = {v: run_target(target, resolve_source("vllm", version=v), RunOptions()) for v in versions}
+    before, after = (results[v] for v in versions)
     assert before.divergences == [] and after.divergences == []  # the model's variant answers as the release does
     (prop,) = before.properties
     assert prop["status"] == "fails" and message in prop["message"], before.to_json()
     assert before.status == "diverges"  # a property failing on the real code, not an error
     assert after.status == "conforms" and [p["status"] for p in after.properties] == ["holds"], after.to_json()
-    (row,) = [r for r in bug_rows("vllm", ["0.26.0", "0.27.0"], {target.name: results}) if r["bug"] == bug]
+    (row,) = [r for r in bug_rows("vllm", list(versions), {target.name: results}) if r["bug"] == bug]
     assert row["reproduced_across_fix"] is True

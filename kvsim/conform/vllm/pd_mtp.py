@@ -1,0 +1,81 @@
+"""vLLM #55055 on the real `Scheduler` through `kvsim conform vllm` (target `pd_mtp_draft_kv`): a producer request
+(`do_remote_decode`) on a prefill instance whose model has a multi-module MTP drafter of lookahead k, its prompt
+handed to the release's own `NixlConnector` (`real_scheduler.SchedulerDriver`, `build(mtp_lookahead=k)`), and the
+model's invariant `no_unverified_draft_kv_handed` (`draft_kv_handed`) run on the `num_computed_tokens` the request
+had when the connector's `request_finished` got it.
+
+Since 0.31.0 the connector's `on_new_request` truncates the producer's prompt by `_prefill_backoff()`
+(`max(Mamba's 1, num_prefill_lookahead_tokens - 1)`), so the decode side recomputes the positions whose MTP-layer KV
+embeds unverified drafts; 0.30.0 truncated for Mamba only (`_truncate_mamba_request_for_prefill`), so the producer
+computes and hands the whole prompt. The check fails on 0.30.0 (the expected pre-fix verdict, read by
+`kvsim.conform.releases`) and holds on 0.31.0 and later.
+
+The differential: the `kv-cache-manager-pd` model on the release's variant (`pre_55055` before 0.31.0, else `fixed`)
+in the same configuration (one producer, no local request), along its path to the hand-off (`schedule`, `output`),
+against the release: the prompt tokens the producer computed and the invariant's verdict.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvsim.engine.conformance.adapters import Context
+from kvsim.engine.conformance.declare import variant_for
+
+from .pd_race import problems_sweep
+
+PROPERTY = "no_unverified_draft_kv_handed"
+# the model variant each release follows for #55055's backoff (landed in 0.31.0)
+MTP_RELEASES: tuple[tuple[str | None, str], ...] = ((None, "pre_55055"), ("0.31.0", "fixed"))
+# the bug report's configuration (vllm-55055-pd-mtp-draft-kv: lookahead 2), one producer: the drafter's two modules
+# make the last prompt position's MTP KV a draft's
+HANDOFF = {"num_blocks": 3, "block_size": 2, "prompt_len": 2, "mtp_lookahead": 2}
+
+
+def handoff(child: Any, num_blocks: int = 3, block_size: int = 2, prompt_len: int = 2,
+            mtp_lookahead: int = 2) -> dict[str, Any]:
+    """One producer P (`prompt_len` tokens, one output) on the real scheduler with an MTP drafter of
+    `mtp_lookahead` modules (`child` runs `SchedulerDriver`): scheduled, its output returned (it finishes into the
+    connector), then delivered in the next step's output.
+
+    Answers `{"lookahead": the release's num_prefill_lookahead_tokens (None: it has none), "scheduled": the tokens
+    P's prefill step computed, "computed": P's num_computed_tokens when request_finished got it, "handed": the
+    blocks it got, "problems": [model check messages], "status", "free"}`; `problems` is empty exactly when the
+    model's `no_unverified_draft_kv_handed` (`draft_kv_handed`) holds at the hand-off."""
+    from kvsim.models.kv_cache_manager.scheduler import draft_kv_handed
+
+    built = child.call("build", num_blocks=num_blocks, block_size=block_size, mtp_lookahead=mtp_lookahead)
+    child.call("add", request="P", tokens=[1] * prompt_len, max_tokens=1, producer=True)
+    scheduled = child.call("schedule")["scheduled"].get("P", 0)
+    state = child.call("output")
+    ((request, blocks, _),), (computed,) = state["handed"], state["computed"]
+    child.call("schedule")
+    state = child.call("output", deliver=[request])  # the decode side read the blocks: they are freed
+    problem = draft_kv_handed(computed, prompt_len, mtp_lookahead)
+    return {"lookahead": built["lookahead"], "scheduled": scheduled, "computed": computed, "handed": blocks,
+            "problems": [] if problem is None else [f"request {request} {problem}"], "status": state["status"],
+            "free": state["free"]}
+
+
+def model(ctx: Context, case: dict[str, Any]) -> dict[str, Any]:
+    from kvsim.engine.system import run_actions
+    from kvsim.models.kv_cache_manager import PD_DESCRIPTOR
+    from kvsim.models.kv_cache_manager.scheduler import Output, Schedule
+
+    system = PD_DESCRIPTOR.build_system(variant_for(MTP_RELEASES, ctx.source.version),
+                                        dict(case, producers=1, local=0))
+    last = run_actions(system, [Schedule(0), Output(0)])[-1]
+    (invariant,) = [i for i in system.invariants if i.name == PROPERTY]
+    return {"computed_tokens": last.requests[0].num_computed_tokens, "no_draft_kv": invariant.check(last) is None}
+
+
+def upstream(ctx: Context, case: dict[str, Any]) -> dict[str, Any]:
+    got = handoff(ctx.child, **case)
+    ctx.state["handoff"] = got
+    return {"computed_tokens": got["computed"], "no_draft_kv": not got["problems"]}
+
+
+PD_MTP = problems_sweep(
+    HANDOFF, model, upstream, PROPERTY, "handoff",
+    lambda ctx: f"model variant {variant_for(MTP_RELEASES, ctx.source.version)}; a producer with a "
+                f"{HANDOFF['mtp_lookahead']}-module MTP drafter handed to the release's NixlConnector")
