@@ -159,3 +159,11 @@ class Pair:
 
     def done(self, state: tuple) -> bool:
         return state == (self.limit, self.limit)
+
+
+def recorded_actions(result, actions) -> list:
+    """The actions a simulation's trace recorded (a step's `data["action"]`), decoded with the model's action table
+    `actions`: what a model's simulation test replays through `run_actions`."""
+    from kvsim.engine.actions import decode
+    return [decode(step["data"]["action"], actions) for step in result.recorder.steps
+            if isinstance(step["data"], dict) and "action" in step["data"]]

@@ -29,13 +29,16 @@ connector (#48195).
   model of this package, `kv-cache-manager-pd`. A package with two systems declares a descriptor for each and
   lists them in `DESCRIPTORS` (the catalog registers every one); `DESCRIPTOR` stays its first.
 * `sim`: the timed request workload (`kvsim simulate kv-cache-manager`), a timing policy over `CacheManagerSystem`.
+* `scheduler_sim`: the timed P/D workload (`kvsim simulate kv-cache-manager-pd`: producer and local arrivals,
+  preemption under pressure, the decode side's read after a drawn delay), a timing policy over
+  `ProducerSchedulerSystem`. `workload`: what the two share (the driver, the queues, arrivals, the step clock).
 * `conform`: the real released `KVCacheManager` in lockstep with the model (`kvsim conform vllm --target
   kv_cache_manager_lockstep`).
 """
 
 from kvsim.engine.descriptor import ModelDescriptor
 
-from . import sim
+from . import scheduler_sim, sim
 from .conform import CONFORM
 from .scheduler import ProducerSchedulerConfig, ProducerSchedulerSystem
 from .system import CacheManagerConfig, CacheManagerSystem
@@ -67,6 +70,8 @@ PD_DESCRIPTOR = ModelDescriptor(
     variants=PD_VARIANTS,
     config=ProducerSchedulerConfig,
     system=ProducerSchedulerSystem,
+    sim_config=scheduler_sim.SimConfig,
+    simulate=scheduler_sim.simulate,
 )
 DESCRIPTORS = (DESCRIPTOR, PD_DESCRIPTOR)
 

@@ -48,7 +48,7 @@ once every request is done. Liveness: every request is done (delivered or freed)
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple, Sequence
+from typing import ClassVar, NamedTuple, Sequence
 
 from kvsim.engine.actions import Rules, tagged, type_table
 from kvsim.engine.errors import ConfigError
@@ -87,6 +87,7 @@ POOL_CHECKS = ("ref_count_is_holders", "free_queue_iff_unreferenced", "pool_acco
 class ProducerSchedulerConfig:
     """`kvsim explore kv-cache-manager-pd --param`: the pool, the requests of each kind, the prompt."""
 
+    max_requests: ClassVar[int] = 3  # the explorer's bound; the timed workload (`scheduler_sim`) lifts it
     num_blocks: int = param(3, "blocks in the pool, the null block (block 0) included", minimum=2, maximum=6)
     block_size: int = param(2, "tokens per block", minimum=1, maximum=4)
     prompt_len: int = param(2, "tokens in each prompt", minimum=1, maximum=4)
@@ -98,8 +99,8 @@ class ProducerSchedulerConfig:
                                   "drafter; #55055)", minimum=0, maximum=3)
 
     def __post_init__(self) -> None:
-        if not 1 <= self.producers + self.local <= 3:
-            raise ConfigError("param producers", "one to three requests in all (producers + local)",
+        if not 1 <= self.producers + self.local <= self.max_requests:
+            raise ConfigError("param producers", f"one to {self.max_requests} requests in all (producers + local)",
                               self.producers + self.local)
 
     @property

@@ -21,9 +21,8 @@ has no successor: it ends the run, recorded as the crash. The summary: finished,
 hit rate (hit tokens over the prompt tokens of every schedule), evictions, the free blocks over time, and the
 invariants on the final state.
 
-No messaging: the model takes no faults. The P/D handoff (`ProducerSchedulerSystem`, `kv-cache-manager-pd`) is not
-simulated here: its system is bounded to three requests by construction (async steps, delivery), a separate
-workload.
+No messaging: the model takes no faults. The P/D hand-off (`ProducerSchedulerSystem`, `kv-cache-manager-pd`) is
+its own workload over its own system (`scheduler_sim`).
 """
 
 from __future__ import annotations
@@ -42,6 +41,7 @@ from .actions import Allocated, Decode, Deferred, Events, Finish, Freed, Preempt
 from .kv_events import BlockRemoved
 from .system import GROUP_CHOICES, RUNNING, CacheManagerConfig, CacheManagerSystem
 from .variants import CacheManagerVariant
+from .workload import WorkloadRun
 
 MAX_REQUESTS = 20_000
 
@@ -89,28 +89,18 @@ def simulate(sim: Simulator, recorder: TraceRecorder, variant: CacheManagerVaria
                             prompt_len=params.prompt_len, shared=params.shared, max_tokens=params.max_tokens,
                             resets=0, groups=params.groups, sliding_window=params.sliding_window)
     run = _Run(sim, recorder, CacheManagerSystem(variant, config), params.stop_prob)
-    sim.poisson_arrivals(params.requests, params.arrival_rate, run.arrive)
-    sim.schedule(0.0, run.tick, params.step_time)
-    sim.run()
-    return run.summary(), run.driver
+    return run.run(params.requests, params.arrival_rate, params.step_time)
 
 
-class _Run:
+class _Run(WorkloadRun):
     def __init__(self, sim: Simulator, recorder: TraceRecorder, system: CacheManagerSystem, stop_prob: float) \
             -> None:
-        self.sim, self.recorder, self.system, self.stop_prob = sim, recorder, system, stop_prob
-        self.driver = Driver(system)
-        self.waiting: list[int] = []  # arrived, not running: FCFS, preempted requests at the front
-        self.running: list[int] = []  # in the order they were scheduled
+        super().__init__(sim, recorder, system)
+        self.stop_prob = stop_prob
         self.finished = 0
         self.counts = {"schedules": 0, "decodes": 0, "preemptions": 0, "early_stops": 0, "deferrals": 0}
         self.prompt_tokens = self.hit_tokens = self.evictions = 0
         self.free_samples: list[int] = []
-        self.crash: tuple[float, str, str] | None = None
-
-    def arrive(self, rid: int) -> None:
-        self.waiting.append(rid)
-        self.recorder.record(self.sim.now, "arrival", {"rid": rid})
 
     def apply(self, action: tuple) -> str:
         """Take `action`; returns what happened to its request: "allocated", "deferred", "finished" or "freed"."""

@@ -88,6 +88,12 @@ PINS = [
     ('kv-cache-manager', 'pre_48195', 0, {'groups': 'full,swa,mamba', 'num_blocks': 80}, None,
      '59d72a3efac920f6ecd6bef7745d0355aee14c634cd4ee856239d29d45990c8f', 170, 664,
      '609c39c20c9025a463f4bc70addd3292', 'd6cd39572645dc1801cab046322b4d3f', None),
+    ('kv-cache-manager-pd', 'fixed', 0, {'requests': 100}, None,
+     '2cc75fdd61ea82cf533986c27f8a63ab402517f25ce2224ae031b8d2735ffa05', 457, 1600,
+     '02f14095c16be3b53818f026cc7f1fca', 'c1cf777b9763398091cb63c4ce76e9ee', None),
+    ('kv-cache-manager-pd', 'pre_50297', 0, {}, None,  # the race: a producer finished with no blocks at 2.86 s
+     '8240c16aedb20d1e9ef4e7913aaa4780a15a87090253c6f33e779acb86b52b58', 273, 820,
+     '44a05d0a59e46e6ee03fbc781dc47a48', '4287df42700d36590bdf88739b5ce58b', None),
 ]
 
 

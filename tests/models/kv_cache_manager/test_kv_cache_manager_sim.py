@@ -3,7 +3,8 @@
 Its recorded actions replay through the transition system to the driver's state, with every invariant holding on
 every state of a run that preempts; the same seed gives the same digest under any PYTHONHASHSEED; the planted
 pre-#48195 connector hit is caught where the workload reaches it (three hybrid groups); bad parameters are one-line
-errors; the explorer's bound on requests stays three.
+errors; the explorer's bound on requests stays three. The same-digest and command-line tests run the package's
+second simulation (`kv-cache-manager-pd`, `test_kv_cache_manager_pd_sim`) too.
 """
 
 import os
@@ -11,12 +12,12 @@ import subprocess
 import sys
 
 import pytest
+from toys import recorded_actions
 
 from kvsim.app.simulate import simulate_model
-from kvsim.engine.actions import decode
 from kvsim.engine.errors import ConfigError
 from kvsim.engine.system import first_violation, run_actions
-from kvsim.models.kv_cache_manager import DESCRIPTOR
+from kvsim.models.kv_cache_manager import DESCRIPTOR, PD_DESCRIPTOR
 from kvsim.models.kv_cache_manager.actions import ACTIONS
 from kvsim.models.kv_cache_manager.system import CacheManagerConfig
 
@@ -25,8 +26,7 @@ PRESSED = {"requests": 40, "num_blocks": 24, "arrival_rate": 40.0}
 
 
 def _recorded(result):
-    return [decode(step["data"]["action"], ACTIONS) for step in result.recorder.steps
-            if isinstance(step["data"], dict) and "action" in step["data"]]
+    return recorded_actions(result, ACTIONS)
 
 
 def test_invariants_hold_along_a_run_that_preempts_on_fixed():
@@ -64,36 +64,49 @@ def test_the_pre_48195_connector_hit_is_caught_on_three_groups():
     assert simulate_model(DESCRIPTOR, "fixed", 0, params).summary["violations"] == []
 
 
-def test_same_seed_same_digest_under_any_hash_seed():
-    code = ("from kvsim.app.simulate import simulate_model; from kvsim.models.kv_cache_manager import DESCRIPTOR;"
-            "print(simulate_model(DESCRIPTOR, 'fixed', 3, ['requests=30', 'num_blocks=20']).digest)")
+@pytest.mark.parametrize("name,params", [("DESCRIPTOR", ["requests=30", "num_blocks=20"]),
+                                         ("PD_DESCRIPTOR", ["requests=30"])])
+def test_same_seed_same_digest_under_any_hash_seed(name, params):
+    """Both simulations of the package (`kv-cache-manager`, `kv-cache-manager-pd`)."""
+    spec = {"DESCRIPTOR": DESCRIPTOR, "PD_DESCRIPTOR": PD_DESCRIPTOR}[name]
+    code = (f"from kvsim.app.simulate import simulate_model; from kvsim.models.kv_cache_manager import {name};"
+            f"print(simulate_model({name}, 'fixed', 3, {params!r}).digest)")
     digests = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                               env={**os.environ, "PYTHONHASHSEED": h}).stdout for h in ("0", "1")}
     assert len(digests) == 1
-    assert simulate_model(DESCRIPTOR, "fixed", 3, ["requests=30", "num_blocks=20"]).digest == digests.pop().strip()
-    assert simulate_model(DESCRIPTOR, "fixed", 4, ["requests=30", "num_blocks=20"]).digest != \
-        simulate_model(DESCRIPTOR, "fixed", 3, ["requests=30", "num_blocks=20"]).digest
+    assert simulate_model(spec, "fixed", 3, params).digest == digests.pop().strip()
+    assert simulate_model(spec, "fixed", 4, params).digest != simulate_model(spec, "fixed", 3, params).digest
 
 
-@pytest.mark.parametrize("param,expected", [
-    ("num_blocks=5", "param num_blocks: expected at least 13 (one request's prompt and outputs in every group, "
-                     "and the null block), got 5"),
-    ("shared=40", "param shared: expected at most prompt_len (32), got 40"),
-    ("groups=swa", "param groups: expected one of full, full,swa, full,mamba, full,swa,mamba, got 'swa'"),
-    ("requests=0", "param requests: expected an integer (>= 1 and <= 20000), got 0"),
-])
-def test_bad_params_are_one_line_errors(param, expected):
+@pytest.mark.parametrize("spec,param,expected", [
+    (DESCRIPTOR, "num_blocks=5", "param num_blocks: expected at least 13 (one request's prompt and outputs in every "
+                                 "group, and the null block), got 5"),
+    (DESCRIPTOR, "shared=40", "param shared: expected at most prompt_len (32), got 40"),
+    (DESCRIPTOR, "groups=swa", "param groups: expected one of full, full,swa, full,mamba, full,swa,mamba, got 'swa'"),
+    (DESCRIPTOR, "requests=0", "param requests: expected an integer (>= 1 and <= 20000), got 0"),
+    (PD_DESCRIPTOR, "num_blocks=6", "param num_blocks: expected at least 7 (one request's prompt and outputs, and "
+                                    "the null block), got 6"),
+    (PD_DESCRIPTOR, "producer_share=1.5", "param producer_share: expected a number (>= 0.0 and <= 1.0), got 1.5"),
+    (PD_DESCRIPTOR, "delivery_latency=-1", "param delivery_latency: expected a number (>= 0.0 and <= 3600.0), got "
+                                           "-1.0"),
+], ids=lambda v: v.name if hasattr(v, "name") else None)
+def test_bad_params_are_one_line_errors(spec, param, expected):
     with pytest.raises(ConfigError) as err:
-        simulate_model(DESCRIPTOR, "fixed", 0, [param])
+        simulate_model(spec, "fixed", 0, [param])
     assert str(err.value) == expected  # `kvsim simulate` prints it as one line, `kvsim: error: --` before it
 
 
-def test_the_cli_prints_a_bad_param_on_one_line():
-    out = subprocess.run([sys.executable, "-m", "kvsim", "simulate", "kv-cache-manager", "--param", "num_blocks=5"],
+@pytest.mark.parametrize("model,param,message", [
+    ("kv-cache-manager", "num_blocks=5", "expected at least 13 (one request's prompt and outputs in every group, and "
+                                         "the null block), got 5"),
+    ("kv-cache-manager-pd", "num_blocks=6", "expected at least 7 (one request's prompt and outputs, and the null "
+                                            "block), got 6"),
+])
+def test_the_cli_prints_a_bad_param_on_one_line(model, param, message):
+    out = subprocess.run([sys.executable, "-m", "kvsim", "simulate", model, "--param", param],
                          capture_output=True, text=True)
     assert out.returncode == 2 and out.stdout == ""
-    assert out.stderr.splitlines() == ["kvsim: error: --param num_blocks: expected at least 13 (one request's prompt "
-                                       "and outputs in every group, and the null block), got 5"]
+    assert out.stderr.splitlines() == [f"kvsim: error: --param {param.split('=')[0]}: {message}"]
 
 
 def test_the_explorer_keeps_its_three_requests():
