@@ -1,7 +1,8 @@
 """kvsim conform vllm --target kv_cache_manager_lockstep: the real released KVCacheManager (imported in a child,
-`kvsim.conform.installed_child`) in lockstep with the kv-cache-manager model, on 0.33.0 and 0.26.0 (lookahead slots drawn); the planted
-regressions loaded into the running child (a mutant of the release's module) each end as a shrunk program. One
-child per release for the whole session (`installed_child.shared`); the runs are derandomized."""
+`kvsim.conform.installed_child`) in lockstep with the kv-cache-manager model, on 0.33.0 and 0.26.0 (lookahead
+slots drawn); the planted regressions loaded into the running child (a mutant of the release's module) each end
+as a shrunk program. One child per release for the whole session (`installed_child.shared`); the runs are
+derandomized."""
 
 from __future__ import annotations
 
