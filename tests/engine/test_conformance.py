@@ -4,6 +4,7 @@ can go wrong is a divergence with its shrunk input, bounded in time, and the mea
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import sys
@@ -369,6 +370,39 @@ def test_ticks_that_land_all_along_the_way_out_of_a_hung_call_do_not_escape_its_
     assert not raised_again, raised_again
     assert {"__exit__", "within", "close"} <= set(ticks), ticks  # the ticks did land along the way out
     assert signal.getsignal(signal.SIGALRM) is before and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+
+
+def test_a_call_that_spends_its_time_collecting_garbage_is_stopped():
+    """A signal that comes while the garbage collector runs is handled in a collector callback (Hypothesis installs
+    one), where a raise is only printed. A call that allocated as it looped, in a large process, spent nearly all
+    its time collecting: the deadline's raises were swallowed one after another and the call grew to 10 GB (a
+    mutant of SGLang's grid segments, run after the vLLM targets). Here every allocation collects and each
+    collection sleeps in its callback, so nearly every tick lands there: the call is still stopped, well before it
+    has collected 2,000 times (2 s of sleep), and the collector is as it was. (After the first raise, a tick that
+    lands in the call raises again: one fix had taken every frame of the call for the way out of it.)"""
+    collections: list[int] = []
+
+    def slow_callback(phase, info):  # type: ignore[no-untyped-def]
+        collections.append(1)
+        time.sleep(0.001)  # a signal that comes now is handled here, in the callback
+
+    def allocating():
+        junk = []
+        while len(collections) < 2000 and len(junk) < 10 ** 7:  # (10 ** 7: the collector is off, not a raise)
+            junk.append([])
+        return "ran to the end: every raise was swallowed"
+
+    threshold = gc.get_threshold()
+    gc.callbacks.append(slow_callback)
+    gc.set_threshold(1)
+    try:
+        with pytest.raises(deadline.CallTimeout):
+            with deadline.within(0.2, memory=None):
+                allocating()
+    finally:
+        gc.callbacks.remove(slow_callback)
+        gc.set_threshold(*threshold)
+    assert gc.isenabled() and len(collections) < 2000
 
 
 def test_a_call_growing_past_its_memory_bound_is_stopped():

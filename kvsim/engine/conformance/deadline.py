@@ -12,6 +12,7 @@ swallow it. Off the main thread (where Python allows no signal handler) the call
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import sys
@@ -21,6 +22,7 @@ from contextlib import _GeneratorContextManager, contextmanager
 from typing import Any, Iterator
 
 TICK = 0.25
+RETICK = 0.01  # seconds between the raises once the call is stopped (until one is not swallowed)
 DEFAULT_MEMORY = 4 * 2 ** 30  # bytes one call may add to the process
 
 
@@ -60,14 +62,27 @@ def within(seconds: float | None, memory: int | None = DEFAULT_MEMORY) -> Iterat
     previous = signal.getsignal(signal.SIGALRM)
     fired: list[str] = []
     closed: list[bool] = []  # the call is over: a tick that comes now does nothing
+    collecting: list[bool] = []  # the garbage collector was on, and is off until the call is over
     hook = sys.unraisablehook
     # the frame of the `with` statement (below this generator and contextlib's __enter__): while a tick lands
     # anywhere but under it, the call is over however it ended
     owner = sys._getframe(2)
 
     def arm(now: float) -> None:
-        due = [now + TICK] + [t for t in (ours, outer_at) if t is not None]
+        due = [now + (RETICK if fired else TICK)] + [t for t in (ours, outer_at) if t is not None]
         signal.setitimer(signal.ITIMER_REAL, max(min(due) - now, 1e-3))
+
+    def stop() -> None:
+        # A signal that comes while the collector runs (in C) is handled in the first Python code after it: a
+        # collector callback, where the raise is swallowed. A call that allocates as it loops, in a large process,
+        # spends most of its time collecting, so nearly every raise landed there (a mutant of SGLang's grid
+        # segments, after the vLLM targets, grew to 10 GB: no raise after the first got out). So the stopped call
+        # runs uncollected, and the raise comes again every RETICK until one gets out.
+        if gc.isenabled():
+            gc.disable()
+            collecting.append(True)
+        arm(time.monotonic())
+        raise CallTimeout(seconds or 0.0, fired[0])
 
     def expire(signum: int, frame: Any) -> None:
         if closed:
@@ -80,15 +95,14 @@ def within(seconds: float | None, memory: int | None = DEFAULT_MEMORY) -> Iterat
             previous(signum, frame)  # the command's own alarm (it raises, or re-arms itself)
         if fired and _leaving(frame, owner):  # the raise reached the `with` statement: its exit closes, unticked
             return
+        if not fired:
+            if ours is not None and now >= ours - 1e-3:
+                fired.append(f"did not return within {seconds:g} s")
+            elif memory and resident() - base > memory:
+                fired.append(f"grew by more than {memory / 2 ** 30:g} GiB of memory in one call")
+        if fired:  # the first raise, or again: the one before was swallowed
+            stop()
         arm(now)
-        if fired:  # the first raise was swallowed: raise it again
-            raise CallTimeout(seconds or 0.0, fired[0])
-        if ours is not None and now >= ours - 1e-3:
-            fired.append(f"did not return within {seconds:g} s")
-        elif memory and resident() - base > memory:
-            fired.append(f"grew by more than {memory / 2 ** 30:g} GiB of memory in one call")
-        if fired:
-            raise CallTimeout(seconds or 0.0, fired[0])
 
     def quiet(unraisable: Any) -> None:  # a raise a callback swallowed is raised again at the next tick
         if not isinstance(unraisable.exc_value, CallTimeout):
@@ -104,6 +118,9 @@ def within(seconds: float | None, memory: int | None = DEFAULT_MEMORY) -> Iterat
                 signal.setitimer(signal.ITIMER_REAL, 0)
                 signal.signal(signal.SIGALRM, previous)
                 sys.unraisablehook = hook
+                if collecting:
+                    collecting.clear()
+                    gc.enable()
                 break
             except CallTimeout:
                 continue
@@ -125,11 +142,13 @@ def _leaving(frame: Any, owner: Any) -> bool:
     context manager's `__exit__`, or this generator's clean-up. A tick that lands there after the first raise must
     not raise again: on a busy machine one landed as `close()` began, its raise skipped the clean-up, and the next
     one escaped the caller's `except CallTimeout` (it failed a CI run)."""
-    while frame is not None and frame is not owner:
+    if frame is owner:
+        return True
+    while frame is not None and frame is not owner:  # (a frame of the call itself is not on the way out)
         if frame.f_code is _WITHIN_CODE or (frame.f_code is _EXIT_CODE and frame.f_back is owner):
             return True
         frame = frame.f_back
-    return frame is owner
+    return False
 
 
 def _under(frame: Any, owner: Any) -> bool:
