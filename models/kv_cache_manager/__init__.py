@@ -13,7 +13,8 @@ connector (#48195).
 * `kv_cache_coordinator`: `KVCacheCoordinator` over the groups: the reconciled hit every group backs
   (`find_longest_cache_hit`) and the per-group hits (`find_longest_cache_hit_per_group`).
 * `kv_cache_manager`: `KVCacheManager` (`get_computed_blocks`, `get_computed_blocks_for_connector`,
-  `allocate_slots`, `free`) and `connector_local_hit`, what the scheduler hands a KV connector.
+  `allocate_slots` with lookahead slots, `free`, `get_num_common_prefix_blocks`) and `connector_local_hit`, what
+  the scheduler hands a KV connector.
 * `checks`, `actions`, `system`: the manager under a few requests as a transition system (`CacheManagerSystem`,
   its config `CacheManagerConfig`: the `kvsim explore --param`s) and its invariants.
 * `model_runner`: what the model runner writes where the manager's tables point (`step_writes`), the ledger

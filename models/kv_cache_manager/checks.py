@@ -200,6 +200,21 @@ def no_block_outside_window(kinds: Sequence[str], tables: Sequence[Sequence[int]
     return None
 
 
+def lookahead_never_cached(table: Sequence[int], num_cached: int, num_computed_tokens: int, block_size: int,
+                           hashes: Sequence[BlockHash | None]) -> str | None:
+    """A running request's blocks past the full blocks of its computed tokens (its last partial block, and the
+    slots allocated for lookahead tokens) hold no hash, and its cached count stops at those full blocks: a
+    speculative slot's KV is never cached."""
+    num_full = num_computed_tokens // block_size
+    if num_cached > num_full:
+        return f"{num_computed_tokens} tokens computed: expected at most {num_full} blocks cached, got {num_cached}"
+    for i, b in enumerate(table[num_full:], num_full):
+        if b and hashes[b] is not None:
+            return f"{num_computed_tokens} tokens computed: block {b} (slot {i}, past the computed full blocks) " \
+                   f"is cached under {hashes[b]!r}"
+    return None
+
+
 def all_free_when_done(pool: PoolState, tables: Tables) -> str | None:
     """Once every request has ended no block is held: all but the null block are free."""
     if any(t is not None for t in tables):

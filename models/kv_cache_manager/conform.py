@@ -15,7 +15,9 @@ BLOCK_POOL, MANAGER, SINGLE_TYPE = CORE + "block_pool.py", CORE + "kv_cache_mana
 
 # What the model's slice has no counterpart of: one full-attention group, its hash block size the block size, no
 # metrics collector, no other group's pool, no sparse (sliding-window / Mamba) mask, no multimodal or LoRA extra keys,
-# no lookahead hashing, no connector (external tokens, delayed caching), no DCP or EAGLE.
+# no lookahead hashing, no connector (external tokens, delayed caching), no DCP or EAGLE, no cross-attention group (so
+# no encoder tokens: upstream's coordinator hands them to a cross-attention group alone). Lookahead slots
+# (`num_lookahead_tokens`) are drawn.
 ONE_GROUP = "one full-attention group (the model's slice): "
 METRICS = "the KV cache metrics collector: the lockstep's manager is built without one (log_stats off)"
 WATCHERS = "reuse watchers (the connector's offload of blocks about to be reused): no connector in the lockstep"
@@ -104,9 +106,8 @@ WATERMARK = "the admission watermark: 0 in the lockstep (no watermark blocks eit
 PREFILL_END = "prefill_end: read by sliding-window and Mamba groups only"
 SKIPPED = "blocks outside the attention window (remove_skipped_blocks): full attention skips none"
 EXTERNAL = "external (connector) computed tokens: none in the lockstep"
-NO_LOOKAHEAD = "the slot count and the main model's token count swapped: equal without lookahead tokens"
 MAIN_MODEL_COUNT = ("the main model's token count and the encoder tokens swapped: full attention allocates for the "
-                    "slots alone (EAGLE and cross-attention groups read those)")
+                    "slots alone, lookahead included (Mamba in mode align and cross-attention groups read those)")
 ADMISSION = "the per-request admission cap: applied only under full_sequence_must_fit, which the lockstep leaves off"
 ZERO_NEW = "`num_new_blocks <= 0` made `< 0`: get_new_blocks(0) takes no block"
 CACHED_ALREADY = "`>=` made `>`: at equality cache_full_blocks returns at once (its own first test)"
@@ -182,8 +183,6 @@ SURVIVORS = (
                  ('boolean', 'new_computed_block_list is not self.empty_kv_cache_blocks.blocks\n            or num_external_computed_tokens > 0', '((new_computed_block_list is not self.empty_kv_cache_blocks.blocks)\n)', 'new_computed_block_list is not self.empty_kv_cache_blocks.bl'),
                  ('comparison', '>', '>=', 'or num_external_computed_tokens > 0'),
                  ('constant', '0', '1', 'or num_external_computed_tokens > 0')),
-    *_equivalent('KVCacheManager.allocate_slots', NO_LOOKAHEAD,
-                 ('arguments', 'num_tokens_need_slot,\n            num_tokens_main_model', 'num_tokens_main_model,\n            num_tokens_need_slot', 'new_blocks = self.coordinator.allocate_new_blocks(')),
     *_equivalent('KVCacheManager.allocate_slots', MAIN_MODEL_COUNT,
                  ('arguments', 'num_tokens_main_model,\n            num_encoder_tokens', 'num_encoder_tokens,\n            num_tokens_main_model', 'new_blocks = self.coordinator.allocate_new_blocks(')),
     *_equivalent('SingleTypeKVCacheManager.get_num_blocks_to_allocate', ADMISSION,

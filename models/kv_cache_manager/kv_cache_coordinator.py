@@ -52,8 +52,10 @@ class KVCacheCoordinator:
 
     # -- allocation ------------------------------------------------------------------------------------------
     def get_num_blocks_to_allocate(self, request_id: int, num_tokens: int, new_computed_blocks: GroupBlocks,
-                                   total_computed_tokens: int) -> int:
-        return sum(m.get_num_blocks_to_allocate(request_id, num_tokens, new_computed_blocks[g], total_computed_tokens)
+                                   total_computed_tokens: int, num_tokens_main_model: int) -> int:
+        """`num_tokens` slots (the lookahead's included), `num_tokens_main_model` the main model's part."""
+        return sum(m.get_num_blocks_to_allocate(request_id, num_tokens, new_computed_blocks[g], total_computed_tokens,
+                                                num_tokens_main_model)
                    for g, m in enumerate(self.single_type_managers))
 
     def allocate_new_computed_blocks(self, request_id: int, new_computed_blocks: GroupBlocks,
@@ -65,8 +67,9 @@ class KVCacheCoordinator:
         for g, m in enumerate(self.single_type_managers):
             m.add_local_computed_blocks(request_id, new_computed_blocks[g], total_computed_tokens)
 
-    def allocate_new_blocks(self, request_id: int, num_tokens: int) -> GroupBlocks:
-        return tuple(m.allocate_new_blocks(request_id, num_tokens) for m in self.single_type_managers)
+    def allocate_new_blocks(self, request_id: int, num_tokens: int, num_tokens_main_model: int) -> GroupBlocks:
+        return tuple(m.allocate_new_blocks(request_id, num_tokens, num_tokens_main_model)
+                     for m in self.single_type_managers)
 
     def cache_blocks(self, request, num_computed_tokens: int) -> None:  # type: ignore[no-untyped-def]
         for m in self.single_type_managers:

@@ -11,7 +11,18 @@ over the coordinator (`kv_cache_coordinator`) of one or several KV cache groups 
   (`pre_48195`, vLLM 0.26.0's scheduler: the maximum of the per-group hits).
 - `allocate_slots`: free the blocks the window left behind (`remove_skipped_blocks`), then refuse (None) when the
   pool cannot give the blocks every group needs; else adopt the hit (touch it, null blocks for the skipped part),
-  take the new blocks from the free queue, and `cache_blocks` the blocks the computed tokens fill.
+  take the new blocks from the free queue, and `cache_blocks` the blocks the computed tokens fill. Slots are
+  given to `num_tokens_need_slot` tokens: the main model's (`num_tokens_main_model`: the computed ones and the new
+  ones) and `num_lookahead_tokens` more (a drafter's speculative slots: counted in the blocks needed and
+  allocated, never cached, as caching stops at the request's own tokens). Mamba in mode `align` allocates for the
+  main model's tokens alone (upstream: current drafters have no Mamba layers). Encoder tokens
+  (`num_encoder_tokens`) are allocated only by a cross-attention group (upstream's coordinator hands them to
+  `CrossAttentionManager` alone; full attention, sliding window and Mamba never read them): the model has no such
+  group, so its `allocate_slots` does not take them.
+- `get_num_common_prefix_blocks`: per group, 0 (0.33.0: cascade attention removed, kept for out-of-tree
+  schedulers); before it (`counted`, 0.26.0-0.31.0, for the scheduler's cascade attention) a full-attention group
+  counts the leading blocks of a running request that every request holding blocks holds (`ref_cnt` equal to
+  their number), the other kinds 0. The model's scheduler has no cascade attention: no action calls it.
 - `free`: the request's blocks back to the pool, group by group, each tail first (so its tail is evicted first).
 - `remove_skipped_blocks`: what `allocate_slots` frees first, on its own (the scheduler's call before a finished
   request's blocks go to a KV connector).
@@ -19,8 +30,8 @@ over the coordinator (`kv_cache_coordinator`) of one or several KV cache groups 
 Mamba's prefix-caching mode (`mamba_cache_mode`: `align`, 0.33.0's only one, or `all`) is the managers'
 (`single_type_kv_cache_manager`); the table of a request holds no more than what it implies.
 
-Not modelled: chunked prefill's partial allocations beyond one call, lookahead and encoder tokens, external
-(connector) tokens, the watermark, block sizes that differ between groups, EAGLE, partial hits.
+Not modelled: chunked prefill's partial allocations beyond one call, cross-attention groups (so encoder tokens),
+`max_model_len`'s cap on the slots (every program stays below it), external (connector) tokens, the watermark, block sizes that differ between groups, EAGLE, partial hits.
 `ManagerState` is the value form the transition system keeps.
 """
 
@@ -127,23 +138,34 @@ class KVCacheManager:
         return computed, per_group_hits[fa]
 
     def allocate_slots(self, request: Request, num_new_tokens: int, num_new_computed_tokens: int = 0,
-                       new_computed_blocks: GroupBlocks | None = None) -> GroupBlocks | None:
-        """Slots for `num_new_tokens` more tokens after the computed ones (the hit's included); None when the free
-        queue cannot give them (the blocks behind the window are freed first, as upstream does). Caches the blocks
-        the tokens fill. The new blocks, per group."""
+                       new_computed_blocks: GroupBlocks | None = None, num_lookahead_tokens: int = 0) \
+            -> GroupBlocks | None:
+        """Slots for `num_new_tokens` more tokens after the computed ones (the hit's included) and
+        `num_lookahead_tokens` speculative ones after them; None when the free queue cannot give them (the blocks
+        behind the window are freed first, as upstream does). Caches the blocks the request's own tokens fill (a
+        lookahead slot is never cached). The new blocks, per group."""
         coordinator = self.coordinator
         hit = new_computed_blocks if new_computed_blocks is not None else tuple([] for _ in self.groups)
         total_computed = request.num_computed_tokens + num_new_computed_tokens
-        num_tokens_need_slot = total_computed + num_new_tokens
+        num_tokens_main_model = total_computed + num_new_tokens
+        num_tokens_need_slot = num_tokens_main_model + num_lookahead_tokens
         rid = request.request_id
         coordinator.remove_skipped_blocks(rid, total_computed)
-        if coordinator.get_num_blocks_to_allocate(rid, num_tokens_need_slot, hit, total_computed) > \
-                self.block_pool.get_num_free_blocks():
+        if coordinator.get_num_blocks_to_allocate(rid, num_tokens_need_slot, hit, total_computed,
+                                                  num_tokens_main_model) > self.block_pool.get_num_free_blocks():
             return None
         coordinator.allocate_new_computed_blocks(rid, hit, total_computed)
-        new_blocks = coordinator.allocate_new_blocks(rid, num_tokens_need_slot)
-        coordinator.cache_blocks(request, min(num_tokens_need_slot, request.num_tokens))
+        new_blocks = coordinator.allocate_new_blocks(rid, num_tokens_need_slot, num_tokens_main_model)
+        coordinator.cache_blocks(request, min(num_tokens_main_model, request.num_tokens))
         return new_blocks
+
+    def get_num_common_prefix_blocks(self, request_id: int, counted: bool = False) -> list[int]:
+        """Per group, 0 (0.33.0). `counted` (the variant's `common_prefix_blocks_counted`, 0.26.0-0.31.0): a
+        full-attention group's leading blocks of running request `request_id` held by every request holding
+        blocks in it; 0 for the other kinds."""
+        if not counted:
+            return [0] * len(self.groups)
+        return [m.get_num_common_prefix_blocks(request_id) for m in self.coordinator.single_type_managers]
 
     def free(self, request: Request) -> None:
         """The request's blocks back to the pool, group by group, each tail first."""

@@ -76,9 +76,11 @@ class SingleTypeKVCacheManager:
 
     # -- allocation ------------------------------------------------------------------------------------------
     def get_num_blocks_to_allocate(self, request_id: int, num_tokens: int,
-                                   new_computed_blocks: Sequence[KVCacheBlock], total_computed_tokens: int) -> int:
+                                   new_computed_blocks: Sequence[KVCacheBlock], total_computed_tokens: int,
+                                   num_tokens_main_model: int) -> int:
         """Free-queue blocks the allocation takes: the new ones past the skipped and computed blocks, and the hit
-        blocks that are free now and inside the window (touching them takes them out of the queue)."""
+        blocks that are free now and inside the window (touching them takes them out of the queue). Attention
+        gives every one of `num_tokens` (the lookahead's included) a slot; `num_tokens_main_model` is Mamba's."""
         num_required = cdiv(num_tokens, self.block_size)
         num_req_blocks = len(self.req_to_blocks.get(request_id, ()))
         if request_id in self.num_cached_block:  # a running request has no new hit
@@ -102,7 +104,8 @@ class SingleTypeKVCacheManager:
         self.req_to_blocks[request_id] = blocks
         self.num_cached_block[request_id] = len(blocks)
 
-    def allocate_new_blocks(self, request_id: int, num_tokens: int) -> list[KVCacheBlock]:
+    def allocate_new_blocks(self, request_id: int, num_tokens: int, num_tokens_main_model: int) \
+            -> list[KVCacheBlock]:
         blocks = self.req_to_blocks[request_id]
         num_new = cdiv(num_tokens, self.block_size) - len(blocks)
         if num_new <= 0:
@@ -137,6 +140,10 @@ class SingleTypeKVCacheManager:
         if freed:
             self.block_pool.free_blocks(freed)
 
+    def get_num_common_prefix_blocks(self, request_id: int) -> int:
+        """Before 0.33.0, cascade attention's shared prefix: 0 for a sparse kind (its prefix blocks are null)."""
+        return 0
+
     def pop_blocks_for_free(self, request_id: int) -> list[KVCacheBlock]:
         self.num_cached_block.pop(request_id, None)
         return self.req_to_blocks.pop(request_id, [])
@@ -162,6 +169,15 @@ class FullAttentionManager(SingleTypeKVCacheManager):
                 break
             hit.append(block)
         return hit, len(hit) * self.block_size
+
+    def get_num_common_prefix_blocks(self, request_id: int) -> int:
+        """The leading blocks of `request_id` that every request holding blocks holds (ref_cnt = their number)."""
+        num_common = 0
+        for block in self.req_to_blocks[request_id]:
+            if block.ref_cnt != len(self.req_to_blocks):
+                break
+            num_common += 1
+        return num_common
 
 
 class SlidingWindowManager(SingleTypeKVCacheManager):
@@ -206,24 +222,28 @@ class MambaManager(SingleTypeKVCacheManager):
         self.mamba_cache_mode = mamba_cache_mode
 
     def get_num_blocks_to_allocate(self, request_id: int, num_tokens: int,
-                                   new_computed_blocks: Sequence[KVCacheBlock], total_computed_tokens: int) -> int:
+                                   new_computed_blocks: Sequence[KVCacheBlock], total_computed_tokens: int,
+                                   num_tokens_main_model: int) -> int:
         """`align`: at most one new block, the running state's (the rest of the table is null padding), and the
-        hit's blocks that are free now."""
+        hit's blocks that are free now; for the main model's tokens alone (no lookahead slot: it would break the
+        alignment, and upstream's drafters have no Mamba layers). `all`: as attention, the lookahead included."""
         if self.mamba_cache_mode != ALIGN:
             return super().get_num_blocks_to_allocate(request_id, num_tokens, new_computed_blocks,
-                                                      total_computed_tokens)
-        num_new = cdiv(num_tokens, self.block_size) - len(new_computed_blocks) \
+                                                      total_computed_tokens, num_tokens_main_model)
+        num_new = cdiv(num_tokens_main_model, self.block_size) - len(new_computed_blocks) \
             - len(self.req_to_blocks.get(request_id, ()))
         if num_new > 0:
             num_new = 1
         return num_new + sum(b.ref_cnt == 0 and not b.is_null for b in new_computed_blocks)
 
-    def allocate_new_blocks(self, request_id: int, num_tokens: int) -> list[KVCacheBlock]:
-        """`align`: null blocks up to the last required block, one new block there; the padding and the block."""
+    def allocate_new_blocks(self, request_id: int, num_tokens: int, num_tokens_main_model: int) \
+            -> list[KVCacheBlock]:
+        """`align`: null blocks up to the main model's last required block, one new block there; the padding and
+        the block."""
         if self.mamba_cache_mode != ALIGN:
-            return super().allocate_new_blocks(request_id, num_tokens)
+            return super().allocate_new_blocks(request_id, num_tokens, num_tokens_main_model)
         blocks = self.req_to_blocks[request_id]
-        num_required = cdiv(num_tokens, self.block_size)
+        num_required = cdiv(num_tokens_main_model, self.block_size)
         if num_required <= len(blocks):
             return []
         prev = len(blocks)

@@ -11,6 +11,8 @@ so decode blocks are shared too. A request:
   request is running, its last sampled token not yet computed.
 - `decode` (running): `allocate_slots(1)` for that token, computed in the step, then the next token sampled;
   after `max_tokens` outputs the request finishes and is freed.
+- `lookahead` (0 by default): every schedule and decode also asks for `num_lookahead_tokens` speculative slots
+  after the step's tokens (a drafter's; the model's drafts are never accepted, so they stay slots, never cached).
 - `finish` (running): it stops early (a stop token) and is freed. `preempt` (running): freed, back to waiting
   with its tokens, recomputed from token 0 when scheduled again.
 - `reset`: `reset_prefix_cache` (refused while a block is held), `resets` times at most.
@@ -24,7 +26,7 @@ window left behind (upstream frees them before it counts the blocks it needs).
 
 Each step's KV events come back as its effects; the state keeps the view of the cache they describe
 (`announced`). Invariants on every state: ref counts, the free queue, pool accounting, the cached map, the
-eviction order, the tables matching the requests, the events matching the cache, nothing held once all ended;
+eviction order, the tables matching the requests (their lookahead slots included), no lookahead slot cached, the events matching the cache, nothing held once all ended;
 step checks (recorded with `flag`): a hit is a proper prefix of the request's chain, a hybrid hit (and the
 connector's local hit) is one every group backs, a sliding-window or Mamba group holds no block wholly before its
 window after an allocation, `free` puts the released
@@ -46,7 +48,7 @@ from kvsim.engine.system import Invariant, flag, flagged
 from . import checks, symmetry
 from .actions import Allocated, Decode, Deferred, Events, Finish, Freed, Preempt, Reset, ResetDone, Schedule
 from .kv_cache_manager import KVCacheManager, ManagerState, Request, cdiv, connector_local_hit
-from .single_type_kv_cache_manager import FULL
+from .single_type_kv_cache_manager import FULL, MAMBA
 from .kv_cache_utils import BlockHash
 from .variants import FIXED, CacheManagerVariant
 
@@ -72,6 +74,9 @@ class CacheManagerConfig:
                         "larger pool)", choices=GROUP_CHOICES)
     sliding_window: int = param(3, "tokens a sliding-window group attends to (groups with swa)", minimum=2,
                                 maximum=8)
+    lookahead: int = param(0, "num_lookahead_tokens: a drafter's speculative slots every schedule and decode "
+                           "allocates after the step's tokens (never cached; Mamba in mode align takes none)",
+                           minimum=0, maximum=4)
 
     # the explorer's bound on requests; the timed simulation's workload config (`sim.WorkloadConfig`) raises it
     max_requests: ClassVar[int] = 3
@@ -125,7 +130,10 @@ class CacheManagerSystem:
             Invariant("free_queue_order", lambda s: checks.free_queue_order(s.manager.pool),
                       "eviction order: uncached free blocks before cached ones"),
             Invariant("tables_match_requests", self._tables,
-                      "a running request holds the blocks of its computed tokens; no other request holds any"),
+                      "a running request holds the blocks of its computed tokens and its lookahead slots; no other "
+                      "request holds any"),
+            Invariant("lookahead_never_cached", self._lookahead_never_cached,
+                      "no block past a running request's computed full blocks (its lookahead slots) is cached"),
             Invariant("events_mirror_cache", lambda s: checks.events_mirror_cache(s.manager.pool, s.announced),
                       "the KV events so far describe the cached map"),
             all_free_when_done(FINISHED),
@@ -259,11 +267,25 @@ class CacheManagerSystem:
                 return f"{where} (running): expected a block table, got none"
             ids, _ = table
             real = [b for b in ids if b]
-            want = cdiv(req.num_computed_tokens, self.cfg.block_size)
+            lookahead = 0 if kind == MAMBA and self.variant.mamba_cache_mode_align else self.cfg.lookahead
+            want = cdiv(req.num_computed_tokens + lookahead, self.cfg.block_size)
             if len(ids) != want or len(set(real)) != len(real) or (kind == FULL and 0 in ids):
                 nulls = "" if kind == FULL else " (null blocks before the window)"
                 return f"{where} (running, {req.num_computed_tokens} tokens computed): expected {want} " \
                        f"distinct non-null blocks{nulls}, got {list(ids)}"
+        return None
+
+    def _lookahead_never_cached(self, s: CacheState) -> str | None:
+        num_requests = len(s.requests)
+        for i, table in enumerate(s.manager.tables):
+            g, r = divmod(i, num_requests)
+            req = s.requests[r]
+            if table is None or req.status != RUNNING:
+                continue
+            problem = checks.lookahead_never_cached(table[0], table[1], req.num_computed_tokens, self.cfg.block_size,
+                                                    s.manager.pool.hashes)
+            if problem is not None:
+                return f"request {r}, group {g} ({self.cfg.kinds[g]}): {problem}"
         return None
 
 
@@ -307,7 +329,7 @@ def _schedule(self: CacheManagerSystem, s: CacheState, a: Schedule, m: KVCacheMa
     if len(kinds) > 1:
         self.check_hit(m, req, hit, num_hit, False, ch)
     hit_ids = self.ids(m, hit)
-    new = m.allocate_slots(req, req.num_tokens - num_hit, num_hit, hit)
+    new = m.allocate_slots(req, req.num_tokens - num_hit, num_hit, hit, self.cfg.lookahead)
     if new is None:
         fx.append(Deferred(a.req))
         return
@@ -321,7 +343,7 @@ def _schedule(self: CacheManagerSystem, s: CacheState, a: Schedule, m: KVCacheMa
 def _decode(self: CacheManagerSystem, s: CacheState, a: Decode, m: KVCacheManager, requests: list, fx: list,
             ch: dict) -> None:
     req = self.request(s, a.req)
-    new = m.allocate_slots(req, req.num_tokens - req.num_computed_tokens)
+    new = m.allocate_slots(req, req.num_tokens - req.num_computed_tokens, num_lookahead_tokens=self.cfg.lookahead)
     if new is None:
         fx.append(Deferred(a.req))
         return

@@ -86,9 +86,9 @@ class Model:
         self.hit[request] = blocks
         return {"blocks": self.block_ids(blocks), "hit": hit}
 
-    def allocate(self, request: str, new_tokens: int, computed_tokens: int = 0) -> dict:
+    def allocate(self, request: str, new_tokens: int, computed_tokens: int = 0, lookahead: int = 0) -> dict:
         req = self.request(request)
-        new = self.m.allocate_slots(req, new_tokens, computed_tokens, self.hit.pop(request, None))
+        new = self.m.allocate_slots(req, new_tokens, computed_tokens, self.hit.pop(request, None), lookahead)
         if new is not None:
             req.num_computed_tokens += computed_tokens + new_tokens
         return {"blocks": None if new is None else self.block_ids(new),
@@ -123,13 +123,14 @@ class Model:
         return [b.block_id for b in self.m.block_pool.free_block_queue.get_all_free_blocks()]
 
 
-def admit(side: Any, name: str, tokens: list[int]) -> dict:
+def admit(side: Any, name: str, tokens: list[int], lookahead: int = 0) -> dict:
+    """A new request: its hit, then slots for the rest of its tokens and `lookahead` more."""
     hit = side.computed(name, tokens) if isinstance(side, Model) else side.call("computed", request=name,
                                                                                  tokens=tokens)
     new_tokens, computed = len(tokens) - hit["hit"], hit["hit"]
     if isinstance(side, Model):
-        return side.allocate(name, new_tokens, computed)
-    return side.call("allocate", request=name, new_tokens=new_tokens, computed_tokens=computed)
+        return side.allocate(name, new_tokens, computed, lookahead)
+    return side.call("allocate", request=name, new_tokens=new_tokens, computed_tokens=computed, lookahead=lookahead)
 
 
 def decode(side: Any, name: str, token: int) -> dict:

@@ -2,10 +2,11 @@
 with the `kv-cache-manager` model, one Hypothesis state machine driving both (`LOCKSTEP`).
 
 A program starts from a configuration Hypothesis draws within the model's bounds (pool size, block size, the
-requests' prompt families, prompt length, shared prefix, output tokens, resets) and then makes the model's own
+requests' prompt families, prompt length, shared prefix, output tokens, resets, lookahead slots) and then makes the model's own
 actions, one a step among those the model enables (`step(schedule(req=0))`): `schedule(r)` (a waiting request: `get_computed_blocks`, then
 `allocate_slots` of every token after the hit; the step samples one token), `decode(r)` (`allocate_slots` of the
-sampled token), `finish(r)` (`free`), `preempt(r)` (`free`, recomputed from token 0 when scheduled again),
+sampled token), both with the configuration's `lookahead` (`num_lookahead_tokens`, 0 to 3: a drafter's slots,
+allocated and never cached), `finish(r)` (`free`), `preempt(r)` (`free`, recomputed from token 0 when scheduled again),
 `reset()` (`reset_prefix_cache`). A request that has sampled `max_tokens` tokens is freed in the same step.
 After every step the two sides are compared:
 
@@ -50,13 +51,14 @@ STEPS = 40  # calls per program: three requests of up to nine tokens each, preem
 @st.composite
 def configs(draw: Any) -> dict[str, Any]:
     """A configuration within the model's bounds (`CacheManagerConfig`), as the program's first line shows it. The
-    pool holds at least one prompt but its last block (a pool one block short still defers), so most programs run
-    rather than wait."""
-    block_size, prompt_len = draw(st.integers(1, 4)), draw(st.integers(1, 6))
-    return {"num_blocks": draw(st.integers(max(2, -(-prompt_len // block_size)), 8)), "block_size": block_size,
-            "prompts": draw(st.lists(st.integers(0, 2), min_size=1, max_size=3)), "prompt_len": prompt_len,
-            "shared": draw(st.integers(0, prompt_len)), "max_tokens": draw(st.integers(1, 3)),
-            "resets": draw(st.integers(0, 2))}
+    pool holds at least one prompt and its lookahead slots but its last block (a pool one block short still
+    defers), so most programs run rather than wait."""
+    block_size, prompt_len, lookahead = draw(st.integers(1, 4)), draw(st.integers(1, 6)), draw(st.integers(0, 3))
+    least = max(2, -(-(prompt_len + lookahead) // block_size))
+    return {"num_blocks": draw(st.integers(least, max(least, 8))),
+            "block_size": block_size, "prompts": draw(st.lists(st.integers(0, 2), min_size=1, max_size=3)),
+            "prompt_len": prompt_len, "shared": draw(st.integers(0, prompt_len)),
+            "max_tokens": draw(st.integers(1, 3)), "resets": draw(st.integers(0, 2)), "lookahead": lookahead}
 
 
 def config_of(start: dict[str, Any]) -> CacheManagerConfig:
@@ -160,10 +162,10 @@ class RealSide:
             self.running.discard(req)
             return {"freed": self.child.call("free" if isinstance(action, Finish) else "preempt", request=r)}
         if isinstance(action, Schedule):
-            got = self.child.call("schedule", request=r, tokens=self.tokens[req])
+            got = self.child.call("schedule", request=r, tokens=self.tokens[req], lookahead=self.cfg.lookahead)
             answer: dict[str, Any] = {"hit": got["hit"], "hit_tokens": got["hit_tokens"]}
         else:
-            got = self.child.call("decode", request=r)
+            got = self.child.call("decode", request=r, lookahead=self.cfg.lookahead)
             answer = {}
         if got["new"] is None:
             return {"deferred": True}

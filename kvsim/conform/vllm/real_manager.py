@@ -19,9 +19,11 @@ a small request vocabulary, each answer JSON:
 
 The scheduler's side of a request's life cycle, as the lockstep (`kvsim.conform.vllm.lockstep`) drives it:
 
-* `schedule(request, tokens)`: `computed` then `allocate` of every token after the hit, in one call:
-  `{"hit": [ids], "hit_tokens": n, "new": [ids] | null, "held": [ids]}` (`new` null: the pool cannot give them).
-* `decode(request)`: `allocate` of the tokens sampled but not computed yet: `{"new": [ids] | null, "held": [ids]}`.
+* `schedule(request, tokens, lookahead=0)`: `computed` then `allocate` of every token after the hit (and
+  `lookahead` slots), in one call: `{"hit": [ids], "hit_tokens": n, "new": [ids] | null, "held": [ids]}` (`new`
+  null: the pool cannot give them).
+* `decode(request, lookahead=0)`: `allocate` of the tokens sampled but not computed yet (and `lookahead` slots):
+  `{"new": [ids] | null, "held": [ids]}`.
 * `sample(request, token)`: the step's sampled token appended to the request (its block hashes follow).
 * `preempt(request)`: `free`, then the request back to waiting with no token computed (it keeps its tokens and is
   recomputed when scheduled again), as the scheduler's preemption does. Answers the blocks it held.
@@ -186,15 +188,16 @@ class ManagerDriver:
         self.computed_blocks.pop(request, None)
         return held
 
-    def op_schedule(self, request: str, tokens: list[int]) -> Any:
+    def op_schedule(self, request: str, tokens: list[int], lookahead: int = 0) -> Any:
         req = self._request(request, tokens)
         hit = self.op_computed(request, tokens)
-        allocated = self.op_allocate(request, req.num_tokens - req.num_computed_tokens - hit["hit"], hit["hit"])
+        allocated = self.op_allocate(request, req.num_tokens - req.num_computed_tokens - hit["hit"], hit["hit"],
+                                     lookahead)
         return {"hit": hit["blocks"], "hit_tokens": hit["hit"], "new": allocated["blocks"], "held": allocated["held"]}
 
-    def op_decode(self, request: str) -> Any:
+    def op_decode(self, request: str, lookahead: int = 0) -> Any:
         req = self._request(request)
-        allocated = self.op_allocate(request, req.num_tokens - req.num_computed_tokens)
+        allocated = self.op_allocate(request, req.num_tokens - req.num_computed_tokens, lookahead=lookahead)
         return {"new": allocated["blocks"], "held": allocated["held"]}
 
     def op_sample(self, request: str, token: int) -> Any:

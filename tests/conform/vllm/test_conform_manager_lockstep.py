@@ -1,7 +1,8 @@
 """kvsim conform vllm --target kv_cache_manager_lockstep: the real released KVCacheManager (imported in a child,
-`kvsim.conform.installed_child`) in lockstep with the kv-cache-manager model, on 0.33.0 and 0.26.0; three planted
-regressions loaded into the running child (a mutant of the release's module) each end as a shrunk program. One
-child per release for the whole session (`installed_child.shared`); the runs are derandomized."""
+`kvsim.conform.installed_child`) in lockstep with the kv-cache-manager model, on 0.33.0 and 0.26.0 (lookahead
+slots drawn); the planted regressions loaded into the running child (a mutant of the release's module) each end
+as a shrunk program. One child per release for the whole session (`installed_child.shared`); the runs are
+derandomized."""
 
 from __future__ import annotations
 
@@ -87,6 +88,16 @@ def test_a_hit_one_block_too_long(release):  # type: ignore[no-untyped-def]
     # one request caches a prompt, a second with the same prompt hits it whole
     assert "prompts=[0, 0]" in program[0], program
     assert program[1:] == ["step(schedule(req=0))", "step(schedule(req=1))"], program
+
+
+def test_lookahead_slots_left_out(release):  # type: ignore[no-untyped-def]
+    """`allocate_slots` gives no slot to `num_lookahead_tokens`: a program drawing lookahead slots diverges (the
+    model asks for more blocks than the release takes)."""
+    found = _run_planted(release, planted(release, CORE + "kv_cache_manager.py", "def allocate_slots",
+                                          "num_tokens_main_model + num_lookahead_tokens", "num_tokens_main_model"))
+    program = found["program"]
+    assert "lookahead=0" not in program[0] and "lookahead=" in program[0], program
+    assert program[1:] == ["step(schedule(req=0))"], program
 
 
 def test_a_hash_cached_twice_loses_its_other_block(release):  # type: ignore[no-untyped-def]

@@ -5,7 +5,7 @@ real per-group hits, reconciled hits, connector hits (0.27.0+'s `get_computed_bl
 it, where the choice is the scheduler's), block ids and free queue on all three, with a sliding window and with
 Mamba in the release's prefix-caching mode (`all` on 0.26.0 and 0.27.0, as the child builds it; `align`, the only
 mode, on 0.33.0: a state block per allocation after null padding): on three scenarios (`gap`: a hit's state behind
-a padded block, freed at the next step) and on 12 derandomized programs of 12 calls each (admissions with hits,
+a padded block, freed at the next step), on admissions with lookahead slots, and on 12 derandomized programs of 12 calls each (admissions with hits,
 decodes, refusals, frees, lookups; every answer and the free queue after every call); and the A→B→A family (#50630)
 with `hit_state_identity` (kvsim.conform.vllm.aba): with EAGLE 0.26.0's connector hit reuses a Mamba state full
 attention does not back, 0.27.0 and 0.33.0 hold, 0.33.0 on derandomized programs, and fails with prefill chunks the
@@ -41,6 +41,19 @@ def test_the_model_gives_the_real_hits_blocks_and_free_queue(child, groups, scen
     real = run(child, groups, scenario)
     model = run(Model(8, groups, child.release), groups, scenario)
     assert model == real
+
+
+@pytest.mark.parametrize("groups", [["full", "mamba"], ["full", "swa"]], ids="+".join)
+def test_lookahead_slots_on_two_groups(child, groups):  # type: ignore[no-untyped-def]
+    """`num_lookahead_tokens` on a hybrid: attention groups (and Mamba in mode `all`) give the slots blocks, Mamba
+    in mode `align` (0.33.0) allocates for the main model's tokens alone; a second request hits the first's cached
+    blocks, never a lookahead slot's. The model's answers and the release's agree."""
+    def steps(side):  # type: ignore[no-untyped-def]
+        answers = [admit(side, "a", [1, 2, 3, 4, 5], lookahead=3), admit(side, "b", [1, 2, 3, 4, 6], lookahead=2)]
+        return [a["blocks"] for a in answers], [a["held"] for a in answers]
+
+    child.call("build_hybrid", num_blocks=16, block_size=BLOCK_SIZE, groups=groups, sliding_window=WINDOW)
+    assert steps(Model(16, groups, child.release)) == steps(child)
 
 
 def program(seed: int, length: int = 12) -> list[tuple]:

@@ -34,6 +34,10 @@ CONFIGS = [
     ("mamba_all", THREE, 666, 193),
     ("fixed", RECOMPUTE, 1166, 337),
     ("mamba_all", RECOMPUTE, 809, 145),
+    # two lookahead slots a step: full attention allocates them, Mamba in mode align does not (a larger pool for
+    # `all`, which does)
+    ("fixed", {**MAMBA, "lookahead": 2}, 504, 188),
+    ("mamba_all", {**MAMBA, "lookahead": 1, "num_blocks": 10}, 1649, 609),
 ]
 
 
@@ -104,7 +108,7 @@ def test_mamba_align_takes_one_state_block_per_allocation_and_frees_the_hit_past
     hit, num_hit = align.get_computed_blocks(b)
     assert num_hit == 4 and ids(hit[1]) == [0, state[1]]  # A's state at 4 tokens
     # full attention: 2 new blocks and its 2 free hit blocks; Mamba: one new block (of 4 - 2 wanted) and its hit's
-    assert align.coordinator.get_num_blocks_to_allocate(1, 7, hit, 4) == (2 + 2) + (1 + 1)
+    assert align.coordinator.get_num_blocks_to_allocate(1, 7, hit, 4, 7) == (2 + 2) + (1 + 1)
     (full, mamba) = align.allocate_slots(b, 3, 4, hit)
     assert len(full) == 2 and ids(mamba)[0] == 0 and len(mamba) == 2  # the padding, then the one new block
     assert align.get_block_ids(1)[1][:3] == [0, state[1], 0]
@@ -137,3 +141,15 @@ def test_renaming_the_blocks_is_a_symmetry_on_two_groups():
         assert len(states) > 100
         perm = rotation(s.cfg.num_blocks)
         assert symmetry_breaks(s, states, lambda state: symmetry.relabel(state, perm)) is None
+
+
+def test_lookahead_slots_are_attention_s_and_mamba_all_s_not_align_s():
+    """`num_lookahead_tokens`: full attention and Mamba in mode `all` give them slots; `align` allocates for the main
+    model's tokens alone (0.33.0's `MambaManager`: a lookahead slot would break the alignment)."""
+    for mode, mamba_blocks in (("align", 3), ("all", 4)):
+        m = KVCacheManager(10, 2, 1, ("full", "mamba"), mamba_cache_mode=mode)
+        req = Request(0, [1, 2, 3, 4, 5], 5, 0, 2)
+        full, mamba = m.allocate_slots(req, 5, num_lookahead_tokens=2)  # 7 slots: 4 blocks; the main model's 5: 3
+        assert len(full) == 4 and len(mamba) == mamba_blocks, (mode, ids(full), ids(mamba))
+        # cached: the request's two full blocks in each group, no lookahead slot
+        assert [mgr.num_cached_block[0] for mgr in m.coordinator.single_type_managers] == [2, 2]

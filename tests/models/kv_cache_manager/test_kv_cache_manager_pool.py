@@ -82,7 +82,7 @@ def test_a_hit_on_a_free_block_takes_it_out_of_the_queue_and_counts_it_in_the_bu
     first, *_ = admit(m, 0, [1, 2, 3])
     m.free(first)
     assert free_ids(m.block_pool) == [2, 3, 1]
-    assert m.coordinator.get_num_blocks_to_allocate(1, 3, ([m.block_pool.blocks[1]],), 2) == 2  # one new, one free hit
+    assert m.coordinator.get_num_blocks_to_allocate(1, 3, ([m.block_pool.blocks[1]],), 2, 3) == 2  # one new, one free hit
     _, hit, num_hit, new = admit(m, 1, [1, 2, 7])
     assert (hit, num_hit, ids(new)) == ([1], 2, [2]) and free_ids(m.block_pool) == [3]
 
@@ -160,3 +160,37 @@ def test_get_new_blocks_refuses_more_than_the_free_queue_holds():
     with pytest.raises(ValueError, match="Cannot get 2 free blocks"):
         pool.get_new_blocks(2)
     assert free_ids(pool) == [3]
+
+
+def test_lookahead_slots_are_allocated_and_counted_never_cached():
+    """`num_lookahead_tokens`: blocks for the step's tokens and the lookahead ones, counted before any is taken
+    (a pool one block short refuses the call), and caching stops at the request's own full blocks."""
+    m = KVCacheManager(4, 2, 1)  # 3 usable blocks
+    req = Request(0, [1, 2, 3], 3, 0, 2)
+    assert m.allocate_slots(req, 3, num_lookahead_tokens=4) is None  # cdiv(3 + 4, 2) = 4 blocks: one short
+    assert free_ids(m.block_pool) == [1, 2, 3]
+    new = m.allocate_slots(req, 3, num_lookahead_tokens=3)  # cdiv(6, 2) = 3 blocks
+    assert ids(new[0]) == [1, 2, 3]
+    assert m.coordinator.single_type_managers[0].num_cached_block[0] == 1  # (1, 2) only: 3 is a partial block
+    assert [b.block_hash is not None for b in m.block_pool.blocks[1:]] == [True, False, False]
+    req.num_computed_tokens = 3
+    req.all_token_ids.append(8)
+    assert m.allocate_slots(req, 1, num_lookahead_tokens=3) is None  # 4 + 3 tokens: a fourth block, none free
+    assert m.allocate_slots(req, 1, num_lookahead_tokens=2) == ([],)  # 4 + 2: the three it holds
+    # the decoded token fills block 2, cached now; block 3 holds lookahead slots only
+    assert m.coordinator.single_type_managers[0].num_cached_block[0] == 2
+    assert [b.block_hash is not None for b in m.block_pool.blocks[1:]] == [True, True, False]
+
+
+def test_get_num_common_prefix_blocks_is_zero_on_0_33_and_counted_before():
+    """0.33.0 answers 0 per group (cascade attention removed); 0.26.0-0.31.0 count the leading blocks every
+    request holding blocks holds."""
+    m = KVCacheManager(8, 2, 3)
+    a, *_ = admit(m, 0, [1, 2, 3, 4, 5])
+    m.free(a)
+    b, *_ = admit(m, 1, [1, 2, 3, 4, 6])  # hits (1, 2), (3, 4)
+    c, *_ = admit(m, 2, [1, 2, 9])  # hits (1, 2)
+    assert m.get_num_common_prefix_blocks(1) == [0]
+    assert m.get_num_common_prefix_blocks(1, counted=True) == [1]
+    m.free(c)
+    assert m.get_num_common_prefix_blocks(1, counted=True) == [3]  # alone: every block of its table

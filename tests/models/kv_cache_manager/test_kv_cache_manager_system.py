@@ -2,6 +2,8 @@
 every invariant failing alone on a planted wrong line (a monkeypatched method, never a copied module), liveness
 failing on a pool too small for one request, the rules agreeing with `enabled`, and the stateful property."""
 
+from dataclasses import replace
+
 import pytest
 
 from kvsim.app import catalog
@@ -25,6 +27,7 @@ CONFIGS = [
     ({"num_blocks": 5, "resets": 1}, 1729, 284),
     ({"num_blocks": 5, "max_tokens": 3, "resets": 0}, 2421, 502),
     ({"num_blocks": 6, "max_tokens": 3, "prompt_len": 4, "resets": 0}, 11247, 1247),
+    ({"lookahead": 2, "num_blocks": 5, "resets": 0}, 282, 108),  # two lookahead slots every step
 ]
 
 
@@ -74,6 +77,21 @@ def _max_over_groups(self, block_hashes, max_length):  # 0.26.0's scheduler line
     return blocks, max(hits)
 
 
+_allocate_slots = kv_cache_manager.KVCacheManager.allocate_slots
+LOOKAHEAD = {"lookahead": 2, "num_blocks": 5, "resets": 0}
+
+
+def _drafts_as_tokens(self, request, num_new_tokens, num_new_computed_tokens=0, new_computed_blocks=None,
+                      num_lookahead_tokens=0):
+    drafted = replace(request, all_token_ids=request.all_token_ids + [7] * num_lookahead_tokens)
+    return _allocate_slots(self, drafted, num_new_tokens + num_lookahead_tokens, num_new_computed_tokens,
+                           new_computed_blocks)
+
+
+def _lookahead_left_out(self, request, num_new_tokens, num_new_computed_tokens=0, new_computed_blocks=None,
+                        num_lookahead_tokens=0):
+    return _allocate_slots(self, request, num_new_tokens, num_new_computed_tokens, new_computed_blocks)
+
 
 PLANTS = {
     # invariant: (class or module, attribute, the wrong line, parameters)
@@ -88,6 +106,8 @@ PLANTS = {
         (kv_cache_utils.FreeKVCacheBlockQueue, "prepend_n", kv_cache_utils.FreeKVCacheBlockQueue.append_n, {}),
     "tables_match_requests":  # slots rounded down: a partial block gets no block
         (single_type, "cdiv", lambda a, b: a // b, {}),
+    "lookahead_never_cached":  # a drafter's lookahead tokens taken as the request's own: their blocks cached
+        (kv_cache_manager.KVCacheManager, "allocate_slots", _drafts_as_tokens, LOOKAHEAD),
     "freed_in_eviction_order":  # free without reversing: the head of a request is evicted before its tail
         (single_type.SingleTypeKVCacheManager, "free",
          lambda self, request_id: self.block_pool.free_blocks(self.pop_blocks_for_free(request_id)), {}),
@@ -117,6 +137,13 @@ def test_every_invariant_has_its_planted_line():
 def test_each_invariant_fails_alone_on_its_planted_line(name, monkeypatch):
     where, attribute, wrong, values = PLANTS[name]
     fails_alone(lambda: system(values), name, (where, attribute, wrong), monkeypatch)
+
+
+def test_lookahead_slots_left_out_fail_the_tables(monkeypatch):
+    """`allocate_slots` that drops `num_lookahead_tokens`: a running request holds fewer blocks than its computed
+    tokens and lookahead slots need."""
+    fails_alone(lambda: system(LOOKAHEAD), "tables_match_requests",
+                (kv_cache_manager.KVCacheManager, "allocate_slots", _lookahead_left_out), monkeypatch)
 
 
 def test_the_whole_prompt_hit_is_found_in_two_steps(monkeypatch):
