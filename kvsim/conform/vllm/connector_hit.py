@@ -56,8 +56,9 @@ def fixed(release: str | None) -> bool:
     return variant_for(RELEASES, release) == "fixed"
 
 
-def mamba_cache_mode(release: str | None) -> str:
-    """The release's Mamba prefix-caching mode, as the model's variant flag reads it."""
+def model_mamba_mode(release: str | None) -> str:
+    """The release's Mamba prefix-caching mode as the model's variant table has it (the child reads the loaded
+    release's own, `real_manager.mamba_cache_mode`)."""
     return VARIANTS[variant_for(MAMBA_RELEASES, release)].mamba_cache_mode
 
 
@@ -65,7 +66,7 @@ class Model:
     """The model's manager driven with the child's vocabulary (requests named, hits per group)."""
 
     def __init__(self, num_blocks: int, groups: list[str], release: str | None) -> None:
-        self.m = KVCacheManager(num_blocks, BLOCK_SIZE, 4, tuple(groups), WINDOW, mamba_cache_mode(release))
+        self.m = KVCacheManager(num_blocks, BLOCK_SIZE, 4, tuple(groups), WINDOW, model_mamba_mode(release))
         self.release = release
         self.ids: dict[str, int] = {}
         self.requests: dict[str, Request] = {}
@@ -247,7 +248,7 @@ def compared(matched: dict[str, Any], mamba_cache_mode: str) -> dict[str, Any]:
 
 
 def model(ctx: Context, case: dict[str, Any]) -> dict[str, Any]:
-    return compared(on_model(ctx.source.version, case["decodes"]), mamba_cache_mode(ctx.source.version))
+    return compared(on_model(ctx.source.version, case["decodes"]), model_mamba_mode(ctx.source.version))
 
 
 def upstream(ctx: Context, case: dict[str, Any]) -> dict[str, Any]:
@@ -268,6 +269,6 @@ CONNECTOR_HIT = Sweep(
     model=model, upstream=upstream,
     checks=(Check(PROPERTY, check_backed),),
     note=lambda ctx: f"model variant {variant_for(RELEASES, ctx.source.version)}; the real Scheduler over full "
-                     f"attention + Mamba in mode {mamba_cache_mode(ctx.source.version)}, C after B's "
+                     f"attention + Mamba in mode {model_mamba_mode(ctx.source.version)}, C after B's "
                      f"{', '.join(map(str, DECODES))} decode steps",
 )
