@@ -19,10 +19,12 @@ over the coordinator (`kv_cache_coordinator`) of one or several KV cache groups 
   (`num_encoder_tokens`) are allocated only by a cross-attention group (upstream's coordinator hands them to
   `CrossAttentionManager` alone; full attention, sliding window and Mamba never read them): the model has no such
   group, so its `allocate_slots` does not take them.
-- `get_num_common_prefix_blocks`: per group, 0 (0.33.0: cascade attention removed, kept for out-of-tree
-  schedulers); before it (`counted`, 0.26.0-0.31.0, for the scheduler's cascade attention) a full-attention group
-  counts the leading blocks of a running request that every request holding blocks holds (`ref_cnt` equal to
-  their number), the other kinds 0. The model's scheduler has no cascade attention: no action calls it.
+- `get_num_common_prefix_blocks`: per group, 0 (from 0.32.0: cascade attention removed, the method kept for
+  out-of-tree schedulers); before it (`counted`, 0.26.0-0.31.0, for the scheduler's cascade attention) a
+  full-attention group counts the leading blocks of a running request that every request holding blocks holds
+  (`ref_cnt` equal to their number), the other kinds 0. No action calls it (the model's scheduler has no cascade
+  attention), so it is a reading, not a variant: the lockstep compares it with the real manager's after every
+  step, `counted` by release (`manager_lockstep.COMMON_PREFIX_RELEASES`).
 - `free`: the request's blocks back to the pool, group by group, each tail first (so its tail is evicted first).
 - `remove_skipped_blocks`: what `allocate_slots` frees first, on its own (the scheduler's call before a finished
   request's blocks go to a KV connector).
@@ -160,7 +162,7 @@ class KVCacheManager:
         return new_blocks
 
     def get_num_common_prefix_blocks(self, request_id: int, counted: bool = False) -> list[int]:
-        """Per group, 0 (0.33.0). `counted` (the variant's `common_prefix_blocks_counted`, 0.26.0-0.31.0): a
+        """Per group, 0 (0.32.0 on). `counted` (0.26.0-0.31.0, as the release's manager reads it): a
         full-attention group's leading blocks of running request `request_id` held by every request holding
         blocks in it; 0 for the other kinds."""
         if not counted:

@@ -14,7 +14,8 @@ After every step the two sides are compared:
   deferral when the pool cannot give them, whether the request finished; the blocks a `free` released; the reset's
   answer;
 * every block's reference count and whether it holds a hash, the free queue (ids, in eviction order), each
-  request's block table;
+  request's block table, and `get_num_common_prefix_blocks` of each request holding blocks (cascade attention's
+  count before 0.32.0, zeros from it: `COMMON_PREFIX_RELEASES`);
 * the step's KV events, structurally: a hash is named by the order it first appeared in the events of the program
   on its side (`h0`, `h1`, ...), so the model's hashes (token tuples) and upstream's (sha256) compare equal exactly
   when one bijection maps the one onto the other, fixed at the `BlockStored` that first names each; with the parent,
@@ -37,14 +38,19 @@ from typing import Any
 from hypothesis import strategies as st
 
 from kvsim.engine.conformance.adapters import Context, Lockstep, Operation, Probe
+from kvsim.engine.conformance.declare import variant_for
 from kvsim.engine.errors import ConfigError
 from kvsim.models.kv_cache_manager.actions import (Allocated, Decode, Deferred, Events, Finish, Freed, Preempt,
                                                    Reset, ResetDone, Schedule)
+from kvsim.models.kv_cache_manager.kv_cache_manager import KVCacheManager
 from kvsim.models.kv_cache_manager.kv_events import BlockRemoved, BlockStored
 from kvsim.models.kv_cache_manager.system import RUNNING, CacheManagerConfig, CacheManagerSystem
 
 DRIVER = "kvsim.conform.vllm.real_manager:ManagerDriver"
 MAX_MODEL_LEN = 64
+# `get_num_common_prefix_blocks` counted cascade attention's shared prefix until 0.32.0 removed cascade attention
+# (every group 0 from then on, the method kept for out-of-tree schedulers)
+COMMON_PREFIX_RELEASES: tuple[tuple[str | None, str], ...] = ((None, "counted"), ("0.32.0", "zero"))
 STEPS = 40  # calls per program: three requests of up to nine tokens each, preempted and rescheduled
 
 
@@ -86,8 +92,9 @@ def stored(names: Names, hashes: Any, parent: Any, token_ids: Any, block_size: i
 class ModelSide:
     """The model's transition system, called with one of its actions; the view the operations draw from."""
 
-    def __init__(self, config: CacheManagerConfig) -> None:
+    def __init__(self, config: CacheManagerConfig, common_counted: bool = False) -> None:
         self.system = CacheManagerSystem(config=config)
+        self.common_counted = common_counted  # the release counts cascade attention's common prefix
         (self.state,) = self.system.initial_states()
         self.names = Names()
         self.events: list[dict[str, Any]] = []
@@ -138,8 +145,12 @@ class ModelSide:
         pool = self.state.manager.pool
         tables = {str(r): list(t[0]) for r, t in enumerate(self.state.manager.tables) if t is not None and t[0]}
         running = [r for r, q in enumerate(self.state.requests) if q.status == RUNNING]
+        cfg = self.system.cfg
+        manager = KVCacheManager.thaw(self.state.manager, cfg.block_size, cfg.kinds, cfg.sliding_window,
+                                      self.system.variant.mamba_cache_mode)
+        common = {r: manager.get_num_common_prefix_blocks(int(r), self.common_counted) for r in tables}
         return {"ref_cnt": list(pool.refs), "hashed": [h is not None for h in pool.hashes], "free": list(pool.free),
-                "tables": tables, "running": running, "events": self.events}
+                "tables": tables, "common": common, "running": running, "events": self.events}
 
 
 class RealSide:
@@ -192,12 +203,14 @@ class RealSide:
             else:
                 events.append({"type": e["type"]})
         return {"ref_cnt": [b[1] for b in seen["blocks"]], "hashed": [b[2] for b in seen["blocks"]],
-                "free": seen["free"], "tables": seen["tables"], "running": sorted(self.running), "events": events}
+                "free": seen["free"], "tables": seen["tables"], "common": seen["common"],
+                "running": sorted(self.running), "events": events}
 
 
 def sides(ctx: Context, start: dict[str, Any]) -> tuple[ModelSide, RealSide]:
     config = config_of(start)
-    return ModelSide(config), RealSide(ctx.child, config)
+    counted = variant_for(COMMON_PREFIX_RELEASES, ctx.source.version) == "counted"
+    return ModelSide(config, counted), RealSide(ctx.child, config)
 
 
 def run_program(ctx: Context, start: dict[str, Any], program: tuple) -> str | None:

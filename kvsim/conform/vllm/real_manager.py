@@ -223,4 +223,8 @@ class ManagerDriver:
         return {"blocks": [[b.block_id, b.ref_cnt, b.block_hash is not None] for b in pool.blocks],
                 "free": [b.block_id for b in pool.free_block_queue.get_all_free_blocks()],
                 "tables": {r: held for r in sorted(self.requests) if (held := self._held(r))},
+                # asked only of a request holding blocks: for another, 0.26.0-0.31.0 read `req_to_blocks[r]`, a
+                # defaultdict, and would add its empty entry (a change the observation would make)
+                "common": {r: list(self.manager.get_num_common_prefix_blocks(r)) for r in sorted(self.requests)
+                           if self._held(r)},
                 "events": [_jsonable(e) for e in self.manager.take_events()]}

@@ -100,6 +100,25 @@ def test_lookahead_slots_left_out(release):  # type: ignore[no-untyped-def]
     assert program[1:] == ["step(schedule(req=0))"], program
 
 
+# cascade attention's common prefix, as each release counts it: 0.26.0 counts the blocks every request holding
+# blocks holds (made: every held block); 0.33.0 answers zeros (made: ones)
+COMMON_PREFIX_PLANTS = {
+    "0.26.0": ("single_type_kv_cache_manager.py", "blocks = self.req_to_blocks[running_request_id]",
+               "block.ref_cnt == len(self.req_to_blocks)", "block.ref_cnt >= 1"),
+    "0.33.0": ("kv_cache_manager.py", "def get_num_common_prefix_blocks", "[0] * self.num_kv_cache_groups",
+               "[1] * self.num_kv_cache_groups"),
+}
+
+
+def test_a_common_prefix_miscounted(release):  # type: ignore[no-untyped-def]
+    """`get_num_common_prefix_blocks` is compared after every step, as the release counts it (before 0.32.0 the
+    shared leading blocks, zeros from 0.32.0): a planted miscount ends as a shrunk program."""
+    file, after, original, replacement = COMMON_PREFIX_PLANTS[release.version]
+    found = _run_planted(release, planted(release, CORE + file, after, original, replacement))
+    assert found["field"].startswith("common"), found
+    assert sum(line.startswith("step(schedule(") for line in found["program"]) <= 2, found["program"]
+
+
 def test_a_hash_cached_twice_loses_its_other_block(release):  # type: ignore[no-untyped-def]
     """The cached map drops a hash's entry when one of its two blocks is evicted (`len(blocks) > 1` for `> 0`): the
     directed program whose other block must still hit fails; random programs rarely cache one hash twice."""
