@@ -1,4 +1,4 @@
-"""Generate docs/findings/<id>.md: the bug report of every finding still present in SGLang 0.5.23.
+"""Generate docs/findings/<id>.md: the bug report of every finding still present in SGLang 0.5.23 or vLLM 0.33.0.
 
     .venv/bin/python scripts/generate_findings.py           # (re)write docs/findings/
     .venv/bin/python scripts/generate_findings.py --check   # exit 1 if a committed file differs
@@ -17,17 +17,17 @@ import sys
 from kvsim.app import catalog
 from kvsim.app.report_md import report
 
-RELEASE = "0.5.23"
+RELEASES = ("0.5.23", "0.33.0")  # the newest release checked of each engine with findings (SGLang, vLLM)
 # results that are no catalog finding (a bug family settled against a real release by a conform workload), written
 # by hand: kept as they are, never compared with or removed by the generator
 WRITTEN_BY_HAND = ("vllm-aba-hybrid-prefix-cache.md",)
 FOLDER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "findings")
 
 
-def present_in(release: str = RELEASE) -> list:
-    """The catalog's findings whose verdict for `release` is present."""
+def present_in(releases: tuple[str, ...] = RELEASES) -> list:
+    """The catalog's findings whose verdict for one of `releases` is present."""
     reg = catalog.load()
-    return [b for b in reg.bugs.values() if any(v.release == release and v.state == "present" for v in b.verdicts)]
+    return [b for b in reg.bugs.values() if any(v.release in releases and v.state == "present" for v in b.verdicts)]
 
 
 def generate() -> dict[str, str]:

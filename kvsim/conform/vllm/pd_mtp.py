@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvsim.engine.conformance.adapters import Context
+from kvsim.engine.conformance.adapters import Check, Context
+from kvsim.engine.errors import PropertyViolation
 from kvsim.engine.conformance.declare import variant_for
 
 from .pd_race import problems_sweep
@@ -30,6 +31,10 @@ MTP_RELEASES: tuple[tuple[str | None, str], ...] = ((None, "pre_55055"), ("0.31.
 # the bug report's configuration (vllm-55055-pd-mtp-draft-kv: lookahead 2), one producer: the drafter's two modules
 # make the last prompt position's MTP KV a draft's
 HANDOFF = {"num_blocks": 3, "block_size": 2, "prompt_len": 2, "mtp_lookahead": 2}
+# a prompt no longer than the backoff (lookahead - 1): no release truncates it, so the fixed ones hand it whole
+# (an open-upstream finding, vllm-55055-short-prompt-draft-kv; its property confirms it, the target still conforms)
+SHORT = {**HANDOFF, "prompt_len": 1}
+SHORT_PROPERTY, SHORT_FINDING = "no_unverified_draft_kv_short_prompt", "vllm-55055-short-prompt-draft-kv"
 
 
 def handoff(child: Any, num_blocks: int = 3, block_size: int = 2, prompt_len: int = 2,
@@ -75,7 +80,16 @@ def upstream(ctx: Context, case: dict[str, Any]) -> dict[str, Any]:
     return {"computed_tokens": got["computed"], "no_draft_kv": not got["problems"]}
 
 
+def short_prompt_check(ctx: Context, case: dict[str, Any], answer: dict[str, Any]) -> None:
+    """The finding's property on the short prompt's hand-off (the other case is the seed bug's)."""
+    problems = ctx.state["handoff"]["problems"]
+    if case == SHORT and problems:
+        raise PropertyViolation("; ".join(problems))
+
+
 PD_MTP = problems_sweep(
     HANDOFF, model, upstream, PROPERTY, "handoff",
     lambda ctx: f"model variant {variant_for(MTP_RELEASES, ctx.source.version)}; a producer with a "
-                f"{HANDOFF['mtp_lookahead']}-module MTP drafter handed to the release's NixlConnector")
+                f"{HANDOFF['mtp_lookahead']}-module MTP drafter handed to the release's NixlConnector, its prompt "
+                f"of {HANDOFF['prompt_len']} tokens, then of {SHORT['prompt_len']} (finding {SHORT_FINDING})",
+    more=((SHORT,), (Check(SHORT_PROPERTY, short_prompt_check, finding=SHORT_FINDING),)))

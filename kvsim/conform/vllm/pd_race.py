@@ -49,16 +49,18 @@ def upstream(ctx: Context, case: dict[str, Any]) -> dict[str, Any]:
 
 
 def problems_sweep(case: dict[str, Any], model: Callable, upstream: Callable, prop: str, key: str,
-                   note: Callable[[Context], str]) -> Sweep:
+                   note: Callable[[Context], str], more: tuple[tuple, tuple] = ((), ())) -> Sweep:
     """A real-scheduler target of one `case`: the model against `upstream`, which keeps the release's run under
-    `ctx.state[key]`, and the property `prop` failing with that run's model-check `problems` (`pd_mtp` too)."""
-    def check(ctx: Context, case: dict[str, Any], answer: dict[str, Any]) -> None:
+    `ctx.state[key]`, and the property `prop` failing with that run's model-check `problems` (`pd_mtp` too);
+    `more`: further cases, and the checks that read them (`prop` is `case`'s alone)."""
+    def check(ctx: Context, seen: dict[str, Any], answer: dict[str, Any]) -> None:
         problems = ctx.state[key]["problems"]
-        if problems:
+        if seen == case and problems:
             raise PropertyViolation("; ".join(problems))
 
-    return Sweep(installed=DRIVER, domain=lambda ctx: [case], model=model, upstream=upstream,
-                 checks=(Check(prop, check),), note=note)
+    cases, checks = more
+    return Sweep(installed=DRIVER, domain=lambda ctx: [case, *cases], model=model, upstream=upstream,
+                 checks=(Check(prop, check), *checks), note=note)
 
 
 PD_RACE = problems_sweep(
