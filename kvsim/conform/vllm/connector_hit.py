@@ -95,10 +95,10 @@ class Model:
         return {"blocks": None if new is None else self.block_ids(new),
                 "held": [list(g) for g in self.m.get_block_ids(req.request_id)]}
 
-    def free(self, request: str) -> list[int]:
-        """`free`, answering the first group's blocks it released, as the driver's `free` does."""
+    def free(self, request: str) -> list[list[int]]:
+        """`free`, answering every group's blocks it released, as the driver's `free` does after `build_hybrid`."""
         req = self.requests.pop(request)
-        held = list(self.m.get_block_ids(req.request_id)[0])
+        held = [list(g) for g in self.m.get_block_ids(req.request_id)]
         self.m.free(req)
         return held
 

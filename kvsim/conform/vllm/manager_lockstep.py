@@ -1,8 +1,11 @@
-"""vLLM's real `KVCacheManager` (imported from a release, `real_manager.ManagerDriver` in the child) in lockstep
-with the `kv-cache-manager` model, one Hypothesis state machine driving both (`LOCKSTEP`).
+"""vLLM's real `KVCacheManager` (imported from a release, `real_coordinator.CoordinatorDriver` in the child) in
+lockstep with the `kv-cache-manager` model, one Hypothesis state machine driving both (`LOCKSTEP`).
 
 A program starts from a configuration Hypothesis draws within the model's bounds (pool size, block size, the
-requests' prompt families, prompt length, shared prefix, output tokens, resets, lookahead slots) and then makes the model's own
+requests' prompt families, prompt length, shared prefix, output tokens, resets, lookahead slots, and last the KV
+cache groups: one full-attention group in about half the programs, else full attention with a sliding window
+(2 to 4 tokens), Mamba, or both, each group taking its own blocks from a pool as many times larger; Mamba in the
+release's prefix-caching mode, `all` before 0.33.0, the model on the matching variant) and then makes the model's own
 actions, one a step among those the model enables (`step(schedule(req=0))`): `schedule(r)` (a waiting request: `get_computed_blocks`, then
 `allocate_slots` of every token after the hit; the step samples one token), `decode(r)` (`allocate_slots` of the
 sampled token), both with the configuration's `lookahead` (`num_lookahead_tokens`, 0 to 3: a drafter's slots,
@@ -13,7 +16,9 @@ After every step the two sides are compared:
 * the call's answer: the hit blocks (ids, in order) and hit length, the new blocks (ids, in order) or the
   deferral when the pool cannot give them, whether the request finished; the blocks a `free` released; the reset's
   answer;
-* every block's reference count and whether it holds a hash, the free queue (ids, in eviction order), each
+* every block's reference count (the null block's, block 0, is None on both sides: 0.26.0-0.31.0 decrement it each time a sliding-window
+  group frees a block it replaced with the null block, to -1 and below; it never enters the free queue, which is
+  compared) and whether it holds a hash, the free queue (ids, in eviction order), each
   request's block table, and `get_num_common_prefix_blocks` of each request holding blocks (cascade attention's
   count before 0.32.0, zeros from it: `COMMON_PREFIX_RELEASES`);
 * the step's KV events, structurally: a hash is named by the order it first appeared in the events of the program
@@ -28,7 +33,11 @@ programs rarely reach the cached map's entry of two blocks.
 Conventions: the scheduler's part of a step (the sampled token, the request's computed count, a finished request
 freed) is the harness's on both sides, so the lockstep checks the manager, not a scheduler; token ids are the
 model's (`CacheManagerConfig.prompt`, `output_token`); the real manager is built with events on, caching on, no
-watermark, `max_model_len` 64 (above every program's tokens), one full-attention group, sha256 block hashes.
+watermark, `max_model_len` 64 (above every program's tokens), sha256 block hashes; every `allocate_slots` is one
+scheduler step (`new_step_starts` first: Mamba defers a hit on a block cached in the same step, which the model's
+one-action steps never make). A hybrid's answers, tables and freed blocks are per group (a list per group), its
+events carry the group (`group_idx`; the model keys a hybrid's cached blocks (group, hash) and its events name
+the hash).
 """
 
 from __future__ import annotations
@@ -43,10 +52,13 @@ from kvsim.engine.errors import ConfigError
 from kvsim.models.kv_cache_manager.actions import (Allocated, Decode, Deferred, Events, Finish, Freed, Preempt,
                                                    Reset, ResetDone, Schedule)
 from kvsim.models.kv_cache_manager.kv_cache_manager import KVCacheManager
-from kvsim.models.kv_cache_manager.kv_events import BlockRemoved, BlockStored
-from kvsim.models.kv_cache_manager.system import RUNNING, CacheManagerConfig, CacheManagerSystem
+from kvsim.models.kv_cache_manager.kv_events import AllBlocksCleared, BlockRemoved, BlockStored
+from kvsim.models.kv_cache_manager.system import GROUP_CHOICES, RUNNING, CacheManagerConfig, CacheManagerSystem
+from kvsim.models.kv_cache_manager.variants import VARIANTS
 
-DRIVER = "kvsim.conform.vllm.real_manager:ManagerDriver"
+from .connector_hit import MAMBA_RELEASES
+
+DRIVER = "kvsim.conform.vllm.real_coordinator:CoordinatorDriver"
 MAX_MODEL_LEN = 64
 # `get_num_common_prefix_blocks` counted cascade attention's shared prefix until 0.32.0 removed cascade attention
 # (every group 0 from then on, the method kept for out-of-tree schedulers)
@@ -60,11 +72,17 @@ def configs(draw: Any) -> dict[str, Any]:
     pool holds at least one prompt and its lookahead slots but its last block (a pool one block short still
     defers), so most programs run rather than wait."""
     block_size, prompt_len, lookahead = draw(st.integers(1, 4)), draw(st.integers(1, 6)), draw(st.integers(0, 3))
-    least = max(2, -(-(prompt_len + lookahead) // block_size))
-    return {"num_blocks": draw(st.integers(least, max(least, 8))),
-            "block_size": block_size, "prompts": draw(st.lists(st.integers(0, 2), min_size=1, max_size=3)),
-            "prompt_len": prompt_len, "shared": draw(st.integers(0, prompt_len)),
-            "max_tokens": draw(st.integers(1, 3)), "resets": draw(st.integers(0, 2)), "lookahead": lookahead}
+    need = max(2, -(-(prompt_len + lookahead) // block_size))
+    config = {"num_blocks": draw(st.integers(need, max(need, 8))),
+              "block_size": block_size, "prompts": draw(st.lists(st.integers(0, 2), min_size=1, max_size=3)),
+              "prompt_len": prompt_len, "shared": draw(st.integers(0, prompt_len)),
+              "max_tokens": draw(st.integers(1, 3)), "resets": draw(st.integers(0, 2)), "lookahead": lookahead}
+    # the groups last (each takes its own blocks: a hybrid's pool is as many times larger): one full-attention
+    # group in about half the programs (most models' manager), a hybrid in the rest
+    groups = draw(st.one_of(st.just(GROUP_CHOICES[0]), st.sampled_from(GROUP_CHOICES[1:])))
+    kinds = len(groups.split(","))
+    return {**config, "num_blocks": config["num_blocks"] * kinds, "groups": groups,
+            "sliding_window": draw(st.integers(2, 4)) if "swa" in groups else 3}
 
 
 def config_of(start: dict[str, Any]) -> CacheManagerConfig:
@@ -92,8 +110,8 @@ def stored(names: Names, hashes: Any, parent: Any, token_ids: Any, block_size: i
 class ModelSide:
     """The model's transition system, called with one of its actions; the view the operations draw from."""
 
-    def __init__(self, config: CacheManagerConfig, common_counted: bool = False) -> None:
-        self.system = CacheManagerSystem(config=config)
+    def __init__(self, config: CacheManagerConfig, common_counted: bool = False, variant: str = "fixed") -> None:
+        self.system = CacheManagerSystem(VARIANTS[variant], config)
         self.common_counted = common_counted  # the release counts cascade attention's common prefix
         (self.state,) = self.system.initial_states()
         self.names = Names()
@@ -120,12 +138,12 @@ class ModelSide:
         for fx in effects:
             if isinstance(fx, Allocated):
                 if isinstance(action, Schedule):
-                    answer.update(hit=list(fx.hit_blocks), hit_tokens=fx.num_hit_tokens)
-                answer["new"] = list(fx.new_blocks)
+                    answer.update(hit=self.ids(fx.hit_blocks), hit_tokens=fx.num_hit_tokens)
+                answer["new"] = self.ids(fx.new_blocks)
             elif isinstance(fx, Deferred):
                 answer["deferred"] = True
             elif isinstance(fx, Freed):
-                answer["freed" if isinstance(action, (Finish, Preempt)) else "finished"] = list(fx.blocks)
+                answer["freed" if isinstance(action, (Finish, Preempt)) else "finished"] = self.ids(fx.blocks)
             elif isinstance(fx, ResetDone):
                 answer["reset"] = fx.ok
             elif isinstance(fx, Events):
@@ -133,23 +151,38 @@ class ModelSide:
         return answer.get("reset") if isinstance(action, Reset) else answer
 
     def _events(self, events: tuple) -> None:
+        hybrid = len(self.system.cfg.kinds) > 1
         for e in events:
-            if isinstance(e, BlockStored):
-                self.events.append(stored(self.names, e.block_hashes, e.parent_block_hash, e.token_ids, e.block_size))
-            elif isinstance(e, BlockRemoved):
-                self.events.append({"type": "BlockRemoved", "block_hashes": [self.names(h) for h in e.block_hashes]})
-            else:
+            if isinstance(e, AllBlocksCleared):
                 self.events.append({"type": "AllBlocksCleared"})
+                continue
+            # a hybrid pool keys its cached blocks (group, hash): upstream's events name the hash and `group_idx`
+            hashes = [h[1] for h in e.block_hashes] if hybrid else list(e.block_hashes)
+            group = {"group": e.block_hashes[0][0]} if hybrid and e.block_hashes else {}
+            if isinstance(e, BlockStored):
+                self.events.append({**stored(self.names, hashes, e.parent_block_hash, e.token_ids, e.block_size),
+                                    **group})
+            else:
+                self.events.append({"type": "BlockRemoved", "block_hashes": [self.names(h) for h in hashes], **group})
+
+    def ids(self, blocks: tuple) -> list:
+        """A step's block ids as the driver answers them: group 0's for one group, else a list per group."""
+        return [list(g) for g in blocks] if len(self.system.cfg.kinds) > 1 else list(blocks)
 
     def observe(self) -> dict[str, Any]:
         pool = self.state.manager.pool
-        tables = {str(r): list(t[0]) for r, t in enumerate(self.state.manager.tables) if t is not None and t[0]}
+        n, kinds = len(self.state.requests), len(self.system.cfg.kinds)
+        per_request = [[t[0] if t is not None else () for t in self.state.manager.tables[g * n:(g + 1) * n]]
+                       for g in range(kinds)]
+        tables = {str(r): self.ids(tuple(per_request[g][r] for g in range(kinds)) if kinds > 1
+                                   else per_request[0][r])
+                  for r in range(n) if any(per_request[g][r] for g in range(kinds))}
         running = [r for r, q in enumerate(self.state.requests) if q.status == RUNNING]
         cfg = self.system.cfg
         manager = KVCacheManager.thaw(self.state.manager, cfg.block_size, cfg.kinds, cfg.sliding_window,
                                       self.system.variant.mamba_cache_mode)
         common = {r: manager.get_num_common_prefix_blocks(int(r), self.common_counted) for r in tables}
-        return {"ref_cnt": list(pool.refs), "hashed": [h is not None for h in pool.hashes], "free": list(pool.free),
+        return {"ref_cnt": [None, *pool.refs[1:]], "hashed": [h is not None for h in pool.hashes], "free": list(pool.free),
                 "tables": tables, "common": common, "running": running, "events": self.events}
 
 
@@ -159,8 +192,13 @@ class RealSide:
 
     def __init__(self, child: Any, config: CacheManagerConfig) -> None:
         self.child, self.cfg = child, config
-        child.call("build", num_blocks=config.num_blocks, block_size=config.block_size, events=True,
-                   max_model_len=MAX_MODEL_LEN)
+        if len(config.kinds) > 1:
+            child.call("build_hybrid", num_blocks=config.num_blocks, block_size=config.block_size,
+                       groups=list(config.kinds), sliding_window=config.sliding_window, events=True,
+                       max_model_len=MAX_MODEL_LEN)
+        else:
+            child.call("build", num_blocks=config.num_blocks, block_size=config.block_size, events=True,
+                       max_model_len=MAX_MODEL_LEN)
         self.tokens = [list(config.prompt(r)) for r in range(len(config.prompts))]
         self.running: set[int] = set()
         self.names = Names()
@@ -194,15 +232,18 @@ class RealSide:
     def observe(self) -> dict[str, Any]:
         seen = self.child.call("observe")
         events = []
+        hybrid = len(self.cfg.kinds) > 1
         for e in seen["events"]:
+            group = {"group": e.get("group_idx")} if hybrid and e.get("block_hashes") else {}
             if e["type"] == "BlockStored":
-                events.append(stored(self.names, e["block_hashes"], e["parent_block_hash"], e["token_ids"],
-                                     e["block_size"]))
+                events.append({**stored(self.names, e["block_hashes"], e["parent_block_hash"], e["token_ids"],
+                                        e["block_size"]), **group})
             elif e["type"] == "BlockRemoved":
-                events.append({"type": "BlockRemoved", "block_hashes": [self.names(h) for h in e["block_hashes"]]})
+                events.append({"type": "BlockRemoved", "block_hashes": [self.names(h) for h in e["block_hashes"]],
+                               **group})
             else:
                 events.append({"type": e["type"]})
-        return {"ref_cnt": [b[1] for b in seen["blocks"]], "hashed": [b[2] for b in seen["blocks"]],
+        return {"ref_cnt": [None] + [b[1] for b in seen["blocks"][1:]], "hashed": [b[2] for b in seen["blocks"]],
                 "free": seen["free"], "tables": seen["tables"], "common": seen["common"],
                 "running": sorted(self.running), "events": events}
 
@@ -210,7 +251,9 @@ class RealSide:
 def sides(ctx: Context, start: dict[str, Any]) -> tuple[ModelSide, RealSide]:
     config = config_of(start)
     counted = variant_for(COMMON_PREFIX_RELEASES, ctx.source.version) == "counted"
-    return ModelSide(config, counted), RealSide(ctx.child, config)
+    # Mamba's prefix-caching mode as the release builds it (`all` before 0.33.0): the model's variant of it
+    variant = variant_for(MAMBA_RELEASES, ctx.source.version) if "mamba" in config.kinds else "fixed"
+    return ModelSide(config, counted, variant), RealSide(ctx.child, config)
 
 
 def run_program(ctx: Context, start: dict[str, Any], program: tuple) -> str | None:

@@ -1,10 +1,10 @@
 """vLLM's real KV cache coordinator over several KV cache groups, imported from a release and driven in the child
 (`kvsim.conform.installed_child`), beside `real_manager`'s one-group driver.
 
-`CoordinatorDriver` adds to `ManagerDriver`'s vocabulary (whose answers stay group 0's):
+`CoordinatorDriver` adds to `ManagerDriver`'s vocabulary (whose answers are group 0's until `build_hybrid`):
 
 * `build_hybrid(num_blocks, block_size, groups, sliding_window=4, events=False, use_eagle=False,
-  mamba_cache_mode=None)`: a manager over the named groups (`full`, `swa`, `mamba`, in group order), built as
+  mamba_cache_mode=None, max_model_len=None)`: a manager over the named groups (`full`, `swa`, `mamba`, in group order), built as
   upstream's CPU tests build hybrid configs (`real_manager.kv_cache_config`: `KVCacheConfig` with
   `kv_cache_tensors=[]`, one `KVCacheGroupSpec` per group: `FullAttentionSpec`, `SlidingWindowSpec`, `MambaSpec`
   with prefix caching: mode `all` where the release has it (0.26.0-0.31.0), else `align`, unless `mamba_cache_mode`
@@ -17,9 +17,9 @@
   the manager chooses it: 0.27.0+ `KVCacheManager.get_computed_blocks_for_connector`, the release's own code;
   0.26.0 has no such method (the choice, `max(per_group_hits)`, is in `Scheduler.schedule`, which
   `real_scheduler.SchedulerDriver` drives for target `connector_hit_48195`): null there.
-* `computed` and `allocate` answer every group's block ids (`{"blocks": [[ids] per group], ...}`); each
-  `allocate` is one scheduler step (`new_step_starts` first, as `Scheduler.schedule` does). `decode(request,
-  token)`: the request's sampled token appended (its block hashes grow with it), then `allocate` of one slot.
+* after `build_hybrid`, every answer names every group's block ids (`{"blocks": [[ids] per group], ...}`, the
+  tables, a free's blocks). `decode(request, token)`: the request's sampled token appended (its block hashes grow
+  with it), then `allocate` of one slot; without `token`, `ManagerDriver`'s.
 """
 
 from __future__ import annotations
@@ -41,13 +41,16 @@ class CoordinatorDriver(ManagerDriver):
         return super().handle(op, args)
 
     def op_build_hybrid(self, num_blocks: int, block_size: int, groups: list[str], sliding_window: int = 4,
-                        events: bool = False, use_eagle: bool = False, mamba_cache_mode: str | None = None) -> Any:
+                        events: bool = False, use_eagle: bool = False, mamba_cache_mode: str | None = None,
+                        max_model_len: int | None = None) -> Any:
         from vllm.v1.core.kv_cache_manager import KVCacheManager
 
         self.mamba_cache_mode = real_manager.mamba_cache_mode(mamba_cache_mode)
         config = kv_cache_config(num_blocks, block_size, groups, sliding_window, self.mamba_cache_mode)
         self.op_build(num_blocks, block_size, events=events)  # the hasher at the block size, the requests forgotten
-        self.manager = KVCacheManager(config, max_model_len=num_blocks * block_size, scheduler_block_size=block_size,
+        self.per_group = True
+        self.manager = KVCacheManager(config, max_model_len=max_model_len or num_blocks * block_size,
+                                      scheduler_block_size=block_size,
                                       hash_block_size=block_size, enable_caching=True, enable_kv_cache_events=events,
                                       use_eagle=use_eagle)
         return {**self.op_observe(), "coordinator": type(self.manager.coordinator).__name__,
@@ -77,22 +80,10 @@ class CoordinatorDriver(ManagerDriver):
                 "reconciled": {"hit": hit, "blocks": blocks.get_block_ids()},
                 "connector": self.connector_hit(req)}
 
-    def op_computed(self, request: str, tokens: list[int]) -> Any:
-        blocks, hit = self.manager.get_computed_blocks(self._request(request, tokens))[:2]
-        self.computed_blocks[request] = blocks
-        return {"blocks": blocks.get_block_ids(), "hit": hit}
-
-    def op_allocate(self, request: str, new_tokens: int, computed_tokens: int = 0, lookahead: int = 0) -> Any:
-        self.manager.new_step_starts()
-        req = self._request(request)
-        computed = self.computed_blocks.pop(request, None) if computed_tokens else None
-        blocks = self.manager.allocate_slots(req, new_tokens, computed_tokens, computed,
-                                             num_lookahead_tokens=lookahead)
-        if blocks is not None:
-            req.num_computed_tokens += computed_tokens + new_tokens
-        return {"blocks": None if blocks is None else blocks.get_block_ids(),
-                "held": [list(g) for g in self.manager.get_block_ids(request)]}
-
-    def op_decode(self, request: str, token: int) -> Any:
+    def op_decode(self, request: str, token: int | None = None, lookahead: int = 0) -> Any:
+        """`token` given: appended (its block hashes follow), then `allocate` of one slot; else `ManagerDriver`'s
+        decode (the lockstep samples first)."""
+        if token is None:
+            return super().op_decode(request, lookahead)
         self._request(request).append_output_token_ids(token)
-        return self.op_allocate(request, 1)
+        return self.op_allocate(request, 1, lookahead=lookahead)

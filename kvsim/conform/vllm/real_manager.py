@@ -9,8 +9,9 @@ a small request vocabulary, each answer JSON:
   with sha256 at the block size; every request of the previous manager is forgotten. Answers `observe`.
 * `computed(request, tokens)`: `get_computed_blocks` of the request (made on first use from its token list):
   `{"blocks": [ids in order], "hit": tokens}`; the blocks are kept for the request's next `allocate`.
-* `allocate(request, new_tokens, computed_tokens=0, lookahead=0)`: `allocate_slots` with the blocks the last
-  `computed` returned when `computed_tokens` > 0: `{"blocks": [new ids in order] | null, "held": [ids]}`.
+* `allocate(request, new_tokens, computed_tokens=0, lookahead=0)`: one scheduler step (`new_step_starts`, then
+  `allocate_slots` with the blocks the last `computed` returned when `computed_tokens` > 0): `{"blocks": [new ids
+  in order] | null, "held": [ids]}`.
 * `free(request)`: `free`; the request is forgotten. Answers the blocks it held, in its table's order.
 * `observe()`: `{"blocks": [[id, ref_cnt, hashed], ...] by id, "free": [ids in the free queue's order],
   "tables": {request: [ids]} of the requests holding blocks, "events": [...]}` (the events `take_events` hands
@@ -117,6 +118,7 @@ class ManagerDriver:
         kv_cache_utils.init_none_hash(sha256)  # PYTHONHASHSEED is fixed by the parent: the same NONE_HASH each run
         self.manager: Any = None
         self.block_size = 0
+        self.per_group = False  # answers name every group's blocks (the coordinator's driver), else group 0's
         self.requests: dict[str, Any] = {}
         self.computed_blocks: dict[str, Any] = {}
 
@@ -144,7 +146,7 @@ class ManagerDriver:
                                       max_model_len=max_model_len or num_blocks * block_size,
                                       scheduler_block_size=block_size, hash_block_size=block_size,
                                       enable_caching=enable_caching, enable_kv_cache_events=events)
-        self.block_size = block_size
+        self.block_size, self.per_group = block_size, False
         self.hasher = kv_cache_utils.get_request_block_hasher(block_size, self._sha256)
         self.requests.clear()
         self.computed_blocks.clear()
@@ -161,12 +163,19 @@ class ManagerDriver:
                                              block_hasher=self.hasher)
         return self.requests[request]
 
+    def _ids(self, block_ids: Sequence[Sequence[int]]) -> list:
+        """Block ids per group as the driver answers them: every group's (`per_group`), else group 0's."""
+        return [list(g) for g in block_ids] if self.per_group else list(block_ids[0])
+
     def op_computed(self, request: str, tokens: list[int]) -> Any:
         blocks, hit = self.manager.get_computed_blocks(self._request(request, tokens))[:2]
         self.computed_blocks[request] = blocks
-        return {"blocks": blocks.get_block_ids()[0], "hit": hit}
+        return {"blocks": self._ids(blocks.get_block_ids()), "hit": hit}
 
     def op_allocate(self, request: str, new_tokens: int, computed_tokens: int = 0, lookahead: int = 0) -> Any:
+        """One scheduler step's `allocate_slots` (`new_step_starts` first, as `Scheduler.schedule` does: Mamba's
+        manager defers a hit on a block cached in the same step)."""
+        self.manager.new_step_starts()
         req = self._request(request)
         computed = self.computed_blocks.pop(request, None) if computed_tokens else None
         blocks = self.manager.allocate_slots(req, new_tokens, computed_tokens, computed,
@@ -176,10 +185,13 @@ class ManagerDriver:
 
             req.num_computed_tokens += computed_tokens + new_tokens
             req.status = RequestStatus.RUNNING
-        return {"blocks": None if blocks is None else blocks.get_block_ids()[0], "held": self._held(request)}
+        return {"blocks": None if blocks is None else self._ids(blocks.get_block_ids()), "held": self._held(request)}
 
-    def _held(self, request: str) -> list[int]:
-        return list(self.manager.get_block_ids(request)[0])
+    def _held(self, request: str) -> list:
+        return self._ids(self.manager.get_block_ids(request))
+
+    def _holds(self, request: str) -> bool:
+        return any(self.manager.get_block_ids(request))
 
     def op_free(self, request: str) -> Any:
         held = self._held(request) if request in self.requests else []
@@ -222,9 +234,9 @@ class ManagerDriver:
         pool = self.manager.block_pool
         return {"blocks": [[b.block_id, b.ref_cnt, b.block_hash is not None] for b in pool.blocks],
                 "free": [b.block_id for b in pool.free_block_queue.get_all_free_blocks()],
-                "tables": {r: held for r in sorted(self.requests) if (held := self._held(r))},
+                "tables": {r: self._held(r) for r in sorted(self.requests) if self._holds(r)},
                 # asked only of a request holding blocks: for another, 0.26.0-0.31.0 read `req_to_blocks[r]`, a
                 # defaultdict, and would add its empty entry (a change the observation would make)
                 "common": {r: list(self.manager.get_num_common_prefix_blocks(r)) for r in sorted(self.requests)
-                           if self._held(r)},
+                           if self._holds(r)},
                 "events": [_jsonable(e) for e in self.manager.take_events()]}

@@ -31,7 +31,7 @@ def _ref_counts(state):  # type: ignore[no-untyped-def]
 def test_prefix_hits_ref_counts_and_the_lru_free_queue(child):  # type: ignore[no-untyped-def]
     state = child.call("build", num_blocks=10, block_size=4, events=True)
     assert state == {"blocks": [[i, 0, False] for i in range(10)], "free": list(range(1, 10)), "tables": {},
-                     "events": []}
+                     "common": {}, "events": []}
     assert child.call("computed", request="a", tokens=list(range(10))) == {"blocks": [], "hit": 0}
     a = child.call("allocate", request="a", new_tokens=10, observe=True)
     # block 0 is the null block; two full blocks are hashed, the third holds 2 tokens
@@ -48,6 +48,9 @@ def test_prefix_hits_ref_counts_and_the_lru_free_queue(child):  # type: ignore[n
     seen = child.call("observe")
     assert _ref_counts(seen) == [0, 2, 2, 1, 1, 0, 0, 0, 0, 0]
     assert seen["tables"] == {"a": [1, 2, 3], "b": [1, 2, 4]}
+    # cascade attention's common prefix (before 0.32.0): the two blocks both requests hold; zeros from 0.32.0
+    counted = child.env.source.version == "0.26.0"
+    assert seen["common"] == ({"a": [2], "b": [2]} if counted else {"a": [0], "b": [0]})
 
     assert child.call("free", request="a") == [1, 2, 3]
     state = child.call("free", request="b", observe=True)["state"]
