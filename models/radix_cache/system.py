@@ -242,6 +242,8 @@ class RadixCacheSystem:
                 problem = f"cache_protected_len {req.cache_protected_len} is not page-aligned"
             if problem is not None:
                 return f"request {r}: {problem}"
+            if req.lock is None:
+                return f"request {r} (running): expected a locked node, got none"
             tree = tree or RadixCache.thaw(s.tree, None, ps)
             locked = tree.path_device_indices(tree.node_at(req.lock))
             if tuple(req.row[:req.cache_protected_len]) != locked:

@@ -95,8 +95,14 @@ def _no_free(self, free_index, start_pos):
     return None
 
 
-def _no_unlock(self, node):
-    return 0
+def _finish_keeps_lock(tree, alloc, req, checkpointed):
+    """release_kv_cache at a finish that leaves the lock taken (a retraction still unlocks: bounded)."""
+    if checkpointed:
+        common.checkpoint(tree, alloc, req, len(req.row))
+        alloc.free_segment(req.row[req.cache_protected_len:], req.cache_protected_len)
+        req.lock, req.row, req.cache_protected_len = None, [], 0
+        return
+    ORIGINAL_RELEASE(tree, alloc, req, checkpointed)
 
 
 def _everything_evictable(self, node):
@@ -115,12 +121,12 @@ def _match_nothing(self, tokens):
 
 
 ORIGINAL_EXTEND = PagedTokenToKVPoolAllocator.alloc_extend
+ORIGINAL_RELEASE = common.release_kv_cache
 
 
 @pytest.mark.parametrize("name, plant", [
     ("pool_accounting", (PagedTokenToKVPoolAllocator, "free_segment", _no_free)),
-    ("all_free_when_done", (RadixCache, "dec_lock_ref", _no_unlock)),
-    ("lock_refs", (RadixCache, "dec_lock_ref", _no_unlock)),
+    ("lock_refs", (common, "release_kv_cache", _finish_keeps_lock)),
     ("evict_unlocked_leaves", (RadixCache, "_update_leaf_status", _everything_evictable)),
     ("no_double_free", (PagedTokenToKVPoolAllocator, "alloc_extend", _extend_keeps_pages_free)),
     ("free_list", (PagedTokenToKVPoolAllocator, "alloc_extend", _extend_keeps_pages_free)),
@@ -158,7 +164,23 @@ def test_hand_built_bad_states_fail_their_invariant():
     assert "lock_ref" in _check("lock_refs", more)
 
 
-def test_a_negative_lock_count_is_flagged():
+def _no_lock(self, node):
+    return 0
+
+
+def test_a_negative_lock_count_is_flagged(monkeypatch):
+    fails_alone(lambda: system(TIGHT), "lock_ref_never_negative", (RadixCache, "inc_lock_ref", _no_lock), monkeypatch)
+
+
+def test_a_page_held_after_every_request_ended_fails_all_free_when_done():
+    done = [s for s in reachable(system(TIGHT)) if all(r.status == "finished" for r in s.requests)]
+    assert done and all(_check("all_free_when_done", s) is None for s in done)
+    s = done[0]
+    leaked = s._replace(allocator=s.allocator._replace(free_pages=s.allocator.free_pages[1:]))
+    assert "expected the pool" in _check("all_free_when_done", leaked)
+
+
+def test_the_tree_reports_a_negative_lock_count():
     s = system(TIGHT)
     state = s.initial_states()[0]
     state = s.step(state, ("admit", 0))
