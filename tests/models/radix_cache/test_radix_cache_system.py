@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from kvsim.app import catalog
 from kvsim.engine.explore import ExploreOptions, explore
+from kvsim.engine.runner import run_property
 from kvsim.models.radix_cache import DESCRIPTOR, common
 from kvsim.models.radix_cache.allocator import PagedTokenToKVPoolAllocator
 from kvsim.models.radix_cache.radix_cache import NodeState, RadixCache
@@ -189,3 +191,17 @@ def test_the_tree_reports_a_negative_lock_count():
     tree.dec_lock_ref(node)
     tree.dec_lock_ref(node)
     assert tree.problems and "went to -1" in tree.problems[0]
+
+
+PROP = {p.name: p for p in catalog.load().properties_of("radix-cache")}["radix_cache_invariants"]
+
+
+def test_the_stateful_property_holds_on_fixed():
+    result = run_property(PROP, "fixed", max_examples=40, derandomize=True)
+    assert result.status == "passed", result.message
+
+
+def test_the_stateful_property_fails_on_duplicates_never_freed(monkeypatch):
+    monkeypatch.setattr(PagedTokenToKVPoolAllocator, "free_segment", _no_free)
+    result = run_property(PROP, "fixed", max_examples=40, derandomize=True)
+    assert result.status == "failed" and result.message.startswith("pool_accounting")
