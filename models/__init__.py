@@ -17,4 +17,5 @@ MODELS = (  # in the order the models were added; the catalog lists them so
     "pipelined_transfer",
     "kv_offload",
     "kv_cache_manager",
+    "radix_cache",
 )

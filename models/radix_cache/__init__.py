@@ -1,0 +1,50 @@
+"""radix-cache: SGLang's radix cache and paged KV allocator (sglang/srt/mem_cache/, 0.5.23) under the life cycle the
+scheduler drives for a plain request (no chunked prefill, no speculative decoding).
+
+* `allocator`: `PagedTokenToKVPoolAllocator` (page 0 reserved, freed pages to the front of the free list or staged
+  and sorted with `need_sort`, free groups).
+* `radix_cache`: `TreeNode`, `RadixCache` (page-aligned keys, match with node split, insert, lock counts, LRU
+  eviction on a logical clock).
+* `common`: the scheduler's calls for one request (`match_kv_cache`, `admit`, `check_decode_mem`, `alloc_decode`,
+  `checkpoint`, `release_kv_cache`).
+* `checks`, `system`: the transition system (`RadixCacheSystem`, config `RadixCacheConfig`) and its invariants.
+* `variants`: `fixed` only.
+
+The op vocabulary, for a lockstep to mirror (slots are ints, sequences tuples):
+
+tree (`radix_cache.RadixCache(allocator, page_size)`)
+  `match_prefix(tokens) -> (prefix_len, indices, last_node)`   longest cached page-aligned prefix (may split a node)
+  `insert(tokens, indices) -> (prefix_len, last_node)`         prefix_len: tokens of the aligned key already there
+  `inc_lock_ref(node) -> delta`, `dec_lock_ref(node) -> delta` delta: the change of evictable_size
+  `evict(num_tokens) -> evicted`                               tokens freed (whole unlocked leaves, LRU first)
+  `evictable_size()`, `protected_size()`, `path_device_indices(node)`, `node_at(path)`, `freeze()`
+allocator (`allocator.PagedTokenToKVPoolAllocator(num_pages, page_size, need_sort)`)
+  `alloc(n) -> indices | None`                                 n // page_size whole pages, front of the free list
+  `alloc_extend(prefix_len, seq_len, last_loc) -> indices | None`, `alloc_decode(seq_len, last_loc) -> indices | None`
+  `free(indices)`, `free_segment(indices, start_pos)`, `free_page_ids(pages)`, `free_group_begin()`,
+  `free_group_end()`, `available_size()`, `freeze() -> AllocatorState(free_pages, staged_pages)`
+request (`common`, on a `Req`: its row, cache_protected_len, lock)
+  `admit(tree, allocator, req) -> (prefix_len, new_slots) | None`   match (key capped at len - 1), lock, evict, extend
+  `checkpoint(tree, allocator, req, up_to) -> prefix_len`            insert, free duplicates, repoint, move the lock
+  `check_decode_mem(tree, allocator, req) -> bool`, `alloc_decode(tree, allocator, req) -> slots`
+  `release_kv_cache(tree, allocator, req, checkpointed)`            checkpoint?, free the row past the tree, unlock
+"""
+
+from kvsim.engine.descriptor import ModelDescriptor
+
+from .system import RadixCacheConfig, RadixCacheSystem
+from .variants import FIXED, VARIANTS, RadixCacheVariant
+
+DESCRIPTOR = ModelDescriptor(
+    name="radix-cache",
+    summary="SGLang's radix cache (page-aligned match with node split, insert, lock counts, LRU eviction) over the "
+            "paged KV allocator (page 0 reserved, free-list order, free groups), under the scheduler's life cycle "
+            "of a plain request (match and lock, extend, checkpoint, decode, retract, release)",
+    source="sglang 0.5.23 (sglang/srt/mem_cache/radix_cache.py, allocator/paged.py, common.py, allocation.py)",
+    variants=VARIANTS,
+    config=RadixCacheConfig,
+    system=RadixCacheSystem,
+)
+DESCRIPTORS = (DESCRIPTOR,)
+
+__all__ = ["DESCRIPTOR", "DESCRIPTORS", "FIXED", "VARIANTS", "RadixCacheVariant"]

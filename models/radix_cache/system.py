@@ -1,0 +1,307 @@
+"""The radix cache and the paged allocator under a few requests, as a transition system (`kvsim explore
+radix-cache`).
+
+Request r's prompt: `shared` leading 1s (every prompt shares them), then its family's token `2 + prompts[r]` up
+to `prompt_len`; its outputs are `8 + family` (greedy: equal prompts, equal outputs), `max_tokens` of them, so a
+later request of one family hits the earlier one's prompt and outputs. The actions (`common` states what each
+does upstream):
+
+- `admit` (waiting): match, lock, evict, `alloc_extend`, the prefill step and its sampled token; then the
+  request finishes (`release_kv_cache` with checkpoint) or is checkpointed (`checkpoint_kv_cache`). When the
+  demand does not fit the free and evictable tokens it stays waiting (`deferred`).
+- `decode` (running): `check_decode_mem` (a request it does not fit is `deferred`), `alloc_decode`, the step,
+  a sampled token; after `max_tokens` outputs the request finishes.
+- `retract` (running, only while its next decode does not fit): `release_kv_cache` without checkpoint; back to
+  waiting with its outputs, matched again when admitted.
+
+Invariants on every state: `pool_accounting` (free + evictable + protected + held = the pool, page by page),
+`lock_refs`, `tree_shape`, `free_list`, `rows_page_aligned` (every running request's row: whole pages, its
+protected part the locked path's slots), `all_free_when_done`; step checks (recorded with `flag`):
+`match_is_longest` (every `match_prefix` a step makes, against a walk of the tree as it was), `evict_unlocked_leaves`
+and `no_double_free` (what the tree's and the allocator's ops found), `lock_ref_never_negative`. Liveness
+(`every_request_finishes`): from every state all requests can finish. There is no symmetry: page ids are not
+names here (the free list's order is the lockstep's to compare, and `need_sort` sorts by id).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, NamedTuple
+
+from kvsim.engine.actions import Rules, tagged, type_table
+from kvsim.engine.errors import ConfigError
+from kvsim.engine.params import param
+from kvsim.engine.system import Invariant, flag, flagged
+
+from . import checks, common
+from .allocator import AllocatorState, PagedTokenToKVPoolAllocator
+from .radix_cache import RadixCache, TreeState
+from .variants import FIXED, RadixCacheVariant
+
+WAITING, RUNNING, FINISHED = "waiting", "running", "finished"
+
+Admit = tagged("admit", "req")
+Decode = tagged("decode", "req")
+Retract = tagged("retract", "req")
+ACTIONS = type_table((Admit, Decode, Retract))
+
+Admitted = tagged("admitted", "req", "prefix_len", "new_slots")
+Deferred = tagged("deferred", "req")
+Released = tagged("released", "req", "checkpointed")
+EFFECTS = type_table((Admitted, Deferred, Released))
+
+
+@dataclass(frozen=True)
+class RadixCacheConfig:
+    """`kvsim explore radix-cache --param`: the pool, the requests' prompts and outputs."""
+
+    num_pages: int = param(5, "pages in the pool, page 0 (reserved) not counted", minimum=1, maximum=10)
+    page_size: int = param(1, "tokens per page", minimum=1, maximum=4)
+    prompts: tuple[int, ...] = param((0, 1, 0), "each request's prompt family (equal families: equal prompts)",
+                                     minimum=0, maximum=3)
+    prompt_len: int = param(3, "tokens in each prompt", minimum=2, maximum=8)
+    shared: int = param(2, "leading prompt tokens every family shares", minimum=0, maximum=8)
+    max_tokens: int = param(2, "output tokens a request samples before it finishes", minimum=1, maximum=3)
+    need_sort: bool = param(False, "the allocator stages freed pages and sorts them when an alloc runs short")
+
+    max_requests: ClassVar[int] = 3
+
+    def __post_init__(self) -> None:
+        if not 1 <= len(self.prompts) <= self.max_requests:
+            raise ConfigError("param prompts", f"one to {self.max_requests} requests", len(self.prompts))
+        if self.shared > self.prompt_len:
+            raise ConfigError("param shared", f"at most prompt_len ({self.prompt_len})", self.shared)
+        longest = self.prompt_len + self.max_tokens - 1  # a retracted request's input before its last decode
+        if self.num_pages * self.page_size < longest + self.page_size:
+            raise ConfigError("param num_pages", f"room for a request's longest input ({longest} tokens) and the "
+                              f"page the scheduler's demand adds: {-(-(longest + self.page_size) // self.page_size)}"
+                              f" pages or more", self.num_pages)
+
+    def prompt(self, req: int) -> tuple[int, ...]:
+        return (1,) * self.shared + (2 + self.prompts[req],) * (self.prompt_len - self.shared)
+
+    def output_token(self, req: int) -> int:
+        return 8 + self.prompts[req]
+
+
+class RequestState(NamedTuple):
+    status: str
+    output_ids: tuple[int, ...]
+    row: tuple[int, ...]  # req_to_token: the slots of its positions (empty unless running)
+    cache_protected_len: int
+    lock: tuple[int, ...] | None  # the locked node's full token path (() the root), None unless running
+
+
+class RadixState(NamedTuple):
+    tree: TreeState
+    allocator: AllocatorState
+    requests: tuple[RequestState, ...]
+    flags: tuple[tuple[str, str], ...] = ()
+
+
+class RadixCacheSystem:
+    liveness = "every_request_finishes"
+
+    def __init__(self, variant: RadixCacheVariant = FIXED, config: RadixCacheConfig = RadixCacheConfig()) -> None:
+        self.name, self.variant, self.cfg = "radix-cache", variant, config
+        ps = config.page_size
+        self.invariants = (
+            Invariant("pool_accounting", lambda s: checks.pool_accounting(
+                s.tree, s.allocator, self.held_pages(s), config.num_pages, ps),
+                "free + evictable + protected + held by running requests = the pool, each page once"),
+            Invariant("lock_refs", lambda s: checks.lock_refs(s.tree, [r.lock for r in s.requests
+                                                                        if r.lock is not None]),
+                      "a node's lock count is the requests locking it or below; protected exactly when it is > 0, "
+                      "and the sizes agree with the tree"),
+            Invariant("tree_shape", lambda s: checks.tree_shape(s.tree, ps),
+                      "nodes hold whole pages, a slot a token; children start with distinct pages"),
+            Invariant("free_list", lambda s: checks.free_list(s.allocator),
+                      "no page twice in the free list, never page 0"),
+            Invariant("rows_page_aligned", self._rows,
+                      "a running request's row is page-aligned and its protected part is its locked path's slots"),
+            Invariant("all_free_when_done", self._all_free_when_done,
+                      "once every request has ended every page is free or evictable"),
+            Invariant("match_is_longest", flagged("match_is_longest"),
+                      "match_prefix returns the longest cached page-aligned prefix of the key, and its slots"),
+            Invariant("evict_unlocked_leaves", flagged("evict_unlocked_leaves"),
+                      "evict takes only unlocked leaves"),
+            Invariant("no_double_free", flagged("no_double_free"),
+                      "no page freed while free, page 0 never, segments start on a page boundary, no alloc fails "
+                      "after the eviction that made room for it"),
+            Invariant("lock_ref_never_negative", flagged("lock_ref_never_negative"),
+                      "dec_lock_ref never takes a count below 0"),
+        )
+
+    # -- the contract ------------------------------------------------------------------------------------------
+    def initial_states(self) -> tuple[RadixState, ...]:
+        cfg = self.cfg
+        alloc = PagedTokenToKVPoolAllocator(cfg.num_pages, cfg.page_size, cfg.need_sort)
+        tree = RadixCache(alloc, cfg.page_size)
+        requests = tuple(RequestState(WAITING, (), (), 0, None) for _ in cfg.prompts)
+        return (RadixState(tree.freeze(), alloc.freeze(), requests),)
+
+    def done(self, s: RadixState) -> bool:
+        return not s.flags and all(r.status == FINISHED for r in s.requests)
+
+    def enabled(self, s: RadixState) -> list[tuple]:
+        if s.flags:
+            return []
+        actions: list[tuple] = []
+        for r, req in enumerate(s.requests):
+            if req.status == WAITING:
+                actions.append(Admit(r))
+            elif req.status == RUNNING:
+                actions.append(Decode(r))
+                if self._decode_short(s, r):
+                    actions.append(Retract(r))
+        return actions
+
+    def allows(self, s: RadixState, a: tuple) -> bool:
+        return RULES.allows(self, s, a)
+
+    def step(self, s: RadixState, action: tuple) -> RadixState:
+        return self.transition(s, action)[0]
+
+    def transition(self, s: RadixState, action: tuple) -> tuple[RadixState, tuple[tuple, ...]]:
+        cfg = self.cfg
+        alloc = PagedTokenToKVPoolAllocator.thaw(s.allocator, cfg.num_pages, cfg.page_size, cfg.need_sort)
+        tree = RadixCache.thaw(s.tree, alloc, cfg.page_size)
+        effect, action = RULES.effect(action)
+        requests = list(s.requests)
+        fx: list[tuple] = []
+        found: list[tuple[str, str]] = []
+        self._watch_matches(tree, found)
+        effect(self, s, action, tree, alloc, requests, fx, found)
+        after = RadixState(tree.freeze(), alloc.freeze(), tuple(requests), s.flags)
+        for problem in tree.problems:
+            found.append(("lock_ref_never_negative" if "lock_ref" in problem and "went to" in problem
+                          else "evict_unlocked_leaves", problem))
+        found += [("no_double_free", p) for p in alloc.problems]
+        for name, message in found:
+            after = flag(after, name, message)
+        return after, tuple(fx)
+
+    # -- the model's side of a request --------------------------------------------------------------------------
+    def req(self, s: RadixState, r: int, tree: RadixCache) -> common.Req:
+        rs = s.requests[r]
+        return common.Req(r, self.cfg.prompt(r), list(rs.output_ids), list(rs.row), rs.cache_protected_len,
+                          rs.cache_protected_len, None if rs.lock is None else tree.node_at(rs.lock))
+
+    @staticmethod
+    def running(req: common.Req) -> RequestState:
+        return RequestState(RUNNING, tuple(req.output_ids), tuple(req.row), req.cache_protected_len,
+                            common.path_of(req.lock))
+
+    def after_step(self, tree: RadixCache, alloc: PagedTokenToKVPoolAllocator, req: common.Req, fx: list) \
+            -> RequestState:
+        """The step computed the request's row; it samples a token and finishes after `max_tokens`."""
+        common.sample(req, self.cfg.output_token(req.rid))
+        if len(req.output_ids) >= self.cfg.max_tokens:
+            common.release_kv_cache(tree, alloc, req, checkpointed=True)
+            fx.append(Released(req.rid, True))
+            return RequestState(FINISHED, tuple(req.output_ids), (), 0, None)
+        return self.running(req)
+
+    def held_pages(self, s: RadixState) -> list[list[int]]:
+        return [common.rows_pages(r.row, r.cache_protected_len, self.cfg.page_size) for r in s.requests
+                if r.status == RUNNING]
+
+    def _decode_short(self, s: RadixState, r: int) -> bool:
+        """`check_decode_mem` would fail for r: its next page does not fit the free and evictable tokens."""
+        req = s.requests[r]
+        need = common.decode_demand(common.Req(r, (), row=list(req.row)), self.cfg.page_size)
+        free = (len(s.allocator.free_pages) + len(s.allocator.staged_pages)) * self.cfg.page_size
+        return free + s.tree.evictable_size < need
+
+    def _watch_matches(self, tree: RadixCache, found: list) -> None:
+        """Check every `match_prefix` of the step against `checks.longest_prefix` on the tree as it was."""
+        match = tree.match_prefix
+        ps = self.cfg.page_size
+
+        def checked(tokens):
+            before = tree.freeze()
+            prefix_len, indices, node = match(tokens)
+            problem = checks.match_is_longest(before, tokens, ps, prefix_len, indices)
+            if problem is not None:
+                found.append(("match_is_longest", problem))
+            return prefix_len, indices, node
+
+        tree.match_prefix = checked
+
+    def _rows(self, s: RadixState) -> str | None:
+        ps = self.cfg.page_size
+        tree = None
+        for r, req in enumerate(s.requests):
+            if req.status != RUNNING:
+                if req.row or req.lock is not None:
+                    return f"request {r} ({req.status}): expected no row and no lock, got {list(req.row)}, " \
+                           f"lock {req.lock}"
+                continue
+            problem = checks.page_aligned_slots(req.row, 0, ps)
+            if problem is None and req.cache_protected_len % ps:
+                problem = f"cache_protected_len {req.cache_protected_len} is not page-aligned"
+            if problem is not None:
+                return f"request {r}: {problem}"
+            if req.lock is None:
+                return f"request {r} (running): expected a locked node, got none"
+            tree = tree or RadixCache.thaw(s.tree, None, ps)
+            locked = tree.path_device_indices(tree.node_at(req.lock))
+            if tuple(req.row[:req.cache_protected_len]) != locked:
+                return f"request {r}: its protected part {list(req.row[:req.cache_protected_len])} is not its " \
+                       f"locked path's slots {list(locked)}"
+        return None
+
+    def _all_free_when_done(self, s: RadixState) -> str | None:
+        if any(r.status != FINISHED for r in s.requests):
+            return None
+        free = (len(s.allocator.free_pages) + len(s.allocator.staged_pages)) * self.cfg.page_size
+        if s.tree.protected_size or free + s.tree.evictable_size != self.cfg.num_pages * self.cfg.page_size:
+            return f"all requests ended: free {free} + evictable {s.tree.evictable_size} tokens, protected " \
+                   f"{s.tree.protected_size}: expected the pool ({self.cfg.num_pages * self.cfg.page_size}) " \
+                   f"free or evictable"
+        return None
+
+
+# -- the rules ---------------------------------------------------------------------------------------------------
+RULES = Rules()
+
+
+def _listed(self: RadixCacheSystem, s: RadixState, a: tuple) -> bool:
+    return a in self.enabled(s)
+
+
+@RULES.rule(Admit, when=_listed)
+def _admit(self: RadixCacheSystem, s: RadixState, a: Admit, tree: RadixCache, alloc: PagedTokenToKVPoolAllocator,
+           requests: list, fx: list, found: list) -> None:
+    req = self.req(s, a.req, tree)
+    admitted = common.admit(tree, alloc, req)
+    if admitted is None:
+        fx.append(Deferred(a.req))
+        return
+    fx.append(Admitted(a.req, *admitted))
+    state = self.after_step(tree, alloc, req, fx)
+    if state.status == RUNNING:
+        common.checkpoint(tree, alloc, req, len(req.row))  # checkpoint_kv_cache: up to the extend's end
+        state = self.running(req)
+    requests[a.req] = state
+
+
+@RULES.rule(Decode, when=_listed)
+def _decode(self: RadixCacheSystem, s: RadixState, a: Decode, tree: RadixCache, alloc: PagedTokenToKVPoolAllocator,
+            requests: list, fx: list, found: list) -> None:
+    req = self.req(s, a.req, tree)
+    if not common.check_decode_mem(tree, alloc, req):
+        fx.append(Deferred(a.req))
+        requests[a.req] = self.running(req)
+        return
+    common.alloc_decode(tree, alloc, req)
+    requests[a.req] = self.after_step(tree, alloc, req, fx)
+
+
+@RULES.rule(Retract, when=_listed)
+def _retract(self: RadixCacheSystem, s: RadixState, a: Retract, tree: RadixCache,
+             alloc: PagedTokenToKVPoolAllocator, requests: list, fx: list, found: list) -> None:
+    req = self.req(s, a.req, tree)
+    common.release_kv_cache(tree, alloc, req, checkpointed=False)
+    fx.append(Released(a.req, False))
+    requests[a.req] = RequestState(WAITING, tuple(req.output_ids), (), 0, None)

@@ -1,0 +1,207 @@
+"""radix-cache as a transition system: pinned state counts, every invariant able to fail, determinism."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kvsim.app import catalog
+from kvsim.engine.explore import ExploreOptions, explore
+from kvsim.engine.runner import run_property
+from kvsim.models.radix_cache import DESCRIPTOR, common
+from kvsim.models.radix_cache.allocator import PagedTokenToKVPoolAllocator
+from kvsim.models.radix_cache.radix_cache import NodeState, RadixCache
+from kvsim.models.radix_cache.system import RULES, RadixCacheConfig
+
+from toys import fails_alone, reachable
+
+# page size 1 and 2, shared prefixes, retraction under pressure, need_sort
+CONFIGS = [
+    ({}, 84),
+    ({"max_tokens": 3, "num_pages": 6}, 1468),
+    ({"page_size": 2, "num_pages": 4, "prompt_len": 4}, 70),
+    ({"page_size": 2, "num_pages": 4, "prompt_len": 4, "max_tokens": 3}, 377),
+    ({"page_size": 2, "num_pages": 4, "need_sort": 1}, 73),
+]
+TIGHT = {"page_size": 2, "num_pages": 4, "prompt_len": 4, "max_tokens": 3}
+
+
+def system(values=()):
+    return DESCRIPTOR.build_system("fixed", dict(values))
+
+
+@pytest.mark.parametrize("values, states", CONFIGS)
+def test_explore_holds_every_invariant_and_liveness(values, states):
+    result = explore(system(values))
+    assert result.bound_hit is None and result.violations == [] and result.hang_states == 0
+    assert result.states == states
+
+
+def test_the_tight_configuration_reaches_hits_evictions_retractions_and_duplicates(monkeypatch):
+    seen = {"evicted": 0, "duplicate": 0}
+    evict, checkpoint = RadixCache.evict, common.checkpoint
+
+    def counting_evict(self, n):
+        got = evict(self, n)
+        seen["evicted"] += got
+        return got
+
+    def counting_checkpoint(tree, alloc, req, up_to):
+        prefix_len = checkpoint(tree, alloc, req, up_to)
+        seen["duplicate"] += prefix_len > req.prefix_len
+        return prefix_len
+
+    monkeypatch.setattr(RadixCache, "evict", counting_evict)
+    monkeypatch.setattr(common, "checkpoint", counting_checkpoint)
+    result = explore(system(TIGHT), ExploreOptions(check_liveness=False))
+    assert result.coverage.actions["retract"] > 0
+    assert seen["evicted"] > 0 and seen["duplicate"] > 0
+
+
+DIGEST = """
+import hashlib, sys
+sys.path.insert(0, "tests")
+from toys import reachable
+from kvsim.models.radix_cache import DESCRIPTOR
+states = reachable(DESCRIPTOR.build_system("fixed", {"page_size": 2, "num_pages": 4, "prompt_len": 4, "max_tokens": 3}))
+print(len(states), hashlib.sha256(repr(states).encode()).hexdigest())
+"""
+
+
+def test_explore_is_deterministic_under_any_hash_seed():
+    root = Path(__file__).resolve().parents[3]
+    out = {subprocess.run([sys.executable, "-c", DIGEST], cwd=root, env={**os.environ, "PYTHONHASHSEED": seed},
+                          capture_output=True, text=True, check=True).stdout for seed in ("0", "1", "12345")}
+    assert len(out) == 1 and out.pop().startswith("377 ")
+
+
+@pytest.mark.parametrize("values", [{}, TIGHT])
+def test_allows_is_membership_in_enabled(values):
+    actions, wrong = RULES.disagreements(system(values))
+    assert {a.tag for a in actions} >= {"admit", "decode"} and not wrong
+
+
+def test_the_config_refuses_what_the_model_cannot_run():
+    with pytest.raises(Exception, match="prompts"):
+        RadixCacheConfig(prompts=(0, 1, 2, 3))
+    with pytest.raises(Exception, match="num_pages"):
+        RadixCacheConfig(num_pages=4)  # a retracted 4-token input plus a page needs 5
+
+
+# -- each invariant fails when its thing breaks ------------------------------------------------------------------
+def _no_free(self, free_index, start_pos):
+    return None
+
+
+def _finish_keeps_lock(tree, alloc, req, checkpointed):
+    """release_kv_cache at a finish that leaves the lock taken (a retraction still unlocks: bounded)."""
+    if checkpointed:
+        common.checkpoint(tree, alloc, req, len(req.row))
+        alloc.free_segment(req.row[req.cache_protected_len:], req.cache_protected_len)
+        req.lock, req.row, req.cache_protected_len = None, [], 0
+        return
+    ORIGINAL_RELEASE(tree, alloc, req, checkpointed)
+
+
+def _everything_evictable(self, node):
+    self.evictable_leaves.setdefault(node, None)
+
+
+def _extend_keeps_pages_free(self, prefix_len, seq_len, last_loc):
+    free = list(self.free_pages)
+    out = ORIGINAL_EXTEND(self, prefix_len, seq_len, last_loc)
+    self.free_pages = free
+    return out
+
+
+def _match_nothing(self, tokens):
+    return 0, (), self.root_node
+
+
+ORIGINAL_EXTEND = PagedTokenToKVPoolAllocator.alloc_extend
+ORIGINAL_RELEASE = common.release_kv_cache
+
+
+@pytest.mark.parametrize("name, plant", [
+    ("pool_accounting", (PagedTokenToKVPoolAllocator, "free_segment", _no_free)),
+    ("lock_refs", (common, "release_kv_cache", _finish_keeps_lock)),
+    ("evict_unlocked_leaves", (RadixCache, "_update_leaf_status", _everything_evictable)),
+    ("no_double_free", (PagedTokenToKVPoolAllocator, "alloc_extend", _extend_keeps_pages_free)),
+    ("free_list", (PagedTokenToKVPoolAllocator, "alloc_extend", _extend_keeps_pages_free)),
+    ("match_is_longest", (RadixCache, "match_prefix", _match_nothing)),
+])
+def test_an_invariant_fails_on_a_planted_bug(name, plant, monkeypatch):
+    fails_alone(lambda: system(TIGHT), name, plant, monkeypatch)
+
+
+def _states():
+    return [s for s in reachable(system(TIGHT)) if any(r.status == "running" for r in s.requests)]
+
+
+def _check(name, state):
+    (inv,) = [i for i in system(TIGHT).invariants if i.name == name]
+    return inv.check(state)
+
+
+def test_hand_built_bad_states_fail_their_invariant():
+    s = next(s for s in _states() if s.tree.nodes and s.requests[0].status == "running")
+    for name in ("tree_shape", "rows_page_aligned", "lock_refs", "free_list"):
+        assert _check(name, s) is None
+    node = s.tree.nodes[0]
+    odd = s._replace(tree=s.tree._replace(nodes=(NodeState(node.path, 1, node.value[:1], node.lock_ref,
+                                                            node.last_access),) + s.tree.nodes[1:]))
+    assert "whole pages" in _check("tree_shape", odd)
+    r0 = s.requests[0]
+    shifted = s._replace(requests=(r0._replace(row=(r0.row[0] + 1,) + r0.row[1:]),) + s.requests[1:])
+    assert "expected offset" in _check("rows_page_aligned", shifted)
+    unlocked = s._replace(requests=(r0._replace(lock=None),) + s.requests[1:])
+    assert _check("rows_page_aligned", unlocked) is not None
+    twice = s._replace(allocator=s.allocator._replace(free_pages=s.allocator.free_pages + (0,)))
+    assert "never page 0" in _check("free_list", twice)
+    more = s._replace(tree=s.tree._replace(nodes=(node._replace(lock_ref=node.lock_ref + 1),) + s.tree.nodes[1:]))
+    assert "lock_ref" in _check("lock_refs", more)
+
+
+def _no_lock(self, node):
+    return 0
+
+
+def test_a_negative_lock_count_is_flagged(monkeypatch):
+    fails_alone(lambda: system(TIGHT), "lock_ref_never_negative", (RadixCache, "inc_lock_ref", _no_lock), monkeypatch)
+
+
+def test_a_page_held_after_every_request_ended_fails_all_free_when_done():
+    done = [s for s in reachable(system(TIGHT)) if all(r.status == "finished" for r in s.requests)]
+    assert done and all(_check("all_free_when_done", s) is None for s in done)
+    s = done[0]
+    leaked = s._replace(allocator=s.allocator._replace(free_pages=s.allocator.free_pages[1:]))
+    assert "expected the pool" in _check("all_free_when_done", leaked)
+
+
+def test_the_tree_reports_a_negative_lock_count():
+    s = system(TIGHT)
+    state = s.initial_states()[0]
+    state = s.step(state, ("admit", 0))
+    tree = RadixCache.thaw(state.tree, None, 2)
+    node = tree.node_at(state.requests[0].lock)
+    tree.dec_lock_ref(node)
+    tree.dec_lock_ref(node)
+    assert tree.problems and "went to -1" in tree.problems[0]
+
+
+PROP = {p.name: p for p in catalog.load().properties_of("radix-cache")}["radix_cache_invariants"]
+
+
+def test_the_stateful_property_holds_on_fixed():
+    result = run_property(PROP, "fixed", max_examples=40, derandomize=True)
+    assert result.status == "passed", result.message
+
+
+def test_the_stateful_property_fails_on_duplicates_never_freed(monkeypatch):
+    monkeypatch.setattr(PagedTokenToKVPoolAllocator, "free_segment", _no_free)
+    result = run_property(PROP, "fixed", max_examples=40, derandomize=True)
+    assert result.status == "failed" and result.message.startswith("pool_accounting")
