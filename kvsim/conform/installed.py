@@ -13,8 +13,14 @@ for each release (`"default"` for the releases without their own). The vLLM tabl
 named, then keeping those whose modules the import loaded; 0.26.0 imports with the same table (its metadata
 pins apache-tvm-ffi 0.1.10, and 0.1.11 loads for the import). einops was added the same way for the scheduler's
 P/D path (NIXL's connector from 0.26.0, and 0.30.0's scheduler module itself); the manager never loads it, and it
-is in the default table since every release from 0.26.0 needs it there. No module is stubbed: the import chain
-runs as released (vLLM only warns that its package metadata is missing, as it does from any unpacked tree).
+is in the default table since every release from 0.26.0 needs it there. vLLM's import chain runs as released (it
+only warns that its package metadata is missing, as it does from any unpacked tree).
+
+The SGLang table (0.5.23's `sglang.srt.mem_cache.radix_cache`, with the paged allocator beside it) was found the
+same way, taking the version the release's own metadata pins where it pins one (transformers, tokenizers,
+sentencepiece, compressed-tensors, apache-tvm-ffi). Its chain loads every model config (transformers) and the
+quantization layers, through `memory_pool`. Two modules it imports cannot load from an unpacked tree on a CPU and
+are stubbed in the child before the import, both listed in `STUBS` with why; the checked path calls neither.
 
 `prepare(engine, version)` installs the folder once (a marker file names the pins it holds; processes that
 prepare the same release at once take turns on a lock file, and pip installs into a private folder renamed
@@ -58,11 +64,51 @@ _VLLM = (
     "einops==0.8.2",
 )
 
+# sglang.srt.mem_cache.radix_cache's import chain (0.5.23): base_prefix_cache -> memory_pool -> srt.configs (every
+# model config: transformers, sentencepiece, gguf) and srt.layers.quantization (compressed-tensors), the server
+# args and utilities (aiohttp, pydantic, starlette, orjson, msgspec, pybase64, dill, loguru, tvm_ffi).
+_SGLANG = (
+    "aiohappyeyeballs==2.7.1", "aiohttp==3.14.5", "aiosignal==1.4.0", "annotated-types==0.8.0", "anyio==4.16.0",
+    "apache-tvm-ffi==0.1.11", "compressed-tensors==0.18.0", "dill==0.4.1", "frozenlist==1.8.0", "gguf==0.19.0",
+    "h11==0.16.0", "httpcore2==2.17.0", "httpx2==2.17.0", "huggingface-hub==2.4.0", "loguru==0.7.3",
+    "msgspec==0.23.0", "multidict==7.2.1", "orjson==3.13.0", "propcache==0.5.4", "pybase64==1.5.1",
+    "pydantic==2.14.4", "pydantic-core==2.50.5", "regex==2026.12.2", "safetensors==0.8.0", "sentencepiece==0.2.1",
+    "sniffio==1.3.1", "starlette==1.10.0", "tokenizers==0.23.2", "tqdm==4.70.1", "transformers==5.19.0",
+    "truststore==0.10.5", "typing-inspection==0.4.5", "yarl==1.25.1",
+)
+
 DEPENDENCIES: Mapping[str, Mapping[str, tuple[str, ...]]] = {
     "vllm": {"default": _VLLM},
+    "sglang": {"default": _SGLANG},
 }
 # the module a child imports before it answers anything: the component the checks drive
-CHECKED_MODULES: Mapping[str, str] = {"vllm": "vllm.v1.core.kv_cache_manager"}
+CHECKED_MODULES: Mapping[str, str] = {"vllm": "vllm.v1.core.kv_cache_manager",
+                                      "sglang": "sglang.srt.mem_cache.radix_cache"}
+
+
+@dataclass(frozen=True)
+class Stub:
+    """A module the child puts in place of the release's before the import. `kind`: "jit-paths" (a module with the
+    JIT compiler's path constants pointing into the release tree, no check made) or "absent" (the package and
+    every submodule resolve to empty placeholders, after transformers has been asked whether it is installed)."""
+
+    module: str
+    kind: str
+    reason: str
+
+
+# the one list of what is not imported as released; the checked path (the radix tree, the paged allocator)
+# calls none of it
+STUBS: Mapping[str, tuple[Stub, ...]] = {
+    "sglang": (
+        Stub("sglang.kernels.jit.utils.compile.paths", "jit-paths",
+             "raises at import unless include/ and csrc/ sit beside kernels/jit (they are not in the wheel's "
+             "Python files we unpack); only the JIT kernel compiler reads its paths"),
+        Stub("torchvision", "absent",
+             "the PyPI wheels are CUDA builds that fail against the CPU torch (torchvision::nms); only model "
+             "configs and multimodal processors (deepseek_ocr, internvl_utils) import it"),
+    ),
+}
 # never in a dependency folder: the interpreter's own torch and nothing built for CUDA
 FORBIDDEN = ("torch", "torchvision", "torchaudio", "triton", "nvidia-")
 
