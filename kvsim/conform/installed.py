@@ -66,12 +66,14 @@ _VLLM = (
 
 # sglang.srt.mem_cache.radix_cache's import chain (0.5.23): base_prefix_cache -> memory_pool -> srt.configs (every
 # model config: transformers, sentencepiece, gguf) and srt.layers.quantization (compressed-tensors), the server
-# args and utilities (aiohttp, pydantic, starlette, orjson, msgspec, pybase64, dill, loguru, tvm_ffi).
+# args and utilities (aiohttp, pydantic, starlette, orjson, msgspec, pybase64, dill, loguru, tvm_ffi); the request
+# ops' `schedule_batch` adds the OpenAI protocol (openai, distro, httpx, partial-json-parser).
 _SGLANG = (
     "aiohappyeyeballs==2.7.1", "aiohttp==3.14.5", "aiosignal==1.4.0", "annotated-types==0.8.0", "anyio==4.16.0",
-    "apache-tvm-ffi==0.1.11", "compressed-tensors==0.18.0", "dill==0.4.1", "frozenlist==1.8.0", "gguf==0.19.0",
-    "h11==0.16.0", "httpcore2==2.17.0", "httpx2==2.17.0", "huggingface-hub==2.4.0", "loguru==0.7.3",
-    "msgspec==0.23.0", "multidict==7.2.1", "orjson==3.13.0", "propcache==0.5.4", "pybase64==1.5.1",
+    "apache-tvm-ffi==0.1.11", "compressed-tensors==0.18.0", "dill==0.4.1", "distro==1.9.0", "frozenlist==1.8.0",
+    "gguf==0.19.0", "h11==0.16.0", "httpcore2==2.17.0", "httpx==0.29.0", "httpx2==2.17.0", "huggingface-hub==2.4.0",
+    "loguru==0.7.3", "msgspec==0.23.0", "multidict==7.2.1", "openai==2.8.0", "orjson==3.13.0",
+    "partial-json-parser==0.2.1.1.post7", "propcache==0.5.4", "pybase64==1.5.1",
     "pydantic==2.14.4", "pydantic-core==2.50.5", "regex==2026.12.2", "safetensors==0.8.0", "sentencepiece==0.2.1",
     "sniffio==1.3.1", "starlette==1.10.0", "tokenizers==0.23.2", "tqdm==4.70.1", "transformers==5.19.0",
     "truststore==0.10.5", "typing-inspection==0.4.5", "yarl==1.25.1",

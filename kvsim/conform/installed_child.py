@@ -392,6 +392,7 @@ class InstalledChild(LineChild):
     def start(self) -> None:
         env = dict(os.environ, PYTHONHASHSEED=HASH_SEED)
         env.setdefault("PYTHONWARNINGS", "ignore")
+        env.setdefault("HF_HUB_OFFLINE", "1")  # nothing a child loads may reach for the Hub (a lookup would wait)
         self.spawn(["-m", "kvsim.conform.installed_child"], env)
         s = self.env.source
         self.send({"engine": s.engine, "version": s.version, "root": str(s.root), "origin": s.origin,

@@ -54,7 +54,7 @@ def _branching_tree(child):  # type: ignore[no-untyped-def]
 def test_insert_match_split_and_dump(child):  # type: ignore[no-untyped-def]
     state = child.call("build", size=64, page_size=4)
     assert state == {"tree": {"id": 0, "key": [], "value": [], "lock_ref": 1, "children": []},
-                     "free_pages": list(range(1, 17)), "staged_pages": []}
+                     "free_pages": list(range(1, 17)), "staged_pages": [], "requests": {}}
     _branching_tree(child)
     dump = child.call("dump")
     assert _nodes(dump["tree"]) == {2: ([0, 1, 2, 3], [4, 5, 6, 7], 0), 1: ([4, 5, 6, 7], [8, 9, 10, 11], 0),
@@ -122,6 +122,37 @@ def test_allocator_pages_staging_and_batch_allocations(child):  # type: ignore[n
     assert child.call("alloc_decode", seq_lens=[6, 8], last_locs=[8, 14]) == [9, 15]  # both inside their page
     assert child.call("alloc_decode", seq_lens=[9], last_locs=[15]) == [16]  # token 9 opens page 4
     assert child.call("dump")["free_pages"] == list(range(5, 17))
+
+
+def test_a_request_prefilled_checkpointed_decoded_and_released(child):  # type: ignore[no-untyped-def]
+    """The scheduler's calls on a Req: 10 tokens with page 4 take 3 pages, the tree keeps the 8 of whole pages."""
+    child.call("build", size=64, page_size=4)
+    assert child.call("prefill", request="a", tokens=list(range(10))) == {"prefix_len": 0,
+                                                                          "indices": list(range(4, 14)), "node": 0}
+    assert child.call("sizes") == {"available": 52, "evictable": 0, "protected": 0}
+    assert child.call("checkpoint", request="a") == {"protected_len": 8, "node": 1}
+    assert child.call("sizes") == {"available": 52, "evictable": 0, "protected": 8}  # a holds its lock on it
+    assert child.call("decode", request="a", token=77) == 14  # position 10: the third page's third slot
+    # finished: the 11 tokens' two whole pages are in the tree already; the row past them (page 3) is freed
+    assert child.call("release", request="a") == {"available": 56, "evictable": 8, "protected": 0}
+
+    b = child.call("prefill", request="b", tokens=list(range(10)), observe=True)
+    assert b["answer"] == {"prefix_len": 8, "indices": list(range(4, 14)), "node": 1}  # page 3 again, at the front
+    assert b["state"]["requests"] == {"b": {"row": list(range(4, 14)), "protected_len": 8}}
+    assert child.call("sizes") == {"available": 52, "evictable": 0, "protected": 8}
+    assert child.call("release", request="b", checkpoint=False) == {"available": 56, "evictable": 8, "protected": 0}
+    state = child.call("dump")
+    assert _nodes(state["tree"]) == {1: (list(range(8)), list(range(4, 12)), 0)} and state["requests"] == {}
+    with pytest.raises(ConfigError, match="request: expected a request prefilled"):
+        child.call("release", request="b")
+
+    # a prefill short of pages evicts the tree first (the conservative demand: its tokens and a page per request)
+    child.call("build", size=16, page_size=4)
+    child.call("prefill", request="a", tokens=list(range(8)))
+    assert child.call("release", request="a") == {"available": 8, "evictable": 8, "protected": 0}
+    c = child.call("prefill", request="c", tokens=list(range(100, 116)), observe=True)
+    assert c["answer"] == {"prefix_len": 0, "indices": list(range(4, 20)), "node": 0}
+    assert _nodes(c["state"]["tree"]) == {} and c["state"]["free_pages"] == []
 
 
 def test_stubs_refusals_and_a_planted_regression(child):  # type: ignore[no-untyped-def]
