@@ -102,8 +102,9 @@ def test_allocator_pages_staging_and_batch_allocations(child):  # type: ignore[n
     child.call("build", size=16, page_size=4)
     assert child.call("alloc", n=5) == [4, 5, 6, 7]  # whole pages only: 5 // 4, silently
     assert child.call("alloc", n=16) is None  # 4 pages asked, 3 left
-    child.call("free", indices=[4, 5])
-    assert child.call("dump")["free_pages"] == [1, 2, 3, 4]
+    assert child.call("alloc", n=8) == list(range(8, 16))
+    child.call("free", indices=[4, 5, 13])  # each page touched, once, in page order, to the front
+    assert child.call("dump")["free_pages"] == [1, 3, 4]
 
     child.call("build", size=16, page_size=4, need_sort=True)
     assert child.call("alloc", n=12) == list(range(4, 16))
@@ -143,6 +144,9 @@ def test_a_request_prefilled_checkpointed_decoded_and_released(child):  # type: 
     assert child.call("release", request="b", checkpoint=False) == {"available": 56, "evictable": 8, "protected": 0}
     state = child.call("dump")
     assert _nodes(state["tree"]) == {1: (list(range(8)), list(range(4, 12)), 0)} and state["requests"] == {}
+    # released without checkpoint, a request's tokens never reach the tree: its whole row is freed
+    child.call("prefill", request="d", tokens=list(range(200, 208)))
+    assert child.call("release", request="d", checkpoint=False) == {"available": 56, "evictable": 8, "protected": 0}
     with pytest.raises(ConfigError, match="request: expected a request prefilled"):
         child.call("release", request="b")
 
