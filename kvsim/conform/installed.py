@@ -21,6 +21,8 @@ same way, taking the version the release's own metadata pins where it pins one (
 sentencepiece, compressed-tensors, apache-tvm-ffi). Its chain loads every model config (transformers) and the
 quantization layers, through `memory_pool`. Two modules it imports cannot load from an unpacked tree on a CPU and
 are stubbed in the child before the import, both listed in `STUBS` with why; the checked path calls neither.
+0.5.13 and 0.5.14 have their own pins (transformers 5.8.1 and what it wants) and stubs (`stubs`), and their
+batch allocation runs only as Triton kernels, in Triton's interpreter (`CHILD_ENVIRONMENT`).
 
 `prepare(engine, version)` installs the folder once (a marker file names the pins it holds; processes that
 prepare the same release at once take turns on a lock file, and pip installs into a private folder renamed
@@ -79,9 +81,17 @@ _SGLANG = (
     "truststore==0.10.5", "typing-inspection==0.4.5", "yarl==1.25.1",
 )
 
+# 0.5.13 and 0.5.14 (both pin transformers 5.8.1, which wants tokenizers <= 0.23.0 and huggingface-hub < 2, whose
+# client is httpx; apache-tvm-ffi and openai as their metadata pins them; einops for the MoE runner's deep_gemm)
+_SGLANG_0_5_14 = tuple(sorted(
+    [p for p in _SGLANG if p.split("==")[0] not in ("apache-tvm-ffi", "huggingface-hub", "openai", "tokenizers",
+                                                    "transformers")]
+    + ["apache-tvm-ffi==0.1.9", "einops==0.8.2", "httpcore==1.0.9", "huggingface-hub==1.33.0", "openai==2.6.1",
+       "tokenizers==0.22.2", "transformers==5.8.1"]))
+
 DEPENDENCIES: Mapping[str, Mapping[str, tuple[str, ...]]] = {
     "vllm": {"default": _VLLM},
-    "sglang": {"default": _SGLANG},
+    "sglang": {"default": _SGLANG, "0.5.13": _SGLANG_0_5_14, "0.5.14": _SGLANG_0_5_14},
 }
 # the module a child imports before it answers anything: the component the checks drive
 CHECKED_MODULES: Mapping[str, str] = {"vllm": "vllm.v1.core.kv_cache_manager",
@@ -90,29 +100,55 @@ CHECKED_MODULES: Mapping[str, str] = {"vllm": "vllm.v1.core.kv_cache_manager",
 
 @dataclass(frozen=True)
 class Stub:
-    """A module the child puts in place of the release's before the import. `kind`: "jit-paths" (a module with the
-    JIT compiler's path constants pointing into the release tree, no check made) or "absent" (the package and
-    every submodule resolve to empty placeholders, after transformers has been asked whether it is installed)."""
+    """What the child puts in place before the import. `kind`: "jit-paths" (a module with the JIT compiler's path
+    constants pointing into the release tree, no check made), "jit-dirs" (the empty `include/` and `csrc/` the
+    check wants, made beside the module in the cached tree: the module itself runs as released), "absent" (the
+    package and every submodule resolve to empty placeholders, after transformers was asked whether it is
+    installed: it then never imports it) or "placeholder" (the same, with transformers left to import it)."""
 
     module: str
     kind: str
     reason: str
 
 
-# the one list of what is not imported as released; the checked path (the radix tree, the paged allocator)
-# calls none of it
-STUBS: Mapping[str, tuple[Stub, ...]] = {
-    "sglang": (
-        Stub("sglang.kernels.jit.utils.compile.paths", "jit-paths",
-             "raises at import unless include/ and csrc/ sit beside kernels/jit (they are not in the wheel's "
-             "Python files we unpack); only the JIT kernel compiler reads its paths"),
-        Stub("torchvision", "absent",
-             "the PyPI wheels are CUDA builds that fail against the CPU torch (torchvision::nms); only model "
-             "configs and multimodal processors (deepseek_ocr, internvl_utils) import it"),
-    ),
+_TORCHVISION = ("the PyPI wheels are CUDA builds that fail against the CPU torch (torchvision::nms); only model "
+                "configs and multimodal processors import it")
+# 0.5.13 and 0.5.14: the same path check inside a module much else imports from; janus_pro registers an image
+# processor, which transformers 5.8.1 refuses unless torchvision looks installed
+_STUBS_0_5_14 = (
+    Stub("sglang.jit_kernel.utils", "jit-dirs",
+         "raises at import unless include/ and csrc/ sit beside it (not in the wheel's Python files)"),
+    Stub("torchvision", "placeholder", _TORCHVISION),
+)
+# the one list of what is not imported as released, per engine and release as `DEPENDENCIES`; the checked path
+# (the radix tree, the paged allocator) calls none of it
+STUBS: Mapping[str, Mapping[str, tuple[Stub, ...]]] = {
+    "sglang": {
+        "default": (
+            Stub("sglang.kernels.jit.utils.compile.paths", "jit-paths",
+                 "raises at import unless include/ and csrc/ sit beside kernels/jit (they are not in the wheel's "
+                 "Python files we unpack); only the JIT kernel compiler reads its paths"),
+            Stub("torchvision", "absent", _TORCHVISION),
+        ),
+        "0.5.13": _STUBS_0_5_14,
+        "0.5.14": _STUBS_0_5_14,
+    },
 }
+
+
+# variables a child of the engine starts with: SGLang before 0.5.23 allocates a batch's slots with Triton kernels
+# only (`alloc_extend_kernel`, `alloc_decode_kernel`), which run on CPU tensors in Triton's interpreter (read when
+# triton is imported); 0.5.23 takes its torch path on a CPU and never launches them
+CHILD_ENVIRONMENT: Mapping[str, Mapping[str, str]] = {"sglang": {"TRITON_INTERPRET": "1"}}
+
 # never in a dependency folder: the interpreter's own torch and nothing built for CUDA
 FORBIDDEN = ("torch", "torchvision", "torchaudio", "triton", "nvidia-")
+
+
+def stubs(engine: str, version: str) -> tuple[Stub, ...]:
+    """The stubs the import of `engine` `version` needs (none for an engine without a table)."""
+    table = STUBS.get(engine, {})
+    return table.get(version, table.get("default", ()))
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ from typing import Any, Sequence
 from kvsim.engine.errors import ConfigError
 
 from .child import LineChild, kill
-from .installed import STUBS, ImportEnvironment, Stub
+from .installed import CHILD_ENVIRONMENT, ImportEnvironment, Stub, stubs
 
 CONFIGURE = "__configure__"  # the child's own request (a mutant, a line trace), never the driver's
 START_TIMEOUT_S = 900.0
@@ -193,13 +193,22 @@ class Configured:
         return new
 
 
+class _Empty(type):
+    """An empty class whose every public attribute is another (`InterpolationMode.NEAREST_EXACT`)."""
+
+    def __getattr__(cls, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Empty(name, (), {})
+
+
 class _Placeholder(types.ModuleType):
-    """A stubbed-out module: each public attribute an empty class (a base, a decorator target, an enum member)."""
+    """A stubbed-out module: each public attribute an `_Empty` class (a base, a decorator target, an enum)."""
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
             raise AttributeError(name)
-        return type(name, (), {})
+        return _Empty(name, (), {})
 
 
 class _Absent:
@@ -222,36 +231,39 @@ class _Absent:
         module.__path__ = []
 
 
-def install_stubs(engine: str, root: str) -> list[str]:
-    """The engine's `installed.STUBS`, in place before its import; answers their module names."""
-    for stub in STUBS.get(engine, ()):
+def install_stubs(engine: str, version: str, root: str) -> list[str]:
+    """The release's `installed.stubs`, in place before its import; answers their module names."""
+    for stub in stubs(engine, version):
         _install_stub(stub, root)
-    return [stub.module for stub in STUBS.get(engine, ())]
+    return [stub.module for stub in stubs(engine, version)]
 
 
 def _install_stub(stub: Stub, root: str) -> None:
-    if stub.kind == "jit-paths":
-        from pathlib import Path
+    from pathlib import Path
 
+    if stub.kind == "jit-paths":
         module = types.ModuleType(stub.module)
         module.KERNEL_PATH = Path(root, *stub.module.split(".")[:-3])  # type: ignore[attr-defined]
         module.DEFAULT_INCLUDE = [str(module.KERNEL_PATH / "include")]  # type: ignore[attr-defined]
         module.DEFAULT_CFLAGS, module.DEFAULT_LDFLAGS = [], []  # type: ignore[attr-defined]
         sys.modules[stub.module] = module
-    elif stub.kind == "absent":
-        # transformers caches whether the package is installed: asked first, it answers no and never imports it
-        from transformers.utils import import_utils
+    elif stub.kind == "jit-dirs":
+        for name in ("include", "csrc"):
+            Path(root, *stub.module.split(".")[:-1], name).mkdir(exist_ok=True)
+    elif stub.kind in ("absent", "placeholder"):
+        if stub.kind == "absent":  # transformers caches whether it is installed: asked first, it answers no
+            from transformers.utils import import_utils
 
-        for check in ("is_torchvision_available", "is_torchvision_v2_available"):
-            getattr(import_utils, check, lambda: None)()
+            for check in (f"is_{stub.module}_available", f"is_{stub.module}_v2_available"):
+                getattr(import_utils, check, lambda: None)()
         sys.meta_path.insert(0, _Absent(stub.module))
     else:
-        raise ConfigError("stub", "jit-paths or absent", stub.kind)
+        raise ConfigError("stub", "jit-paths, jit-dirs, absent or placeholder", stub.kind)
 
 
 def dispatch(driver: Any, op: str, args: Any, ops: Sequence[str], built: bool, what: str, state: str) -> Any:
-    """A driver's request: `driver.op_<op>(**args)` (an unknown op refused naming `ops`), refused (a ConfigError) before `build`
-    made `what` or with arguments the op does not take. `observe=True` among the args answers `{"answer": ...,
+    """A driver's request: `driver.op_<op>(**args)`, refused (a ConfigError) when unknown (naming `ops`), before
+    `build` made `what` or with arguments the op does not take. `observe=True` among the args answers `{"answer": ...,
     "state": driver.op_<state>()}` (the op answering the driver's whole state) in the same round trip."""
     method = getattr(driver, "op_" + op, None)
     if method is None:
@@ -282,7 +294,7 @@ def serve(lines: Any, out: Any) -> int:
     sys.path.append(header["deps"])
     started = time.perf_counter()
     try:
-        install_stubs(header["engine"], header["root"])
+        install_stubs(header["engine"], header["version"], header["root"])
         importlib.import_module(header["module"])
         driver = _driver(header["driver"])()
     except Exception as exc:  # the release does not import here: one line, the traceback's last
@@ -393,6 +405,7 @@ class InstalledChild(LineChild):
         env = dict(os.environ, PYTHONHASHSEED=HASH_SEED)
         env.setdefault("PYTHONWARNINGS", "ignore")
         env.setdefault("HF_HUB_OFFLINE", "1")  # nothing a child loads may reach for the Hub (a lookup would wait)
+        env.update(CHILD_ENVIRONMENT.get(self.env.engine, {}))
         self.spawn(["-m", "kvsim.conform.installed_child"], env)
         s = self.env.source
         self.send({"engine": s.engine, "version": s.version, "root": str(s.root), "origin": s.origin,

@@ -24,9 +24,11 @@ The vocabulary, each answer JSON:
 * `free(indices)`: the allocator's `free` (each page the indices touch, once).
 * `alloc_extend(prefix_lens, seq_lens, last_locs)` / `alloc_decode(seq_lens, last_locs)`: the batch allocations
   (one entry per request; `last_locs`: the slot of each request's last token, -1 for none): indices or null. On a
-  CPU the platform has no Triton, so the allocator runs its torch path (`alloc_extend_naive`, `alloc_decode_naive`).
+  CPU 0.5.23's platform has no Triton, so its allocator runs the torch path (`alloc_extend_naive`,
+  `alloc_decode_naive`); 0.5.13 and 0.5.14 have only the Triton kernels, run in Triton's interpreter
+  (`installed.CHILD_ENVIRONMENT`).
 
-A request's life through the scheduler's own calls (a `schedule_batch.Req`; the process's server arguments are
+A request's life through 0.5.23's scheduler calls (a `schedule_batch.Req`; the process's server arguments are
 published with their defaults on first use, as a scheduler process does):
 
 * `prefill(request, tokens)`: `Req.init_next_round_input` (the match), `lock` of the matched node, a row from the
@@ -42,13 +44,15 @@ published with their defaults on first use, as a scheduler process does):
 
 * `sizes()`: `{"available": allocator slots, "evictable", "protected"}` (the tree's counters).
 * `dump()`: `{"tree": root node, "free_pages": [pages in the order alloc hands them out], "staged_pages": [freed
-  pages need_sort holds back until an alloc runs short], "requests": {request: {"row": its slots, "protected_len":
-  the tree-owned prefix}}}`; a node is `{"id", "key": tokens, "value": indices,
-  "lock_ref", "children": [nodes by key]}` (the root's key and value are empty, its lock_ref 1).
+  pages need_sort holds back until an alloc runs short, sorted as that alloc merges them], "requests": {request:
+  {"row": its slots, "protected_len": the tree-owned prefix}}}`; a node is `{"id", "key": tokens, "value":
+  indices, "lock_ref", "children": [nodes by key]}` (the root's key and value are empty, its lock_ref 1).
 
-Every op but `dump` takes `observe=True` to answer `{"answer": ..., "state": dump()}`. LRU eviction orders leaves
-by `TreeNode.last_access_time` (`time.monotonic()`): the driver gives `radix_cache` a clock that ticks once per
-reading, so the order is the order of the calls in every run, never two leaves at the same instant.
+The tree and allocator ops run on 0.5.13 and 0.5.14 too (their `match_prefix` answers the indices and no length,
+their `insert` no node: the driver reads both off the tree). Every op but `dump` takes `observe=True` to answer
+`{"answer": ..., "state": dump()}`. LRU eviction orders leaves by `TreeNode.last_access_time`
+(`time.monotonic()`): the driver gives `radix_cache` a clock that ticks once per reading, so the order is the order
+of the calls in every run, never two leaves at the same instant.
 """
 
 from __future__ import annotations
@@ -124,7 +128,7 @@ class RadixDriver:
     def op_build(self, size: int, page_size: int, need_sort: bool = False, rows: int = 4, context: int = 64) -> Any:
         import torch
         from sglang.srt.mem_cache import radix_cache
-        from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator
+        from sglang.srt.mem_cache.allocator import PagedTokenToKVPoolAllocator
         from sglang.srt.mem_cache.cache_init_params import CacheInitParams
         from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
 
@@ -145,16 +149,31 @@ class RadixDriver:
 
         match = self.cache.match_prefix(MatchPrefixParams(key=self._key(tokens)))
         node = match.last_device_node
-        return {"prefix_len": int(match.device_prefix_len),
-                "indices": self.cache.path_device_indices(node).tolist(), "node": self._handle(node)}
+        if hasattr(match, "device_prefix_len"):
+            indices = self.cache.path_device_indices(node).tolist()
+        else:  # before 0.5.23 the match carries the indices (`device_indices`) and no length
+            indices = match.device_indices.tolist()
+        return {"prefix_len": len(indices), "indices": indices, "node": self._handle(node)}
 
     def op_insert(self, tokens: list[int], indices: list[int]) -> Any:
         from sglang.srt.mem_cache.base_prefix_cache import InsertParams
 
         if len(indices) != len(tokens):
             raise ConfigError("indices", f"one index per token ({len(tokens)})", len(indices))
-        result = self.cache.insert(InsertParams(key=self._key(tokens), value=self._tensor(indices)))
-        return {"prefix_len": int(result.prefix_len), "node": self._handle(result.last_device_node)}
+        key = self._key(tokens)
+        result = self.cache.insert(InsertParams(key=key, value=self._tensor(indices)))
+        node = getattr(result, "last_device_node", None)
+        return {"prefix_len": int(result.prefix_len), "node": self._handle(node or self._walk(key))}
+
+    def _walk(self, key: Any) -> Any:
+        """The node a page-aligned `key` ends on, read off the tree without touching it (before 0.5.23 `insert`
+        does not answer its node)."""
+        ps = self.cache.page_size
+        key, node = key.page_aligned(ps), self.cache.root_node
+        while len(key):
+            node = node.children[key.child_key(ps)]
+            key = key[len(node.key):]
+        return node
 
     def op_lock(self, node: int) -> Any:
         return {"delta": int(self.cache.inc_lock_ref(self._node(node)).delta)}
@@ -280,7 +299,9 @@ class RadixDriver:
             return {"id": n.id - root.id, "key": list(n.key), "value": value, "lock_ref": n.lock_ref,
                     "children": children}
 
-        staged = [p for t in getattr(self.allocator, "staged_pages", []) for p in t.tolist()]
-        return {"tree": node(root), "free_pages": self.allocator.free_pages.tolist(), "staged_pages": staged,
+        staged = getattr(self.allocator, "staged_pages", None)  # 0.5.23; before it a tensor, `release_pages`
+        staged = [p for t in staged for p in t.tolist()] if staged is not None else \
+            self.allocator.release_pages.tolist()
+        return {"tree": node(root), "free_pages": self.allocator.free_pages.tolist(), "staged_pages": sorted(staged),
                 "requests": {r: {"row": self._row(q, q.kv.kv_allocated_len), "protected_len": q.kv.cache_protected_len}
                              for r, q in sorted(self.requests.items())}}
