@@ -21,8 +21,8 @@ same way, taking the version the release's own metadata pins where it pins one (
 sentencepiece, compressed-tensors, apache-tvm-ffi). Its chain loads every model config (transformers) and the
 quantization layers, through `memory_pool`. Two modules it imports cannot load from an unpacked tree on a CPU and
 are stubbed in the child before the import, both listed in `STUBS` with why; the checked path calls neither.
-0.5.13 and 0.5.14 have their own pins (transformers 5.8.1 and what it wants) and stubs (`stubs`), and their
-batch allocation runs only as Triton kernels, in Triton's interpreter (`CHILD_ENVIRONMENT`).
+0.5.13 to 0.5.16 have their own pins (transformers 5.8.1 or 5.12.1 and what it wants) and stubs (`stubs`);
+0.5.13 and 0.5.14's batch allocation runs only as Triton kernels, in Triton's interpreter (`CHILD_ENVIRONMENT`).
 
 `prepare(engine, version)` installs the folder once (a marker file names the pins it holds; processes that
 prepare the same release at once take turns on a lock file, and pip installs into a private folder renamed
@@ -89,9 +89,16 @@ _SGLANG_0_5_14 = tuple(sorted(
     + ["apache-tvm-ffi==0.1.9", "einops==0.8.2", "httpcore==1.0.9", "huggingface-hub==1.33.0", "openai==2.6.1",
        "tokenizers==0.22.2", "transformers==5.8.1"]))
 
+# 0.5.15: 0.5.14's table with the transformers (5.12.1) and apache-tvm-ffi (0.1.11) it pins; 0.5.16 adds xgrammar
+# (a function-call detector the server arguments import)
+_SGLANG_0_5_15 = tuple(sorted([p for p in _SGLANG_0_5_14 if p.split("==")[0] not in ("apache-tvm-ffi", "transformers")]
+                              + ["apache-tvm-ffi==0.1.11", "transformers==5.12.1"]))
+_SGLANG_0_5_16 = tuple(sorted(_SGLANG_0_5_15 + ("xgrammar==0.2.1",)))
+
 DEPENDENCIES: Mapping[str, Mapping[str, tuple[str, ...]]] = {
     "vllm": {"default": _VLLM},
-    "sglang": {"default": _SGLANG, "0.5.13": _SGLANG_0_5_14, "0.5.14": _SGLANG_0_5_14},
+    "sglang": {"default": _SGLANG, "0.5.13": _SGLANG_0_5_14, "0.5.14": _SGLANG_0_5_14, "0.5.15": _SGLANG_0_5_15,
+               "0.5.16": _SGLANG_0_5_16},
 }
 # the module a child imports before it answers anything: the component the checks drive
 CHECKED_MODULES: Mapping[str, str] = {"vllm": "vllm.v1.core.kv_cache_manager",
@@ -102,7 +109,7 @@ CHECKED_MODULES: Mapping[str, str] = {"vllm": "vllm.v1.core.kv_cache_manager",
 class Stub:
     """What the child puts in place before the import. `kind`: "jit-paths" (a module with the JIT compiler's path
     constants pointing into the release tree, no check made), "jit-dirs" (the empty `include/` and `csrc/` the
-    check wants, made beside the module in the cached tree: the module itself runs as released), "absent" (the
+    package's path check wants, made in it in the cached tree: the check itself runs as released), "absent" (the
     package and every submodule resolve to empty placeholders, after transformers was asked whether it is
     installed: it then never imports it) or "placeholder" (the same, with transformers left to import it)."""
 
@@ -113,13 +120,12 @@ class Stub:
 
 _TORCHVISION = ("the PyPI wheels are CUDA builds that fail against the CPU torch (torchvision::nms); only model "
                 "configs and multimodal processors import it")
-# 0.5.13 and 0.5.14: the same path check inside a module much else imports from; janus_pro registers an image
-# processor, which transformers 5.8.1 refuses unless torchvision looks installed
-_STUBS_0_5_14 = (
-    Stub("sglang.jit_kernel.utils", "jit-dirs",
-         "raises at import unless include/ and csrc/ sit beside it (not in the wheel's Python files)"),
-    Stub("torchvision", "placeholder", _TORCHVISION),
-)
+# 0.5.13-0.5.16: the same path check inside a module much else imports from; janus_pro registers an image
+# processor, which their transformers (5.8.1, 5.12.1) refuses unless torchvision looks installed
+_JIT_DIRS = Stub("sglang.jit_kernel", "jit-dirs",
+                 "its path check (jit_kernel/utils.py; 0.5.16: jit_kernel/utils/compile.py) raises at import unless "
+                 "the package holds include/ and csrc/ (not in the wheel's Python files)")
+_STUBS_0_5_14 = (_JIT_DIRS, Stub("torchvision", "placeholder", _TORCHVISION))
 # the one list of what is not imported as released, per engine and release as `DEPENDENCIES`; the checked path
 # (the radix tree, the paged allocator) calls none of it
 STUBS: Mapping[str, Mapping[str, tuple[Stub, ...]]] = {
@@ -132,6 +138,8 @@ STUBS: Mapping[str, Mapping[str, tuple[Stub, ...]]] = {
         ),
         "0.5.13": _STUBS_0_5_14,
         "0.5.14": _STUBS_0_5_14,
+        "0.5.15": _STUBS_0_5_14,
+        "0.5.16": _STUBS_0_5_14,
     },
 }
 

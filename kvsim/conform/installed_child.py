@@ -229,6 +229,7 @@ class _Absent:
 
     def exec_module(self, module: Any) -> None:
         module.__path__ = []
+        module.__version__ = "0.0"  # a version a check can parse (transformers 5.12 reads it), that no release has
 
 
 def install_stubs(engine: str, version: str, root: str) -> list[str]:
@@ -249,7 +250,7 @@ def _install_stub(stub: Stub, root: str) -> None:
         sys.modules[stub.module] = module
     elif stub.kind == "jit-dirs":
         for name in ("include", "csrc"):
-            Path(root, *stub.module.split(".")[:-1], name).mkdir(exist_ok=True)
+            Path(root, *stub.module.split("."), name).mkdir(exist_ok=True)
     elif stub.kind in ("absent", "placeholder"):
         if stub.kind == "absent":  # transformers caches whether it is installed: asked first, it answers no
             from transformers.utils import import_utils

@@ -48,8 +48,8 @@ published with their defaults on first use, as a scheduler process does):
   {"row": its slots, "protected_len": the tree-owned prefix}}}`; a node is `{"id", "key": tokens, "value":
   indices, "lock_ref", "children": [nodes by key]}` (the root's key and value are empty, its lock_ref 1).
 
-The tree and allocator ops run on 0.5.13 and 0.5.14 too (their `match_prefix` answers the indices and no length,
-their `insert` no node: the driver reads both off the tree). Every op but `dump` takes `observe=True` to answer
+The tree and allocator ops run on 0.5.13 to 0.5.16 too (there `match_prefix` answers the indices and no length,
+`insert` no node: the driver reads both off the tree). Every op but `dump` takes `observe=True` to answer
 `{"answer": ..., "state": dump()}`. LRU eviction orders leaves by `TreeNode.last_access_time`
 (`time.monotonic()`): the driver gives `radix_cache` a clock that ticks once per reading, so the order is the order
 of the calls in every run, never two leaves at the same instant.
