@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import atexit
 import importlib
+import inspect
 import json
 import os
 import sys
@@ -40,7 +41,7 @@ from typing import Any, Sequence
 from kvsim.engine.errors import ConfigError
 
 from .child import LineChild, kill
-from .installed import ImportEnvironment
+from .installed import CHILD_ENVIRONMENT, ImportEnvironment, Stub, stubs
 
 CONFIGURE = "__configure__"  # the child's own request (a mutant, a line trace), never the driver's
 START_TIMEOUT_S = 900.0
@@ -192,6 +193,94 @@ class Configured:
         return new
 
 
+class _Empty(type):
+    """An empty class whose every public attribute is another (`InterpolationMode.NEAREST_EXACT`)."""
+
+    def __getattr__(cls, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Empty(name, (), {})
+
+
+class _Placeholder(types.ModuleType):
+    """A stubbed-out module: each public attribute an `_Empty` class (a base, a decorator target, an enum)."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Empty(name, (), {})
+
+
+class _Absent:
+    """A meta path finder answering every import of `package` (and below) with a `_Placeholder`."""
+
+    def __init__(self, package: str) -> None:
+        self.package = package
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        import importlib.machinery
+
+        if name == self.package or name.startswith(self.package + "."):
+            return importlib.machinery.ModuleSpec(name, self, is_package=True)
+        return None
+
+    def create_module(self, spec: Any) -> Any:
+        return _Placeholder(spec.name)
+
+    def exec_module(self, module: Any) -> None:
+        module.__path__ = []
+        module.__version__ = "0.0"  # a version a check can parse (transformers 5.12 reads it), that no release has
+
+
+def install_stubs(engine: str, version: str, root: str) -> list[str]:
+    """The release's `installed.stubs`, in place before its import; answers their module names."""
+    for stub in stubs(engine, version):
+        _install_stub(stub, root)
+    return [stub.module for stub in stubs(engine, version)]
+
+
+def _install_stub(stub: Stub, root: str) -> None:
+    from pathlib import Path
+
+    if stub.kind == "jit-paths":
+        module = types.ModuleType(stub.module)
+        module.KERNEL_PATH = Path(root, *stub.module.split(".")[:-3])  # type: ignore[attr-defined]
+        module.DEFAULT_INCLUDE = [str(module.KERNEL_PATH / "include")]  # type: ignore[attr-defined]
+        module.DEFAULT_CFLAGS, module.DEFAULT_LDFLAGS = [], []  # type: ignore[attr-defined]
+        sys.modules[stub.module] = module
+    elif stub.kind == "jit-dirs":
+        for name in ("include", "csrc"):
+            Path(root, *stub.module.split("."), name).mkdir(exist_ok=True)
+    elif stub.kind in ("absent", "placeholder"):
+        if stub.kind == "absent":  # transformers caches whether it is installed: asked first, it answers no
+            from transformers.utils import import_utils
+
+            for check in (f"is_{stub.module}_available", f"is_{stub.module}_v2_available"):
+                getattr(import_utils, check, lambda: None)()
+        sys.meta_path.insert(0, _Absent(stub.module))
+    else:
+        raise ConfigError("stub", "jit-paths, jit-dirs, absent or placeholder", stub.kind)
+
+
+def dispatch(driver: Any, op: str, args: Any, ops: Sequence[str], built: bool, what: str, state: str) -> Any:
+    """A driver's request: `driver.op_<op>(**args)`, refused (a ConfigError) when unknown (naming `ops`), before
+    `build` made `what` or with arguments the op does not take. `observe=True` among the args answers `{"answer": ...,
+    "state": driver.op_<state>()}` (the op answering the driver's whole state) in the same round trip."""
+    method = getattr(driver, "op_" + op, None)
+    if method is None:
+        raise ConfigError("op", "one of " + ", ".join(ops), op)
+    args = dict(args)
+    observe = bool(args.pop("observe", False))
+    if op != "build" and not built:
+        raise ConfigError(op, f"a {what} built first (op build)", "none")
+    try:
+        inspect.signature(method).bind(**args)
+    except TypeError as exc:
+        raise ConfigError(op, "the arguments the op takes", sorted(args), hint=str(exc)) from None
+    answer = method(**args)
+    return {"answer": answer, "state": getattr(driver, "op_" + state)()} if observe and op != state else answer
+
+
 def _driver(name: str) -> Any:
     module, _, attribute = name.partition(":")
     if not (attribute and module.startswith("kvsim.conform.")):
@@ -206,6 +295,7 @@ def serve(lines: Any, out: Any) -> int:
     sys.path.append(header["deps"])
     started = time.perf_counter()
     try:
+        install_stubs(header["engine"], header["version"], header["root"])
         importlib.import_module(header["module"])
         driver = _driver(header["driver"])()
     except Exception as exc:  # the release does not import here: one line, the traceback's last
@@ -315,6 +405,8 @@ class InstalledChild(LineChild):
     def start(self) -> None:
         env = dict(os.environ, PYTHONHASHSEED=HASH_SEED)
         env.setdefault("PYTHONWARNINGS", "ignore")
+        env.setdefault("HF_HUB_OFFLINE", "1")  # nothing a child loads may reach for the Hub (a lookup would wait)
+        env.update(CHILD_ENVIRONMENT.get(self.env.engine, {}))
         self.spawn(["-m", "kvsim.conform.installed_child"], env)
         s = self.env.source
         self.send({"engine": s.engine, "version": s.version, "root": str(s.root), "origin": s.origin,

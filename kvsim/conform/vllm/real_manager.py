@@ -37,10 +37,11 @@ only what both 0.26.0 and 0.33.0 give.
 
 from __future__ import annotations
 
-import inspect
 from typing import Any, Mapping, Sequence
 
 from kvsim.engine.errors import ConfigError
+
+from ..installed_child import dispatch
 
 
 def _jsonable(value: Any) -> Any:
@@ -123,19 +124,7 @@ class ManagerDriver:
         self.computed_blocks: dict[str, Any] = {}
 
     def handle(self, op: str, args: Mapping[str, Any]) -> Any:
-        method = getattr(self, "op_" + op, None)
-        if method is None:
-            raise ConfigError("op", "one of " + ", ".join(OPS), op)
-        args = dict(args)
-        observe = bool(args.pop("observe", False))
-        if op != "build" and self.manager is None:
-            raise ConfigError(op, "a manager built first (op build)", "none")
-        try:
-            inspect.signature(method).bind(**args)
-        except TypeError as exc:
-            raise ConfigError(op, "the arguments the op takes", sorted(args), hint=str(exc)) from None
-        answer = method(**args)
-        return {"answer": answer, "state": self.op_observe()} if observe and op != "observe" else answer
+        return dispatch(self, op, args, OPS, self.manager is not None, "manager", "observe")
 
     def op_build(self, num_blocks: int, block_size: int, enable_caching: bool = True, events: bool = False,
                  max_model_len: int | None = None) -> Any:
