@@ -1,4 +1,12 @@
-"""The variants of mla-chunks: the record `MlaVariant` (one flag per upstream change) and `VARIANTS`, `fixed` first."""
+"""The variants of mla-chunks: the record `MlaVariant` (one flag per upstream change) and `VARIANTS`, `fixed` first.
+
+* `fixed`: the released code (vLLM 0.28.0 on): b38e111d's per-request planner and aligned workspace, with
+  vllm#51733's workspace bound `round_up(max(W, alignment), alignment)`.
+* `b38e111d`: the seed commit itself (vLLM #50613, never released on its own): the same planner, its own workspace
+  bound `round_up(max(W, max_num_seqs * alignment), alignment)`, which #51733 dropped (0.28.0).
+* `pre_b38e111d`: the uniform planner before the seed commit, with its empty-span mask (#49294) and the
+  `prefill_tokens_with_context` cutoff; `uniform_unmasked`: the uniform planner before #49294.
+"""
 
 from __future__ import annotations
 
@@ -23,6 +31,8 @@ class MlaVariant(Variant):
 VARIANTS = VariantTable(
     MlaVariant("fixed", per_request_plan=True, aligned_workspace=True, mask_empty_context=False,
                tokens_with_context_cutoff=False, workspace_seq_term=False),
+    MlaVariant("b38e111d", per_request_plan=True, aligned_workspace=True, mask_empty_context=False,
+               tokens_with_context_cutoff=False, workspace_seq_term=True),
     MlaVariant("pre_b38e111d", per_request_plan=False, aligned_workspace=False, mask_empty_context=True,
                tokens_with_context_cutoff=True, workspace_seq_term=True),
     MlaVariant("uniform_unmasked", per_request_plan=False, aligned_workspace=False, mask_empty_context=False,

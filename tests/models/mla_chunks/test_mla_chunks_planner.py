@@ -25,7 +25,7 @@ from kvsim.properties.mla_chunks.plan import (check_accumulation_schedule, check
 
 MODEL = "mla-chunks"
 PRE = VARIANTS["pre_b38e111d"]
-B38E111D = dataclasses.replace(FIXED, name="b38e111d", workspace_seq_term=True)  # before vllm#51733 (never released)
+B38E111D = VARIANTS["b38e111d"]  # the seed commit, before vllm#51733 (never released)
 
 
 def run(name: str, variant: str = "fixed", n: int = 40, pinned: bool = False):

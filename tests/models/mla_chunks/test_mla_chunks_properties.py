@@ -63,7 +63,7 @@ BUGS = {
 
 def test_model_properties_and_bugs_are_registered() -> None:
     registry = load()
-    assert registry.model(MODEL).variants.names == ("fixed", "pre_b38e111d", "uniform_unmasked")
+    assert registry.model(MODEL).variants.names == ("fixed", "b38e111d", "pre_b38e111d", "uniform_unmasked")
     assert sorted(p.name for p in registry.properties_of(MODEL) if not p.is_kernel) == sorted(ALL)
     assert all(p.doc for p in registry.properties_of(MODEL))
     for bug_id, (variant, prop) in BUGS.items():
@@ -96,6 +96,17 @@ def test_hypothesis_finds_each_uniform_variant_violation(variant: str, name: str
     result = run_property(load().property(MODEL, name), variant, max_examples=300, seed=0, use_examples=False)
     assert result.status == "failed", f"{name} held on {variant} over {result.examples} examples: {result.message}"
     json.dumps(result.counterexample)
+
+
+def test_hypothesis_finds_the_seed_commits_own_workspace_bound_too_large() -> None:
+    """`b38e111d` (the seed commit, with its `max_num_seqs * alignment` floor) differs from `fixed` (#51733) in the
+    workspace bound alone: the bound the releases promise fails there, and the seed commit's planner holds."""
+    found = run_property(load().property(MODEL, "workspace_size_is_aligned"), "b38e111d", max_examples=300, seed=0,
+                         use_examples=False)
+    assert found.status == "failed", found.message
+    plan = run_property(load().property(MODEL, "chunk_count_within_alignment_slack"), "b38e111d", max_examples=60,
+                        seed=0)
+    assert plan.status == "passed", plan.message
 
 
 @pytest.mark.parametrize("variant, name", [(v, n) for v, t in EXPECTED.items() for n in t["hold"]])

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 import pytest
 
@@ -180,7 +178,7 @@ UPSTREAM_WORKSPACES = (
 
 def test_workspace_drops_the_max_num_seqs_term_as_vllm_51733() -> None:
     """vllm#51733 (in 0.28.0 and later) dropped b38e111d's max_num_seqs * alignment floor: `fixed` follows it."""
-    b38e111d = replace(FIXED, name="b38e111d", workspace_seq_term=True)
+    b38e111d = VARIANTS["b38e111d"]
     assert not FIXED.workspace_seq_term
     for (w, seqs, block, dcp), upstream, before in UPSTREAM_WORKSPACES:
         assert align_mla_chunked_context_workspace_size(w, seqs, block, dcp) == upstream
