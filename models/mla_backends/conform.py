@@ -39,9 +39,6 @@ MAXIMUM_IS_SYMMETRIC = "torch.maximum's two arguments swapped: the same maximum"
 RESOLVER = "_MLAPlanMetadataResolver"
 EQUAL_IS_SYMMETRIC = "torch.equal's two tensors swapped (directly or through _equal_tensor_values): the same test"
 MAX_IS_SYMMETRIC = "max's two arguments swapped: the same maximum"
-PAGE_SIZE_REPEATED = ("the resolver's page-size check loosened: every method validates a whole form next, whose "
-                      "validator raises the same message; it comes first only before a partial or missing form or an "
-                      "invalid alignment, inputs not drawn (the known order, kvsim/conform/flashinfer/metadata.py)")
 METADATA_SURVIVORS = (
     Survivor("_validate_csr_metadata", "boolean", "strict or has_canonical_batch_shape",
              "strict without a canonical batch has raised just before (the batch dimensions), so the clause is "
@@ -55,9 +52,6 @@ METADATA_SURVIVORS = (
              "table_width_alignment - 1) // table_width_alignment)\n            * table_width_alignment",
              MAX_IS_SYMMETRIC),
     Survivor("_derive_dense_from_csr", "comparison", ">", "a request with no page copies an empty slice either way"),
-    Survivor(RESOLVER, "boolean", "not isinstance(self.page_size, int)\n            or isinstance(self.page_size, "
-             "bool)\n            or self.page_size <= 0", PAGE_SIZE_REPEATED),
-    Survivor(RESOLVER, "comparison", "<=", PAGE_SIZE_REPEATED),
     Survivor(RESOLVER, "arguments", 'left.to(device="cpu"), right.to(device="cpu")', EQUAL_IS_SYMMETRIC),
     *(Survivor(RESOLVER, "arguments", pair, EQUAL_IS_SYMMETRIC) for pair in (
         "csr.qo_indptr, dense_as_csr.qo_indptr", "csr.kv_indptr, dense_as_csr.kv_indptr",

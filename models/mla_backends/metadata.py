@@ -225,14 +225,19 @@ def forms_equivalent(csr: CsrMetadata, dense: DenseMetadata, page_size: int) -> 
             and csr.kv_indices[:live_end] == derived.kv_indices and csr.kv_len_arr == derived.kv_len_arr)
 
 
-def check_forms(metadata: PlanMetadata) -> None:
+def check_forms(metadata: PlanMetadata, page_size: object) -> None:
+    """The resolver's first checks (`_MLAPlanMetadataResolver._check_forms`): the page size, then a form."""
+    _check_page_size(page_size)
     if metadata.csr is None and metadata.dense is None:
         raise MetadataError("no_form", "metadata", "expected a complete CSR or dense form, got neither")
 
 
-def check_fields(present: Sequence[str], max_q_len: bool = False) -> None:
-    """The forms of `MLAPlanMetadata` as its fields are given (`present`, field names): each form whole or absent,
-    `max_q_len` only with the whole dense form, and at least one form (`_MLAPlanMetadataResolver._check_forms`)."""
+def check_fields(present: Sequence[str], max_q_len: bool = False, page_size: object = None) -> None:
+    """The forms of `MLAPlanMetadata` as its fields are given (`present`, field names), in the resolver's order
+    (`_MLAPlanMetadataResolver._check_forms`): the page size when given, then each form whole or absent,
+    `max_q_len` only with the whole dense form, and at least one form."""
+    if page_size is not None:
+        _check_page_size(page_size)
     for form, names in (("CSR", CSR_FIELDS), ("dense", DENSE_FIELDS)):
         missing = [n for n in names if n not in present]
         if 0 < len(missing) < len(names):
@@ -247,7 +252,7 @@ def check_fields(present: Sequence[str], max_q_len: bool = False) -> None:
 def resolve_csr(metadata: PlanMetadata, page_size: int, strict: bool = True) -> CsrMetadata:
     """The CSR form a CSR-native backend plans from: validated (`strict`: see `validate_csr`), or derived from
     the dense form; a dual form must be equivalent (`_MLAPlanMetadataResolver.resolve_csr`)."""
-    check_forms(metadata)
+    check_forms(metadata, page_size)
     if metadata.csr is not None:
         csr = validate_csr(metadata.csr, page_size, strict)
         if metadata.dense is not None:
@@ -260,8 +265,9 @@ def resolve_csr(metadata: PlanMetadata, page_size: int, strict: bool = True) -> 
 def resolve_dense(metadata: PlanMetadata, page_size: int, table_width_alignment: int | None = None,
                   strict: bool = True) -> DenseMetadata:
     """The dense form a dense-native backend plans from (`resolve_dense` / `resolve_native_dense`); a CSR form
-    of batch arrays of other sizes (not `strict`) has no dense form (`dense_batch`)."""
-    check_forms(metadata)
+    of batch arrays of other sizes (not `strict`) has no dense form (`dense_batch`). The page size and the forms
+    are checked before the alignment, as upstream's `resolve_dense` does."""
+    check_forms(metadata, page_size)
     if table_width_alignment is not None:
         check_alignment(table_width_alignment)
     if metadata.dense is not None:

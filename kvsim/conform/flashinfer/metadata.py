@@ -24,19 +24,17 @@ alone (never drawn); derivations are given validated forms (upstream's `_CSRPlan
 `_DensePlanMetadata`, as the resolver hands them); a form with fields missing is the model's `check_fields` on
 the names given, before it resolves.
 
-Known (not drawn; the issue's item, not settled here): with an invalid `page_size` the resolver reports
-`page_size` before a missing or partial form and before an invalid alignment; the model reports the form or the
-alignment first. Invalid page sizes are drawn only with whole forms and a valid alignment.
 
 Survivors (declared in `models/mla_backends/conform.py`): symmetric calls with their arguments swapped
 (`torch.equal`, `max`); `strict or has_canonical_batch_shape` without `strict` (strict without a canonical batch
-has raised before); the resolver's page-size check loosened (every method's validator repeats it, first only in
-the known order above); an empty batch's max page count, an empty row's copy, a width-1 table at alignment 1 and
+has raised before); an empty batch's max page count, an empty row's copy, a width-1 table at alignment 1 and
 the padded width's rounding term, each giving the same table; the cached form passed to the dual check. Unreached:
 `_validate_dense`'s check of an alignment on a cached form (every caller passes None).
 
 Settled (model fixes, `tests/conform/flashinfer/test_conform_flashinfer.py`): the model had no non-strict CSR (FA's flat CSR, and
-the dense backends' refusal of it, `dense_batch`), no partial-form rule and no type check of `max_q_len`.
+the dense backends' refusal of it, `dense_batch`), no partial-form rule and no type check of `max_q_len`; with an
+invalid `page_size` the resolver reports `page_size` before a missing or partial form and before an invalid
+alignment (`_check_forms` checks it first), where the model reported the form or the alignment.
 """
 
 from __future__ import annotations
@@ -187,15 +185,7 @@ def metadata_calls(draw: st.DrawFn) -> MetadataCall:
                   for m in draw(st.lists(st.sampled_from(METHODS), min_size=1, max_size=3)))
     call = MetadataCall(operation, metadata, page, how, strict=strict, device=draw(st.sampled_from(("cpu", "meta"))),
                         dropped=dropped, calls=calls)
-    # the issue's known order (not drawn): an invalid page size only with whole forms and valid alignments
-    forms_whole = not dropped and (metadata.csr or metadata.dense)
-    if forms_whole and all(_valid_alignment(a) for m, a in calls if m in ALIGNED):
-        call = replace(call, page_size=_page(draw, page))
-    return call
-
-
-def _valid_alignment(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+    return replace(call, page_size=_page(draw, page))  # with forms dropped and alignments invalid too
 
 
 def _page(draw: st.DrawFn, page: int) -> Any:
@@ -204,7 +194,8 @@ def _page(draw: st.DrawFn, page: int) -> Any:
 
 
 def pinned(ctx: Context) -> list[MetadataCall]:
-    """Each broken rule through its validator and the resolver, every empty or partial form, the flat CSR
+    """Each broken rule through its validator and the resolver, every empty or partial form (and each with an invalid
+    page size, which the resolver reports first, as before an invalid alignment), the flat CSR
     strict and not, a dense table padded to an alignment (twice: the second read from the cache), a `max_q_len`
     given equal to the batch's longest query, larger and smaller, on the note's decode batch (page 64: lengths 0, 1 and 130), and a batch with no
     live page (the native table width is then 1)."""
@@ -243,6 +234,10 @@ def pinned(ctx: Context) -> list[MetadataCall]:
     out.append(MetadataCall("resolver", PlanMetadata(), page, calls=(("resolve_csr", None),)))
     for bad_page in INVALID:
         out.append(MetadataCall("resolver", both, bad_page, calls=(("resolve_csr", None),)))
+        # the resolver's order: the page size before a partial form, a missing one and an invalid alignment
+        out.append(MetadataCall("resolver", both, bad_page, dropped=("kv_indices",), calls=(("resolve_csr", None),)))
+        out.append(MetadataCall("resolver", PlanMetadata(), bad_page, calls=(("resolve_csr", None),)))
+        out.append(MetadataCall("resolver", both, bad_page, calls=(("resolve_dense", 0),)))
     rows = PlanMetadata(dense=replace(dense, block_tables=dense.block_tables + ((0,) * dense.width,)))
     out.append(MetadataCall("validate_dense", rows, page, "batch_mismatch"))
     out.append(MetadataCall("validate_dense", PlanMetadata(dense=replace(dense, block_tables=tuple(
@@ -411,7 +406,7 @@ def _model(call: MetadataCall) -> Any:
         return csr_answer(csr_from_dense(m.dense, page))  # type: ignore[arg-type]
     if call.operation == "dense_from_csr":
         return dense_answer(dense_from_csr(m.csr, call.alignment))  # type: ignore[arg-type]
-    check_fields(call.present, call.has_max_q_len)
+    check_fields(call.present, call.has_max_q_len, call.page_size)
     answers = []
     for method, alignment in call.calls:
         if method == "resolve_csr":

@@ -191,6 +191,22 @@ def test_metadata_model_takes_the_flat_csr_partial_forms_and_max_q_len_types():
         assert found.value.rule == "max_q_len"
 
 
+def test_metadata_model_reports_an_invalid_page_size_first_as_the_resolver_does():
+    """FlashInfer 0.7.4's `_MLAPlanMetadataResolver._check_forms` checks the page size before the forms, and
+    `resolve_dense` the forms before the alignment: the model reported the missing form or the alignment."""
+    csr = CsrMetadata((0, 1), (0, 1), (3,), (4,))
+    for bad in (0, -1, True, 2.0):
+        for call in (lambda: resolve_csr(PlanMetadata(), bad), lambda: resolve_dense(PlanMetadata(), bad, 0),
+                     lambda: resolve_dense(PlanMetadata(csr=csr), bad, 0),
+                     lambda: check_fields(("qo_indptr",), True, bad), lambda: check_fields((), False, bad)):
+            with pytest.raises(MetadataError) as found:
+                call()
+            assert found.value.rule == "page_size", (bad, found.value)
+    with pytest.raises(MetadataError) as alignment:  # a valid page size: the forms, then the alignment
+        resolve_dense(PlanMetadata(csr=csr), 16, 0)
+    assert alignment.value.rule == "table_alignment"
+
+
 def test_merge_model_refuses_states_of_other_shapes():
     v, s = np.zeros((2, 1, 4), np.float32), np.zeros((2, 1), np.float32)
     check_states((v, s), (v, s))
