@@ -30,8 +30,12 @@ Settled: vLLM 0.31.0 (request-scoped access, no metadata-only release event on a
 from the model at the first failed store's event list; the model states 0.33.0, which emits
 `OffloadingEvent(keys, removed=True, metadata_only=True)` there (`take_events` drops keys a retry owns).
 Observation (not compared): keys repeated within one `prepare_store` call get two slots upstream and in
-the model alike; the first is leaked and its write-pending count never drops (the scheduler passes
-distinct keys, so the harness draws distinct keys).
+the model alike; the first is leaked and its write-pending count never drops. Not reachable from vLLM
+0.33.0's scheduler (settled by reading `offloading/scheduler.py`, not by a run): its three calls pass one key
+(the CoW hand-off), one boundary key per KV cache group (`_make_boundary_key`: the group index is in the key),
+or the new chunk keys of one request, each (group, chunk) pair once, a chunk's hash chained over its own prefix
+length (`make_offload_key(hash, group_idx)`): keys of one call are distinct short of a hash collision. So the
+harness draws distinct keys, as the scheduler's contract, and the leak is no finding.
 
 Conventions: keys are `make_offload_key(str(i).encode(), 0)` (upstream's own function) for small
 integers i, distinct within one call (the scheduler's contract); request contexts are upstream's
