@@ -41,6 +41,12 @@ Conventions (the harness's, on the real side; each the scheduler's part, not the
   page size 1 is inconsistent: `alloc_decode` hands out `last_loc + 1` and takes no page (`get_num_new_pages`'
   decode test `seq_lens % page_size == 1` is never true at page size 1), so a decoded slot stays in the free list.
   The probe `paged_decode_at_page_size_1_takes_no_page` pins that behaviour (it fails when a release changes it).
+* Free groups: the driver's `checkpoint` and `release` run outside a free group, as the model's do. 0.5.23's
+  scheduler wraps its batch-result processing (`process_batch_result_prefill` / `_decode`) in
+  `free_group_begin` .. `free_group_end`, so there a checkpoint's or release's page frees (the duplicates the
+  insert found, then the row's tail) reach the free list as one block in call order, where outside a group each
+  call's pages go in front of the previous call's. Both sides here agree; the model's life cycle does not state the
+  group (open: the model's `common.release_kv_cache` under a group would mirror it).
 * The tree's `last_access_time` and hit counts are not compared (the first has no common unit, the second is the
   LFU strategy's); a node's id is not either (the model has none), its token path is.
 """
