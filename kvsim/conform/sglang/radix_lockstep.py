@@ -58,7 +58,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from kvsim.engine.conformance.adapters import (Context, Lockstep, Operation, Probe, SystemSide,
-                                                   directed_probe)
+                                              directed_probe)
 from kvsim.engine.conformance.declare import release_tuple
 from kvsim.engine.errors import ConfigError
 from kvsim.models.radix_cache.system import (RUNNING, Admit, Admitted, Decode, Deferred, RadixCacheConfig,
@@ -67,11 +67,11 @@ from kvsim.models.radix_cache.system import (RUNNING, Admit, Admitted, Decode, D
 DRIVER = "kvsim.conform.sglang.real_radix:RadixDriver"
 REQUEST_OPS_SINCE = "0.5.23"  # the driver's request ops (checkpoint_kv_cache, release_kv_cache) are 0.5.23's
 STEPS = 24  # three requests, each admitted, decoded up to twice, retracted and admitted again
-ROWS, CONTEXT = 4, 64
+ROWS, CONTEXT = 4, 64  # the request pool: a row per request, longer than every request
 MAX_PAGES = 10  # RadixCacheConfig's bound on num_pages
 # the page sizes a server builds the paged allocator for (at page size 1 it builds TokenToKVPoolAllocator, which
 # frees to the back of its list: not the model's allocator; and the paged one's decode takes no page there)
-PAGE_SIZES = (2, 4)  # the request pool: a row per request, longer than every request
+PAGE_SIZES = (2, 4)
 
 
 @st.composite
@@ -79,11 +79,10 @@ def configs(draw: Any) -> dict[str, Any]:
     """A configuration within the model's bounds, as the program's first line shows it: the pool holds a request's
     longest input and the page the scheduler's demand adds (`RadixCacheConfig`'s own bound), up to 10 pages."""
     page_size, max_tokens = draw(st.sampled_from(PAGE_SIZES)), draw(st.integers(1, 3))
-    most = MAX_PAGES
-    # the longest input (prompt_len + max_tokens - 1) and a page fit `most` pages
-    prompt_len = draw(st.integers(2, min(8, most * page_size - page_size - max_tokens + 1)))
+    # the longest input (prompt_len + max_tokens - 1) and a page fit MAX_PAGES pages
+    prompt_len = draw(st.integers(2, min(8, MAX_PAGES * page_size - page_size - max_tokens + 1)))
     need = -(-(prompt_len + max_tokens - 1 + page_size) // page_size)
-    return {"num_pages": draw(st.integers(need, most)), "page_size": page_size,
+    return {"num_pages": draw(st.integers(need, MAX_PAGES)), "page_size": page_size,
             "prompts": draw(st.lists(st.integers(0, 2), min_size=1, max_size=3)), "prompt_len": prompt_len,
             "shared": draw(st.integers(0, prompt_len)), "max_tokens": max_tokens, "need_sort": draw(st.booleans())}
 
@@ -107,7 +106,7 @@ class ModelSide(SystemSide):
 
     def call(self, op: str, action: Any) -> Any:
         effects = self.transition(op, action)
-        if self.state.flags:  # a model invariant of a step failed: no release is a model's bug to compare against
+        if self.state.flags:  # the model's own step checks failed: a bug of the model, not an answer to compare
             raise ConfigError(op, "a step whose checks hold", self.state.flags)
         answer: dict[str, Any] = {}
         for fx in effects:

@@ -47,7 +47,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from kvsim.engine.conformance.adapters import (Context, Lockstep, Operation, Probe, SystemSide,
-                                                   directed_probe)
+                                              directed_probe)
 from kvsim.engine.conformance.declare import variant_for
 from kvsim.models.kv_cache_manager.actions import (Allocated, Decode, Deferred, Events, Finish, Freed, Preempt,
                                                    Reset, ResetDone, Schedule)
