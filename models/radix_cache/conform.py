@@ -56,7 +56,79 @@ UNREACHED = (
     Unreached("release_kv_cache", "if tree_cache.claim_kv_row(req):",
               "a streaming session keeping the row: no session in the lockstep"),
 )
-SURVIVORS: tuple[Survivor, ...] = ()
+# Mutants the lockstep cannot kill because they change nothing in its slice (equivalent there), each with the reason;
+# matched by definition, operator, original and replacement (0.5.23's).
+PRIORITY = ("a node's priority and hit count: read only by the priority and LFU eviction strategies (the lockstep's "
+            "is LRU)")
+DELTA = "the delta a lock answers: the request path ignores it (the sizes it moves are compared)"
+SYMMETRIC = "max's two arguments swapped"
+ALIGNED = "a page-aligned key (page size 2 or 4) is empty or two tokens or more: never one token"
+VALUE_CUT = "the values are already as long as the key (insert cuts them to the key)"
+NOT_DSV4 = "the DSV4 test: the paged allocator has no c128_attn_allocator, and no request pool indices are passed"
+CPU = "on a CPU the device tensors and their CPU copies hold the same values"
+HASH = "the node's KV-event hashes: never computed here (None before and after a split)"
+PAGE_START = "the segment's every page_size-th slot is a page's first: floor and ceiling agree"
+NO_OVERALLOCATION = "no speculative overallocation: owned_kv_len equals kv_allocated_len"
+NO_MAMBA = "the assertion holds either way: the cache has no Mamba state and every checkpointed release is finished"
+SUPPORTS = "skip_radix_cache_insert is never set (no input embeddings, no sessions)"
+SWA = "the sliding-window evict floor: 0 for full attention, so no key limit either way"
+DEMAND = "the paged allocator's extend demand is the conservative count alone (classed allocators read the lengths)"
+METRICS = "the eviction metrics' arguments: not observed"
+NO_HOST = "no node is evicted to a host tier (its value None): the lockstep has no hierarchical cache"
+EMPTY_KEY = "an empty key matches nothing either way (the helper walks no child; the root is never evicted)"
+RADIX, ALLOC = "RadixCache.", "PagedTokenToKVPoolAllocator."
+SURVIVORS = (
+    Survivor(RADIX + "match_prefix", "boolean", "self.disable or len(key) == 0", DISABLED,
+             replacement="((len(key) == 0))"),
+    Survivor(RADIX + "match_prefix", "boolean", "self.disable or len(key) == 0", EMPTY_KEY,
+             replacement="((self.disable))"),
+    Survivor(RADIX + "match_prefix", "constant", "0", ALIGNED + "; a shorter one matches nothing either way",
+             line="if self.disable or len(key) == 0:"),
+    Survivor(RADIX + "insert", "bound", "len(key)", VALUE_CUT, replacement="(len(key)) + 1"),
+    Survivor(RADIX + "insert", "arguments", "priority, inserted_len", PRIORITY),
+    Survivor(RADIX + "_insert_cache", "bound", "key_len", VALUE_CUT, replacement="(key_len) + 1"),
+    Survivor(RADIX + "_insert_cache", "boolean", "req.priority or 0", PRIORITY),
+    Survivor(RADIX + "_insert_cache", "constant", "0", PRIORITY, line="priority = req.priority or 0"),
+    Survivor(RADIX + "_insert_cache", "arguments", "req.kv.cache_inserted_len, key_len", SYMMETRIC),
+    Survivor(RADIX + "_insert_cache", "arguments", "priority + 1, torch.iinfo(torch.int64).max", PRIORITY),
+    Survivor(RADIX + "_insert_cache", "constant", "1", PRIORITY, line="priority=min(priority + 1,"),
+    Survivor(RADIX + "checkpoint", "arguments", "swa_evict_floor, self.page_size", SWA),
+    Survivor(RADIX + "checkpoint", "constant", "0", SWA, line="if swa_evict_floor > 0 else None"),
+    Survivor(RADIX + "evict", "arguments", "num_evicted, start_time", METRICS),
+    Survivor(RADIX + "inc_lock_ref", "constant", "0", DELTA, line="delta = 0"),
+    Survivor(RADIX + "inc_lock_ref", "assignment", "-=", DELTA, line="delta -= len(node.key)"),
+    Survivor(RADIX + "dec_lock_ref", "constant", "0", DELTA, line="delta = 0"),
+    Survivor(RADIX + "dec_lock_ref", "assignment", "+=", DELTA, line="delta += len(node.key)"),
+    Survivor(RADIX + "_match_prefix_helper", "constant", "0", ALIGNED,
+             line="while len(key) > 0 and child_key in node.children.keys():"),
+    Survivor(RADIX + "_split_node", "arguments", "split_len, self.page_size", HASH),
+    Survivor(RADIX + "_insert_helper", "arguments", "node.priority, priority", PRIORITY),
+    Survivor(RADIX + "_insert_helper", "arguments", "new_node.priority, priority", PRIORITY),
+    Survivor(RADIX + "_insert_helper", "constant", "0", ALIGNED,
+             line="while len(key) > 0 and child_key in node.children.keys():"),
+    Survivor(RADIX + "_insert_helper", "comparison", ">", PRIORITY, line="if total_prefix_length > inserted_len:"),
+    Survivor(RADIX + "_insert_helper", "comparison", ">", PRIORITY,
+             line="if total_prefix_length + len(key) > inserted_len:"),
+    Survivor(RADIX + "_update_leaf_status", "boolean", "node.evicted or node.lock_ref > 0", NO_HOST,
+             replacement="((node.lock_ref > 0))"),
+    Survivor(ALLOC + "free_segment", "division", "reps // ps", PAGE_START),
+    Survivor("alloc_paged_token_slots_extend", "arguments", "prefix_lens_cpu,\n        seq_lens_cpu", DEMAND),
+    *(Survivor(f"alloc_paged_token_slots_{kind}", op, original, NOT_DSV4, replacement=replacement)
+      for kind in ("extend", "decode") for op, original, replacement in (
+          ("boolean", 'req_pool_indices is not None and hasattr(allocator, "c128_attn_allocator")',
+           '((hasattr(allocator, "c128_attn_allocator")))'),
+          ("boolean", 'req_pool_indices is not None and hasattr(allocator, "c128_attn_allocator")',
+           "((req_pool_indices is not None))"),
+          ("comparison", "is not", "is"),
+          ("arguments", 'allocator, "c128_attn_allocator"', '"c128_attn_allocator", allocator'))),
+    Survivor("alloc_paged_token_slots_extend", "arguments", "prefix_lens,\n        prefix_lens_cpu", CPU),
+    Survivor("alloc_paged_token_slots_extend", "arguments", "seq_lens,\n        seq_lens_cpu", CPU),
+    Survivor("alloc_paged_token_slots_decode", "arguments", "seq_lens, seq_lens_cpu", CPU),
+    Survivor("release_kv_cache", "boolean", "checkpoint and not req.skip_radix_cache_insert", SUPPORTS,
+             replacement="((checkpoint))"),
+    Survivor("release_kv_cache", "boolean", "req.finished() or not tree_cache.supports_mamba()", NO_MAMBA),
+    Survivor("release_kv_cache", "arguments", "owned_kv_len, req.kv.kv_allocated_len", NO_OVERALLOCATION),
+)
 
 CONFORM = (
     ConformTarget(
