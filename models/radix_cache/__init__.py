@@ -9,6 +9,8 @@ scheduler drives for a plain request (no chunked prefill, no speculative decodin
   `checkpoint`, `release_kv_cache`).
 * `checks`, `system`: the transition system (`RadixCacheSystem`, config `RadixCacheConfig`) and its invariants.
 * `variants`: `fixed` only.
+* `conform`: the real released `RadixCache` and paged allocator in lockstep with the model (`kvsim conform sglang
+  --target radix_cache_lockstep`, `kvsim.conform.sglang.radix_lockstep`).
 
 The op vocabulary, for a lockstep to mirror (slots are ints, sequences tuples):
 
@@ -32,6 +34,7 @@ request (`common`, on a `Req`: its row, cache_protected_len, lock)
 
 from kvsim.engine.descriptor import ModelDescriptor
 
+from .conform import CONFORM
 from .system import RadixCacheConfig, RadixCacheSystem
 from .variants import FIXED, VARIANTS, RadixCacheVariant
 
@@ -44,6 +47,7 @@ DESCRIPTOR = ModelDescriptor(
     variants=VARIANTS,
     config=RadixCacheConfig,
     system=RadixCacheSystem,
+    conform=CONFORM,
 )
 DESCRIPTORS = (DESCRIPTOR,)
 

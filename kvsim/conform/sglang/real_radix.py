@@ -31,8 +31,9 @@ The vocabulary, each answer JSON:
 A request's life through 0.5.23's scheduler calls (a `schedule_batch.Req`; the process's server arguments are
 published with their defaults on first use, as a scheduler process does):
 
-* `prefill(request, tokens)`: `Req.init_next_round_input` (the match), `lock` of the matched node, a row from the
-  request pool, `allocation.alloc_paged_token_slots_extend` (evicts what the extend may need, then `alloc_extend`),
+* `prefill(request, tokens, outputs=())`: a `Req` of prompt `tokens` and output ids `outputs` (a retracted
+  request's, which it keeps), `Req.init_next_round_input` (the match of both), `lock` of the matched node, a
+  row from the request pool, `allocation.alloc_paged_token_slots_extend` (evicts what the extend may need, then `alloc_extend`),
   the prefix and the new slots written into the row as `write_cache_indices` does without Triton: `{"prefix_len",
   "indices": the row, "node": the locked node}`.
 * `decode(request, token)`: `token` appended to the request's output and its slot from
@@ -226,7 +227,7 @@ class RadixDriver:
     def _row(self, req: Any, end: int) -> list[int]:
         return self.pool.req_to_token[req.kv.req_pool_idx, :end].tolist()
 
-    def op_prefill(self, request: str, tokens: list[int]) -> Any:
+    def op_prefill(self, request: str, tokens: list[int], outputs: list[int] | tuple[int, ...] = ()) -> Any:
         import torch
         from array import array
 
@@ -238,11 +239,12 @@ class RadixDriver:
         if request in self.requests:
             raise ConfigError("request", "a request not running", request)
         req = Req(request, "", array("q", tokens), SamplingParams(max_new_tokens=1 << 20))
+        req.output_ids.extend(outputs)  # a retracted request keeps its outputs (`reset_for_retract`)
         req.init_next_round_input(self.cache)  # the match: prefix_len, last_node, cache_protected_len
         req.lock = self.cache.lock(req.last_node)
         allocation.alloc_req_slots(self.pool, [req], self.cache)
         prefix = self.cache.prefix_device_indices(req)
-        n, hit = len(tokens), int(req.prefix_len)
+        n, hit = len(tokens) + len(outputs), int(req.prefix_len)
         lens = (torch.tensor([hit]), torch.tensor([n]))
         last = prefix[-1:] if hit else torch.tensor([-1])
         out = allocation.alloc_paged_token_slots_extend(self.cache, lens[0], lens[0], lens[1], lens[1], last, n - hit)

@@ -46,9 +46,9 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from kvsim.engine.conformance.adapters import Context, Lockstep, Operation, Probe
+from kvsim.engine.conformance.adapters import (Context, Lockstep, Operation, Probe, SystemSide,
+                                              directed_probe)
 from kvsim.engine.conformance.declare import variant_for
-from kvsim.engine.errors import ConfigError
 from kvsim.models.kv_cache_manager.actions import (Allocated, Decode, Deferred, Events, Finish, Freed, Preempt,
                                                    Reset, ResetDone, Schedule)
 from kvsim.models.kv_cache_manager.kv_cache_manager import KVCacheManager
@@ -107,7 +107,7 @@ def stored(names: Names, hashes: Any, parent: Any, token_ids: Any, block_size: i
             "token_ids": list(token_ids), "block_size": block_size}
 
 
-class ModelSide:
+class ModelSide(SystemSide):
     """The model's transition system, called with one of its actions; the view the operations draw from."""
 
     def __init__(self, config: CacheManagerConfig, common_counted: bool = False, variant: str = "fixed") -> None:
@@ -118,21 +118,8 @@ class ModelSide:
         self.events: list[dict[str, Any]] = []
         self.idle = False
 
-    def enabled(self) -> Any:
-        """The actions the model enables now, as a strategy (None: none, the program has ended). After a step
-        that changed nothing (a deferred schedule or decode), the actions that would change nothing again are left
-        out while another is enabled, so a program does not spend its steps repeating a deferral."""
-        actions = self.system.enabled(self.state)
-        if self.idle:
-            actions = [a for a in actions if self.system.step(self.state, a) != self.state] or actions
-        return st.sampled_from(actions) if actions else None
-
     def call(self, op: str, action: Any) -> Any:
-        if action not in self.system.enabled(self.state):
-            raise ConfigError(op, "an action the model enables", action)
-        before = self.state
-        self.state, effects = self.system.transition(self.state, action)
-        self.idle = self.state == before
+        effects = self.transition(op, action)
         self.events = []
         answer: dict[str, Any] = {}
         for fx in effects:
@@ -256,24 +243,8 @@ def sides(ctx: Context, start: dict[str, Any]) -> tuple[ModelSide, RealSide]:
     return ModelSide(config, counted, variant), RealSide(ctx.child, config)
 
 
-def run_program(ctx: Context, start: dict[str, Any], program: tuple) -> str | None:
-    """A directed program on fresh sides: None when every answer and observation agreed, else the first step that
-    differs and how."""
-    model, real = sides(ctx, start)
-    for i, action in enumerate(program):
-        seen = [{"returned": side.call("step", action), **side.observe()} for side in (model, real)]
-        if seen[0] != seen[1]:
-            fields = [k for k in seen[0] if seen[0][k] != seen[1].get(k)]  # the answer first
-            return f"after step {i + 1} {action!r}: {fields[0]} model {seen[0][fields[0]]}, " \
-                   f"upstream {seen[1][fields[0]]}"
-    return None
-
-
 def directed(name: str, what: str, start: dict[str, Any], program: tuple) -> Probe:
-    def check(ctx: Context) -> str | None:
-        differs = run_program(ctx, start, program)
-        return None if differs is None else f"{what}: the model and {ctx.source.label} differ {differs}"
-    return Probe(name, f"{what}: the model's answers and observations and upstream's are equal", check)
+    return directed_probe(sides, name, what, start, program)
 
 
 # Two requests of one prompt cache its block in their own steps (block size 1: at their schedule), so one hash is

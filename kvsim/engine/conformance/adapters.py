@@ -137,3 +137,52 @@ class Lockstep(Common):
     steps: int = 30
     compare: Exact = EXACT
     both_upstream: bool = False
+
+
+def directed_probe(sides: Callable[[Context, dict[str, Any]], tuple[Any, ...]], name: str, what: str,
+                   start: dict[str, Any], program: Sequence[Any]) -> Probe:
+    """A lockstep's directed program as a probe: fresh sides from `sides(ctx, start)` (model, upstream) step through
+    `program` (each action one `call("step", action)`), compared after every step as the lockstep compares; the
+    probe fails at the first step whose answer or observation differs."""
+
+    def check(ctx: Context) -> str | None:
+        model, real = sides(ctx, start)[:2]
+        for i, action in enumerate(program):
+            seen = [{"returned": side.call("step", action), **side.observe()} for side in (model, real)]
+            if seen[0] != seen[1]:
+                key = next(k for k in seen[0] if seen[0][k] != seen[1].get(k))  # the answer first
+                return f"{what}: the model and {ctx.source.label} differ after step {i + 1} {action!r}: {key} " \
+                       f"model {seen[0][key]}, upstream {seen[1][key]}"
+        return None
+
+    return Probe(name, f"{what}: the model's answers and observations and upstream's are equal", check)
+
+
+class SystemSide:
+    """A lockstep's model side over a transition system's own actions (`system`, its `state`): `enabled()` the
+    actions it enables now as a strategy, `transition(op, action)` one of them taken, answering its effects."""
+
+    system: Any
+    state: Any
+    idle: bool = False
+
+    def enabled(self) -> Any:
+        """The actions the model enables now, as a strategy (None: none, the program has ended). After a step
+        that changed nothing (a deferral), the actions that would change nothing again are left out while another
+        is enabled, so a program does not spend its steps repeating a deferral."""
+        from hypothesis import strategies as st
+
+        actions = self.system.enabled(self.state)
+        if self.idle:
+            actions = [a for a in actions if self.system.step(self.state, a) != self.state] or actions
+        return st.sampled_from(actions) if actions else None
+
+    def transition(self, op: str, action: Any) -> tuple[Any, ...]:
+        from ..errors import ConfigError
+
+        if action not in self.system.enabled(self.state):
+            raise ConfigError(op, "an action the model enables", action)
+        before = self.state
+        self.state, effects = self.system.transition(self.state, action)
+        self.idle = self.state == before
+        return effects

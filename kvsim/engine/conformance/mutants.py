@@ -85,6 +85,14 @@ class _Offsets:
         return self.at(node.lineno, node.col_offset), self.at(node.end_lineno, node.end_col_offset)  # type: ignore
 
 
+def planted(text: str, file: str, after: str, original: str, replacement: str) -> Mutant:
+    """A hand-made mutant of `text` (the upstream file `file`): the first `original` after `after`, made
+    `replacement` (a test's planted regression)."""
+    start = text.index(original, text.index(after))
+    return Mutant(file, after, "planted", text.count("\n", 0, start) + 1, start, start + len(original), original,
+                  replacement)
+
+
 def mutants(text: str, file: str, definitions: Sequence[str]) -> list[Mutant]:
     """Every mutant of the named definitions ("fn", "Class", "Class.method") of `text`, in source order."""
     from .linetrace import find_definition

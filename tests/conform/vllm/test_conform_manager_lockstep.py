@@ -15,7 +15,7 @@ from kvsim.conform.installed_child import Swap, module_name
 from kvsim.conform.loader import mutated
 from kvsim.conform.source import resolve_source
 from kvsim.conform.targets import RunOptions, run_target, select_targets
-from kvsim.engine.conformance.mutants import Mutant
+from kvsim.engine.conformance.mutants import Mutant, planted as planted_mutant
 
 DEV = os.environ.get("KVSIM_PROFILE") == "dev"
 EXAMPLES = 1000 if DEV else 60
@@ -35,10 +35,7 @@ def _target():  # type: ignore[no-untyped-def]
 
 def planted(source, relpath, after, original, replacement):  # type: ignore[no-untyped-def]
     """A mutant of the release's file: the first `original` after `after`, made `replacement`."""
-    text = source.file(relpath).read_text()
-    start = text.index(original, text.index(after))
-    return Mutant(relpath, after, "planted", text.count("\n", 0, start) + 1, start, start + len(original), original,
-                  replacement)
+    return planted_mutant(source.file(relpath).read_text(), relpath, after, original, replacement)
 
 
 def _run_planted(source, mutant, examples=PLANTED_EXAMPLES):  # type: ignore[no-untyped-def]

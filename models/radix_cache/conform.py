@@ -1,0 +1,154 @@
+"""The engine code `radix-cache` is checked against (`kvsim conform sglang`): declarations only.
+
+`RadixCache` and `PagedTokenToKVPoolAllocator` (target `radix_cache_lockstep`): SGLang's real tree and allocator,
+imported from the release in a child process (`kvsim.conform.installed`), in lockstep with the model
+(`kvsim.conform.sglang.radix_lockstep`) under 0.5.23's request life cycle. The declared files are not loaded in
+kvsim's process (no names); `checked` names the definitions the lockstep's programs run, whose lines `--coverage`
+counts (traced in the child) and whose mutants `--mutants` loads into the child.
+"""
+
+from kvsim.engine.conformance.declare import ConformTarget, Survivor, Unreached, Upstream
+
+MEM = "sglang/srt/mem_cache/"
+RADIX, PAGED, ALLOCATION, COMMON = MEM + "radix_cache.py", MEM + "allocator/paged.py", MEM + "allocation.py", \
+    MEM + "common.py"
+
+# What the lockstep's slice has no counterpart of: the cache enabled, full attention (no sliding-window key limit, no
+# Mamba state, no DSV4 C128 pool, no classed page sharding), no debug mode, the CPU's torch path of the allocator, no
+# streaming session, frees outside a free group, and allocations that fit (the scheduler's tests before them).
+DISABLED = "the cache disabled (--disable-radix-cache): the lockstep's cache is enabled"
+DEBUG = "the allocator's debug assertions (SGLANG_DEBUG_MEMORY_POOL): off, as in a server"
+FITS = ("an allocation that runs short after the eviction for it: the admission test (extend + a page of free and "
+        "evictable tokens) and check_decode_mem come first, as in the scheduler")
+DSV4 = "DeepSeek-V4's C128 allocator (an allocator with c128_attn_allocator): the lockstep's is the paged one"
+SHARDED = "classed page sharding (a page-interleave allocator): the lockstep's allocator has one class"
+UNREACHED = (
+    *(Unreached(f"RadixCache.{method}", "if self.disable:", DISABLED)
+      for method in ("insert", "checkpoint", "evict", "inc_lock_ref", "dec_lock_ref")),
+    Unreached("RadixCache.insert", "value = torch.tensor(key.token_ids",
+              "an insert without values (the debug / test fallback): every insert carries the row's slots"),
+    Unreached("RadixCache._insert_cache", "if key_limit is not None:",
+              "a sliding-window evict floor (swa_evict_floor): full attention has none"),
+    Unreached("RadixCache.dec_lock_ref", "if node.parent is None:",
+              "a node of another tree: every request unlocks the node its own tree locked"),
+    Unreached("RadixCache._insert_helper", "if priority is None:",
+              "an insert without a priority: _insert_cache passes req.priority or 0 (the prompt's split: + 1)"),
+    *(Unreached(f"PagedTokenToKVPoolAllocator.{method}", "if self.debug_mode:", DEBUG)
+      for method in ("alloc_extend", "alloc_decode", "free_segment", "free_page_ids")),
+    *(Unreached(f"PagedTokenToKVPoolAllocator.{method}", "if num_new_pages > len(self.free_pages):", FITS)
+      for method in ("alloc_extend", "alloc_decode")),
+    *(Unreached(f"PagedTokenToKVPoolAllocator.{method}", "if self.use_triton_kernels:",
+                "the Triton kernels: on a CPU the platform reports no Triton and the allocator takes its torch path")
+      for method in ("alloc_extend", "alloc_decode")),
+    Unreached("PagedTokenToKVPoolAllocator.free_page_ids", "if page_ids.numel() == 0:",
+              "no page: its one caller here, free_segment, returns on an empty segment first"),
+    Unreached("PagedTokenToKVPoolAllocator.free_page_ids", "self.free_page_ids_group.append(",
+              "a free inside a free group: the lockstep's (and the model's) checkpoints and releases run outside "
+              "one (the scheduler's batch-result processing wraps them in one: see radix_lockstep's docstring)"),
+    Unreached("alloc_paged_token_slots_extend", "if page_interleave_shard_size(allocator) > 1:", SHARDED),
+    Unreached("alloc_paged_token_slots_extend", "if kv_shard_rotation_bases is not None:", SHARDED),
+    *(Unreached(f"alloc_paged_token_slots_{kind}", "if is_dsv4:", DSV4) for kind in ("extend", "decode")),
+    *(Unreached(f"alloc_paged_token_slots_{kind}", "if out_cache_loc is None:", FITS)
+      for kind in ("extend", "decode")),
+    Unreached("release_kv_cache", "if not req.kv.holds_kv:",
+              "a request released before it holds a row (a Mamba cache's early state): every release here follows "
+              "a prefill"),
+    Unreached("release_kv_cache", "if tree_cache.claim_kv_row(req):",
+              "a streaming session keeping the row: no session in the lockstep"),
+)
+# Mutants the lockstep cannot kill because they change nothing in its slice (equivalent there), each with the reason;
+# matched by definition, operator, original and replacement (0.5.23's).
+PRIORITY = ("a node's priority and hit count: read only by the priority and LFU eviction strategies (the lockstep's "
+            "is LRU)")
+DELTA = "the delta a lock answers: the request path ignores it (the sizes it moves are compared)"
+SYMMETRIC = "max's two arguments swapped"
+ALIGNED = "a page-aligned key (page size 2 or 4) is empty or two tokens or more: never one token"
+VALUE_CUT = "the values are already as long as the key (insert cuts them to the key)"
+NOT_DSV4 = "the DSV4 test: the paged allocator has no c128_attn_allocator, and no request pool indices are passed"
+CPU = "on a CPU the device tensors and their CPU copies hold the same values"
+HASH = "the node's KV-event hashes: never computed here (None before and after a split)"
+PAGE_START = "the segment's every page_size-th slot is a page's first: floor and ceiling agree"
+NO_OVERALLOCATION = "no speculative overallocation: owned_kv_len equals kv_allocated_len"
+NO_MAMBA = "the assertion holds either way: the cache has no Mamba state and every checkpointed release is finished"
+SUPPORTS = "skip_radix_cache_insert is never set (no input embeddings, no sessions)"
+SWA = "the sliding-window evict floor: 0 for full attention, so no key limit either way"
+DEMAND = "the paged allocator's extend demand is the conservative count alone (classed allocators read the lengths)"
+METRICS = "the eviction metrics' arguments: not observed"
+NO_HOST = "no node is evicted to a host tier (its value None): the lockstep has no hierarchical cache"
+EMPTY_KEY = "an empty key matches nothing either way (the helper walks no child; the root is never evicted)"
+TREE, PAGED_ALLOCATOR = "RadixCache.", "PagedTokenToKVPoolAllocator."
+SURVIVORS = (
+    Survivor(TREE + "match_prefix", "boolean", "self.disable or len(key) == 0", DISABLED,
+             replacement="((len(key) == 0))"),
+    Survivor(TREE + "match_prefix", "boolean", "self.disable or len(key) == 0", EMPTY_KEY,
+             replacement="((self.disable))"),
+    Survivor(TREE + "match_prefix", "constant", "0", ALIGNED + "; a shorter one matches nothing either way",
+             line="if self.disable or len(key) == 0:"),
+    Survivor(TREE + "insert", "bound", "len(key)", VALUE_CUT, replacement="(len(key)) + 1"),
+    Survivor(TREE + "insert", "arguments", "priority, inserted_len", PRIORITY),
+    Survivor(TREE + "_insert_cache", "bound", "key_len", VALUE_CUT, replacement="(key_len) + 1"),
+    Survivor(TREE + "_insert_cache", "boolean", "req.priority or 0", PRIORITY),
+    Survivor(TREE + "_insert_cache", "constant", "0", PRIORITY, line="priority = req.priority or 0"),
+    Survivor(TREE + "_insert_cache", "arguments", "req.kv.cache_inserted_len, key_len", SYMMETRIC),
+    Survivor(TREE + "_insert_cache", "arguments", "priority + 1, torch.iinfo(torch.int64).max", PRIORITY),
+    Survivor(TREE + "_insert_cache", "constant", "1", PRIORITY, line="priority=min(priority + 1,"),
+    Survivor(TREE + "checkpoint", "arguments", "swa_evict_floor, self.page_size", SWA),
+    Survivor(TREE + "checkpoint", "constant", "0", SWA, line="if swa_evict_floor > 0 else None"),
+    Survivor(TREE + "evict", "arguments", "num_evicted, start_time", METRICS),
+    Survivor(TREE + "inc_lock_ref", "constant", "0", DELTA, line="delta = 0"),
+    Survivor(TREE + "inc_lock_ref", "assignment", "-=", DELTA, line="delta -= len(node.key)"),
+    Survivor(TREE + "dec_lock_ref", "constant", "0", DELTA, line="delta = 0"),
+    Survivor(TREE + "dec_lock_ref", "assignment", "+=", DELTA, line="delta += len(node.key)"),
+    Survivor(TREE + "_match_prefix_helper", "constant", "0", ALIGNED,
+             line="while len(key) > 0 and child_key in node.children.keys():"),
+    Survivor(TREE + "_split_node", "arguments", "split_len, self.page_size", HASH),
+    Survivor(TREE + "_insert_helper", "arguments", "node.priority, priority", PRIORITY),
+    Survivor(TREE + "_insert_helper", "arguments", "new_node.priority, priority", PRIORITY),
+    Survivor(TREE + "_insert_helper", "constant", "0", ALIGNED,
+             line="while len(key) > 0 and child_key in node.children.keys():"),
+    Survivor(TREE + "_insert_helper", "comparison", ">", PRIORITY, line="if total_prefix_length > inserted_len:"),
+    Survivor(TREE + "_insert_helper", "comparison", ">", PRIORITY,
+             line="if total_prefix_length + len(key) > inserted_len:"),
+    Survivor(TREE + "_update_leaf_status", "boolean", "node.evicted or node.lock_ref > 0", NO_HOST,
+             replacement="((node.lock_ref > 0))"),
+    Survivor(PAGED_ALLOCATOR + "free_segment", "division", "reps // ps", PAGE_START),
+    Survivor("alloc_paged_token_slots_extend", "arguments", "prefix_lens_cpu,\n        seq_lens_cpu", DEMAND),
+    *(Survivor(f"alloc_paged_token_slots_{kind}", op, original, NOT_DSV4, replacement=replacement)
+      for kind in ("extend", "decode") for op, original, replacement in (
+          ("boolean", 'req_pool_indices is not None and hasattr(allocator, "c128_attn_allocator")',
+           '((hasattr(allocator, "c128_attn_allocator")))'),
+          ("boolean", 'req_pool_indices is not None and hasattr(allocator, "c128_attn_allocator")',
+           "((req_pool_indices is not None))"),
+          ("comparison", "is not", "is"),
+          ("arguments", 'allocator, "c128_attn_allocator"', '"c128_attn_allocator", allocator'))),
+    Survivor("alloc_paged_token_slots_extend", "arguments", "prefix_lens,\n        prefix_lens_cpu", CPU),
+    Survivor("alloc_paged_token_slots_extend", "arguments", "seq_lens,\n        seq_lens_cpu", CPU),
+    Survivor("alloc_paged_token_slots_decode", "arguments", "seq_lens, seq_lens_cpu", CPU),
+    Survivor("release_kv_cache", "boolean", "checkpoint and not req.skip_radix_cache_insert", SUPPORTS,
+             replacement="((checkpoint))"),
+    Survivor("release_kv_cache", "boolean", "req.finished() or not tree_cache.supports_mamba()", NO_MAMBA),
+    Survivor("release_kv_cache", "arguments", "owned_kv_len, req.kv.kv_allocated_len", NO_OVERALLOCATION),
+)
+
+CONFORM = (
+    ConformTarget(
+        "sglang", "radix_cache_lockstep",
+        upstream=(
+            Upstream(RADIX, (), checked=(
+                "RadixCache.match_prefix", "RadixCache.insert", "RadixCache._insert_cache", "RadixCache.checkpoint",
+                "RadixCache.evict", "RadixCache.inc_lock_ref", "RadixCache.dec_lock_ref",
+                "RadixCache.path_device_indices", "RadixCache._match_prefix_helper", "RadixCache._split_node",
+                "RadixCache._insert_helper", "RadixCache._delete_leaf", "RadixCache._update_leaf_status")),
+            Upstream(PAGED, (), checked=(
+                "PagedTokenToKVPoolAllocator.available_size", "PagedTokenToKVPoolAllocator.merge_and_sort_free",
+                "PagedTokenToKVPoolAllocator.alloc_extend", "PagedTokenToKVPoolAllocator.alloc_decode",
+                "PagedTokenToKVPoolAllocator.free_segment", "PagedTokenToKVPoolAllocator.free_page_ids",
+                "PagedTokenToKVPoolAllocator._release_page_ids")),
+            Upstream(ALLOCATION, (), checked=("alloc_paged_token_slots_extend", "alloc_paged_token_slots_decode")),
+            Upstream(COMMON, (), checked=("checkpoint_kv_cache", "release_kv_cache")),
+        ),
+        adapter="kvsim.conform.sglang.radix_lockstep:LOCKSTEP", unreached=UNREACHED, survivors=SURVIVORS,
+        doc="the real RadixCache and paged allocator imported from the release, in lockstep with the model under "
+            "0.5.23's request life cycle: the admitted prefix and new slots, the tree (keys, slots, lock counts), "
+            "the sizes, the free pages in order and each request's row after every admit, decode and retract"),
+)
