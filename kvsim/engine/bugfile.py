@@ -20,7 +20,8 @@ as TOML multi-line strings, `upstream_files` and `verdicts` as arrays of tables 
     state = "fixed"
 
 What is code stays code and is named here: `property` (a registered property), `invariant` (an invariant
-or the liveness goal of the model's system), `variant` and `fix_variant` (variants of the model). Every
+or the liveness goal of the model's system), `variant` and `fix_variant` (variants of the model), `mechanism`
+(a failure mechanism the model's simulation names, `ModelDescriptor.mechanisms`). Every
 name is resolved when the file is loaded. Anything wrong (a missing key, a wrong type, an unknown key, a
 duplicate id, a name that does not resolve) is one `BugFileError` line naming the file, the key and the
 problem.
@@ -41,7 +42,7 @@ _BUG_KEYS: dict[str, tuple[type, bool]] = {
     "property": (str, False), "invariant": (str, False), "status": (str, False), "max_examples": (int, False),
     "params": (dict, False), "note": (str, False), "affected": (str, False), "upstream_files": (list, False),
     "harm": (str, False), "consequence": (str, False), "fix": (str, False), "fix_variant": (str, False),
-    "verdicts": (list, False), "model": (str, False),
+    "verdicts": (list, False), "model": (str, False), "mechanism": (str, False),
 }
 _SITE_KEYS: dict[str, tuple[type, bool]] = {"path": (str, True), "functions": (list, True), "role": (str, False)}
 _VERDICT_KEYS: dict[str, tuple[type, bool]] = {
@@ -86,6 +87,10 @@ def load_bugs(registry: Registry, path: str) -> list[BugReport]:
         _resolved(path, f"{at}.variant", lambda: registry.model(bug.model).variant(bug.variant))
         if bug.fix_variant is not None:
             _resolved(path, f"{at}.fix_variant", lambda: registry.model(bug.model).variant(bug.fix_variant))
+        if bug.mechanism is not None and bug.mechanism not in registry.model(bug.model).mechanisms:
+            known = ", ".join(registry.model(bug.model).mechanisms) or "none"
+            raise BugFileError(path, f"{at}.mechanism", f"expected a mechanism model {bug.model}'s simulation "
+                                                       f"names ({known}), got {bug.mechanism!r}")
         try:
             registry.add_bug(bug)
         except ConfigError as exc:

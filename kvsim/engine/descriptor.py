@@ -38,6 +38,8 @@ class ModelDescriptor:
     simulate: Callable[..., Mapping[str, Any]] | None = None  # simulate(sim, recorder, variant, config, faults)
     fault_kinds: tuple[str, ...] = ()
     peers: tuple[str, ...] = ()  # who `crash=PEER@T` may name
+    # the failure mechanisms the simulation names in its summary's "named" rooms (a report's `mechanism`)
+    mechanisms: tuple[str, ...] = ()
     data_params: tuple[ParamSpec, ...] = ()  # parameters only data-property strategies read (none of the system's)
     # the engines' code this model is checked against (`kvsim conform`): declarations, adapters loaded lazily
     conform: tuple[ConformTarget, ...] = ()

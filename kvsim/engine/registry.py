@@ -75,6 +75,8 @@ class BugReport:
     fix: str = ""  # the smallest fix, in words
     fix_variant: str | None = None  # a variant of the model that has that fix (None: no fix is modelled)
     verdicts: tuple[Verdict, ...] = ()
+    # the failure mechanism the model's timed simulation names when this bug shows in a run (None: it names none)
+    mechanism: str | None = None
 
     def __post_init__(self) -> None:
         if self.status not in VALID_STATUSES:

@@ -13,7 +13,7 @@
 
 from kvsim.engine.descriptor import ModelDescriptor
 
-from . import sim
+from . import mechanisms, sim
 from .conform import CONFORM
 from .data import StagingSystemConfig
 from .system import PdStaging
@@ -31,6 +31,7 @@ DESCRIPTOR = ModelDescriptor(
     simulate=sim.simulate,
     fault_kinds=sim.FAULT_KINDS,
     peers=sim.PEERS,
+    mechanisms=mechanisms.MECHANISMS,
     conform=CONFORM,
 )
 

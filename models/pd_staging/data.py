@@ -217,6 +217,11 @@ def row_mismatches(rows: tuple[int, ...], cfg: StagingSystemConfig, room: int,
     return bad
 
 
+def cell_room(cell: int) -> int | None:
+    """The room whose prefill KV the cell holds (None: stale ring bytes, never written, or a prefix row)."""
+    return (cell - 1) // (TOKENS * HEAD_SLICES) - 1 if cell > 0 else None
+
+
 def describe_cell(cell: int) -> str:
     if cell == GARBAGE:
         return "stale ring bytes"
@@ -225,6 +230,5 @@ def describe_cell(cell: int) -> str:
     if cell < 0:
         t, h = divmod(-cell - 1, HEAD_SLICES)
         return f"prefix token {t} head {h}"
-    r, rest = divmod(cell - 1, TOKENS * HEAD_SLICES)
-    t, h = divmod(rest, HEAD_SLICES)
-    return f"room {r - 1} token {t} head {h}"
+    t, h = divmod((cell - 1) % (TOKENS * HEAD_SLICES), HEAD_SLICES)
+    return f"room {cell_room(cell)} token {t} head {h}"

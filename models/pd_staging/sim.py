@@ -41,7 +41,7 @@ from kvsim.engine.params import param
 from kvsim.engine.sim import Channel, Driver, FaultPlan, Simulator
 from kvsim.engine.trace import TraceRecorder
 
-from . import data
+from . import data, mechanisms
 from ..pd_common.status import (SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL, SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE,
                                 SGLANG_DISAGGREGATION_WAITING_TIMEOUT, STAGING_WATERMARK_WAIT_S, KVPoll)
 from .actions import (ACTIONS, DOWN, UP, Batch, Clear, Concluded, Deadline, DeadlineArmed, Deliver, Drop, Duplicate,
@@ -142,6 +142,7 @@ class _Run:
         self.crashed_at: float | None = None
         self.why = "?"
         self.horizon = 0.0
+        self.evidence = mechanisms.Evidence()
         for r, d in enumerate(self.state.decode):  # registration failures (unaligned prefix) at time 0
             if d.status in TERMINAL:
                 self.concluded[r] = (0.0, "Failed: prefix not page-aligned")
@@ -161,6 +162,7 @@ class _Run:
 
         def on_fault(kind: str, m: tuple) -> None:
             self.rec.record(self.sim.now, f"fault_{kind}", [side, w, list(m)])
+            self.evidence.fault(kind, m)
             if kind == "drop":
                 self.driver.apply(Drop(side, w, m))
             elif kind == "duplicate":
@@ -172,7 +174,14 @@ class _Run:
     def apply(self, action: tuple, why: str) -> tuple[tuple, ...]:
         self.why = why
         self.rec.record(self.sim.now, action[0], action[1:])  # the fields, written as the JSON list they are
+        flags = self.driver.state.flags
         effects = self.driver.apply(action)
+        if self.driver.state.flags != flags:  # a transition flag raised: remember the room of the step
+            room = getattr(action, "room", None)
+            room = getattr(getattr(action, "msg", None), "room", None) if room is None else room
+            for name, _ in self.driver.state.flags:
+                if room is not None:
+                    self.evidence.flagged.setdefault(name, room)
         self._follow(effects)
         return effects
 
@@ -224,6 +233,8 @@ class _Run:
         now = self.sim.now
         why = "Success" if e.status == KVPoll.Success else f"Failed: {self.why}"
         self.concluded[e.room] = (now, why)
+        if e.status != KVPoll.Success:
+            self.evidence.failed[e.room] = self.why
         self.rec.record(now, "conclude", [e.room, why])
 
     # -- events ------------------------------------------------------------------------------------
@@ -276,6 +287,8 @@ class _Run:
             why = {"deadline": "staging completion deadline", "release_timeout": "deferred release timeout"}.get(
                 action[0], "waiting timeout")
             self.apply(action, why)
+            if isinstance(action, ReleaseTimeout):
+                self.evidence.released_by_timeout.add(action.room)
 
     def crash(self, peer: str) -> None:
         if self.crashed_at is None and self.system.is_enabled(self.state, PeerDeath()):
@@ -319,6 +332,8 @@ class _Run:
             "leaked_slots": len(leaked),
             "held_prefill_rooms": len(held),
             "violations": violations,
+            "named": mechanisms.named(s, system.cfg, self.evidence, system.deferred_release,
+                                      held if finished else []),
         }
 
 

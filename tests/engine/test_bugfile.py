@@ -160,3 +160,8 @@ def test_a_file_that_is_not_toml_or_not_there_is_one_line(tmp_path):
     assert _error(tmp_path, GOOD.replace('id = "planted', 'id = planted')).startswith("not valid TOML (")
     with pytest.raises(BugFileError, match=r"^/nonexistent/bugs\.toml: cannot be read \("):
         load_bugs(_registry(), "/nonexistent/bugs.toml")
+
+
+def test_a_mechanism_the_models_simulation_does_not_name_is_one_line(tmp_path):
+    assert _error(tmp_path, GOOD.replace('fix_variant = "fixed"', 'fix_variant = "fixed"\nmechanism = "nope"'))\
+        .startswith("bug[0].mechanism: expected a mechanism model ")

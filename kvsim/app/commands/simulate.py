@@ -41,6 +41,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         except OSError as exc:
             raise ConfigError("--trace", "a writable file path", args.trace, exc.strerror or "") from None
     doc = result.to_json()
+    _name_reports(spec.name, doc["summary"])
     if args.self_check and result.stopped_by == INTERRUPT:  # asked to stop: the second run is not made
         doc["self_check"] = {"digest": None, "matches": None}
     elif args.self_check:
@@ -49,6 +50,28 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         doc["self_check"] = {"digest": again.digest, "matches": again.digest == result.digest}
     return {**doc, VIEW: {"sim_time": result.sim_time, "seconds": result.seconds, "trace": args.trace,
                           "max_events": args.max_events, "max_seconds": args.max_seconds}}
+
+
+def _name_reports(model: str, summary: dict[str, Any]) -> None:
+    """Each room the simulation named a mechanism for gets the catalog report of that mechanism (`report`)."""
+    named = summary.get("named")
+    if named:
+        reports = {b.mechanism: b.id for b in catalog.load().bugs.values() if b.model == model and b.mechanism}
+        summary["named"] = [{**entry, "report": reports.get(entry["mechanism"])} for entry in named]
+
+
+NAMED_SHOWN = 8  # rooms listed under "named" in the text view (all of them under --json)
+
+
+def _named_lines(named: list[dict[str, Any]]) -> list[str]:
+    lines = [f"  named: {len(named)} room{'s' if len(named) != 1 else ''} (the catalog report each one's "
+             "evidence shows)"]
+    for entry in named[:NAMED_SHOWN]:
+        report = entry.get("report") or "no catalogued mechanism"
+        lines.append(f"    room {entry['room']} {entry['invariant']}: {report} ({entry['evidence']})")
+    if len(named) > NAMED_SHOWN:
+        lines.append(f"    (+{len(named) - NAMED_SHOWN} more: --json lists every room)")
+    return lines
 
 
 def _failed(doc: dict[str, Any]) -> bool:
@@ -65,7 +88,9 @@ def render(doc: dict[str, Any]) -> str:
     elif "self_check" in doc:
         lines.append(f"self-check: second run digest {doc['self_check']['digest']} "
                      f"{'matches' if doc['self_check']['matches'] else 'DIFFERS'}")
-    lines += [f"  {k}: {short(v)}" for k, v in doc["summary"].items()]
+    lines += [f"  {k}: {short(v)}" for k, v in doc["summary"].items() if k != "named"]
+    if doc["summary"].get("named"):
+        lines += _named_lines(doc["summary"]["named"])
     if text["trace"]:
         lines.append(f"trace written to {text['trace']}")
     if stopped:

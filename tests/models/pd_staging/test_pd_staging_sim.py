@@ -103,3 +103,79 @@ def test_recorded_actions_replay_to_the_drivers_state(variant, seed, faults):
     assert type(actions[0]) is type(result.driver.actions[0])  # decoded to the typed record, not a plain tuple
     states = run_actions(result.driver.system, actions)
     assert states[-1] == result.driver.state
+
+
+# -- the rooms a run's violations are in, each named by the mechanism its evidence shows (issue 30) -----------
+
+def named(variant, faults, seed):
+    return [(e["room"], e["invariant"], e["mechanism"])
+            for e in simulate_model(SPEC, variant, seed, {}, faults, keep_steps=False).summary["named"]]
+
+
+def test_a_duplicated_chunk_ready_is_named_dup_ready():
+    # the fixed model's scatter_after_all_writers under duplicate=0.05: one writer's CHUNK_READY counted twice
+    assert named("fixed", "duplicate=0.05", 0) == [(9, "scatter_after_all_writers", "duplicated_chunk_ready")]
+
+
+def test_another_rooms_kv_after_its_waiting_timeout_is_named_stale_write_after_release():
+    assert named("fixed", "drop=0.02,delay=0.1", 0) == [
+        (22, "suffix_rows_match_prefill", "stale_write_after_release"),
+        (26, "suffix_rows_match_prefill", "stale_write_after_release")]
+
+
+def test_a_success_with_rows_never_written_after_a_lost_staging_req_is_named_lost_req():
+    assert named("fixed", "drop=0.02,delay=0.1", 2) == [
+        (15, "prefill rooms never cleared", "staging_req_lost_or_late"),
+        (15, "success_commits_prefill_kv", "staging_req_lost_or_late"),
+        (36, "suffix_rows_match_prefill", "stale_write_after_release"),
+        (43, "suffix_rows_match_prefill", "stale_write_after_release")]
+
+
+def test_each_mechanism_needs_its_evidence():
+    from kvsim.models.pd_staging import data
+    from kvsim.models.pd_staging.mechanisms import Evidence, named as name_rooms
+    from kvsim.models.pd_common.status import KVPoll
+
+    class Room:
+        def __init__(self, rows, status):
+            self.rows, self.status = rows, status
+
+    class State:
+        def __init__(self, *rooms):
+            self.decode = rooms
+
+    cfg = DESCRIPTOR.build_system("fixed", {"rooms": 2, "prompt_len": 1, "writers": 1}).cfg
+    span = cfg.prompt_len - cfg.decode_prefix_len
+    room1_in_room0 = tuple(data.value(1, t, 0) for t in range(cfg.decode_prefix_len, cfg.prompt_len))
+    state = State(Room(room1_in_room0, KVPoll.Success), Room((data.UNWRITTEN,) * span, KVPoll.Failed))
+
+    def mechanism(evidence, deferred):
+        return [e["mechanism"] for e in name_rooms(state, cfg, evidence, deferred)]
+
+    assert mechanism(Evidence(), False) == [None]  # room 1 did not fail: no catalogued mechanism
+    assert mechanism(Evidence(failed={1: "abort"}), False) == ["stale_write_after_release"]
+    assert mechanism(Evidence(failed={1: "abort"}), True) == [None]  # held for its ABORT_ACKs
+    assert mechanism(Evidence(failed={1: "abort"}, released_by_timeout={1}), True) == [
+        "stale_write_after_release_timeout"]
+    unwritten = State(Room((data.UNWRITTEN,) * span, KVPoll.Success))
+    assert [e["mechanism"] for e in name_rooms(unwritten, cfg, Evidence(), False)] == [None]
+    assert [e["mechanism"] for e in name_rooms(unwritten, cfg, Evidence(delayed={0: {"REQ"}}), False)] == [
+        "staging_req_lost_or_late"]
+
+
+def test_the_simulate_command_prints_the_report_of_each_named_room(capsys):
+    from kvsim.app.cli import main
+
+    assert main(["simulate", "pd-staging", "--faults", "duplicate=0.05", "--seed", "0"]) == 1
+    out = capsys.readouterr().out
+    assert "room 9 scatter_after_all_writers: sglang-05c7ebf-staging-dup-ready (" in out
+    assert main(["simulate", "pd-staging", "--faults", "duplicate=0.05", "--seed", "0", "--json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert [e["report"] for e in doc["summary"]["named"]] == ["sglang-05c7ebf-staging-dup-ready"]
+
+
+def test_every_mechanism_is_the_mechanism_of_one_catalogued_report():
+    from kvsim.models.pd_staging.mechanisms import MECHANISMS
+
+    reports = [b.mechanism for b in catalog.load().bugs.values() if b.model == "pd-staging" and b.mechanism]
+    assert sorted(reports) == sorted(MECHANISMS)
