@@ -128,6 +128,23 @@ MANAGER_SURVIVORS = (
                                              "its own copies"),
 )
 
+# The swap kernel's mutants that copy the same bytes on every input the fast path takes (each page a multiple of 8
+# bytes, `bytes_per_chunk` a power of two of at least 8, a one-dimensional grid), each with why.
+K = "_swap_blocks_kernel"
+SWAP_KERNEL_EQUIVALENT = (
+    Survivor(K, "constant", "0", "tl.num_programs(1) is 1 in a one-dimensional grid: each program strides by 1 "
+             "and copies every later job again, the same bytes", replacement="1",
+             line="num_progs = tl.num_programs(0)"),
+    Survivor(K, "division", "BYTES_PER_CHUNK // 8", "ceiling division of a multiple of 8 (bytes_per_chunk is a "
+             "power of two of at least 8: tl.arange needs a power of two) is the floor"),
+    Survivor(K, "division", "tl.load(sizes + job) // 8", "ceiling division of a page size, a multiple of 8 on "
+             "the fast path (the handler takes it for 8-byte-aligned pages only), is the floor"),
+    Survivor(K, "bound", "words", "one more chunk of the loop starts at or past `words`: every index in it is "
+             "masked off", replacement="(words) + 1", line="for start in range(0, words, WORDS_PER_CHUNK):"),
+    Survivor(K, "constant", "0", "the value a masked-off load gives is never stored (the store has the same "
+             "mask)", replacement="1", line="data = tl.load(src + idx, mask=mask, other=0)"),
+)
+
 CONFORM = (
     ConformTarget(
         "vllm", "offload_transfer_async",
@@ -150,7 +167,8 @@ CONFORM = (
         upstream=(Upstream(SWAP_TRITON, ("swap_blocks_batch", "_swap_blocks_kernel", "NUM_SMS", "THRESHOLD_BYTES",
                                          "MIN_N"), checked=("swap_blocks_batch", "_swap_blocks_kernel")),),
         adapter="kvsim.conform.vllm.offload_mapping:SWAP_TRITON",
-        survivors=(Survivor("swap_blocks_batch", "arguments", "NUM_SMS, n", "min's two arguments swapped"),),
+        survivors=(Survivor("swap_blocks_batch", "arguments", "NUM_SMS, n", "min's two arguments swapped"),
+                   *SWAP_KERNEL_EQUIVALENT),
         doc="upstream's swap_blocks_batch and its Triton kernel (the CPU->GPU fast path for small 8-byte-aligned "
             "pages) on the model's triples, in the kernel child; bytes against apply_swap"),
     ConformTarget(

@@ -42,7 +42,11 @@ CONFORM = (
                                     "KVBlockZeroer.warmup")),),
         adapter="kvsim.conform.vllm.kernels:ZERO_KV_BLOCKS", releases=ZEROER_RELEASES,
         survivors=(Survivor("KVBlockZeroer.zero_block_ids", "boolean", "not block_ids or self._meta is None",
-                            "an empty block list launched: a grid of no block, the same no-op as the early return"),),
+                            "an empty block list launched: a grid of no block, the same no-op as the early return"),
+                   Survivor("_zero_kv_blocks_kernel", "comparison", ">=",
+                            "a chunk that starts exactly at the page's end goes on to a store whose every column is "
+                            "masked off (cols < page_size_el): nothing is written", replacement=">",
+                            line="if chunk_offset >= page_size_el:")),
         doc="upstream's Triton _zero_kv_blocks_kernel (launched by zero_block_ids and warmup, in the kernel child) "
             "vs the reference memset zero_blocks, bit for bit; probe: the d6af803 frame property on upstream's "
             "planner and kernel, guard bytes around each allocation"),

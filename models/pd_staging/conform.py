@@ -79,7 +79,25 @@ def _torch_path_survivors(kind: str) -> tuple[Survivor, ...]:
         Survivor(launcher, "arguments", "1, decode_attn_tp_size", "max's two arguments swapped", line=WRITERS))
 
 
-KERNEL_SURVIVORS = {(kind, "torch"): _torch_path_survivors(kind) for kind in ("gather", "scatter")}
+MASKED_INDEX = ("the page index a masked-off lane loads (other=0 -> 1) only feeds that lane's load and store, both "
+                "masked off too")
+INT_VIEW = ("the element-size -> integer-dtype map's key 2 made 3: a 2-byte pool then takes the map's default, "
+            "torch.int16, the same view")
+
+
+def _triton_path_survivors(kind: str) -> tuple[Survivor, ...]:
+    """The equivalent mutants of a Triton path (all of its mutants run, `--mutants 0`)."""
+    dispatcher, launcher, kernel = KERNEL_CHECKED[kind, "triton"]
+    return (
+        Survivor(kernel, "constant", "0", MASKED_INDEX, replacement="1",
+                 line="page_val = tl.load(page_indices + page_id, mask=mask, other=0)"),
+        Survivor(launcher, "constant", "2", INT_VIEW, replacement="3",
+                 line="int_dtype_map = {1: torch.int8, 2: torch.int16, 4: torch.int32}"),
+        Survivor(dispatcher, "arguments", "k_buffers, v_buffers", SAME_DEVICE, line="_check_kv_on_staging_device("))
+
+
+KERNEL_SURVIVORS = {**{(kind, "torch"): _torch_path_survivors(kind) for kind in ("gather", "scatter")},
+                    **{(kind, "triton"): _triton_path_survivors(kind) for kind in ("gather", "scatter")}}
 
 
 def other_path(kind: str, path: str) -> tuple[Unreached, ...]:

@@ -186,6 +186,32 @@ def test_every_mutation_operator_makes_a_mutant_the_toy_kills(tmp_path):
     assert killed == set(OPERATORS)
 
 
+KERNEL_SOURCE = """\
+import triton
+
+
+@triton.jit
+def kernel(n, W):
+    words = n // W
+    return words
+
+
+def host(n, W):
+    return n // W
+"""
+
+
+def test_ceiling_division_in_a_triton_kernel_is_written_so_that_truncating_division_computes_it():
+    """Triton's integer division truncates toward zero, so -(-a // b) is a // b there for a >= 0 (an equivalent
+    mutant, not a regression): inside a jit function the ceiling is (a + b - 1) // b; outside, -(-a // b)."""
+    ceil = {m.definition: m.replacement for m in mutants(KERNEL_SOURCE, "k.py", ("kernel", "host"))
+            if m.operator == "division"}
+    assert ceil == {"kernel": "(((n ) + ( W) - 1) // ( W))", "host": "(-(-(n )//( W)))"}
+    trunc = lambda a, b: int(a / b)  # noqa: E731  (C's and Triton's integer division)
+    a, b = 5, 4
+    assert trunc(a + b - 1, b) == 2 and -trunc(-a, b) == 1 == a // b  # the old form is floor again there
+
+
 def test_the_mutation_score_leaves_documented_equivalent_mutants_out(tmp_path):
     source = _source(tmp_path)
     plain = measure(target("DIFF"), source, OPTIONS, 0)

@@ -370,12 +370,14 @@ def pinned_cases(ctx: Context) -> list[Any]:
     """Run first on every staging target: each page size 1-4 with three distinct pages, two layers, and a writer
     whose head count (2) is not its head size (3), so a page-size-1 shortcut taken at another size, or the gather
     index expanded with the two swapped, cannot pass; and two prefill ranks writing one decode rank (decode TP 1: the
-    scatter's writer count `P_tp // max(1, D_tp)` with its 1 changed). A mutation run found each unreached by 40
-    drawn cases."""
+    scatter's writer count `P_tp // max(1, D_tp)` with its 1 changed); and a layer of 4,096 elements (16 tokens of 8
+    heads of 32), past the Triton kernels' BLOCK_SIZE of 1,024, so a second program along the grid's block axis
+    runs. A mutation run found each unreached by 40 drawn cases."""
     from kvsim.gpu_oracle.kernels.staging.cases import CopyCase
 
     return [CopyCase((8, 2, 4), 1, 0, 2, 3, "float16", ps, 4, (2, 0, 3), 1, None, 128, 11 + ps) for ps in (1, 2, 3, 4)] \
-        + [CopyCase((4, 2, 1), 0, 1, 2, 3, "float16", 2, 4, (3, 1), 1, None, 128, 21)]
+        + [CopyCase((4, 2, 1), 0, 1, 2, 3, "float16", 2, 4, (3, 1), 1, None, 128, 21),
+           CopyCase((8, 1, 1), 0, 0, 1, 32, "float16", 4, 5, (2, 0, 3, 1), 1, None, 128, 31)]
 
 
 def _adapter(kind: str, path: str) -> Differential:

@@ -27,8 +27,9 @@ and the spec classes it uses; torch real, on CPU) and its Triton swap kernel:
 * `SWAP_TRITON` (`offload-swap-triton`, a kernel Differential): upstream's `swap_blocks_batch` launcher and its
   Triton `_swap_blocks_kernel` in the kernel child, on the model's CPU->GPU triples (8-byte-aligned pages up to
   64 bytes, 0-100 triples), `bytes_per_chunk` drawn (8-256) and `is_src_access_order_any` drawn; the destination
-  tensors' bytes against `apply_swap` (pinned first: 24 triples of 64- and 56-byte pages), and the path taken: the launcher's documented rule is the DMA path
-  (`ops.swap_blocks_batch`, a stand-in doing the same copies and recording its `is_src_access_order_any`) below
+  tensors' bytes against `apply_swap` (pinned first: 24 triples of 64- and 56-byte pages, and MIN_N triples one
+  word a chunk), and the path taken: the launcher's documented rule is the DMA path (`ops.swap_blocks_batch`, a
+  stand-in copying by the descriptors it is handed and recording its `is_src_access_order_any`) below
   `MIN_N` descriptors (upstream's constant), the kernel from there.
 
 Conventions: the GPU tensors are CPU tensors behind a view that reports `is_cuda` (the handler asserts it);
@@ -502,8 +503,9 @@ class Addresses:
 
 def run_swap_triton(source: EngineSource, case: dict[str, Any], device: str) -> dict[str, Any]:
     """Child side: the release's `swap_blocks_batch` on the triples of `case` (host sources, pinned on CUDA;
-    device destinations), with `ops.swap_blocks_batch` a stand-in doing the same copies; the destination
-    tensors afterwards and which path ran."""
+    device destinations), with `ops.swap_blocks_batch` a stand-in for the DMA engine: on the CPU it copies by the
+    descriptors it is handed (source address, destination address, size: what the launcher passes is what is
+    checked), on CUDA the case's triples; the destination tensors afterwards and which path ran."""
     import torch
 
     from kvsim.gpu_oracle.runtime.asan import pack, unpack
@@ -518,6 +520,10 @@ def run_swap_triton(source: EngineSource, case: dict[str, Any], device: str) -> 
 
     def dma_swap(src_addrs: Any, dst_addrs: Any, sizes: Any, is_src_access_order_any: bool = False) -> None:
         dma.append(is_src_access_order_any)
+        if device == "cpu":
+            for s, d, n in zip(*(getattr(a, "tensor", a).tolist() for a in (src_addrs, dst_addrs, sizes))):
+                ctypes.memmove(d, s, n)
+            return
         for op in case["ops"]:
             dst[op[0]][op[2]:op[2] + op[3]].copy_(src[op[0]][op[1]:op[1] + op[3]])
 
@@ -554,15 +560,18 @@ def triton_inputs(ctx: Context) -> Any:
 def triton_pinned(ctx: Context) -> list[SwapTritonCase]:
     """Run first: the kernel path (24 triples, past MIN_N) on the largest pages the inputs draw, 64 and 56 bytes
     (8 and 7 words: where a word count computed any other way than bytes // 8 copies a word too many or too
-    few), a page in one chunk and in two."""
+    few), a page in one chunk and in two; then exactly MIN_N triples (the kernel's, not the DMA's) with one word a
+    chunk (a loop bound one short leaves each page's last word)."""
     from kvsim.models.kv_offload.mapping import DataRef, SwapGeometry, TransferSpec
     from kvsim.properties.kv_offload.mapping import SwapCase
 
-    blocks = 12
-    geometry = SwapGeometry((64, 56), 2 * blocks + 1, blocks, 1, ((DataRef(0, 64), DataRef(1, 56)),))
-    spec = TransferSpec(tuple(range(blocks)), (blocks,), (0,), tuple(range(blocks)))
-    case = SwapCase(geometry, spec, tuple(range(blocks, 2 * blocks)), 0)
-    return [SwapTritonCase(case, chunk, False) for chunk in (64, 32)]
+    def triples(blocks: int) -> Any:  # two pages (64 and 56 bytes) a block: 2 * blocks triples
+        geometry = SwapGeometry((64, 56), 2 * blocks + 1, blocks, 1, ((DataRef(0, 64), DataRef(1, 56)),))
+        spec = TransferSpec(tuple(range(blocks)), (blocks,), (0,), tuple(range(blocks)))
+        return SwapCase(geometry, spec, tuple(range(blocks, 2 * blocks)), 0)
+
+    return [SwapTritonCase(triples(12), chunk, False) for chunk in (64, 32)] + \
+        [SwapTritonCase(triples(ctx.up.MIN_N // 2), 8, False)]
 
 
 def triton_plan(ctx: Context, sc: SwapTritonCase) -> tuple[Any, list[np.ndarray], list[np.ndarray]]:

@@ -7,7 +7,8 @@ Each operator is a regression an engine developer could write:
 * `constant`: an integer constant one more or one less;
 * `bound`: a `range` end or a slice's upper bound one more or one less;
 * `division`: floor division made ceiling division and back (`a // b` ↔ `-(-a // b)`, `cdiv(a, b)` ->
-  `a // b`, `math.ceil` ↔ `math.floor`);
+  `a // b`, `math.ceil` ↔ `math.floor`); inside a Triton kernel (a `jit`-decorated function), where integer
+  division truncates toward zero and `-(-a // b)` is `a // b` again, ceiling division is `(a + b - 1) // b`;
 * `boolean`: one clause of an `and` / `or` dropped;
 * `arguments`: two adjacent positional arguments of a call swapped;
 * `loop`: `while` made `if` (written `for _ in ((0,) if (test) else ())`, so `break` stays legal);
@@ -104,8 +105,9 @@ def mutants(text: str, file: str, definitions: Sequence[str]) -> list[Mutant]:
         node = find_definition(tree, name)
         if node is None:
             continue
+        kernel = _is_kernel(node)
         for stmt in _bodies(node):
-            found.extend(_in(stmt, name, file, offsets))
+            found.extend(_in(stmt, name, file, offsets, kernel))
     unique = {(m.start, m.end, m.replacement): m for m in found if m.original != m.replacement
               and m.replacement.count("\n") == m.original.count("\n")}
     return sorted((m for m in unique.values() if _compiles(m.apply(text))),
@@ -166,7 +168,17 @@ def _skipped(stmt: ast.stmt) -> set[int]:
     return out
 
 
-def _in(stmt: ast.stmt, definition: str, file: str, o: _Offsets) -> Iterator[Mutant]:
+def _is_kernel(node: ast.AST) -> bool:
+    """A Triton kernel: a function whose decorator is `jit` (`@triton.jit`, `@jit`, `@triton.jit(...)`)."""
+    for d in getattr(node, "decorator_list", ()):
+        target = d.func if isinstance(d, ast.Call) else d
+        name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
+        if name == "jit":
+            return True
+    return False
+
+
+def _in(stmt: ast.stmt, definition: str, file: str, o: _Offsets, kernel: bool = False) -> Iterator[Mutant]:
     skip = _skipped(stmt)
     text = o.text
 
@@ -222,7 +234,9 @@ def _in(stmt: ast.stmt, definition: str, file: str, o: _Offsets) -> Iterator[Mut
             start, end = o.span(node)
             le, rs = o.span(node.left)[1], o.span(node.right)[0]
             op = text.index("//", le, rs)
-            yield make("division", node, start, end, f"(-(-({text[start:op]})//({text[op + 2:end]})))")
+            a, b = text[start:op], text[op + 2:end]
+            yield make("division", node, start, end, f"((({a}) + ({b}) - 1) // ({b}))" if kernel else
+                       f"(-(-({a})//({b})))")
         elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.BinOp) \
                 and isinstance(node.operand.op, ast.FloorDiv) and isinstance(node.operand.left, ast.UnaryOp) \
                 and isinstance(node.operand.left.op, ast.USub):
