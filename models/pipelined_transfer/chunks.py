@@ -15,6 +15,9 @@ tokens, `prepopulated_prompt_len` (the context side's reuse hit),
   A floors it (the partial block goes with the next chunk), revision B rounds up
   (the partial block is sent stale and again, complete, by the next chunk);
 - a non-final chunk covering no block is not emitted; the final chunk always is;
+- nor is a non-final chunk in which no layer group is pipelined (every group a
+  window shorter than the prompt): the sender's ids for it are all -1, and
+  `_build_prefill_extent` returns None, so no slice id and no result frame;
 - token range: `[bs * tpb, min(be * tpb, prompt_len))` for the last chunk, else
   `[bs * tpb, be * tpb)`;
 - a sliding-window group with `window < prompt_len` is not pipelined: non-final
@@ -107,17 +110,11 @@ def chunk_extent(chunk_start_pos: int, chunk_end_pos: int, *, prepopulated_promp
     return ChunkExtent(block_start, block_end, TokenRange(block_start * tpb, end_tok), last)
 
 
-def emitted_extents(prompt_len: int, tokens_per_block: int, chunk_tokens: int, prepopulated_prompt_len: int = 0,
-                    boundary: str = "A", prefix_sent: bool = False) -> tuple[tuple[int, ChunkExtent | None], ...]:
-    """Per prefill chunk, in order: (chunk index, the extent it emits or None)."""
-    chunks = prefill_chunks(prompt_len, prepopulated_prompt_len, chunk_tokens)
-    return extents_of(chunks, prompt_len, tokens_per_block, prepopulated_prompt_len, boundary, prefix_sent)
-
-
 def extents_of(chunks: Sequence[tuple[int, int]], prompt_len: int, tokens_per_block: int,
                prepopulated_prompt_len: int = 0, boundary: str = "A",
                prefix_sent: bool = False) -> tuple[tuple[int, ChunkExtent | None], ...]:
-    """`emitted_extents` for explicit prefill chunks (contiguous, from the reuse hit to the prompt's end)."""
+    """Per prefill chunk, in order: (chunk index, its extent or None); `chunks` contiguous, from the reuse hit to
+    the prompt's end."""
     out = []
     for i, (start, end) in enumerate(chunks):
         ext = chunk_extent(start, end, prepopulated_prompt_len=prepopulated_prompt_len,
@@ -194,14 +191,26 @@ class Group:
     sliding_window: int | None = None
 
 
-def build_slices(chunks: Sequence[tuple[int, int]], prompt_len: int, tokens_per_block: int, groups: Sequence[Group],
+def all_deferred(prompt_len: int, groups: Sequence[Group]) -> bool:
+    """No layer group is pipelined: the sender's ids of every group are -1 in every non-final chunk."""
+    return not any(is_pipelined_group(prompt_len, g.sliding_window) for g in groups)
+
+
+def chunk_slices(chunks: Sequence[tuple[int, int]], prompt_len: int, tokens_per_block: int, groups: Sequence[Group],
                  prepopulated_prompt_len: int = 0, receiver_cached_blocks: int = 0, boundary: str = "A",
-                 prefix_sent: bool = False) -> tuple[Slice, ...]:
-    """Every slice the sender emits for one request's prefill `chunks`, slice ids 0, 1, ... in submission order."""
+                 prefix_sent: bool = False) -> tuple[Slice | None, ...]:
+    """Per prefill chunk, in order, the slice its forward step emits or None; slice ids 0, 1, ... over the emitted.
+
+    A non-final chunk emits nothing when it covers no block, or when every group is deferred (`all_deferred`):
+    upstream's check that some group holds an id (>= 0) runs on the sender's own ids, before the receiver's cached
+    prefix is masked, so a chunk the receiver already holds is still emitted."""
     total = cdiv(prompt_len, tokens_per_block)
-    slices: list[Slice] = []
+    deferred = all_deferred(prompt_len, groups)
+    out: list[Slice | None] = []
+    emitted = 0
     for _, ext in extents_of(chunks, prompt_len, tokens_per_block, prepopulated_prompt_len, boundary, prefix_sent):
-        if ext is None:
+        if ext is None or (deferred and not ext.is_last):
+            out.append(None)
             continue
         per_group = []
         for g in groups:
@@ -214,5 +223,14 @@ def build_slices(chunks: Sequence[tuple[int, int]], prompt_len: int, tokens_per_
                 lo, count = 0, 0
             ids = positional_blocks(g.block_ids, lo, count, g.resident_block_end, total)
             per_group.append(mask_receiver_cached(ids, receiver_cached_blocks))
-        slices.append(Slice(len(slices), ext, tuple(per_group)))
-    return tuple(slices)
+        out.append(Slice(emitted, ext, tuple(per_group)))
+        emitted += 1
+    return tuple(out)
+
+
+def build_slices(chunks: Sequence[tuple[int, int]], prompt_len: int, tokens_per_block: int, groups: Sequence[Group],
+                 prepopulated_prompt_len: int = 0, receiver_cached_blocks: int = 0, boundary: str = "A",
+                 prefix_sent: bool = False) -> tuple[Slice, ...]:
+    """Every slice the sender emits for one request's prefill `chunks`, slice ids 0, 1, ... in submission order."""
+    return tuple(s for s in chunk_slices(chunks, prompt_len, tokens_per_block, groups, prepopulated_prompt_len,
+                                         receiver_cached_blocks, boundary, prefix_sent) if s is not None)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from kvsim.engine.errors import ConfigError
 from kvsim.engine.params import param
 
-from .chunks import (BOUNDARIES, ChunkExtent, Group, cdiv, emitted_extents, is_pipelined_group, prefill_chunks,
+from .chunks import (BOUNDARIES, Group, Slice, cdiv, chunk_slices, is_pipelined_group, prefill_chunks,
                      swa_window_blocks)
 
 FAULT_KINDS = ("fail", "drop", "dup", "silent", "cancel", "shutdown", "gen_cancel")
@@ -52,6 +52,8 @@ class PipelinedConfig:
     rx_cached_blocks: int = param(0, "receiver-cached prefix blocks (masked with -1)", minimum=0, maximum=32)
     swa_window: int = param(0, "a second layer group with this sliding window in tokens (0: none); not pipelined "
                                "when shorter than the prompt", minimum=0, maximum=64)
+    full_attention: bool = param(True, "a full-attention layer group; 0 (with swa_window): the window group is the "
+                                       "request's only one, as in an all-sliding-window model")
     boundary: str = param("A", "chunk-boundary revision: A floors a non-final end, B rounds it up",
                           choices=BOUNDARIES)
     prefix_sent: bool = param(False, "revision B's early-reuse flag: slice 0 starts at its own block")
@@ -80,6 +82,8 @@ class PipelinedConfig:
             raise ConfigError("param chunk_tokens", f"at most {self.max_chunks} prefill chunks", f"{n} chunks")
         if self.prefix_sent and self.boundary != "B":
             raise ConfigError("param prefix_sent", "0 unless boundary=B (an option of revision B)", 1)
+        if not self.full_attention and not self.swa_window:
+            raise ConfigError("param full_attention", "1 unless swa_window > 0 (a request needs a layer group)", 0)
         parse_faults(self.faults)
         if self.rx_pages and not self.cells_per_rank <= self.rx_pages:
             raise ConfigError("param rx_pages", f"0 or at least the pages of one request ({self.cells_per_rank})",
@@ -106,10 +110,10 @@ class PipelinedConfig:
     def chunks(self) -> tuple[tuple[int, int], ...]:
         return prefill_chunks(self.prompt_len, self.prefix_hit, self.chunk_tokens)
 
-    def extents(self) -> tuple[ChunkExtent | None, ...]:
-        """Per prefill chunk, the extent its forward step emits (None: empty non-final chunk)."""
-        return tuple(e for _, e in emitted_extents(self.prompt_len, self.tokens_per_block, self.chunk_tokens,
-                                                   self.prefix_hit, self.boundary, self.prefix_sent))
+    def slices(self) -> tuple[Slice | None, ...]:
+        """Per prefill chunk, the slice its forward step emits (None: a non-final chunk that emits none)."""
+        return chunk_slices(self.chunks(), self.prompt_len, self.tokens_per_block, self.groups(), self.prefix_hit,
+                            self.rx_cached_blocks, self.boundary, self.prefix_sent)
 
     def full(self, block: int) -> int:
         """The token count of a fully computed block."""
@@ -122,9 +126,11 @@ class PipelinedConfig:
         return max(0, min(self.full(block), end - block * self.tokens_per_block))
 
     def groups(self) -> tuple[Group, ...]:
-        """The receiver's layer groups (destination id = block index): full attention, and the window group."""
+        """The receiver's layer groups (destination id = block index): full attention (unless `full_attention` is
+        0), and the window group."""
         whole = tuple(range(self.blocks))
-        return (Group(whole, self.blocks),) + ((Group(whole, self.blocks, self.swa_window),) if self.swa_window else ())
+        full = (Group(whole, self.blocks),) if self.full_attention else ()
+        return full + ((Group(whole, self.blocks, self.swa_window),) if self.swa_window else ())
 
     @property
     def cells_per_rank(self) -> int:

@@ -37,8 +37,11 @@ fault stands for (#17665).
 
 Simplifications: a task is TRANSFERRING from dispatch (cancel never finds an INIT task; upstream a write
 still queued behind a cancel is aborted too, so the model lets more writes land than upstream, which only
-widens S1's windows); the layer groups are the full-attention one and, with `swa_window`, one window group;
-the cancel-ACK is sent and received in one step (`cancel_ack`); context pages are released, not reallocated.
+widens S1's windows); the layer groups are the full-attention one and, with `swa_window`, one window group
+(with `full_attention=0` the window group alone); the cancel-ACK is sent and received in one step
+(`cancel_ack`); context pages are released, not reallocated; a rank's TxSession is created with its first
+emitted slice, where upstream `respond_and_send_async` creates it before building the extent, so a chunk that
+emits no slice (covers no block, or every group deferred) already registers an empty session there.
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ from kvsim.engine.actions import Rules
 from kvsim.engine.system import Invariant
 
 from . import checks
-from .chunks import MASKED, build_slices
+from .chunks import MASKED
 from .config import PipelinedConfig
 from . import symmetry
 from .state import (ACK_LOST, ACK_NONE, ACK_RECEIVED, NO_SLICE_ID, Cancel, CancelAck, Compute, CtxConcluded, Deliver,
@@ -75,16 +78,15 @@ class PipelinedTransfer:
             if config.goal == "settle" else
             "from every reachable state some run releases every request's pages on the context side and concludes "
             "its receiver (E3: a cancelled request releases its pages)")
-        self.extents = config.extents()
+        slices = config.slices()  # per prefill chunk: its slice, or None when it emits none
+        self.extents = tuple(sl.extent if sl is not None else None for sl in slices)
         self.n = len(self.extents)
         self.k = config.ranks
         self.fault_kinds = config.fault_kinds
         blocks = config.blocks
-        slices = iter(build_slices(config.chunks(), config.prompt_len, config.tokens_per_block, config.groups(),
-                                   config.prefix_hit, config.rx_cached_blocks, config.boundary, config.prefix_sent))
         cells = []
-        for c, ext in enumerate(self.extents):  # an empty non-final chunk emits no slice
-            per_group = next(slices).block_ids_per_layer_groups if ext is not None else ()
+        for c, sl in enumerate(slices):
+            per_group = sl.block_ids_per_layer_groups if sl is not None else ()
             cells.append(tuple((g * blocks + b, config.fill(b, c + 1)) for g, ids in enumerate(per_group)
                                for b, d in enumerate(ids) if d != MASKED))
         self.cells = tuple(cells)  # per prefill chunk: (group * blocks + block, fill) its write snapshots
@@ -343,7 +345,7 @@ class PipelinedTransfer:
             return s
         s = self._set_req(s, r, q)
         if q.stopping or ext is None:
-            return s  # a cancelled request's intermediate chunk, or an empty one: nothing is sent
+            return s  # a cancelled request's intermediate chunk, or one that emits no slice: nothing is sent
         for k in range(self.k):
             s, _ = self._send(s, r, k, c, fx)
         if self.variant.clock_from_first_chunk:  # a mid-prefill request owning an in-flight session is monitored

@@ -29,6 +29,43 @@ explicit "final slice submitted" flag the #17526 review asked for. Flags:
   strict xfails): a generation-side cancel releases the destination pages only
   once every context rank has drained (the cancel-ACK, section 1.6), not at
   once (`system._may_release`).
+
+The chunk rules (`chunks.py`) by the stored upstream commit they follow
+(`tensorrt_llm/_torch/disaggregation/transceiver.py`, read in the public code
+index: NVIDIA/TensorRT-LLM's own stored versions of the file cannot be listed
+by commit there, so these are the forks' copies, the commits named in full in
+the catalog):
+
+- revision A, `_build_prefill_extent` (positional lists, -1 for "not in this
+  chunk"): patchychen-nv 75f9adba and AlessioNetti c2908f58, identical rules.
+  The first chunk starts at block 0, a non-final end floors (`boundary=A`), the
+  final one rounds up and its token end is clipped at the prompt; a non-final
+  chunk covering no block returns None; a window group shorter than the prompt
+  is all -1 in a non-final chunk and whole in the final one
+  (`is_pipelined_group`); and a non-final chunk in which no group holds an id
+  (>= 0) returns None: no slice, no slice id, no result frame (issue 30,
+  `chunks.all_deferred`). The check reads the sender's own ids, so a chunk the
+  receiver has cached is still sent.
+- revision A, `_build_prefill_chunk` (compact `KVSlice` lists): bo-nv
+  e6c88611 has the same coordinates, the same deferral (also for groups with no
+  token axis) and the same check, as "no group's list has an entry"; its final
+  token end is not clipped (`chunk_end * tpb`).
+- revision B, `_build_prefill_chunk` with `ChunkCoords`: athena-nv 01177a95
+  rounds every end up (`boundary=B`; unaligned neighbours share a block) and
+  honours `py_kv_prefix_sent` (`prefix_sent`). It returns a slice for every
+  chunk (no None) and defers no group: each group is projected onto the chunk
+  (`project_blocks_to_global_chunk`, resident up to the chunk's end). So
+  `boundary=B` takes its coordinates with revision A's deferral and empty-chunk
+  rule, a combination no stored revision has.
+
+Every stored revision that defers window groups has the all -1 check, and the
+one without the check defers nothing, so no stored revision emits an all -1
+non-final slice: the model's earlier slice for such a chunk was a model error,
+not an upstream revision, and no variant keeps it. Of the flags above, the
+stored transceivers show `retire_needs_quiescence`: 75f9adba and c2908f58
+retire a cancelled or failed session only after the consensus over every
+rank's `locally_quiesced`, 01177a95 without asking. The other flags follow the
+review threads by date; their code was not among the stored versions read.
 """
 
 from __future__ import annotations

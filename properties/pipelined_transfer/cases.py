@@ -4,14 +4,15 @@ The pinned cases are the research note's (section 1.4 and 1.11): revision B's
 boundary example (tpb 4, 8 blocks, token chunks (0,6), (6,12), (12,32) -> block
 spans [0,2), [1,3), [3,8)), revision A's worked example (prompt 32, reuse hit 12
 tokens, chunks 12..24 and 24..32 -> [0,6), [6,8) with is_last), `prefix_sent`,
-and a single chunk after a reuse hit degenerating to one monolithic slice.
+a single chunk after a reuse hit degenerating to one monolithic slice, and a request whose only layer group is a
+window shorter than the prompt (`ALL_SWA`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvsim.models.pipelined_transfer.chunks import Group, Slice, build_slices, cdiv
+from kvsim.models.pipelined_transfer.chunks import Group, Slice, cdiv, chunk_slices
 
 
 @dataclass(frozen=True)
@@ -45,10 +46,18 @@ class ChunkCase:
     def all_groups(self) -> tuple[GroupSpec, ...]:
         return self.groups or (GroupSpec(self.total_blocks, self.total_blocks),)
 
-    def slices(self) -> tuple[Slice, ...]:
-        return build_slices(self.chunks, self.prompt_len, self.tokens_per_block,
+    def per_chunk(self) -> tuple[Slice | None, ...]:
+        """Per prefill chunk, the slice it emits or None."""
+        return chunk_slices(self.chunks, self.prompt_len, self.tokens_per_block,
                             [g.group(i) for i, g in enumerate(self.all_groups())], self.prefix_hit,
                             self.rx_cached_blocks, self.boundary, self.prefix_sent)
+
+    def slices(self) -> tuple[Slice, ...]:
+        return tuple(s for s in self.per_chunk() if s is not None)
+
+    def pipelined(self) -> tuple[bool, ...]:
+        """Per layer group: pipelined (no window, or a window covering the prompt), else sent whole at the end."""
+        return tuple(g.window is None or g.window >= self.prompt_len for g in self.all_groups())
 
     def spans(self) -> list[tuple[int, int]]:
         return [(s.extent.block_start, s.extent.block_end) for s in self.slices()]
@@ -65,4 +74,8 @@ MONOLITHIC_SPANS = [(0, 8)]
 SHORT_AND_SWA = ChunkCase(10, 2, ((0, 3), (3, 7), (7, 10)), rx_cached_blocks=1,
                           groups=(GroupSpec(5, 5), GroupSpec(2, 4), GroupSpec(5, 5, window=4)))
 
-PINNED = (B_BOUNDARY, A_WORKED, B_PREFIX_SENT, MONOLITHIC, SHORT_AND_SWA)
+# every group a window shorter than the prompt (issue 30): chunk 0 holds no id on the sender, so only the final
+# chunk emits a slice (slice id 0)
+ALL_SWA = ChunkCase(6, 2, ((0, 3), (3, 6)), groups=(GroupSpec(3, 3, window=2),))
+
+PINNED = (B_BOUNDARY, A_WORKED, B_PREFIX_SENT, MONOLITHIC, SHORT_AND_SWA, ALL_SWA)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from kvsim.engine.errors import PropertyViolation
 from kvsim.engine.property import kv_property
-from kvsim.models.pipelined_transfer.chunks import (MASKED, positional_blocks, project_blocks_to_global_chunk,
+from kvsim.models.pipelined_transfer.chunks import (MASKED, cdiv, positional_blocks, project_blocks_to_global_chunk,
                                                     swa_window_blocks)
 from kvsim.models.pipelined_transfer.variants import PipelinedVariant
 
@@ -17,7 +17,8 @@ MODEL = "pipelined-transfer"
 @kv_property(model=MODEL, strategy="CHUNK_CASES", examples=PINNED)
 def slices_cover_every_block(case: ChunkCase, variant: PipelinedVariant) -> None:
     """S4: the emitted spans cover every prompt block (less the prefix under `prefix_sent`); in revision A each
-    block exactly once, in B adjacent spans overlap in at most one block; ids 0..n-1, one final slice, last."""
+    block exactly once, in B adjacent spans overlap in at most one block; ids 0..n-1, one final slice, last. With
+    no pipelined layer group the final slice is the only one."""
     slices = case.slices()
     spans = case.spans()
     ids = [s.slice_id for s in slices]
@@ -27,6 +28,10 @@ def slices_cover_every_block(case: ChunkCase, variant: PipelinedVariant) -> None
     if lasts != [len(slices) - 1]:
         raise PropertyViolation(f"slices with is_last: expected exactly the final one [{len(slices) - 1}], "
                                 f"got {lasts} (spans {spans})")
+    if not any(case.pipelined()):
+        if len(slices) != 1:
+            raise PropertyViolation(f"no pipelined layer group: expected the final slice only, got spans {spans}")
+        return
     first = case.prefix_hit // case.tokens_per_block if case.prefix_sent else 0
     covered: dict[int, int] = {}
     for lo, hi in spans:
@@ -86,6 +91,26 @@ def receiver_blocks_projected(case: ChunkCase, variant: PipelinedVariant) -> Non
                 raise PropertyViolation(f"group {gi} ({spec}) in slice {s.slice_id} (blocks "
                                         f"[{s.extent.block_start},{s.extent.block_end}), last {s.is_last}): "
                                         f"expected {list(want)}, got {list(got)}")
+
+
+@kv_property(model=MODEL, strategy="CHUNK_CASES", examples=PINNED)
+def deferred_chunks_emit_no_slice(case: ChunkCase, variant: PipelinedVariant) -> None:
+    """A non-final chunk emits a slice only when the sender holds an id for it: it covers a block and some layer
+    group is pipelined (upstream `_build_prefill_extent` returns None when every group's ids are -1, so no slice
+    id and no result frame); the receiver's cached prefix does not count (the check runs on the sender's ids);
+    the final chunk always emits."""
+    tpb, pipelined = case.tokens_per_block, any(case.pipelined())
+    want = []
+    for i, (start, end) in enumerate(case.chunks):
+        last = end == case.prompt_len
+        lo = 0 if start == case.prefix_hit and not case.prefix_sent else start // tpb
+        hi = cdiv(end, tpb) if case.boundary == "B" else end // tpb
+        if last or (pipelined and hi > lo):
+            want.append(i)
+    got = [i for i, s in enumerate(case.per_chunk()) if s is not None]
+    if got != want:
+        raise PropertyViolation(f"chunks {list(case.chunks)} with groups {list(case.all_groups())}: expected slices "
+                                f"from chunks {want}, got {got}")
 
 
 @kv_property(model=MODEL, strategy="PROJECTIONS")

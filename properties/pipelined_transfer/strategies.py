@@ -24,7 +24,7 @@ def chunk_cases(draw: st.DrawFn) -> ChunkCase:
     boundary = draw(st.sampled_from(("A", "B")))
     prefix_sent = boundary == "B" and draw(st.booleans())
     rx_cached = draw(st.integers(0, total - 1))
-    groups = [GroupSpec(total, total)]
+    groups = [GroupSpec(total, total, draw(st.one_of(st.none(), st.integers(1, prompt + 4))))]
     for _ in range(draw(st.integers(0, 2))):
         end = draw(st.integers(0, total))
         held = draw(st.integers(0, end))

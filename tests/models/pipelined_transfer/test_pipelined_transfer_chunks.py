@@ -17,7 +17,7 @@ from kvsim.properties.pipelined_transfer import gates as gate_props
 REG = catalog.load()
 MODEL = "pipelined-transfer"
 CHUNK_PROPERTIES = ("slices_cover_every_block", "token_ranges_follow_blocks", "receiver_blocks_projected",
-                    "projection_is_the_overlap")
+                    "deferred_chunks_emit_no_slice", "projection_is_the_overlap")
 
 
 # -- pinned upstream cases ------------------------------------------------------------------------------
@@ -76,6 +76,18 @@ def test_short_group_swa_group_and_receiver_mask():
         ((-1, 1001, 1002, -1, -1), (-1, -1, 2000, -1, -1), (-1, -1, -1, -1, -1)),
         ((-1, -1, -1, 1003, 1004), (-1, -1, -1, 2001, -1), (-1, -1, -1, 3003, 3004)),  # SWA: final window
     ]
+
+
+def test_all_swa_non_final_chunk_emits_no_slice():
+    """Issue 30: every layer group a window shorter than the prompt: chunk 0 holds no id on the sender, so upstream's
+    `_build_prefill_extent` returns None and the final chunk's slice is slice 0; beside a full-attention group chunk
+    0 is emitted, the window group -1 in it."""
+    assert cases.ALL_SWA.per_chunk()[0] is None
+    (only,) = cases.ALL_SWA.slices()
+    assert (only.slice_id, only.is_last, only.block_ids_per_layer_groups) == (0, True, ((-1, -1, 1002),))
+    both = cases.ChunkCase(6, 2, ((0, 3), (3, 6)), groups=(cases.GroupSpec(3, 3), cases.GroupSpec(3, 3, window=2)))
+    assert [s.block_ids_per_layer_groups for s in both.slices()] == [((1000, -1, -1), (-1, -1, -1)),
+                                                                     ((-1, 1001, 1002), (-1, -1, 2002))]
 
 
 def test_project_blocks_to_global_chunk():
@@ -152,6 +164,13 @@ def test_projection_property_fails_without_the_mask_or_with_swa_pipelined(monkey
     with monkeypatch.context() as m:
         m.setattr(ch, "is_pipelined_group", lambda prompt_len, window: True)
         assert "group 2" in _fails(props.receiver_blocks_projected, cases.SHORT_AND_SWA)
+
+
+def test_deferred_chunk_properties_fail_when_an_all_masked_chunk_is_emitted(monkeypatch):
+    monkeypatch.setattr(ch, "all_deferred", lambda prompt_len, groups: False)
+    assert "expected slices from chunks [1], got [0, 1]" in _fails(props.deferred_chunks_emit_no_slice,
+                                                                   cases.ALL_SWA)
+    assert "final slice only" in _fails(props.slices_cover_every_block, cases.ALL_SWA)
 
 
 def test_projection_property_fails_on_an_off_by_one(monkeypatch):

@@ -110,6 +110,30 @@ def test_happy_path_completes_both_sides_and_lands_fresh_data():
     assert run_actions(system, driver.actions)[-1] == s
 
 
+def test_all_swa_request_sends_no_slice_for_its_non_final_chunk():
+    """Issue 30: the window group alone, window 2 < prompt 6: chunk 0 holds no id on the sender, so upstream's
+    `_build_prefill_extent` returns None: no slice, no slice id, no result frame. The final chunk is slice 0 on
+    every rank, one KV and one aux result frame per rank, and the receiver completes with its window fresh."""
+    system = PipelinedTransfer(FIXED, PipelinedConfig(swa_window=2, full_attention=False, ranks=2, timeouts=False,
+                                                      **NO_FAULTS))
+    assert system.extents[0] is None and system.cells == ((), ((2, 2),))  # cell 2: block 2, the final window
+    driver = Driver(system)
+    order = ("compute", "write_done", "deliver", "poll", "gen_release")
+    frames = []
+    while not system.done(driver.state):
+        action = min(driver.enabled(), key=lambda a: order.index(a[0]))
+        frames += [e.frame for e in driver.apply(action) if e[0] == "frame_sent"]
+    s = driver.state
+    assert [[t.slice_id for t in tx.tasks] for tx in s.tx[0]] == [[0], [0]]
+    assert sorted((f.peer_rank, f.sender_slice_id, f.is_last, f.is_aux) for f in frames) == [
+        (0, -1, False, True), (0, 0, True, False), (1, -1, False, True), (1, 0, True, False)]
+    assert s.rx[0].state == LlmRequestState.DISAGG_GENERATION_TRANS_COMPLETE and s.rx[0].dest == (0, 0, 2) * 2
+    _, violations = _explore(swa_window=2, full_attention=False, ranks=2)
+    assert violations == {}
+    with pytest.raises(ConfigError, match="full_attention"):
+        PipelinedConfig(full_attention=False)
+
+
 def test_promotion_needs_peer_info_on_every_rank():
     system = PipelinedTransfer(FIXED, PipelinedConfig(promotion=True, ranks=2, **NO_FAULTS))
     s = system.initial_states()[0]
