@@ -214,6 +214,7 @@ HOUSE_WIDE = {
     "test_notebooks.py": "notebooks/ re-executed",
     "test_gpu_check.py": "scripts/gpu_check.sh",
     "test_docs.py": "README.md and docs/: length, links, the tour's transcripts",
+    "test_package.py": "the sdist and wheel built and installed, and examples/ci's workflows run with them",
 }
 # The shared helpers, imported by basename from every folder: tests/ is on sys.path because pytest's prepend
 # import mode puts the folder of tests/conftest.py there (and each test file's own folder).
