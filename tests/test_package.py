@@ -76,12 +76,14 @@ def _sources() -> list[str]:
 
 
 def _dependencies(into: Path) -> None:
-    """Links to every entry of this environment's site-packages folders but kvsim's own (its editable install)."""
+    """Links to every entry of this environment's site-packages folders (CI's lies inside the clone, in .venv) but
+    kvsim's own: its editable install, which would put the source tree on the path."""
     into.mkdir()
-    for folder in [p for p in sys.path if p.endswith("site-packages") and not Path(p).is_relative_to(ROOT)]:
+    for folder in [p for p in sys.path if p.endswith("site-packages")]:
         for entry in sorted(Path(folder).iterdir()):
             name = entry.name.lower()
-            if not (name.startswith(("kvsim", "__editable__")) or name.endswith(".pth") or (into / entry.name).exists()):
+            own = name.startswith(("kvsim", "__editable__")) or name.endswith(".pth")
+            if not (own or (into / entry.name).exists()):
                 (into / entry.name).symlink_to(entry)
 
 
@@ -147,7 +149,8 @@ def test_the_wheel_holds_every_file_and_runs_from_a_fresh_environment(installed,
     assert any(d.endswith(".cu") for d in data) and any(d.endswith("bugs.toml") for d in data)
     with zipfile.ZipFile(installed.wheel) as whl:
         files = {n for n in whl.namelist() if ".dist-info/" not in n}
-        metadata = whl.read(f"kvsim-{VERSION}.dist-info/METADATA").decode()
+        (info,) = [n for n in whl.namelist() if n.endswith(".dist-info/METADATA")]
+        metadata = whl.read(info).decode()
     assert files == {_installed_name(r) for r in sources}  # every module and data file, nothing else
     assert f"\nVersion: {VERSION}\n" in metadata and installed.wheel.name == f"kvsim-{VERSION}-py3-none-any.whl"
     with tarfile.open(installed.sdist) as sdist:
@@ -214,10 +217,11 @@ def _cases(path: Path) -> dict[str, str]:
 EXPRESSION = re.compile(r"\$\{\{\s*(.*?)\s*\}\}")
 
 
-def _github_run(workflow: dict, context: dict[str, str], tree: Path, env: dict[str, str], start: int = 0) -> list[int]:
+def _github_run(workflow: dict, context: dict[str, str], tree: Path, env: dict[str, str],
+                start: int = 0) -> tuple[list[int], str]:
     """The `run` steps of the workflow's job from the `start`th on, in order, as a runner does: bash -e, the workflow's,
     job's and step's `env`, `${{ }}` from `context` (one the test does not know fails it); stops at the first that
-    fails. Their exit codes."""
+    fails. Their exit codes, and the last one's output."""
     def resolve(text: str) -> str:
         unknown = {e for e in EXPRESSION.findall(text) if e not in context}
         assert not unknown, f"an expression this test does not know: {unknown}"
@@ -225,15 +229,16 @@ def _github_run(workflow: dict, context: dict[str, str], tree: Path, env: dict[s
 
     (job,) = workflow["jobs"].values()
     base = env | {k: resolve(str(v)) for k, v in {**workflow.get("env", {}), **job.get("env", {})}.items()}
-    codes = []
+    codes, output = [], ""
     for step in [s for s in job["steps"] if "run" in s][start:]:
         assert "if" not in step and "shell" not in step, step  # run as written, whatever the event
         step_env = base | {k: resolve(str(v)) for k, v in step.get("env", {}).items()}
         done = _run(["bash", "--noprofile", "--norc", "-e", "-c", resolve(step["run"])], tree, step_env, check=False)
         codes.append(done.returncode)
+        output = done.stdout + done.stderr
         if done.returncode:
             break
-    return codes
+    return codes, output
 
 
 def test_github_actions_workflow_runs_on_a_push_and_a_pull_request(installed, tmp_path):
@@ -251,7 +256,8 @@ def test_github_actions_workflow_runs_on_a_push_and_a_pull_request(installed, tm
     tree, main_commit = _repository(tmp_path, installed.env)
     push = {"vars.KVSIM_PIP || 'kvsim'": str(installed.wheel), "github.event_name": "push",
             "github.event.pull_request.base.sha": ""}
-    assert _github_run(workflow, push, tree, installed.env) == [0, 0, 0]
+    codes, output = _github_run(workflow, push, tree, installed.env)
+    assert codes == [0, 0, 0], output
     conform = _cases(tree / "kvsim-conform.xml")
     assert set(conform) == {t.name for t in select_targets("vllm")}  # every target; those the tree lacks skipped
     assert {n for n, s in conform.items() if s != "skipped"} == MLA_TARGETS and set(conform.values()) == {
@@ -262,11 +268,13 @@ def test_github_actions_workflow_runs_on_a_push_and_a_pull_request(installed, tm
         (tree / name).unlink()
     _change(tree, installed.env, "README.md", "an engine", "an engine, documented")
     pull = push | {"github.event_name": "pull_request", "github.event.pull_request.base.sha": main_commit}
-    assert _github_run(workflow, pull, tree, installed.env, start=1) == [0, 0]  # installed by the push's run
+    codes, output = _github_run(workflow, pull, tree, installed.env, start=1)  # installed by the push's run
+    assert codes == [0, 0], output
     assert _cases(tree / "kvsim-conform.xml") == {}  # no target reads the README: nothing to check, a pass
 
 
-def _gitlab_job(config: dict, name: str, part: str, variables: dict[str, str], tree: Path, env: dict[str, str]) -> int:
+def _gitlab_job(config: dict, name: str, part: str, variables: dict[str, str], tree: Path,
+                env: dict[str, str]) -> subprocess.CompletedProcess:
     """A job's `part` (before_script, script) as a runner runs it, in bash -e: the job's template's keys under its
     own, the file's variables expanded (`$NAME` from the predefined and project variables, which win over them)."""
     job = {**config[config[name]["extends"]], **config[name]} if "extends" in config[name] else config[name]
@@ -277,7 +285,7 @@ def _gitlab_job(config: dict, name: str, part: str, variables: dict[str, str], t
 
     defined = {k: expand(str(v)) for k, v in declared.items()} | variables
     script = "\n".join(job[part])
-    return _run(["bash", "--noprofile", "--norc", "-e", "-c", script], tree, env | defined, check=False).returncode
+    return _run(["bash", "--noprofile", "--norc", "-e", "-c", script], tree, env | defined, check=False)
 
 
 def test_gitlab_ci_jobs_run_on_a_merge_request_with_a_planted_bug(installed, tmp_path):
@@ -296,10 +304,12 @@ def test_gitlab_ci_jobs_run_on_a_merge_request_with_a_planted_bug(installed, tmp
     variables = {"CI_PROJECT_DIR": str(tree), "CI_PIPELINE_SOURCE": "merge_request_event",
                  "CI_MERGE_REQUEST_DIFF_BASE_SHA": main_commit, "KVSIM_PIP": str(installed.wheel)}
     assert all(config[name]["extends"] == ".kvsim" for name in reports)  # one before_script: run it once
-    assert _gitlab_job(config, "kvsim-conform", "before_script", variables, tree, installed.env) == 0
+    done = _gitlab_job(config, "kvsim-conform", "before_script", variables, tree, installed.env)
+    assert done.returncode == 0, done.stdout + done.stderr
     for name, failed in (("kvsim-conform", "plan_mla_context_chunks"),
                          ("kvsim-pytest", "test_mla_planner_conforms_to_kvsim")):
-        assert _gitlab_job(config, name, "script", variables, tree, installed.env) == 1
+        done = _gitlab_job(config, name, "script", variables, tree, installed.env)
+        assert done.returncode == 1, done.stdout + done.stderr
         cases = _cases(tree / reports[name]["reports"]["junit"])
         assert cases[failed] == "failure"
         if name == "kvsim-conform":  # only the targets that read the changed file
