@@ -31,6 +31,8 @@ import yaml  # the test extra brings pyyaml, build and twine
 
 from kvsim.conform.targets import changed_targets, select_targets
 
+pytestmark = pytest.mark.slow  # a build, a fresh environment and some twenty kvsim and pip runs: ~35 s of CPU
+
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = {"kvsim": "kvsim", "models": "kvsim/models", "properties": "kvsim/properties",
            "gpu_oracle": "kvsim/gpu_oracle"}  # folder -> where it installs (pyproject's package-dir)
@@ -161,11 +163,15 @@ def test_the_wheel_holds_every_file_and_runs_from_a_fresh_environment(installed,
     def kvsim(*argv: str) -> subprocess.CompletedProcess:
         return _run(["kvsim", *argv], tmp_path, installed.env)
 
-    where = _run(["python", "-c", "import kvsim, kvsim.gpu_oracle.runtime.build as b; "
-                  "print(kvsim.__file__); print(*sorted(p.name for p in b.KERNEL_DIR.glob('*/*.cu')))"],
+    (tmp_path / "models").mkdir()  # a user's own top-level `models` beside the installed kvsim.models
+    (tmp_path / "models" / "__init__.py").write_text("")
+    where = _run(["python", "-c", "import kvsim, kvsim.models.swa_budget, kvsim.gpu_oracle.runtime.build as b, models; "
+                  "print(kvsim.__file__); print(models.__file__); "
+                  "print(*sorted(p.name for p in b.KERNEL_DIR.glob('*/*.cu')))"],
                  tmp_path, installed.env).stdout.splitlines()
     assert Path(where[0]).is_relative_to(installed.site)  # kvsim comes from the wheel, not the source tree
-    assert where[1].split() == sorted(Path(d).name for d in data if d.endswith(".cu"))  # the kernels ship
+    assert where[1] == str(tmp_path / "models" / "__init__.py")  # the root folders install under kvsim only
+    assert where[2].split() == sorted(Path(d).name for d in data if d.endswith(".cu"))  # the kernels ship
     assert kvsim("--version").stdout.strip() == f"kvsim {VERSION}"
     from kvsim.app.cli import main
 
