@@ -38,7 +38,8 @@ from kvsim.engine.errors import ConfigError
 from kvsim.engine.params import param
 from kvsim.engine.system import Invariant, flag, flagged
 
-from .unified_swa import SWAAllocatorState, SWATokenToKVPoolAllocator, UnifiedRadixCache, UnifiedTreeState
+from .unified_swa import (SWAAllocatorState, SWATokenToKVPoolAllocator, UnifiedRadixCache, UnifiedTreeNode,
+                          UnifiedTreeState)
 from .request_loop import ACTIONS, FINISHED, RUNNING, WAITING, Admit, Decode, Prompts, RequestLoop, Retract
 from .variants import SWA_FIXED, UnifiedSwaVariant
 
@@ -144,6 +145,7 @@ class UnifiedSwaSystem(RequestLoop):
         cfg = self.cfg
         alloc = SWATokenToKVPoolAllocator.thaw(s.allocator, cfg.num_slots, cfg.num_swa_slots)
         tree = UnifiedRadixCache.thaw(s.tree, alloc, cfg.sliding_window_size)
+        self.watch(tree, alloc)
         effect, action = RULES.effect(action)
         reqs = {r: Req(r, cfg, rs, tree) for r, rs in enumerate(s.requests) if rs.status == RUNNING}
         statuses = [rs.status for rs in s.requests]
@@ -199,12 +201,24 @@ class UnifiedSwaSystem(RequestLoop):
         tree.dec_lock_ref(req.last_node, req.swa_uuid_for_lock, skip_swa=req.swa_prefix_lock_released)
 
     def maybe_evict_swa(self, tree: UnifiedRadixCache, req: Req, fx: list) -> None:
-        release_leaf_lock = self.variant.has_dec_swa_lock_only  # and SGLANG_OPT_SWA_RELEASE_LEAF_LOCK_AFTER_WINDOW
-        if (release_leaf_lock and not req.swa_prefix_lock_released and req.swa_uuid_for_lock is not None
-                and req.last_node is not None and req.decode_batch_idx >= self.cfg.sliding_window_size):
-            tree.dec_swa_lock_only(req.last_node, req.swa_uuid_for_lock)
-            req.swa_prefix_lock_released = True
-            fx.append(SwaLockReleased(req.rid))
+        """Past the window, the SWA portion of the request's lock is released once (with
+        SGLANG_OPT_SWA_RELEASE_LEAF_LOCK_AFTER_WINDOW on)."""
+        if (not req.swa_prefix_lock_released and req.swa_uuid_for_lock is not None and req.last_node is not None
+                and req.decode_batch_idx >= self.cfg.sliding_window_size):
+            if self.release_window(tree, req.last_node, req.swa_uuid_for_lock):
+                req.swa_prefix_lock_released = True
+                fx.append(SwaLockReleased(req.rid))
+
+    def release_window(self, tree: UnifiedRadixCache, node: UnifiedTreeNode, swa_uuid_for_lock: int) -> bool:
+        """`hasattr(self.tree_cache, "dec_swa_lock_only")` (the guard of `release_leaf_lock`), then the call;
+        whether it ran. pre_28161: 0.5.13's UnifiedRadixCache has no such method."""
+        if not self.variant.has_dec_swa_lock_only:
+            return False
+        tree.dec_swa_lock_only(node, swa_uuid_for_lock)
+        return True
+
+    def watch(self, tree: UnifiedRadixCache, alloc: SWATokenToKVPoolAllocator) -> None:
+        """Called on every step's live tree and allocator before the step runs (a lockstep records their calls)."""
 
     def sample_and_maybe_finish(self, tree: UnifiedRadixCache, alloc: SWATokenToKVPoolAllocator, req: Req,
                                 statuses: list, fx: list) -> bool:

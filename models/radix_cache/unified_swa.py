@@ -31,8 +31,8 @@ layer, dropping co-located Mamba locks and sparing higher-tier locks in `_cascad
 without it: a node with Full and SWA only never cascades from SWA into Full, whose internal priority is higher),
 HiCache (host values, host locks, write-back), sessions, `swa_evicted_seqlen` (a request's own out-of-window SWA
 slots freed during decode, `free_swa_out_of_window_slots`: inserts always carry 0, so an insert never creates a
-tombstone, only eviction does), the insert-time leaf split capping a window lock (`_maybe_split_leaf_for_swa_lock`,
-which never splits when a node is at most a window long, as here), priorities, hit counts and events.
+tombstone, only eviction does), priorities, hit counts and events. A new leaf longer than the window is split so
+that its last window is a node of its own (`_maybe_split_leaf_for_swa_lock`).
 """
 
 from __future__ import annotations
@@ -207,7 +207,7 @@ class UnifiedRadixCache:
             n.swa_lru_time = self.now()
 
     def _split_node(self, child: UnifiedTreeNode, split_len: int) -> UnifiedTreeNode:
-        new = UnifiedTreeNode(child.last_access_time)
+        new = UnifiedTreeNode(self.now())
         new.parent, new.key = child.parent, child.key[:split_len]
         new.children = {child.key[split_len]: child}
         new.full = ComponentData(child.full.value[:split_len], child.full.lock_ref)
@@ -216,11 +216,20 @@ class UnifiedRadixCache:
         sv = child.swa.value
         new.swa = ComponentData(None if sv is None else sv[:split_len], child.swa.lock_ref, child.swa.uuid)
         child.swa.value, child.swa.uuid = (None if sv is None else sv[split_len:]), None
-        new.swa_lru_time = child.swa_lru_time
         child.key = child.key[split_len:]
         new.parent.children[new.key[0]] = new
         child.parent = new
+        # the child leaves the SWA LRU list; the new node, then the child, enter it most recent where they hold values
+        new.swa_lru_time = None if new.swa.value is None else self.now()
+        child.swa_lru_time = None if child.swa.value is None else self.now()
+        child.last_access_time = self.now()
         return new
+
+    def _maybe_split_leaf_for_swa_lock(self, leaf: UnifiedTreeNode) -> None:
+        """Cap a fresh SWA leaf at one window, so that locking it pins one window of the SWA pool."""
+        if leaf.swa.value is None or leaf.swa.lock_ref > 0 or len(leaf.key) <= self.sliding_window_size:
+            return
+        self._split_node(leaf, len(leaf.key) - self.sliding_window_size)
 
     # -- insert --------------------------------------------------------------------------------------------------
     def insert(self, tokens: Sequence[int], value: Sequence[int], prev_prefix_len: int) -> int:
@@ -261,6 +270,7 @@ class UnifiedRadixCache:
             node.children[key[0]] = new
             self.full_evictable_size_ += len(key)
             self.swa_evictable_size_ += len(key)
+            self._maybe_split_leaf_for_swa_lock(new)
             node = new
         self._reset_node_and_window_ancestors_mru(node)
         return total
