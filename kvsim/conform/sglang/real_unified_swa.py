@@ -21,7 +21,8 @@ The vocabulary (the tree ops the `radix-cache-swa` model's scheduler makes, `mod
 * `evict(num_tokens, swa_num_tokens)`: `evict(EvictParams(...))`: `{"full", "swa"}` tokens evicted.
 * `alloc(n)`: indices or null. `free(indices)`: `free` (both pools).
 * `dump()`: `{"nodes": [{"path", "full_value", "full_lock_ref", "swa_value" (null: tombstone), "swa_lock_ref",
-  "swa_uuid"}] sorted by path, "full_available", "swa_available", "full_evictable", "full_protected",
+  "swa_uuid"}] sorted by path, "full_free" and "swa_free" (each pool's free slots in the order alloc takes them),
+  "full_available", "swa_available", "full_evictable", "full_protected",
   "swa_evictable", "swa_protected"}`.
 
 Every op but `dump` takes `observe=True` to answer `{"answer": ..., "state": dump()}`.
@@ -34,6 +35,7 @@ from typing import Any, Mapping
 from kvsim.engine.errors import ConfigError
 
 from ..installed_child import dispatch
+from .real_radix import SlotOps
 
 OPS = ("build", "match", "insert", "lock", "unlock", "release_window", "evict", "alloc", "free", "dump")
 
@@ -58,7 +60,7 @@ def swa_pool_stub() -> Any:
     return SwaPoolStub()
 
 
-class UnifiedSwaDriver:
+class UnifiedSwaDriver(SlotOps):
     """One real unified tree and SWA allocator at a time, answering the requests above."""
 
     def __init__(self) -> None:
@@ -67,20 +69,6 @@ class UnifiedSwaDriver:
 
     def handle(self, op: str, args: Mapping[str, Any]) -> Any:
         return dispatch(self, op, args, OPS, self.cache is not None, "cache", "dump")
-
-    @staticmethod
-    def _tensor(values: list[int]) -> Any:
-        import torch
-
-        return torch.tensor(list(values), dtype=torch.int64)
-
-    @staticmethod
-    def _key(tokens: list[int]) -> Any:
-        from array import array
-
-        from sglang.srt.mem_cache.radix_cache import RadixKey
-
-        return RadixKey(array("q", tokens))
 
     def _node(self, path: list[int]) -> Any:
         node, rest = self.cache.root_node, tuple(path)
@@ -150,14 +138,6 @@ class UnifiedSwaDriver:
         result = self.cache.evict(EvictParams(num_tokens=num_tokens, swa_num_tokens=swa_num_tokens))
         return {"full": int(result.num_tokens_evicted), "swa": int(result.swa_num_tokens_evicted)}
 
-    def op_alloc(self, n: int) -> Any:
-        out = self.allocator.alloc(n)
-        return None if out is None else out.tolist()
-
-    def op_free(self, indices: list[int]) -> Any:
-        self.allocator.free(self._tensor(indices))
-        return None
-
     def op_dump(self) -> Any:
         from sglang.srt.mem_cache.unified_cache_components.tree_component import ComponentType
 
@@ -174,6 +154,8 @@ class UnifiedSwaDriver:
             stack.extend((path, c) for c in n.children.values())
         c = self.cache
         return {"nodes": sorted(rows, key=lambda r: r["path"]),
+                "full_free": self.allocator.full_attn_allocator.free_pages.tolist(),
+                "swa_free": self.allocator.swa_attn_allocator.free_pages.tolist(),
                 "full_available": int(self.allocator.full_available_size()),
                 "swa_available": int(self.allocator.swa_available_size()),
                 "full_evictable": int(c.component_evictable_size_[full_t]),
