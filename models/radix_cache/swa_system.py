@@ -40,6 +40,7 @@ from kvsim.engine.system import Invariant, flag, flagged
 
 from .unified_swa import (SWAAllocatorState, SWATokenToKVPoolAllocator, UnifiedRadixCache, UnifiedTreeNode,
                           UnifiedTreeState)
+# ACTIONS: the action records, looked up beside the system (kvsim replay)
 from .request_loop import ACTIONS, FINISHED, RUNNING, WAITING, Admit, Decode, Prompts, RequestLoop, Retract
 from .variants import SWA_FIXED, UnifiedSwaVariant
 

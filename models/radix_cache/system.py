@@ -36,6 +36,7 @@ from kvsim.engine.system import Invariant, flag, flagged
 from . import checks, common
 from .allocator import AllocatorState, PagedTokenToKVPoolAllocator
 from .radix_cache import RadixCache, TreeState
+# ACTIONS: the action records, looked up beside the system (kvsim replay)
 from .request_loop import ACTIONS, FINISHED, RUNNING, WAITING, Admit, Decode, Prompts, RequestLoop, Retract
 from .variants import FIXED, RadixCacheVariant
 

@@ -18,7 +18,7 @@ from kvsim.models.radix_cache import SWA_DESCRIPTOR
 from kvsim.models.radix_cache.swa_system import RULES, UnifiedSwaConfig, UnifiedSwaSystem
 from kvsim.models.radix_cache.unified_swa import SWATokenToKVPoolAllocator, UnifiedRadixCache
 
-from toys import fails_alone, reachable
+from toys import fails_alone
 
 # the default (one family, two requests); window 1, three requests over two families and a small SWA pool:
 # tombstones and their recovery on insert; the same with a smaller full pool: tombstones and retraction
