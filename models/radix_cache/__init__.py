@@ -8,7 +8,12 @@ scheduler drives for a plain request (no chunked prefill, no speculative decodin
 * `common`: the scheduler's calls for one request (`match_kv_cache`, `admit`, `check_decode_mem`, `alloc_decode`,
   `checkpoint`, `release_kv_cache`).
 * `checks`, `system`: the transition system (`RadixCacheSystem`, config `RadixCacheConfig`) and its invariants.
-* `variants`: `fixed` only.
+* `request_loop`: what the two systems share (statuses, the admit / decode / retract actions, the requests' prompts).
+* `variants`: radix-cache's `fixed` only; radix-cache-swa's `fixed` and `pre_28161`.
+* `unified_swa`, `swa_system`: the package's second model, `radix-cache-swa`: the unified radix cache's Full and
+  SWA components (per-node lock counts, the sliding-window lock and its early release `dec_swa_lock_only`,
+  tombstones, LRU eviction of either pool) under the scheduler's life cycle (`UnifiedSwaSystem`, config
+  `UnifiedSwaConfig`), SGLang #28161.
 * `conform`: the real released `RadixCache` and paged allocator in lockstep with the model (`kvsim conform sglang
   --target radix_cache_lockstep`, `kvsim.conform.sglang.radix_lockstep`).
 
@@ -35,8 +40,9 @@ request (`common`, on a `Req`: its row, cache_protected_len, lock)
 from kvsim.engine.descriptor import ModelDescriptor
 
 from .conform import CONFORM
+from .swa_system import UnifiedSwaConfig, UnifiedSwaSystem
 from .system import RadixCacheConfig, RadixCacheSystem
-from .variants import FIXED, VARIANTS, RadixCacheVariant
+from .variants import FIXED, SWA_VARIANTS, VARIANTS, RadixCacheVariant
 
 DESCRIPTOR = ModelDescriptor(
     name="radix-cache",
@@ -49,6 +55,17 @@ DESCRIPTOR = ModelDescriptor(
     system=RadixCacheSystem,
     conform=CONFORM,
 )
-DESCRIPTORS = (DESCRIPTOR,)
+SWA_DESCRIPTOR = ModelDescriptor(
+    name="radix-cache-swa",
+    summary="SGLang's unified radix cache with a sliding-window component: per-node Full and SWA lock counts, the "
+            "SWA window lock and its early release past the window (dec_swa_lock_only, #28161), tombstones, LRU "
+            "eviction of either pool, under the scheduler's life cycle (admit, decode, retract, finish)",
+    source="sglang 0.5.14 (sglang/srt/mem_cache/unified_radix_cache.py, unified_cache_components/swa_component.py, "
+           "full_component.py, allocator/swa.py; managers/schedule_batch.py maybe_evict_swa); 0.5.13 for pre_28161",
+    variants=SWA_VARIANTS,
+    config=UnifiedSwaConfig,
+    system=UnifiedSwaSystem,
+)
+DESCRIPTORS = (DESCRIPTOR, SWA_DESCRIPTOR)
 
-__all__ = ["DESCRIPTOR", "DESCRIPTORS", "FIXED", "VARIANTS", "RadixCacheVariant"]
+__all__ = ["DESCRIPTOR", "DESCRIPTORS", "SWA_DESCRIPTOR", "FIXED", "SWA_VARIANTS", "VARIANTS", "RadixCacheVariant"]

@@ -26,7 +26,7 @@ names here (the free list's order is the lockstep's to compare, and `need_sort` 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, NamedTuple
+from typing import NamedTuple
 
 from kvsim.engine.actions import Rules, tagged, type_table
 from kvsim.engine.errors import ConfigError
@@ -36,14 +36,10 @@ from kvsim.engine.system import Invariant, flag, flagged
 from . import checks, common
 from .allocator import AllocatorState, PagedTokenToKVPoolAllocator
 from .radix_cache import RadixCache, TreeState
+# ACTIONS: the action records, looked up beside the system (kvsim replay)
+from .request_loop import ACTIONS, FINISHED, RUNNING, WAITING, Admit, Decode, Prompts, RequestLoop, Retract
 from .variants import FIXED, RadixCacheVariant
 
-WAITING, RUNNING, FINISHED = "waiting", "running", "finished"
-
-Admit = tagged("admit", "req")
-Decode = tagged("decode", "req")
-Retract = tagged("retract", "req")
-ACTIONS = type_table((Admit, Decode, Retract))
 
 Admitted = tagged("admitted", "req", "prefix_len", "new_slots")
 Deferred = tagged("deferred", "req")
@@ -52,7 +48,7 @@ EFFECTS = type_table((Admitted, Deferred, Released))
 
 
 @dataclass(frozen=True)
-class RadixCacheConfig:
+class RadixCacheConfig(Prompts):
     """`kvsim explore radix-cache --param`: the pool, the requests' prompts and outputs."""
 
     num_pages: int = param(5, "pages in the pool, page 0 (reserved) not counted", minimum=1, maximum=10)
@@ -64,24 +60,13 @@ class RadixCacheConfig:
     max_tokens: int = param(2, "output tokens a request samples before it finishes", minimum=1, maximum=3)
     need_sort: bool = param(False, "the allocator stages freed pages and sorts them when an alloc runs short")
 
-    max_requests: ClassVar[int] = 3
-
     def __post_init__(self) -> None:
-        if not 1 <= len(self.prompts) <= self.max_requests:
-            raise ConfigError("param prompts", f"one to {self.max_requests} requests", len(self.prompts))
-        if self.shared > self.prompt_len:
-            raise ConfigError("param shared", f"at most prompt_len ({self.prompt_len})", self.shared)
+        self.check_requests()
         longest = self.prompt_len + self.max_tokens - 1  # a retracted request's input before its last decode
         if self.num_pages * self.page_size < longest + self.page_size:
             raise ConfigError("param num_pages", f"room for a request's longest input ({longest} tokens) and the "
                               f"page the scheduler's demand adds: {-(-(longest + self.page_size) // self.page_size)}"
                               f" pages or more", self.num_pages)
-
-    def prompt(self, req: int) -> tuple[int, ...]:
-        return (1,) * self.shared + (2 + self.prompts[req],) * (self.prompt_len - self.shared)
-
-    def output_token(self, req: int) -> int:
-        return 8 + self.prompts[req]
 
 
 class RequestState(NamedTuple):
@@ -99,9 +84,7 @@ class RadixState(NamedTuple):
     flags: tuple[tuple[str, str], ...] = ()
 
 
-class RadixCacheSystem:
-    liveness = "every_request_finishes"
-
+class RadixCacheSystem(RequestLoop):
     def __init__(self, variant: RadixCacheVariant = FIXED, config: RadixCacheConfig = RadixCacheConfig()) -> None:
         self.name, self.variant, self.cfg = "radix-cache", variant, config
         ps = config.page_size
@@ -140,27 +123,8 @@ class RadixCacheSystem:
         requests = tuple(RequestState(WAITING, (), (), 0, None) for _ in cfg.prompts)
         return (RadixState(tree.freeze(), alloc.freeze(), requests),)
 
-    def done(self, s: RadixState) -> bool:
-        return not s.flags and all(r.status == FINISHED for r in s.requests)
-
-    def enabled(self, s: RadixState) -> list[tuple]:
-        if s.flags:
-            return []
-        actions: list[tuple] = []
-        for r, req in enumerate(s.requests):
-            if req.status == WAITING:
-                actions.append(Admit(r))
-            elif req.status == RUNNING:
-                actions.append(Decode(r))
-                if self._decode_short(s, r):
-                    actions.append(Retract(r))
-        return actions
-
     def allows(self, s: RadixState, a: tuple) -> bool:
         return RULES.allows(self, s, a)
-
-    def step(self, s: RadixState, action: tuple) -> RadixState:
-        return self.transition(s, action)[0]
 
     def transition(self, s: RadixState, action: tuple) -> tuple[RadixState, tuple[tuple, ...]]:
         cfg = self.cfg

@@ -1,6 +1,6 @@
 """The variants of radix-cache: `fixed` only, SGLang 0.5.23's `RadixCache` and `PagedTokenToKVPoolAllocator` as
-released. The seed fixes this model family is for live in the unified / SWA caches and the EAGLE accounting, later
-models; a variant of this one is a flag read at the line an upstream change made, when one is modelled.
+released. Those of radix-cache-swa (the unified cache's SWA component): `fixed` (0.5.14) and `pre_28161` (0.5.13:
+UnifiedRadixCache has no `dec_swa_lock_only`, so the scheduler's early release of the SWA window lock is skipped). A variant is a flag read at the line an upstream change made.
 """
 
 from __future__ import annotations
@@ -17,3 +17,14 @@ class RadixCacheVariant(Variant):
 
 VARIANTS = VariantTable(RadixCacheVariant("fixed"))
 FIXED = VARIANTS.fixed
+
+
+@dataclass(frozen=True)
+class UnifiedSwaVariant(Variant):
+    """The variants of radix-cache-swa (`unified_swa`, `swa_system`)."""
+
+    has_dec_swa_lock_only: bool  # #28161 (0.5.14): UnifiedRadixCache.dec_swa_lock_only exists
+
+
+SWA_VARIANTS = VariantTable(UnifiedSwaVariant("fixed", True), UnifiedSwaVariant("pre_28161", False))
+SWA_FIXED = SWA_VARIANTS.fixed

@@ -83,21 +83,11 @@ class TickClock:
         return getattr(time, name)
 
 
-class RadixDriver:
-    """One real radix tree and paged allocator at a time, answering the requests above."""
+class SlotOps:
+    """What the SGLang tree drivers share: keys and index tensors made from lists, and their allocator's `alloc` and
+    `free` (`self.allocator`)."""
 
-    def __init__(self) -> None:
-        self.cache: Any = None
-        self.allocator: Any = None
-        self.nodes: dict[int, Any] = {}
-        self.pool: Any = None
-        self.requests: dict[str, Any] = {}
-        self.published = False
-
-    def handle(self, op: str, args: Mapping[str, Any]) -> Any:
-        return dispatch(self, op, args, OPS, self.cache is not None, "cache", "dump")
-
-    # --- helpers ---
+    allocator: Any
 
     @staticmethod
     def _key(tokens: list[int]) -> Any:
@@ -112,6 +102,31 @@ class RadixDriver:
         import torch
 
         return torch.tensor(list(values), dtype=torch.int64)
+
+    def op_alloc(self, n: int) -> Any:
+        out = self.allocator.alloc(n)
+        return None if out is None else out.tolist()
+
+    def op_free(self, indices: list[int]) -> Any:
+        self.allocator.free(self._tensor(indices))
+        return None
+
+
+class RadixDriver(SlotOps):
+    """One real radix tree and paged allocator at a time, answering the requests above."""
+
+    def __init__(self) -> None:
+        self.cache: Any = None
+        self.allocator: Any = None
+        self.nodes: dict[int, Any] = {}
+        self.pool: Any = None
+        self.requests: dict[str, Any] = {}
+        self.published = False
+
+    def handle(self, op: str, args: Mapping[str, Any]) -> Any:
+        return dispatch(self, op, args, OPS, self.cache is not None, "cache", "dump")
+
+    # --- helpers ---
 
     def _handle(self, node: Any) -> int:
         handle = node.id - self.cache.root_node.id
@@ -186,14 +201,6 @@ class RadixDriver:
         from sglang.srt.mem_cache.base_prefix_cache import EvictParams
 
         return {"evicted": int(self.cache.evict(EvictParams(num_tokens=num_tokens)).num_tokens_evicted)}
-
-    def op_alloc(self, n: int) -> Any:
-        out = self.allocator.alloc(n)
-        return None if out is None else out.tolist()
-
-    def op_free(self, indices: list[int]) -> Any:
-        self.allocator.free(self._tensor(indices))
-        return None
 
     def op_alloc_extend(self, prefix_lens: list[int], seq_lens: list[int], last_locs: list[int]) -> Any:
         prefix, seq = self._tensor(prefix_lens), self._tensor(seq_lens)

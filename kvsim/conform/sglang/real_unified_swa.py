@@ -1,0 +1,164 @@
+"""SGLang's real `UnifiedRadixCache` with its Full and SWA components over a real `SWATokenToKVPoolAllocator`
+(page size 1, CPU tensors), imported from a release (`kvsim.conform.installed`, engine "sglang": 0.5.13 before
+#28161, 0.5.14 after), driven in the child (`kvsim.conform.installed_child`).
+
+The allocator's KV pool is `SwaPoolStub`, a `BaseSWAKVPool` holding only the full-to-SWA index mapping the
+allocator registers and translating through it (the allocator reads nothing else of it at page size 1). A node
+is named by its token path from the root (`[]` the root).
+
+The vocabulary (the tree ops the `radix-cache-swa` model's scheduler makes, `models/radix_cache/swa_system.py`):
+
+* `build(size, size_swa, sliding_window_size)`: a new allocator and an empty tree with components (FULL, SWA).
+  Answers `dump`.
+* `match(tokens)`: `match_prefix`: `{"indices", "node": its path}` (the device match, ended where every
+  component's validator accepts).
+* `insert(tokens, indices, prev_prefix_len)`: `insert`: `{"prefix_len"}`.
+* `lock(node)`: `inc_lock_ref`: the `swa_uuid_for_lock` (null: no window boundary). `unlock(node, swa_uuid_for_lock,
+  skip_swa=False)`:
+  `dec_lock_ref` (`skip_swa` only where the release has the parameter, 0.5.14 on).
+* `release_window(node, swa_uuid_for_lock)`: what `ScheduleBatch.maybe_evict_swa` does past the window:
+  `dec_swa_lock_only` where `hasattr(tree_cache, "dec_swa_lock_only")`; answers whether it ran (False on 0.5.13).
+* `evict(num_tokens, swa_num_tokens)`: `evict(EvictParams(...))`: `{"full", "swa"}` tokens evicted.
+* `alloc(n)`: indices or null. `free(indices)`: `free` (both pools).
+* `dump()`: `{"nodes": [{"path", "full_value", "full_lock_ref", "swa_value" (null: tombstone), "swa_lock_ref",
+  "swa_uuid"}] sorted by path, "full_free" and "swa_free" (each pool's free slots in the order alloc takes them),
+  "full_available", "swa_available", "full_evictable", "full_protected",
+  "swa_evictable", "swa_protected"}`.
+
+Every op but `dump` takes `observe=True` to answer `{"answer": ..., "state": dump()}`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from kvsim.engine.errors import ConfigError
+
+from ..installed_child import dispatch
+from .real_radix import SlotOps
+
+OPS = ("build", "match", "insert", "lock", "unlock", "release_window", "evict", "alloc", "free", "dump")
+
+
+def swa_pool_stub() -> Any:
+    """A `BaseSWAKVPool` with the mapping only (made in the child, where the release imports)."""
+    from sglang.srt.mem_cache.base_swa_memory_pool import BaseSWAKVPool
+
+    class SwaPoolStub(BaseSWAKVPool):
+        full_kv_pool = swa_kv_pool = None
+
+        def __init__(self) -> None:
+            self.full_to_swa_index_mapping = None
+
+        def register_mapping(self, full_to_swa_index_mapping: Any) -> None:
+            self.full_to_swa_index_mapping = full_to_swa_index_mapping
+
+        def translate_loc_from_full_to_swa(self, kv_indices: Any) -> Any:
+            return self.full_to_swa_index_mapping[kv_indices]
+
+    SwaPoolStub.__abstractmethods__ = frozenset()  # the KV buffers' methods: never called here
+    return SwaPoolStub()
+
+
+class UnifiedSwaDriver(SlotOps):
+    """One real unified tree and SWA allocator at a time, answering the requests above."""
+
+    def __init__(self) -> None:
+        self.cache: Any = None
+        self.allocator: Any = None
+
+    def handle(self, op: str, args: Mapping[str, Any]) -> Any:
+        return dispatch(self, op, args, OPS, self.cache is not None, "cache", "dump")
+
+    def _node(self, path: list[int]) -> Any:
+        node, rest = self.cache.root_node, tuple(path)
+        while rest:
+            child = node.children.get(rest[0])
+            if child is None or tuple(child.key.token_ids) != rest[:len(child.key)]:
+                raise ConfigError("node", "the token path of a node in the tree", list(path))
+            node, rest = child, rest[len(child.key):]
+        return node
+
+    @staticmethod
+    def _path(node: Any) -> list[int]:
+        parts = []
+        while node.parent is not None:
+            parts.append(list(node.key.token_ids))
+            node = node.parent
+        return [t for part in reversed(parts) for t in part]
+
+    def op_build(self, size: int, size_swa: int, sliding_window_size: int) -> Any:
+        import torch
+        from sglang.srt.mem_cache.allocator.swa import SWATokenToKVPoolAllocator
+        from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+        from sglang.srt.mem_cache.unified_cache_components.tree_component import ComponentType
+        from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
+
+        self.allocator = SWATokenToKVPoolAllocator(size, size_swa, 1, torch.int64, "cpu", swa_pool_stub(), False)
+        self.cache = UnifiedRadixCache(CacheInitParams(
+            disable=False, req_to_token_pool=None, token_to_kv_pool_allocator=self.allocator, page_size=1,
+            sliding_window_size=sliding_window_size, tree_components=(ComponentType.FULL, ComponentType.SWA)))
+        return self.op_dump()
+
+    def op_match(self, tokens: list[int]) -> Any:
+        from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
+
+        match = self.cache.match_prefix(MatchPrefixParams(key=self._key(tokens)))
+        return {"indices": match.device_indices.tolist(), "node": self._path(match.last_device_node)}
+
+    def op_insert(self, tokens: list[int], indices: list[int], prev_prefix_len: int) -> Any:
+        from sglang.srt.mem_cache.base_prefix_cache import InsertParams
+
+        result = self.cache.insert(InsertParams(key=self._key(tokens), value=self._tensor(indices),
+                                                prev_prefix_len=prev_prefix_len))
+        return {"prefix_len": int(result.prefix_len)}
+
+    def op_lock(self, node: list[int]) -> Any:
+        return self.cache.inc_lock_ref(self._node(node)).swa_uuid_for_lock
+
+    def op_unlock(self, node: list[int], swa_uuid_for_lock: int | None, skip_swa: bool = False) -> Any:
+        from sglang.srt.mem_cache.base_prefix_cache import DecLockRefParams
+
+        params = DecLockRefParams(swa_uuid_for_lock=swa_uuid_for_lock)
+        if skip_swa:  # cache_finished_req passes it from 0.5.14 on, for a request released early
+            self.cache.dec_lock_ref(self._node(node), params, skip_swa=True)
+        else:
+            self.cache.dec_lock_ref(self._node(node), params)
+        return None
+
+    def op_release_window(self, node: list[int], swa_uuid_for_lock: int | None) -> Any:
+        if not hasattr(self.cache, "dec_swa_lock_only"):  # maybe_evict_swa's guard
+            return False
+        self.cache.dec_swa_lock_only(self._node(node), swa_uuid_for_lock)
+        return True
+
+    def op_evict(self, num_tokens: int, swa_num_tokens: int) -> Any:
+        from sglang.srt.mem_cache.base_prefix_cache import EvictParams
+
+        result = self.cache.evict(EvictParams(num_tokens=num_tokens, swa_num_tokens=swa_num_tokens))
+        return {"full": int(result.num_tokens_evicted), "swa": int(result.swa_num_tokens_evicted)}
+
+    def op_dump(self) -> Any:
+        from sglang.srt.mem_cache.unified_cache_components.tree_component import ComponentType
+
+        full_t, swa_t = ComponentType.FULL, ComponentType.SWA
+        rows = []
+        stack = [((), c) for c in self.cache.root_node.children.values()]
+        while stack:
+            path, n = stack.pop()
+            path = path + tuple(n.key.token_ids)
+            full, swa = n.component_data[full_t], n.component_data[swa_t]
+            rows.append({"path": list(path), "full_value": full.value.tolist(), "full_lock_ref": full.lock_ref,
+                         "swa_value": None if swa.value is None else swa.value.tolist(),
+                         "swa_lock_ref": swa.lock_ref, "swa_uuid": swa.metadata.get("uuid")})
+            stack.extend((path, c) for c in n.children.values())
+        c = self.cache
+        return {"nodes": sorted(rows, key=lambda r: r["path"]),
+                "full_free": self.allocator.full_attn_allocator.free_pages.tolist(),
+                "swa_free": self.allocator.swa_attn_allocator.free_pages.tolist(),
+                "full_available": int(self.allocator.full_available_size()),
+                "swa_available": int(self.allocator.swa_available_size()),
+                "full_evictable": int(c.component_evictable_size_[full_t]),
+                "full_protected": int(c.component_protected_size_[full_t]),
+                "swa_evictable": int(c.component_evictable_size_[swa_t]),
+                "swa_protected": int(c.component_protected_size_[swa_t])}

@@ -1,0 +1,477 @@
+"""SGLang's unified radix cache with a sliding-window (SWA) component (`sglang/srt/mem_cache/unified_radix_cache.py`,
+`unified_cache_components/full_component.py`, `swa_component.py`, `allocator/swa.py`, 0.5.13 and 0.5.14), the
+per-node lock counts of #28161.
+
+Every node carries one component record per pool (`ComponentData`: value, lock_ref, the SWA window lock's
+`uuid`): Full (the full-attention slots) and SWA (the sliding-window pool's slots, `None` once tombstoned).
+
+* `SWATokenToKVPoolAllocator`: two pools of slots, a full slot mapped to the SWA slot allocated with it
+  (`full_to_swa_index_mapping`); `free` gives both back, `free_swa` the SWA one only.
+* `match_prefix(tokens) -> (indices, last_device_node)`: the walk splits a node a match ends inside; the match
+  ends at the deepest node every component's validator accepts (the SWA validator: a window of SWA values ending
+  there, counted from the last tombstone); then the SWA LRU's window refresh (`reset_node_and_window_ancestors_mru`).
+* `insert(tokens, value, prev_prefix_len)`: the overlap frees the request's duplicate slots past its protected
+  part; an SWA tombstone on the path is recovered from the request's fresh slots (`update_component_on_insert_overlap`
+  branch 1: the node's old full slots freed); the rest becomes a new leaf with an SWA value.
+* `inc_lock_ref(node) -> swa_uuid_for_lock`: Full locks the whole path; SWA locks from the node up until a window
+  of SWA tokens is locked, skipping tombstones, and marks the window's top with a uuid (`acquire_component_lock`).
+* `dec_lock_ref(node, swa_uuid_for_lock, skip_swa)`: both released along the same walks (`release_component_lock`).
+* `dec_swa_lock_only(node, swa_uuid_for_lock)`: the early release of the SWA window lock (`release_window_lock`),
+  Full's lock kept. New in 0.5.14 (#28161); 0.5.13's UnifiedRadixCache has no such method, so the scheduler's
+  `hasattr` guard skips the call (`swa_system`, variant `pre_28161`).
+* `evict(num_tokens, swa_num_tokens)`: Full evicts unlocked device leaves, LRU first (`FullComponent.drive_eviction`,
+  `_evict_device_leaf`); SWA walks its LRU skipping SWA-locked nodes: a device leaf goes whole, another node is
+  tombstoned (its SWA slots freed, the node kept). Evicting or tombstoning a locked component is recorded as a
+  problem (upstream's `_cascade_evict` asserts `cd.lock_ref == 0` on each component it cascades into; from an SWA
+  trigger on a node that is not a device leaf it reaches only components of lower internal priority than SWA's, so
+  with Full (internal priority 2) and SWA (1) alone it cascades into none).
+
+Left out (the smallest scope where #28161 shows): page sizes above 1, Mamba (the third component; #28161's second
+layer, dropping co-located Mamba locks and sparing higher-tier locks in `_cascade_evict`, has nothing to act on
+without it: a node with Full and SWA only never cascades from SWA into Full, whose internal priority is higher),
+HiCache (host values, host locks, write-back), sessions, `swa_evicted_seqlen` (a request's own out-of-window SWA
+slots freed during decode, `free_swa_out_of_window_slots`: inserts always carry 0, so an insert never creates a
+tombstone, only eviction does), priorities, hit counts and events. A new leaf longer than the window is split so
+that its last window is a node of its own (`_maybe_split_leaf_for_swa_lock`).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from typing import NamedTuple, Sequence
+
+
+class ComponentData:
+    __slots__ = ("value", "lock_ref", "uuid")
+
+    def __init__(self, value: tuple[int, ...] | None = None, lock_ref: int = 0, uuid: int | None = None) -> None:
+        self.value, self.lock_ref, self.uuid = value, lock_ref, uuid
+
+
+class UnifiedTreeNode:
+    __slots__ = ("children", "parent", "key", "full", "swa", "last_access_time", "swa_lru_time")
+
+    def __init__(self, time: int) -> None:
+        self.children: dict[int, UnifiedTreeNode] = {}
+        self.parent: UnifiedTreeNode | None = None
+        self.key: tuple[int, ...] = ()
+        self.full, self.swa = ComponentData(), ComponentData()
+        self.last_access_time = time
+        self.swa_lru_time: int | None = None  # its place in the SWA LRU list; None: not in it
+
+    def path(self) -> tuple[int, ...]:
+        parts, node = [], self
+        while node.parent is not None:
+            parts.append(node.key)
+            node = node.parent
+        return tuple(t for part in reversed(parts) for t in part)
+
+
+class NodeState(NamedTuple):
+    path: tuple[int, ...]
+    key_len: int
+    full_value: tuple[int, ...]
+    full_lock_ref: int
+    swa_value: tuple[int, ...] | None  # None: tombstoned
+    swa_lock_ref: int
+    swa_uuid: int | None  # renumbered in path order (only equality with a request's uuid matters)
+    last_access: int  # rank among the nodes' access times
+    swa_lru: int | None  # rank in the SWA LRU list (0 least recent)
+
+
+class UnifiedTreeState(NamedTuple):
+    nodes: tuple[NodeState, ...]  # sorted by path, the root not listed
+    full_evictable_size: int
+    full_protected_size: int
+    swa_evictable_size: int
+    swa_protected_size: int
+
+
+class SWAAllocatorState(NamedTuple):
+    full_free: tuple[int, ...]
+    swa_free: tuple[int, ...]
+    full_to_swa: tuple[tuple[int, int], ...]  # (full slot, swa slot) for every mapped full slot, sorted
+
+
+class SWATokenToKVPoolAllocator:
+    """Page size 1; slot 0 of each pool reserved; free slots taken lowest first (free-list order not modelled)."""
+
+    def __init__(self, size: int, size_swa: int) -> None:
+        self.size, self.size_swa = size, size_swa
+        self.full_free = set(range(1, size + 1))
+        self.swa_free = set(range(1, size_swa + 1))
+        self.full_to_swa: dict[int, int] = {}
+        self.problems: list[str] = []
+
+    def full_available_size(self) -> int:
+        return len(self.full_free)
+
+    def swa_available_size(self) -> int:
+        return len(self.swa_free)
+
+    def alloc(self, need_size: int) -> tuple[int, ...] | None:
+        if need_size > len(self.full_free) or need_size > len(self.swa_free):
+            return None
+        full = sorted(self.full_free)[:need_size]
+        swa = sorted(self.swa_free)[:need_size]
+        self.full_free.difference_update(full)
+        self.swa_free.difference_update(swa)
+        self.full_to_swa.update(zip(full, swa))
+        return tuple(full)
+
+    def free(self, indices: Sequence[int]) -> None:
+        self.free_full(indices)
+        self.free_swa(indices)
+
+    def free_full(self, indices: Sequence[int]) -> None:
+        for i in indices:
+            if i in self.full_free or not 1 <= i <= self.size:
+                self.problems.append(f"full slot {i} freed while free or out of range")
+            self.full_free.add(i)
+
+    def free_swa(self, indices: Sequence[int]) -> None:
+        for i in indices:
+            j = self.full_to_swa.pop(i, 0)
+            if j:
+                if j in self.swa_free:
+                    self.problems.append(f"swa slot {j} freed while free")
+                self.swa_free.add(j)
+
+    def translate_loc_from_full_to_swa(self, indices: Sequence[int]) -> tuple[int, ...]:
+        return tuple(self.full_to_swa.get(i, 0) for i in indices)
+
+    def freeze(self) -> SWAAllocatorState:
+        return SWAAllocatorState(tuple(sorted(self.full_free)), tuple(sorted(self.swa_free)),
+                                 tuple(sorted(self.full_to_swa.items())))
+
+    @classmethod
+    def thaw(cls, s: SWAAllocatorState, size: int, size_swa: int) -> "SWATokenToKVPoolAllocator":
+        a = cls(size, size_swa)
+        a.full_free, a.swa_free, a.full_to_swa = set(s.full_free), set(s.swa_free), dict(s.full_to_swa)
+        return a
+
+
+class UnifiedRadixCache:
+    def __init__(self, allocator: SWATokenToKVPoolAllocator, sliding_window_size: int) -> None:
+        self.allocator, self.sliding_window_size = allocator, sliding_window_size
+        self.clock = 0
+        self.uuids = itertools.count(1)
+        self.problems: list[str] = []
+        self.root_node = UnifiedTreeNode(self.now())
+        self.full_evictable_size_ = self.full_protected_size_ = 0
+        self.swa_evictable_size_ = self.swa_protected_size_ = 0
+
+    def now(self) -> int:
+        self.clock += 1
+        return self.clock
+
+    # -- match ---------------------------------------------------------------------------------------------------
+    def match_prefix(self, tokens: Sequence[int]) -> tuple[tuple[int, ...], UnifiedTreeNode]:
+        key = tuple(tokens)
+        node, value = self.root_node, []
+        best, best_len = node, 0
+        window = float("inf")  # the SWA validator's running length: SWA tokens since the last tombstone
+        while key and key[0] in node.children:
+            child = node.children[key[0]]
+            prefix_len = _match_len(child.key, key)
+            if prefix_len < len(child.key):
+                child = self._split_node(child, prefix_len)
+            value += child.full.value
+            node = child
+            if node.swa.value is None:
+                window = 0
+            else:
+                window += len(node.key)
+                if window >= self.sliding_window_size:
+                    best, best_len = node, len(value)
+            key = key[prefix_len:]
+        self._reset_node_and_window_ancestors_mru(best)
+        t = self.now()
+        n: UnifiedTreeNode | None = best
+        while n is not None:
+            n.last_access_time = t
+            n = n.parent
+        return tuple(value[:best_len]), best
+
+    def _reset_node_and_window_ancestors_mru(self, node: UnifiedTreeNode) -> None:
+        """The node and its ancestors within window + page_size tokens that hold SWA values become the most
+        recent, the node the most recent of them."""
+        marked, accumulated = [], 0
+        while node is not self.root_node and accumulated < self.sliding_window_size + 1:
+            if node.swa.value is not None:
+                marked.append(node)
+            accumulated += len(node.key)
+            node = node.parent
+        for n in reversed(marked):
+            n.swa_lru_time = self.now()
+
+    def _split_node(self, child: UnifiedTreeNode, split_len: int) -> UnifiedTreeNode:
+        new = UnifiedTreeNode(self.now())
+        new.parent, new.key = child.parent, child.key[:split_len]
+        new.children = {child.key[split_len]: child}
+        new.full = ComponentData(child.full.value[:split_len], child.full.lock_ref)
+        child.full.value = child.full.value[split_len:]
+        # SWAComponent.redistribute_on_node_split: the lock count copied, the value cut, the uuid to the parent
+        sv = child.swa.value
+        new.swa = ComponentData(None if sv is None else sv[:split_len], child.swa.lock_ref, child.swa.uuid)
+        child.swa.value, child.swa.uuid = (None if sv is None else sv[split_len:]), None
+        child.key = child.key[split_len:]
+        new.parent.children[new.key[0]] = new
+        child.parent = new
+        # the child leaves the SWA LRU list; the new node, then the child, enter it most recent where they hold values
+        new.swa_lru_time = None if new.swa.value is None else self.now()
+        child.swa_lru_time = None if child.swa.value is None else self.now()
+        child.last_access_time = self.now()
+        return new
+
+    def _maybe_split_leaf_for_swa_lock(self, leaf: UnifiedTreeNode) -> None:
+        """Cap a fresh SWA leaf at one window, so that locking it pins one window of the SWA pool."""
+        if leaf.swa.value is None or leaf.swa.lock_ref > 0 or len(leaf.key) <= self.sliding_window_size:
+            return
+        self._split_node(leaf, len(leaf.key) - self.sliding_window_size)
+
+    # -- insert --------------------------------------------------------------------------------------------------
+    def insert(self, tokens: Sequence[int], value: Sequence[int], prev_prefix_len: int) -> int:
+        key, value = tuple(tokens), tuple(value[:len(tokens)])
+        node = self.root_node
+        t = self.now()
+        node.last_access_time = t
+        total = 0
+        while key and key[0] in node.children:
+            node = node.children[key[0]]
+            node.last_access_time = t
+            prefix_len = _match_len(node.key, key)
+            if prefix_len < len(node.key):
+                node = self._split_node(node, prefix_len)
+            value_slice = value[:prefix_len]
+            consumed_from = prefix_len
+            if prev_prefix_len < total + prefix_len and node.swa.value is None:
+                # update_component_on_insert_overlap, branch 1 (swa_evicted_seqlen 0): recover the tombstone
+                if node.swa.lock_ref:
+                    self.problems.append(f"tombstone {list(node.path())} has swa lock_ref {node.swa.lock_ref}")
+                self.allocator.free(node.full.value)
+                node.full.value = value_slice
+                node.swa.value = self.allocator.translate_loc_from_full_to_swa(value_slice)
+                node.swa_lru_time = self.now()
+                self.swa_evictable_size_ += len(value_slice)
+                consumed_from = 0
+            dup_start = max(0, prev_prefix_len - total)
+            if dup_start < consumed_from:
+                self.allocator.free(value_slice[dup_start:consumed_from])
+            total += prefix_len
+            key, value = key[prefix_len:], value[prefix_len:]
+        if key:
+            new = UnifiedTreeNode(self.now())
+            new.parent, new.key = node, key
+            new.full.value = value
+            new.swa.value = self.allocator.translate_loc_from_full_to_swa(value)
+            new.swa_lru_time = self.now()
+            node.children[key[0]] = new
+            self.full_evictable_size_ += len(key)
+            self.swa_evictable_size_ += len(key)
+            self._maybe_split_leaf_for_swa_lock(new)
+            node = new
+        self._reset_node_and_window_ancestors_mru(node)
+        return total
+
+    # -- locks ---------------------------------------------------------------------------------------------------
+    def inc_lock_ref(self, node: UnifiedTreeNode) -> int | None:
+        cur = node
+        while cur is not self.root_node:  # FullComponent.acquire_component_lock
+            if cur.full.lock_ref == 0:
+                self.full_evictable_size_ -= len(cur.key)
+                self.full_protected_size_ += len(cur.key)
+            cur.full.lock_ref += 1
+            cur = cur.parent
+        cur, locked, swa_uuid = node, 0, None  # SWAComponent.acquire_component_lock
+        while cur is not self.root_node and locked < self.sliding_window_size:
+            cd = cur.swa
+            if cd.value is None:
+                cur = cur.parent
+                continue
+            if cd.lock_ref == 0:
+                self.swa_evictable_size_ -= len(cur.key)
+                self.swa_protected_size_ += len(cur.key)
+            cd.lock_ref += 1
+            locked += len(cd.value)
+            if locked >= self.sliding_window_size:
+                if cd.uuid is None:
+                    cd.uuid = next(self.uuids)
+                swa_uuid = cd.uuid
+            cur = cur.parent
+        return swa_uuid
+
+    def dec_lock_ref(self, node: UnifiedTreeNode, swa_uuid_for_lock: int | None, skip_swa: bool = False) -> None:
+        cur = node
+        while cur is not self.root_node:  # FullComponent.release_component_lock
+            if cur.full.lock_ref == 1:
+                self.full_evictable_size_ += len(cur.key)
+                self.full_protected_size_ -= len(cur.key)
+            cur.full.lock_ref -= 1
+            if cur.full.lock_ref < 0:
+                self.problems.append(f"node {list(cur.path())}: full lock_ref went to {cur.full.lock_ref}")
+            cur = cur.parent
+        if skip_swa:
+            return
+        cur = node  # SWAComponent.release_component_lock
+        while cur is not self.root_node:
+            cd = cur.swa
+            if cd.lock_ref == 0:
+                cur = cur.parent
+                continue
+            if cd.lock_ref == 1:
+                self.swa_evictable_size_ += len(cd.value)
+                self.swa_protected_size_ -= len(cd.value)
+            cd.lock_ref -= 1
+            if swa_uuid_for_lock and cd.uuid == swa_uuid_for_lock:
+                break
+            cur = cur.parent
+
+    def dec_swa_lock_only(self, node: UnifiedTreeNode, swa_uuid_for_lock: int | None) -> None:
+        """`UnifiedRadixCache.dec_swa_lock_only` -> `SWAComponent.release_window_lock` (new in 0.5.14)."""
+        cur = node
+        while cur is not self.root_node:
+            cd = cur.swa
+            if cd.value is None or cd.lock_ref == 0:
+                if swa_uuid_for_lock and cd.uuid == swa_uuid_for_lock:
+                    break
+                cur = cur.parent
+                continue
+            cd.lock_ref -= 1
+            if cd.lock_ref == 0:
+                self.swa_protected_size_ -= len(cur.key)
+                self.swa_evictable_size_ += len(cur.key)
+                if self._is_device_leaf(cur):
+                    self._evict_swa_component(cur)
+            if swa_uuid_for_lock and cd.uuid == swa_uuid_for_lock:
+                break
+            cur = cur.parent
+
+    # -- eviction ------------------------------------------------------------------------------------------------
+    def _is_device_leaf(self, node: UnifiedTreeNode) -> bool:
+        if node is self.root_node or node.full.lock_ref > 0 or node.swa.lock_ref > 0:
+            return False
+        return not node.children
+
+    def evictable_device_leaves(self) -> list[UnifiedTreeNode]:
+        return [n for n in self.all_nodes() if self._is_device_leaf(n)]
+
+    def evict(self, num_tokens: int = 0, swa_num_tokens: int = 0) -> tuple[int, int]:
+        tracker = {"full": 0, "swa": 0}
+        heap = [(n.last_access_time, n.path(), n) for n in self.evictable_device_leaves()]  # FullComponent
+        heapq.heapify(heap)
+        while tracker["full"] < num_tokens and heap:
+            _, _, x = heapq.heappop(heap)
+            if not self._is_device_leaf(x) or x.parent is None:
+                continue
+            parent = x.parent
+            self._evict_device_leaf(x, tracker)
+            if self._is_device_leaf(parent):
+                heapq.heappush(heap, (parent.last_access_time, parent.path(), parent))
+        while tracker["swa"] < swa_num_tokens:  # SWAComponent.drive_eviction
+            x = self._swa_lru_no_lock()
+            if x is None:
+                break
+            if self._is_device_leaf(x):
+                self._evict_device_leaf(x, tracker)
+            else:  # tombstone; `_cascade_evict` from an SWA trigger reaches no Full value (internal priority 2 > 1)
+                tracker["swa"] += self._evict_swa_component(x)
+        return tracker["full"], tracker["swa"]
+
+    def _swa_lru_no_lock(self) -> UnifiedTreeNode | None:
+        """The least recent node of the SWA LRU list whose SWA lock is 0 (`get_lru_no_lock`)."""
+        listed = [n for n in self.all_nodes() if n.swa_lru_time is not None and n.swa.lock_ref == 0]
+        return min(listed, key=lambda n: n.swa_lru_time, default=None)
+
+    def _evict_swa_component(self, node: UnifiedTreeNode) -> int:
+        """`SWAComponent.evict_component` and the LRU detach: tombstone the node's SWA value."""
+        cd = node.swa
+        if cd.value is None:
+            return 0
+        if cd.lock_ref:
+            self.problems.append(f"tombstoned node {list(node.path())}: swa lock_ref {cd.lock_ref}")
+        self.allocator.free_swa(node.full.value)
+        freed = len(cd.value)
+        self.swa_evictable_size_ -= freed
+        cd.value, node.swa_lru_time = None, None
+        return freed
+
+    def _evict_device_leaf(self, node: UnifiedTreeNode, tracker: dict[str, int]) -> None:
+        if node.full.lock_ref or node.swa.lock_ref or node.children:
+            self.problems.append(f"evicted node {list(node.path())}: full lock_ref {node.full.lock_ref}, swa "
+                                 f"lock_ref {node.swa.lock_ref}, {len(node.children)} children")
+        self.allocator.free_full(node.full.value)
+        tracker["full"] += len(node.full.value)
+        self.full_evictable_size_ -= len(node.full.value)
+        tracker["swa"] += self._evict_swa_component(node)
+        del node.parent.children[node.key[0]]
+
+    # -- reading -------------------------------------------------------------------------------------------------
+    def all_nodes(self) -> list[UnifiedTreeNode]:
+        out, stack = [], [self.root_node]
+        while stack:
+            node = stack.pop()
+            out.append(node)
+            stack.extend(node.children[k] for k in sorted(node.children))
+        return out[1:]
+
+    def node_at(self, path: Sequence[int]) -> UnifiedTreeNode:
+        node, rest = self.root_node, tuple(path)
+        while rest:
+            node = node.children[rest[0]]
+            rest = rest[len(node.key):]
+        return node
+
+    def path_device_indices(self, node: UnifiedTreeNode) -> tuple[int, ...]:
+        values = []
+        while node is not self.root_node:
+            values.append(node.full.value)
+            node = node.parent
+        return tuple(i for v in reversed(values) for i in v)
+
+    def freeze(self, uuids: dict[int, int]) -> UnifiedTreeState:
+        """The value form; `uuids` is filled with the renumbering of the live uuids (old -> new), for the
+        requests' `swa_uuid_for_lock` to follow."""
+        nodes = sorted(self.all_nodes(), key=lambda n: n.path())
+        access = {t: i for i, t in enumerate(sorted({n.last_access_time for n in nodes}))}
+        lru = {t: i for i, t in enumerate(sorted(n.swa_lru_time for n in nodes if n.swa_lru_time is not None))}
+        for n in nodes:
+            if n.swa.uuid is not None:
+                uuids.setdefault(n.swa.uuid, len(uuids) + 1)
+        return UnifiedTreeState(tuple(NodeState(
+            n.path(), len(n.key), n.full.value, n.full.lock_ref, n.swa.value, n.swa.lock_ref,
+            None if n.swa.uuid is None else uuids[n.swa.uuid], access[n.last_access_time],
+            None if n.swa_lru_time is None else lru[n.swa_lru_time]) for n in nodes),
+            self.full_evictable_size_, self.full_protected_size_, self.swa_evictable_size_,
+            self.swa_protected_size_)
+
+    @classmethod
+    def thaw(cls, s: UnifiedTreeState, allocator: SWATokenToKVPoolAllocator,
+             sliding_window_size: int) -> "UnifiedRadixCache":
+        tree = cls(allocator, sliding_window_size)
+        by_path = {(): tree.root_node}
+        for ns in s.nodes:
+            node = UnifiedTreeNode(ns.last_access)
+            node.key = ns.path[len(ns.path) - ns.key_len:]
+            node.full = ComponentData(ns.full_value, ns.full_lock_ref)
+            node.swa = ComponentData(ns.swa_value, ns.swa_lock_ref, ns.swa_uuid)
+            node.swa_lru_time = ns.swa_lru
+            node.parent = by_path[ns.path[:len(ns.path) - ns.key_len]]
+            node.parent.children[node.key[0]] = node
+            by_path[ns.path] = node
+        tree.root_node.last_access_time = -1
+        tree.clock = len(s.nodes) + 1
+        tree.uuids = itertools.count(1 + max((ns.swa_uuid or 0 for ns in s.nodes), default=0))
+        tree.full_evictable_size_, tree.full_protected_size_ = s.full_evictable_size, s.full_protected_size
+        tree.swa_evictable_size_, tree.swa_protected_size_ = s.swa_evictable_size, s.swa_protected_size
+        return tree
+
+
+def _match_len(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
