@@ -76,6 +76,20 @@ UNIFORM_SURVIVORS = (
              "torch.min() of two tensors is symmetric"),
 )
 
+# The merge's mutants that compute the same on every input (all of its mutants run, `--mutants 0`), each with why.
+UNUSED_STRIDE = ("output_lse's stride when output_lse is None (else 0 -> 1): the kernel reads it only under "
+                 "OUTPUT_LSE, which is False then")
+CLAMP = ("tl.clamp's value and lower bound swapped: clamp(x, lo, hi) is min(max(x, lo), hi) and max is symmetric, "
+         "so clamp(lo, x, hi) saturates alike")
+MERGE_EQUIVALENT = (
+    *(Survivor("merge_attn_states", "constant", "0", UNUSED_STRIDE, replacement="1", line=f"output_lse_{axis}_stride")
+      for axis in ("head", "token")),
+    Survivor("merge_attn_states_kernel", "arguments", "p_lse, s_lse", "tl.maximum's two arguments swapped: it is "
+             "symmetric (maxnum drops a NaN on either side)"),
+    Survivor("merge_attn_states_kernel", "arguments", "s_out, FP8_MIN", CLAMP),
+    Survivor("merge_attn_states_kernel", "arguments", "out, FP8_MIN", CLAMP),
+)
+
 CONFORM = (
     ConformTarget(
         "vllm", PLANNER,
@@ -116,7 +130,7 @@ CONFORM = (
     ConformTarget(
         "vllm", "merge-attn-states-triton",
         upstream=(Upstream(MERGE_KERNEL, ("merge_attn_states", "merge_attn_states_kernel")),),
-        adapter="kvsim.conform.vllm.merge_states:MERGE_STATES",
+        adapter="kvsim.conform.vllm.merge_states:MERGE_STATES", survivors=MERGE_EQUIVALENT,
         doc="merge_attn_states (the Triton launcher and kernel, interpreted on the CPU) on fp32 states vs the model's "
             "float64 merge within a tolerance: output_lse, prefill_tokens_with_context, the FP8 output_scale, padded "
             "head strides and strided LSEs; probe: a NaN LSE beside an empty side merges to (0, -inf)"),

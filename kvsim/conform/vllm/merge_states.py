@@ -20,7 +20,7 @@ the kernel (`exact_fp8_conversion`).
 Probe `merge_nan_lse_beside_empty`: upstream's `tl.maximum` is maxnum, so a NaN LSE beside an empty side
 (-inf/+inf) is dropped and the merge gives (0, -inf); beside a finite LSE both give NaN. The model kept the NaN
 until this target found the difference; it now takes `fmax` as the kernels do.
-Survivors: none documented.
+Survivors: five equivalent mutants, documented in `models/mla_chunks/conform.py` (`MERGE_EQUIVALENT`).
 """
 
 from __future__ import annotations
