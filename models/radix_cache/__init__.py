@@ -39,7 +39,7 @@ request (`common`, on a `Req`: its row, cache_protected_len, lock)
 
 from kvsim.engine.descriptor import ModelDescriptor
 
-from .conform import CONFORM
+from .conform import CONFORM, SWA_CONFORM
 from .swa_system import UnifiedSwaConfig, UnifiedSwaSystem
 from .system import RadixCacheConfig, RadixCacheSystem
 from .variants import FIXED, SWA_VARIANTS, VARIANTS, RadixCacheVariant
@@ -65,6 +65,7 @@ SWA_DESCRIPTOR = ModelDescriptor(
     variants=SWA_VARIANTS,
     config=UnifiedSwaConfig,
     system=UnifiedSwaSystem,
+    conform=SWA_CONFORM,
 )
 DESCRIPTORS = (DESCRIPTOR, SWA_DESCRIPTOR)
 

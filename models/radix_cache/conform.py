@@ -152,3 +152,15 @@ CONFORM = (
             "0.5.23's request life cycle: the admitted prefix and new slots, the tree (keys, slots, lock counts), "
             "the sizes, the free pages in order and each request's row after every admit, decode and retract"),
 )
+
+# radix-cache-swa: the unified cache (Full + SWA) of the releases across #28161, in lockstep with the model
+SWA_CONFORM = (
+    ConformTarget(
+        "sglang", "unified_swa_lockstep", upstream=(Upstream(MEM + "unified_radix_cache.py", ()),),
+        adapter="kvsim.conform.sglang.unified_swa_lockstep:LOCKSTEP",
+        releases=((None, "pre_28161"), ("0.5.14", "fixed")),
+        doc="the real UnifiedRadixCache (Full and SWA components) and SWA allocator imported from the release, in "
+            "lockstep with radix-cache-swa (pre_28161 on 0.5.13, fixed from 0.5.14): each call a step makes and its "
+            "answer, then the tree (slots, Full and SWA lock counts, tombstones) and the sizes after every admit, "
+            "decode, retract and finish"),
+)

@@ -1,7 +1,9 @@
 """The radix-cache-swa model and SGLang's real `UnifiedRadixCache` (Full + SWA, `real_unified_swa.UnifiedSwaDriver`
-in the installed child) in lockstep: every tree and allocator call a model step makes is made on the real tree
-too, each answer compared, and after every step the two trees compared node by node; the model's lock
-invariants are then checked on the real tree's counts.
+in the installed child) in lockstep (target `unified_swa_lockstep`, one Hypothesis state machine of the engine,
+`LOCKSTEP`): every tree and allocator call a model step makes is made on the real tree too, the step's answers
+(each call's, in the model's slot names) compared, and after every step the two trees compared node by node with
+the sizes; `verdicts_on_real` reads the model's lock invariants on the real tree's counts after a directed
+program (the #28161 path).
 
 The model's step records its calls (`Recording.watch`, the system's hook on each step's live tree and allocator):
 the scheduler's own calls only (`match_prefix`, `insert`, `inc_lock_ref`, `dec_lock_ref`, `evict`, `alloc`,
@@ -18,17 +20,24 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+from hypothesis import strategies as st
+
+from kvsim.engine.conformance.adapters import Context, Lockstep, Operation, SystemSide
+from kvsim.engine.conformance.declare import release_tuple
+
 from kvsim.models.radix_cache.swa_system import UnifiedSwaState, UnifiedSwaSystem
 from kvsim.models.radix_cache.unified_swa import NodeState, SWATokenToKVPoolAllocator, UnifiedRadixCache
 
-RELEASES = {"0.5.13": "pre_28161", "0.5.14": "fixed"}
+RELEASES = ((None, "pre_28161"), ("0.5.14", "fixed"))  # #28161 first shipped in 0.5.14
+LAST = "0.5.14"
 DRIVER = "kvsim.conform.sglang.real_unified_swa:UnifiedSwaDriver"
 TREE_OPS = ("match_prefix", "insert", "inc_lock_ref", "dec_lock_ref", "evict")
 ALLOC_OPS = ("alloc", "free")
 
 
-class Diverged(AssertionError):
-    """The real cache answered or holds otherwise than the model: the step, the call and both sides."""
+STEPS = 24
+SMALL = {"prompts": "0,1,0", "sliding_window_size": 1, "num_swa_slots": 4, "num_slots": 5, "max_tokens": 2}
+CONFIGS = ({}, SMALL, {**SMALL, "num_slots": 4})  # the model tests' default, tombstones, and pressure
 
 
 class Recording(UnifiedSwaSystem):
@@ -67,101 +76,156 @@ class Recording(UnifiedSwaSystem):
         return ran
 
 
-class Lockstep:
-    """One model system and one real tree, built alike; `run(actions)` steps both."""
+def summary(op: str, args: tuple, answer: Any) -> Any:
+    """What one call answered, as the two sides compare it (slots in the model's names; a lock's uuid by whether
+    there is one; an unlock answers nothing)."""
+    if op == "alloc":
+        return [op, None if answer is None else list(answer)]
+    if op == "free":
+        return [op, list(args[0])]
+    if op == "match_prefix":
+        return [op, list(answer[0]), list(answer[1])]
+    if op == "inc_lock_ref":
+        return [op, answer is not None]
+    if op == "dec_lock_ref":
+        return [op, list(args[0])]
+    return [op, list(answer) if isinstance(answer, tuple) else answer]
 
-    def __init__(self, child: Any, variant: str, values: dict | None = None) -> None:
+
+class ModelSide(SystemSide):
+    """The model's system (recording each step's calls), taking one of its actions a step."""
+
+    def __init__(self, variant: str, values: dict) -> None:
         from kvsim.models.radix_cache import SWA_DESCRIPTOR
 
-        base = SWA_DESCRIPTOR.build_system(variant, dict(values or {}))
+        base = SWA_DESCRIPTOR.build_system(variant, dict(values))
         self.system = Recording(base.variant, base.cfg)
-        self.child = child
-        cfg = self.system.cfg
-        child.call("build", size=cfg.num_slots, size_swa=cfg.num_swa_slots,
-                   sliding_window_size=cfg.sliding_window_size)
-        self.state: UnifiedSwaState = self.system.initial_states()[0]
+        (self.state,) = self.system.initial_states()
+        self.idle = False
+
+    def call(self, op: str, action: Any) -> Any:
+        self.transition(op, action)
+        return [summary(*call) for call in self.system.calls]
+
+    def observe(self) -> dict[str, Any]:
+        t, a = self.state.tree, self.state.allocator
+        return {"nodes": [{"path": list(n.path), "full_value": list(n.full_value), "full_lock_ref": n.full_lock_ref,
+                           "swa_lock_ref": n.swa_lock_ref, "swa_len": None if n.swa_value is None else len(n.swa_value)}
+                          for n in t.nodes],
+                "sizes": {"full_available": len(a.full_free), "swa_available": len(a.swa_free),
+                          "full_evictable": t.full_evictable_size, "full_protected": t.full_protected_size,
+                          "swa_evictable": t.swa_evictable_size, "swa_protected": t.swa_protected_size}}
+
+
+class RealSide:
+    """The real tree in the child, making each call the model's step made (`model.system.calls`, the step the
+    engine has just taken on the model side) with the model's slots and uuids named as the real ones the same
+    allocation and lock answered; its answers and tree read back in the model's names."""
+
+    def __init__(self, child: Any, model: ModelSide) -> None:
+        cfg = model.system.cfg
+        self.child, self.model = child, model
+        child.call("build", size=cfg.num_slots, size_swa=cfg.num_swa_slots, sliding_window_size=cfg.sliding_window_size)
         self.slots: dict[int, int] = {}  # model full slot -> real full slot
         self.uuids: dict[int, int] = {}  # model uuid (this step's numbering) -> real uuid
         self.real: dict = child.call("dump")
 
-    def run(self, actions: Iterable[tuple]) -> list[dict[str, str | None]]:
-        """Step both through `actions`; after each, the model's lock invariants read on the real tree."""
-        verdicts = []
-        for i, action in enumerate(actions):
-            self.state = self.system.step(self.state, action)
-            for call in self.system.calls:
-                self._replay(i, action, *call)
-            self.real = self.child.call("dump")
-            self._compare(i, action)
-            verdicts.append(self.verdicts())
-        return verdicts
+    def _named(self, real: Iterable[int]) -> list[Any]:
+        names = {v: k for k, v in self.slots.items()}
+        return [names.get(x, f"real slot {x}") for x in real]
+
+    def call(self, op: str, action: Any) -> Any:
+        out = [self._replay(*call) for call in self.model.system.calls]
+        self.real = self.child.call("dump")
+        # the model's next step numbers its uuids in path order: follow them to the real ones the nodes carry
+        self.uuids = {n.swa_uuid: r["swa_uuid"] for n, r in zip(self.model.state.tree.nodes, self.real["nodes"])
+                      if n.swa_uuid is not None and tuple(r["path"]) == n.path}
+        return out
+
+    def _replay(self, op: str, args: tuple, answer: Any) -> Any:
+        c, slot = self.child, self.slots
+        if op == "alloc":
+            real = c.call("alloc", n=args[0])
+            if real is not None and answer is not None and len(real) == len(answer):
+                slot.update(zip(answer, real))
+            return [op, None if real is None else self._named(real)]
+        if op == "free":
+            c.call("free", indices=[slot[s] for s in args[0]])
+            return [op, list(args[0])]
+        if op == "match_prefix":
+            real = c.call("match", tokens=list(args[0]))
+            return [op, self._named(real["indices"]), real["node"]]
+        if op == "insert":
+            tokens, value, prev = args
+            return [op, c.call("insert", tokens=list(tokens), indices=[slot[s] for s in value[:len(tokens)]],
+                               prev_prefix_len=prev)["prefix_len"]]
+        if op == "inc_lock_ref":
+            got = c.call("lock", node=list(args[0]))
+            if answer is not None and got is not None:
+                self.uuids[answer] = got
+            return [op, got is not None]
+        if op == "dec_lock_ref":
+            node, uuid, *skip = args
+            c.call("unlock", node=list(node), swa_uuid_for_lock=self._uuid(uuid), skip_swa=bool(skip and skip[0]))
+            return [op, list(node)]
+        if op == "evict":
+            real = c.call("evict", num_tokens=args[0], swa_num_tokens=args[1])
+            return [op, [real["full"], real["swa"]]]
+        return [op, c.call("release_window", node=list(args[0]), swa_uuid_for_lock=self._uuid(args[1]))]
 
     def _uuid(self, uuid: Any) -> Any:
         return None if uuid is None else self.uuids.get(uuid, 0)
 
-    def _replay(self, i: int, action: tuple, op: str, args: tuple, answer: Any) -> None:
-        c, slot = self.child, self.slots
-        if op == "alloc":
-            real = c.call("alloc", n=args[0])
-            if (real is None) != (answer is None) or (real and len(real) != len(answer)):
-                raise Diverged(f"step {i} {action}: alloc({args[0]}): model {answer}, real {real}")
-            slot.update(zip(answer or (), real or ()))
-            return
-        if op == "free":
-            c.call("free", indices=[slot[s] for s in args[0]])
-            return
-        if op == "match_prefix":
-            real = c.call("match", tokens=list(args[0]))
-            got, want = (real["indices"], real["node"]), ([slot[s] for s in answer[0]], list(answer[1]))
-        elif op == "insert":
-            tokens, value, prev = args
-            got = c.call("insert", tokens=list(tokens), indices=[slot[s] for s in value[:len(tokens)]],
-                         prev_prefix_len=prev)["prefix_len"]
-            want = answer
-        elif op == "inc_lock_ref":
-            got = c.call("lock", node=list(args[0]))
-            if answer is not None and got is not None:
-                self.uuids[answer] = got
-            want = got if (answer is None) == (got is None) else answer
-        elif op == "dec_lock_ref":
-            node, uuid, *skip = args
-            got = want = c.call("unlock", node=list(node), swa_uuid_for_lock=self._uuid(uuid),
-                                skip_swa=bool(skip and skip[0]))
-        elif op == "evict":
-            real = c.call("evict", num_tokens=args[0], swa_num_tokens=args[1])
-            got, want = (real["full"], real["swa"]), tuple(answer)
-        else:  # release_window
-            got, want = c.call("release_window", node=list(args[0]), swa_uuid_for_lock=self._uuid(args[1])), answer
-        if got != want:
-            raise Diverged(f"step {i} {action}: {op}{args}: model {want}, real {got}")
+    def observe(self) -> dict[str, Any]:
+        r = self.real
+        return {"nodes": [{"path": n["path"], "full_value": self._named(n["full_value"]),
+                           "full_lock_ref": n["full_lock_ref"], "swa_lock_ref": n["swa_lock_ref"],
+                           "swa_len": None if n["swa_value"] is None else len(n["swa_value"])} for n in r["nodes"]],
+                "sizes": {k: r[k] for k in ("full_available", "swa_available", "full_evictable", "full_protected",
+                                            "swa_evictable", "swa_protected")}}
 
-    def _compare(self, i: int, action: tuple) -> None:
-        model = [self._node_view(n) for n in self.state.tree.nodes]
-        real = [{k: r[k] for k in ("path", "full_value", "full_lock_ref", "swa_lock_ref")} |
-                {"swa_len": None if r["swa_value"] is None else len(r["swa_value"])} for r in self.real["nodes"]]
-        t, a = self.state.tree, self.state.allocator
-        sizes = {"full_available": len(a.full_free), "swa_available": len(a.swa_free),
-                 "full_evictable": t.full_evictable_size, "full_protected": t.full_protected_size,
-                 "swa_evictable": t.swa_evictable_size, "swa_protected": t.swa_protected_size}
-        real_sizes = {k: self.real[k] for k in sizes}
-        if model != real or sizes != real_sizes:
-            raise Diverged(f"step {i} {action}: model {model} {sizes}, real {real} {real_sizes}")
-        # the model's next step numbers its uuids in path order: follow them to the real ones the nodes carry
-        self.uuids = {n.swa_uuid: r["swa_uuid"] for n, r in zip(self.state.tree.nodes, self.real["nodes"])
-                      if n.swa_uuid is not None}
 
-    def _node_view(self, n: NodeState) -> dict:
-        return {"path": list(n.path), "full_value": [self.slots[s] for s in n.full_value],
-                "full_lock_ref": n.full_lock_ref, "swa_lock_ref": n.swa_lock_ref,
-                "swa_len": None if n.swa_value is None else len(n.swa_value)}
+def sides(ctx: Context, start: dict[str, Any]) -> tuple[ModelSide, RealSide]:
+    model = ModelSide(ctx.variant.name, start)
+    return model, RealSide(ctx.child, model)
 
-    def verdicts(self) -> dict[str, str | None]:
-        """The model's lock invariants on the model's state with the real tree's lock counts in its nodes."""
-        real = {tuple(r["path"]): r for r in self.real["nodes"]}
-        nodes = tuple(n._replace(full_lock_ref=real[n.path]["full_lock_ref"],
-                                 swa_lock_ref=real[n.path]["swa_lock_ref"]) for n in self.state.tree.nodes)
-        state = self.state._replace(tree=self.state.tree._replace(
-            nodes=nodes, full_protected_size=self.real["full_protected"],
-            full_evictable_size=self.real["full_evictable"]))
+
+def verdicts_on_real(child: Any, variant: str, program: Iterable[tuple], values: dict | None = None) \
+        -> list[dict[str, str | None]]:
+    """The model's lock invariants after each action of `program`, read on the model's state with the real tree's
+    lock counts and sizes in it (both sides stepped as the lockstep steps them; a divergence raises)."""
+    model = ModelSide(variant, dict(values or {}))
+    real = RealSide(child, model)
+    verdicts = []
+    for i, action in enumerate(program):
+        seen = [model.call("step", action), real.call("step", action)]
+        if seen[0] != seen[1] or model.observe() != real.observe():
+            raise AssertionError(f"step {i} {action}: model {seen[0]} {model.observe()}, real {seen[1]} "
+                                 f"{real.observe()}")
+        nodes = {tuple(r["path"]): r for r in real.real["nodes"]}
+        tree = model.state.tree
+        state = model.state._replace(tree=tree._replace(
+            nodes=tuple(n._replace(full_lock_ref=nodes[n.path]["full_lock_ref"],
+                                   swa_lock_ref=nodes[n.path]["swa_lock_ref"]) for n in tree.nodes),
+            full_protected_size=real.real["full_protected"], full_evictable_size=real.real["full_evictable"]))
         names = ("lock_order", "full_lock_refs", "swa_lock_within_window")
-        return {i.name: i.check(state) for i in self.system.invariants if i.name in names}
+        verdicts.append({i.name: i.check(state) for i in model.system.invariants if i.name in names})
+    return verdicts
+
+
+def skip(ctx: Context) -> tuple[str, str] | None:
+    version = release_tuple(ctx.source.version)
+    if version is None or version > release_tuple(LAST):  # type: ignore[operator]
+        return ("skipped", f"{ctx.source.label}: the driver's unified cache is 0.5.13's and 0.5.14's (the releases "
+                           f"across #28161); later releases are not run yet")
+    return None
+
+
+LOCKSTEP = Lockstep(
+    installed=DRIVER,
+    skip=skip,
+    start=lambda ctx: st.sampled_from(CONFIGS),
+    sides=sides,
+    operations=(Operation("step", lambda view: view.enabled()),),  # one of the actions the model enables
+    steps=STEPS,
+)
