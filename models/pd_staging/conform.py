@@ -68,9 +68,12 @@ def _torch_path_survivors(kind: str) -> tuple[Survivor, ...]:
           for original in ("num_tokens, num_heads", "num_heads, head_dim")),
         Survivor(KERNEL_CHECKED[kind, "torch"][0], "arguments", "k_buffers, v_buffers", SAME_DEVICE,
                  line="_check_kv_on_staging_device("))
-    if kind == "gather":
-        return shared
-    return shared + (
+    return shared if kind == "gather" else shared + _writer_count(launcher)
+
+
+def _writer_count(launcher: str) -> tuple[Survivor, ...]:
+    """The scatter launchers' writer count (`num_writers`), alike on both paths."""
+    return (
         Survivor(launcher, "comparison", ">", "the P_tp > D_tp branch taken at P_tp == D_tp too: P_tp // D_tp is one "
                  "writer there, as the other branch says", line="if prefill_attn_tp_size > decode_attn_tp_size:"),
         Survivor(launcher, "division", "prefill_attn_tp_size // max(1, decode_attn_tp_size)", WHOLE_QUOTIENT),
@@ -85,10 +88,26 @@ INT_VIEW = ("the element-size -> integer-dtype map's key 2 made 3: a 2-byte pool
             "torch.int16, the same view")
 
 
+HEADS = "_, num_heads, _, _ = compute_head_slice_params("
+SYMMETRIC_HEADS = ("the writers' head count, the one value read of compute_head_slice_params, is "
+                   "max(1, H // max(P_tp, D_tp)): the same with the two TP sizes swapped")
+ANY_RANK = "the writers' head count does not depend on the ranks (every writer sends as many heads)"
+
+
 def _triton_path_survivors(kind: str) -> tuple[Survivor, ...]:
     """The equivalent mutants of a Triton path (all of its mutants run, `--mutants 0`)."""
     dispatcher, launcher, kernel = KERNEL_CHECKED[kind, "triton"]
-    return (
+    scatter = () if kind == "gather" else _writer_count(launcher) + (
+        Survivor(launcher, "arguments", "prefill_attn_tp_size,\n        decode_attn_tp_size", SYMMETRIC_HEADS,
+                 line=HEADS),
+        Survivor(launcher, "constant", "0", ANY_RANK, replacement="1", line=HEADS),
+        Survivor(launcher, "arguments", "0,\n        dst_tp_rank", ANY_RANK, line=HEADS),
+        Survivor(launcher, "bound", "num_writers", "one writer offset more than the grid's writers: the kernel never "
+                 "reads it", replacement="(num_writers) + 1", line="for wr in range(num_writers)"),
+        Survivor(launcher, "constant", "2", "the staging view's length halved: the kernel addresses the staging "
+                 "storage by pointer and offset, never the view's length", replacement="1",
+                 line="num_tokens * elems_per_token * dtype_size * num_layers * 2 * num_writers"))
+    return scatter + (
         Survivor(kernel, "constant", "0", MASKED_INDEX, replacement="1",
                  line="page_val = tl.load(page_indices + page_id, mask=mask, other=0)"),
         Survivor(launcher, "constant", "2", INT_VIEW, replacement="3",
