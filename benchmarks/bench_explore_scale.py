@@ -45,19 +45,16 @@ import json
 import os
 import platform
 import shutil
-import sys
 import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-
-from kvsim.app import catalog  # noqa: E402
-from kvsim.engine.descriptor import RunSpec  # noqa: E402
-from kvsim.engine.explore import ExploreOptions, explore  # noqa: E402
-from kvsim.engine.explore.checkpoint import CheckpointDir  # noqa: E402
-from kvsim.engine.explore.parallel import explore_parallel  # noqa: E402
+from kvsim.app import catalog
+from kvsim.engine.descriptor import RunSpec
+from kvsim.engine.explore import ExploreOptions, explore
+from kvsim.engine.explore.checkpoint import CheckpointDir
+from kvsim.engine.explore.parallel import explore_parallel
 
 CONFIGS = (
     ("swa-budget 6 requests", "swa-budget", "fixed",

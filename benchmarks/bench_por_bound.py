@@ -15,15 +15,11 @@ real reduction of this kind could at best leave. The scale issue's closing note 
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 import time
 from collections import deque
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-
-from kvsim.app import catalog  # noqa: E402
-from kvsim.engine.descriptor import RunSpec  # noqa: E402
+from kvsim.app import catalog
+from kvsim.engine.descriptor import RunSpec
 
 
 def reachable(system, reduce: bool, limit: int) -> tuple[int, int, bool]:

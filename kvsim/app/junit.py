@@ -103,8 +103,9 @@ def repro(results: Sequence[Any], not_run: Sequence[str], seed: int, stopped: st
 
 
 def explore(doc: Mapping[str, Any], args: Any, given: Mapping[str, Any], liveness: str | None) -> ET.Element:
-    """`kvsim explore` (its --json document): one testcase per invariant, and one for the hang search
-    (`liveness`: its name, None with --no-liveness). One search checks them all: each testcase's time is an
+    """`kvsim explore` (its --json document): one testcase per invariant, one for the hang search
+    (`liveness`: its name, None with --no-liveness) and one per reachability declaration (`sometimes NAME`: a
+    failure where a complete search never met it). One search checks them all: each testcase's time is an
     equal share of the search's. Checks a bound cut short without a violation are skipped (nothing proved)."""
     doc = to_jsonable(doc)
     classname = _classname(doc["model"], doc["variant"])
@@ -113,7 +114,8 @@ def explore(doc: Mapping[str, Any], args: Any, given: Mapping[str, Any], livenes
     violations = {v["property"]: v for v in doc["violations"]}
     names += [n for n in violations if n not in names]
     command = explore_command(doc["model"], doc["variant"], given, args)
-    share = doc["seconds"] / max(len(names), 1)
+    reach = doc.get("reachability", [])
+    share = doc["seconds"] / max(len(names) + len(reach), 1)
     cases = []
     for name in names:
         case = Case(name, classname, share)
@@ -128,6 +130,16 @@ def explore(doc: Mapping[str, Any], args: Any, given: Mapping[str, Any], livenes
             case.outcome = "skipped"
             case.message = (f"INCOMPLETE: {stopped_by(doc['bound_hit'])} stopped the search before every reachable "
                             "state was seen; nothing was found, and nothing is proved")
+        cases.append(case)
+    for r in reach:
+        case = Case(f"sometimes {r['name']}", classname, share)
+        if r["status"] == "unreached":
+            case.outcome, case.kind = "failure", "unreached"
+            case.message = f"sometimes {r['name']}: no reachable state satisfies it ({r['doc']})"
+            case.text = f"{case.message}\nreplay: {command}"
+        elif not r["reached"]:
+            case.outcome = "skipped"
+            case.message = f"sometimes {r['name']}: not reached within the bound ({stopped_by(doc['bound_hit'])})"
         cases.append(case)
     return suite(f"kvsim explore {doc['model']}", cases,
                  {"variant": doc["variant"], "params": doc["params"], "states": doc["states"],

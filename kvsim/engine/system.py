@@ -8,7 +8,10 @@ driver such as a timed simulation learns that from the system instead of
 diffing two states. `step` stays the explorer's entry point. Invariants are
 named checks that return None when they hold and a message when they do not:
 the explorer calls them on every reached state, so they stay exception-free
-in the common case.
+in the common case. Reachability declarations (`Sometimes`) are named predicates
+some reachable state must satisfy: a room that succeeds, a block that is evicted; a
+search that never meets one says the model may be over-constrained (its invariants
+may hold vacuously).
 """
 
 from __future__ import annotations
@@ -29,12 +32,29 @@ class Invariant(Generic[S]):
     doc: str = ""
 
 
+@dataclass(frozen=True)
+class Sometimes(Generic[S]):
+    """A reachability declaration (stateright's "sometimes" property): some reachable state satisfies `check`.
+
+    The explorer asks it of every state it reaches until one says True, then never again; a complete search
+    that met none reports it unreached. With `step`, `check(state, action, successor)` is asked of every
+    transition instead: an event a state does not record (a cached block evicted, a request resumed) is a
+    step that some path must take. Like an invariant it is asked of a symmetry's representative, so it must
+    not tell interchangeable rooms, requests or blocks apart."""
+
+    name: str
+    check: Callable[..., bool]
+    doc: str = ""
+    step: bool = False
+
+
 class TransitionSystem(Protocol[S, A]):
     """What a model provides: its name and variant record, its invariants, its initial states, the actions
     enabled in a state (in a deterministic order), the step an action takes, and which states are done.
 
     Optional, found by name where a driver wants them: `liveness` (the name of the "every room concludes"
-    goal, else "liveness"), `transition(state, action) -> (state, effects)` (see `transition` below),
+    goal, else "liveness"), `sometimes` (its `Sometimes` declarations: states some path must reach),
+    `transition(state, action) -> (state, effects)` (see `transition` below),
     `canonical(state)` (one representative per orbit of its symmetries, `kvsim.engine.symmetry`) and
     `encode_state(state) -> bytes` (the text a fingerprint is taken of, where `repr` would lose a distinction).
     """
@@ -50,6 +70,20 @@ class TransitionSystem(Protocol[S, A]):
     def step(self, state: S, action: A) -> S: ...
 
     def done(self, state: S) -> bool: ...
+
+
+def sometimes(system: Any) -> tuple[Sometimes[Any], ...]:
+    """The system's reachability declarations (none where it declares no `sometimes`)."""
+    return tuple(getattr(system, "sometimes", ()))
+
+
+def taking(system: Any, state: Any, check: Callable[[Any, Any, Any], bool]) -> Any:
+    """The first action enabled in `state` whose step `check(state, action, successor)` accepts (a step
+    `Sometimes`'s last move on a path), or None."""
+    for action in system.enabled(state):
+        if check(state, action, system.step(state, action)):
+            return action
+    return None
 
 
 def flag(state: Any, name: str, message: str) -> Any:

@@ -53,7 +53,7 @@ from typing import ClassVar, NamedTuple, Sequence
 from kvsim.engine.actions import Rules, tagged, type_table
 from kvsim.engine.errors import ConfigError
 from kvsim.engine.params import param
-from kvsim.engine.system import Invariant
+from kvsim.engine.system import Invariant, Sometimes
 
 from . import symmetry
 from .kv_cache_manager import KVCacheManager, ManagerState, Request, cdiv
@@ -155,6 +155,15 @@ class ProducerSchedulerSystem:
                       "the KV a producer hands the connector holds no position whose MTP-layer KV was computed from "
                       "unverified draft tokens (the last lookahead - 1 prompt positions)"),
             all_free_when_done(DONE),
+        )
+        self.sometimes = (
+            Sometimes("a_producer_hands_its_blocks", lambda s: any(r.status == SENDING and r.handed
+                                                                    for r in s.requests),
+                      "request_finished hands the connector a finished producer's blocks"),
+            Sometimes("a_preemption_races_an_output", lambda s: any(r.stale for r in s.requests),
+                      "a request is preempted with its output in flight (#50297's race)"),
+            Sometimes("a_delivery_frees_the_blocks", lambda s, a, t: type(a) is Deliver,
+                      "finished_sending: the decode side read the blocks, they are freed", step=True),
         )
 
     # -- the contract ----------------------------------------------------------------------------------------

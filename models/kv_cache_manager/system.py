@@ -43,7 +43,7 @@ from typing import ClassVar, NamedTuple
 from kvsim.engine.actions import Rules
 from kvsim.engine.errors import ConfigError
 from kvsim.engine.params import param
-from kvsim.engine.system import Invariant, flag, flagged
+from kvsim.engine.system import Invariant, Sometimes, flag, flagged
 
 from . import checks, symmetry
 from .actions import Allocated, Decode, Deferred, Events, Finish, Freed, Preempt, Reset, ResetDone, Schedule
@@ -149,6 +149,14 @@ class CacheManagerSystem:
             Invariant("no_block_outside_window", flagged("no_block_outside_window"),
                       "after an allocation a sliding-window or Mamba group holds no block wholly before its window"),
         )
+        self.sometimes = (
+            Sometimes("a_cached_block_is_evicted", lambda s, a, t: type(a) is not Reset and _uncached(s, t),
+                      "an allocation takes a cached block from the free queue: its hash leaves the cache", step=True),
+            Sometimes("a_preempted_request_resumes", self._resumes,
+                      "a preempted request is scheduled again (recomputed from token 0)", step=True),
+            Sometimes("two_requests_share_a_block", lambda s: any(n >= 2 for n in s.manager.pool.refs),
+                      "a prefix hit: two running requests hold one cached block"),
+        )
 
     # -- the contract ----------------------------------------------------------------------------------------
     def initial_states(self) -> tuple[CacheState, ...]:
@@ -251,6 +259,14 @@ class CacheManagerSystem:
         """A step's blocks as ids: group 0's alone for one group, else one tuple per group."""
         ids = tuple(tuple(b.block_id for b in group) for group in blocks)
         return ids[0] if len(m.groups) == 1 else ids
+
+    # -- reachability ----------------------------------------------------------------------------------------
+    def _resumes(self, s: CacheState, a: tuple, t: CacheState) -> bool:
+        """`a` schedules a preempted request (waiting with outputs) and it runs (or finishes) again."""
+        if type(a) is not Schedule:
+            return False
+        req = s.requests[a.req]
+        return req.status == WAITING and len(req.token_ids) > self.cfg.prompt_len and t.requests[a.req].status != WAITING
 
     # -- invariants ------------------------------------------------------------------------------------------
     def _tables(self, s: CacheState) -> str | None:
@@ -372,3 +388,9 @@ def _reset(self: CacheManagerSystem, s: CacheState, a: Reset, m: KVCacheManager,
            ch: dict) -> None:
     fx.append(ResetDone(m.reset_prefix_cache()))
     ch["resets_left"] = s.resets_left - 1
+
+
+def _uncached(s: CacheState, t: CacheState) -> bool:
+    """Some hash cached in `s` is not in `t`."""
+    after = {h for h, _ in t.manager.pool.cached}
+    return any(h not in after for h, _ in s.manager.pool.cached)

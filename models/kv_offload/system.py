@@ -27,12 +27,13 @@ from typing import NamedTuple
 from kvsim.engine.errors import ConfigError
 from kvsim.engine.params import param
 from kvsim.engine.actions import Rules
-from kvsim.engine.system import Invariant
+from kvsim.engine.system import Invariant, Sometimes
 
 from . import checks
 from .actions import (CompleteLoad, CompleteStore, Events, Finish, Load, Loaded, NothingToStore, Reset, Stats,
                       Store, Stored, StoreRefused, Touch)
 from .manager import CPUOffloadingManager, ManagerState
+from .policies import thaw_policy
 from .status import CPUOffloadingMetrics, LookupResult
 from .variants import FIXED, OffloadVariant
 
@@ -104,6 +105,19 @@ class OffloadSystem:
             Invariant("failed_store_recovers", _fault("failed_store_recovers"), "3.3 item 6: a failed store's "
                       "keys miss, their slots are free, other chunks unchanged"),
         )
+        self.sometimes = (
+            Sometimes("a_store_completes", lambda s: any(c.ref_cnt >= 0 for c in self._resident(s).values()),
+                      "a stored key is ready (complete_store succeeded)"),
+            Sometimes("a_cached_key_is_evicted", lambda s, a, t: type(a) is Store and any(
+                c.ref_cnt == 0 and k not in self._resident(t) for k, c in self._resident(s).items()),
+                "prepare_store evicts a ready key to make room", step=True),
+            Sometimes("a_load_hits", lambda s: any(j.load for j in s.jobs),
+                      "prepare_load finds a ready prefix and loads it"),
+        )
+
+    def _resident(self, s: OffloadState) -> dict:
+        """The keys the cache policy holds, with their chunk status (ref_cnt -1: write pending)."""
+        return thaw_policy(s.manager.policy, self.cfg.num_chunks).resident()
 
     # -- the contract ----------------------------------------------------------------------------
     def manager(self, state: ManagerState | None = None) -> CPUOffloadingManager:

@@ -24,7 +24,7 @@ from typing import NamedTuple
 
 from kvsim.engine.actions import tagged, type_table
 from kvsim.engine.params import param
-from kvsim.engine.system import Invariant
+from kvsim.engine.system import Invariant, Sometimes
 
 from .capabilities import CAPABILITIES, PlanContract
 from .contract import InputContract, planned_run, validate_run
@@ -122,6 +122,15 @@ class WrapperSystem:
                       "run() probes no backend and dispatches to the live one"),
             Invariant("graph_plan_stable", self._graph_stable,
                       "in CUDA-graph mode a committed backend without graph re-plan support stays live"),
+        )
+        self.sometimes = (
+            Sometimes("a_replan_replaces_a_live_plan", lambda s: s.committed >= 2,
+                      "a second plan() succeeds over a live one"),
+            Sometimes("a_failed_plan_leaves_a_live_one", lambda s: s.pending is None and 1 <= s.committed < s.plans,
+                      "the last plan() failed while an earlier one is live (#4031's window)"),
+            Sometimes("a_run_follows_a_failed_plan",
+                      lambda s, a, t: type(a) is Run and s.pending is None and 1 <= s.committed < s.plans,
+                      "run() is called after a failed re-plan, over the plan left live", step=True),
         )
 
     def initial_states(self) -> tuple[WrapperState, ...]:

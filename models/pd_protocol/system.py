@@ -32,7 +32,7 @@ from bisect import bisect_left, insort
 from typing import NamedTuple
 
 from kvsim.engine.actions import Rules
-from kvsim.engine.system import Invariant
+from kvsim.engine.system import Invariant, Sometimes
 
 from . import rooms as R
 from .symmetry import room_symmetry
@@ -116,6 +116,13 @@ class PdProtocol:
             Invariant("no_resurrection", self._no_resurrection, "P2: nothing recreates a cleared room"),
             Invariant("peer_death_fails_unfinished_rooms", self._peer_death,
                       "P5: max_failures missed heartbeats fail every non-Success decode room"),
+        )
+        # P1, P2 and P5 speak of rooms that succeed, fail and are cleared: some path must make each
+        self.sometimes = (
+            Sometimes("a_room_succeeds", lambda s: any(d == KVPoll.Success for d in s.decode),
+                      "a decode room reports Success"),
+            Sometimes("a_room_fails", lambda s: any(p.failed for p in s.prefill), "a prefill room turns Failed"),
+            Sometimes("a_room_is_cleared", lambda s: any(p.cleared for p in s.prefill), "clear() drops a room"),
         )
 
     # -- contract -----------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvsim.engine.system import Invariant, flag, flagged
+from kvsim.engine.system import Invariant, Sometimes, flag, flagged
 
 from . import data
 from ..pd_common.status import KVPoll
@@ -24,6 +24,18 @@ FLAGGED = ("slot_writes_within_size", "scatter_after_all_writers", "unaligned_pr
 def _cells(bad: list[tuple[int, int, int]]) -> str:
     return ", ".join(f"token {t} head {h}: {data.describe_cell(c)}" for t, h, c in bad[:3]) + (
         f" (+{len(bad) - 3} more)" if len(bad) > 3 else "")
+
+
+def reachable() -> tuple[Sometimes, ...]:
+    """What some path must reach, or the invariants hold vacuously: a room concludes either way, a chunk is staged."""
+    return (
+        Sometimes("a_room_succeeds", lambda s: any(d.status == KVPoll.Success for d in s.decode),
+                  "a decode room concludes Success: every chunk staged, scattered and acknowledged"),
+        Sometimes("a_room_fails", lambda s: any(d.status == KVPoll.Failed for d in s.decode),
+                  "a decode room concludes Failed (a fault, an abort or a timeout)"),
+        Sometimes("a_chunk_is_staged", lambda s: bool(s.owners),
+                  "the staging ring holds a live allocation for a room's chunk"),
+    )
 
 
 def invariants(system: Any) -> tuple[Invariant, ...]:

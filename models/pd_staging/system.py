@@ -52,7 +52,7 @@ from __future__ import annotations
 from functools import cached_property
 
 from kvsim.engine.actions import Rules
-from kvsim.engine.system import Invariant
+from kvsim.engine.system import Invariant, Sometimes
 
 from . import checks
 from . import data
@@ -86,6 +86,7 @@ class PdStaging(PrefillSide, DecodeSide):
         # the deferred decode KV release: the release's mechanism and its environment switch
         self.deferred_release = variant.deferred_decode_kv_release and config.deferred_release
         self.invariants: tuple[Invariant, ...] = checks.invariants(self)
+        self.sometimes: tuple[Sometimes, ...] = checks.reachable()
 
     # -- contract -----------------------------------------------------------------------------
     def initial_states(self) -> tuple[StagingState, ...]:

@@ -15,12 +15,27 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvsim.engine.system import Invariant, flag, flagged
+from kvsim.engine.system import Invariant, Sometimes, flag, flagged
 
 from .status import TERMINAL_SESSION, LlmRequestState, TaskStatus, is_completed, tx_status
 
 S = LlmRequestState
 FLAGGED = ("rx_resolves_task", "S9_outcome_stable", "E2_cancel_true_once")
+
+
+def reachable() -> tuple[Sometimes, ...]:
+    """What some path must reach, or the invariants hold vacuously: a transfer ends either way, pages come back."""
+    return (
+        Sometimes("a_transfer_completes",
+                  lambda s: any(rx.state == LlmRequestState.DISAGG_GENERATION_TRANS_COMPLETE for rx in s.rx),
+                  "a receive session completes: every rank's final slice and aux result counted"),
+        Sometimes("a_transfer_fails", lambda s: any(rx.state == LlmRequestState.DISAGG_TRANS_ERROR for rx in s.rx),
+                  "a receive session ends in error"),
+        Sometimes("context_pages_released", lambda s: any(q.freed for q in s.reqs),
+                  "a request's context pages go back (once: E1)"),
+        Sometimes("receiver_pages_released", lambda s: any(rx.releases for rx in s.rx),
+                  "a receive session's destination pages go back to the free list"),
+    )
 
 
 def invariants(system: Any) -> tuple[Invariant, ...]:

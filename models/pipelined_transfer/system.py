@@ -47,7 +47,7 @@ emits no slice (covers no block, or every group deferred) already registers an e
 from __future__ import annotations
 
 from kvsim.engine.actions import Rules
-from kvsim.engine.system import Invariant
+from kvsim.engine.system import Invariant, Sometimes
 
 from . import checks
 from .chunks import MASKED
@@ -94,6 +94,7 @@ class PipelinedTransfer:
         self.page_block = 0 if config.shared_pool else config.cells_per_rank
         self._canonical = symmetry.Canonical(self.page_block, self.k)
         self.invariants: tuple[Invariant, ...] = checks.invariants(self)
+        self.sometimes: tuple[Sometimes, ...] = checks.reachable()
 
     # -- contract -----------------------------------------------------------------------------
     def initial_states(self) -> tuple[PtState, ...]:

@@ -31,7 +31,7 @@ from typing import NamedTuple
 from kvsim.engine.actions import Rules, tagged, type_table
 from kvsim.engine.errors import ConfigError
 from kvsim.engine.params import param
-from kvsim.engine.system import Invariant, flag, flagged
+from kvsim.engine.system import Invariant, Sometimes, flag, flagged
 
 from . import checks, common
 from .allocator import AllocatorState, PagedTokenToKVPoolAllocator
@@ -114,6 +114,14 @@ class RadixCacheSystem(RequestLoop):
             Invariant("lock_ref_never_negative", flagged("lock_ref_never_negative"),
                       "dec_lock_ref never takes a count below 0"),
         )
+        self.sometimes = (
+            Sometimes("a_prefix_hit", self._hits, "admit matches a cached prefix of the request's prompt", step=True),
+            Sometimes("a_cached_prefix_is_evicted", lambda s, a, t: _cached_tokens(t.tree) < _cached_tokens(s.tree),
+                      "evict frees cached pages (the tree holds fewer tokens after the step)", step=True),
+            Sometimes("a_request_finishes_and_is_cached",
+                      lambda s: any(r.status == FINISHED for r in s.requests) and bool(s.tree.nodes),
+                      "a finished request's KV is left in the tree (release_kv_cache with checkpoint)"),
+        )
 
     # -- the contract ------------------------------------------------------------------------------------------
     def initial_states(self) -> tuple[RadixState, ...]:
@@ -144,6 +152,10 @@ class RadixCacheSystem(RequestLoop):
         for name, message in found:
             after = flag(after, name, message)
         return after, tuple(fx)
+
+    def _hits(self, s: RadixState, a: tuple, t: RadixState) -> bool:
+        """`a` admits a request whose match found cached pages (its `Admitted` effect's prefix)."""
+        return type(a) is Admit and any(type(e) is Admitted and e.prefix_len for e in self.transition(s, a)[1])
 
     # -- the model's side of a request --------------------------------------------------------------------------
     def req(self, s: RadixState, r: int, tree: RadixCache) -> common.Req:
@@ -269,3 +281,8 @@ def _retract(self: RadixCacheSystem, s: RadixState, a: Retract, tree: RadixCache
     common.release_kv_cache(tree, alloc, req, checkpointed=False)
     fx.append(Released(a.req, False))
     requests[a.req] = RequestState(WAITING, tuple(req.output_ids), (), 0, None)
+
+
+def _cached_tokens(tree: TreeState) -> int:
+    """Tokens the tree holds (a split keeps them; only an eviction takes some away)."""
+    return sum(node.key_len for node in tree.nodes)

@@ -24,7 +24,7 @@ from typing import NamedTuple
 from kvsim.engine.errors import ConfigError, check_int
 from kvsim.engine.actions import tagged, type_table
 from kvsim.engine.params import param
-from kvsim.engine.system import Invariant, flag, flagged
+from kvsim.engine.system import Invariant, Sometimes, flag, flagged
 
 from .resume import FIXED, RetractedReq, SwaVariant, held_pages, physical_pages, resume_retracted_reqs
 
@@ -121,6 +121,16 @@ class SwaScheduler:
                       "free + held pages equal the pool size, in both pools"),
             Invariant("requests_accounted", self._accounted,
                       "every request is pending, running, retracted or finished, exactly once"),
+        )
+        # what the invariants above are about must happen: retraction under pressure, a FIFO queue, a resume
+        self.sometimes = (
+            Sometimes("a_request_is_retracted", lambda s: bool(s.retracted),
+                      "memory pressure retracts a running request"),
+            Sometimes("two_requests_wait_retracted", lambda s: len(s.retracted) >= 2,
+                      "the retracted queue holds two requests (its FIFO order matters)"),
+            Sometimes("a_retracted_request_resumes",
+                      lambda s, a, t: a[0] == RESUME and not t.flags and len(t.retracted) < len(s.retracted),
+                      "resume_retracted_reqs takes a retracted request back", step=True),
         )
 
     # -- the contract -------------------------------------------------------------------

@@ -227,8 +227,8 @@ def test_explore_violation_bound_and_saved_path(schema, tmp_path, capsys):
     root = _read(schema, out)
     cases = _cases(root)
     liveness = RunSpec.resolve(catalog.models().model("swa-budget"), "pre_af7c62e").system().liveness
-    names = list(doc["coverage"]["invariants"]) + [liveness]
-    assert sorted(c.get("name") for c in cases.values()) == sorted(names)
+    names = list(doc["coverage"]["invariants"]) + [liveness] + [f"sometimes {r['name']}" for r in doc["reachability"]]
+    assert len(doc["reachability"]) == 3 and sorted(c.get("name") for c in cases.values()) == sorted(names)
     (v,) = doc["violations"]
     failure = cases[f"kvsim.swa-budget.pre_af7c62e::{v['property']}"].find("failure")
     assert failure.get("message") == v["message"] and failure.get("type") == v["kind"]

@@ -32,8 +32,9 @@ def outcome(result, with_paths: bool = True) -> tuple:
     if not with_paths:  # workers report the same violations; ties in depth come in an order that follows hashing
         violations.sort()
     assert sum(result.levels) == result.states and len(result.levels) == result.depth + 1
+    reached = [(r.name, r.status, r.depth, r.trace if with_paths else None) for r in result.reachability]
     return (result.states, result.transitions, result.depth, result.hang_states, violations,
-            result.coverage.to_json(), result.bound_hit, result.levels)
+            result.coverage.to_json(), result.bound_hit, result.levels, reached)
 
 
 def run_of(model: str, variant: str) -> RunSpec:

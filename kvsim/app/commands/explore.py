@@ -9,7 +9,7 @@ from ... import __version__
 from ...engine.canon import canonical_json
 from ...engine.descriptor import ModelDescriptor, RunSpec
 from ...engine.errors import ConfigError
-from ...engine.explore import DEFAULT_MAX_STATES, Coverage, ExploreOptions, explore
+from ...engine.explore import DEFAULT_MAX_STATES, UNREACHED, Coverage, ExploreOptions, explore
 from ...engine.interrupt import INTERRUPT, stopped_by, stopping_on_signals
 from ...engine.memory import DEFAULT_SHARE, machine
 from ...engine.explore.parallel import explore_parallel
@@ -185,9 +185,15 @@ def render(doc: dict[str, Any]) -> str:
         again = "this command" if text["resume"] else f"this command with --resume {checkpoint} for --checkpoint"
         larger = "" if bound_hit == INTERRUPT else " and a larger bound"
         head += f"\nsearch saved to {checkpoint}: go on with {again}{larger}"
+    head += reach_lines(doc["reachability"])
+    unreached = [r["name"] for r in doc["reachability"] if r["status"] == UNREACHED]
     if not violations and bound_hit:
         return (head + f"\nINCOMPLETE: {stopped_by(bound_hit)} stopped the search before every reachable "
                        "state was seen; nothing was found, and nothing is proved (exit 3)")
+    if not violations and unreached:
+        return (head + "\nall invariants hold" + ("" if text["no_liveness"] else "; no hang")
+                + f", but {', '.join(unreached)} never {'happens' if len(unreached) == 1 else 'happen'}: the model may be over-constrained and its "
+                  "invariants hold vacuously (exit 1)")
     if not violations:
         return head + "\nall invariants hold" + ("" if text["no_liveness"] else "; no hang")
     body = "".join(f"\n{v['kind']} {v['property']}: {v['message']}\n  path ({len(v['trace'])} steps): "
@@ -197,7 +203,21 @@ def render(doc: dict[str, Any]) -> str:
     return head + body
 
 
+def reach_lines(reachability: list[dict[str, Any]]) -> str:
+    """The reachability declarations: those reached on one line, with their depths (the paths are in --json); one
+    line for each that a complete search never reached, or that a bound stopped the search before reaching."""
+    reached = [f"{r['name']} at depth {r['depth']}" for r in reachability if r["reached"]]
+    text = f"\nreached: {', '.join(reached)} (witness paths: --json)" if reached else ""
+    for r in reachability:
+        if r["status"] == UNREACHED:
+            what = "no step from a reachable state takes it" if r["step"] else "no reachable state satisfies it"
+            text += f"\nUNREACHED sometimes {r['name']}: {what} ({r['doc']})"
+        elif not r["reached"]:
+            text += f"\nsometimes {r['name']}: not reached within the bound"
+    return text
+
+
 def exit_code(doc: dict[str, Any]) -> int:
-    if doc["violations"]:
+    if doc["violations"] or any(r["status"] == UNREACHED for r in doc["reachability"]):
         return 1
     return EXIT_INCOMPLETE if doc["bound_hit"] else 0

@@ -174,6 +174,7 @@ class Snapshot:
     fired: dict[str, int]
     depth_cut: bool  # the depth bound left some state unexpanded
     seconds: float  # spent on this search so far, every run of it
+    reached: dict[int, int] = field(default_factory=dict)  # a `Sometimes`'s index -> the state that first met it
 
 
 @dataclass
@@ -190,6 +191,7 @@ class Level:
     depth_cut: bool = False
     seconds: float = 0.0
     workers: int = 0
+    reached: dict[int, tuple[int, int]] = field(default_factory=dict)  # a `Sometimes`'s index -> (depth, gid)
 
 
 class CheckpointDir:

@@ -30,7 +30,7 @@ from .checkpoint import Level, partition_file
 from .hangs import spread_hangs
 from .options import ExploreOptions
 from .partition import Partition
-from .search import Coverage, ExploreResult, Violation, real_message, realize
+from .search import Coverage, ExploreResult, Violation, reaches, real_message, realize
 
 
 def explore_parallel(factory: Callable[[], Any], workers: int, options: ExploreOptions = ExploreOptions(), *,
@@ -118,10 +118,11 @@ def _search(system: Any, pool: Any, n: int, start: float, options: ExploreOption
             if new:
                 at.levels.append(new)
                 at.depth = at.level
-            for _, found, _ in absorbed:
+            for _, found, _, _ in absorbed:
                 for name, message, gid, d in found:
                     if name not in at.first or (d, gid) < at.first[name][:2]:
                         at.first[name] = (d, gid, message, 0)
+            first_met(pool, n, at, [a[3] for a in absorbed], at.level)
         if progress is not None:
             progress(at.states, at.level)
         if boxes is not None and not new:
@@ -133,6 +134,7 @@ def _search(system: Any, pool: Any, n: int, start: float, options: ExploreOption
         if checkpoint is not None and checkpoint.due(time.perf_counter(), deadline):
             saved_gen = save()
         expanded = pool.call("expand", [()] * n)
+        first_met(pool, n, at, [e[3] for e in expanded], at.level)  # step declarations: from this level's states
         outboxes = [e[0] for e in expanded]
         at.transitions += sum(e[1] for e in expanded)
         if any(e[2] for e in expanded):
@@ -156,6 +158,7 @@ def _search(system: Any, pool: Any, n: int, start: float, options: ExploreOption
     for name in sorted(first, key=lambda k: first[k][:2]):  # breadth-first order, as `explore` finds them
         d, gid, message, _ = first[name]
         violations[name] = _report(system, canon, name, "invariant", trail(gid), message)
+    reachability = reaches(system, at.reached, bound_hit, lambda where: _reached(system, canon, where[0], trail(where[1])))
     hang_states = 0
     if options.check_liveness:
         hang_states = _hangs(system, canon, pool, n, trail, violations)
@@ -182,7 +185,21 @@ def _search(system: Any, pool: Any, n: int, start: float, options: ExploreOption
                          else None, levels=at.levels, resumed=resume,
                          checkpoint=None if saved_gen is None else checkpoint.path,
                          worker_lines={p: sorted(r) for p, r in worker_lines.items()}
-                         if any(s["lines"] is not None for s in summaries) else None)
+                         if any(s["lines"] is not None for s in summaries) else None, reachability=reachability)
+
+
+def first_met(pool: Any, n: int, at: Level, found: Sequence[dict[int, int]], depth: int) -> None:
+    """Note the reachability declarations the workers met (`found`: each worker's index -> gid) at states of
+    `depth` (a step declaration: its source state), the least gid where several did, and tell every worker to
+    ask them no more."""
+    met: dict[int, int] = {}
+    for here in found:
+        for k, gid in here.items():
+            if k not in at.reached and gid < met.get(k, gid + 1):
+                met[k] = gid
+    if met:
+        at.reached.update((k, (depth, gid)) for k, gid in met.items())
+        pool.call("met", [(tuple(met),)] * n)
 
 
 def same_code(pool: Any, n: int) -> None:
@@ -226,6 +243,13 @@ def _report(system: Any, canon: Callable[[Any], Any] | None, name: str, kind: st
         state, actions = realize(system, canon, states)
         message = real_message(system, name, state, message)
     return Violation(name, kind, [to_jsonable(a) for a in actions], message, state)
+
+
+def _reached(system: Any, canon: Callable[[Any], Any] | None, depth: int, where: tuple[int, list[int]]) \
+        -> tuple[int, Any, list[Any]]:
+    """A reachability declaration's state: its depth, the real state and the path there."""
+    report = _report(system, canon, "", "reach", where, "")
+    return depth, report.state, report.trace
 
 
 def _hangs(system: Any, canon: Callable[[Any], Any] | None, pool: Any, n: int,

@@ -8,7 +8,7 @@ In *expand*, a worker takes the successors of its frontier and sorts them into o
 (each distinct successor is routed once, and a fingerprint taken to route it travels with it). In
 *absorb*, it takes its inbox (the outboxes addressed to it, in worker order), keeps the states it
 has not seen (its own visited set, full states or fingerprints as in `kvsim.engine.explore.store`), checks
-every invariant on them and makes them its next frontier. With the fingerprint store an outbox holds
+every invariant on them (and each reachability declaration not yet met) and makes them its next frontier. With the fingerprint store an outbox holds
 keys and edges only: the owner asks for the states it finds new (`absorb`), their senders send them
 (`serve`), and the owner checks them (`receive`), so a state already known never travels. The
 outbox a worker addresses to itself never leaves it (neither pickled nor sent); the others go by
@@ -26,6 +26,7 @@ from typing import Any, Callable, Sequence
 from ..memory import YoungCollections, machine, resident_bytes
 from ..pools import Mail
 from ..shared import sees
+from ..system import sometimes
 from .checkpoint import code_digest, dump, load
 from .hangs import HangRounds
 from .search import action_kind
@@ -61,6 +62,9 @@ class Partition(HangRounds):
         self.intern = Interner()  # the states this worker holds share their equal fields
         self.fired: dict[str, int] = {}
         self.checked = [0] * len(self.system.invariants)
+        goals = sometimes(self.system)  # the `Sometimes` no worker has met yet: of states, of steps
+        self.pending = [k for k, goal in enumerate(goals) if not goal.step]
+        self.moves = [k for k, goal in enumerate(goals) if goal.step]
         self.collector = YoungCollections()  # as in `explore`; a tick each level, closed by `finish`
         self.own: list[Entry] = []  # this level's successors that are our own
         self.alive: bytearray | None = None  # the liveness pass (`HangRounds`): can reach a done state
@@ -106,9 +110,9 @@ class Partition(HangRounds):
             edges.append((-1, k))
         return [pickle.dumps(box, protocol=pickle.HIGHEST_PROTOCOL) for box in boxes]
 
-    def expand(self) -> tuple[list[Any], int, int]:
+    def expand(self) -> tuple[list[Any], int, int, dict[int, int]]:
         """(one pickled outbox per owner, as `mail.post` hands it on, transitions taken, states cut by the depth
-        bound) for this level.
+        bound, the step `Sometimes` met: index -> the gid of the first source state here) for this level.
 
         A successor reached from several frontier states goes once, with every (parent, action index)
         that reaches it, in the order they were found: the first is its breadth-first parent. Its owner
@@ -120,7 +124,8 @@ class Partition(HangRounds):
         boxes: list[list[Entry]] = [[] for _ in range(self.n)]
         level: dict[Any, list[tuple[int, int]]] = {}  # this level's successors, whoever owns them
         transitions = cut = 0
-        fired, enabled, owner, step = self.fired, self.system.enabled, self.owner, self._step
+        fired, enabled, owner, step, canon = self.fired, self.system.enabled, self.owner, self.system.step, self.canon
+        goals, met = sometimes(self.system), {}
         for lid, state in self.frontier:
             if self.max_depth is not None and self.depth[lid] >= self.max_depth:
                 cut += 1
@@ -129,6 +134,13 @@ class Partition(HangRounds):
             actions = enabled(state)
             for index, action in enumerate(actions):
                 nxt = step(state, action)
+                if self.moves:
+                    hit = [k for k in self.moves if goals[k].check(state, action, nxt)]
+                    if hit:
+                        met.update((k, gid) for k in hit)
+                        self.met(hit)
+                if canon is not None:
+                    nxt = canon(nxt)
                 edges = level.get(nxt)
                 if edges is None:
                     edges = level[nxt] = []
@@ -148,7 +160,7 @@ class Partition(HangRounds):
                      for dst, box in enumerate(boxes)]
         post = self.mail.post
         return ([None if dst == self.w else post(pickle.dumps(box, protocol=pickle.HIGHEST_PROTOCOL))
-                 for dst, box in enumerate(boxes)], transitions, cut)
+                 for dst, box in enumerate(boxes)], transitions, cut, met)
 
     def absorb(self, inbox: Sequence[Any], depth: int) -> list[list[int]]:
         """Take in this level's inbox (outboxes in worker order): a state not seen before gets the next id,
@@ -196,16 +208,18 @@ class Partition(HangRounds):
         self.held = []
         return out
 
-    def receive(self, inbox: Sequence[Any]) -> tuple[int, list[tuple[str, str, int, int]], int]:
+    def receive(self, inbox: Sequence[Any]) -> tuple[int, list[tuple[str, str, int, int]], int, dict[int, int]]:
         """Put the states served in their places, then check this level's new states in id order: (how
-        many, violations as (invariant, message, gid, depth), this worker's resident bytes; the
-        coordinator's memory bound reads the last)."""
+        many, violations as (invariant, message, gid, depth), this worker's resident bytes (the
+        coordinator's memory bound reads them), and the reachability declarations met: index -> the gid
+        of the first state here that met it)."""
         for src, payload in enumerate(self.mail.fetch(inbox)):
             if payload is not None:
                 for at, state in zip(self.awaiting[src], pickle.loads(payload)):
                     self.arriving[at] = self.intern(state)
         found: list[tuple[str, str, int, int]] = []
         invariants, done = self.system.invariants, self.system.done
+        goals, met = sometimes(self.system), {}
         first = len(self.parent) - len(self.arriving)
         for lid, state in enumerate(self.arriving, start=first):
             flag = 1 if done(state) else 0
@@ -219,10 +233,21 @@ class Partition(HangRounds):
             self.flags.append(flag)
             if not flag & 2:
                 self.frontier.append((lid, state))
+            if self.pending:
+                now = [k for k in self.pending if goals[k].check(state)]
+                if now:
+                    met.update((k, lid * self.n + self.w) for k in now)
+                    self.met(now)
         new, self.arriving, self.awaiting = len(self.arriving), [], []
-        return new, found, resident_bytes()
+        return new, found, resident_bytes(), met
 
-    SAVED = ("ids", "parent", "index", "depth", "flags", "rev_src", "rev_dst", "frontier", "fired", "checked")
+    def met(self, indices: Sequence[int]) -> None:
+        """Ask no more of these reachability declarations (a worker met them)."""
+        self.pending = [k for k in self.pending if k not in indices]
+        self.moves = [k for k in self.moves if k not in indices]
+
+    SAVED = ("ids", "parent", "index", "depth", "flags", "rev_src", "rev_dst", "frontier", "fired", "checked",
+             "pending", "moves")
 
     def save(self, path: str, key: bytes) -> None:
         """Write this partition (between two levels) to `path`, authenticated with the checkpoint's `key` (the

@@ -3,7 +3,10 @@
 Breadth-first over the visited states (kept whole, or as 64-bit fingerprints:
 `kvsim.engine.explore.store`), so the first path found to any state is a shortest one. Every
 invariant is checked on every reached state; a violating state is reported
-with its shortest action path and not expanded further. Liveness: after the
+with its shortest action path and not expanded further. Each reachability
+declaration (`Sometimes`) is asked of the states reached (a step one: of the
+transitions taken) until one satisfies it: its depth and shortest path are
+reported, or, after a complete search, that no reachable state does. Liveness: after the
 search, any expanded state from which no `done` state can be reached is a
 hang. States cut off by a bound count as "might still finish", so a bound
 never produces a false hang. A system may declare its symmetries as
@@ -22,7 +25,7 @@ from typing import Any, Callable, Iterable, Sequence
 from ..canon import to_jsonable
 from ..interrupt import INTERRUPT, asked
 from ..memory import YoungCollections, machine, memory_limit, resident_bytes
-from ..system import TransitionSystem
+from ..system import TransitionSystem, sometimes, taking
 from .checkpoint import Snapshot
 from .options import ExploreOptions
 from .store import FingerprintStore, FullStore, Interner, Recent, fingerprint_function
@@ -39,6 +42,48 @@ class Violation:
     def to_json(self) -> dict[str, Any]:
         return {"property": self.property, "kind": self.kind, "trace": self.trace, "message": self.message,
                 "state": to_jsonable(self.state)}
+
+
+REACHED, UNREACHED, NOT_WITHIN_BOUND = "reached", "unreached", "not reached within the bound"
+
+
+@dataclass
+class Reach:
+    """What a search found of one reachability declaration: the depth of the first state that satisfied it and
+    the path there (breadth-first: a shortest one), or None: `status` says whether a complete search proved it
+    unreachable or a bound stopped the search first."""
+
+    name: str
+    doc: str
+    depth: int | None
+    trace: list[Any] | None
+    status: str = REACHED
+    step: bool = False  # a step declaration: the path's last step is the one that met it
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "doc": self.doc, "step": self.step, "status": self.status,
+                "reached": self.depth is not None, "depth": self.depth, "trace": self.trace}
+
+
+def reaches(system: Any, found: dict[int, Any], bound_hit: str | None,
+            witness: Callable[[Any], tuple[int, Any, list[Any]]]) -> list["Reach"]:
+    """Each of the system's `Sometimes`, in declaration order: `found` maps a declaration's index to where the
+    search first met it (the state, or a step one's source state), and `witness(where)` gives that state's depth,
+    the real state and the path there; a step declaration's path ends with the step it met."""
+    out = []
+    for k, goal in enumerate(sometimes(system)):
+        if k in found:
+            depth, state, trace = witness(found[k])
+            if goal.step:
+                move = taking(system, state, goal.check)
+                if move is None:
+                    raise AssertionError(f"sometimes {goal.name}: no step of {state!r} satisfies it on the real "
+                                         "system (a step declaration must not tell symmetric components apart)")
+                depth, trace = depth + 1, trace + [to_jsonable(move)]
+            out.append(Reach(goal.name, goal.doc, depth, trace, REACHED, goal.step))
+        else:
+            out.append(Reach(goal.name, goal.doc, None, None, NOT_WITHIN_BOUND if bound_hit else UNREACHED, goal.step))
+    return out
 
 
 @dataclass
@@ -61,6 +106,7 @@ class ExploreResult:
     resumed: bool = False  # went on from a checkpoint (`seconds` counts every run of the search)
     checkpoint: str | None = None  # the folder the search saved itself to (go on with `resume`), if it did
     worker_lines: dict[str, list[int]] | None = field(default=None, repr=False)  # lines a partition's workers ran
+    reachability: list[Reach] = field(default_factory=list)  # each `Sometimes` of the system, in its order
     _store: Any = field(default=None, repr=False)
 
     @property
@@ -79,7 +125,13 @@ class ExploreResult:
                 **({"bytes_per_state": self.bytes_per_state} if self.bytes_per_state is not None else {}),
                 **({"collision_probability": self.collision_probability}
                    if self.collision_probability is not None else {}),
-                "resumed": self.resumed, "checkpoint": self.checkpoint}
+                "resumed": self.resumed, "checkpoint": self.checkpoint,
+                "reachability": [r.to_json() for r in self.reachability]}
+
+    @property
+    def unreached(self) -> list[Reach]:
+        """The reachability declarations a complete search proved no reachable state satisfies."""
+        return [r for r in self.reachability if r.status == UNREACHED]
 
     def graph(self) -> Any:
         """The explored state graph (a networkx MultiDiGraph): nodes carry the state, depth and flags."""
@@ -147,13 +199,18 @@ def explore(system: TransitionSystem[Any, Any], options: ExploreOptions = Explor
     transitions = max_depth_seen = 0
     checked = [0] * len(invariants)
     fired: dict[str, int] = {}
+    goals = sometimes(system)
+    met: dict[int, int] = {}  # a `Sometimes`'s index -> the first state that satisfied it (a step one's source)
     depth_cut, before = False, 0.0
     if resume:
         saved = checkpoint.resume_as(Snapshot, f"a checkpoint of a single-process search with the {visited.kind} store",
                                      lambda body: body.store.kind == visited.kind)[1]
         visited, queue, violations = visited.adopt(saved.store), deque(saved.queue), dict(saved.violations)
         transitions, max_depth_seen, checked, fired = saved.transitions, saved.depth, saved.checked, saved.fired
-        depth_cut, before = saved.depth_cut, saved.seconds
+        depth_cut, before, met = saved.depth_cut, saved.seconds, dict(saved.reached)
+    # asked until satisfied: of every new state (`pending`), of every transition (`moves`: step declarations)
+    pending = [(k, goal.check) for k, goal in enumerate(goals) if k not in met and not goal.step]
+    moves = [(k, goal.check) for k, goal in enumerate(goals) if k not in met and goal.step]
     bound_hit: str | None = "depth" if depth_cut else None
     key, find, add, depth_of = visited.key, visited.find, visited.add, visited.depth
     bad, done_flag = visited.bad, visited.done
@@ -176,11 +233,16 @@ def explore(system: TransitionSystem[Any, Any], options: ExploreOptions = Explor
                 break
         if not bad[sid]:
             queue.append((sid, state))
+        if pending:
+            hit = [k for k, check in pending if check(state)]
+            if hit:  # met: not asked again
+                met.update((k, sid) for k in hit)
+                pending[:] = [(k, check) for k, check in pending if k not in met]
         return sid
 
     def save() -> str:
         snapshot = Snapshot(visited, list(queue), dict(violations), transitions, max_depth_seen, checked, fired,
-                            depth_cut, before + time.perf_counter() - start)
+                            depth_cut, before + time.perf_counter() - start, dict(met))
         with checkpoint.saving("resume" if resume else "checkpoint"):
             gen = checkpoint.begin()
             checkpoint.commit(gen, snapshot)
@@ -204,6 +266,11 @@ def explore(system: TransitionSystem[Any, Any], options: ExploreOptions = Explor
             succ: list[tuple[int, Any]] = []
             for index, action in enumerate(enabled(state)):
                 nxt = step(state, action)
+                if moves:
+                    hit = [k for k, check in moves if check(state, action, nxt)]
+                    if hit:
+                        met.update((k, sid) for k in hit)
+                        moves[:] = [(k, check) for k, check in moves if k not in met]
                 tid = None if recent is None else recent.get(nxt)
                 if tid is None:
                     rep = nxt if canon is None else canon(nxt)
@@ -262,6 +329,7 @@ def explore(system: TransitionSystem[Any, Any], options: ExploreOptions = Explor
                          collision_probability=getattr(visited, "collision_probability", lambda: None)(),
                          levels=states_per_depth(visited.depth), resumed=resume,
                          checkpoint=None if saved_gen is None else checkpoint.path,
+                         reachability=reaches(system, met, bound_hit, lambda sid: _witness(system, canon, visited, sid)),
                          _store=visited)
 
 
@@ -324,6 +392,14 @@ def _path_states(visited: Any, sid: int) -> list[Any]:
         chain.append(sid)
         sid = visited.parent[sid]
     return [visited.state(s) for s in reversed(chain)]
+
+
+def _witness(system: Any, canon: Callable[[Any], Any] | None, visited: Any, sid: int) -> tuple[int, Any, list[Any]]:
+    """State `sid`'s depth, and the state and path there, of the real system where the search kept representatives."""
+    if canon is None:
+        return visited.depth[sid], visited.state(sid), visited.path(sid)
+    real, actions = realize(system, canon, _path_states(visited, sid))
+    return visited.depth[sid], real, [to_jsonable(a) for a in actions]
 
 
 def _violation(system: Any, canon: Callable[[Any], Any] | None, visited: Any, name: str, kind: str, sid: int,
