@@ -36,7 +36,7 @@ from typing import NamedTuple
 from kvsim.engine.actions import Rules, tagged, type_table
 from kvsim.engine.errors import ConfigError
 from kvsim.engine.params import param
-from kvsim.engine.system import Invariant, flag, flagged
+from kvsim.engine.system import Invariant, Sometimes, flag, flagged
 
 from .unified_swa import (SWAAllocatorState, SWATokenToKVPoolAllocator, UnifiedRadixCache, UnifiedTreeNode,
                           UnifiedTreeState)
@@ -129,6 +129,19 @@ class UnifiedSwaSystem(RequestLoop):
                       "components only (_cascade_evict's assert)"),
             Invariant("no_double_free", flagged("no_double_free"),
                       "no slot freed while free; cache_unfinished_req's assertions hold"),
+        )
+        self.sometimes = (
+            Sometimes("a_window_lock_is_released",
+                      lambda s, a, t: isinstance(a, Decode) and t.requests[a[1]].status == RUNNING and
+                      _swa_locks(t) < _swa_locks(s),
+                      "a decode past the sliding window releases the request's SWA lock (dec_swa_lock_only) while "
+                      "the request runs on", step=True),
+            Sometimes("a_prefix_hit", lambda s, a, t: isinstance(a, Admit) and _full_locks(t) > _full_locks(s) and
+                      any(n.full_lock_ref > 1 for n in t.tree.nodes),
+                      "an admit locks a node another running request locks too (a shared cached prefix)", step=True),
+            Sometimes("a_request_finishes_and_is_cached",
+                      lambda s: any(r.status == FINISHED for r in s.requests) and bool(s.tree.nodes),
+                      "a finished request's KV is left in the tree (cache_finished_req)"),
         )
 
     # -- the contract ------------------------------------------------------------------------------------------
@@ -360,3 +373,11 @@ def _retract(self: UnifiedSwaSystem, s: UnifiedSwaState, a: Retract, tree: Unifi
     self.cache_finished_req(tree, alloc, req, is_insert=False)
     fx.append(Released(a.req, False))
     statuses[a.req] = WAITING  # keeps its outputs; reset_for_retract: swa_prefix_lock_released False
+
+
+def _swa_locks(s: UnifiedSwaState) -> int:
+    return sum(n.swa_lock_ref for n in s.tree.nodes)
+
+
+def _full_locks(s: UnifiedSwaState) -> int:
+    return sum(n.full_lock_ref for n in s.tree.nodes)

@@ -134,6 +134,7 @@ OVER_CONSTRAINED = [
     ("swa-budget", {"full_pages": 8, "swa_pages": 8}, None,
      ["a_request_is_retracted", "two_requests_wait_retracted", "a_retracted_request_resumes"]),
     ("radix-cache", {"num_pages": 10}, None, ["a_cached_prefix_is_evicted"]),
+    ("radix-cache-swa", {"sliding_window_size": 8}, None, ["a_window_lock_is_released"]),
     ("kv-cache-manager", {"num_blocks": 10}, None, ["a_cached_block_is_evicted"]),
     ("kv-cache-manager-pd", {"num_blocks": 6}, None, ["a_preemption_races_an_output"]),
     ("kv-offload", {"num_chunks": 4}, None, ["a_cached_key_is_evicted"]),
