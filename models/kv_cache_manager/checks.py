@@ -117,29 +117,35 @@ def freed_groups_in_eviction_order(queue_before: Sequence[int], tables: Sequence
     return None
 
 
-def needed_blocks(kind: str, n: int, block_size: int, sliding_window: int) -> range:
+def needed_blocks(kind: str, n: int, block_size: int, sliding_window: int, attention_chunk_size: int = 0) -> range:
     """The positions of a group's blocks that a hit of `n` blocks reads: full attention every block, a sliding
-    window the `cdiv(sliding_window - 1, block_size)` blocks before the hit's end, Mamba the block it ends on."""
+    window the `cdiv(sliding_window - 1, block_size)` blocks before the hit's end, chunked local attention the
+    blocks of the chunk the hit's end falls in (its chunk size a multiple of the block size), Mamba the block it
+    ends on."""
     if kind == "full":
         return range(0, n)
     if kind == "swa":
         return range(max(0, n - -(-(sliding_window - 1) // block_size)), n)
+    if kind == "local":
+        return range(n * block_size // attention_chunk_size * attention_chunk_size // block_size, n)
     if kind == "mamba":
         return range(n - 1, n) if n else range(0)
     return range(0)
 
 
 def hit_backed(kinds: Sequence[str], hit: Sequence[Sequence[BlockHash | None]], keys: Sequence[Sequence[tuple]],
-               num_hit_tokens: int, block_size: int, sliding_window: int, what: str) -> str | None:
+               num_hit_tokens: int, block_size: int, sliding_window: int, what: str, attention_chunk_size: int = 0) \
+        -> str | None:
     """A hit of `num_hit_tokens` is one every group in `kinds` backs with its own cached blocks: full attention
-    every block before it, a sliding window the `cdiv(sliding_window - 1, block_size)` blocks before it, Mamba the
-    block it ends on (its state); each cached under the request's hash of that block for that group (`keys`).
+    every block before it, a sliding window the `cdiv(sliding_window - 1, block_size)` blocks before it, chunked
+    local attention those of its last chunk, Mamba the block it ends on (its state); each cached under the
+    request's hash of that block for that group (`keys`).
     `hit[g]` is the hashes of group g's hit blocks (None: the null block)."""
     if num_hit_tokens % block_size:
         return f"{what} of {num_hit_tokens} tokens: expected a multiple of the block size {block_size}"
     n = num_hit_tokens // block_size
     for g, kind in enumerate(kinds):
-        for i in needed_blocks(kind, n, block_size, sliding_window):
+        for i in needed_blocks(kind, n, block_size, sliding_window, attention_chunk_size):
             got = hit[g][i] if i < len(hit[g]) else "no block"
             if got != keys[g][i]:
                 return f"{what} of {num_hit_tokens} tokens: group {g} ({kind}) needs block {i} cached under the " \
@@ -149,7 +155,7 @@ def hit_backed(kinds: Sequence[str], hit: Sequence[Sequence[BlockHash | None]], 
 
 def hit_state_identity(kinds: Sequence[str], hit: Sequence[Sequence[int]], written: Mapping[int, tuple],
                        tokens: Sequence[int], num_hit_tokens: int, block_size: int, sliding_window: int,
-                       what: str) -> str | None:
+                       what: str, attention_chunk_size: int = 0) -> str | None:
     """The block a hit reuses holds the state for exactly that prefix: every block a group reads for a hit of
     `num_hit_tokens` (`needed_blocks`), at position i, was last written by a group of its kind for the request's
     first `(i + 1) * block_size` tokens, no more and no fewer (`written`: block id -> the kind and the tokens whose
@@ -158,7 +164,7 @@ def hit_state_identity(kinds: Sequence[str], hit: Sequence[Sequence[int]], writt
     block rewritten in place, or reused after eviction, under a hash that stayed)."""
     n = num_hit_tokens // block_size
     for g, kind in enumerate(kinds):
-        for i in needed_blocks(kind, n, block_size, sliding_window):
+        for i in needed_blocks(kind, n, block_size, sliding_window, attention_chunk_size):
             block = hit[g][i] if i < len(hit[g]) else None
             expected = tuple(tokens[:(i + 1) * block_size])
             got = written.get(block) if block else None
@@ -174,21 +180,23 @@ CONNECTOR_HIT = "the local hit handed to the connector"
 
 def connector_hit_backed(kinds: Sequence[str], hit: Sequence[Sequence[BlockHash | None]],
                          keys: Sequence[Sequence[tuple]], num_local_tokens: int, block_size: int,
-                         sliding_window: int) -> str | None:
+                         sliding_window: int, attention_chunk_size: int = 0) -> str | None:
     """`hit_backed` on the local computed tokens handed to a KV connector (its `get_num_new_matched_tokens`): the
     full-attention group must back them; a lagging group is upstream's `hit_diverged`, left to the connector (which
     sends a Mamba state) or reconciled by the scheduler when it loads nothing."""
     return hit_backed(tuple(k if k == "full" else "" for k in kinds), hit, keys, num_local_tokens, block_size,
-                      sliding_window, CONNECTOR_HIT)
+                      sliding_window, CONNECTOR_HIT, attention_chunk_size)
 
 
 def no_block_outside_window(kinds: Sequence[str], tables: Sequence[Sequence[int]], num_computed_tokens: int,
-                            block_size: int, sliding_window: int) -> str | None:
-    """After an allocation, a sliding-window (or Mamba) group holds no block wholly before the tokens attention
-    still reads: those blocks are the null block (0)."""
+                            block_size: int, sliding_window: int, attention_chunk_size: int = 0) -> str | None:
+    """After an allocation, a sliding-window, chunked-local (or Mamba) group holds no block wholly before the tokens
+    attention still reads (the window; the current chunk): those blocks are the null block (0)."""
     for g, (kind, ids) in enumerate(zip(kinds, tables)):
         if kind == "swa":
             skipped = max(0, num_computed_tokens - sliding_window + 1)
+        elif kind == "local":
+            skipped = num_computed_tokens // attention_chunk_size * attention_chunk_size
         elif kind == "mamba":
             skipped = max(0, num_computed_tokens - 1)
         else:

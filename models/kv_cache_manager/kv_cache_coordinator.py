@@ -27,16 +27,18 @@ GroupBlocks = tuple  # one list of blocks per KV cache group
 
 class KVCacheCoordinator:
     def __init__(self, num_blocks: int, block_size: int, groups: Sequence[str] = (FULL,),
-                 sliding_window: int = 0, mamba_cache_mode: str = ALIGN) -> None:
+                 sliding_window: int = 0, mamba_cache_mode: str = ALIGN, attention_chunk_size: int = 0) -> None:
         assert groups and len(set(groups)) == len(groups), groups
         self.groups = tuple(groups)
         self.block_pool = BlockPool(num_blocks, hybrid=len(self.groups) > 1)
-        self.make_managers(block_size, sliding_window, mamba_cache_mode)
+        self.make_managers(block_size, sliding_window, mamba_cache_mode, attention_chunk_size)
 
-    def make_managers(self, block_size: int, sliding_window: int, mamba_cache_mode: str = ALIGN) -> None:
+    def make_managers(self, block_size: int, sliding_window: int, mamba_cache_mode: str = ALIGN,
+                      attention_chunk_size: int = 0) -> None:
         self.block_size, self.sliding_window = block_size, sliding_window
         self.single_type_managers: tuple[SingleTypeKVCacheManager, ...] = tuple(
-            get_manager_for_kind(kind, self.block_pool, block_size, gid, sliding_window, mamba_cache_mode)
+            get_manager_for_kind(kind, self.block_pool, block_size, gid, sliding_window, mamba_cache_mode,
+                                 attention_chunk_size)
             for gid, kind in enumerate(self.groups))
         # the lookup order: full attention first (its left-to-right scan bounds the others), then group order
         self.attention_groups = sorted(range(len(self.groups)), key=lambda g: self.groups[g] != FULL)

@@ -78,10 +78,11 @@ class ManagerState(NamedTuple):
 
 class KVCacheManager:
     def __init__(self, num_blocks: int, block_size: int, num_requests: int, groups: Sequence[str] = (FULL,),
-                 sliding_window: int = 0, mamba_cache_mode: str = ALIGN) -> None:
+                 sliding_window: int = 0, mamba_cache_mode: str = ALIGN, attention_chunk_size: int = 0) -> None:
         self.block_size = block_size
         self.num_requests = num_requests
-        self.coordinator = KVCacheCoordinator(num_blocks, block_size, groups, sliding_window, mamba_cache_mode)
+        self.coordinator = KVCacheCoordinator(num_blocks, block_size, groups, sliding_window, mamba_cache_mode,
+                                              attention_chunk_size)
         self.block_pool = self.coordinator.block_pool
 
     @property
@@ -97,14 +98,15 @@ class KVCacheManager:
 
     @classmethod
     def thaw(cls, state: ManagerState, block_size: int, groups: Sequence[str] = (FULL,),
-             sliding_window: int = 0, mamba_cache_mode: str = ALIGN) -> "KVCacheManager":
+             sliding_window: int = 0, mamba_cache_mode: str = ALIGN, attention_chunk_size: int = 0) \
+            -> "KVCacheManager":
         m = cls.__new__(cls)
         m.block_size = block_size
         m.num_requests = len(state.tables) // len(groups)
         coordinator = KVCacheCoordinator.__new__(KVCacheCoordinator)
         coordinator.groups = tuple(groups)
         coordinator.block_pool = BlockPool.thaw(state.pool, hybrid=len(groups) > 1)
-        coordinator.make_managers(block_size, sliding_window, mamba_cache_mode)
+        coordinator.make_managers(block_size, sliding_window, mamba_cache_mode, attention_chunk_size)
         m.coordinator, m.block_pool = coordinator, coordinator.block_pool
         blocks = coordinator.block_pool.blocks
         for g, manager in enumerate(coordinator.single_type_managers):

@@ -4,7 +4,7 @@ reads (block id -> the kind of state it holds and the tokens it is the state of:
 The manager decides which block sits at which position of a request's table; the runner writes there. One step
 of a request computes its tokens `[start, end)`:
 
-* an attention group (`full`, `swa`) writes each new token's KV into the block at position `token // block_size`:
+* an attention group (`full`, `swa`, `local`) writes each new token's KV into the block at position `token // block_size`:
   that block then holds the KV of the request's tokens up to `min(end, (i + 1) * block_size)` (its contents depend
   on the whole prefix), the null block (id 0) never;
 * a Mamba group in mode `align` writes the state after `end` tokens into the running column
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-WRITERS = ("full", "swa", "mamba")
+WRITERS = ("full", "swa", "local", "mamba")
 
 
 def step_writes(kinds: Sequence[str], tables: Sequence[Sequence[int]], tokens: Sequence[int], start: int, end: int,
@@ -32,7 +32,7 @@ def step_writes(kinds: Sequence[str], tables: Sequence[Sequence[int]], tokens: S
                          f"{len(tokens)}")
     writes: dict[int, tuple[int, ...]] = {}
     for kind, table in zip(kinds, tables):
-        if kind in ("full", "swa"):
+        if kind in ("full", "swa", "local"):
             for i in range(start // block_size, -(-end // block_size)):
                 if i < len(table) and table[i]:
                     writes[table[i]] = (kind, tuple(tokens[:min(end, (i + 1) * block_size)]))

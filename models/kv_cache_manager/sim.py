@@ -64,6 +64,8 @@ class SimConfig:
     groups: str = param("full", "the KV cache groups, in group order", choices=GROUP_CHOICES)
     sliding_window: int = param(16, "tokens a sliding-window group attends to (groups with swa)", minimum=2,
                                 maximum=1 << 16)
+    attention_chunk_size: int = param(16, "tokens of a chunk of chunked local attention (groups with local; a "
+                                      "multiple of block_size)", minimum=1, maximum=1 << 16)
 
     def __post_init__(self) -> None:
         if self.shared > self.prompt_len:
@@ -87,7 +89,8 @@ def simulate(sim: Simulator, recorder: TraceRecorder, variant: CacheManagerVaria
     families = tuple(rng.randrange(params.families) for _ in range(params.requests))
     config = WorkloadConfig(num_blocks=params.num_blocks, block_size=params.block_size, prompts=families,
                             prompt_len=params.prompt_len, shared=params.shared, max_tokens=params.max_tokens,
-                            resets=0, groups=params.groups, sliding_window=params.sliding_window)
+                            resets=0, groups=params.groups, sliding_window=params.sliding_window,
+                            attention_chunk_size=params.attention_chunk_size)
     run = _Run(sim, recorder, CacheManagerSystem(variant, config), params.stop_prob)
     return run.run(params.requests, params.arrival_rate, params.step_time)
 

@@ -5,14 +5,16 @@ Every group shares the one `BlockPool`; a group keeps, per request, its block ta
 many of its blocks are cached (`num_cached_block`). The kinds differ in two things only:
 
 * which computed tokens attention no longer reads (`get_num_skipped_tokens`): none for full attention; those
-  before the window for a sliding window (`max(0, n - sliding_window + 1)`); all but the last for Mamba (its
+  before the window for a sliding window (`max(0, n - sliding_window + 1)`); those before the current chunk for
+  chunked local attention (`n // attention_chunk_size * attention_chunk_size`); all but the last for Mamba (its
   state is one block). Blocks wholly skipped are freed and replaced by the null block (`remove_skipped_blocks`,
   tail of the skipped run first, stopping at a null block), and a prefix-cache hit adopts null blocks in their
   place (`add_local_computed_blocks`);
 * how a hit is found (`find_longest_cache_hit`): full attention takes the longest run of cached blocks from the
   start; a sliding window searches from the right for `cdiv(sliding_window - 1, block_size)` contiguous cached
-  blocks (nulls before them), or takes the run that reaches block 0; Mamba takes the rightmost cached block
-  (nulls before it).
+  blocks (nulls before them), or takes the run that reaches block 0; chunked local attention puts null blocks
+  before the chunk `max_length` falls in and takes the run of cached blocks from the chunk's first block; Mamba
+  takes the rightmost cached block (nulls before it).
 
 Mamba's prefix caching has two modes (`MambaManager.mamba_cache_mode`, the variant flag
 `mamba_cache_mode_align`): `align`, the only one 0.33.0 keeps, and `all` (0.26.0-0.31.0 offer both; `all` is
@@ -44,8 +46,8 @@ from typing import Sequence
 from .block_pool import BlockPool
 from .kv_cache_utils import BlockHash, KVCacheBlock
 
-FULL, SWA, MAMBA = "full", "swa", "mamba"
-KINDS = (FULL, SWA, MAMBA)
+FULL, SWA, LOCAL, MAMBA = "full", "swa", "local", "mamba"
+KINDS = (FULL, SWA, LOCAL, MAMBA)
 # Mamba's prefix-caching modes (upstream's `MambaCacheMode` with prefix caching on)
 ALIGN, ALL = "align", "all"
 
@@ -212,6 +214,36 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
         return computed, len(computed) * self.block_size
 
 
+class ChunkedLocalAttentionManager(SingleTypeKVCacheManager):
+    """Chunked local attention (`ChunkedLocalAttentionSpec`): a token attends to the tokens of its own chunk of
+    `attention_chunk_size` tokens only."""
+
+    kind = LOCAL
+
+    def __init__(self, block_pool: BlockPool, block_size: int, kv_cache_group_id: int,
+                 attention_chunk_size: int) -> None:
+        super().__init__(block_pool, block_size, kv_cache_group_id)
+        self.attention_chunk_size = attention_chunk_size
+
+    def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
+        """The tokens before the chunk the next token is in."""
+        return num_computed_tokens // self.attention_chunk_size * self.attention_chunk_size
+
+    def find_longest_cache_hit(self, block_hashes: Sequence[BlockHash], max_length: int) \
+            -> tuple[list[KVCacheBlock], int]:
+        """Null blocks before the chunk `max_length` falls in (the next token reads none of them), then the run of
+        cached blocks from the chunk's first block (a miss ends it)."""
+        max_num_blocks = max_length // self.block_size
+        local_attention_start_idx = max_length // self.attention_chunk_size * self.attention_chunk_size
+        computed = [self._null_block] * (local_attention_start_idx // self.block_size)
+        for block_hash in block_hashes[len(computed):max_num_blocks]:
+            block = self.cached(block_hash)
+            if block is None:
+                break
+            computed.append(block)
+        return computed, len(computed) * self.block_size
+
+
 class MambaManager(SingleTypeKVCacheManager):
     kind = MAMBA
 
@@ -282,9 +314,12 @@ class MambaManager(SingleTypeKVCacheManager):
 
 
 def get_manager_for_kind(kind: str, block_pool: BlockPool, block_size: int, kv_cache_group_id: int,
-                         sliding_window: int, mamba_cache_mode: str = ALIGN) -> SingleTypeKVCacheManager:
+                         sliding_window: int, mamba_cache_mode: str = ALIGN, attention_chunk_size: int = 0) \
+        -> SingleTypeKVCacheManager:
     if kind == SWA:
         return SlidingWindowManager(block_pool, block_size, kv_cache_group_id, sliding_window)
+    if kind == LOCAL:
+        return ChunkedLocalAttentionManager(block_pool, block_size, kv_cache_group_id, attention_chunk_size)
     if kind == MAMBA:
         return MambaManager(block_pool, block_size, kv_cache_group_id, mamba_cache_mode)
     return FullAttentionManager(block_pool, block_size, kv_cache_group_id)

@@ -17,8 +17,9 @@ so decode blocks are shared too. A request:
   with its tokens, recomputed from token 0 when scheduled again.
 - `reset`: `reset_prefix_cache` (refused while a block is held), `resets` times at most.
 
-`groups` names the KV cache groups (`full`, or a hybrid: `full,swa`, `full,mamba`, `full,swa,mamba`) over the one
-pool; a sliding window's width is `sliding_window` tokens. Mamba caches its states in the variant's prefix-caching
+`groups` names the KV cache groups (`full`, or a hybrid: `full,swa`, `full,mamba`, `full,swa,mamba`, `full,local`)
+over the one pool; a sliding window's width is `sliding_window` tokens, chunked local attention's chunk
+`attention_chunk_size` tokens (a multiple of the block size). Mamba caches its states in the variant's prefix-caching
 mode: `align` on `fixed` (0.33.0: a state is cached only where an allocation ends on a block boundary, so a request
 whose prompt is as long as another's never hits the Mamba group; a preempted request's recompute does), `all` on
 `mamba_all` and `pre_48195` (a state per block). A deferred `decode` has still freed the blocks the
@@ -28,8 +29,8 @@ Each step's KV events come back as its effects; the state keeps the view of the 
 (`announced`). Invariants on every state: ref counts, the free queue, pool accounting, the cached map, the
 eviction order, the tables matching the requests (their lookahead slots included), no lookahead slot cached, the events matching the cache, nothing held once all ended;
 step checks (recorded with `flag`): a hit is a proper prefix of the request's chain, a hybrid hit (and the
-connector's local hit) is one every group backs, a sliding-window or Mamba group holds no block wholly before its
-window after an allocation, `free` puts the released
+connector's local hit) is one every group backs, a sliding-window, chunked-local or Mamba group holds no block
+wholly before its window (the current chunk) after an allocation, `free` puts the released
 blocks where upstream's eviction order says (tail first, uncached to the front, cached to the back), every `BlockRemoved`
 names a hash a `BlockStored` named before. Liveness (`every_request_finishes`): from every state all requests
 can finish. Block ids are names (`symmetry`): the explorer keeps one state per renaming of the blocks.
@@ -55,7 +56,7 @@ from .variants import FIXED, CacheManagerVariant
 WAITING, RUNNING, FINISHED = "waiting", "running", "finished"
 
 
-GROUP_CHOICES = ("full", "full,swa", "full,mamba", "full,swa,mamba")
+GROUP_CHOICES = ("full", "full,swa", "full,mamba", "full,swa,mamba", "full,local")
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,8 @@ class CacheManagerConfig:
                         "larger pool)", choices=GROUP_CHOICES)
     sliding_window: int = param(3, "tokens a sliding-window group attends to (groups with swa)", minimum=2,
                                 maximum=8)
+    attention_chunk_size: int = param(4, "tokens of a chunk of chunked local attention (groups with local; a multiple "
+                                      "of block_size)", minimum=1, maximum=8)
     lookahead: int = param(0, "num_lookahead_tokens: a drafter's speculative slots every schedule and decode "
                            "allocates after the step's tokens (never cached; Mamba in mode align takes none)",
                            minimum=0, maximum=4)
@@ -86,6 +89,11 @@ class CacheManagerConfig:
             raise ConfigError("param prompts", f"one to {self.max_requests} requests", len(self.prompts))
         if self.shared > self.prompt_len:
             raise ConfigError("param shared", f"at most prompt_len ({self.prompt_len})", self.shared)
+        if "local" in self.kinds and self.attention_chunk_size % self.block_size:
+            # upstream's hit puts null blocks before the chunk's first whole block: a chunk that starts inside a
+            # block would leave the next token's chunk unread
+            raise ConfigError("param attention_chunk_size", f"a multiple of block_size ({self.block_size})",
+                              self.attention_chunk_size)
 
     def prompt(self, req: int) -> tuple[int, ...]:
         return (1,) * self.shared + (2 + self.prompts[req],) * (self.prompt_len - self.shared)
@@ -147,7 +155,8 @@ class CacheManagerSystem:
                       "a hit is one every KV cache group backs; the local hit handed to a KV connector, the "
                       "full-attention group (a lagging group is the connector's: upstream's hit_diverged)"),
             Invariant("no_block_outside_window", flagged("no_block_outside_window"),
-                      "after an allocation a sliding-window or Mamba group holds no block wholly before its window"),
+                      "after an allocation a sliding-window, chunked-local or Mamba group holds no block wholly before "
+                      "its window (the current chunk)"),
         )
         self.sometimes = (
             Sometimes("a_cached_block_is_evicted", lambda s, a, t: type(a) is not Reset and _uncached(s, t),
@@ -162,7 +171,7 @@ class CacheManagerSystem:
     def initial_states(self) -> tuple[CacheState, ...]:
         cfg = self.cfg
         m = KVCacheManager(cfg.num_blocks, cfg.block_size, len(cfg.prompts), cfg.kinds, cfg.sliding_window,
-                           self.variant.mamba_cache_mode)
+                           self.variant.mamba_cache_mode, cfg.attention_chunk_size)
         requests = tuple(RequestState(WAITING, cfg.prompt(r), 0) for r in range(len(cfg.prompts)))
         return (CacheState(m.freeze(), requests, (), cfg.resets),)
 
@@ -194,7 +203,7 @@ class CacheManagerSystem:
 
     def transition(self, s: CacheState, action: tuple) -> tuple[CacheState, tuple[tuple, ...]]:
         m = KVCacheManager.thaw(s.manager, self.cfg.block_size, self.cfg.kinds, self.cfg.sliding_window,
-                                self.variant.mamba_cache_mode)
+                                self.variant.mamba_cache_mode, self.cfg.attention_chunk_size)
         effect, action = RULES.effect(action)
         requests = list(s.requests)
         fx: list[tuple] = []
@@ -242,15 +251,17 @@ class CacheManagerSystem:
         keys = [[m.block_pool.key(h, g) for h in req.block_hashes] for g in range(len(self.cfg.kinds))]
         hashes = [[None if b.is_null else b.block_hash for b in blocks] for blocks in hit]
         cfg = self.cfg
-        problem = checks.connector_hit_backed(cfg.kinds, hashes, keys, num_hit, cfg.block_size, cfg.sliding_window) \
+        problem = checks.connector_hit_backed(cfg.kinds, hashes, keys, num_hit, cfg.block_size, cfg.sliding_window,
+                                              cfg.attention_chunk_size) \
             if connector else checks.hit_backed(cfg.kinds, hashes, keys, num_hit, cfg.block_size, cfg.sliding_window,
-                                                "the hit")
+                                                "the hit", cfg.attention_chunk_size)
         if problem is not None:
             ch["flags"] = ch.get("flags", ()) + (("hybrid_hit_backed", problem),)
 
     def check_window(self, m: KVCacheManager, req: Request, num_computed_tokens: int, ch: dict) -> None:
         problem = checks.no_block_outside_window(self.cfg.kinds, m.get_block_ids(req.request_id), num_computed_tokens,
-                                                 self.cfg.block_size, self.cfg.sliding_window)
+                                                 self.cfg.block_size, self.cfg.sliding_window,
+                                                 self.cfg.attention_chunk_size)
         if problem is not None:
             ch["flags"] = ch.get("flags", ()) + (("no_block_outside_window", problem),)
 

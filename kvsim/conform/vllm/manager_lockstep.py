@@ -4,8 +4,8 @@ lockstep with the `kv-cache-manager` model, one Hypothesis state machine driving
 A program starts from a configuration Hypothesis draws within the model's bounds (pool size, block size, the
 requests' prompt families, prompt length, shared prefix, output tokens, resets, lookahead slots, and last the KV
 cache groups: one full-attention group in about half the programs, else full attention with a sliding window
-(2 to 4 tokens), Mamba, or both, each group taking its own blocks from a pool as many times larger; Mamba in the
-release's prefix-caching mode, `all` before 0.33.0, the model on the matching variant) and then makes the model's own
+(2 to 4 tokens), Mamba, or both, or chunked local attention (chunks of one to three blocks, at most 8 tokens), each group taking
+its own blocks from a pool as many times larger; Mamba in the release's prefix-caching mode, `all` before 0.33.0, the model on the matching variant) and then makes the model's own
 actions, one a step among those the model enables (`step(schedule(req=0))`): `schedule(r)` (a waiting request: `get_computed_blocks`, then
 `allocate_slots` of every token after the hit; the step samples one token), `decode(r)` (`allocate_slots` of the
 sampled token), both with the configuration's `lookahead` (`num_lookahead_tokens`, 0 to 3: a drafter's slots,
@@ -26,9 +26,10 @@ After every step the two sides are compared:
   when one bijection maps the one onto the other, fixed at the `BlockStored` that first names each; with the parent,
   the token ids and the block size.
 
-Two directed programs run on every release too (`PROBES`): a hash cached under two blocks at once (two requests
+Three directed programs run on every release too (`PROBES`): a hash cached under two blocks at once (two requests
 of one prompt, block size 1), then one copy evicted (the other must still hit) or both (the hash must miss); random
-programs rarely reach the cached map's entry of two blocks.
+programs rarely reach the cached map's entry of two blocks; and one request decoding across two chunk boundaries
+of chunked local attention (a chunk boundary one token off is a search's luck to reach within a budget).
 
 Conventions: the scheduler's part of a step (the sampled token, the request's computed count, a finished request
 freed) is the harness's on both sides, so the lockstep checks the manager, not a scheduler; token ids are the
@@ -63,6 +64,10 @@ MAX_MODEL_LEN = 64
 # `get_num_common_prefix_blocks` counted cascade attention's shared prefix until 0.32.0 removed cascade attention
 # (every group 0 from then on, the method kept for out-of-tree schedulers)
 COMMON_PREFIX_RELEASES: tuple[tuple[str | None, str], ...] = ((None, "counted"), ("0.32.0", "zero"))
+# the hybrids drawn; the shrinker moves toward the first. The chunked-local one first, then the others as before
+# (an order the derandomized planted searches of tests/conform shrink to their shortest programs with; with it
+# last, the shared-block plant shrank to six steps on 0.33.0, not three)
+HYBRIDS = ("full,local",) + tuple(g for g in GROUP_CHOICES[1:] if g != "full,local")
 STEPS = 40  # calls per program: three requests of up to nine tokens each, preempted and rescheduled
 
 
@@ -79,10 +84,12 @@ def configs(draw: Any) -> dict[str, Any]:
               "max_tokens": draw(st.integers(1, 3)), "resets": draw(st.integers(0, 2)), "lookahead": lookahead}
     # the groups last (each takes its own blocks: a hybrid's pool is as many times larger): one full-attention
     # group in about half the programs (most models' manager), a hybrid in the rest
-    groups = draw(st.one_of(st.just(GROUP_CHOICES[0]), st.sampled_from(GROUP_CHOICES[1:])))
+    groups = draw(st.one_of(st.just(GROUP_CHOICES[0]), st.sampled_from(HYBRIDS)))
     kinds = len(groups.split(","))
     return {**config, "num_blocks": config["num_blocks"] * kinds, "groups": groups,
-            "sliding_window": draw(st.integers(2, 4)) if "swa" in groups else 3}
+            "sliding_window": draw(st.integers(2, 4)) if "swa" in groups else 3,
+            "attention_chunk_size": block_size * draw(st.integers(1, min(3, 8 // block_size))) if "local" in groups
+            else 4}
 
 
 def config_of(start: dict[str, Any]) -> CacheManagerConfig:
@@ -167,7 +174,7 @@ class ModelSide(SystemSide):
         running = [r for r, q in enumerate(self.state.requests) if q.status == RUNNING]
         cfg = self.system.cfg
         manager = KVCacheManager.thaw(self.state.manager, cfg.block_size, cfg.kinds, cfg.sliding_window,
-                                      self.system.variant.mamba_cache_mode)
+                                      self.system.variant.mamba_cache_mode, cfg.attention_chunk_size)
         common = {r: manager.get_num_common_prefix_blocks(int(r), self.common_counted) for r in tables}
         return {"ref_cnt": [None, *pool.refs[1:]], "hashed": [h is not None for h in pool.hashes], "free": list(pool.free),
                 "tables": tables, "common": common, "running": running, "events": self.events}
@@ -182,7 +189,7 @@ class RealSide:
         if len(config.kinds) > 1:
             child.call("build_hybrid", num_blocks=config.num_blocks, block_size=config.block_size,
                        groups=list(config.kinds), sliding_window=config.sliding_window, events=True,
-                       max_model_len=MAX_MODEL_LEN)
+                       max_model_len=MAX_MODEL_LEN, attention_chunk_size=config.attention_chunk_size)
         else:
             child.call("build", num_blocks=config.num_blocks, block_size=config.block_size, events=True,
                        max_model_len=MAX_MODEL_LEN)
@@ -256,12 +263,19 @@ def twice(num_blocks: int) -> dict[str, Any]:
 
 
 CACHED_TWICE = (Schedule(0), Schedule(1), Finish(0), Preempt(1), Schedule(2), Decode(2))
+# One request decodes across chunk boundaries of chunked local attention (chunks of two one-token blocks): each
+# boundary frees the last chunk's blocks for the null block.
+CHUNKS = {"num_blocks": 10, "block_size": 1, "prompts": [0], "prompt_len": 3, "shared": 0, "max_tokens": 3,
+          "resets": 0, "groups": "full,local", "attention_chunk_size": 2}
 PROBES = (
     directed("hash_cached_twice_keeps_its_other_block",
              "a hash cached under two blocks still hits the second once the first is evicted", twice(5),
              CACHED_TWICE + (Decode(2), Schedule(1))),
     directed("hash_cached_twice_evicted_twice", "a hash cached under two blocks misses once both are evicted",
              twice(3), CACHED_TWICE + (Finish(2), Schedule(1))),
+    directed("chunk_boundary_frees_the_last_chunk",
+             "a chunked-local group frees the last chunk's blocks at each chunk boundary", CHUNKS,
+             (Schedule(0), Decode(0), Decode(0))),
 )
 
 

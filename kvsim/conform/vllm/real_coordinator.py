@@ -4,9 +4,10 @@
 `CoordinatorDriver` adds to `ManagerDriver`'s vocabulary (whose answers are group 0's until `build_hybrid`):
 
 * `build_hybrid(num_blocks, block_size, groups, sliding_window=4, events=False, use_eagle=False,
-  mamba_cache_mode=None, max_model_len=None)`: a manager over the named groups (`full`, `swa`, `mamba`, in group order), built as
-  upstream's CPU tests build hybrid configs (`real_manager.kv_cache_config`: `KVCacheConfig` with
-  `kv_cache_tensors=[]`, one `KVCacheGroupSpec` per group: `FullAttentionSpec`, `SlidingWindowSpec`, `MambaSpec`
+  mamba_cache_mode=None, max_model_len=None, attention_chunk_size=4)`: a manager over the named groups (`full`,
+  `swa`, `local`, `mamba`, in group order), built as upstream's CPU tests build hybrid configs
+  (`real_manager.kv_cache_config`: `KVCacheConfig` with `kv_cache_tensors=[]`, one `KVCacheGroupSpec` per group:
+  `FullAttentionSpec`, `SlidingWindowSpec`, `ChunkedLocalAttentionSpec`, `MambaSpec`
   with prefix caching: mode `all` where the release has it (0.26.0-0.31.0), else `align`, unless `mamba_cache_mode`
   names one), `use_eagle` as the scheduler passes it with EAGLE/MTP speculative decoding (no group flagged, so every
   group gets the EAGLE last-block drop, as upstream falls back). Answers `observe` plus `{"coordinator": class
@@ -42,11 +43,12 @@ class CoordinatorDriver(ManagerDriver):
 
     def op_build_hybrid(self, num_blocks: int, block_size: int, groups: list[str], sliding_window: int = 4,
                         events: bool = False, use_eagle: bool = False, mamba_cache_mode: str | None = None,
-                        max_model_len: int | None = None) -> Any:
+                        max_model_len: int | None = None, attention_chunk_size: int = 4) -> Any:
         from vllm.v1.core.kv_cache_manager import KVCacheManager
 
         self.mamba_cache_mode = real_manager.mamba_cache_mode(mamba_cache_mode)
-        config = kv_cache_config(num_blocks, block_size, groups, sliding_window, self.mamba_cache_mode)
+        config = kv_cache_config(num_blocks, block_size, groups, sliding_window, self.mamba_cache_mode,
+                                 attention_chunk_size)
         self.op_build(num_blocks, block_size, events=events)  # the hasher at the block size, the requests forgotten
         self.per_group = True
         self.manager = KVCacheManager(config, max_model_len=max_model_len or num_blocks * block_size,

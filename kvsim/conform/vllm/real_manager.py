@@ -62,9 +62,11 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def kv_cache_spec(kind: str, block_size: int, sliding_window: int, mamba_cache_mode: str) -> Any:
+def kv_cache_spec(kind: str, block_size: int, sliding_window: int, mamba_cache_mode: str,
+                  attention_chunk_size: int = 4) -> Any:
     """One KV cache group's spec, as upstream's CPU tests build them: `full` (`FullAttentionSpec`), `swa`
-    (`SlidingWindowSpec`), `mamba` (`MambaSpec` with prefix caching in `mamba_cache_mode`)."""
+    (`SlidingWindowSpec`), `local` (`ChunkedLocalAttentionSpec`), `mamba` (`MambaSpec` with prefix caching in
+    `mamba_cache_mode`)."""
     import torch
     from vllm.v1 import kv_cache_interface as kvi
 
@@ -73,10 +75,13 @@ def kv_cache_spec(kind: str, block_size: int, sliding_window: int, mamba_cache_m
     if kind == "swa":
         return kvi.SlidingWindowSpec(block_size=block_size, num_kv_heads=1, head_size=1, dtype=torch.float32,
                                      sliding_window=sliding_window)
+    if kind == "local":
+        return kvi.ChunkedLocalAttentionSpec(block_size=block_size, num_kv_heads=1, head_size=1, dtype=torch.float32,
+                                             attention_chunk_size=attention_chunk_size)
     if kind == "mamba":
         return kvi.MambaSpec(block_size=block_size, shapes=((1,),), dtypes=(torch.float32,),
                              mamba_cache_mode=mamba_cache_mode)
-    raise ConfigError("groups", "full, swa or mamba", kind)
+    raise ConfigError("groups", "full, swa, local or mamba", kind)
 
 
 def mamba_cache_mode(named: str | None = None) -> str:
@@ -93,15 +98,15 @@ def mamba_cache_mode(named: str | None = None) -> str:
 
 
 def kv_cache_config(num_blocks: int, block_size: int, groups: Sequence[str] = ("full",),
-                    sliding_window: int = 4, mode: str | None = None) -> Any:
+                    sliding_window: int = 4, mode: str | None = None, attention_chunk_size: int = 4) -> Any:
     """The `KVCacheConfig` every driver builds (the manager's, the coordinator's, the scheduler's): one group per
     name in `groups` (layer `layer.<g>`), `kv_cache_tensors=[]` as upstream's CPU tests have it; Mamba in prefix-caching
-    `mode` (`mamba_cache_mode`'s default if None)."""
+    `mode` (`mamba_cache_mode`'s default if None), chunked local attention in chunks of `attention_chunk_size`."""
     from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec
 
     mode = mamba_cache_mode(mode) if "mamba" in groups else "none"
     return KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=[
-        KVCacheGroupSpec([f"layer.{g}"], kv_cache_spec(kind, block_size, sliding_window, mode))
+        KVCacheGroupSpec([f"layer.{g}"], kv_cache_spec(kind, block_size, sliding_window, mode, attention_chunk_size))
         for g, kind in enumerate(groups)])
 
 

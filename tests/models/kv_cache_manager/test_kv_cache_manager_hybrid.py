@@ -1,5 +1,5 @@
 """kv-cache-manager over several KV cache groups: the single-type managers' hits (full attention, sliding window,
-Mamba), the coordinator's reconciled and per-group hits, the blocks a window leaves behind, and the #48195 variant:
+chunked local attention, Mamba), the coordinator's reconciled and per-group hits, the blocks a window leaves behind, and the #48195 variant:
 the explorer finds the connector handed more local tokens than full attention backs on `pre_48195`, and `fixed`
 holds on the same configuration (pinned state counts, with and without the block renaming). Mamba in both
 prefix-caching modes: `align` (`fixed`, 0.33.0: one state block per allocation, null padding before it) and `all`
@@ -132,6 +132,29 @@ def test_a_sliding_window_hit_is_its_window_with_null_blocks_before_it():
     (full, swa), num_hit = m.get_computed_blocks(b)
     # full attention hits 4 blocks, the window needs cdiv(3 - 1, 2) = 1 cached block at the end: block 3
     assert num_hit == 8 and len(full) == 4 and ids(swa)[:3] == [0, 0, 0] and ids(swa)[3] != 0
+
+
+def test_a_chunked_local_hit_is_its_chunk_with_null_blocks_before_it():
+    """Chunks of 8 tokens, blocks of 4 (upstream's own examples): a hit up to 15 tokens reads the chunk of tokens
+    8..15, so blocks 0 and 1 are null and block 2 is looked up; a hit up to 16 tokens starts a new chunk (four null
+    blocks). Allocation frees the blocks of every earlier chunk: after 13 tokens, 8 are skipped."""
+    m = KVCacheManager(20, 4, 2, ("full", "local"), attention_chunk_size=8)
+    local = m.coordinator.single_type_managers[1]
+    assert [local.get_num_skipped_tokens(n) for n in (7, 8, 13, 16)] == [0, 8, 8, 16]
+    a = admit(m, 0, list(range(17)))  # 4 full blocks and one token
+    assert 0 not in m.get_block_ids(0)[1]  # prefill: nothing freed yet
+    a.all_token_ids.append(17)
+    assert m.allocate_slots(a, 1) is not None
+    assert m.get_block_ids(0)[1].count(0) == 4  # 17 computed: the chunks of tokens 0..15 freed
+    blocks, hit = local.find_longest_cache_hit(a.block_hashes, 15)
+    assert hit == 12 and ids(blocks)[:2] == [0, 0] and ids(blocks)[2] != 0  # block 2 was cached before it was freed
+    blocks, hit = local.find_longest_cache_hit(a.block_hashes, 16)
+    assert hit == 16 and ids(blocks) == [0, 0, 0, 0]
+    m.free(a)
+    b = Request(1, list(range(12)) + [50], 13, 0, 4)
+    (full, chunk), num_hit = m.get_computed_blocks(b)
+    # full attention hits 3 blocks, the chunk of tokens 8..15 needs block 2 cached (the group's own): 12 tokens
+    assert num_hit == 12 and len(full) == 3 and ids(chunk)[:2] == [0, 0] and ids(chunk)[2] not in (0, ids(full)[2])
 
 
 def test_renaming_the_blocks_is_a_symmetry_on_two_groups():

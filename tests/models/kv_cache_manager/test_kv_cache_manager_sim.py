@@ -82,7 +82,8 @@ def test_same_seed_same_digest_under_any_hash_seed(name, params):
     (DESCRIPTOR, "num_blocks=5", "param num_blocks: expected at least 13 (one request's prompt and outputs in every "
                                  "group, and the null block), got 5"),
     (DESCRIPTOR, "shared=40", "param shared: expected at most prompt_len (32), got 40"),
-    (DESCRIPTOR, "groups=swa", "param groups: expected one of full, full,swa, full,mamba, full,swa,mamba, got 'swa'"),
+    (DESCRIPTOR, "groups=swa", "param groups: expected one of full, full,swa, full,mamba, full,swa,mamba, "
+                               "full,local, got 'swa'"),
     (DESCRIPTOR, "requests=0", "param requests: expected an integer (>= 1 and <= 20000), got 0"),
     (PD_DESCRIPTOR, "num_blocks=6", "param num_blocks: expected at least 7 (one request's prompt and outputs, and "
                                     "the null block), got 6"),

@@ -167,11 +167,51 @@ def test_allows_is_membership_in_enabled(values):
     assert not wrong
 
 
+# -- chunked local attention (`ChunkedLocalAttentionManager`) ------------------------------------------------------
+# two requests of one prompt, chunks of one block (2 tokens): the blocks of every earlier chunk freed as they pass;
+# a prompt whose hit ends inside its second chunk of 4 (the chunk's first block backs it)
+LOCAL_CHUNKS = {"groups": "full,local", "prompts": (0, 0), "prompt_len": 5, "shared": 2, "max_tokens": 3,
+                "num_blocks": 8, "resets": 0, "attention_chunk_size": 2}
+LOCAL_HIT = {"groups": "full,local", "prompt_len": 5, "shared": 2, "num_blocks": 8, "resets": 0,
+             "attention_chunk_size": 4}
+_local_hit = single_type.ChunkedLocalAttentionManager.find_longest_cache_hit
+
+
+def _local_hit_from_the_next_block(self, block_hashes, max_length):  # the chunk's first block taken as before it
+    blocks, hit = _local_hit(self, block_hashes, max_length)
+    first = max_length // self.attention_chunk_size * self.attention_chunk_size // self.block_size
+    return [self._null_block] * min(first + 1, len(blocks)) + blocks[first + 1:], hit
+
+
+@pytest.mark.parametrize("values, states, reduced", [(LOCAL_CHUNKS, 471, 116), (LOCAL_HIT, 677, 231)])
+def test_explore_chunked_local_attention_holds_every_invariant(values, states, reduced):
+    explores_clean(system(values), states, reduced)
+
+
+def test_a_chunk_boundary_one_token_late_keeps_a_block_before_the_chunk(monkeypatch):
+    """`get_num_skipped_tokens` rounding `n - 1` down to the chunk: at a chunk boundary the last chunk's blocks
+    are kept (`no_block_outside_window`)."""
+    fails_alone(lambda: system(LOCAL_CHUNKS), "no_block_outside_window",
+                (single_type.ChunkedLocalAttentionManager, "get_num_skipped_tokens",
+                 lambda self, n: max(0, n - 1) // self.attention_chunk_size * self.attention_chunk_size), monkeypatch)
+
+
+def test_a_local_hit_that_nulls_its_chunks_first_block(monkeypatch):
+    """The hit's null blocks reach into the chunk the next token reads: the hit is not backed
+    (`hybrid_hit_backed`)."""
+    fails_alone(lambda: system(LOCAL_HIT), "hybrid_hit_backed",
+                (single_type.ChunkedLocalAttentionManager, "find_longest_cache_hit", _local_hit_from_the_next_block),
+                monkeypatch)
+
+
 def test_the_config_refuses_what_the_model_cannot_run():
     with pytest.raises(Exception, match="prompts"):
         CacheManagerConfig(prompts=(0, 1, 2, 3))
     with pytest.raises(Exception, match="shared"):
         CacheManagerConfig(prompt_len=2, shared=3)
+    with pytest.raises(Exception, match="attention_chunk_size"):
+        CacheManagerConfig(groups="full,local", block_size=2, attention_chunk_size=3)
+    assert CacheManagerConfig(block_size=2, attention_chunk_size=3).kinds == ("full",)  # read with local only
 
 
 # -- the stateful property ------------------------------------------------------------------------------------
