@@ -24,15 +24,8 @@ POSITIONS = ("a key's position in its request (ReqContext.get_offload_key_positi
 MANAGER_UNREACHED = (
     Unreached("LRUCachePolicy._update_heap", "if len(updated_evictable) >= max(64,",
               "a heap rebuilt for 64 or more updated keys: the lockstep has 6 keys"),
-    Unreached("LRUCachePolicy.insert", "self._ranks[key] = (self._get_request_rank(req_context), -position)",
-              POSITIONS),
     Unreached("LRUCachePolicy.insert", "if chunk.ref_cnt == 0:",
               "a chunk inserted already evictable: the manager inserts chunks write-pending (ref_cnt -1)"),
-    Unreached("LRUCachePolicy.on_request_access", "rank = (request_rank, -position)", POSITIONS),
-    Unreached("LRUCachePolicy.on_request_access", "if self._ranks[key] >= rank:", POSITIONS),
-    Unreached("LRUCachePolicy.on_request_access", "self._ranks[key] = rank", POSITIONS),
-    Unreached("LRUCachePolicy.on_request_access", "if key in self._evictable:", POSITIONS),
-    Unreached("CPUOffloadingManager", "if len(positions) == len(keys):", POSITIONS),
     Unreached("CPUOffloadingManager.config_info", "return [self._config_info]",
               "config_info: connector metadata the model has no counterpart of"),
 )
