@@ -15,7 +15,7 @@ Two Locksteps:
   request only saw, LRU's heap (a repinned, a pinned and an outgrown one), the order of one call's keys, failed
   stores with events on and off, a full tracker, a request finished after a reset, and three with recorded key
   positions (one request's keys evicted tail first, a request's access raising an older key to its rank, ARC
-  finishing a request in position order). The model states 0.33.0;
+  finishing a request in position order, a request's rank taken anew after a reset). The model states 0.33.0;
   a release without the request-scoped cache access (0.30.0 and before) is skipped with a note (the
   `offload_rename` target covers those).
 * `RENAME` (`offload_rename`, both sides code under test): the #52615 rename on the real code. The release given
@@ -411,8 +411,8 @@ class ShadowedSide:
 
 # -- the operations --------------------------------------------------------------------------------------------
 
-POSITIONS = st.one_of(st.none(), st.permutations(range(1, KEYS + 1)).map(
-    lambda order: tuple(CHUNK_TOKENS * i for i in order)))
+POSITIONS = st.one_of(st.none(), st.tuples(st.permutations(range(1, KEYS + 1)).map(
+    lambda order: tuple(CHUNK_TOKENS * i for i in order)), st.booleans()))  # (end tokens, mixed), or None
 
 
 def positions_of(config: dict[str, Any], req: int) -> dict[int, int]:
@@ -420,10 +420,10 @@ def positions_of(config: dict[str, Any], req: int) -> dict[int, int]:
     every key it offloads; a key's position is its own, as a chunk's hash chains over its prefix), or none (no
     positions drawn, or `mixed` and an odd request: a context made without them, as the scheduler's for a
     request it only finishes)."""
-    positions = config.get("positions")
-    if positions is None or (config.get("mixed") and req % 2):
+    drawn = config.get("positions")
+    if drawn is None or (drawn[1] and req % 2):
         return {}
-    return dict(enumerate(positions))
+    return dict(enumerate(drawn[0]))
 
 
 def request_of(op: str, args: Any) -> int | None:
@@ -503,13 +503,13 @@ OPERATIONS = (  # the stores and their completions repeated: they are what the o
 def configs(thresholds: tuple[int, ...], policies: tuple[str, ...] = ("lru", "arc"), trackers: Any = None,
             positions: bool = False) -> Any:
     """A manager's configuration; `positions`: the requests' contexts may record key positions (`positions`: each
-    key's end token, or None; `mixed`: odd requests record none)."""
+    key's end token and whether odd requests record none (`mixed`), or None)."""
     return st.fixed_dictionaries({"policy": st.sampled_from(policies),
                                   "capacity": st.sampled_from((2, 3, 1, 4, 0, 5)),
                                   "threshold": st.sampled_from(thresholds),
                                   "tracker": st.integers(1, 6) if trackers is None else trackers,
                                   "events": st.sampled_from((True, True, True, False)),
-                                  **({"positions": POSITIONS, "mixed": st.booleans()} if positions else {})})
+                                  **({"positions": POSITIONS} if positions else {})})
 
 
 # -- CPUOffloadingManager: the release against the model ----------------------------------------------------------
@@ -542,7 +542,7 @@ def manager_sides(ctx: Context, config: dict[str, Any]) -> tuple[Any, Any]:
 def config(policy: str, capacity: int, threshold: int = 1, tracker: int = 64_000,
            positions: tuple[int, ...] | None = None, mixed: bool = False) -> dict[str, Any]:
     return {"policy": policy, "capacity": capacity, "threshold": threshold, "tracker": tracker, "events": True,
-            **({"positions": positions, "mixed": mixed} if positions is not None else {})}
+            **({"positions": (positions, mixed)} if positions is not None else {})}
 
 
 # Directed programs: paths a random program reaches rarely, run on the model and the release (each must give the
@@ -629,9 +629,16 @@ IN_ORDER = tuple(CHUNK_TOKENS * i for i in range(1, KEYS + 1))  # key i ends at 
 LRU_TAIL_FIRST = (  # one request's keys share its rank, tail first: its last key is evicted first
     config("lru", 3, positions=IN_ORDER), ("store_and_complete", ([0, 1, 2], 0)), ("prepare_store", ([3], 1)))
 LRU_ACCESS_RAISES_A_RANK = (  # request 1 (no positions) stores keys 1 and 2; request 0's access of key 1 raises it
-    # to request 0's newer rank, so key 2 is now the oldest and is evicted (by counter alone key 1 would be)
+    # to request 0's newer rank, so key 2 is now the oldest and is evicted (by counter alone key 1 would be); the
+    # next eviction takes key 1 at its new rank, ahead of request 0's head key 0
     config("lru", 3, positions=IN_ORDER, mixed=True), ("store_and_complete", ([1], 1)),
     ("store_and_complete", ([2], 1)), ("store_and_complete", ([0], 0)), ("prepare_store", ([1], 0)),
+    ("store_and_complete", ([3], 1)), ("prepare_store", ([4], 1)))
+LRU_RANK_RENEWED_AFTER_A_RESET = (  # request 0 takes its rank after a first reset; after a second one its rank is
+    # stale (another cache generation): its next store takes a new rank, above request 1's key, which is evicted
+    # (a stale rank would rank request 0's key below it)
+    config("lru", 2, positions=IN_ORDER, mixed=True), ("reset_cache", ()), ("store_and_complete", ([0], 0)),
+    ("reset_cache", ()), ("store_and_complete", ([1], 1)), ("store_and_complete", ([2], 0)),
     ("prepare_store", ([3], 1)))
 ARC_FINISH_IN_POSITION_ORDER = (  # request 0 saw its tail key first; its finish applies its keys tail to head in
     # position order, so the head is the most recent and the tail is evicted
@@ -700,7 +707,9 @@ MANAGER = Lockstep(
                 ("lru_request_access_raises_a_rank", "LRU: a request's access raises an older key to its request's "
                                                      "rank", LRU_ACCESS_RAISES_A_RANK),
                 ("arc_finishes_in_position_order", "ARC finishes a request's keys in position order",
-                 ARC_FINISH_IN_POSITION_ORDER)))),
+                 ARC_FINISH_IN_POSITION_ORDER),
+                ("lru_request_rank_renewed_after_a_reset", "LRU: a request's rank from another cache generation is "
+                                                           "taken anew", LRU_RANK_RENEWED_AFTER_A_RESET)))),
     note=manager_note)
 
 
