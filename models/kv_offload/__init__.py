@@ -1,7 +1,8 @@
 """kv-offload: vLLM's CPU offloading manager over chunk slots (vllm/v1/kv_offload/cpu/manager.py, 0.33.0).
 
 * `variants`: `OffloadVariant`, one flag per upstream change (#35846, the already-stored key); `VARIANTS`.
-* `status`, `policies`, `manager`: the slot status, LRU and ARC, and `CPUOffloadingManager` itself.
+* `status`, `policies`, `manager`: the slot status, LRU and ARC, and `CPUOffloadingManager` itself;
+  `context`: a request's `ReqContext` (the key positions the scheduler records, LRU's request rank).
 * `names`: the #52615 rename (block -> chunk) as two naming adapters over the one model.
 * `checks`, `actions`, `system`: the manager under several requests as a transition system
   (`OffloadSystem`, its config `OffloadSystemConfig`: the `kvsim explore --param`s) and its invariants.

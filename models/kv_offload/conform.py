@@ -19,20 +19,11 @@ WORKER = (Upstream(OFFLOAD_BASE, ("GPULoadStoreSpec",), checked=()),)
 MANAGER_FILES = (Upstream(LRU, ("LRUCachePolicy",)), Upstream(ARC, ("ARCCachePolicy",)),
                  Upstream(OFFLOAD_BASE, ("ReqContext", "make_offload_key"), checked=()),
                  Upstream(MANAGER, ("CPUOffloadingManager",)))
-POSITIONS = ("a key's position in its request (ReqContext.get_offload_key_position): the model's keys carry none, "
-             "so the adapter's ReqContext answers None")
 MANAGER_UNREACHED = (
     Unreached("LRUCachePolicy._update_heap", "if len(updated_evictable) >= max(64,",
               "a heap rebuilt for 64 or more updated keys: the lockstep has 6 keys"),
-    Unreached("LRUCachePolicy.insert", "self._ranks[key] = (self._get_request_rank(req_context), -position)",
-              POSITIONS),
     Unreached("LRUCachePolicy.insert", "if chunk.ref_cnt == 0:",
               "a chunk inserted already evictable: the manager inserts chunks write-pending (ref_cnt -1)"),
-    Unreached("LRUCachePolicy.on_request_access", "rank = (request_rank, -position)", POSITIONS),
-    Unreached("LRUCachePolicy.on_request_access", "if self._ranks[key] >= rank:", POSITIONS),
-    Unreached("LRUCachePolicy.on_request_access", "self._ranks[key] = rank", POSITIONS),
-    Unreached("LRUCachePolicy.on_request_access", "if key in self._evictable:", POSITIONS),
-    Unreached("CPUOffloadingManager", "if len(positions) == len(keys):", POSITIONS),
     Unreached("CPUOffloadingManager.config_info", "return [self._config_info]",
               "config_info: connector metadata the model has no counterpart of"),
 )
@@ -73,8 +64,6 @@ TRANSFER_SURVIVORS = (
              "are num_copy_ops long"),
 )
 LRU_CLASS, ARC_CLASS, MANAGER_CLASS = "LRUCachePolicy", "ARCCachePolicy", "CPUOffloadingManager"
-REQUEST_RANK = ("the request's rank (LRUCachePolicy._get_request_rank) orders only keys with a position, and " +
-                POSITIONS)
 STATE_TEST = ("state is None\n            or state.owner is not self\n"
               "            or state.cache_generation != self._cache_generation")
 ONE_MANAGER = ("a request context's state left by another manager or policy: each side of the lockstep has its own "
@@ -89,19 +78,15 @@ MANAGER_SURVIVORS = (
     Survivor(LRU_CLASS, "constant", "0", "a counter started at 1, or a rank's second element 1 for keys without a "
                                          "position: ranks differ in their first elements and are only compared with "
                                          "each other; cache generations only with their own copies"),
-    Survivor(LRU_CLASS, "constant", "1", "the shared rank counter advanced by 2, or by 0 where a request's rank is "
-                                         "taken: the keys' ranks keep their order; or the policy's cache generation "
-                                         "stepped otherwise on clear (" + REQUEST_RANK + ")"),
-    Survivor(LRU_CLASS, "assignment", "+=", "the policy's cache generation set, not advanced, on clear: only the "
-                                            "request's rank reads it (" + REQUEST_RANK + ")"),
-    Survivor(LRU_CLASS, "boolean", STATE_TEST, REQUEST_RANK),
-    Survivor(LRU_CLASS, "comparison", "is not", REQUEST_RANK),
-    Survivor(LRU_CLASS, "comparison", "!=", REQUEST_RANK),
-    Survivor(LRU_CLASS, "arguments", "self, self._cache_generation", REQUEST_RANK),
-    Survivor(LRU_CLASS, "arguments", "self._cache_generation, self._next_rank", REQUEST_RANK),
-    Survivor(LRU_CLASS, "boolean", "position is None or key not in self.chunks", POSITIONS),
-    Survivor(LRU_CLASS, "comparison", "not in", "on_request_access's `key not in self.chunks` made `in`: read only "
-                                                "for a key with a position, and " + POSITIONS),
+    Survivor(LRU_CLASS, "constant", "1", "the shared rank counter, or the policy's cache generation on clear, "
+                                         "advanced by 2: the ranks keep their order, and cache generations are only "
+                                         "compared for equality"),
+    Survivor(LRU_CLASS, "boolean", STATE_TEST, ONE_MANAGER,
+             replacement="((state is None) or (state.cache_generation != self._cache_generation)\n\n)"),
+    Survivor(LRU_CLASS, "comparison", ">=", "on_request_access's `self._ranks[key] >= rank` made `>`: at an equal rank "
+                                            "the key is given the rank it has (and an evictable one a second heap "
+                                            "entry of it, which eviction selects once)",
+             line="if self._ranks[key] >= rank:"),
     Survivor(LRU_CLASS, "comparison", "<", HEAP_REBUILD),
     Survivor(LRU_CLASS, "constant", "64", HEAP_REBUILD),
     Survivor(LRU_CLASS, "constant", "2", HEAP_REBUILD),

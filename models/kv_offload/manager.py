@@ -3,6 +3,8 @@
 The chunk pool: `_num_chunks` slots, fresh ids 0, 1, 2, ... handed out up to the high-water mark
 `_num_allocated_chunks`, then ids popped from the LIFO `_free_list`. Per slot a `ChunkStatus`
 (`ref_cnt == -1` write pending, `>= 0` ready with that many loads in flight), held by the policy.
+Per request a `ReqContext` (`context`): the key positions the scheduler records
+(`req_context(req).set_offload_key_position(key, end_token)`) and the LRU's request rank.
 `_num_evictable_cache_chunks` counts `ref_cnt == 0`, `_num_write_pending_chunks` counts `-1`.
 
 `prepare_store` (with `store_threshold >= 2`, a bounded access tracker admits only keys offered that
@@ -10,8 +12,10 @@ often): drop the keys already present, evict only what does not fit, never an in
 `variant.protect_input_keys`), and return None when it cannot, changing no slot; insert the new
 keys write-pending. `complete_store` readies them (a store event) or, on failure, releases them (a
 metadata-only removal event that `take_events` drops for keys a retry re-allocated). Loads pin
-ready chunks. Per request the manager records the keys it saw (stored or reused) and hands them to
-the policy when the request finishes (`on_request_finished`); `reset_cache` drops everything and
+ready chunks. Per request the manager records the keys it saw (stored or reused), tells the policy of
+each first sight (`on_request_access`: the position-aware LRU ranks them tail-first) and hands them to
+the policy, in position order when the context records a position for each, when the request finishes
+(`on_request_finished`); `reset_cache` drops everything and
 starts a new cache generation. `get_stats` reports the usage gauges and the batch's allocation sizes.
 
 The manager is a small mutable object, as upstream; `freeze()` gives the immutable `ManagerState` the
@@ -23,7 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, NamedTuple, Sequence
 
-from .policies import POLICIES, CachePolicy, Frozen, thaw_policy
+from .context import ReqContext
+from .policies import POLICIES, CachePolicy, Frozen, order_request_keys, thaw_policy
 from .status import (ChunkStatus, CPUOffloadingMetrics, LookupResult, OffloadingEvent, PrepareStoreOutput)
 from .variants import FIXED, OffloadVariant
 
@@ -62,7 +67,9 @@ class ManagerState(NamedTuple):
     stores_skipped_in_current_batch: int
     allocation_sizes_in_current_batch: tuple[int, ...]
     cache_generation: int
-    requests: tuple[tuple[int, tuple], ...]  # (request id, frozen RequestCacheAccess), by id
+    # (request id, frozen RequestCacheAccess), by id; once a context records positions: (request id, frozen
+    # access or None, frozen ReqContext) for each request with a context (and the policy's ranks in `policy`)
+    requests: tuple[tuple, ...]
 
 
 class CPUOffloadingManager:
@@ -86,16 +93,27 @@ class CPUOffloadingManager:
         self._cache_generation = 0
         self.counts: dict[int, int] | None = {} if store_threshold >= 2 else None
         self._requests: dict[int, RequestCacheAccess] = {}
+        self._contexts: dict[int, ReqContext] = {}
 
     # -- the value form -------------------------------------------------------------------------
     def freeze(self) -> ManagerState:
+        """Without recorded positions the contexts hold nothing the order depends on (a request rank ranks only
+        keys with a position): the value is the one the model had before positions."""
+        positional = any(c.positional for c in self._contexts.values())
+        if positional:
+            requests: tuple = tuple(
+                (r, a.freeze() if (a := self._requests.get(r)) is not None else None,
+                 self._contexts[r].freeze() if r in self._contexts else ReqContext(r).freeze())
+                for r in sorted(set(self._requests) | set(self._contexts)))
+        else:
+            requests = tuple((r, a.freeze()) for r, a in sorted(self._requests.items()))
         return ManagerState(
-            self._num_allocated_chunks, tuple(self._free_list), self._policy.freeze(),
+            self._num_allocated_chunks, tuple(self._free_list), self._policy.freeze(ranked=positional),
             self._num_evictable_cache_chunks, self._num_write_pending_chunks,
             tuple(self.events) if self.events is not None else (),
             tuple(self.counts.items()) if self.counts is not None else None,
             self.stores_skipped_in_current_batch, tuple(self.allocation_sizes_in_current_batch),
-            self._cache_generation, tuple((r, a.freeze()) for r, a in sorted(self._requests.items())))
+            self._cache_generation, requests)
 
     @classmethod
     def thaw(cls, state: ManagerState, num_chunks: int, store_threshold: int = 1, max_tracker_size: int = 64_000,
@@ -111,7 +129,9 @@ class CPUOffloadingManager:
         m.stores_skipped_in_current_batch = state.stores_skipped_in_current_batch
         m.allocation_sizes_in_current_batch = list(state.allocation_sizes_in_current_batch)
         m._cache_generation = state.cache_generation
-        m._requests = {r: RequestCacheAccess.thaw(a) for r, a in state.requests}
+        m._requests = {entry[0]: RequestCacheAccess.thaw(entry[1]) for entry in state.requests
+                       if entry[1] is not None}
+        m._contexts = {entry[0]: ReqContext.thaw(entry[0], entry[2]) for entry in state.requests if len(entry) == 3}
         return m
 
     # -- chunk pool -------------------------------------------------------------------------------
@@ -154,6 +174,13 @@ class CPUOffloadingManager:
                 num_unprotected -= 1
             counts[key] = 1
 
+    def req_context(self, req: int) -> ReqContext:
+        """The request's context (the scheduler's `ReqContext`: made at the request's first call)."""
+        ctx = self._contexts.get(req)
+        if ctx is None:
+            ctx = self._contexts[req] = ReqContext(req)
+        return ctx
+
     def _get_request_cache_access(self, req: int) -> RequestCacheAccess:
         state = self._requests.get(req)
         if state is None or state.cache_generation != self._cache_generation:
@@ -164,6 +191,7 @@ class CPUOffloadingManager:
                                      reused_keys: Iterable[int] = ()) -> None:
         state = self._get_request_cache_access(req)
         seen = set(state.seen_keys)
+        new_keys = []
         for key in keys:
             if key in seen:
                 continue
@@ -171,6 +199,9 @@ class CPUOffloadingManager:
                 raise AssertionError("New cache keys observed after request finalization")
             state.seen_keys.append(key)
             seen.add(key)
+            new_keys.append(key)
+        if new_keys:
+            self._policy.on_request_access(new_keys, self.req_context(req))
         state.inserted_keys.update(inserted_keys)
         state.reused_keys.update(k for k in reused_keys if k not in state.inserted_keys)
 
@@ -262,8 +293,9 @@ class CPUOffloadingManager:
         if to_evict and self.events is not None:
             self.events.append(OffloadingEvent(tuple(to_evict), removed=True))
         chunks = self._allocate_chunks(keys_to_store)
+        req_context = self.req_context(req)
         for key, chunk in zip(keys_to_store, chunks):
-            self._policy.insert(key, chunk)
+            self._policy.insert(key, chunk, req_context)
         self._num_write_pending_chunks += len(keys_to_store)
         state.inserted_keys.update(keys_to_store)
         return PrepareStoreOutput(tuple(keys_to_store), tuple(c.chunk_id for c in chunks), tuple(to_evict))
@@ -295,8 +327,10 @@ class CPUOffloadingManager:
         if state is None or state.cache_generation != self._cache_generation or state.finished:
             return
         state.finished = True
-        self._policy.on_request_finished((tuple(state.seen_keys),), state.inserted_keys - state.reused_keys,
-                                         set(state.reused_keys))
+        req_context = self.req_context(req)
+        keys = order_request_keys((state.seen_keys,), req_context)  # one KV group: by position if each has one
+        self._policy.on_request_finished((tuple(keys),), state.inserted_keys - state.reused_keys,
+                                         set(state.reused_keys), req_context)
 
     def reset_cache(self) -> None:
         self._policy.clear()
@@ -341,6 +375,7 @@ class CPUOffloadingManager:
     def forget_request(self, req: int) -> None:
         """Drop a request's access record (its context is gone: the scheduler makes no more calls for it)."""
         self._requests.pop(req, None)
+        self._contexts.pop(req, None)
 
     # -- read-only views (properties, invariants, adapters) ---------------------------------------
     def resident(self) -> dict[int, ChunkStatus]:

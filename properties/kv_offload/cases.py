@@ -10,7 +10,9 @@ Intents: ("store", req, keys), ("complete_store", req, keys, success), ("load", 
 ("complete_load_pinned", req, picks) (indices into the keys ready, or pinned, at that point),
 ("complete_pending", req, success) (complete_store of every write-pending key),
 ("touch", req, keys), ("lookup", key), ("finish", req), ("reset",), ("take_events",), ("get_stats",).
-Keys are distinct within one call (the scheduler's contract).
+Keys are distinct within one call (the scheduler's contract). With `positions` (each key's end token, as the
+scheduler records them) every request's context records them before its first call; `mixed`: odd requests
+record none.
 """
 
 from __future__ import annotations
@@ -30,6 +32,13 @@ class OpsCase:
     ops: tuple[tuple, ...]
     store_threshold: int = 1
     max_tracker_size: int = 64_000
+    positions: tuple[int, ...] | None = None  # key i's end token; None: no context records positions
+    mixed: bool = False  # odd requests record no positions
+
+    def positions_of(self, req: int) -> dict[int, int]:
+        if self.positions is None or (self.mixed and req % 2):
+            return {}
+        return dict(enumerate(self.positions))
 
 
 class Step(NamedTuple):
@@ -107,6 +116,10 @@ def iter_ops(case: OpsCase, variant: OffloadVariant = FIXED, manager: CPUOffload
         op = resolve(m, intent, reqs)
         if op is None:
             continue
+        if op[0] not in ("lookup", "reset", "take_events", "get_stats") and op[1] not in m._contexts:
+            context = m.req_context(op[1])  # the scheduler records positions before the request's first call
+            for key, end_token in case.positions_of(op[1]).items():
+                context.set_offload_key_position(key, end_token)
         before = m.freeze()
         result = call(m, op)
         if op[0] == "finish":  # a finished request sees no more keys: its later intents go to a new request

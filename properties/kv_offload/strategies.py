@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import strategies as st
 
 from .cases import OpsCase
@@ -47,14 +49,21 @@ def _block() -> st.SearchStrategy[tuple[tuple, ...]]:
 
 
 @st.composite
-def ops_cases(draw: st.DrawFn, thresholds: st.SearchStrategy[int] = st.sampled_from((1, 1, 2))) -> OpsCase:
+def ops_cases(draw: st.DrawFn, thresholds: st.SearchStrategy[int] = st.sampled_from((1, 1, 2)),
+              positions: bool = False) -> OpsCase:
     """A manager (capacity 0..4, mostly 2 or 3: full caches evict; LRU or ARC, a store threshold and tracker)
-    and 4 to 30 blocks of operation intents."""
+    and 4 to 30 blocks of operation intents; `positions`: requests' contexts record key positions (each key's
+    end token, a drawn order; all requests or the even ones)."""
     blocks = draw(st.lists(_block(), min_size=10, max_size=30))
-    return OpsCase(capacity=draw(st.sampled_from((2, 3, 1, 4, 0))), policy=draw(st.sampled_from(("lru", "arc"))),
+    case = OpsCase(capacity=draw(st.sampled_from((2, 3, 1, 4, 0))), policy=draw(st.sampled_from(("lru", "arc"))),
                    ops=tuple(intent for block in blocks for intent in block), store_threshold=draw(thresholds),
                    max_tracker_size=draw(st.integers(1, 8)))
+    if not positions:
+        return case
+    order = draw(st.permutations(range(1, KEYS + 1)))
+    return replace(case, positions=tuple(16 * i for i in order), mixed=draw(st.booleans()))
 
 
 OPS_CASES = ops_cases()
+POSITION_CASES = ops_cases(positions=True)
 THRESHOLD_CASES = ops_cases(thresholds=st.just(2))

@@ -13,7 +13,9 @@ Two Locksteps:
   ghost hits lowering the target, two evictions from a T1 one above the target, a write-pending key in T2, a
   reused key evicted before its request finishes, the offer's own idle keys passed over by eviction, a key a
   request only saw, LRU's heap (a repinned, a pinned and an outgrown one), the order of one call's keys, failed
-  stores with events on and off, a full tracker, and a request finished after a reset. The model states 0.33.0;
+  stores with events on and off, a full tracker, a request finished after a reset, and three with recorded key
+  positions (one request's keys evicted tail first, a request's access raising an older key to its rank, ARC
+  finishing a request in position order, a request's rank taken anew after a reset). The model states 0.33.0;
   a release without the request-scoped cache access (0.30.0 and before) is skipped with a note (the
   `offload_rename` target covers those).
 * `RENAME` (`offload_rename`, both sides code under test): the #52615 rename on the real code. The release given
@@ -39,7 +41,13 @@ harness draws distinct keys, as the scheduler's contract, and the leak is no fin
 
 Conventions: keys are `make_offload_key(str(i).encode(), 0)` (upstream's own function) for small
 integers i, distinct within one call (the scheduler's contract); request contexts are upstream's
-`ReqContext` with no recorded key positions (so LRU ranks are the order of assignment); the policy
+`ReqContext`. Where the release's LRU ranks by position (0.33.0's `_RequestRank`) a program's configuration
+draws key positions (issue 30) as vLLM 0.33.0's scheduler records them: every key gets its end token (a
+drawn order of 16, 32, ..., 96: a key's position is its own in every request, its hash chaining over its
+prefix), set on a request's context before its first call, in every request or (`mixed`) in the even ones
+only (the odd ones record none, as a context the scheduler makes only to finish a request); or none at all
+(LRU ranks are then the order of assignment). 0.31.0 and 0.32.0 record positions but their LRU does not
+read them, so none are drawn there. The policy
 factory is a stand-in returning the loaded LRU and ARC classes; `OffloadingConnectorStats` is a
 stand-in recording `set_gauge` / `observe_histogram` / `increase_counter` calls in order; loads and
 completions are drawn from what the model says is ready or pinned (upstream asserts otherwise); a store that
@@ -68,6 +76,7 @@ LRU, ARC = POLICIES + "lru.py", POLICIES + "arc.py"
 BASE = "vllm/v1/kv_offload/base.py"
 OLD_RELEASE = "0.29.0"  # the last vLLM release before #52615 (0.30.0 is the first with the new names)
 KEYS = 6  # keys 0..5
+CHUNK_TOKENS = 16  # tokens per chunk: key positions are end tokens, multiples of it
 MAX_REQUESTS = 3  # requests active at once
 STEPS = 80  # calls per program: ARC's ghost lists, its T1 fallback and its trimming need long ones
 RENAME_STEPS = 50  # two releases of the same structure: shorter programs reach their code
@@ -115,6 +124,7 @@ class Upstream:
     make_key: Callable[[bytes, int], bytes]
     naming: Naming
     request_scoped: bool  # the 0.31.0+ request-scoped cache access (`_RequestCacheAccess`)
+    positional: bool = False  # 0.33.0's position-aware LRU (`_RequestRank`, `on_request_access`)
 
 
 def naming_of(source: Any) -> Naming:
@@ -126,7 +136,8 @@ def upstream_of(ctx: Context) -> Upstream:
     if "up" not in ctx.state:
         up = ctx.up
         ctx.state["up"] = Upstream(up.CPUOffloadingManager, up.ReqContext, up.make_offload_key, naming_of(ctx.source),
-                                   "_RequestCacheAccess" in names_in(ctx.source.file(RELPATH), imports=False))
+                                   "_RequestCacheAccess" in names_in(ctx.source.file(RELPATH), imports=False),
+                                   "_RequestRank" in names_in(ctx.source.file(LRU), imports=False))
     return ctx.state["up"]
 
 
@@ -140,7 +151,8 @@ def load_release(source: Any) -> Upstream:
         manager = load(RELPATH, ["CPUOffloadingManager"], modules=manager_modules(lru, arc)).CPUOffloadingManager
         glue = load(BASE, ["ReqContext", "make_offload_key"])
     scoped = "_RequestCacheAccess" in names_in(source.file(RELPATH), imports=False)
-    return Upstream(manager, glue.ReqContext, glue.make_offload_key, naming_of(source), scoped)
+    return Upstream(manager, glue.ReqContext, glue.make_offload_key, naming_of(source), scoped,
+                    "_RequestRank" in names_in(source.file(LRU), imports=False))
 
 
 # -- the sides: an upstream manager, or the model (which also says what is ready and pinned) ---------------------
@@ -150,7 +162,7 @@ class UpstreamSide:
     programs never fill the tracker, where its order matters, and 0.30.0 changed it beside the rename)."""
 
     def __init__(self, up: Upstream, config: dict[str, Any], tracker_order: bool = True) -> None:
-        self.up, self.n, self.tracker_order = up, up.naming, tracker_order
+        self.up, self.n, self.tracker_order, self.config = up, up.naming, tracker_order, config
         self.m = up.manager(**{self.n.capacity_arg: config["capacity"]}, cache_policy=config["policy"],
                             enable_events=config["events"], store_threshold=config["threshold"],
                             max_tracker_size=config["tracker"])
@@ -160,7 +172,9 @@ class UpstreamSide:
 
     def ctx(self, req: int) -> Any:
         if req not in self.contexts:
-            self.contexts[req] = self.up.req_context(req_id=f"req-{req}")
+            self.contexts[req] = context = self.up.req_context(req_id=f"req-{req}")
+            for key, end_token in positions_of(self.config, req).items():
+                context.set_offload_key_position(self.keys[key], end_token)
         return self.contexts[req]
 
     def ks(self, keys: Any) -> list[bytes]:
@@ -278,6 +292,14 @@ class ModelSide:
                                       config["tracker"])
         self.active = list(range(MAX_REQUESTS))
         self.next_req = MAX_REQUESTS
+        self.config = config
+
+    def ctx(self, req: int) -> None:
+        """The request's context records its positions before its first call (as the scheduler's does)."""
+        if req not in self.m._contexts:
+            context = self.m.req_context(req)
+            for key, end_token in positions_of(self.config, req).items():
+                context.set_offload_key_position(key, end_token)
 
     def pending(self, keys: Any) -> list[int]:
         resident = self.m.resident()
@@ -285,6 +307,9 @@ class ModelSide:
 
     def call(self, op: str, args: Any) -> Any:
         m = self.m
+        req = request_of(op, args)
+        if req is not None:
+            self.ctx(req)
         if op == "on_request_finished":  # a finished request sees no more keys (upstream asserts)
             self.active[self.active.index(args)] = self.next_req
             self.next_req += 1
@@ -386,6 +411,28 @@ class ShadowedSide:
 
 # -- the operations --------------------------------------------------------------------------------------------
 
+POSITIONS = st.one_of(st.none(), st.tuples(st.permutations(range(1, KEYS + 1)).map(
+    lambda order: tuple(CHUNK_TOKENS * i for i in order)), st.booleans()))  # (end tokens, mixed), or None
+
+
+def positions_of(config: dict[str, Any], req: int) -> dict[int, int]:
+    """The key positions request `req`'s context records: every key's end token (the scheduler records one for
+    every key it offloads; a key's position is its own, as a chunk's hash chains over its prefix), or none (no
+    positions drawn, or `mixed` and an odd request: a context made without them, as the scheduler's for a
+    request it only finishes)."""
+    drawn = config.get("positions")
+    if drawn is None or (drawn[1] and req % 2):
+        return {}
+    return dict(enumerate(drawn[0]))
+
+
+def request_of(op: str, args: Any) -> int | None:
+    """The request a call is made for (None: a call without one)."""
+    if op in ("on_request_finished", "on_new_request"):
+        return args
+    return args[1] if isinstance(args, tuple) and len(args) >= 2 else None
+
+
 KEY_LISTS = st.lists(st.integers(0, KEYS - 1), unique=True, min_size=1, max_size=4)
 TOUCHES = st.lists(st.integers(0, KEYS - 1), unique=True, min_size=1, max_size=KEYS)
 
@@ -453,12 +500,16 @@ OPERATIONS = (  # the stores and their completions repeated: they are what the o
 )
 
 
-def configs(thresholds: tuple[int, ...], policies: tuple[str, ...] = ("lru", "arc"), trackers: Any = None) -> Any:
+def configs(thresholds: tuple[int, ...], policies: tuple[str, ...] = ("lru", "arc"), trackers: Any = None,
+            positions: bool = False) -> Any:
+    """A manager's configuration; `positions`: the requests' contexts may record key positions (`positions`: each
+    key's end token and whether odd requests record none (`mixed`), or None)."""
     return st.fixed_dictionaries({"policy": st.sampled_from(policies),
                                   "capacity": st.sampled_from((2, 3, 1, 4, 0, 5)),
                                   "threshold": st.sampled_from(thresholds),
                                   "tracker": st.integers(1, 6) if trackers is None else trackers,
-                                  "events": st.sampled_from((True, True, True, False))})
+                                  "events": st.sampled_from((True, True, True, False)),
+                                  **({"positions": POSITIONS} if positions else {})})
 
 
 # -- CPUOffloadingManager: the release against the model ----------------------------------------------------------
@@ -471,12 +522,27 @@ def manager_skip(ctx: Context) -> tuple[str, str] | None:
     return None
 
 
+def manager_configs(ctx: Context) -> Any:
+    """Contexts with key positions where the release's LRU reads them (0.33.0's `_RequestRank`); before that
+    (0.31.0, 0.32.0: positions recorded, LRU ranking by counter alone) none are drawn."""
+    return configs((1, 1, 2), positions=upstream_of(ctx).positional)
+
+
+def manager_note(ctx: Context) -> str:
+    up = upstream_of(ctx)
+    drawn = ("contexts with key positions (all requests, or the even ones) and without" if up.positional else
+             "contexts without key positions (this release's LRU does not rank by position)")
+    return f"names: {up.naming.label}; LRU and ARC, every observable after every step; {drawn}"
+
+
 def manager_sides(ctx: Context, config: dict[str, Any]) -> tuple[Any, Any]:
     return ModelSide(config), UpstreamSide(upstream_of(ctx), config)
 
 
-def config(policy: str, capacity: int, threshold: int = 1, tracker: int = 64_000) -> dict[str, Any]:
-    return {"policy": policy, "capacity": capacity, "threshold": threshold, "tracker": tracker, "events": True}
+def config(policy: str, capacity: int, threshold: int = 1, tracker: int = 64_000,
+           positions: tuple[int, ...] | None = None, mixed: bool = False) -> dict[str, Any]:
+    return {"policy": policy, "capacity": capacity, "threshold": threshold, "tracker": tracker, "events": True,
+            **({"positions": (positions, mixed)} if positions is not None else {})}
 
 
 # Directed programs: paths a random program reaches rarely, run on the model and the release (each must give the
@@ -559,6 +625,26 @@ FULL_TRACKER = (  # store_threshold 2, a full tracker and an offer of untracked 
     config("lru", 2, threshold=2, tracker=2), ("prepare_store", ([0], 0)), ("prepare_store", ([1], 0)),
     ("prepare_store", ([2], 0)), ("prepare_store", ([2], 0)), ("get_stats", ()))
 
+IN_ORDER = tuple(CHUNK_TOKENS * i for i in range(1, KEYS + 1))  # key i ends at token 16 (i + 1)
+LRU_TAIL_FIRST = (  # one request's keys share its rank, tail first: its last key is evicted first
+    config("lru", 3, positions=IN_ORDER), ("store_and_complete", ([0, 1, 2], 0)), ("prepare_store", ([3], 1)))
+LRU_ACCESS_RAISES_A_RANK = (  # request 1 (no positions) stores keys 1 and 2; request 0's access of key 1 raises it
+    # to request 0's newer rank, so key 2 is now the oldest and is evicted (by counter alone key 1 would be); the
+    # next eviction takes key 1 at its new rank, ahead of request 0's head key 0
+    config("lru", 3, positions=IN_ORDER, mixed=True), ("store_and_complete", ([1], 1)),
+    ("store_and_complete", ([2], 1)), ("store_and_complete", ([0], 0)), ("prepare_store", ([1], 0)),
+    ("store_and_complete", ([3], 1)), ("prepare_store", ([4], 1)))
+LRU_RANK_RENEWED_AFTER_A_RESET = (  # request 0 takes its rank after a first reset; after a second one its rank is
+    # stale (another cache generation): its next store takes a new rank, above request 1's key, which is evicted
+    # (a stale rank would rank request 0's key below it)
+    config("lru", 2, positions=IN_ORDER, mixed=True), ("reset_cache", ()), ("store_and_complete", ([0], 0)),
+    ("reset_cache", ()), ("store_and_complete", ([1], 1)), ("store_and_complete", ([2], 0)),
+    ("prepare_store", ([3], 1)))
+ARC_FINISH_IN_POSITION_ORDER = (  # request 0 saw its tail key first; its finish applies its keys tail to head in
+    # position order, so the head is the most recent and the tail is evicted
+    config("arc", 2, positions=IN_ORDER), ("store_and_complete", ([2], 0)), ("store_and_complete", ([0], 0)),
+    ("on_request_finished", 0), ("prepare_store", ([4], 1)))
+
 
 def directed(name: str, what: str, program: tuple) -> Probe:
     def check(ctx: Context) -> str | None:
@@ -567,8 +653,20 @@ def directed(name: str, what: str, program: tuple) -> Probe:
     return Probe(name, f"{what}: the model's trace and upstream's are equal", check)
 
 
+def positioned(name: str, what: str, program: tuple) -> Probe:
+    """A directed program with recorded key positions: on a release whose LRU ranks by position only."""
+    probe = directed(name, what, program)
+
+    def check(ctx: Context) -> str | None:
+        if not upstream_of(ctx).positional:
+            ctx.note(f"{name}: not run ({ctx.source.label}'s LRU does not rank by key position)")
+            return None
+        return probe.check(ctx)
+    return Probe(name, probe.doc, check)
+
+
 MANAGER = Lockstep(
-    loading=loading, skip=manager_skip, start=lambda ctx: configs((1, 1, 2)), sides=manager_sides,
+    loading=loading, skip=manager_skip, start=manager_configs, sides=manager_sides,
     operations=OPERATIONS, steps=STEPS,
     probes=(directed("arc_evict_falls_back_to_t1", "ARC evict falls back to T1", ARC_T1_FALLBACK),
             directed("lru_evict_skips_a_repinned_entry", "LRU eviction skips a re-pinned key's second heap entry",
@@ -603,8 +701,16 @@ MANAGER = Lockstep(
             directed("arc_promotions_ghost_hits_failed_store", "ARC promotions, ghost hits and a failed store",
                      ARC_RENAMED),
             directed("full_tracker_drops_its_oldest", "a full admission tracker drops its oldest count",
-                     FULL_TRACKER)),
-    note=lambda ctx: f"names: {upstream_of(ctx).naming.label}; LRU and ARC, every observable after every step")
+                     FULL_TRACKER),
+            *(positioned(name, what, program) for name, what, program in (
+                ("lru_evicts_a_request_tail_first", "LRU evicts one request's keys tail first", LRU_TAIL_FIRST),
+                ("lru_request_access_raises_a_rank", "LRU: a request's access raises an older key to its request's "
+                                                     "rank", LRU_ACCESS_RAISES_A_RANK),
+                ("arc_finishes_in_position_order", "ARC finishes a request's keys in position order",
+                 ARC_FINISH_IN_POSITION_ORDER),
+                ("lru_request_rank_renewed_after_a_reset", "LRU: a request's rank from another cache generation is "
+                                                           "taken anew", LRU_RANK_RENEWED_AFTER_A_RESET)))),
+    note=manager_note)
 
 
 # -- offload_rename: vLLM 0.29.0 (old names) against the release given (new names) --------------------------------

@@ -11,7 +11,7 @@ import pytest
 from kvsim.conform.source import resolve_source
 from kvsim.conform.targets import RunOptions, run_target, select_targets
 from kvsim.conform.vllm import offload
-from kvsim.models.kv_offload import policies
+from kvsim.models.kv_offload import context, policies
 from kvsim.models.kv_offload.conform import ARC
 from kvsim.models.kv_offload.conform import MANAGER as RELPATH
 from kvsim.models.kv_offload.manager import CPUOffloadingManager
@@ -53,7 +53,26 @@ def test_lockstep_conforms_and_runs_the_directed_programs(v033):
         "arc_finish_of_an_evicted_reused_key", "arc_finish_keeps_a_key_it_only_saw", "arc_evict_skips_the_offer",
         "arc_two_evictions_track_t1", "arc_two_evictions_from_t1_above_target", "one_chunk_write_usage",
         "arc_failed_store_of_a_t2_key", "arc_b2_ghost_stored_again", "arc_promotions_ghost_hits_failed_store",
-        "full_tracker_drops_its_oldest"), "holds")
+        "full_tracker_drops_its_oldest", "lru_evicts_a_request_tail_first", "lru_request_access_raises_a_rank",
+        "arc_finishes_in_position_order", "lru_request_rank_renewed_after_a_reset"), "holds")
+    assert "contexts with key positions" in result.note
+
+
+def test_a_model_blind_to_positions_diverges_on_positioned_contexts(v033, monkeypatch):
+    """The model as it was before positions (every context answers None): the random programs with positions
+    diverge, and the three directed programs with positions fail."""
+    monkeypatch.setattr(context.ReqContext, "get_offload_key_position", lambda self, key: None)
+    result = _run("CPUOffloadingManager", v033, 30)
+    assert result.status == "diverges" and result.divergent == 1
+    assert "positions=((" in result.divergences[0]["program"][0], result.divergences[0]["program"]
+    failing = {p["property"] for p in result.properties if p["status"] == "fails"}
+    assert failing == {"lru_evicts_a_request_tail_first", "lru_request_access_raises_a_rank",
+                       "arc_finishes_in_position_order"}, result.properties
+
+
+def test_positions_are_drawn_only_where_the_lru_ranks_by_them():
+    assert offload.load_release(resolve_source("vllm", version="0.33.0")).positional
+    assert not offload.load_release(resolve_source("vllm", version="0.32.0")).positional
 
 
 def test_the_lockstep_catches_a_model_change(v033, monkeypatch):
