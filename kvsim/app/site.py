@@ -39,7 +39,8 @@ header a { color: #fff; margin-right: 18px; text-decoration: none; font-weight: 
 *, *::before, *::after { box-sizing: border-box; }
 main { padding: 16px 24px; max-width: 1400px; }
 table { border-collapse: collapse; margin: 8px 0 20px; font-size: 14px; max-width: 100%; }
-th, td { border: 1px solid #c9d2dc; padding: 4px 8px; text-align: left; vertical-align: top; overflow-wrap: anywhere; }
+th, td { border: 1px solid #c9d2dc; padding: 4px 8px; text-align: left; vertical-align: top; overflow-wrap: break-word; }
+td:last-child { overflow-wrap: anywhere; }  /* a long note or value wraps there, not off the page */
 table.nested { margin: 0; font-size: 13px; }
 table.nested th, table.nested td { padding: 2px 6px; }
 table.nested th { background: #f2f5f9; font-weight: 600; }
