@@ -36,9 +36,15 @@ STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", "DejaVu Sans", sans-serif; margin: 0; color: #1d2733; }
 header { background: #1f3a5f; color: #fff; padding: 12px 24px; }
 header a { color: #fff; margin-right: 18px; text-decoration: none; font-weight: 600; }
+*, *::before, *::after { box-sizing: border-box; }
 main { padding: 16px 24px; max-width: 1400px; }
-table { border-collapse: collapse; margin: 8px 0 20px; font-size: 14px; }
-th, td { border: 1px solid #c9d2dc; padding: 4px 8px; text-align: left; vertical-align: top; }
+table { border-collapse: collapse; margin: 8px 0 20px; font-size: 14px; max-width: 100%; }
+th, td { border: 1px solid #c9d2dc; padding: 4px 8px; text-align: left; vertical-align: top; overflow-wrap: break-word; }
+td:last-child { overflow-wrap: anywhere; }  /* a long note or value wraps there, not off the page */
+table.nested { margin: 0; font-size: 13px; }
+table.nested th, table.nested td { padding: 2px 6px; }
+table.nested th { background: #f2f5f9; font-weight: 600; }
+svg.picture { max-width: 100%; height: auto; border: 1px solid #c9d2dc; background: #fff; }
 th { background: #e8eef6; }
 code, pre { font-family: "DejaVu Sans Mono", monospace; font-size: 13px; }
 pre { background: #f5f7fa; padding: 8px; overflow-x: auto; }
@@ -162,7 +168,9 @@ def build_site(out: str, registry: Registry, *, seed: int = 0, conform: Sequence
                 chart = f"charts/{bug.id}.svg"
                 draw(drawing, os.path.join(out, chart))
                 result.charts.append(chart)
-            _write(os.path.join(out, "bugs", f"{bug.id}.html"), _bug_page(bug, repro, drawing, chart, seed), result)
+            svg = sources.picture_of_bug(registry, bug, seed)
+            _write(os.path.join(out, "bugs", f"{bug.id}.html"), _bug_page(bug, repro, drawing, chart, seed, svg),
+                   result)
         except BudgetExceeded:  # the site is written with the reports done so far
             if on_stop is not None:
                 on_stop()
@@ -211,7 +219,7 @@ def _index(registry: Registry, rows: list[list[str]], result: SiteResult) -> str
 
 
 def _bug_page(bug: BugReport, repro: Any, drawing: SequenceChart | CaseTable | None, chart: str | None,
-              seed: int) -> str:
+              seed: int, picture: str | None = None) -> str:
     facts = [["model", escape(bug.model)], ["variant where it fails", f"<code>{escape(bug.variant)}</code>"],
              ["must fail", f"<code>{escape(bug.check)}</code> ({'property, Hypothesis' if bug.property else 'explore'})"],
              ["status", _status(bug.status)], ["upstream source", escape(bug.source)],
@@ -239,7 +247,42 @@ def _bug_page(bug: BugReport, repro: Any, drawing: SequenceChart | CaseTable | N
         kind = "sequence chart" if isinstance(drawing, SequenceChart) else "shrunk input"
         body += (f'<p><img class="chart" src="../{escape(chart)}" alt="{kind} of {escape(bug.id)}"></p>'
                  f"<details><summary>as text</summary><pre>{escape(render_text(drawing))}</pre></details>")
+    if isinstance(drawing, CaseTable):
+        body += "<h3>Shrunk input</h3>" + _table(["field", "value"], [[f"<code>{escape(name)}</code>",
+                                                                       _nested(_parsed(value))]
+                                                                      for name, value in drawing.rows])
+    if picture is not None:
+        body += f'<h2>Picture</h2><div class="picture">{picture}</div>'
     return _page(bug.id, body, depth=1)
+
+
+def _parsed(value: str) -> Any:
+    """A table cell's JSON text as its value (a nested field), or the text itself."""
+    if value[:1] in "[{":
+        try:
+            return json.loads(value)
+        except ValueError:
+            pass
+    return value
+
+
+def _nested(value: Any) -> str:
+    """A value as HTML: an object as a table of its fields, a list of objects as a table with a row each, a list
+    of scalars inline; nested to any depth."""
+    if isinstance(value, dict) and value:
+        return '<table class="nested"><tbody>' + "".join(f"<tr><th>{escape(str(k))}</th><td>{_nested(v)}</td></tr>"
+                                                        for k, v in value.items()) + "</tbody></table>"
+    if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+        columns = list(dict.fromkeys(k for v in value for k in v))
+        return ('<table class="nested"><thead><tr>' + "".join(f"<th>{escape(str(c))}</th>" for c in columns)
+                + "</tr></thead><tbody>" + "".join("<tr>" + "".join(f"<td>{_nested(v.get(c, ''))}</td>"
+                                                                    for c in columns) + "</tr>" for v in value)
+                + "</tbody></table>")
+    if isinstance(value, list) and any(isinstance(v, (dict, list)) for v in value):
+        return "<ol start=\"0\">" + "".join(f"<li>{_nested(v)}</li>" for v in value) + "</ol>"
+    if isinstance(value, list):
+        return f"<code>[{escape(', '.join(_cell(v) for v in value))}]</code>"
+    return escape(value if isinstance(value, str) else canonical_json(value))
 
 
 def _conform_doc(path: str) -> dict:
@@ -260,15 +303,36 @@ def _conform_page(docs: list[tuple[str, dict]]) -> str:
         if results is None:  # the --versions release table: target -> version -> result
             results = [{**r, "version": v, "target": t} for t, row in doc["table"].items() for v, r in row.items()
                        if isinstance(r, dict)]
-        rows = [[escape(str(r.get("target", ""))), escape(str(r.get("version") or doc.get("version") or "")),
+        engine = str(doc.get("engine") or "")
+        results = [r for r in results if isinstance(r, dict)]
+        rows = [[escape(str(r.get("target", ""))),
+                 escape(_version(r.get("version") or doc.get("version"), engine, r.get("subject"))),
                  _status(str(r.get("status", ""))), escape(str(r.get("compared", ""))),
                  escape(str(r.get("divergent", ""))),
                  escape(", ".join(f"{p.get('property')}: {p.get('status')}" for p in r.get("properties") or [])),
-                 escape(str(r.get("note", ""))[:300])] for r in results if isinstance(r, dict)]
-        body += (f"<h2>{escape(str(doc.get('engine', '')))} {escape(str(doc.get('version') or ''))}</h2>"
+                 escape(str(r.get("note", ""))[:300])] for r in results]
+        body += (f"<h2>{escape(engine)} {escape(_version(doc.get('version'), engine, None))}</h2>"
                  f"<p>from <code>{escape(os.path.basename(path))}</code></p>"
                  + _table(["target", "version", "status", "compared", "divergent", "properties", "note"], rows))
+        for r in results:
+            subject = str(r.get("subject") or "upstream")
+            for n, d in enumerate(r.get("divergences") or [], start=1):
+                fields = {k: v for k, v in d.items() if k not in ("model", "upstream") and v not in ("", None)}
+                fields.update({"model": d.get("model"), subject: d.get("upstream")})
+                body += (f"<h3>{escape(str(r.get('target', '')))}: divergence {n}</h3>"
+                         + _table(["field", "value"], [[escape(k), _nested(v)] for k, v in fields.items()]))
     return _page("Conformance", body)
+
+
+def _version(version: Any, engine: str, subject: Any) -> str:
+    """A version named one way: the bare release ("0.33.0", not "vllm 0.33.0"); the user's own tree (`--from`)
+    as the code under test."""
+    text = str(version or "")
+    if engine and text.lower().startswith(engine.lower() + " "):
+        text = text[len(engine) + 1:]
+    if subject == "code under test":
+        return f"code under test {text}".strip()
+    return text
 
 
 def _bench_rows(doc: Any) -> list[tuple[str, list[dict]]]:

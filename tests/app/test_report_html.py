@@ -27,8 +27,10 @@ REG = catalog.load()
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     work = tmp_path_factory.mktemp("report")
-    diverged = TargetResult("sglang.staging_ring", "0.5.23", status="diverges", compared=12)
-    diverged.diverge({"pages": 3}, "slot 1", "slot 2")
+    # a release table's versions come as "sglang 0.5.23" where a run's are "0.5.23": the page names them one way
+    diverged = TargetResult("sglang.staging_ring", "sglang 0.5.23", status="diverges", compared=12)
+    diverged.diverge({"pages": 3, "slots": [{"id": 1, "ready": [0, 1]}]}, "slot 1", "slot 2")
+    diverged.note = "/".join(["a_long_path_segment"] * 20)  # one unbreakable word wider than the page
     conform = work / "conform.json"
     conform.write_text(json.dumps({"engine": "sglang", "version": "0.5.23", "origin": "test",
                                    "results": [to_json(TargetResult("sglang.send_plan", "0.5.23", compared=40)),
@@ -114,3 +116,55 @@ def test_the_site_in_headless_chromium(site, tmp_path):
         finally:
             browser.close()
     assert errors == []
+
+
+ZEROING, BLOCKS = "vllm-d6af803-packed-zeroing-stride", "vllm-48195-connector-hit-max-over-groups"
+
+
+def test_the_pictures_nested_fields_and_the_layout_in_headless_chromium(site, tmp_path):
+    """At 1400 px: no page runs off the right edge; the zeroing counterexample's memory picture shows each
+    allocation's owned bytes, padding, the bytes asked for and written and the first byte outside; the block
+    picture shows the pool (held, cached, null) and the free queue; nested fields are tables, not JSON."""
+    sync_playwright = _browser()
+    out, _ = site
+    shots = Path(os.environ.get("KVSIM_SCREENSHOTS", tmp_path))
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            for url in ("index.html", "conform.html", "bench.html", f"bugs/{ZEROING}.html", f"bugs/{BLOCKS}.html"):
+                page.goto((out / url).as_uri())
+                assert page.evaluate("document.documentElement.scrollWidth") <= 1400, url
+            page.goto((out / "conform.html").as_uri())
+            versions = page.locator("table >> nth=0").locator("tbody tr td:nth-child(2)").all_inner_texts()
+            assert versions == ["0.5.23", "0.5.23"]
+            divergence = page.locator("h3 + table").first
+            assert divergence.locator("table.nested").count() == 2  # the input, and its list of slots inside
+            assert "{" not in divergence.inner_text()
+
+            page.goto((out / "bugs" / f"{ZEROING}.html").as_uri())
+            columns = page.locator("table.nested thead th").all_inner_texts()
+            assert "strides" in columns and "layer" in columns  # geometry.views: a table, a row per view
+            assert not page.locator("td", has_text='[{"').count()  # no JSON left in a cell
+            svg = page.locator("div.picture svg")
+            bar = svg.locator("g.allocation")
+            assert bar.count() == 1 and bar.get_attribute("data-label") == "allocation 0"
+            assert bar.locator("rect.owner:not([data-padding])").count() >= 1  # bytes a view owns
+            assert bar.locator("rect.owner[data-padding]").count() >= 1  # padding
+            assert bar.locator("rect.asked").count() >= 1 and bar.locator("rect.touched").count() >= 1
+            marker = bar.locator("g.first-outside")
+            assert marker.count() == 1 and "first byte outside: 4 = allocation 0 + 4 (padding" in marker.text_content()
+            svg.screenshot(path=str(shots / "report-zeroing-memory.png"))
+
+            page.goto((out / "bugs" / f"{BLOCKS}.html").as_uri())
+            svg = page.locator("div.picture svg")
+            kinds = svg.locator("g.block").evaluate_all("gs => gs.map(g => g.dataset.kind)")
+            queue = svg.locator("g.queued").evaluate_all("gs => gs.map(g => Number(g.dataset.id))")
+            assert kinds[0] == "null" and "held" in kinds and "cached" in kinds
+            assert queue and all(kinds[b] in ("free", "cached") for b in queue)
+            assert "block pool after step" in svg.text_content()
+            svg.screenshot(path=str(shots / "report-kv-cache-blocks.png"))
+            page.goto((out / "conform.html").as_uri())
+            page.screenshot(path=str(shots / "report-conform.png"), full_page=True)
+        finally:
+            browser.close()

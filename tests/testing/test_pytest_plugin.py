@@ -64,6 +64,8 @@ def test_a_planted_off_by_one_diverges_and_breaks_a_model_property(toyengine, mo
                for p in result.properties)
     text = str(failure.value)
     assert "plan_mla_context_chunks" in text and "diverges" in text and 'input {"context_lens":' in text
+    # the caller's code is the code under test, never "upstream"
+    assert "code under test [" in text and "upstream" not in text
 
 
 def test_a_name_the_caller_does_not_provide_is_an_error_naming_file_and_symbol(toyengine):

@@ -14,6 +14,7 @@ from ...engine.registry import BugReport, Registry
 from ...engine.trace import read_trace
 from .. import counterexample
 from ..repro import BugRun, ReproResult, reproduce
+from . import picture
 from .chart import CaseTable, SequenceChart, case_table, realize, sequence_chart
 
 TRACE_STEPS = 40  # the steps of a long trace drawn by default: those ending at the first violation
@@ -44,6 +45,26 @@ def of_bug(registry: Registry, bug: BugReport, seed: int = 0) -> SequenceChart |
                            result.message, replay)
     return _property_chart(registry, bug.model, bug.variant, dict(bug.params), bug.property or "", found,
                            result.message, title, replay)
+
+
+def picture_of_bug(registry: Registry, bug: BugReport, seed: int = 0) -> str | None:
+    """The inline SVG picture of a bug report's counterexample (`picture`): the memory of a data property's shrunk
+    case, or the state a path ends in (its failing step); None where the model has no picture hook or the bug
+    does not reproduce."""
+    result = reproduced(bug, seed, registry)
+    if not result.reproduced or result.counterexample is None:
+        return None
+    found = result.counterexample
+    spec = registry.model(bug.model)
+    if bug.driver != "explore" and registry.property(bug.model, bug.property or "").kind != "stateful":
+        return picture.of_case(found.get("case"), spec.variants.resolve(bug.variant))
+    system = spec.build_system(bug.variant, dict(bug.params))
+    trace, initial = (found["trace"], None) if bug.driver == "explore" else (found.get("actions") or [],
+                                                                             found.get("initial"))
+    state, actions = realize(system, trace, initial)
+    for action in actions:
+        state = system.step(state, action)
+    return picture.of_state(system, state, len(actions))
 
 
 def _path_chart(system: Any, trace: list, initial: Any, title: str, check: str, kind: str, verdict: str,
