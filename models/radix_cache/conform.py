@@ -73,8 +73,6 @@ DEMAND = "the paged allocator's extend demand is the conservative count alone (c
 METRICS = "the eviction metrics' arguments: not observed"
 NO_HOST = "no node is evicted to a host tier (its value None): the lockstep has no hierarchical cache"
 EMPTY_KEY = "an empty key matches nothing either way (the helper walks no child; the root is never evicted)"
-NO_CHILD = "an empty key's child key (no tokens) names no child: the walk ends there either way"
-WALK = "while len(key) > 0 and child_key in node.children.keys():"
 PROMPT_SPLIT = ("the prompt's re-insert when its key is empty or the whole key: an empty key inserts nothing, the whole "
                 "key was just inserted (both only read the clock, and the checkpoint's match right after touches the "
                 "same path again: the LRU order is the same)")
@@ -113,10 +111,6 @@ SURVIVORS = (
     Survivor(TREE + "dec_lock_ref", "assignment", "+=", DELTA, line="delta += len(node.key)"),
     Survivor(TREE + "_match_prefix_helper", "constant", "0", ALIGNED,
              line="while len(key) > 0 and child_key in node.children.keys():"),
-    *(Survivor(TREE + helper, op, original, NO_CHILD, replacement=replacement, line=WALK)
-      for helper in ("_match_prefix_helper", "_insert_helper") for op, original, replacement in (
-          ("boolean", "len(key) > 0 and child_key in node.children.keys()", "((child_key in node.children.keys()))"),
-          ("comparison", ">", ">="))),
     Survivor(TREE + "_split_node", "arguments", "split_len, self.page_size", HASH),
     Survivor(TREE + "_insert_helper", "arguments", "node.priority, priority", PRIORITY),
     Survivor(TREE + "_insert_helper", "arguments", "new_node.priority, priority", PRIORITY),
