@@ -19,7 +19,10 @@ Conventions of the model:
 * `decode`: `check_decode_mem` (the next step's new pages, evicting for them; a request it does not fit stays as
   it is: the caller retracts), then `alloc_paged_token_slots_decode` (evicting for a whole page, upstream's
   over-estimate per request), `alloc_decode` for the last sampled token, sample the next.
-* `retract`: `release_kv_cache(checkpoint=False)`; the request keeps its output tokens and is matched again.
+* `process_batch_result`: the step's result, inside a free group: the sampled token appended, then the release
+  (the request finished) or, after a prefill, the checkpoint.
+* `retract`: `release_kv_cache(checkpoint=False)` (outside a free group, as `retract_decode` runs it); the request
+  keeps its output tokens and is matched again.
 """
 
 from __future__ import annotations
@@ -149,6 +152,23 @@ def release_kv_cache(tree: RadixCache, allocator: PagedTokenToKVPoolAllocator, r
 
 def sample(req: Req, token: int) -> None:
     req.output_ids.append(token)
+
+
+def process_batch_result(tree: RadixCache, allocator: PagedTokenToKVPoolAllocator, req: Req, token: int,
+                         finished: bool, prefill: bool) -> None:
+    """The scheduler's processing of one request's step result (`process_batch_result_prefill` / `_decode`): the
+    sampled token appended to the output, then, when it finished the request, `release_kv_cache` with checkpoint
+    (which reads that token but keys only the KV the request owns), else after a prefill `checkpoint_kv_cache` (up
+    to the extend's end). All of it inside one free group (`free_group_begin` .. `free_group_end`, as the batch's
+    processing wraps it): the pages the checkpoint's insert found duplicated and then the row's tail reach the free
+    list as one block in call order, not each call's pages in front of the previous call's."""
+    allocator.free_group_begin()
+    sample(req, token)
+    if finished:
+        release_kv_cache(tree, allocator, req, checkpointed=True)
+    elif prefill:
+        checkpoint(tree, allocator, req, len(req.row))  # checkpoint_kv_cache: up to the extend's end
+    allocator.free_group_end()
 
 
 def path_of(node: TreeNode | None) -> tuple[int, ...] | None:

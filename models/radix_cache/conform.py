@@ -15,7 +15,7 @@ RADIX, PAGED, ALLOCATION, COMMON = MEM + "radix_cache.py", MEM + "allocator/page
 
 # What the lockstep's slice has no counterpart of: the cache enabled, full attention (no sliding-window key limit, no
 # Mamba state, no DSV4 C128 pool, no classed page sharding), no debug mode, the CPU's torch path of the allocator, no
-# streaming session, frees outside a free group, and allocations that fit (the scheduler's tests before them).
+# streaming session, and allocations that fit (the scheduler's tests before them).
 DISABLED = "the cache disabled (--disable-radix-cache): the lockstep's cache is enabled"
 DEBUG = "the allocator's debug assertions (SGLANG_DEBUG_MEMORY_POOL): off, as in a server"
 FITS = ("an allocation that runs short after the eviction for it: the admission test (extend + a page of free and "
@@ -34,7 +34,7 @@ UNREACHED = (
     Unreached("RadixCache._insert_helper", "if priority is None:",
               "an insert without a priority: _insert_cache passes req.priority or 0 (the prompt's split: + 1)"),
     *(Unreached(f"PagedTokenToKVPoolAllocator.{method}", "if self.debug_mode:", DEBUG)
-      for method in ("alloc_extend", "alloc_decode", "free_segment", "free_page_ids")),
+      for method in ("alloc_extend", "alloc_decode", "free_segment", "free_page_ids", "free_group_end")),
     *(Unreached(f"PagedTokenToKVPoolAllocator.{method}", "if num_new_pages > len(self.free_pages):", FITS)
       for method in ("alloc_extend", "alloc_decode")),
     *(Unreached(f"PagedTokenToKVPoolAllocator.{method}", "if self.use_triton_kernels:",
@@ -42,9 +42,6 @@ UNREACHED = (
       for method in ("alloc_extend", "alloc_decode")),
     Unreached("PagedTokenToKVPoolAllocator.free_page_ids", "if page_ids.numel() == 0:",
               "no page: its one caller here, free_segment, returns on an empty segment first"),
-    Unreached("PagedTokenToKVPoolAllocator.free_page_ids", "self.free_page_ids_group.append(",
-              "a free inside a free group: the lockstep's (and the model's) checkpoints and releases run outside "
-              "one (the scheduler's batch-result processing wraps them in one: see radix_lockstep's docstring)"),
     Unreached("alloc_paged_token_slots_extend", "if page_interleave_shard_size(allocator) > 1:", SHARDED),
     Unreached("alloc_paged_token_slots_extend", "if kv_shard_rotation_bases is not None:", SHARDED),
     *(Unreached(f"alloc_paged_token_slots_{kind}", "if is_dsv4:", DSV4) for kind in ("extend", "decode")),
@@ -76,6 +73,13 @@ DEMAND = "the paged allocator's extend demand is the conservative count alone (c
 METRICS = "the eviction metrics' arguments: not observed"
 NO_HOST = "no node is evicted to a host tier (its value None): the lockstep has no hierarchical cache"
 EMPTY_KEY = "an empty key matches nothing either way (the helper walks no child; the root is never evicted)"
+PROMPT_SPLIT = ("the prompt's re-insert when its key is empty or the whole key: an empty key inserts nothing, the whole "
+                "key was just inserted (both only read the clock, and the checkpoint's match right after touches the "
+                "same path again: the LRU order is the same)")
+PROMPT_VALUES = ("the prompt's re-insert only splits: its key is a prefix of the key just inserted, so the insert "
+                 "creates no node and never reads the values")
+EXACT_COUNT = ("the exact page count taken (the second bound test) when the bound equals the free pages: the extend "
+               "fits (the admission test came first), so the same pages are taken")
 TREE, PAGED_ALLOCATOR = "RadixCache.", "PagedTokenToKVPoolAllocator."
 SURVIVORS = (
     Survivor(TREE + "match_prefix", "boolean", "self.disable or len(key) == 0", DISABLED,
@@ -91,6 +95,12 @@ SURVIVORS = (
     Survivor(TREE + "_insert_cache", "constant", "0", PRIORITY, line="priority = req.priority or 0"),
     Survivor(TREE + "_insert_cache", "arguments", "req.kv.cache_inserted_len, key_len", SYMMETRIC),
     Survivor(TREE + "_insert_cache", "arguments", "priority + 1, torch.iinfo(torch.int64).max", PRIORITY),
+    Survivor(TREE + "_insert_cache", "constant", "0", ALIGNED + "; an empty one inserts nothing either way",
+             replacement="1", line="if 0 < len(prompt_key) < key_len:"),
+    Survivor(TREE + "_insert_cache", "comparison", "<", PROMPT_SPLIT, replacement="<=",
+             line="if 0 < len(prompt_key) < key_len:"),
+    *(Survivor(TREE + "_insert_cache", "bound", "len(prompt_key)", PROMPT_VALUES, replacement=f"(len(prompt_key)) {d}",
+               line="value=values[: len(prompt_key)],") for d in ("+ 1", "- 1")),
     Survivor(TREE + "_insert_cache", "constant", "1", PRIORITY, line="priority=min(priority + 1,"),
     Survivor(TREE + "checkpoint", "arguments", "swa_evict_floor, self.page_size", SWA),
     Survivor(TREE + "checkpoint", "constant", "0", SWA, line="if swa_evict_floor > 0 else None"),
@@ -112,6 +122,10 @@ SURVIVORS = (
     Survivor(TREE + "_update_leaf_status", "boolean", "node.evicted or node.lock_ref > 0", NO_HOST,
              replacement="((node.lock_ref > 0))"),
     Survivor(PAGED_ALLOCATOR + "free_segment", "division", "reps // ps", PAGE_START),
+    # the line's text is also the merge test's, above it, whose ">=" the directed program
+    # staged_pages_wait_while_the_bound_is_met kills
+    Survivor(PAGED_ALLOCATOR + "alloc_extend", "comparison", ">", EXACT_COUNT, replacement=">=",
+             line="if max_new_pages > len(self.free_pages):"),
     Survivor("alloc_paged_token_slots_extend", "arguments", "prefix_lens_cpu,\n        seq_lens_cpu", DEMAND),
     *(Survivor(f"alloc_paged_token_slots_{kind}", op, original, NOT_DSV4, replacement=replacement)
       for kind in ("extend", "decode") for op, original, replacement in (
@@ -143,7 +157,8 @@ CONFORM = (
                 "PagedTokenToKVPoolAllocator.available_size", "PagedTokenToKVPoolAllocator.merge_and_sort_free",
                 "PagedTokenToKVPoolAllocator.alloc_extend", "PagedTokenToKVPoolAllocator.alloc_decode",
                 "PagedTokenToKVPoolAllocator.free_segment", "PagedTokenToKVPoolAllocator.free_page_ids",
-                "PagedTokenToKVPoolAllocator._release_page_ids")),
+                "PagedTokenToKVPoolAllocator._release_page_ids", "PagedTokenToKVPoolAllocator.free_group_begin",
+                "PagedTokenToKVPoolAllocator.free_group_end")),
             Upstream(ALLOCATION, (), checked=("alloc_paged_token_slots_extend", "alloc_paged_token_slots_decode")),
             Upstream(COMMON, (), checked=("checkpoint_kv_cache", "release_kv_cache")),
         ),

@@ -6,11 +6,12 @@ to `prompt_len`; its outputs are `8 + family` (greedy: equal prompts, equal outp
 later request of one family hits the earlier one's prompt and outputs. The actions (`common` states what each
 does upstream):
 
-- `admit` (waiting): match, lock, evict, `alloc_extend`, the prefill step and its sampled token; then the
-  request finishes (`release_kv_cache` with checkpoint) or is checkpointed (`checkpoint_kv_cache`). When the
-  demand does not fit the free and evictable tokens it stays waiting (`deferred`).
+- `admit` (waiting): match, lock, evict, `alloc_extend`, the prefill step; then its result
+  (`common.process_batch_result`, in a free group): the sampled token, and the request finishes (`release_kv_cache`
+  with checkpoint) or is checkpointed (`checkpoint_kv_cache`). When the demand does not fit the free and evictable
+  tokens it stays waiting (`deferred`).
 - `decode` (running): `check_decode_mem` (a request it does not fit is `deferred`), `alloc_decode`, the step,
-  a sampled token; after `max_tokens` outputs the request finishes.
+  its result (in a free group): a sampled token; after `max_tokens` outputs the request finishes.
 - `retract` (running, only while its next decode does not fit): `release_kv_cache` without checkpoint; back to
   waiting with its outputs, matched again when admitted.
 
@@ -57,7 +58,7 @@ class RadixCacheConfig(Prompts):
                                      minimum=0, maximum=3)
     prompt_len: int = param(3, "tokens in each prompt", minimum=2, maximum=8)
     shared: int = param(2, "leading prompt tokens every family shares", minimum=0, maximum=8)
-    max_tokens: int = param(2, "output tokens a request samples before it finishes", minimum=1, maximum=3)
+    max_tokens: int = param(2, "output tokens a request samples before it finishes", minimum=1, maximum=4)
     need_sort: bool = param(False, "the allocator stages freed pages and sorts them when an alloc runs short")
 
     def __post_init__(self) -> None:
@@ -168,12 +169,13 @@ class RadixCacheSystem(RequestLoop):
         return RequestState(RUNNING, tuple(req.output_ids), tuple(req.row), req.cache_protected_len,
                             common.path_of(req.lock))
 
-    def after_step(self, tree: RadixCache, alloc: PagedTokenToKVPoolAllocator, req: common.Req, fx: list) \
-            -> RequestState:
-        """The step computed the request's row; it samples a token and finishes after `max_tokens`."""
-        common.sample(req, self.cfg.output_token(req.rid))
-        if len(req.output_ids) >= self.cfg.max_tokens:
-            common.release_kv_cache(tree, alloc, req, checkpointed=True)
+    def after_step(self, tree: RadixCache, alloc: PagedTokenToKVPoolAllocator, req: common.Req, fx: list,
+                   prefill: bool) -> RequestState:
+        """The step computed the request's row; the scheduler processes its result (`process_batch_result`): a
+        token sampled, the release after `max_tokens`, else after a prefill the checkpoint."""
+        finished = len(req.output_ids) + 1 >= self.cfg.max_tokens
+        common.process_batch_result(tree, alloc, req, self.cfg.output_token(req.rid), finished, prefill)
+        if finished:
             fx.append(Released(req.rid, True))
             return RequestState(FINISHED, tuple(req.output_ids), (), 0, None)
         return self.running(req)
@@ -255,11 +257,7 @@ def _admit(self: RadixCacheSystem, s: RadixState, a: Admit, tree: RadixCache, al
         fx.append(Deferred(a.req))
         return
     fx.append(Admitted(a.req, *admitted))
-    state = self.after_step(tree, alloc, req, fx)
-    if state.status == RUNNING:
-        common.checkpoint(tree, alloc, req, len(req.row))  # checkpoint_kv_cache: up to the extend's end
-        state = self.running(req)
-    requests[a.req] = state
+    requests[a.req] = self.after_step(tree, alloc, req, fx, prefill=True)
 
 
 @RULES.rule(Decode, when=_listed)
@@ -271,7 +269,7 @@ def _decode(self: RadixCacheSystem, s: RadixState, a: Decode, tree: RadixCache, 
         requests[a.req] = self.running(req)
         return
     common.alloc_decode(tree, alloc, req)
-    requests[a.req] = self.after_step(tree, alloc, req, fx)
+    requests[a.req] = self.after_step(tree, alloc, req, fx, prefill=False)
 
 
 @RULES.rule(Retract, when=_listed)

@@ -29,11 +29,15 @@ Conventions (the harness's, on the real side; each the scheduler's part, not the
   times, which two matches in a row leave as one does).
 * `check_decode_mem` is the harness's too: the real side evicts the shortfall of the next page (the driver's
   `evict`, as `evict_from_tree_cache` does) and defers the decode when the page still does not fit.
-* The sampled token is the model's (`RadixCacheConfig.output_token`); the driver's `decode(token)` appends it and
-  gives its position a slot (the model's decode: the slot of the last sampled token, then a new token sampled).
-  A request finishes in the step that samples its `max_tokens`-th token (`release(checkpoint=True)`); the
-  release's own checkpoint reaches the KV the request owns (`owned_kv_len`), so the token sampled last, which has
-  no slot, is not appended first.
+* The sampled token is the model's (`RadixCacheConfig.output_token`). The step's result is processed as the
+  scheduler's `process_batch_result_prefill` / `_decode` does it (the model's `common.process_batch_result`),
+  inside a free group (`free_group_begin` .. `free_group_end`): the driver's `sample` appends the token to the
+  request's output, then `release(checkpoint=True)` when it is the `max_tokens`-th (the release's checkpoint reads
+  that token, which has no slot, and keys only the KV the request owns, `owned_kv_len`), else, after a prefill,
+  `checkpoint`. The next `decode` gives that token its slot and the step samples a new one. In the group a release's
+  page frees (the duplicates its insert found, then the row's tail) reach the free list as one block in call order,
+  where outside one each call's pages would go in front of the previous call's; the free pages are compared in
+  order. A retract runs outside a group (`retract_decode`), as the eviction for an allocation does.
 * The clock: the driver's `radix_cache.time` ticks once per reading, the model's clock once per match/insert
   and new node; only the order of the times is read (LRU eviction), and it is the same.
 * Page size 1 is not drawn: a server builds `TokenToKVPoolAllocator` there (`kv_cache_configurator`: page size 1
@@ -41,12 +45,6 @@ Conventions (the harness's, on the real side; each the scheduler's part, not the
   page size 1 is inconsistent: `alloc_decode` hands out `last_loc + 1` and takes no page (`get_num_new_pages`'
   decode test `seq_lens % page_size == 1` is never true at page size 1), so a decoded slot stays in the free list.
   The probe `paged_decode_at_page_size_1_takes_no_page` pins that behaviour (it fails when a release changes it).
-* Free groups: the driver's `checkpoint` and `release` run outside a free group, as the model's do. 0.5.23's
-  scheduler wraps its batch-result processing (`process_batch_result_prefill` / `_decode`) in
-  `free_group_begin` .. `free_group_end`, so there a checkpoint's or release's page frees (the duplicates the
-  insert found, then the row's tail) reach the free list as one block in call order, where outside a group each
-  call's pages go in front of the previous call's. Both sides here agree; the model's life cycle does not state the
-  group (open: the model's `common.release_kv_cache` under a group would mirror it).
 * The tree's `last_access_time` and hit counts are not compared (the first has no common unit, the second is the
   LFU strategy's); a node's id is not either (the model has none), its token path is.
 """
@@ -66,7 +64,7 @@ from kvsim.models.radix_cache.system import (RUNNING, Admit, Admitted, Decode, D
 
 DRIVER = "kvsim.conform.sglang.real_radix:RadixDriver"
 REQUEST_OPS_SINCE = "0.5.23"  # the driver's request ops (checkpoint_kv_cache, release_kv_cache) are 0.5.23's
-STEPS = 24  # three requests, each admitted, decoded up to twice, retracted and admitted again
+STEPS = 24  # three requests, each admitted, decoded up to three times, retracted and admitted again
 ROWS, CONTEXT = 4, 64  # the request pool: a row per request, longer than every request
 MAX_PAGES = 10  # RadixCacheConfig's bound on num_pages
 # the page sizes a server builds the paged allocator for (at page size 1 it builds TokenToKVPoolAllocator, which
@@ -78,7 +76,7 @@ PAGE_SIZES = (2, 4)
 def configs(draw: Any) -> dict[str, Any]:
     """A configuration within the model's bounds, as the program's first line shows it: the pool holds a request's
     longest input and the page the scheduler's demand adds (`RadixCacheConfig`'s own bound), up to 10 pages."""
-    page_size, max_tokens = draw(st.sampled_from(PAGE_SIZES)), draw(st.integers(1, 3))
+    page_size, max_tokens = draw(st.sampled_from(PAGE_SIZES)), draw(st.integers(1, 4))
     # the longest input (prompt_len + max_tokens - 1) and a page fit MAX_PAGES pages
     prompt_len = draw(st.integers(2, min(8, MAX_PAGES * page_size - page_size - max_tokens + 1)))
     need = -(-(prompt_len + max_tokens - 1 + page_size) // page_size)
@@ -154,7 +152,7 @@ class RealSide:
         if isinstance(action, Decode):
             if not self._decode_fits(name):
                 return {"deferred": True}
-            self.child.call("decode", request=name, token=self.outputs[r][-1])
+            self.child.call("decode", request=name)  # the slot of the token the last step sampled
             return self._sampled(r, checkpoint=False)
         raise ConfigError(op, "admit, decode or retract", action)
 
@@ -178,14 +176,21 @@ class RealSide:
         return self.child.call("sizes")["available"] >= need
 
     def _sampled(self, r: int, checkpoint: bool) -> dict[str, Any]:
-        """The step's sampled token: the release at `max_tokens`, else (after a prefill) the checkpoint."""
-        self.outputs[r].append(self.cfg.output_token(r))
+        """The step's result as the batch-result processing handles it, inside a free group: the sampled token
+        appended to the request's output, then the release at `max_tokens`, else (after a prefill) the
+        checkpoint."""
+        name, token = str(r), self.cfg.output_token(r)
+        self.outputs[r].append(token)
+        self.child.call("free_group_begin")
+        self.child.call("sample", request=name, token=token)
+        answer: dict[str, Any] = {}
         if len(self.outputs[r]) >= self.cfg.max_tokens:
-            self.child.call("release", request=str(r), checkpoint=True)
-            return {"released": "checkpoint"}
-        if checkpoint:
-            self.child.call("checkpoint", request=str(r))
-        return {}
+            self.child.call("release", request=name, checkpoint=True)
+            answer = {"released": "checkpoint"}
+        elif checkpoint:
+            self.child.call("checkpoint", request=name)
+        self.child.call("free_group_end")
+        return answer
 
     def observe(self) -> dict[str, Any]:
         seen = self.child.call("dump")
@@ -240,10 +245,34 @@ LRU = {"num_pages": 3, "page_size": 2, "prompts": [0, 1, 2], "prompt_len": 2, "s
        "need_sort": False}
 
 
+# Three one-page-and-a-half prompts, four outputs each, a pool of five pages: request 1 runs short of a page for its
+# second decode while its row holds a whole page (its prompt's last token and its first output) past its
+# checkpoint, and is retracted; request 2 then evicts its cached prompt; admitted again, request 1's prefill keys its
+# prompt and outputs as one new leaf, which the prompt's own insert splits at the prompt's end (`split_prompt`).
+# Random programs seldom retract at a page boundary (four outputs, three requests, a tight pool).
+READMIT = {"num_pages": 5, "page_size": 2, "prompts": [0, 1, 2], "prompt_len": 3, "shared": 0, "max_tokens": 4,
+           "need_sort": False}
+
+# need_sort with a prompt of a page and a half: the first request's release stages its tail page; the second's
+# extend of 3 tokens bounds its new pages at 3 // 2 + 1 + 1 = 3, which the three free pages meet: no merge, so its
+# pages come from the free list and the staged page stays staged (random programs seldom meet the bound exactly
+# with a staged page and an extend that is not page-aligned).
+STAGED = {"num_pages": 5, "page_size": 2, "prompts": [0, 1], "prompt_len": 3, "shared": 0, "max_tokens": 1,
+          "need_sort": True}
+
+
 PROBES = (
     directed("evicts_the_least_recently_used_leaf",
              "an eviction that needs one of two cached leaves takes the least recently used", LRU,
              (Admit(0), Admit(1), Admit(2))),
+    directed("readmitted_after_eviction_splits_at_the_prompt",
+             "a request retracted with a whole page past its checkpoint, its prompt evicted, admitted again: its "
+             "prefill's checkpoint splits the new leaf at the prompt's end", READMIT,
+             (Admit(0), Decode(0), Admit(1), Decode(0), Decode(1), Retract(1), Decode(0), Admit(2), Decode(2),
+              Decode(2), Decode(2), Admit(1))),
+    directed("staged_pages_wait_while_the_bound_is_met",
+             "need_sort: an extend whose page bound the free pages meet takes them without merging the staged page",
+             STAGED, (Admit(0), Admit(1))),
     Probe("paged_decode_at_page_size_1_takes_no_page",
           "the paged allocator at page size 1 (not what a server builds there) hands a decode last_loc + 1 and "
           "takes no page: the reason the lockstep draws page sizes 2 and 4", paged_decode_at_page_size_1),

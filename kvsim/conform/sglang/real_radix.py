@@ -36,12 +36,16 @@ published with their defaults on first use, as a scheduler process does):
   row from the request pool, `allocation.alloc_paged_token_slots_extend` (evicts what the extend may need, then `alloc_extend`),
   the prefix and the new slots written into the row as `write_cache_indices` does without Triton: `{"prefix_len",
   "indices": the row, "node": the locked node}`.
-* `decode(request, token)`: `token` appended to the request's output and its slot from
-  `allocation.alloc_paged_token_slots_decode`, written into the row: the slot.
+* `sample(request, token)`: `token` appended to the request's output, as the scheduler's batch-result processing
+  (`process_batch_result_prefill` / `_decode`) appends the token a step sampled; it has no slot yet.
+* `decode(request, token=None)`: the slot of the request's last output token (`token` appended first when given)
+  from `allocation.alloc_paged_token_slots_decode`, written into the row: the slot.
 * `checkpoint(request)`: `common.checkpoint_kv_cache` (0.5.23's `cache_unfinished_req`): the prefilled tokens into
   the tree, the lock moved to the new node: `{"protected_len", "node"}`.
 * `release(request, checkpoint=True)`: the request finished (`FINISH_LENGTH`), then `common.release_kv_cache`
   (0.5.23's `cache_finished_req`; without `checkpoint` nothing is inserted): answers `sizes`.
+* `free_group_begin()` / `free_group_end()`: the allocator's free group, as the batch-result processing opens it
+  around a batch's checkpoints and releases (every free held back, released at the end as one block).
 
 * `sizes()`: `{"available": allocator slots, "evictable", "protected"}` (the tree's counters).
 * `dump()`: `{"tree": root node, "free_pages": [pages in the order alloc hands them out], "staged_pages": [freed
@@ -67,7 +71,7 @@ from kvsim.engine.errors import ConfigError
 from ..installed_child import dispatch
 
 OPS = ("build", "match", "insert", "lock", "unlock", "evict", "alloc", "free", "alloc_extend", "alloc_decode",
-       "prefill", "decode", "checkpoint", "release", "sizes", "dump")
+       "free_group_begin", "free_group_end", "prefill", "sample", "decode", "checkpoint", "release", "sizes", "dump")
 
 
 class TickClock:
@@ -213,6 +217,14 @@ class RadixDriver(SlotOps):
         out = self.allocator.alloc_decode(seq, seq, self._tensor(last_locs))
         return None if out is None else out.tolist()
 
+    def op_free_group_begin(self) -> Any:
+        self.allocator.free_group_begin()
+        return None
+
+    def op_free_group_end(self) -> Any:
+        self.allocator.free_group_end()
+        return None
+
     # --- a request's life, as the scheduler's calls make it ---
 
     def _publish(self) -> None:
@@ -263,13 +275,18 @@ class RadixDriver(SlotOps):
         self.requests[request] = req
         return {"prefix_len": hit, "indices": self._row(req, n), "node": self._handle(req.last_node)}
 
-    def op_decode(self, request: str, token: int) -> Any:
+    def op_sample(self, request: str, token: int) -> Any:
+        self._req(request).output_ids.append(token)
+        return None
+
+    def op_decode(self, request: str, token: int | None = None) -> Any:
         import torch
 
         from sglang.srt.mem_cache import allocation
 
         req = self._req(request)
-        req.output_ids.append(token)
+        if token is not None:
+            req.output_ids.append(token)
         n = req.kv.kv_committed_len
         last = self.pool.req_to_token[req.kv.req_pool_idx, n - 1:n].to(torch.int64)
         seq = torch.tensor([n + 1])

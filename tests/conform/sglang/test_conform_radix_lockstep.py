@@ -54,12 +54,71 @@ def _run_planted(source, mutant):  # type: ignore[no-untyped-def]
     return result.divergences[0]
 
 
+def _probe_failure(source, mutant, probe):  # type: ignore[no-untyped-def]
+    """The message of the directed program `probe` with `mutant` loaded (the random programs cut to one: the
+    directed program's reach is the point)."""
+    try:
+        with mutated(mutant):
+            result = run_target(_target(), source, RunOptions(max_examples=1))
+    finally:
+        shared(prepare("sglang", source.version), DRIVER, timeout=600.0).configure()
+    failed = {p["property"]: p["message"] for p in result.properties if p["status"] == "fails"}
+    assert probe in failed, result.properties
+    return failed[probe]
+
+
 def test_the_real_radix_cache_conforms(release):  # type: ignore[no-untyped-def]
     result = run_target(_target(), release, RunOptions(max_examples=EXAMPLES))
     assert result.status == "conforms", (result.note, result.divergences)
     assert result.compared >= 3 * EXAMPLES, result.compared  # the start and at least two steps a program
     assert {p["property"]: p["status"] for p in result.properties} == {
-        "evicts_the_least_recently_used_leaf": "holds", "paged_decode_at_page_size_1_takes_no_page": "holds"}
+        "evicts_the_least_recently_used_leaf": "holds", "readmitted_after_eviction_splits_at_the_prompt": "holds",
+        "staged_pages_wait_while_the_bound_is_met": "holds", "paged_decode_at_page_size_1_takes_no_page": "holds"}
+
+
+# (file, after, original, replacement, the directed program that catches it, where): each a reach only that program
+# has. The prompt's re-insert skipped: only a readmission after an eviction reaches that split (a fresh request's
+# prompt is cached, split there, by its prefill's checkpoint). A retract that checkpoints: the page its row holds
+# past its checkpoint (the prompt's last token and the first output) enters the tree. The extend's page bound
+# rounded up: met exactly by the free pages, it merges the staged page and takes it first.
+DIRECTED = {
+    "prompt_not_split": ("radix_cache.py", "    def _insert_cache(", "if split_prompt:", "if False:",
+                         "readmitted_after_eviction_splits_at_the_prompt", "after step 12 admit(req=1): tree"),
+    "retract_checkpoints": ("common.py", "def release_kv_cache(",
+                            "checkpoint = checkpoint and not req.skip_radix_cache_insert",
+                            "checkpoint = not req.skip_radix_cache_insert",
+                            "readmitted_after_eviction_splits_at_the_prompt", "after step 6 retract(req=1): tree"),
+    "bound_rounded_up": ("allocator/paged.py", "    def alloc_extend(", "extend_num_tokens // self.page_size + bs + 1",
+                         "-(-extend_num_tokens // self.page_size) + bs + 1",
+                         "staged_pages_wait_while_the_bound_is_met", "after step 2 admit(req=1): returned"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DIRECTED))
+def test_a_directed_program_catches(release, name):  # type: ignore[no-untyped-def]
+    relpath, after, original, replacement, probe, where = DIRECTED[name]
+    message = _probe_failure(release, planted(release, MEM + relpath, after, original, replacement), probe)
+    assert where in message, message
+
+
+def test_frees_in_a_group_released_at_once(release):  # type: ignore[no-untyped-def]
+    """`free_page_ids` ignores the free group: a finishing request's release puts its row's tail in front of the
+    duplicate pages its checkpoint freed, where the group keeps them in call order."""
+    found = _run_planted(release, planted(release, MEM + "allocator/paged.py", "    def free_page_ids(",
+                                          "self.free_page_ids_group.append(self._copy_for_free_group(page_ids))",
+                                          "self._release_page_ids(page_ids)"))
+    assert found["field"].startswith("free_pages"), found
+    assert found["program"][-1].startswith("step(decode(") or found["program"][-1].startswith("step(admit("), found
+
+
+def test_the_final_token_keyed_past_the_owned_kv(release):  # type: ignore[no-untyped-def]
+    """`checkpoint` keys one token more than it is asked: a finishing request's release, whose sampled token is
+    appended first as the scheduler does, keys a page whose last slot the request never allocated."""
+    found = _run_planted(release, planted(release, MEM + "radix_cache.py", "    def checkpoint(",
+                                          "req.full_untruncated_fill_ids[:up_to]",
+                                          "req.full_untruncated_fill_ids[: up_to + 1]"))
+    assert found["field"].startswith("tree"), found
+    assert len(found["program"]) == 2, found["program"]  # one admit whose prefill finishes the request
 
 
 def test_a_lock_count_not_decremented_at_the_top_of_the_path(release):  # type: ignore[no-untyped-def]
@@ -80,18 +139,20 @@ def test_eviction_from_the_wrong_end_of_the_lru(release):  # type: ignore[no-unt
     result = _planted_result(release, mutant)
     assert result.status == "diverges", (result.status, result.note)
     failed = {p["property"]: p["message"] for p in result.properties if p["status"] == "fails"}
-    assert set(failed) == {"evicts_the_least_recently_used_leaf"}, result.properties
+    # the readmission's directed program evicts too: its third request must take the retracted one's prompt
+    assert set(failed) == {"evicts_the_least_recently_used_leaf", "readmitted_after_eviction_splits_at_the_prompt"}, \
+        result.properties
     assert "after step 3 admit(req=2): returned" in failed["evicts_the_least_recently_used_leaf"], failed
 
 
 def test_a_locked_leaf_evictable(release):  # type: ignore[no-untyped-def]
-    """`_update_leaf_status` lists a locked leaf as evictable: a decode's eviction frees a running request's leaf,
-    whose slots its release's checkpoint puts back into the tree: the page is both free and cached."""
+    """`_update_leaf_status` lists a locked leaf as evictable: a decode's eviction frees a running request's leaf
+    (the tree loses a locked node; its page is free while the request's row holds it)."""
     found = _run_planted(release, planted(release, MEM + "radix_cache.py", "    def _update_leaf_status(",
                                           "if node.evicted or node.lock_ref > 0:", "if node.evicted:"))
-    assert found["field"].startswith("free_pages"), found
+    assert found["field"].startswith(("tree", "free_pages")), found
     assert found["program"][-1].startswith("step(decode("), found["program"]
-    assert len(found["program"]) <= 5, found["program"]
+    assert len(found["program"]) <= 6, found["program"]
 
 
 def test_an_evicted_page_freed_twice(release):  # type: ignore[no-untyped-def]
@@ -100,8 +161,9 @@ def test_an_evicted_page_freed_twice(release):  # type: ignore[no-untyped-def]
                                           "num_evicted += len(x.value)",
                                           "num_evicted += len(x.value)\n            "
                                           "self.token_to_kv_pool_allocator.free_segment(x.value, start_pos=0)"))
-    assert found["field"] == "free_pages[0]", found
-    # two requests of one prompt and a pool of two pages: the second's demand evicts the first's cached page
+    # the second request's demand evicts the first's cached page: freed twice, it is handed out twice (or listed
+    # twice in the free pages)
+    assert found["field"].startswith(("returned.new", "free_pages")), found
     assert found["program"][1:] == ["step(admit(req=0))", "step(admit(req=1))"], found["program"]
 
 
