@@ -37,6 +37,10 @@ BUILDER_SURVIVORS = (
              "equivalent: `length > 0` -> `>= 0` over the plan's seq_lens (never 0), and `assert max_context_chunk "
              "> 0` -> `>= 0` (the planner it calls next asserts `max_context_chunk > 0` itself)"),
     Survivor(BUILDER, "arguments", "chunk_alignment, dcp_virtual_block_size", "math.lcm() is symmetric"),
+    Survivor(BUILDER, "division", "chunked_prefill_workspace_size // dcp_world_size",
+             "equivalent in the builder's contract: the workspace is align_mla_chunked_context_workspace_size's, a "
+             "multiple of lcm(block_size, dcp_world_size * interleave) and so of dcp_world_size: the DCP row budget "
+             "divides exactly"),
     Survivor(BUILDER, "arguments", "plan.starts, plan.seq_lens",
              "equivalent: the local length `padded_rows(start + length) - local_start` reads start and length "
              "only through their sum"),
