@@ -2,7 +2,9 @@
 tokens the real `Scheduler.schedule()` hands a KV connector for a hybrid (full attention + Mamba) request, on the
 release's own scheduler imported in its child (`real_scheduler.SchedulerDriver`, built over the two groups with a
 connector that records what its `get_num_new_matched_tokens` got and what the scheduler's block pool caches for the
-request then). 0.26.0's `schedule` takes `max(per_group_hits)`; 0.27.0+ `get_computed_blocks_for_connector`.
+request then). 0.26.0's `schedule` takes `max(per_group_hits)`; 0.27.0+ `get_computed_blocks_for_connector`
+(from 0.30.0 only for a connector whose `supports_divergent_local_hybrid_hits` is True, as NIXL's is: the recording
+connector says so, else 0.30.0+ would take `get_computed_blocks` and never run the fix).
 
 The program (`through_scheduler`): request A (two full blocks) runs and finishes, B runs its prefill and `decodes`
 decode steps, then C (A's prompt and one token) is scheduled; the pool is small, so B's blocks evict A's, and the

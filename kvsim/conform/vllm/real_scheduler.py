@@ -20,7 +20,10 @@ differences, to stay offline and inside the release's import chain:
   local computed tokens the scheduler hands it, and, read from the scheduler's own block pool at the call, the block
   each group caches under each of the request's block hashes. Over several groups it is `KvsimHybridConnector`,
   the same with the release's `SupportsHMA` (the connector factory refuses one without it when the hybrid
-  allocator is on); `request_finished_all_groups` answers as `request_finished` on group 0's blocks.
+  allocator is on); `request_finished_all_groups` answers as `request_finished` on group 0's blocks, and it
+  says `supports_divergent_local_hybrid_hits` as NIXL's connector does, so the releases that read it (0.30.0 on)
+  take the connector path the #48195 fix changed (`KVCacheManager.get_computed_blocks_for_connector`), not
+  `get_computed_blocks`.
 * the hybrid model: the toy model stays one; the groups are the `KVCacheConfig`'s (`real_manager.kv_cache_config`,
   the one the manager and coordinator drivers build), and `CacheConfig.mamba_cache_mode` is set as the engine sets
   it for a hybrid model with prefix caching (the release's mode: `all` through 0.31.0, `align` in 0.33.0).
@@ -156,6 +159,12 @@ def _make_hybrid_connector(producer: type) -> type:
     from vllm.distributed.kv_transfer.kv_connector.v1.base import SupportsHMA
 
     class KvsimHybridConnector(producer, SupportsHMA):  # type: ignore[misc, valid-type]
+        @property
+        def supports_divergent_local_hybrid_hits(self) -> bool:
+            # as NIXL's connector: from 0.30.0 the scheduler asks the manager's get_computed_blocks_for_connector
+            # (the #48195 fix) only for a connector that says so; before, the property is not read
+            return True
+
         def request_finished_all_groups(self, request: Any, block_ids: tuple[list[int], ...]) -> tuple[bool, None]:
             return self.request_finished(request, block_ids[0])
 

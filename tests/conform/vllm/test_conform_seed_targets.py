@@ -49,3 +49,20 @@ def test_a_prompt_no_longer_than_the_backoff_still_hands_draft_kv_after_the_fix(
     assert short["status"] == "finding confirmed", short
     assert short["message"].startswith("vllm-55055-short-prompt-draft-kv: ") and \
         "hands the KV of 1 of its 1 prompt tokens" in short["message"], short
+
+
+def test_the_connector_path_runs_the_fixed_method_on_a_release_that_gates_it() -> None:
+    """From 0.30.0 the scheduler asks `get_computed_blocks_for_connector` (the #48195 fix) only for a connector
+    that says `supports_divergent_local_hybrid_hits` (NIXL's does; the base class does not): the recording
+    connector says so, so 0.33.0's schedule() runs that method's lines, not `get_computed_blocks` alone."""
+    from dataclasses import replace
+
+    from kvsim.conform.run import run_targets
+    from kvsim.conform.targets import descriptors
+
+    (target,) = select_targets("vllm", "connector_hit_48195")
+    manager = replace(target.upstream[0], checked=("KVCacheManager.get_computed_blocks_for_connector",))
+    traced = replace(target, upstream=(manager,) + tuple(target.upstream[1:]))
+    (result,) = run_targets([traced], resolve_source("vllm", version="0.33.0"), descriptors(), RunOptions(),
+                            measure=True)
+    assert result.status == "conforms" and result.coverage["percent"] >= 75, result.coverage
