@@ -11,6 +11,11 @@ changing). A change to a model's behaviour changes these on purpose: re-pin them
 Re-pinned: swa-budget's two rows when its state's `fault` field became the engine's `flags` (issue 28): every
 step's state fingerprint changed with the field's name, so the digests and file bodies did; the events, the
 steps, each step's action and values, and the summaries did not (compared with the fingerprints blanked).
+Re-pinned (2026-12-05): pd-staging's seven summaries when the summary gained `named` (each violating room's
+mechanism, issue 30; the traces, bodies and states did not change); kv-cache-manager's two digests and bodies when
+its simulation gained the `attention_chunk_size` parameter (chunked local attention, issue 33): the header's params
+changed, so the digest did, and with it the end line that holds it; every step line is byte-identical to 6cb66ce's
+(compared), and so are the events, the steps and the summaries.
 """
 
 import enum
@@ -33,25 +38,25 @@ SPECS = catalog.load()
 PINS = [
     ('pd-staging', 'fixed', 0, {'requests': 1000}, None,
      '5cce04b9d65ea4bbdd3f8f743714d2260c9a38553bb570faaa832abd05681c67', 48830, 49820,
-     '4e4dc002b7a92944061453f2ecbd972e', 'ecb35114eda3de6b4b3321a082f25537', '3b71d3f310719b2f9416bf6fc508df65'),
+     '4e4dc002b7a92944061453f2ecbd972e', 'a180b3efdea435504a7838a84e8603b1', '3b71d3f310719b2f9416bf6fc508df65'),
     ('pd-staging', 'fixed', 0, {'requests': 300}, 'delay=0.05:0.2,duplicate=0.01',
      '691070e0cc4ac24983c8217642ef5a0dbc8e39dd2ee9a2e87c3071eebb98bbe9', 56833, 57859,
-     '1fe63f26c077a99888ddaec3024cc681', 'a8b27c3ec4fd2c11ea545c27cf1288e3', 'd8a2315721d23364273b45a59a5d3ba9'),
+     '1fe63f26c077a99888ddaec3024cc681', '631c2a275e30a477d4563ab7dac0e9fd', 'd8a2315721d23364273b45a59a5d3ba9'),
     ('pd-staging', 'fixed', 3, {'requests': 100}, 'drop=0.02,delay=0.1:0.5,duplicate=0.02,reorder=0.05',
      '0c53dd90ce4db7587e6c83c53770a9f565bc2cec5d011f51daff5cdc23bedf61', 23101, 23708,
-     'ea1395164b5f94d28a5c975aceb6d315', '625ed9a3cc60ae31eab0fb5ca61726dc', '6c4be6de0baaa8a609b44b2cbb3fbb28'),
+     'ea1395164b5f94d28a5c975aceb6d315', '14219b0017a841f675181d7a8d2e40bf', '6c4be6de0baaa8a609b44b2cbb3fbb28'),
     ('pd-staging', 'pre_05c7ebf', 1, {'requests': 100}, 'drop=0.05,reorder=0.1',
      '364bcb3455ff9c04bc4958e6c85f330e89722947a19708906948213784e85caa', 18267, 18736,
-     'da1ea5b5a22f33cc083d211f2b0790be', 'b78c92526f24b4ed62885c8e58ee23bc', 'd499b79edd7225c1397dea894617c627'),
+     'da1ea5b5a22f33cc083d211f2b0790be', '854b1da85eaa785ff691be2fc5e700c9', 'd499b79edd7225c1397dea894617c627'),
     ('pd-staging', 'sglang_0_5_23', 3, {'requests': 100}, 'drop=0.02,delay=0.1:0.5,duplicate=0.02',
      '8c35d867646c01da10870970694048472cf45afc0d0c984bfe416c72e8f209aa', 22464, 22891,
-     '6e327c739a36af9dd54ebcd4add987fd', 'f8c718a2874c6b4f65796ccd90379594', 'd0f9b081fa64761293e22df996200ee2'),
+     '6e327c739a36af9dd54ebcd4add987fd', 'f07cb90665f2be16094f0e6aba1d41a4', 'd0f9b081fa64761293e22df996200ee2'),
     ('pd-staging', 'fixed', 2, {'requests': 100}, 'duplicate=0.05,crash=prefill@1.5',
      '3de6b4fa2afe8f6878c3d3e2db388b24a5de3d1b2dddd8c46bf1bab7c50679d5', 1810, 1499,
-     '913f9281f10fac2d8d1c8fbb89cd1063', '712b91db0fd6763bcb2c14021a0e1baa', '09fea568af224305dcba2fa12fb6845a'),
+     '913f9281f10fac2d8d1c8fbb89cd1063', '92ae660e967e07661fe2af6c2afc3956', '09fea568af224305dcba2fa12fb6845a'),
     ('pd-staging', 'proposed_per_dst_retry', 4, {'requests': 60, 'writers': 4}, 'drop=0.01,duplicate=0.02',
      'ac5f384a41c5c8b1e410c24981133315edaebb66bae11f8cfcd95f02537688ca', 21848, 22083,
-     '8a59f1bd6f5e379ac7f8d76bb5766e7e', 'c074bd9b50479ef93a96df2f92b02498', '4228430b86dae47a3db3d3ddf1bb8687'),
+     '8a59f1bd6f5e379ac7f8d76bb5766e7e', '8ad091d081030579edc8082f15309d18', '4228430b86dae47a3db3d3ddf1bb8687'),
     ('pd-protocol', 'fixed', 0, {'requests': 100}, None,
      '4e5fa824bd69e66837e356f3eae4610cf17494a617da9dacae1677164128f249', 1311, 1304,
      '0d9a366d1980df7275f6e97a6e7a172e', 'f9bcf37a2ac997deb6f393ec7c70b9df', None),
@@ -83,11 +88,11 @@ PINS = [
      'f54ae631cc542868caf22595ffb01bb5f4db849b8753d0e763045a48de771e95', 902, 1360,
      '1ddea6be15b3688467eb0723ba1b1e88', '17430cd772a05e7927c2da8f7b6590d4', None),
     ('kv-cache-manager', 'fixed', 0, {'requests': 200}, None,
-     'b646e21d3c2231dafe31933933d9b87978c797c44bb35d7f85d6d67d7f717625', 746, 3170,
-     '1d3fd0664a6d93d67a97d2ad82df983d', '0115ba0b847e115e2e9b9a37b91d8bf9', None),
+     '72bfcff5bcdae9689cb7e96179580f975778e1d2e03b446dab099b0540d1549b', 746, 3170,
+     '78cd90642a81a53ae7de32591eff8ded', '0115ba0b847e115e2e9b9a37b91d8bf9', None),
     ('kv-cache-manager', 'pre_48195', 0, {'groups': 'full,swa,mamba', 'num_blocks': 80}, None,
-     '59d72a3efac920f6ecd6bef7745d0355aee14c634cd4ee856239d29d45990c8f', 170, 664,
-     '609c39c20c9025a463f4bc70addd3292', 'd6cd39572645dc1801cab046322b4d3f', None),
+     '48a57d4ff4c8fb7f4fdb1d0fb5d9c4973e5d0f11903975d792891b81b4da0fd2', 170, 664,
+     '5f08372c26f93a5ca7517cf3b2c1eada', 'd6cd39572645dc1801cab046322b4d3f', None),
     ('kv-cache-manager-pd', 'fixed', 0, {'requests': 100}, None,
      '2cc75fdd61ea82cf533986c27f8a63ab402517f25ce2224ae031b8d2735ffa05', 457, 1600,
      '02f14095c16be3b53818f026cc7f1fca', 'c1cf777b9763398091cb63c4ce76e9ee', None),
