@@ -86,17 +86,21 @@ def _room(r: int, rows: tuple[int, ...], success: bool, cfg: Any, evidence: Evid
         mechanism = "duplicated_chunk_ready" if dup else None
         why = "rows scattered from stale ring bytes" + ("; a CHUNK_READY of the room was duplicated" if dup else "")
     else:
-        how = [how for how, faults in (("dropped", evidence.dropped), ("delayed", evidence.delayed))
-               if "REQ" in faults.get(r, ())]
+        how = _req_lost_or_late(r, evidence)
         mechanism = "staging_req_lost_or_late" if how else None
         why = "reported Success with rows never written" + (
             f"; a STAGING_REQ of the room was {' and '.join(how)}" if how else "")
     return {"room": r, "invariant": invariant, "mechanism": mechanism, "evidence": why}
 
 
+def _req_lost_or_late(r: int, evidence: Evidence) -> list[str]:
+    """How the room's STAGING_REQs went wrong: "dropped", "delayed", both, or neither."""
+    return [how for how, faults in (("dropped", evidence.dropped), ("delayed", evidence.delayed))
+            if "REQ" in faults.get(r, ())]
+
+
 def _held(r: int, state: Any, evidence: Evidence) -> dict[str, Any]:
-    how = [how for how, faults in (("dropped", evidence.dropped), ("delayed", evidence.delayed))
-           if "REQ" in faults.get(r, ())]
+    how = _req_lost_or_late(r, evidence)
     lost = ", ".join(f"{tag} dropped" for tag in sorted(evidence.dropped.get(r, ())))
     if state.decode[r].status == KVPoll.Success and how:
         return {"room": r, "invariant": HELD, "mechanism": "staging_req_lost_or_late",
