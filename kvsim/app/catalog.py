@@ -55,13 +55,26 @@ def listing() -> dict[str, Any]:
                    "properties": [p.name for p in reg.properties_of(m.name)],
                    "params": [_param_json(s) for s in m.params],
                    "sim_params": [_param_json(s) for s in m.sim_params],
-                   "explore": m.system is not None, "simulate": m.simulate is not None}
+                   "explore": m.system is not None, "simulate": m.simulate is not None,
+                   "sometimes": _sometimes(m)}
                   for m in reg.models.values()]
     bugs = [{"id": b.id, "model": b.model, "variant": b.variant, "property": b.property, "invariant": b.invariant,
              "check": b.check, "source": b.source, "summary": b.summary, "status": b.status, "note": b.note,
              "verdicts": [v.to_json() for v in b.verdicts]}
             for b in reg.bugs.values()]
     return {"models": models_doc, "bugs": bugs}
+
+
+def _sometimes(model: Any) -> list[dict[str, Any]]:
+    """The reachability declarations of the model's transition system at its defaults (`kvsim explore`
+    reports each reached or not): name, whether it is asked of states or of steps, and what it means."""
+    if model.system is None:
+        return []
+    from kvsim.engine.descriptor import RunSpec
+    from kvsim.engine.system import sometimes
+
+    system = RunSpec.resolve(model, "fixed" if "fixed" in model.variants.names else model.variants.names[0]).system()
+    return [{"name": s.name, "of": "step" if s.step else "state", "doc": s.doc} for s in sometimes(system)]
 
 
 def _param_json(spec: Any) -> dict[str, Any]:

@@ -143,6 +143,23 @@ def test_list_one_model_shows_its_parameters():
     assert "explore / stateful parameters" in text and "prompts" in text and "1..1024" in text
 
 
+def test_list_one_model_shows_what_explore_must_reach():
+    """The reachability declarations `kvsim explore` reports reached or not, as the system declares them."""
+    from kvsim.app.catalog import models
+    from kvsim.engine.descriptor import RunSpec
+    from kvsim.engine.system import sometimes
+
+    doc = kvsim_json("list", "swa-budget")
+    (model,) = doc["models"]
+    declared = sometimes(RunSpec.resolve(models().model("swa-budget"), "fixed").system())
+    assert [(r["name"], r["of"]) for r in model["sometimes"]] == [
+        (s.name, "step" if s.step else "state") for s in declared]
+    assert ("a_retracted_request_resumes", "step") in [(r["name"], r["of"]) for r in model["sometimes"]]
+    text = kvsim("list", "swa-budget").stdout
+    assert "  a_retracted_request_resumes*: " in text and "  a_request_is_retracted: " in text
+    assert kvsim_json("list", "kv-zeroing")["models"][0]["sometimes"] == []  # no transition system
+
+
 def test_check_counterexample_saves_and_replays(tmp_path):
     saved = tmp_path / "cx.json"
     proc = kvsim("check", "swa-budget", "--variant", "pre_af7c62e", "--property",
