@@ -39,12 +39,12 @@ from kvsim.engine.params import param
 from kvsim.engine.sim import Driver, FaultPlan, Simulator
 from kvsim.engine.system import first_violation
 from kvsim.engine.trace import TraceRecorder
+from kvsim.engine.workload import WorkloadRun
 
 from .kv_cache_manager import cdiv
 from .scheduler import (DONE, RUNNING, SENDING, Decode, Deferred, Deliver, Dropped, Freed, Handed, Output,
                         Preempt, ProducerSchedulerConfig, ProducerSchedulerSystem, Schedule)
 from .variants import CacheManagerVariant
-from .workload import WorkloadRun
 
 MAX_REQUESTS = 20_000
 

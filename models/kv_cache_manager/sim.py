@@ -36,12 +36,12 @@ from kvsim.engine.params import param
 from kvsim.engine.sim import Driver, FaultPlan, Simulator
 from kvsim.engine.system import first_violation
 from kvsim.engine.trace import TraceRecorder
+from kvsim.engine.workload import WorkloadRun
 
 from .actions import Allocated, Decode, Deferred, Events, Finish, Freed, Preempt, Schedule
 from .kv_events import BlockRemoved
 from .system import GROUP_CHOICES, RUNNING, CacheManagerConfig, CacheManagerSystem
 from .variants import CacheManagerVariant
-from .workload import WorkloadRun
 
 MAX_REQUESTS = 20_000
 

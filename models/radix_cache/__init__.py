@@ -14,6 +14,8 @@ scheduler drives for a plain request (no chunked prefill, no speculative decodin
   SWA components (per-node lock counts, the sliding-window lock and its early release `dec_swa_lock_only`,
   tombstones, LRU eviction of either pool) under the scheduler's life cycle (`UnifiedSwaSystem`, config
   `UnifiedSwaConfig`), SGLang #28161.
+* `sim`: `kvsim simulate radix-cache`, a shared-prefix request workload with retractions under pressure, a timing
+  policy (prefill or decode batches, `retract_decode`'s victim order) over `RadixCacheSystem`.
 * `conform`: the real released `RadixCache` and paged allocator in lockstep with the model (`kvsim conform sglang
   --target radix_cache_lockstep`, `kvsim.conform.sglang.radix_lockstep`).
 
@@ -39,6 +41,7 @@ request (`common`, on a `Req`: its row, cache_protected_len, lock)
 
 from kvsim.engine.descriptor import ModelDescriptor
 
+from . import sim
 from .conform import CONFORM, SWA_CONFORM
 from .swa_system import UnifiedSwaConfig, UnifiedSwaSystem
 from .system import RadixCacheConfig, RadixCacheSystem
@@ -53,6 +56,8 @@ DESCRIPTOR = ModelDescriptor(
     variants=VARIANTS,
     config=RadixCacheConfig,
     system=RadixCacheSystem,
+    sim_config=sim.SimConfig,
+    simulate=sim.simulate,
     conform=CONFORM,
 )
 SWA_DESCRIPTOR = ModelDescriptor(

@@ -117,7 +117,7 @@ class RadixCacheSystem(RequestLoop):
         )
         self.sometimes = (
             Sometimes("a_prefix_hit", self._hits, "admit matches a cached prefix of the request's prompt", step=True),
-            Sometimes("a_cached_prefix_is_evicted", lambda s, a, t: _cached_tokens(t.tree) < _cached_tokens(s.tree),
+            Sometimes("a_cached_prefix_is_evicted", lambda s, a, t: cached_tokens(t.tree) < cached_tokens(s.tree),
                       "evict frees cached pages (the tree holds fewer tokens after the step)", step=True),
             Sometimes("a_request_finishes_and_is_cached",
                       lambda s: any(r.status == FINISHED for r in s.requests) and bool(s.tree.nodes),
@@ -281,6 +281,6 @@ def _retract(self: RadixCacheSystem, s: RadixState, a: Retract, tree: RadixCache
     requests[a.req] = RequestState(WAITING, tuple(req.output_ids), (), 0, None)
 
 
-def _cached_tokens(tree: TreeState) -> int:
+def cached_tokens(tree: TreeState) -> int:
     """Tokens the tree holds (a split keeps them; only an eviction takes some away)."""
     return sum(node.key_len for node in tree.nodes)

@@ -1,12 +1,14 @@
-"""What the package's two timed workloads share (`sim`, `scheduler_sim`): the driver over the system, the queues
-a scheduler keeps, Poisson arrivals, and a scheduler step every `step_time` seconds until the policy stops."""
+"""What a scheduler's timed workload shares, whatever the model (kv-cache-manager's `sim` and `scheduler_sim`,
+radix-cache's `sim`): the driver over the system, the queues a scheduler keeps, Poisson arrivals, and a scheduler
+step every `step_time` seconds until the policy stops. The policy is the subclass; every state change goes
+through the system's transitions (`Driver`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from kvsim.engine.sim import Driver, Simulator
-from kvsim.engine.trace import TraceRecorder
+from .sim import Driver, Simulator
+from .trace import TraceRecorder
 
 
 class WorkloadRun:
