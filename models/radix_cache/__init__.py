@@ -1,5 +1,6 @@
 """radix-cache: SGLang's radix cache and paged KV allocator (sglang/srt/mem_cache/, 0.5.23) under the life cycle the
-scheduler drives for a plain request (no chunked prefill, no speculative decoding).
+scheduler drives for a plain request (no chunked prefill), optionally with EAGLE speculative decoding's page
+accounting (`num_draft_tokens`).
 
 * `allocator`: `PagedTokenToKVPoolAllocator` (page 0 reserved, freed pages to the front of the free list or staged
   and sorted with `need_sort`, free groups).
@@ -7,9 +8,13 @@ scheduler drives for a plain request (no chunked prefill, no speculative decodin
   eviction on a logical clock).
 * `common`: the scheduler's calls for one request (`match_kv_cache`, `admit`, `check_decode_mem`, `alloc_decode`,
   `checkpoint`, `release_kv_cache`).
+* `eagle`: EAGLE's draft allocation per decode step (`page_aligned_decode_alloc_lens`, `eagle_prepare_for_decode`,
+  the spec `check_decode_mem`), #31616; the release of the rejected drafts' slots is `common`'s
+  `_release_overallocated_kv_indices`.
 * `checks`, `system`: the transition system (`RadixCacheSystem`, config `RadixCacheConfig`) and its invariants.
 * `request_loop`: what the two systems share (statuses, the admit / decode / retract actions, the requests' prompts).
-* `variants`: radix-cache's `fixed` only; radix-cache-swa's `fixed` and `pre_28161`.
+* `variants`: radix-cache's `fixed` and `pre_31616` (EAGLE's unaligned decode allocation length, 0.5.15);
+  radix-cache-swa's `fixed` and `pre_28161`.
 * `unified_swa`, `swa_system`: the package's second model, `radix-cache-swa`: the unified radix cache's Full and
   SWA components (per-node lock counts, the sliding-window lock and its early release `dec_swa_lock_only`,
   tombstones, LRU eviction of either pool) under the scheduler's life cycle (`UnifiedSwaSystem`, config
@@ -17,7 +22,8 @@ scheduler drives for a plain request (no chunked prefill, no speculative decodin
 * `sim`: `kvsim simulate radix-cache`, a shared-prefix request workload with retractions under pressure, a timing
   policy (prefill or decode batches, `retract_decode`'s victim order) over `RadixCacheSystem`.
 * `conform`: the real released `RadixCache` and paged allocator in lockstep with the model (`kvsim conform sglang
-  --target radix_cache_lockstep`, `kvsim.conform.sglang.radix_lockstep`).
+  --target radix_cache_lockstep`, `kvsim.conform.sglang.radix_lockstep`), and EAGLE's `eagle_prepare_for_decode`
+  against `eagle` (`--target eagle_prepare_for_decode`, `kvsim.conform.sglang.eagle_alloc`).
 
 The op vocabulary, for a lockstep to mirror (slots are ints, sequences tuples):
 
@@ -51,8 +57,10 @@ DESCRIPTOR = ModelDescriptor(
     name="radix-cache",
     summary="SGLang's radix cache (page-aligned match with node split, insert, lock counts, LRU eviction) over the "
             "paged KV allocator (page 0 reserved, free-list order, free groups), under the scheduler's life cycle "
-            "of a plain request (match and lock, extend, checkpoint, decode, retract, release)",
-    source="sglang 0.5.23 (sglang/srt/mem_cache/radix_cache.py, allocator/paged.py, common.py, allocation.py)",
+            "of a plain request (match and lock, extend, checkpoint, decode, retract, release), and EAGLE speculative "
+            "decoding's draft allocation and its release (#31616)",
+    source="sglang 0.5.23 (sglang/srt/mem_cache/radix_cache.py, allocator/paged.py, common.py, allocation.py, "
+           "allocation_sizing.py; speculative/eagle_utils.py); 0.5.15 for pre_31616",
     variants=VARIANTS,
     config=RadixCacheConfig,
     system=RadixCacheSystem,

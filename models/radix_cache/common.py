@@ -48,6 +48,20 @@ class Req:
     def fill_ids(self) -> tuple[int, ...]:
         return self.origin_input_ids + tuple(self.output_ids)
 
+    @property
+    def kv_committed_len(self) -> int:
+        """Positions whose KV is final (a running request's): all but the last sampled token's."""
+        return len(self.fill_ids) - 1
+
+    @property
+    def kv_allocated_len(self) -> int:
+        """Positions the row holds slots for: past `kv_committed_len` only with speculative decoding's drafts."""
+        return len(self.row)
+
+
+def ceil_align(n: int, page_size: int) -> int:
+    return -(-n // page_size) * page_size
+
 
 def match_kv_cache(tree: RadixCache, req: Req) -> tuple[int, tuple[int, ...], TreeNode]:
     """Match the request's tokens, capped at one less than their length; adopt the hit as its prefix."""
@@ -140,14 +154,25 @@ def checkpoint(tree: RadixCache, allocator: PagedTokenToKVPoolAllocator, req: Re
 
 def release_kv_cache(tree: RadixCache, allocator: PagedTokenToKVPoolAllocator, req: Req, checkpointed: bool) -> None:
     """Give the row back; with `checkpointed` the tree first keeps what it can key (`checkpoint` up to the KV the
-    request owns). The row past the tree's part is freed from `cache_protected_len` (a page boundary), the
-    unaligned tail's page whole; then the lock is dropped."""
-    owned_kv_len = len(req.row)
+    request owns, `owned_kv_len`). The row past the tree's part is freed from `cache_protected_len` (a page
+    boundary) to `owned_kv_len`, the unaligned tail's page whole; then the lock is dropped and the rejected drafts'
+    slots past the owned KV's page are freed (`_release_overallocated_kv_indices`)."""
+    owned_kv_len, kv_allocated_len = req.kv_committed_len, req.kv_allocated_len
     if checkpointed:
         checkpoint(tree, allocator, req, owned_kv_len)
     allocator.free_segment(req.row[req.cache_protected_len:owned_kv_len], req.cache_protected_len)
     tree.dec_lock_ref(req.lock)
+    _release_overallocated_kv_indices(allocator, req, owned_kv_len, kv_allocated_len)
     req.lock, req.row, req.cache_protected_len, req.prefix_len = None, [], 0, 0
+
+
+def _release_overallocated_kv_indices(allocator: PagedTokenToKVPoolAllocator, req: Req, start_p: int,
+                                      end_p: int) -> None:
+    """Speculative decoding's over-allocation (the rejected drafts' slots), from the page after the owned KV's
+    last (`ceil_align`: that page was freed whole with the row) to `kv_allocated_len`."""
+    start_p = ceil_align(start_p, allocator.page_size)
+    if start_p < end_p:
+        allocator.free_segment(req.row[start_p:end_p], start_p)
 
 
 def sample(req: Req, token: int) -> None:

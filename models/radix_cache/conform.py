@@ -1,5 +1,9 @@
 """The engine code `radix-cache` is checked against (`kvsim conform sglang`): declarations only.
 
+`eagle_prepare_for_decode` (target of the same name): EAGLE's decode allocation length, loaded from the release and
+run on a stand-in batch (`kvsim.conform.sglang.eagle_alloc`) against `eagle.page_aligned_decode_alloc_lens`, with the
+property `kv_allocated_whole_pages` on upstream's answer; `releases` maps 0.5.15 and before to `pre_31616`.
+
 `RadixCache` and `PagedTokenToKVPoolAllocator` (target `radix_cache_lockstep`): SGLang's real tree and allocator,
 imported from the release in a child process (`kvsim.conform.installed`), in lockstep with the model
 (`kvsim.conform.sglang.radix_lockstep`) under 0.5.23's request life cycle. The declared files are not loaded in
@@ -144,7 +148,27 @@ SURVIVORS = (
     Survivor("release_kv_cache", "arguments", "owned_kv_len, req.kv.kv_allocated_len", NO_OVERALLOCATION),
 )
 
+# EAGLE's decode allocation length: #31616 rounds nxt up to the page boundary from 0.5.16
+PAGE_ALIGNED_NXT = ((None, "pre_31616"), ("0.5.16", "fixed"))
+EAGLE_UTILS = "sglang/srt/speculative/eagle_utils.py"
+EAGLE = "eagle_prepare_for_decode"
+EAGLE_SURVIVORS = (
+    Survivor(EAGLE, "constant", "0", "the per-request length lists' initial values: every entry is written in the loop",
+             replacement="1", line="_kv_lens = [0] * bs"),
+    Survivor(EAGLE, "arguments", "cur,\n            (r.kv_committed_len + double_alloc + page_size - 1)\n"
+             "            // page_size\n            * page_size", "max's two arguments swapped: the same maximum"),
+    Survivor(EAGLE, "constant", "1", "an unset topk read as 0 instead of 1 (`or 0`): neither is above 1, so the "
+                                     "row-width assertion is skipped either way (the line's other two 1s are killed)",
+             replacement="0", line="speculative_eagle_topk or 1) > 1"),
+)
+
 CONFORM = (
+    ConformTarget(
+        "sglang", EAGLE,
+        upstream=(Upstream(EAGLE_UTILS, (EAGLE,)),),
+        adapter="kvsim.conform.sglang.eagle_alloc:ALLOC_LENS", releases=PAGE_ALIGNED_NXT, survivors=EAGLE_SURVIVORS,
+        doc="EAGLE's decode allocation per request (cur, nxt, the tokens needed and asked for, kv_allocated_len "
+            "after), and kv_allocated_whole_pages on upstream's answer (#31616: fails before 0.5.16)"),
     ConformTarget(
         "sglang", "radix_cache_lockstep",
         upstream=(

@@ -12,7 +12,9 @@ prefill batch or a decode batch:
 
 * prefill: the arrived waiting requests are admitted (`Admit`) in queue order until one is deferred (its demand
   does not fit the free and evictable tokens); a step that admits at least one is a prefill step;
-* otherwise every running request decodes (`Decode`). When one is deferred (its next page does not fit),
+* otherwise every running request decodes (`Decode`; with `num_draft_tokens` > 0, EAGLE speculative decoding,
+  `Verify`: the drafts' allocation and a verify accepting 1 .. num_draft_tokens tokens, each draft after the first
+  accepted with probability `accept_prob` while the previous one was). When one is deferred (its next page does not fit),
   requests are retracted (`Retract`) in `retract_decode`'s order, the request it pops first: fewest outputs, then
   the longest input (`_get_decode_retraction_order`), then the latest scheduled, among those the system lets
   retract (whose next decode does not fit), never the last running one (retract_decode keeps one), and the decode
@@ -24,7 +26,8 @@ in the tree). What a step did is read from its effects (`Admitted`: the prefix h
 system's invariants are asked of the state every step ends in (the step checks, such as `match_is_longest`, are
 flags its transition records); the first violation ends the run, recorded with its time. The summary: finished,
 the prefill and decode steps, retractions, deferrals, the prefix hit rate (matched tokens over the input tokens
-of every admission), the free pages and the tree's cached tokens over time.
+of every admission), the tokens accepted per verify (speculative decoding), the free pages and the tree's cached
+tokens over time.
 
 No messaging: the model takes no faults.
 """
@@ -42,7 +45,7 @@ from kvsim.engine.trace import TraceRecorder
 from kvsim.engine.workload import WorkloadRun
 
 from .request_loop import RUNNING, Admit, Decode, Retract
-from .system import Admitted, Deferred, RadixCacheConfig, RadixCacheSystem, Released, cached_tokens
+from .system import Admitted, Deferred, RadixCacheConfig, RadixCacheSystem, Released, Verify, cached_tokens
 from .variants import RadixCacheVariant
 
 MAX_REQUESTS = 20_000
@@ -60,6 +63,10 @@ class SimConfig:
     num_pages: int = param(48, "pages in the pool, page 0 (reserved) not counted", minimum=1, maximum=1 << 16)
     page_size: int = param(4, "tokens per page", minimum=1, maximum=256)
     need_sort: bool = param(False, "the allocator stages freed pages and sorts them when an alloc runs short")
+    num_draft_tokens: int = param(0, "EAGLE speculative decoding's draft tokens per step (topk 1); 0: none",
+                                  minimum=0, maximum=8)
+    accept_prob: float = param(0.7, "with num_draft_tokens: the chance a draft is accepted, once the one before was",
+                               minimum=0.0, maximum=1.0)
     arrival_rate: float = param(20.0, "mean arrivals per second (Poisson)", minimum=0.01, maximum=1e6)
     step_time: float = param(0.02, "seconds per scheduler step", minimum=1e-3, maximum=60.0)
 
@@ -77,14 +84,16 @@ def simulate(sim: Simulator, recorder: TraceRecorder, variant: RadixCacheVariant
     families = tuple(rng.randrange(params.families) for _ in range(params.requests))
     config = WorkloadConfig(num_pages=params.num_pages, page_size=params.page_size, prompts=families,
                             prompt_len=params.prompt_len, shared=params.shared, max_tokens=params.max_tokens,
-                            need_sort=params.need_sort)
-    return _Run(sim, recorder, RadixCacheSystem(variant, config)).run(params.requests, params.arrival_rate,
-                                                                      params.step_time)
+                            need_sort=params.need_sort, num_draft_tokens=params.num_draft_tokens)
+    return _Run(sim, recorder, RadixCacheSystem(variant, config), params.accept_prob).run(
+        params.requests, params.arrival_rate, params.step_time)
 
 
 class _Run(WorkloadRun):
-    def __init__(self, sim: Simulator, recorder: TraceRecorder, system: RadixCacheSystem) -> None:
+    def __init__(self, sim: Simulator, recorder: TraceRecorder, system: RadixCacheSystem, accept_prob: float) -> None:
         super().__init__(sim, recorder, system)
+        self.accept_prob = accept_prob
+        self.accepted = self.verifies = 0
         self.finished = 0
         self.counts = {"prefill_steps": 0, "decode_steps": 0, "admissions": 0, "decodes": 0, "retractions": 0,
                        "deferrals": 0}
@@ -96,7 +105,7 @@ class _Run(WorkloadRun):
         """Take `action`; returns what happened to its request: "admitted", "decoded", "deferred", "finished" or
         "retracted"."""
         before = self.driver.state
-        outcome = "decoded" if type(action) is Decode else ""
+        outcome = "decoded" if type(action) in (Decode, Verify) else ""
         for effect in self.driver.apply(action):
             kind = type(effect)
             if kind is Admitted:
@@ -154,7 +163,7 @@ class _Run(WorkloadRun):
         self.counts["decode_steps"] += 1
         for rid in list(self.running):
             while rid in self.running and not self.crash:
-                outcome = self.apply(Decode(rid))
+                outcome = self.apply(self._step(rid))
                 if outcome != "deferred":
                     self.counts["decodes"] += 1
                     break
@@ -168,6 +177,19 @@ class _Run(WorkloadRun):
             if self.crash:
                 break
         return True
+
+    def _step(self, rid: int) -> tuple:
+        """The request's decode; with speculative decoding a verify, its accepted tokens drawn."""
+        cfg = self.system.cfg
+        if not cfg.num_draft_tokens:
+            return Decode(rid)
+        most = min(cfg.num_draft_tokens, cfg.max_tokens - len(self.driver.state.requests[rid].output_ids))
+        accepted = 1
+        while accepted < most and self.sim.rng.random() < self.accept_prob:
+            accepted += 1
+        self.verifies += 1
+        self.accepted += accepted
+        return Verify(rid, accepted)
 
     def _victim(self) -> int | None:
         """The request retract_decode pops first among those the system lets retract, never the last one."""
@@ -196,6 +218,7 @@ class _Run(WorkloadRun):
             "input_tokens": self.input_tokens,
             "hit_tokens": self.hit_tokens,
             "hit_rate": round(self.hit_tokens / self.input_tokens, 6) if self.input_tokens else None,
+            "accepted_per_verify": round(self.accepted / self.verifies, 6) if self.verifies else None,
             "pages": system.cfg.num_pages,
             "free_pages_min": min(samples) if samples else None,
             "free_pages_mean": round(sum(samples) / len(samples), 3) if samples else None,

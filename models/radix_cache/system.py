@@ -14,12 +14,18 @@ does upstream):
   its result (in a free group): a sampled token; after `max_tokens` outputs the request finishes.
 - `retract` (running, only while its next decode does not fit): `release_kv_cache` without checkpoint; back to
   waiting with its outputs, matched again when admitted.
+- with `num_draft_tokens` > 0 (EAGLE speculative decoding, `eagle`), `verify(req, accepted)` replaces `decode`:
+  the spec `check_decode_mem`, `eagle_prepare_for_decode` (the drafts' allocation up to `nxt`), the verify
+  accepting `accepted` tokens (1 .. num_draft_tokens: the correct drafts and the bonus), its result; the rejected
+  drafts' slots stay allocated until the release frees them (`_release_overallocated_kv_indices`).
 
 Invariants on every state: `pool_accounting` (free + evictable + protected + held = the pool, page by page),
 `lock_refs`, `tree_shape`, `free_list`, `rows_page_aligned` (every running request's row: whole pages, its
-protected part the locked path's slots), `all_free_when_done`; step checks (recorded with `flag`):
-`match_is_longest` (every `match_prefix` a step makes, against a walk of the tree as it was), `evict_unlocked_leaves`
-and `no_double_free` (what the tree's and the allocator's ops found), `lock_ref_never_negative`. Liveness
+protected part the locked path's slots), `kv_allocated_whole_pages` (a request that drafted records
+`kv_allocated_len` as whole pages, equal to the pages it holds: #31616), `all_free_when_done`; step checks (recorded
+with `flag`): `match_is_longest` (every `match_prefix` a step makes, against a walk of the tree as it was),
+`evict_unlocked_leaves` and `no_double_free` (what the tree's and the allocator's ops found),
+`lock_ref_never_negative`. Liveness
 (`every_request_finishes`): from every state all requests can finish. There is no symmetry: page ids are not
 names here (the free list's order is the lockstep's to compare, and `need_sort` sorts by id).
 """
@@ -34,14 +40,16 @@ from kvsim.engine.errors import ConfigError
 from kvsim.engine.params import param
 from kvsim.engine.system import Invariant, Sometimes, flag, flagged
 
-from . import checks, common
+from . import checks, common, eagle
 from .allocator import AllocatorState, PagedTokenToKVPoolAllocator
 from .radix_cache import RadixCache, TreeState
 # ACTIONS: the action records, looked up beside the system (kvsim replay)
-from .request_loop import ACTIONS, FINISHED, RUNNING, WAITING, Admit, Decode, Prompts, RequestLoop, Retract
+from .request_loop import FINISHED, RUNNING, WAITING, Admit, Decode, Prompts, RequestLoop, Retract
 from .variants import FIXED, RadixCacheVariant
 
 
+Verify = tagged("verify", "req", "accepted")  # speculative decoding's step: the drafts' allocation, the verify
+ACTIONS = type_table((Admit, Decode, Retract, Verify))
 Admitted = tagged("admitted", "req", "prefix_len", "new_slots")
 Deferred = tagged("deferred", "req")
 Released = tagged("released", "req", "checkpointed")
@@ -60,14 +68,23 @@ class RadixCacheConfig(Prompts):
     shared: int = param(2, "leading prompt tokens every family shares", minimum=0, maximum=8)
     max_tokens: int = param(2, "output tokens a request samples before it finishes", minimum=1, maximum=4)
     need_sort: bool = param(False, "the allocator stages freed pages and sorts them when an alloc runs short")
+    num_draft_tokens: int = param(0, "EAGLE speculative decoding's draft tokens per step (topk 1); 0: none",
+                                  minimum=0, maximum=3)
 
     def __post_init__(self) -> None:
         self.check_requests()
         longest = self.prompt_len + self.max_tokens - 1  # a retracted request's input before its last decode
-        if self.num_pages * self.page_size < longest + self.page_size:
+        need = longest + self.page_size
+        if self.num_draft_tokens:  # the last step's committed KV and its reserve, rounded up to whole pages
+            need = max(need, eagle.ceil_align(longest - 1 + self.reserve, self.page_size))
+        if self.num_pages * self.page_size < need:
             raise ConfigError("param num_pages", f"room for a request's longest input ({longest} tokens) and the "
-                              f"page the scheduler's demand adds: {-(-(longest + self.page_size) // self.page_size)}"
-                              f" pages or more", self.num_pages)
+                              f"page the scheduler's demand adds (or its drafts' reserve): "
+                              f"{-(-need // self.page_size)} pages or more", self.num_pages)
+
+    @property
+    def reserve(self) -> int:
+        return eagle.get_alloc_reserve_per_decode(self.num_draft_tokens)
 
 
 class RequestState(NamedTuple):
@@ -103,6 +120,9 @@ class RadixCacheSystem(RequestLoop):
                       "no page twice in the free list, never page 0"),
             Invariant("rows_page_aligned", self._rows,
                       "a running request's row is page-aligned and its protected part is its locked path's slots"),
+            Invariant("kv_allocated_whole_pages", self._kv_allocated,
+                      "a request that drafted records kv_allocated_len as whole pages, equal to its protected part "
+                      "and the pages it holds (nothing allocated and unrecorded), and committed <= allocated"),
             Invariant("all_free_when_done", self._all_free_when_done,
                       "once every request has ended every page is free or evictable"),
             Invariant("match_is_longest", flagged("match_is_longest"),
@@ -122,7 +142,10 @@ class RadixCacheSystem(RequestLoop):
             Sometimes("a_request_finishes_and_is_cached",
                       lambda s: any(r.status == FINISHED for r in s.requests) and bool(s.tree.nodes),
                       "a finished request's KV is left in the tree (release_kv_cache with checkpoint)"),
-        )
+        ) + ((Sometimes("a_draft_is_rejected",
+                        lambda s, a, t: type(a) is Verify and a.accepted < config.num_draft_tokens,
+                        "a verify rejects drafts (their slots stay allocated until the release)", step=True),)
+             if config.num_draft_tokens else ())
 
     # -- the contract ------------------------------------------------------------------------------------------
     def initial_states(self) -> tuple[RadixState, ...]:
@@ -184,10 +207,23 @@ class RadixCacheSystem(RequestLoop):
         return [common.rows_pages(r.row, r.cache_protected_len, self.cfg.page_size) for r in s.requests
                 if r.status == RUNNING]
 
+    def enabled(self, s: RadixState) -> list[tuple]:
+        """The request loop's actions; with speculative decoding each decode is a verify accepting 1 .. num_draft_tokens
+        tokens (no more than the request has left to sample)."""
+        actions = super().enabled(s)
+        if not self.cfg.num_draft_tokens:
+            return actions
+        left = lambda r: self.cfg.max_tokens - len(s.requests[r].output_ids)  # noqa: E731
+        return [v for a in actions for v in ([Verify(a.req, k) for k in range(1, min(self.cfg.num_draft_tokens,
+                                                                                  left(a.req)) + 1)]
+                                            if type(a) is Decode else [a])]
+
     def _decode_short(self, s: RadixState, r: int) -> bool:
         """`check_decode_mem` would fail for r: its next page does not fit the free and evictable tokens."""
         req = s.requests[r]
-        need = common.decode_demand(common.Req(r, (), row=list(req.row)), self.cfg.page_size)
+        model_req = common.Req(r, self.cfg.prompt(r), list(req.output_ids), list(req.row))
+        need = eagle.decode_demand(model_req, self.cfg.reserve, self.cfg.page_size) if self.cfg.num_draft_tokens \
+            else common.decode_demand(model_req, self.cfg.page_size)
         free = (len(s.allocator.free_pages) + len(s.allocator.staged_pages)) * self.cfg.page_size
         return free + s.tree.evictable_size < need
 
@@ -227,6 +263,24 @@ class RadixCacheSystem(RequestLoop):
             if tuple(req.row[:req.cache_protected_len]) != locked:
                 return f"request {r}: its protected part {list(req.row[:req.cache_protected_len])} is not its " \
                        f"locked path's slots {list(locked)}"
+        return None
+
+    def _kv_allocated(self, s: RadixState) -> str | None:
+        ps = self.cfg.page_size
+        for r, rs in enumerate(s.requests):
+            if rs.status != RUNNING:
+                continue
+            req = common.Req(r, self.cfg.prompt(r), list(rs.output_ids), list(rs.row))
+            allocated, committed = req.kv_allocated_len, req.kv_committed_len
+            if committed > allocated:
+                return f"request {r}: kv_committed_len {committed} > kv_allocated_len {allocated}"
+            if allocated == committed:  # no drafts: the row ends where the KV does (a prefill's partial page)
+                continue
+            footprint = rs.cache_protected_len + len(set(common.rows_pages(rs.row, rs.cache_protected_len, ps))) * ps
+            if allocated % ps or allocated != footprint:
+                return f"request {r}: kv_allocated_len {allocated} (committed {committed}): expected whole pages " \
+                       f"equal to the allocator's footprint {footprint} (cache_protected_len {rs.cache_protected_len}" \
+                       f" + its pages x {ps}): {footprint - allocated} slots allocated and recorded by nobody"
         return None
 
     def _all_free_when_done(self, s: RadixState) -> str | None:
@@ -279,6 +333,20 @@ def _retract(self: RadixCacheSystem, s: RadixState, a: Retract, tree: RadixCache
     common.release_kv_cache(tree, alloc, req, checkpointed=False)
     fx.append(Released(a.req, False))
     requests[a.req] = RequestState(WAITING, tuple(req.output_ids), (), 0, None)
+
+
+@RULES.rule(Verify, when=_listed)
+def _verify(self: RadixCacheSystem, s: RadixState, a: Verify, tree: RadixCache, alloc: PagedTokenToKVPoolAllocator,
+            requests: list, fx: list, found: list) -> None:
+    req = self.req(s, a.req, tree)
+    if not eagle.check_decode_mem(tree, alloc, req, self.cfg.reserve):
+        fx.append(Deferred(a.req))
+        requests[a.req] = self.running(req)
+        return
+    eagle.eagle_prepare_for_decode(tree, alloc, req, self.cfg.reserve, self.variant.page_aligned_nxt)
+    for _ in range(a.accepted - 1):  # the accepted drafts; the bonus token is the step's sampled one
+        common.sample(req, self.cfg.output_token(a.req))
+    requests[a.req] = self.after_step(tree, alloc, req, fx, prefill=False)
 
 
 def cached_tokens(tree: TreeState) -> int:

@@ -16,7 +16,7 @@ mechanism, issue 30; the traces, bodies and states did not change); kv-cache-man
 its simulation gained the `attention_chunk_size` parameter (chunked local attention, issue 33): the header's params
 changed, so the digest did, and with it the end line that holds it; every step line is byte-identical to 6cb66ce's
 (compared), and so are the events, the steps and the summaries.
-Added (2026-12-05): radix-cache's two rows, its simulation's first pins (issue 29).
+Added (2026-12-05): radix-cache's three rows, its simulation's first pins (issue 29).
 """
 
 import enum
@@ -101,11 +101,14 @@ PINS = [
      '8240c16aedb20d1e9ef4e7913aaa4780a15a87090253c6f33e779acb86b52b58', 273, 820,
      '44a05d0a59e46e6ee03fbc781dc47a48', '4287df42700d36590bdf88739b5ce58b', None),
     ('radix-cache', 'fixed', 0, {'requests': 100}, None,
-     '12146aedef74899a70b18fa3fef4dc71f9c4e12fe0dc71095a59b1fa5cee330d', 358, 1780,
-     'b579a6be01fb426ba6897bc08e457778', '091cdf080bc196a3274f43fa1a494d60', None),
+     '08659e0cc1fc2be12afaae7b5ba1c03c7a82d7ae7d2939a5f662a6a0c8d610b2', 358, 1780,
+     '3f76b7119765413d139299165cb81a87', '565aec112fad635f7c15f14a89833fbe', None),
     ('radix-cache', 'fixed', 1, {'requests': 100, 'page_size': 1, 'num_pages': 60, 'need_sort': 1, 'families': 2}, None,
-     '0551d8907207a90a2306484afb2a0cdd3571db45125b427beac55e77cc1c0f51', 750, 3341,
-     'cc86747b8116a6f5b9fac4c623b527fb', '7dd09ee888812335cb75438013249183', None),
+     'd758dcb1956af880965d1361ded2ee6b8b854440e5475119a7530a1c65fa7cc8', 750, 3341,
+     '527bd143f4be0f393d27fc696847ebf2', '92b3b66fdd23caf049f59dc871787d95', None),
+    ('radix-cache', 'fixed', 2, {'requests': 100, 'num_draft_tokens': 3}, None,  # EAGLE speculative decoding
+     'e9eb13745dbe26c4e8e2384ad50ccdaf6b555ea97d8ee87e6b6334b8e97498d2', 350, 950,
+     '193b5bcd0fc5434a7efa9402a6d6e499', '3deb9a2e8dcd10877aaa49e0d49b3ef0', None),
 ]
 
 

@@ -1,7 +1,8 @@
 """radix-cache's timed simulation (`kvsim simulate radix-cache`): a timing policy over `RadixCacheSystem`.
 
 Its recorded actions replay through the transition system to the driver's state, with every invariant holding on
-every state of a run that retracts; each retraction takes the request `retract_decode` pops first; the same seed
+every state of a run that retracts, with and without speculative decoding (whose pre-#31616 allocation length is
+caught at the first verify); each retraction takes the request `retract_decode` pops first; the same seed
 gives the same digest under any PYTHONHASHSEED; a planted lock leak in the cache ends the run at the step that
 breaks an invariant; bad parameters are one-line errors; the explorer's bound on requests stays three.
 """
@@ -18,8 +19,8 @@ from kvsim.engine.errors import ConfigError
 from kvsim.engine.system import first_violation, run_actions
 from kvsim.models.radix_cache import DESCRIPTOR
 from kvsim.models.radix_cache.radix_cache import RadixCache
-from kvsim.models.radix_cache.request_loop import ACTIONS, RUNNING
-from kvsim.models.radix_cache.system import RadixCacheConfig
+from kvsim.models.radix_cache.request_loop import RUNNING
+from kvsim.models.radix_cache.system import ACTIONS, RadixCacheConfig
 
 # a small workload under pressure: 40 requests, a pool for about three of them at once
 PRESSED = {"requests": 40, "num_pages": 40, "arrival_rate": 40.0}
@@ -49,6 +50,22 @@ def test_invariants_hold_along_a_run_that_retracts():
         assert len(state.requests[action.req].output_ids) == fewest, (action, allowed)
         assert len(running) >= 2  # retract_decode keeps one request
     assert retracted == summary["retractions"]
+
+
+def test_speculative_decoding_runs_clean_on_fixed_and_pre_31616_is_caught_at_the_first_verify():
+    params = {**PRESSED, "num_draft_tokens": 3, "page_size": 4}
+    result = simulate_model(DESCRIPTOR, "fixed", 0, params)
+    summary = result.summary
+    assert summary["violations"] == [] and summary["finished"] == 40 and summary["retractions"] > 0
+    assert 1 < summary["accepted_per_verify"] < 3
+    recorded = recorded_actions(result, ACTIONS)
+    assert {a[0] for a in recorded} == {"admit", "verify", "retract"}
+    assert {a.accepted for a in recorded if a[0] == "verify"} == {1, 2, 3}
+    assert run_actions(result.driver.system, recorded)[-1] == result.driver.state
+    bad = simulate_model(DESCRIPTOR, "pre_31616", 0, params)
+    assert bad.summary["crashed"] and bad.summary["violations"][0].startswith("kv_allocated_whole_pages: request ")
+    verifies = [a for a in recorded_actions(bad, ACTIONS) if a[0] == "verify"]
+    assert len(verifies) == 1  # the first verify's unaligned allocation length
 
 
 def test_same_seed_same_digest_under_any_hash_seed():
@@ -84,7 +101,8 @@ def test_the_cli_prints_a_pool_too_small_on_one_line():
                          capture_output=True, text=True)
     assert out.returncode == 2 and out.stdout == ""
     assert out.stderr.splitlines() == ["kvsim: error: --param num_pages: expected room for a request's longest input "
-                                       "(47 tokens) and the page the scheduler's demand adds: 13 pages or more, got 8"]
+                                       "(47 tokens) and the page the scheduler's demand adds (or its drafts' reserve): 13 pages or "
+                                       "more, got 8"]
 
 
 def test_the_explorer_keeps_its_three_requests():
