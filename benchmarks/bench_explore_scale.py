@@ -15,7 +15,9 @@ For each configuration (pd-staging 2 rooms x 2 writers, pd-protocol 2 rooms per 
   Ray N actors, 1 node / N nodes       (--ray-nodes: local clusters started beforehand, one node with N CPUs,
                                         then N nodes with one each, so every outbox crosses between nodes)
   full store, 1 process                (--full: states kept as objects)
-and prints states, transitions, seconds, states/s (per worker too), the ratio to the first run,
+and prints states, transitions, seconds (and the CPU seconds of the process and its workers, with the load
+average: on a machine other jobs share, CPU time over wall time says how much of a core each run got),
+states/s (per worker too), the ratio to the first run,
 bytes a state, and whether the run finished. Finished runs are checked against each other: the
 same violated invariants, counterexample lengths and hang verdict (and, between runs that reduce
 alike, the same state and transition counts). `--max-states` and `--max-seconds` bound every run
@@ -45,6 +47,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import shutil
 import tempfile
 import time
@@ -84,17 +87,25 @@ LARGEST = (
 )
 
 
+def cpu_seconds() -> float:
+    """CPU time of this process and of its children that ended (the forked workers, once joined)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 def run(label: str, fn, base: float | None, workers: int = 1) -> dict:
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), cpu_seconds()
     r = fn()
     seconds = time.perf_counter() - start
+    cpu = cpu_seconds() - cpu
     rate = r.states / seconds
     row = {"run": label, "states": r.states, "transitions": r.transitions, "seconds": round(seconds, 2),
            "states_per_second": round(rate), "per_worker": round(rate / workers), "ratio": round(rate / base, 2)
            if base else 1.0, "bytes_per_state": r.bytes_per_state, "complete": r.bound_hit is None,
-           "symmetry": r.symmetry, "depth": r.depth,
+           "symmetry": r.symmetry, "depth": r.depth, "cpu_seconds": round(cpu, 2), "load": round(os.getloadavg()[0], 1),
            "verdicts": sorted((v.property, v.kind, len(v.trace)) for v in r.violations) + [("hang", r.hang_states > 0)]}
-    print(f"  {label:30s} {r.states:>10,} states {r.transitions:>11,} transitions {seconds:8.1f} s "
+    print(f"  {label:30s} {r.states:>10,} states {r.transitions:>11,} transitions {seconds:8.1f} s ({cpu:.1f} s CPU, "
+          f"load {row['load']}) "
           f"{rate:>8,.0f}/s ({rate / workers:>7,.0f}/worker) x{row['ratio']:<5} {r.bytes_per_state or '':>6} B/state "
           f"{'complete' if row['complete'] else 'bound: ' + str(r.bound_hit)}", flush=True)
     return row
