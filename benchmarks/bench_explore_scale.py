@@ -15,7 +15,9 @@ For each configuration (pd-staging 2 rooms x 2 writers, pd-protocol 2 rooms per 
   Ray N actors, 1 node / N nodes       (--ray-nodes: local clusters started beforehand, one node with N CPUs,
                                         then N nodes with one each, so every outbox crosses between nodes)
   full store, 1 process                (--full: states kept as objects)
-and prints states, transitions, seconds, states/s (per worker too), the ratio to the first run,
+and prints states, transitions, seconds (and the CPU seconds of the process and its workers, with the load
+average: on a machine other jobs share, CPU time over wall time says how much of a core each run got),
+states/s (per worker too), the ratio to the first run,
 bytes a state, and whether the run finished. Finished runs are checked against each other: the
 same violated invariants, counterexample lengths and hang verdict (and, between runs that reduce
 alike, the same state and transition counts). `--max-states` and `--max-seconds` bound every run
@@ -29,8 +31,9 @@ plans, kv-offload 48 resets, pipelined-transfer 2 requests and 4 ranks), each in
 figures, several minutes a run.
 
 `--ceiling` runs instead, for each configuration, the every-state search in one process (no hang search) and
-then the model's own calls alone over the states it found (`ceiling`): the share of the search's time that is
-the model, and the rate no complete search over the model can pass.
+then the model's own calls alone over the states it found (`ceiling`), both in CPU time: the share of the
+search's time that is the model, the explorer's own time (the rest) as a multiple of the model's, and the rate
+no complete search over the model can pass.
 
 `--checkpoint` adds, after the symmetric single process, the same search cut in three by the state
 bound, each piece saved to a checkpoint and resumed by the next (`kvsim explore --checkpoint/--resume`):
@@ -44,6 +47,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import shutil
 import tempfile
 import time
@@ -83,17 +87,25 @@ LARGEST = (
 )
 
 
+def cpu_seconds() -> float:
+    """CPU time of this process and of its children that ended (the forked workers, once joined)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 def run(label: str, fn, base: float | None, workers: int = 1) -> dict:
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), cpu_seconds()
     r = fn()
     seconds = time.perf_counter() - start
+    cpu = cpu_seconds() - cpu
     rate = r.states / seconds
     row = {"run": label, "states": r.states, "transitions": r.transitions, "seconds": round(seconds, 2),
            "states_per_second": round(rate), "per_worker": round(rate / workers), "ratio": round(rate / base, 2)
            if base else 1.0, "bytes_per_state": r.bytes_per_state, "complete": r.bound_hit is None,
-           "symmetry": r.symmetry, "depth": r.depth,
+           "symmetry": r.symmetry, "depth": r.depth, "cpu_seconds": round(cpu, 2), "load": round(os.getloadavg()[0], 1),
            "verdicts": sorted((v.property, v.kind, len(v.trace)) for v in r.violations) + [("hang", r.hang_states > 0)]}
-    print(f"  {label:30s} {r.states:>10,} states {r.transitions:>11,} transitions {seconds:8.1f} s "
+    print(f"  {label:30s} {r.states:>10,} states {r.transitions:>11,} transitions {seconds:8.1f} s ({cpu:.1f} s CPU, "
+          f"load {row['load']}) "
           f"{rate:>8,.0f}/s ({rate / workers:>7,.0f}/worker) x{row['ratio']:<5} {r.bytes_per_state or '':>6} B/state "
           f"{'complete' if row['complete'] else 'bound: ' + str(r.bound_hit)}", flush=True)
     return row
@@ -214,7 +226,10 @@ def ceiling(spec: RunSpec, bound: ExploreOptions) -> dict:
     are timed: `done` and every invariant on each state found, `enabled` and every `step` on each state
     expanded. A complete search expands every state it finds, so its rate can never pass one state per
     (expansion + checks) of the model, whatever the explorer does."""
+    clock = time.process_time  # CPU time of this process: both sides alike on a machine other jobs share
+    start = clock()
     r = explore(spec.system(), replace(bound, symmetry=False, store="fingerprint", check_liveness=False))
+    search = clock() - start
     system = spec.system()
     enabled, step, done, invariants = system.enabled, system.step, system.done, list(system.invariants)
     found = list(dict.fromkeys(system.initial_states()))
@@ -228,29 +243,31 @@ def ceiling(spec: RunSpec, bound: ExploreOptions) -> dict:
             if nxt not in seen and len(seen) < r.states:
                 seen.add(nxt)
                 found.append(nxt)
-    start = time.perf_counter()
+    start = clock()
     for state in found:
         done(state)
         for inv in invariants:
             if inv.check(state) is not None:
                 break
-    checks = time.perf_counter() - start
-    start, steps = time.perf_counter(), 0
+    checks = clock() - start
+    start, steps = clock(), 0
     for state in expanded:
         for action in enabled(state):
             step(state, action)
             steps += 1
-    expansions = time.perf_counter() - start
+    expansions = clock() - start
     model = checks + expansions
     per_state = checks / len(found) + expansions / len(expanded)  # a complete search: each state found, expanded
-    row = {"states": r.states, "expanded": len(expanded), "transitions": steps, "explorer_seconds": round(r.seconds, 2),
-           "model_seconds": round(model, 2), "model_share": round(model / r.seconds, 2),
-           "explorer_states_per_second": round(r.states / r.seconds), "free_explorer": round(len(found) / model),
+    row = {"states": r.states, "expanded": len(expanded), "transitions": steps, "explorer_seconds": round(search, 2),
+           "model_seconds": round(model, 2), "model_share": round(model / search, 2),
+           "overhead": round((search - model) / model, 2),
+           "explorer_states_per_second": round(r.states / search), "free_explorer": round(len(found) / model),
            "complete_search_at_most": round(1 / per_state), "steps_per_state": round(steps / len(expanded), 2),
            "complete": r.bound_hit is None}
-    print(f"  explorer: {r.states:,} states ({len(expanded):,} expanded, {steps:,} steps) in {r.seconds:.1f} s, "
-          f"{row['explorer_states_per_second']:,}/s; the model's calls alone: {model:.1f} s "
-          f"({row['model_share']:.0%} of the explorer's time)")
+    print(f"  explorer: {r.states:,} states ({len(expanded):,} expanded, {steps:,} steps) in {search:.2f} s CPU, "
+          f"{row['explorer_states_per_second']:,}/s; the model's calls alone: {model:.2f} s "
+          f"({row['model_share']:.0%} of the explorer's time); the explorer's own: {search - model:.2f} s, "
+          f"{row['overhead']:.2f}x the model's")
     print(f"  the model alone runs {row['free_explorer']:,} of these states/s; a complete search (every state "
           f"expanded, {row['steps_per_state']} steps each) at most {row['complete_search_at_most']:,}/s", flush=True)
     return row

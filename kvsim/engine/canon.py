@@ -19,6 +19,7 @@ from .actions import Tagged
 
 
 _PLAIN = frozenset({type(None), bool, int, str})
+_RECORDS: set[type] = set()  # the `Tagged` types seen: a set lookup instead of an `isinstance` on every record
 
 
 def to_jsonable(value: Any) -> Any:
@@ -27,12 +28,14 @@ def to_jsonable(value: Any) -> Any:
     # exact-type fast paths first: this runs once per recorded step and per explored state export
     if kind in _PLAIN:
         return value
+    # sequences: a plain element is taken as it is, here, instead of by a call per element
     if kind is tuple or kind is list:
-        return [to_jsonable(v) for v in value]
+        return [v if type(v) in _PLAIN else to_jsonable(v) for v in value]
     if kind is dict:
-        return {str(k): to_jsonable(v) for k, v in value.items()}
-    if isinstance(value, Tagged):  # actions, messages, effects: the tuple they are, tag first
-        return [to_jsonable(v) for v in value]
+        return {str(k): v if type(v) in _PLAIN else to_jsonable(v) for k, v in value.items()}
+    if kind in _RECORDS or isinstance(value, Tagged):  # actions, messages, effects: the tuple they are, tag first
+        _RECORDS.add(kind)
+        return [v if type(v) in _PLAIN else to_jsonable(v) for v in value]
     if hasattr(kind, "__canon__"):  # a value that names its own JSON form (a variant: its name)
         return to_jsonable(value.__canon__())
     if isinstance(value, (bool, int, str)):  # subclasses too: an IntEnum stays its integer, as JSON writes it

@@ -111,3 +111,24 @@ def test_an_engine_error_names_its_field_and_a_command_line_its_flag():
     param = ConfigError("param requests", "an integer (>= 1)", 0).named({"param": "--param"})
     assert str(param) == "--param requests: expected an integer (>= 1), got 0" and param.field == "--param requests"
     assert ConfigError("the checkpoint key", "x", 1).named({"checkpoint": "--checkpoint"}).field == "the checkpoint key"
+
+
+def test_recent_successors_hit_only_an_equal_state():
+    """`Recent` is keyed by the hash a search computes once a transition: a state of the same hash that is not
+    equal is a miss (then found by its fingerprint), never the other state's id."""
+    from kvsim.engine.explore.store import Recent
+
+    class Same(tuple):  # every value one hash
+        def __hash__(self) -> int:
+            return 7
+
+    a, b, a_again = Same((1,)), Same((2,)), Same((1,))
+    recent = Recent(capacity=2)
+    recent.put(hash(a), a, 10)
+    assert recent.get(hash(a_again), a_again) == 10
+    assert recent.get(hash(b), b) is None
+    recent.put(hash(b), b, 11)
+    assert (recent.get(hash(b), b), recent.get(hash(a), a)) == (11, None)  # b took the hash's entry
+    recent.put(5, Same((3,)), 12)
+    recent.put(6, Same((4,)), 13)  # the young generation was full: it is the old one now, still found
+    assert (recent.get(hash(b), b), recent.get(5, Same((3,))), recent.get(6, Same((4,)))) == (11, 12, 13)

@@ -83,3 +83,39 @@ def test_binary_and_missing_files(tmp_path):
     assert info.value.line == 2
     proc = kvsim("replay", str(tmp_path / "missing.jsonl"))
     assert proc.returncode == 2 and "cannot read the file" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_step_line_is_the_canonical_json_of_the_step_it_records():
+    """`record` writes a step line's text itself (keys in order, a finite time as its repr): the text, the digest
+    and what `on_step` sees are those of `dumps` over the step, for every kind of time, event and data."""
+    import enum
+    import hashlib
+    from typing import NamedTuple
+
+    from kvsim.engine.canon import canonical_json, dumps, to_jsonable
+    from kvsim.engine.trace import TraceRecorder
+    from kvsim.models.pd_staging.actions import Deliver, ReqMsg
+
+    class Pair(NamedTuple):
+        a: int
+        b: float
+
+    class Colour(enum.Enum):
+        RED = 1
+
+    steps = [(0.0, "arrive", 3), (0.1, "arrive", 4), (1e-300, "deliver", Deliver(0, 1, ReqMsg(2, 0, 1, 0))[1:]),
+             (2.5, "deliver", (0, 1, ReqMsg(3, 1, 2, 1))), (3, "int_time", None), (float("inf"), "inf", [1]),
+             (float("nan"), "arrive", (float("nan"), True, None, "x\u00e9\n")), (4.0, "named", Pair(1, 2.5)),
+             (5.0, "mixed", {2: Colour.RED, "k": frozenset({3, 1})}), (6.0, "caf\u00e9 \"q\"", ("t", 1.5)),
+             (7.0, "deliver", (1, 0, ReqMsg(4, 0, 1, 0)))]
+    seen = []
+    recorder = TraceRecorder({"model": "toy"}, on_step=seen.append)
+    for t, event, data in steps:
+        recorder.record(t, event, data)
+    lines = [{"i": i, "t": t, "event": event, "data": to_jsonable(data)} for i, (t, event, data) in enumerate(steps)]
+    assert recorder.lines()[1:-1] == [dumps(line) for line in lines]
+    assert [dumps(line) for line in seen] == [dumps(line) for line in lines]
+    expected = hashlib.sha256(canonical_json({"kvsim_trace": 1, "model": "toy"}).encode("ascii"))
+    for line in lines:
+        expected.update(("\n" + dumps(line)).encode("ascii"))
+    assert recorder.digest() == expected.hexdigest()

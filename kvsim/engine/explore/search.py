@@ -22,6 +22,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
+from ..actions import Tagged
 from ..canon import to_jsonable
 from ..interrupt import INTERRUPT, asked
 from ..memory import YoungCollections, machine, memory_limit, resident_bytes
@@ -216,6 +217,19 @@ def explore(system: TransitionSystem[Any, Any], options: ExploreOptions = Explor
     bad, done_flag = visited.bad, visited.done
     saved_gen: str | None = None
     intern = Interner(text=getattr(key, "text", None))
+    # the invariants asked of each new state, as plain functions; how many states each was asked of is counted
+    # from the states checked and where a check stopped (`checked_now`), not with a count per check
+    checks = [inv.check for inv in invariants]
+    tags: dict[type, str] = {}  # a tagged record type -> its tag (`action_kind`), for the coverage count
+    stopped = [0] * len(invariants)  # states this run where invariant k failed (the later ones were not asked)
+    checked_from = len(visited)  # states checked before this run's first (a resumed search: its checkpoint's)
+
+    def checked_now() -> list[int]:
+        total, out = len(visited) - checked_from, []
+        for k in range(len(invariants)):
+            out.append(checked[k] + total)
+            total -= stopped[k]
+        return out
 
     def discover(found: Any, reached: Any, parent: int, action: Any, index: int, depth: int, like: Any = None) -> int:
         state = intern(reached, like)  # held from now on: its fields are the equal ones held already
@@ -223,15 +237,17 @@ def explore(system: TransitionSystem[Any, Any], options: ExploreOptions = Explor
             found = state
         sid = add(found, state, parent, action, index, depth)
         done_flag[sid] = done(state)
-        for k, inv in enumerate(invariants):
-            checked[k] += 1
-            message = inv.check(state)
-            if message is not None:
+        for check in checks:
+            message = check(state)
+            if message is not None:  # rare: which invariant, and the count of states it stopped, only now
+                k = next(j for j, c in enumerate(checks) if c is check)
+                stopped[k] += 1
                 bad[sid] = True
-                if inv.name not in violations:
-                    violations[inv.name] = _violation(system, canon, visited, inv.name, "invariant", sid, message)
+                name = invariants[k].name
+                if name not in violations:
+                    violations[name] = _violation(system, canon, visited, name, "invariant", sid, message)
                 break
-        if not bad[sid]:
+        else:
             queue.append((sid, state))
         if pending:
             hit = [k for k, check in pending if check(state)]
@@ -241,7 +257,7 @@ def explore(system: TransitionSystem[Any, Any], options: ExploreOptions = Explor
         return sid
 
     def save() -> str:
-        snapshot = Snapshot(visited, list(queue), dict(violations), transitions, max_depth_seen, checked, fired,
+        snapshot = Snapshot(visited, list(queue), dict(violations), transitions, max_depth_seen, checked_now(), fired,
                             depth_cut, before + time.perf_counter() - start, dict(met))
         with checkpoint.saving("resume" if resume else "checkpoint"):
             gen = checkpoint.begin()
@@ -271,7 +287,11 @@ def explore(system: TransitionSystem[Any, Any], options: ExploreOptions = Explor
                     if hit:
                         met.update((k, sid) for k in hit)
                         moves[:] = [(k, check) for k, check in moves if k not in met]
-                tid = None if recent is None else recent.get(nxt)
+                if recent is None:
+                    tid = None
+                else:
+                    h = hash(nxt)
+                    tid = recent.get(h, nxt)
                 if tid is None:
                     rep = nxt if canon is None else canon(nxt)
                     k = key(rep)
@@ -285,13 +305,17 @@ def explore(system: TransitionSystem[Any, Any], options: ExploreOptions = Explor
                         if depth + 1 > max_depth_seen:
                             max_depth_seen = depth + 1
                     if recent is not None:
-                        recent.put(nxt, tid)
+                        recent.put(h, nxt, tid)
                 succ.append((tid, action))
             else:
                 visited.expand(sid, succ)
                 transitions += len(succ)
                 for _, action in succ:
-                    kind = action_kind(action)
+                    kind = tags.get(type(action))  # a tagged record's kind is its type's tag
+                    if kind is None:
+                        kind = action_kind(action)
+                        if isinstance(action, Tagged):
+                            tags[type(action)] = kind
                     fired[kind] = fired.get(kind, 0) + 1
                 if sid % 4096 == 0:
                     collector.tick()
@@ -323,7 +347,7 @@ def explore(system: TransitionSystem[Any, Any], options: ExploreOptions = Explor
     return ExploreResult(model=system.name, variant=str(system.variant), states=len(visited),
                          transitions=transitions, depth=max_depth_seen, seconds=seconds, bound_hit=bound_hit,
                          violations=list(violations.values()), hang_states=hang_states,
-                         coverage=Coverage(fired, {inv.name: n for inv, n in zip(invariants, checked)}),
+                         coverage=Coverage(fired, {inv.name: n for inv, n in zip(invariants, checked_now())}),
                          store=visited.kind, symmetry=canon is not None,
                          bytes_per_state=visited.bytes_per_state(),
                          collision_probability=getattr(visited, "collision_probability", lambda: None)(),

@@ -186,23 +186,35 @@ class FingerprintSet:
 
 
 class Recent:
-    """state -> id for the states reached lately (two generations of at most `capacity` each), by value."""
+    """state -> id for the states reached lately (two generations of at most `capacity` each), by value.
+
+    Keyed by the state's `hash`, computed once a transition by the caller (`get` then `put` take it): a
+    dict keyed by the state would hash it again at each lookup and insertion, and a model's state hashes
+    in Python (a frozen dataclass's `__hash__` hashes its fields, each nested one in turn). An entry holds
+    the state too, so a hit is a state equal to the one asked (two states of one hash: the later one is
+    kept, the earlier one is a miss, found by its fingerprint as any state not met lately).
+    """
 
     __slots__ = ("young", "old", "capacity")
 
     def __init__(self, capacity: int = 1 << 15) -> None:
-        self.young: dict[Any, int] = {}
-        self.old: dict[Any, int] = {}
+        self.young: dict[int, tuple[Any, int]] = {}
+        self.old: dict[int, tuple[Any, int]] = {}
         self.capacity = capacity
 
-    def get(self, state: Any) -> int | None:
-        sid = self.young.get(state)
-        return self.old.get(state) if sid is None else sid
+    def get(self, h: int, state: Any) -> int | None:
+        entry = self.young.get(h)
+        if entry is None:
+            entry = self.old.get(h)
+            if entry is None:
+                return None
+        held = entry[0]
+        return entry[1] if held is state or held == state else None
 
-    def put(self, state: Any, sid: int) -> None:
+    def put(self, h: int, state: Any, sid: int) -> None:
         if len(self.young) >= self.capacity:
             self.old, self.young = self.young, {}
-        self.young[state] = sid
+        self.young[h] = (state, sid)
 
 
 class FingerprintStore:
