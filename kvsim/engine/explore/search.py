@@ -216,6 +216,7 @@ def explore(system: TransitionSystem[Any, Any], options: ExploreOptions = Explor
     bad, done_flag = visited.bad, visited.done
     saved_gen: str | None = None
     intern = Interner(text=getattr(key, "text", None))
+    stop_on, halt = options.stop_on, [False]  # halt: a `stop_on` invariant failed (the search ends there)
 
     def discover(found: Any, reached: Any, parent: int, action: Any, index: int, depth: int, like: Any = None) -> int:
         state = intern(reached, like)  # held from now on: its fields are the equal ones held already
@@ -230,6 +231,7 @@ def explore(system: TransitionSystem[Any, Any], options: ExploreOptions = Explor
                 bad[sid] = True
                 if inv.name not in violations:
                     violations[inv.name] = _violation(system, canon, visited, inv.name, "invariant", sid, message)
+                    halt[0] = halt[0] or inv.name in stop_on
                 break
         if not bad[sid]:
             queue.append((sid, state))
@@ -258,6 +260,9 @@ def explore(system: TransitionSystem[Any, Any], options: ExploreOptions = Explor
     collector = YoungCollections()
     try:
         while queue:
+            if halt[0]:  # an initial state violates a `stop_on` invariant
+                bound_hit = "violation"
+                break
             sid, state = queue.popleft()
             depth = depth_of[sid]
             if max_depth is not None and depth >= max_depth:
@@ -284,6 +289,10 @@ def explore(system: TransitionSystem[Any, Any], options: ExploreOptions = Explor
                         tid = discover(k, rep, sid, action, index, depth + 1, state)
                         if depth + 1 > max_depth_seen:
                             max_depth_seen = depth + 1
+                        if halt[0]:
+                            bound_hit = "violation"
+                            queue.appendleft((sid, state))  # unexpanded, as at the state bound
+                            break
                     if recent is not None:
                         recent.put(nxt, tid)
                 succ.append((tid, action))
@@ -310,7 +319,7 @@ def explore(system: TransitionSystem[Any, Any], options: ExploreOptions = Explor
                     if checkpoint is not None and checkpoint.due(now, deadline):
                         saved_gen = save()
                 continue
-            break  # state bound hit
+            break  # state bound (or a `stop_on` violation) hit
 
         if checkpoint is not None and checkpoint.stopped(bound_hit):
             saved_gen = save()
