@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import os
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -70,10 +71,10 @@ SUBSET = ["trtllm-17526-early-completion", "sglang-common-mha-pp-v-offset", "vll
           "trtllm-15727-final-chunk-clock", "vllm-55055-short-prompt-draft-kv"]
 
 
-def _repro_all(monkeypatch, capsys, workers):
+def _repro_all(monkeypatch, capsys, workers, *extra):
     reg = catalog.load()
     monkeypatch.setattr(reg, "bugs", {k: reg.bugs[k] for k in SUBSET})
-    code = cli.main(["repro", "--all", "--json", "--workers", str(workers)])
+    code = cli.main(["repro", "--all", "--json", "--workers", str(workers), *extra])
     doc = json.loads(capsys.readouterr().out)
     for row in doc["bugs"]:
         for k in ("seconds", "fixed_seconds", "total_seconds"):
@@ -88,7 +89,7 @@ def test_workers_give_the_rows_of_one_process_in_catalog_order(monkeypatch, caps
     assert one[0] == 0
 
 
-def test_a_failed_report_is_one_error_line_and_the_others_are_kept(monkeypatch, capsys):
+def test_a_failed_report_is_one_error_line_and_the_others_are_kept(monkeypatch, capsys, tmp_path):
     from kvsim.app import repro
 
     real = repro.reproduce
@@ -99,7 +100,10 @@ def test_a_failed_report_is_one_error_line_and_the_others_are_kept(monkeypatch, 
         return real(run, seed=seed)
 
     monkeypatch.setattr(repro, "reproduce", failing)
-    code, doc = _repro_all(monkeypatch, capsys, 2)
+    code, doc = _repro_all(monkeypatch, capsys, 2, "--junit", str(tmp_path / "r.xml"))
     assert code == 1
     assert doc["errors"] == [{"id": SUBSET[1], "error": "RuntimeError: model crashed"}]
     assert [b["id"] for b in doc["bugs"]] == SUBSET[:1] + SUBSET[2:]
+    cases = {c.get("name"): c for c in ET.parse(tmp_path / "r.xml").getroot().iter("testcase")}
+    assert sorted(cases) == sorted(SUBSET)
+    assert cases[SUBSET[1]].find("error").get("message") == "RuntimeError: model crashed"

@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     disarm()
     progress.close()
     if args.junit:
-        junit.write(args.junit, "kvsim repro", [junit.repro(results, not_run, args.seed, stopped)])
+        junit.write(args.junit, "kvsim repro", [junit.repro(results, not_run, args.seed, stopped, errors)])
     reports: Any = None
     printed = False
     if args.report:
