@@ -12,6 +12,7 @@ the two sides are compared too: every key but the timings and the searched-state
 
     python benchmarks/bench_repro_all.py --a /work/wt-repro-base/.venv/bin/kvsim --b .venv/bin/kvsim --pairs 3
     python benchmarks/bench_repro_all.py --b-args "--workers 1" ...   (extra arguments for one side)
+    python benchmarks/bench_repro_all.py --a ... --b ... --sides   (each report's two sides, CPU, one process)
 
 Not a test: the figures depend on the machine; report them as ratios of the same run.
 """
@@ -61,6 +62,55 @@ def rows(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {b["id"]: {k: v for k, v in b.items() if k not in TIMINGS | SEARCHED} for b in doc["bugs"]}
 
 
+# run by each tree's own interpreter (--sides; -P: not this folder's kvsim): every report's two sides timed apart (CPU of this process), by
+# wrapping the two calls `reproduce` makes (a property run, a search); an older tree's JSON has no fixed side
+SIDES = """
+import json, sys, time
+from kvsim.app import catalog
+import kvsim.app.repro as R
+reg, log = catalog.load(), []
+def timed(call, kind, count):
+    def wrapped(*a, **k):
+        start = time.process_time()
+        out = call(*a, **k)
+        log.append((kind, time.process_time() - start, count(out)))
+        return out
+    return wrapped
+R.run_property = timed(R.run_property, "hypothesis", lambda r: r.examples)
+R.explore = timed(R.explore, "explore", lambda r: r.states)
+for bug in reg.bugs.values():
+    log.clear()
+    R.reproduce(R.BugRun.resolve(bug, reg), seed=0)
+    print(json.dumps({"id": bug.id, "sides": log}), flush=True)
+"""
+
+
+def sides(kvsim: str) -> dict[str, list[tuple[str, float, int]]]:
+    """Each report's sides in the tree of the `kvsim` executable: [(kind, CPU seconds, examples or states)]."""
+    python = os.path.join(os.path.dirname(kvsim), "python")
+    out = subprocess.run([python, "-P", "-c", SIDES], capture_output=True, text=True, check=True).stdout
+    return {row["id"]: row["sides"] for row in map(json.loads, out.splitlines())}
+
+
+def print_sides(a: str, b: str) -> None:
+    got = {"A": sides(a), "B": sides(b)}
+    print(f"{'report (CPU s in one process: variant + fixed)':<52} {'A':>15} {'B':>15}  searched A -> B")
+    totals: dict[str, dict[str, float]] = {"A": {}, "B": {}}
+    for bug, a_sides in got["A"].items():
+        cells = []
+        for name in ("A", "B"):
+            rows = got[name].get(bug, [])
+            for k, (kind, secs, _) in enumerate(rows):
+                key = f"{kind} {'variant' if k == 0 else 'fixed'}"
+                totals[name][key] = totals[name].get(key, 0.0) + secs
+            cells.append(" + ".join(f"{secs:.2f}" for _, secs, _ in rows))
+        counts = f"{a_sides[0][2]} -> {got['B'][bug][0][2]}" if bug in got["B"] else ""
+        print(f"{bug[:52]:<52} {cells[0]:>15} {cells[1]:>15}  {counts}")
+    for name in ("A", "B"):
+        parts = ", ".join(f"{k} {v:.2f}" for k, v in sorted(totals[name].items()))
+        print(f"{name} total {sum(totals[name].values()):.2f} s: {parts}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--a", required=True, help="side A: the kvsim executable (the baseline tree's)")
@@ -69,7 +119,12 @@ def main() -> None:
     p.add_argument("--b-args", default="", help="extra arguments for side B")
     p.add_argument("--pairs", type=int, default=3)
     p.add_argument("--per-report", action="store_true", help="print each report's seconds (medians)")
+    p.add_argument("--sides", action="store_true", help="only: each report's variant and fixed side timed apart "
+                   "in one process of each tree (CPU), with the totals per kind of side")
     args = p.parse_args()
+    if args.sides:
+        print_sides(args.a, args.b)
+        return
     sides = {"A": [args.a, "repro", "--all", "--json", *shlex.split(args.a_args)],
              "B": [args.b, "repro", "--all", "--json", *shlex.split(args.b_args)]}
     print(f"cpus {os.cpu_count()}  load before {os.getloadavg()[0]:.2f}")
