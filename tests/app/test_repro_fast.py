@@ -15,7 +15,7 @@ import pytest
 from kvsim.app import catalog, cli
 from kvsim.app.forked import ordered
 from kvsim.app.repro import BugRun, reproduce
-from kvsim.engine.explore import explore
+from kvsim.engine.explore import ExploreOptions, explore
 
 # the rows `reproduce` gave at 0f8f59c (complete searches), every key but the seconds, for a cheap subset: safety
 # invariants (one not reproducible: a complete search finds nothing), hangs, and two Hypothesis reports
@@ -107,3 +107,21 @@ def test_a_failed_report_is_one_error_line_and_the_others_are_kept(monkeypatch, 
     cases = {c.get("name"): c for c in ET.parse(tmp_path / "r.xml").getroot().iter("testcase")}
     assert sorted(cases) == sorted(SUBSET)
     assert cases[SUBSET[1]].find("error").get("message") == "RuntimeError: model crashed"
+
+
+def test_stop_on_is_checked_and_a_partitioned_search_refuses_it():
+    from kvsim.engine.errors import ConfigError
+    from kvsim.engine.explore.parallel import explore_parallel
+
+    with pytest.raises(ConfigError, match="stop_on"):
+        ExploreOptions(stop_on=["suffix_rows_match_prefill"])
+    with pytest.raises(ConfigError, match="stop_on"):
+        explore_parallel(lambda: None, 2, ExploreOptions(stop_on=frozenset({"x"})))
+
+
+def test_a_stopped_search_says_so():
+    reg = catalog.load()
+    run = BugRun.resolve(reg.bugs["trtllm-17526-early-completion"], reg)
+    system = run.model.build_system(run.variant, dict(run.bug.params))
+    result = explore(system, ExploreOptions(stop_on=frozenset({run.bug.invariant}), check_liveness=False))
+    assert result.bound_hit == "violation" and [v.property for v in result.violations] == [run.bug.invariant]
