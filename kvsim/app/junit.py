@@ -83,8 +83,10 @@ def check(doc: Mapping[str, Any]) -> ET.Element:
                   "params": doc["params"], "backend": doc["backend"], "complete": doc["complete"]})
 
 
-def repro(results: Sequence[Any], not_run: Sequence[str], seed: int, stopped: str | None = None) -> ET.Element:
-    """`kvsim repro` (its ReproResult records): one testcase per bug report; a report that does not hold fails."""
+def repro(results: Sequence[Any], not_run: Sequence[str], seed: int, stopped: str | None = None,
+          errors: Sequence[Mapping[str, str]] = ()) -> ET.Element:
+    """`kvsim repro` (its ReproResult records): one testcase per bug report; a report that does not hold fails,
+    and one whose run raised or whose worker process died (`errors`: id and one line) is an error."""
     cases = []
     for r in results:
         doc = to_jsonable(r.to_json())
@@ -98,6 +100,7 @@ def repro(results: Sequence[Any], not_run: Sequence[str], seed: int, stopped: st
             detail = f"\n{doc['check']} on {doc['variant']}: {doc['message']}" if doc["message"] else ""
             case.text = case.message + detail + shown + f"\nreplay: kvsim repro {doc['id']} --seed {seed}"
         cases.append(case)
+    cases += [Case(e["id"], "kvsim.repro", outcome="error", kind="run", message=e["error"]) for e in errors]
     cases += [Case(bug, "kvsim.repro", outcome="skipped", message=not_run_message(stopped)) for bug in not_run]
     return suite("kvsim repro", cases, {"seed": seed, "complete": not not_run})
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..engine.descriptor import ModelDescriptor
-from ..engine.explore import explore
+from ..engine.explore import ExploreOptions, explore
 from ..engine.property import KvProperty
 from ..engine.registry import REGISTRY, BugReport, Registry
 from ..engine.runner import run_property
@@ -46,11 +46,12 @@ class ReproResult:
     bug: BugReport
     reproduced: bool
     fixed_passes: bool | None  # None for a finding on `fixed` itself
-    examples: int
-    seconds: float
+    examples: int  # examples run, or states searched (to the first violation where the search stopped there)
+    seconds: float  # the search on the report's variant
     counterexample: Any
     message: str
     run: BugRun | None = field(default=None, repr=False, compare=False)  # what was run, resolved
+    fixed_seconds: float = 0.0  # the check on the fixed side (0 where there is none)
 
     def to_json(self) -> dict[str, Any]:
         b = self.bug
@@ -61,8 +62,19 @@ class ReproResult:
                 "invariant": b.invariant, "check": b.check, "source": b.source,
                 "status": b.status, "reproduced": self.reproduced, "fixed_passes": self.fixed_passes,
                 "verdicts": [v.to_json() for v in b.verdicts],
-                **counts, "seconds": round(self.seconds, 4),
+                **counts, "seconds": round(self.seconds, 4), "fixed_seconds": round(self.fixed_seconds, 4),
+                "total_seconds": round(self.seconds + self.fixed_seconds, 4),
                 "counterexample": self.counterexample, "message": self.message}
+
+    def fields(self) -> tuple[Any, ...]:
+        """What a worker process hands back (plain values: the report and its resolved run stay behind)."""
+        return (self.reproduced, self.fixed_passes, self.examples, self.seconds, self.counterexample, self.message,
+                self.fixed_seconds)
+
+    @classmethod
+    def from_fields(cls, run: BugRun, fields: tuple[Any, ...]) -> "ReproResult":
+        reproduced, fixed_passes, examples, seconds, counterexample, message, fixed_seconds = fields
+        return cls(run.bug, reproduced, fixed_passes, examples, seconds, counterexample, message, run, fixed_seconds)
 
     @property
     def ok(self) -> bool:
@@ -102,13 +114,23 @@ def reproduce(bug: BugReport | BugRun, seed: int = 0) -> ReproResult:
     bug, prop = run.bug, run.prop
     found = run_property(prop, run.variant, max_examples=bug.max_examples, seed=seed, use_examples=False,
                          params=dict(bug.params), descriptor=run.model)
-    fixed_passes = None
+    fixed_passes, fixed_seconds = None, 0.0
     if run.baseline is not None:
         fixed = run_property(prop, run.baseline, max_examples=FIXED_CHECK_EXAMPLES, seed=seed,
                              params=dict(bug.params), descriptor=run.model)
-        fixed_passes = fixed.status == "passed"
+        fixed_passes, fixed_seconds = fixed.status == "passed", fixed.seconds
     return ReproResult(bug, found.status == "failed", fixed_passes, found.examples, found.seconds,
-                       found.counterexample, found.message, run)
+                       found.counterexample, found.message, run, fixed_seconds)
+
+
+def search_options(system: Any, invariant: str) -> ExploreOptions:
+    """How a report's search runs: a report on a safety invariant stops at the first state violating it
+    (breadth-first, so its path is the shortest, the one a complete search reports) and skips the hang search,
+    which cannot change whether that invariant fails; on the fixed side that stop never comes, so the search
+    is complete, which is what the side claims. A report on the liveness goal (a hang) needs the whole graph."""
+    if invariant == getattr(system, "liveness", "liveness"):
+        return ExploreOptions()
+    return ExploreOptions(stop_on=frozenset({invariant}), check_liveness=False)
 
 
 def _reproduce_by_explore(run: BugRun) -> ReproResult:
@@ -116,14 +138,16 @@ def _reproduce_by_explore(run: BugRun) -> ReproResult:
 
     def search(variant: Any) -> tuple[Any, float, int]:
         start = time.perf_counter()
-        result = explore(run.model.build_system(variant, dict(bug.params)))
+        system = run.model.build_system(variant, dict(bug.params))
+        result = explore(system, search_options(system, bug.invariant))
         hit = next((v for v in result.violations if v.property == bug.invariant), None)
         return hit, time.perf_counter() - start, result.states
 
     hit, seconds, states = search(run.variant)
-    fixed_passes = None
+    fixed_passes, fixed_seconds = None, 0.0
     if run.baseline is not None:
-        fixed_passes = search(run.baseline)[0] is None
+        fixed_hit, fixed_seconds, _ = search(run.baseline)
+        fixed_passes = fixed_hit is None
     counterexample = {"trace": hit.trace, "kind": hit.kind} if hit else None
     return ReproResult(bug, hit is not None, fixed_passes, states, seconds, counterexample,
-                       hit.message if hit else "", run)
+                       hit.message if hit else "", run, fixed_seconds)

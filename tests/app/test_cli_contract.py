@@ -181,7 +181,7 @@ OPTIONS = {
     "check": [VARIANT, PROPERTY, PARAM, BACKEND, SEED, option("--max-examples", st.sampled_from(("1", "2"))),
               st.builds(lambda o: ["--save", o], output("file")), st.builds(lambda o: ["--junit", o], output("file"))],
     "repro": [SEED, st.just(["--wide"]), st.just(["--report"]), st.builds(lambda o: ["--out", o], output("file")),
-              st.builds(lambda o: ["--junit", o], output("file"))],
+              st.builds(lambda o: ["--junit", o], output("file")), option("--workers", st.sampled_from(("1", "2")))],
     "explore": [VARIANT, PARAM, BACKEND, option("--max-depth", st.sampled_from(("1", "3", "8"))),
                 option("--max-states", st.sampled_from(("10", "200", "1000"))),
                 option("--store", st.sampled_from(("full", "fingerprint"))), st.just(["--no-liveness"]),

@@ -29,7 +29,7 @@ from kvsim.engine.interrupt import BudgetExceeded
 # the keys of each command's complete --json document: a cut-off run prints the same ones
 CHECK_KEYS = {"model", "variant", "seed", "max_examples", "params", "backend", "results", "complete", "stopped_by",
               "not_run"}
-REPRO_KEYS = {"seed", "bugs", "complete", "stopped_by", "not_run"}
+REPRO_KEYS = {"seed", "bugs", "complete", "stopped_by", "not_run", "errors"}
 SIMULATE_KEYS = {"model", "variant", "seed", "events", "sim_time", "seconds", "digest", "complete", "stopped_by",
                  "summary"}
 ORACLE_KEYS = {"backends", "checks", "complete", "not_run", "stopped_by", "totals"}

@@ -167,3 +167,32 @@ def each(items: Sequence[Any], name: Callable[[Any], str], run: Callable[[Any], 
             return results, [name(x) for x in items[i:]], "max-seconds" if isinstance(exc, BudgetExceeded) \
                 else INTERRUPT
     return results, [], None
+
+
+def each_forked(items: Sequence[Any], name: Callable[[Any], str], run: Callable[[Any], Any], progress: Progress,
+                workers: int, rebuild: Callable[[Any, Any], Any]) -> tuple[list[Any], list[str], str | None,
+                                                                       list[dict[str, str]]]:
+    """`each` on `workers` forked processes (`kvsim.app.forked`): `run(item)` there, `rebuild(item, value)` here
+    (a result crosses as plain values), in the items' order. An item whose run raised, or whose worker died,
+    is an error (`{"id": name, "error": one line}`), and the others still run; a stop keeps the results handed
+    back so far, in order, and names the rest as not run."""
+    from ..forked import ordered
+
+    results: list[Any] = []
+    errors: list[dict[str, str]] = []
+    finished = 0
+    try:
+        if SETUP["held"]:
+            raise BudgetExceeded()
+        for i, ok, value in ordered(len(items), lambda i: run(items[i]), workers):
+            progress.step(name(items[i]))
+            if ok:
+                results.append(rebuild(items[i], value))
+            else:
+                errors.append({"id": name(items[i]), "error": value})
+            finished = i + 1
+    except (BudgetExceeded, Interrupted) as exc:
+        disarm()
+        stop = "max-seconds" if isinstance(exc, BudgetExceeded) else INTERRUPT
+        return results, [name(x) for x in items[finished:]], stop, errors
+    return results, [], None, errors

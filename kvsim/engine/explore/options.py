@@ -34,7 +34,9 @@ class ExploreOptions:
     `kvsim.engine.explore.store`). A system that defines `canonical(state)` is explored one representative
     per orbit unless `symmetry` is off. `check_liveness` off skips the hang search. With a `checkpoint`
     (`kvsim.engine.explore.checkpoint.CheckpointDir`) the search saves itself there; `resume` goes on from
-    its last save. `progress(states, depth)` is called now and then.
+    its last save. `progress(states, depth)` is called now and then. `stop_on`: invariant names; the search
+    stops at the first state violating one of them (breadth-first, so its path is still a shortest one), with
+    `bound_hit` "violation" (a single-process search only).
     """
 
     max_depth: int | None = None
@@ -48,6 +50,7 @@ class ExploreOptions:
     checkpoint: CheckpointDir | None = None
     resume: bool = False
     progress: Callable[[int, int], None] | None = field(default=None, compare=False)
+    stop_on: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         if self.max_depth is not None:
@@ -66,6 +69,8 @@ class ExploreOptions:
                 raise ConfigError(name, "True or False", getattr(self, name))
         if self.resume and self.checkpoint is None:
             raise ConfigError("resume", "a checkpoint to go on from beside it", self.resume)
+        if not isinstance(self.stop_on, frozenset) or not all(isinstance(n, str) for n in self.stop_on):
+            raise ConfigError("stop_on", "a frozenset of invariant names", self.stop_on)
         if self.progress is not None and not callable(self.progress):
             raise ConfigError("progress", "a callable progress(states, depth)", self.progress)
 

@@ -42,6 +42,8 @@ def explore_parallel(factory: Callable[[], Any], workers: int, options: ExploreO
     on each machine the search runs on, the resident bytes of the workers there and of this process, checked
     between levels. `options.checkpoint` and `resume` as for `explore`: saved between two levels, every worker
     writing its partition."""
+    if options.stop_on:
+        raise ConfigError("stop_on", "no invariant names: a partitioned search runs to its bounds", options.stop_on)
     start = time.perf_counter()
     system = factory()
     shares = {"store": options.store, "symmetry": options.symmetry, "max_depth": options.max_depth, "lines": lines}

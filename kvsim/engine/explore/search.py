@@ -231,6 +231,8 @@ def explore(system: TransitionSystem[Any, Any], options: ExploreOptions = Explor
             total -= stopped[k]
         return out
 
+    stop_on, halt = options.stop_on, [False]  # halt: a `stop_on` invariant failed (the search ends there)
+
     def discover(found: Any, reached: Any, parent: int, action: Any, index: int, depth: int, like: Any = None) -> int:
         state = intern(reached, like)  # held from now on: its fields are the equal ones held already
         if found is reached:  # the full store: the state is its own key, and one object
@@ -246,6 +248,7 @@ def explore(system: TransitionSystem[Any, Any], options: ExploreOptions = Explor
                 name = invariants[k].name
                 if name not in violations:
                     violations[name] = _violation(system, canon, visited, name, "invariant", sid, message)
+                    halt[0] = halt[0] or name in stop_on
                 break
         else:
             queue.append((sid, state))
@@ -274,6 +277,9 @@ def explore(system: TransitionSystem[Any, Any], options: ExploreOptions = Explor
     collector = YoungCollections()
     try:
         while queue:
+            if halt[0]:  # an initial state violates a `stop_on` invariant
+                bound_hit = "violation"
+                break
             sid, state = queue.popleft()
             depth = depth_of[sid]
             if max_depth is not None and depth >= max_depth:
@@ -304,6 +310,10 @@ def explore(system: TransitionSystem[Any, Any], options: ExploreOptions = Explor
                         tid = discover(k, rep, sid, action, index, depth + 1, state)
                         if depth + 1 > max_depth_seen:
                             max_depth_seen = depth + 1
+                        if halt[0]:
+                            bound_hit = "violation"
+                            queue.appendleft((sid, state))  # unexpanded, as at the state bound
+                            break
                     if recent is not None:
                         recent.put(h, nxt, tid)
                 succ.append((tid, action))
@@ -334,7 +344,7 @@ def explore(system: TransitionSystem[Any, Any], options: ExploreOptions = Explor
                     if checkpoint is not None and checkpoint.due(now, deadline):
                         saved_gen = save()
                 continue
-            break  # state bound hit
+            break  # state bound (or a `stop_on` violation) hit
 
         if checkpoint is not None and checkpoint.stopped(bound_hit):
             saved_gen = save()

@@ -1,0 +1,127 @@
+"""`kvsim repro` fast: a report's search stops at its first violation with the verdict and counterexample of the
+complete search (pinned: the rows of commit 0f8f59c, before the stop), and `--workers` hands the reports back
+in catalog order, a failed one as a one-line error with nothing else lost."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from kvsim.app import catalog, cli
+from kvsim.app.forked import ordered
+from kvsim.app.repro import BugRun, reproduce
+from kvsim.engine.explore import ExploreOptions, explore
+
+# the rows `reproduce` gave at 0f8f59c (complete searches), every key but the seconds, for a cheap subset: safety
+# invariants (one not reproducible: a complete search finds nothing), hangs, and two Hypothesis reports
+PINNED = json.loads((Path(__file__).parent / "data" / "repro_0f8f59c.json").read_text())
+SEARCHED = {"seconds", "fixed_seconds", "total_seconds", "states"}
+
+
+def _row(result) -> dict:
+    return {k: v for k, v in result.to_json().items() if k not in SEARCHED}
+
+
+@pytest.mark.parametrize("pinned", PINNED, ids=[p["id"] for p in PINNED])
+def test_rows_equal_the_complete_searches(pinned):
+    reg = catalog.load()
+    run = BugRun.resolve(reg.bugs[pinned["id"]], reg)
+    result = reproduce(run, seed=0)
+    assert _row(result) == {k: v for k, v in pinned.items() if k not in SEARCHED}
+    if run.prop is not None:
+        return
+    # the complete search of today's tree reports the same path, and the stopped one searched no more than it
+    complete = explore(run.model.build_system(run.variant, dict(run.bug.params)))
+    hit = next(v for v in complete.violations if v.property == run.bug.invariant) if result.reproduced else None
+    assert result.counterexample == (None if hit is None else {"trace": hit.trace, "kind": hit.kind})
+    assert complete.states == pinned["states"]
+    stops = result.reproduced and result.counterexample["kind"] == "invariant"
+    assert (result.examples < complete.states) if stops else (result.examples == complete.states)
+
+
+def _work(gate):
+    def work(i):
+        if i == 0:  # the first item finishes last: it waits until item 4 is done
+            assert gate.wait(60)
+        if i == 2:
+            raise ValueError("item 2\nis bad")
+        if i == 3:
+            os._exit(7)  # the worker process dies running it
+        if i == 4:
+            gate.set()
+        return {"item": i}
+    return work
+
+
+def test_ordered_keeps_the_order_and_reports_each_failure():
+    gate = mp.get_context("fork").Event()
+    out = list(ordered(7, _work(gate), 2))
+    assert [i for i, _, _ in out] == list(range(7))
+    assert out[2] == (2, False, "ValueError: item 2 is bad")
+    assert out[3] == (3, False, "the worker process running it died (exit code 7)")
+    assert [value for _, ok, value in out if ok] == [{"item": i} for i in (0, 1, 4, 5, 6)]
+
+
+SUBSET = ["trtllm-17526-early-completion", "sglang-common-mha-pp-v-offset", "vllm-50297-pd-preemption-race",
+          "trtllm-15727-final-chunk-clock", "vllm-55055-short-prompt-draft-kv"]
+
+
+def _repro_all(monkeypatch, capsys, workers, *extra):
+    reg = catalog.load()
+    monkeypatch.setattr(reg, "bugs", {k: reg.bugs[k] for k in SUBSET})
+    code = cli.main(["repro", "--all", "--json", "--workers", str(workers), *extra])
+    doc = json.loads(capsys.readouterr().out)
+    for row in doc["bugs"]:
+        for k in ("seconds", "fixed_seconds", "total_seconds"):
+            row.pop(k)
+    return code, doc
+
+
+def test_workers_give_the_rows_of_one_process_in_catalog_order(monkeypatch, capsys):
+    one = _repro_all(monkeypatch, capsys, 1)
+    assert [b["id"] for b in one[1]["bugs"]] == SUBSET
+    assert _repro_all(monkeypatch, capsys, 3) == one
+    assert one[0] == 0
+
+
+def test_a_failed_report_is_one_error_line_and_the_others_are_kept(monkeypatch, capsys, tmp_path):
+    from kvsim.app import repro
+
+    real = repro.reproduce
+
+    def failing(run, seed=0):
+        if run.bug.id == SUBSET[1]:
+            raise RuntimeError("model\ncrashed")
+        return real(run, seed=seed)
+
+    monkeypatch.setattr(repro, "reproduce", failing)
+    code, doc = _repro_all(monkeypatch, capsys, 2, "--junit", str(tmp_path / "r.xml"))
+    assert code == 1
+    assert doc["errors"] == [{"id": SUBSET[1], "error": "RuntimeError: model crashed"}]
+    assert [b["id"] for b in doc["bugs"]] == SUBSET[:1] + SUBSET[2:]
+    cases = {c.get("name"): c for c in ET.parse(tmp_path / "r.xml").getroot().iter("testcase")}
+    assert sorted(cases) == sorted(SUBSET)
+    assert cases[SUBSET[1]].find("error").get("message") == "RuntimeError: model crashed"
+
+
+def test_stop_on_is_checked_and_a_partitioned_search_refuses_it():
+    from kvsim.engine.errors import ConfigError
+    from kvsim.engine.explore.parallel import explore_parallel
+
+    with pytest.raises(ConfigError, match="stop_on"):
+        ExploreOptions(stop_on=["suffix_rows_match_prefill"])
+    with pytest.raises(ConfigError, match="stop_on"):
+        explore_parallel(lambda: None, 2, ExploreOptions(stop_on=frozenset({"x"})))
+
+
+def test_a_stopped_search_says_so():
+    reg = catalog.load()
+    run = BugRun.resolve(reg.bugs["trtllm-17526-early-completion"], reg)
+    system = run.model.build_system(run.variant, dict(run.bug.params))
+    result = explore(system, ExploreOptions(stop_on=frozenset({run.bug.invariant}), check_liveness=False))
+    assert result.bound_hit == "violation" and [v.property for v in result.violations] == [run.bug.invariant]
