@@ -143,6 +143,9 @@ def _rebind_in(space: dict[str, Any], moved: dict[int, Any], package: str) -> No
             for k, v in list(vars(value).items()):
                 if id(v) in moved:
                     setattr(value, k, moved[id(v)])
+            if any(id(b) in moved for b in value.__bases__):  # a subclass in another module (vLLM's
+                # AsyncScheduler of Scheduler, NIXL's scheduler of its base): it inherits the new definitions
+                value.__bases__ = tuple(moved.get(id(b), b) for b in value.__bases__)
 
 
 def module_name(relpath: str) -> str:

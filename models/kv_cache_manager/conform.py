@@ -117,6 +117,13 @@ FINE_GRAINED = ("the fine-grained hit test at an alignment equal to the block si
                 "index to try, the hit is the same")
 ONE_GROUP_LIST = "one more (empty) group list in the hit: only group 0's is read"
 ALIGNED_HIT = "the hit length is a multiple of the block size (no fine-grained hit): floor and ceiling agree"
+FA_CAPS = ("chunked local attention is drawn beside full attention (as Llama 4 interleaves them), whose hit, whole "
+           "blocks up to max_length, caps the reconciled one: the coordinator looks the local group up again at that "
+           "block-aligned length, where floor and ceiling agree")
+CHUNK_BLOCKS = ("the chunk's first token is a multiple of the chunk size, a whole number of blocks (the lockstep's "
+                "chunks are one to three blocks): floor and ceiling agree")
+ZERO_START = "`max_length >= 0` differs from `> 0` only at 0, where `0 // chunk * chunk` is the else branch's 0"
+UNREAD_LIST = "one more group list in the hit (null blocks before the chunk): the coordinator reads one per group"
 def _equivalent(definition: str, reason: str, *mutants: tuple[str, str, str, str]) -> tuple[Survivor, ...]:
     """Survivors of one definition for one reason, each (operator, original, replacement, a piece of its line)."""
     return tuple(Survivor(definition, op, original, reason, replacement=replacement, line=line)
@@ -214,8 +221,108 @@ SURVIVORS = (
                  ('constant', '0', '1', 'alignment_tokens < block_size and block_size % alignment_tok')),
     *_equivalent('FullAttentionManager.find_longest_cache_hit', ONE_GROUP_LIST,
                  ('bound', 'len(kv_cache_group_ids)', '(len(kv_cache_group_ids)) + 1', '[] for _ in range(len(kv_cache_group_ids))')),
+    *_equivalent('ChunkedLocalAttentionManager.find_longest_cache_hit', SAME_SIZE,
+                 ('arguments', 'block_pool.hash_block_size,\n            kv_cache_spec.block_size', 'kv_cache_spec.block_size,\n            block_pool.hash_block_size', 'block_hashes = resolve_block_hashes(')),
+    *_equivalent('ChunkedLocalAttentionManager.find_longest_cache_hit', FA_CAPS,
+                 ('division', 'max_length // kv_cache_spec.block_size', '(-(-(max_length )//( kv_cache_spec.block_size)))', 'max_num_blocks = max_length // kv_cache_spec.block_size')),
+    *_equivalent('ChunkedLocalAttentionManager.find_longest_cache_hit', ZERO_START,
+                 ('comparison', '>', '>=', 'if max_length > 0:')),
+    *_equivalent('ChunkedLocalAttentionManager.find_longest_cache_hit', CHUNK_BLOCKS,
+                 ('division', 'local_attention_start_idx // kv_cache_spec.block_size', '(-(-(local_attention_start_idx )//( kv_cache_spec.block_size)))', 'local_attention_start_idx // kv_cache_spec.block_size')),
+    *_equivalent('ChunkedLocalAttentionManager.find_longest_cache_hit', UNREAD_LIST,
+                 ('bound', 'len(kv_cache_group_ids)', '(len(kv_cache_group_ids)) + 1', 'for _ in range(len(kv_cache_group_ids))')),
     *_equivalent('FullAttentionManager.find_longest_cache_hit', ALIGNED_HIT,
                  ('division', 'cdiv(hit_length, block_size)', '((hit_length) // (block_size))', 'num_blocks = cdiv(hit_length, block_size)')),
+)
+
+# The real-scheduler Sweeps' checked definitions (the methods each seed bug's fix changed): what their inputs do not
+# reach, and the mutants that change nothing they can tell apart, each with the reason.
+SWEEP_UNREACHED = (
+    Unreached("KVCacheManager.get_computed_blocks_for_connector",
+              "if not self.prefix_cache_lookup_enabled(request):",
+              "caching on, and no request skips the cache (prompt logprobs, pooling)"),
+    Unreached("Scheduler._preempt_request", "if self.aux_output_connector is not None:",
+              "an auxiliary output connector (the engine's output offload): none is configured"),
+    Unreached("Scheduler._preempt_request", "if request.spec_token_ids:",
+              "speculative decoding: the race's scheduler has no drafter, so no request holds draft tokens"),
+    Unreached("Scheduler._preempt_request", "if self.log_stats:",
+              "the scheduler is built with log_stats off (no per-request event timestamps)"),
+    Unreached("NixlBaseConnectorScheduler._truncate_request_for_prefill",
+              "elif request.prompt_embeds is not None:",
+              "a prompt of embeddings: every request of the sweep is token ids"),
+    Unreached("NixlBaseConnectorScheduler._truncate_request_for_prefill", "return",
+              "a prompt of neither token ids nor embeddings: every request of the sweep is token ids"),
+)
+NO_ENCODER = ("the request has no encoder inputs, so `_pending_encoder_input_ids` holds no entry for it: "
+              "`pop` with either argument order finds none and raises nothing")
+DELIVERY = ("`drop_stale_output` is True on every preemption the race makes (its producer connector requires KV "
+            "delivery, `Scheduler.requires_kv_delivery`), so the `or`'s right side is never read")
+PREEMPTION_COUNT = ("`num_preemptions` is read only by the engine's stats (`vllm/v1/metrics`), which the scheduler "
+                    "built with log_stats off never records")
+ALL_EQUAL = ("`min(per_group_hits) <= num_local` differs from `<` only where every group's hit equals full "
+             "attention's (none is deeper: the test before it); there `hit_diverged` makes the scheduler, its "
+             "connector loading nothing, look up `get_computed_blocks` again, which finds that same hit, the same "
+             "blocks and no uncached shared prefix (boundary 0), after the connector was handed the same tokens")
+NO_MAMBA_ARM = ("the producer's model has neither Mamba layers nor DSV4's bounded-replay window (the MTP build is one "
+                "full-attention group): the backoff is the drafter's alone, and the Mamba arm is never taken")
+ONE_CALL = ("the scheduler calls the connector's `on_new_request` once per request (from `add_request`; a preempted "
+            "request waits again without being added), so the guard against a second truncation is never needed, "
+            "and `params` is the producer's own (`on_new_request` truncates only a `do_remote_decode` request)")
+STOP_AT_ONE = ("the truncated producer's output budget made 0 instead of 1: it stops after its first sampled token "
+               "either way (the stop test is `num_output_tokens >= max_tokens`, read after a token is appended)")
+# `_truncate_request_for_prefill`'s test, as 0.33.0 writes it (its comments inside), and the clauses kept when one is
+# dropped
+TRUNCATE_TEST = ("backoff\n            and params is not None\n            # Guard against repeated truncation after "
+                 "preemption/reschedule.\n            and not params.get(\"_p_side_truncated\")\n            and "
+                 "request.num_prompt_tokens > backoff\n            # A request that skips reading the prefix cache "
+                 "(prompt logprobs)\n            # loads nothing on the decoder, which recomputes its whole prompt."
+                 "\n            and not request.get_skip_reading_prefix_cache()")
+KEPT = ("(backoff)", "(params is not None)", "(not params.get(\"_p_side_truncated\"))",
+        "(request.num_prompt_tokens > backoff)", "(not request.get_skip_reading_prefix_cache())")
+
+
+def _dropped(clause: int) -> str:
+    """The mutant's test with clause `clause` of `TRUNCATE_TEST` dropped."""
+    return "(" + " and ".join(k for i, k in enumerate(KEPT) if i != clause) + "\n" * 7 + ")"
+
+
+SWEEP_SURVIVORS = (
+    *(Survivor("NixlBaseConnectorScheduler._truncate_request_for_prefill", "boolean", TRUNCATE_TEST, ONE_CALL,
+               replacement=_dropped(clause), line="backoff") for clause in (1, 2)),
+    *_equivalent("NixlBaseConnectorScheduler._prefill_backoff", NO_MAMBA_ARM,
+                 ("constant", "1", "0", "1 if self._has_mamba or self._bounded_replay else 0"),
+                 ("constant", "1", "2", "1 if self._has_mamba or self._bounded_replay else 0"),
+                 ("boolean", "self._has_mamba or self._bounded_replay", "((self._bounded_replay))",
+                  "1 if self._has_mamba or self._bounded_replay else 0"),
+                 ("boolean", "self._has_mamba or self._bounded_replay", "((self._has_mamba))",
+                  "1 if self._has_mamba or self._bounded_replay else 0")),
+    *_equivalent("NixlBaseConnectorScheduler._prefill_backoff", SYMMETRIC,
+                 ("arguments", "1 if self._has_mamba or self._bounded_replay else 0,\n            "
+                  "self.vllm_config.num_prefill_lookahead_tokens - 1", "self.vllm_config.num_prefill_lookahead_tokens"
+                  " - 1,\n            1 if self._has_mamba or self._bounded_replay else 0", "return max(")),
+    *_equivalent("NixlBaseConnectorScheduler._truncate_request_for_prefill", STOP_AT_ONE,
+                 ("constant", "1", "0", "request.max_tokens = 1")),
+    *_equivalent("KVCacheManager.get_computed_blocks_for_connector", ALL_EQUAL,
+                 ("comparison", "<", "<=", "return blocks, num_local, 0, min(per_group_hits) < num_local")),
+    *_equivalent("Scheduler._preempt_request", NO_ENCODER,
+                 ("arguments", "request.request_id, None", "None, request.request_id",
+                  "self._pending_encoder_input_ids.pop(")),
+    *_equivalent("Scheduler._preempt_request", DELIVERY,
+                 ("boolean", "drop_stale_output or (\n            request.drop_stale_output and "
+                  "request.num_stale_output_tokens > 0\n        )", "((drop_stale_output)\n\n)",
+                  "request.drop_stale_output = drop_stale_output or (")),
+    *(Survivor("Scheduler._preempt_request", op, original, DELIVERY, replacement=replacement,
+               line="request.drop_stale_output and request.num_stale_output_tokens > 0")
+      for op, original, replacement in (
+          ("boolean", "request.drop_stale_output and request.num_stale_output_tokens > 0",
+           "((request.drop_stale_output))"),
+          ("boolean", "request.drop_stale_output and request.num_stale_output_tokens > 0",
+           "((request.num_stale_output_tokens > 0))"),
+          ("comparison", ">", ">="), ("constant", "0", "1"))),
+    *_equivalent("Scheduler._preempt_request", PREEMPTION_COUNT,
+                 ("assignment", "+=", "=", "request.num_preemptions += 1"),
+                 ("constant", "1", "0", "request.num_preemptions += 1"),
+                 ("constant", "1", "2", "request.num_preemptions += 1")),
 )
 
 CONFORM = (
@@ -234,7 +341,9 @@ CONFORM = (
                 "SingleTypeKVCacheManager.get_num_blocks_to_allocate",
                 "SingleTypeKVCacheManager.allocate_new_computed_blocks",
                 "SingleTypeKVCacheManager.allocate_new_blocks", "SingleTypeKVCacheManager.cache_blocks",
-                "SingleTypeKVCacheManager.free", "FullAttentionManager.find_longest_cache_hit")),
+                "SingleTypeKVCacheManager.free", "FullAttentionManager.find_longest_cache_hit",
+                "ChunkedLocalAttentionManager.find_longest_cache_hit",
+                "ChunkedLocalAttentionManager.get_num_skipped_tokens")),
         ),
         adapter="kvsim.conform.vllm.manager_lockstep:LOCKSTEP", unreached=UNREACHED,
         survivors=SURVIVORS,
@@ -243,26 +352,29 @@ CONFORM = (
             "mapped by first appearance) after every schedule, decode, finish, preempt and reset"),
     ConformTarget(
         "vllm", "pd_preemption_race",
-        upstream=(Upstream(CORE + "sched/scheduler.py", (), checked=()),),
-        adapter="kvsim.conform.vllm.pd_race:PD_RACE",
+        upstream=(Upstream(CORE + "sched/scheduler.py", (), checked=("Scheduler._preempt_request",)),),
+        adapter="kvsim.conform.vllm.pd_race:PD_RACE", unreached=SWEEP_UNREACHED, survivors=SWEEP_SURVIVORS,
         doc="vLLM #50297 on the real Scheduler (async scheduling, a producing connector): a producer preempted "
             "while its final step is in flight; finished_into_producer_owns_blocks on request_finished's blocks, "
             "and the model's variant of the release against it"),
     ConformTarget(
         "vllm", "pd_mtp_draft_kv",
         upstream=(Upstream(CORE + "sched/scheduler.py", (), checked=()),
-                  Upstream("vllm/distributed/kv_transfer/kv_connector/v1/nixl/base_scheduler.py", (), checked=())),
-        adapter="kvsim.conform.vllm.pd_mtp:PD_MTP",
+                  Upstream("vllm/distributed/kv_transfer/kv_connector/v1/nixl/base_scheduler.py", (), checked=(
+                      "NixlBaseConnectorScheduler._prefill_backoff",
+                      "NixlBaseConnectorScheduler._truncate_request_for_prefill"))),
+        adapter="kvsim.conform.vllm.pd_mtp:PD_MTP", unreached=SWEEP_UNREACHED, survivors=SWEEP_SURVIVORS,
         doc="vLLM #55055 on the real Scheduler with a multi-module MTP drafter (the release's SpeculativeConfig, "
             "method mtp) and the release's NixlConnector: a producer hands no prompt position whose MTP-layer KV "
             "embeds unverified drafts (no_unverified_draft_kv_handed), and the model's variant of the release "
             "against it"),
     ConformTarget(
         "vllm", "connector_hit_48195",
-        upstream=(Upstream(CORE + "kv_cache_manager.py", (), checked=()),
+        upstream=(Upstream(CORE + "kv_cache_manager.py", (), checked=("KVCacheManager.get_computed_blocks_for_connector",)),
                   Upstream(CORE + "kv_cache_coordinator.py", (), checked=()),
                   Upstream(CORE + "sched/scheduler.py", (), checked=())),
-        adapter="kvsim.conform.vllm.connector_hit:CONNECTOR_HIT",
+        adapter="kvsim.conform.vllm.connector_hit:CONNECTOR_HIT", unreached=SWEEP_UNREACHED,
+        survivors=SWEEP_SURVIVORS,
         doc="vLLM #48195 through the real Scheduler.schedule() (full attention + Mamba, a recording KV connector): "
             "the local tokens it hands the connector (0.27.0+ get_computed_blocks_for_connector; 0.26.0 "
             "max(per_group_hits)) are ones full attention caches blocks for (hybrid_hit_backed, the model's "

@@ -7,9 +7,9 @@ request then). 0.26.0's `schedule` takes `max(per_group_hits)`; 0.27.0+ `get_com
 connector says so, else 0.30.0+ would take `get_computed_blocks` and never run the fix).
 
 The program (`through_scheduler`): request A (two full blocks) runs and finishes, B runs its prefill and `decodes`
-decode steps, then C (A's prompt and one token) is scheduled; the pool is small, so B's blocks evict A's, and the
-groups' hits of C part (a Mamba state cached deeper than full attention's blocks) on some of the cases `DECODES`
-lists.
+decode steps, then C (A's prompt and `c_extra` tokens) is scheduled; the pool is small, so B's blocks evict A's, and
+the groups' hits of C part (a Mamba state cached deeper than full attention's blocks, or the other way round) on
+some of the swept cases (`cases()`: the groups, the pool, B's decodes, C's length).
 
 The property `hybrid_hit_backed` (the model's `checks.connector_hit_backed`, its step check on the connector's hit)
 on the real scheduler's record: the tokens handed are ones the full-attention group caches blocks for under the
@@ -17,15 +17,18 @@ request's hashes. It fails on 0.26.0 (the expected pre-fix verdict, read by `kvs
 0.27.0 and later. The differential: the model (`Model`, the package's `KVCacheManager` driven with the driver's
 vocabulary) on the release's variant (`pre_48195` before 0.27.0) along the same requests, compared on the
 property's verdict (the coordinator's hits themselves are compared call by call in
-tests/conform/vllm/test_conform_real_coordinator.py, on `real_coordinator.CoordinatorDriver`), and the local tokens
-handed where the release's Mamba prefix caching is mode `all` (`MAMBA_RELEASES`: before 0.33.0; the model runs the
-release's mode, but on 0.33.0's `align` the real scheduler also splits prefills at Mamba block boundaries, which the
-program on the model does not: there the verdict alone is compared).
+tests/conform/vllm/test_conform_real_coordinator.py, on `real_coordinator.CoordinatorDriver`) and on whether the
+connector got full attention's hit where the record shows it the deepest (`full_attention_handed`), and on the local
+tokens handed where the release's Mamba prefix caching is mode `all` or there is no Mamba group (`MAMBA_RELEASES`:
+before 0.33.0; the model runs the release's mode, but on 0.33.0's `align` the real scheduler also splits prefills
+at Mamba block boundaries, which the program on the model does not, so the two records may differ in shape).
 """
 
 from __future__ import annotations
 
 import itertools
+import json
+import os
 from typing import Any
 
 from kvsim.engine.conformance.adapters import Check, Context, Sweep
@@ -51,6 +54,30 @@ GROUPS = ("full", "mamba")
 NUM_BLOCKS = 8
 DECODES = (0, 1, 2)  # B's decode steps before C arrives: the scheduler's cases
 A, B, C_TOKEN = [1, 1, 2, 2], [5] * 5, 9
+# the swept cases, smallest first: the bug's three (C one token past A, after 0, 1 or 2 of B's decode steps), then
+# C of A's prompt alone (its hit stops a block short: the lookup's `num_tokens - 1`) with the groups' hits equal and
+# with Mamba lagging full attention (upstream's `hit_diverged`: the connector is handed full attention's hit), full
+# attention with a sliding window (no Mamba layers: the manager's reconciled hit, which the window cuts short of
+# full attention's), a sliding window with Mamba (no full-attention group) and Mamba alone (one group: the
+# manager's unitary coordinator). The CI profile runs these;
+# KVSIM_PROFILE=dev adds `DEV_CASES`: the groups in the other order, a larger pool, B's third decode, C two past A.
+CASES: tuple[dict[str, Any], ...] = (
+    *({"groups": list(GROUPS), "num_blocks": NUM_BLOCKS, "decodes": k, "c_extra": 1} for k in DECODES),
+    {"groups": list(GROUPS), "num_blocks": NUM_BLOCKS, "decodes": 0, "c_extra": 0},
+    {"groups": list(GROUPS), "num_blocks": NUM_BLOCKS, "decodes": 1, "c_extra": 0},
+    {"groups": ["full", "swa"], "num_blocks": 10, "decodes": 0, "c_extra": 0},
+    {"groups": ["swa", "mamba"], "num_blocks": NUM_BLOCKS, "decodes": 0, "c_extra": 1},
+    {"groups": ["mamba"], "num_blocks": NUM_BLOCKS, "decodes": 0, "c_extra": 1},
+)
+DEV_CASES: tuple[dict[str, Any], ...] = tuple(
+    {"groups": groups, "num_blocks": n, "decodes": k, "c_extra": c}
+    for groups in (["full", "mamba"], ["mamba", "full"], ["full", "swa"], ["swa", "mamba"])
+    for n in (NUM_BLOCKS, 10) for k in (0, 1, 2, 3) for c in (0, 1, 2)
+    if {"groups": groups, "num_blocks": n, "decodes": k, "c_extra": c} not in CASES)
+
+
+def cases() -> tuple[dict[str, Any], ...]:
+    return CASES + (DEV_CASES if os.environ.get("KVSIM_PROFILE") == "dev" else ())
 
 
 def fixed(release: str | None) -> bool:
@@ -182,12 +209,14 @@ def run(side: Any, groups: list[str], scenario: str) -> list:
 
 # -- through the real scheduler --------------------------------------------------------------------------------
 
-def through_scheduler(child: Any, decodes: int) -> dict[str, Any]:
-    """The program on the real scheduler (`child` runs `SchedulerDriver`): A runs to its end, B runs `decodes` + 1
-    steps (its prefill, then decodes), C is scheduled. Answers C's record of `get_num_new_matched_tokens`
-    (`local_tokens`, and per group the request's keys beside the pool's cached block hashes then), the statuses and
-    the release's Mamba caching mode."""
-    built = child.call("build", num_blocks=NUM_BLOCKS, block_size=BLOCK_SIZE, groups=list(GROUPS),
+def through_scheduler(child: Any, decodes: int, groups: tuple[str, ...] = GROUPS, num_blocks: int = NUM_BLOCKS,
+                      c_extra: int = 1) -> dict[str, Any]:
+    """The program on the real scheduler (`child` runs `SchedulerDriver`) over `groups` and `num_blocks` blocks: A
+    runs to its end, B runs `decodes` + 1 steps (its prefill, then decodes), C (A's prompt and `c_extra` tokens) is
+    scheduled. Answers C's record of `get_num_new_matched_tokens` (`local_tokens`, and per group the request's keys
+    beside the pool's cached block hashes then), the tokens C's first step schedules, the statuses and the
+    release's Mamba caching mode (null without a Mamba group)."""
+    built = child.call("build", num_blocks=num_blocks, block_size=BLOCK_SIZE, groups=list(groups),
                        sliding_window=WINDOW)
     child.call("add", request="a", tokens=A, max_tokens=1)
     child.call("schedule")
@@ -196,22 +225,28 @@ def through_scheduler(child: Any, decodes: int) -> dict[str, Any]:
     for _ in range(decodes + 1):  # B's prefill, then its decodes
         child.call("schedule")
         child.call("output")
-    child.call("add", request="c", tokens=A + [C_TOKEN], max_tokens=1)
-    child.call("schedule")
+    child.call("add", request="c", tokens=c_prompt(c_extra), max_tokens=1)
+    scheduled = child.call("schedule")["scheduled"].get("c", 0)
     state = child.call("output")
     asked = [m for m in state["matched"] if m["request"] == "c"]
     if not asked:  # the program's premise, not the property: C reaches the connector in its first step
         raise KvsimError(f"decodes={decodes}: the scheduler never asked the connector about request c")
     matched = asked[0]
-    return {"matched": matched, "status": state["status"], "mamba_cache_mode": built["mamba_cache_mode"]}
+    return {"matched": matched, "scheduled": scheduled, "status": state["status"],
+            "mamba_cache_mode": built["mamba_cache_mode"]}
 
 
-def backed(matched: dict[str, Any]) -> str | None:
+def c_prompt(c_extra: int) -> list[int]:
+    """C's prompt: A's and `c_extra` more tokens (none: A's own, whose last block the hit leaves to compute)."""
+    return A + [C_TOKEN] * c_extra
+
+
+def backed(matched: dict[str, Any], groups: tuple[str, ...] = GROUPS) -> str | None:
     """The model's check on one record of the connector: the local tokens handed, against the blocks the pool
     caches at the call (for each group, under the request's hashes keyed for it, up to the first it lacks)."""
-    groups = matched["groups"]
-    hit = [list(itertools.takewhile(lambda h: h is not None, g["cached"])) for g in groups]
-    return connector_hit_backed(GROUPS, hit, [g["keys"] for g in groups], matched["local_tokens"], BLOCK_SIZE,
+    records = matched["groups"]
+    hit = [list(itertools.takewhile(lambda h: h is not None, g["cached"])) for g in records]
+    return connector_hit_backed(groups, hit, [g["keys"] for g in records], matched["local_tokens"], BLOCK_SIZE,
                                 WINDOW)
 
 
@@ -221,56 +256,108 @@ def parted(matched: dict[str, Any]) -> bool:
     return any(m is not None and f is None for f, m in zip(full["cached"], mamba["cached"]))
 
 
-def on_model(release: str | None, decodes: int) -> dict[str, Any]:
+def on_model(release: str | None, decodes: int, groups: tuple[str, ...] = GROUPS, num_blocks: int = NUM_BLOCKS,
+             c_extra: int = 1) -> dict[str, Any]:
     """The program on the model's manager (the release's variant): the record's shape, from the model."""
-    side = Model(NUM_BLOCKS, list(GROUPS), release)
+    side = Model(num_blocks, list(groups), release)
     admit(side, "a", A)
     side.finish("a")
     admit(side, "b", B)
     for _ in range(decodes + 1):  # the step after each of B's steps allocates the slot of its sampled token
         decode(side, "b", OUTPUT_TOKEN)
     m = side.m
-    req = Request(99, A + [C_TOKEN], len(A) + 1, 0, BLOCK_SIZE)
+    prompt = c_prompt(c_extra)
+    req = Request(99, prompt, len(prompt), 0, BLOCK_SIZE)
     _, local = connector_local_hit(m, req, fixed(release))
-    groups = []
-    for g in range(len(GROUPS)):
+    records = []
+    for g in range(len(groups)):
         keys = [m.block_pool.key(h, g) for h in req.block_hashes]
         cached = [m.block_pool.get_cached_block(k) for k in keys]
-        groups.append({"keys": keys, "cached": [None if b is None else b.block_hash for b in cached]})
-    return {"request": "c", "local_tokens": local, "groups": groups}
+        records.append({"keys": keys, "cached": [None if b is None else b.block_hash for b in cached]})
+    return {"request": "c", "local_tokens": local, "groups": records}
 
 
-def compared(matched: dict[str, Any], mamba_cache_mode: str) -> dict[str, Any]:
-    """What the differential compares: the property's verdict on every release; where the model states the
-    release's Mamba caching mode (`all`), the local tokens handed too."""
-    got: dict[str, Any] = {"connector_hit_backed": backed(matched) is None}
-    if mamba_cache_mode == "all":
+def record_hits(matched: dict[str, Any], groups: tuple[str, ...], num_tokens: int) -> list[int | None]:
+    """Each group's hit read off a connector record, in tokens, as its manager's `find_longest_cache_hit` finds it
+    up to `num_tokens - 1` (the request's own lookup): full attention the cached blocks from the first, Mamba the
+    deepest block cached (its state is the hit); None for a group whose hit needs more than the record (a sliding
+    window's run of cached blocks in its window)."""
+    max_blocks = (num_tokens - 1) // BLOCK_SIZE
+    hits: list[int | None] = []
+    for kind, record in zip(groups, matched["groups"]):
+        cached = [h is not None for h in record["cached"][:max_blocks]]
+        if kind == "full":
+            hits.append(len(list(itertools.takewhile(bool, cached))) * BLOCK_SIZE)
+        elif kind == "mamba":
+            hits.append(max((i + 1 for i, c in enumerate(cached) if c), default=0) * BLOCK_SIZE)
+        else:
+            hits.append(None)
+    return hits
+
+
+def full_attention_handed(matched: dict[str, Any], groups: tuple[str, ...], num_tokens: int) -> bool | None:
+    """Where full attention's hit is the deepest (no group hit past it), the connector is handed exactly that hit
+    (0.27.0+ `get_computed_blocks_for_connector`; 0.26.0's maximum over the groups is the same there); a lagging
+    Mamba group is `hit_diverged`, left to the connector. None where the record does not tell (no full-attention
+    group, a group whose hit it does not give, or a group past full attention's: the reconciled hit, which
+    `hybrid_hit_backed` judges)."""
+    hits = record_hits(matched, groups, num_tokens)
+    if "full" not in groups or None in hits:
+        return None
+    fa = hits[groups.index("full")]
+    if any(h > fa for h in hits):  # type: ignore[operator]
+        return None
+    return matched["local_tokens"] == fa
+
+
+def compared(matched: dict[str, Any], case: dict[str, Any], mamba_cache_mode: str | None) -> dict[str, Any]:
+    """What the differential compares: the property's verdict and whether full attention's hit, where the record
+    shows it the deepest, is what the connector got (`full_attention_handed`; the model's manager hands it by
+    construction, so this holds wherever the two records differ in shape), on every release; where the model states the
+    release's Mamba caching (mode `all`, or no Mamba group), the local tokens handed too."""
+    groups = tuple(case["groups"])
+    handed = full_attention_handed(matched, groups, len(c_prompt(case["c_extra"])))
+    got: dict[str, Any] = {"connector_hit_backed": backed(matched, groups) is None,
+                           "full_attention_hit_handed": handed is not False}
+    if mamba_cache_mode in ("all", None):
         got["local_tokens"] = matched["local_tokens"]
     return got
 
 
+def program(case: dict[str, Any]) -> dict[str, Any]:
+    return {"decodes": case["decodes"], "groups": tuple(case["groups"]), "num_blocks": case["num_blocks"],
+            "c_extra": case["c_extra"]}
+
+
 def model(ctx: Context, case: dict[str, Any]) -> dict[str, Any]:
-    return compared(on_model(ctx.source.version, case["decodes"]), model_mamba_mode(ctx.source.version))
+    mode = model_mamba_mode(ctx.source.version) if "mamba" in case["groups"] else None
+    return compared(on_model(ctx.source.version, **program(case)), case, mode)
 
 
 def upstream(ctx: Context, case: dict[str, Any]) -> dict[str, Any]:
-    got = through_scheduler(ctx.child, case["decodes"])
-    ctx.state.setdefault("problems", {})[case["decodes"]] = backed(got["matched"])
-    return compared(got["matched"], got["mamba_cache_mode"])
+    got = through_scheduler(ctx.child, **program(case))
+    ctx.state.setdefault("problems", {})[json.dumps(case, sort_keys=True)] = backed(got["matched"],
+                                                                                    tuple(case["groups"]))
+    return compared(got["matched"], case, got["mamba_cache_mode"])
 
 
 def check_backed(ctx: Context, case: dict[str, Any], answer: dict[str, Any]) -> None:
-    problem = ctx.state["problems"][case["decodes"]]
+    problem = ctx.state["problems"][json.dumps(case, sort_keys=True)]
     if problem is not None:
-        raise PropertyViolation(f"decodes={case['decodes']}: {problem}")
+        raise PropertyViolation(f"{case_label(case)}: {problem}")
+
+
+def case_label(case: dict[str, Any]) -> str:
+    return (f"groups={','.join(case['groups'])} num_blocks={case['num_blocks']} decodes={case['decodes']} "
+            f"c_extra={case['c_extra']}")
 
 
 CONNECTOR_HIT = Sweep(
     installed=DRIVER,
-    domain=lambda ctx: [{"decodes": k} for k in DECODES],
+    domain=lambda ctx: list(cases()),
     model=model, upstream=upstream,
     checks=(Check(PROPERTY, check_backed),),
     note=lambda ctx: f"model variant {variant_for(RELEASES, ctx.source.version)}; the real Scheduler over full "
-                     f"attention + Mamba in mode {model_mamba_mode(ctx.source.version)}, C after B's "
-                     f"{', '.join(map(str, DECODES))} decode steps",
+                     f"attention + Mamba in mode {model_mamba_mode(ctx.source.version)} (and the other group "
+                     f"pairs), {len(cases())} cases: C after B's decode steps, in a pool of 8 or 10 blocks",
 )

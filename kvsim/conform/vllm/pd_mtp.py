@@ -17,13 +17,14 @@ against the release: the prompt tokens the producer computed and the invariant's
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from kvsim.engine.conformance.adapters import Check, Context
 from kvsim.engine.errors import PropertyViolation
 from kvsim.engine.conformance.declare import variant_for
 
-from .pd_race import problems_sweep
+from .pd_race import keep, kept, problems_sweep
 
 PROPERTY = "no_unverified_draft_kv_handed"
 # the model variant each release follows for #55055's backoff (landed in 0.31.0)
@@ -35,6 +36,25 @@ HANDOFF = {"num_blocks": 3, "block_size": 2, "prompt_len": 2, "mtp_lookahead": 2
 # (an open-upstream finding, vllm-55055-short-prompt-draft-kv; its property confirms it, the target still conforms)
 SHORT = {**HANDOFF, "prompt_len": 1}
 SHORT_PROPERTY, SHORT_FINDING = "no_unverified_draft_kv_short_prompt", "vllm-55055-short-prompt-draft-kv"
+# more shapes, so the backoff's size and its guard are told apart: a one-module drafter (lookahead 1: no backoff,
+# nothing truncated), prompts of 3 tokens under drafters of 2 and 3 modules (a truncation by k - 1 is not a prompt
+# cut to k - 1 tokens; a drafter of k modules needs blocks of k tokens or more, the release's own check, and the
+# pool room for the whole prompt and its k lookahead slots where the release does not truncate); the two
+# above first. The CI profile runs these; KVSIM_PROFILE=dev adds `DEV_HANDOFFS`: a three-module drafter over a
+# prompt of 2 (no longer than its backoff: the finding), prompts of 4.
+HANDOFFS = (HANDOFF, SHORT, {**HANDOFF, "mtp_lookahead": 1}, {**HANDOFF, "num_blocks": 4, "prompt_len": 3},
+            {**HANDOFF, "block_size": 4, "prompt_len": 3, "mtp_lookahead": 3})
+DEV_HANDOFFS = ({**HANDOFF, "block_size": 4, "mtp_lookahead": 3}, {**HANDOFF, "num_blocks": 4, "prompt_len": 4},
+                {**HANDOFF, "block_size": 4, "prompt_len": 4, "mtp_lookahead": 3})
+
+
+def handoffs() -> tuple[dict[str, Any], ...]:
+    return HANDOFFS + (DEV_HANDOFFS if os.environ.get("KVSIM_PROFILE") == "dev" else ())
+
+
+def short(case: dict[str, Any]) -> bool:
+    """The prompt is no longer than the fixed backoff (k - 1 for a drafter of k modules): the finding's case."""
+    return case["mtp_lookahead"] >= 2 and case["prompt_len"] <= case["mtp_lookahead"] - 1
 
 
 def handoff(child: Any, num_blocks: int = 3, block_size: int = 2, prompt_len: int = 2,
@@ -76,20 +96,21 @@ def model(ctx: Context, case: dict[str, Any]) -> dict[str, Any]:
 
 def upstream(ctx: Context, case: dict[str, Any]) -> dict[str, Any]:
     got = handoff(ctx.child, **case)
-    ctx.state["handoff"] = got
+    keep(ctx, "handoff", case, got)
     return {"computed_tokens": got["computed"], "no_draft_kv": not got["problems"]}
 
 
 def short_prompt_check(ctx: Context, case: dict[str, Any], answer: dict[str, Any]) -> None:
-    """The finding's property on the short prompt's hand-off (the other case is the seed bug's)."""
-    problems = ctx.state["handoff"]["problems"]
-    if case == SHORT and problems:
+    """The finding's property on the short prompts' hand-offs (the others are the seed bug's)."""
+    problems = kept(ctx, "handoff", case)["problems"]
+    if short(case) and problems:
         raise PropertyViolation("; ".join(problems))
 
 
 PD_MTP = problems_sweep(
-    HANDOFF, model, upstream, PROPERTY, "handoff",
-    lambda ctx: f"model variant {variant_for(MTP_RELEASES, ctx.source.version)}; a producer with a "
-                f"{HANDOFF['mtp_lookahead']}-module MTP drafter handed to the release's NixlConnector, its prompt "
-                f"of {HANDOFF['prompt_len']} tokens, then of {SHORT['prompt_len']} (finding {SHORT_FINDING})",
-    more=((SHORT,), (Check(SHORT_PROPERTY, short_prompt_check, finding=SHORT_FINDING),)))
+    handoffs, model, upstream, PROPERTY, "handoff",
+    lambda ctx: f"model variant {variant_for(MTP_RELEASES, ctx.source.version)}; a producer with an MTP drafter "
+                f"handed to the release's NixlConnector, {len(handoffs())} shapes (drafters of 1-3 modules, prompts "
+                f"of 1-4 tokens; the short ones: finding {SHORT_FINDING})",
+    judged=lambda case: not short(case),
+    more=(Check(SHORT_PROPERTY, short_prompt_check, finding=SHORT_FINDING),))

@@ -20,10 +20,10 @@ differences, to stay offline and inside the release's import chain:
   local computed tokens the scheduler hands it, and, read from the scheduler's own block pool at the call, the block
   each group caches under each of the request's block hashes. Over several groups it is `KvsimHybridConnector`,
   the same with the release's `SupportsHMA` (the connector factory refuses one without it when the hybrid
-  allocator is on); `request_finished_all_groups` answers as `request_finished` on group 0's blocks, and it
-  says `supports_divergent_local_hybrid_hits` as NIXL's connector does, so the releases that read it (0.30.0 on)
-  take the connector path the #48195 fix changed (`KVCacheManager.get_computed_blocks_for_connector`), not
-  `get_computed_blocks`.
+  allocator is on); `request_finished_all_groups` answers as `request_finished` on group 0's blocks. Both say
+  `supports_divergent_local_hybrid_hits` as NIXL's connector does (for any model), so the releases that read it
+  (0.30.0 on) take the connector path the #48195 fix changed (`KVCacheManager.get_computed_blocks_for_connector`),
+  not `get_computed_blocks`, over one group too.
 * the hybrid model: the toy model stays one; the groups are the `KVCacheConfig`'s (`real_manager.kv_cache_config`,
   the one the manager and coordinator drivers build), and `CacheConfig.mamba_cache_mode` is set as the engine sets
   it for a hybrid model with prefix caching (the release's mode: `all` through 0.31.0, `align` in 0.33.0).
@@ -124,6 +124,13 @@ def _make_connector() -> type:
     from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1, KVConnectorMetadata
 
     class KvsimProducerConnector(KVConnectorBase_V1):  # type: ignore[misc, valid-type]
+        @property
+        def supports_divergent_local_hybrid_hits(self) -> bool:
+            # as NIXL's connector (whatever the groups): from 0.30.0 the scheduler asks the manager's
+            # get_computed_blocks_for_connector (the #48195 fix) only for a connector that says so; before, the
+            # property is not read
+            return True
+
         def get_num_new_matched_tokens(self, request: Any, num_computed_tokens: int) -> tuple[int, bool]:
             _matched(request, num_computed_tokens)
             return 0, False
@@ -159,12 +166,6 @@ def _make_hybrid_connector(producer: type) -> type:
     from vllm.distributed.kv_transfer.kv_connector.v1.base import SupportsHMA
 
     class KvsimHybridConnector(producer, SupportsHMA):  # type: ignore[misc, valid-type]
-        @property
-        def supports_divergent_local_hybrid_hits(self) -> bool:
-            # as NIXL's connector: from 0.30.0 the scheduler asks the manager's get_computed_blocks_for_connector
-            # (the #48195 fix) only for a connector that says so; before, the property is not read
-            return True
-
         def request_finished_all_groups(self, request: Any, block_ids: tuple[list[int], ...]) -> tuple[bool, None]:
             return self.request_finished(request, block_ids[0])
 
@@ -367,7 +368,8 @@ def race(child: Any, num_blocks: int = 3, block_size: int = 2, prompt_len: int =
     that handed its blocks, until every request is finished.
 
     Answers `{"preempted": step 2's preempted requests, "handed": [[request, blocks, held then]] for the producer
-    requests, "problems": [model check messages], "status", "free", "steps"}` (`free`: the pool's free blocks at
+    requests, "problems": [model check messages], "status", "free", "steps", "scheduled": the tokens each step
+    that scheduled P computed for it}` (`free`: the pool's free blocks at
     the end, all but the null block when nothing leaked); `problems` is empty exactly when the model's
     `finished_into_producer_owns_blocks` (`owns_blocks`) holds at every hand-off."""
     from kvsim.models.kv_cache_manager.scheduler import owns_blocks
@@ -375,8 +377,16 @@ def race(child: Any, num_blocks: int = 3, block_size: int = 2, prompt_len: int =
     child.call("build", num_blocks=num_blocks, block_size=block_size)
     child.call("add", request="L", tokens=[2] * prompt_len, max_tokens=max_tokens, producer=False)
     child.call("add", request="P", tokens=[1] * prompt_len, max_tokens=1, producer=True)
-    child.call("schedule")
-    preempted = child.call("schedule")["preempted"]
+    scheduled = []  # the tokens each step scheduled for P (steps without P left out)
+
+    def schedule() -> dict[str, Any]:
+        answer = child.call("schedule")
+        if "P" in answer["scheduled"]:
+            scheduled.append(answer["scheduled"]["P"])
+        return answer
+
+    schedule()
+    preempted = schedule()["preempted"]
     in_flight, pending, delivered, steps = 2, [], set(), 2
     state = child.call("observe")
     while in_flight:
@@ -386,11 +396,11 @@ def race(child: Any, num_blocks: int = 3, block_size: int = 2, prompt_len: int =
         pending = [r for r, _, producer in state["handed"] if producer and r not in delivered]
         finished = all(status.startswith("FINISHED") for status in state["status"].values())
         if (pending or not finished) and steps < max_steps:  # a delivery rides on a later step's output
-            child.call("schedule")
+            schedule()
             in_flight, steps = in_flight + 1, steps + 1
     handed = [[r, blocks, held] for (r, blocks, producer), held in zip(state["handed"], state["held_at_hand"])
               if producer]
     problems = [f"request {r} {problem}" for r, blocks, held in handed
                 if (problem := owns_blocks(blocks, held, prompt_len, block_size)) is not None]
     return {"preempted": preempted, "handed": handed, "problems": problems, "status": state["status"],
-            "free": state["free"], "steps": steps}
+            "free": state["free"], "steps": steps, "scheduled": scheduled}

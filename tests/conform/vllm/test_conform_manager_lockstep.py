@@ -216,3 +216,29 @@ def test_a_swap_rebinds_every_importer_and_undoes_it() -> None:
         swap.undo()
     assert importer.sample is released and target.sample is released
     assert module_name("vllm/v1/core/block_pool.py") == "vllm.v1.core.block_pool"
+
+
+def test_a_swap_reaches_a_subclass_in_another_module(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A mutant of a class another module subclasses (vLLM's `Scheduler`, which the driver builds as
+    `AsyncScheduler`) is what the subclass inherits, and the released class again after undo."""
+    import importlib
+    import sys
+
+    package = tmp_path / "swaptoy"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "base.py").write_text("class Base:\n    def f(self):\n        return 1\n")
+    (package / "sub.py").write_text("from swaptoy.base import Base\n\n\nclass Sub(Base):\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        base, sub = importlib.import_module("swaptoy.base"), importlib.import_module("swaptoy.sub")
+        swap = Swap()
+        swap.apply(base, "class Base:\n    def f(self):\n        return 2\n", str(package / "base.py"))
+        try:
+            assert sub.Sub().f() == 2 and sub.Sub.__bases__ == (base.Base,)
+        finally:
+            swap.undo()
+        assert sub.Sub().f() == 1
+    finally:
+        for name in ("swaptoy.sub", "swaptoy.base", "swaptoy"):
+            sys.modules.pop(name, None)

@@ -66,3 +66,25 @@ def test_the_connector_path_runs_the_fixed_method_on_a_release_that_gates_it() -
     (result,) = run_targets([traced], resolve_source("vllm", version="0.33.0"), descriptors(), RunOptions(),
                             measure=True)
     assert result.status == "conforms" and result.coverage["percent"] >= 75, result.coverage
+
+
+def test_a_mutant_of_the_scheduler_reaches_the_async_scheduler_the_race_builds() -> None:
+    """The driver builds `AsyncScheduler`, a subclass of the mutated `Scheduler` in another module: a preempted
+    request restarted from token 1 instead of 0 (`_preempt_request`) is what the race runs, and the tokens the
+    producer's recompute schedules (1, not its 2 prompt tokens) are its divergence. The release runs first, so the
+    child has imported `AsyncScheduler` over the released class before the mutant is loaded (as `--mutants` does)."""
+    from kvsim.conform.loader import mutated
+    from kvsim.engine.conformance.mutants import planted
+
+    source = resolve_source("vllm", version="0.33.0")
+    relpath = "vllm/v1/core/sched/scheduler.py"
+    mutant = planted(source.file(relpath).read_text(), relpath, "    def _preempt_request(",
+                     "request.num_computed_tokens = 0", "request.num_computed_tokens = 1")
+    (target,) = select_targets("vllm", "pd_preemption_race")
+    assert run_target(target, source, RunOptions()).status == "conforms"
+    with mutated(mutant):
+        result = run_target(target, source, RunOptions())
+    assert result.status == "diverges", result.to_json()
+    (d,) = result.divergences
+    assert d["input"] == {"num_blocks": 3, "block_size": 2, "prompt_len": 2, "max_tokens": 2}, d
+    assert "scheduled" in d["difference"], d
