@@ -18,7 +18,7 @@ from typing import Any, Callable
 from .actions import Tagged
 
 
-_PLAIN = frozenset({type(None), bool, int, str})
+PLAIN = frozenset({type(None), bool, int, str})  # leaves `to_jsonable` keeps as they are (the trace recorder too)
 _RECORDS: set[type] = set()  # the `Tagged` types seen: a set lookup instead of an `isinstance` on every record
 
 
@@ -26,16 +26,16 @@ def to_jsonable(value: Any) -> Any:
     """Plain JSON data for any model value: dataclasses, named tuples, enums, numpy scalars."""
     kind = type(value)
     # exact-type fast paths first: this runs once per recorded step and per explored state export
-    if kind in _PLAIN:
+    if kind in PLAIN:
         return value
     # sequences: a plain element is taken as it is, here, instead of by a call per element
     if kind is tuple or kind is list:
-        return [v if type(v) in _PLAIN else to_jsonable(v) for v in value]
+        return [v if type(v) in PLAIN else to_jsonable(v) for v in value]
     if kind is dict:
-        return {str(k): v if type(v) in _PLAIN else to_jsonable(v) for k, v in value.items()}
+        return {str(k): v if type(v) in PLAIN else to_jsonable(v) for k, v in value.items()}
     if kind in _RECORDS or isinstance(value, Tagged):  # actions, messages, effects: the tuple they are, tag first
         _RECORDS.add(kind)
-        return [v if type(v) in _PLAIN else to_jsonable(v) for v in value]
+        return [v if type(v) in PLAIN else to_jsonable(v) for v in value]
     if hasattr(kind, "__canon__"):  # a value that names its own JSON form (a variant: its name)
         return to_jsonable(value.__canon__())
     if isinstance(value, (bool, int, str)):  # subclasses too: an IntEnum stays its integer, as JSON writes it

@@ -25,7 +25,7 @@ import json.encoder
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Callable, Iterator
 
-from .canon import _PLAIN, canonical_json, dumps, to_jsonable
+from .canon import PLAIN, canonical_json, dumps, to_jsonable
 from .errors import TraceError
 
 
@@ -60,7 +60,7 @@ class TraceRecorder:
     def record(self, t: float, event: str, data: Any = None) -> None:
         i = self.count
         # a step's data is mostly a tuple of fields (an action's): converted here, a call fewer per step
-        jsonable = [v if type(v) in _PLAIN else to_jsonable(v) for v in data] if type(data) is tuple \
+        jsonable = [v if type(v) in PLAIN else to_jsonable(v) for v in data] if type(data) is tuple \
             else to_jsonable(data)
         head = _EVENT_HEADS.get(event) if type(t) is float and t - t == 0.0 else None  # t finite
         if head is not None:
