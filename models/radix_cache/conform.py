@@ -168,12 +168,82 @@ CONFORM = (
             "the sizes, the free pages in order and each request's row after every admit, decode and retract"),
 )
 
-# radix-cache-swa: the unified cache (Full + SWA) of the releases across #28161, in lockstep with the model
+# radix-cache-swa: the unified cache (Full + SWA) of the releases across #28161, in lockstep with the model. The
+# checked definitions are 0.5.23's (the TreeCore package unified_cache/, absent before 0.5.20, is not counted there):
+# the locks and their early release, the split, the tombstone recovery, the match validator and the SWA allocator.
+UNIFIED, CORE, COMPONENTS = MEM + "unified_radix_cache.py", MEM + "unified_cache/unified_tree_core.py", \
+    MEM + "unified_cache/components/"
+SWA_UPSTREAM = (
+    Upstream(UNIFIED, (), checked=("UnifiedRadixCache.inc_lock_ref", "UnifiedRadixCache.dec_lock_ref",
+                                   "UnifiedRadixCache.release_swa")),
+    Upstream(CORE, (), checked=("UnifiedTreeCore.inc_lock_ref", "UnifiedTreeCore.dec_lock_ref",
+                                "UnifiedTreeCore._release_components", "UnifiedTreeCore.dec_swa_lock_only",
+                                "UnifiedTreeCore._split_node")),
+    Upstream(COMPONENTS + "swa.py", (), checked=(
+        "SWAComponent.acquire_component_lock", "SWAComponent.release_component_lock",
+        "SWAComponent.release_window_lock", "SWAComponent.redistribute_on_node_split",
+        "SWAComponent._recover_from_incoming", "SWAComponent.update_component_on_insert_overlap",
+        "SWAComponent.create_match_validator")),
+    Upstream(COMPONENTS + "full.py", (), checked=("FullComponent.acquire_component_lock",
+                                                  "FullComponent.release_component_lock")),
+    Upstream(MEM + "allocator/swa.py", (), checked=(
+        "SWATokenToKVPoolAllocator.alloc", "SWATokenToKVPoolAllocator.set_full_to_swa_mapping")),
+)
+# What the lockstep's slice (Full + SWA at page size 1, no HiCache, LRU eviction, the scheduler's own calls) never runs
+HICACHE = "HiCache (host values, host locks, write-through and buffer backups): the lockstep's cache has no host tier"
+HOST_LOCK = "a host lock (lock_host=True): only HiCache's load-back and backups take one"
+NO_SKIP = "a receipt that skipped a component: the scheduler's lock takes every component (no skip_lock_components)"
+NO_MAMBA_BELOW = ("a component of lower eviction priority than SWA (Mamba): the cache has Full (above SWA) and SWA "
+                  "only")
+SWA_UNREACHED = (
+    *(Unreached(f"UnifiedRadixCache.{m}", "if self.disable", DISABLED)
+      for m in ("inc_lock_ref", "dec_lock_ref", "release_swa")),
+    Unreached("UnifiedTreeCore.inc_lock_ref", "if component.component_type in skipped:", NO_SKIP),
+    Unreached("UnifiedTreeCore._release_components", "if ct in params.skipped_lock_components:", NO_SKIP),
+    Unreached("UnifiedTreeCore.dec_swa_lock_only", "if node is self.root_node:",
+              "an early release at the root: release_swa_prefix_lock releases only a lock with an SWA boundary uuid, "
+              "which a lock reaching the root does not have"),
+    Unreached("UnifiedTreeCore.dec_swa_lock_only", "if swa_component is None:",
+              "a cache without an SWA component: the lockstep's has one"),
+    Unreached("UnifiedTreeCore.dec_swa_lock_only", "if comp.component_type in params.skipped_lock_components:",
+              NO_SKIP),
+    Unreached("UnifiedTreeCore.dec_swa_lock_only", "if comp.eviction_priority(is_leaf=False) < swa_priority:",
+              NO_MAMBA_BELOW),
+    Unreached("UnifiedTreeCore._split_node", "if self.tlru_bookkeeping:",
+              "the T-LRU eviction policy's bookkeeping: the lockstep's policy is LRU"),
+    Unreached("UnifiedTreeCore._split_node", "if ack_id is not None:", HICACHE),
+    Unreached("UnifiedTreeCore._split_node", "if ack_id is not None or self.is_host_memory_buffer_only:", HICACHE),
+    Unreached("SWAComponent.create_match_validator", "if not gates_prefix_match and", HICACHE),
+    Unreached("SWAComponent.redistribute_on_node_split", "if child_swa_host_value is not None:", HICACHE),
+    Unreached("SWAComponent.update_component_on_insert_overlap", "if self._independent:",
+              "an independent SWA window (a draft model's own window): the lockstep's cache has none"),
+    Unreached("SWAComponent._recover_from_incoming", "if full_cd.lock_ref > 0:",
+              "a tombstone recovered while another running request locks its Full value: exploring radix-cache-swa "
+              "exhaustively in each of the lockstep's three configurations reaches no such insert (the model's "
+              "counterpart, flag recovers_under_full_lock, is never read true)"),
+    *(Unreached(f"SWAComponent.{m}", "if lock_host:", HOST_LOCK)
+      for m in ("acquire_component_lock", "release_component_lock")),
+    Unreached("SWAComponent.release_window_lock", "if self.tree_core._is_device_leaf(cur):",
+              "a device leaf after the early release: the releasing request still holds its Full lock on every node "
+              "of the window, so none is a device leaf"),
+    *(Unreached(f"FullComponent.{m}", "if lock_host:", HOST_LOCK)
+      for m in ("acquire_component_lock", "release_component_lock")),
+    Unreached("FullComponent.acquire_component_lock",
+              "while cur is not root and cur.component_data[ct].value is None:",
+              "a lock on a device-evicted segment (a host-only node): without HiCache every node holds a device value"),
+    *(Unreached("SWATokenToKVPoolAllocator.alloc", f"if need_size > self.{pool}_attn_allocator.available_size():",
+                "an allocation that does not fit: the scheduler evicts each pool's shortfall first and defers a "
+                "request that does not fit") for pool in ("full", "swa")),
+    Unreached("SWATokenToKVPoolAllocator.set_full_to_swa_mapping", "if full_indices.numel() == 0:",
+              "an empty allocation: the scheduler allocates at least one slot (an extend past the match, a decode)"),
+)
+SWA_SURVIVORS: tuple[Survivor, ...] = ()
 SWA_CONFORM = (
     ConformTarget(
-        "sglang", "unified_swa_lockstep", upstream=(Upstream(MEM + "unified_radix_cache.py", ()),),
+        "sglang", "unified_swa_lockstep", upstream=SWA_UPSTREAM, unreached=SWA_UNREACHED, survivors=SWA_SURVIVORS,
         adapter="kvsim.conform.sglang.unified_swa_lockstep:LOCKSTEP",
-        releases=((None, "pre_28161"), ("0.5.14", "fixed")),
+        releases=((None, "pre_28161"), ("0.5.14", "pre_locked_full_recovery"), ("0.5.15", "fixed"),
+                  ("0.5.20", "tree_core")),
         doc="the real UnifiedRadixCache (Full and SWA components) and SWA allocator imported from the release, in "
             "lockstep with radix-cache-swa (pre_28161 on 0.5.13, fixed from 0.5.14): each call a step makes and its "
             "answer, then the tree (slots, Full and SWA lock counts, tombstones) and the sizes after every admit, "
