@@ -61,3 +61,23 @@ def test_the_lockstep_target_conforms_on_each_release_across_the_fixes(capsys):
     table = doc["table"]["unified_swa_lockstep"]
     assert {v: r["status"] for v, r in table.items()} == dict.fromkeys(versions, "conforms"), table
     assert code == 0 and all(table[v]["compared"] > 30 for v in versions)
+
+
+def test_a_planted_early_release_that_keeps_the_lock_is_caught_at_its_step():
+    """0.5.23's `release_window_lock` planted not to decrement: the early release at the second decode leaves the
+    window SWA-locked, and the lockstep names that step (the tree's lock count, not a crash)."""
+    from kvsim.conform.source import resolve_source
+    from kvsim.engine.conformance.mutants import planted
+
+    relpath = "sglang/srt/mem_cache/unified_cache/components/swa.py"
+    text = resolve_source("sglang", version="0.5.23").file(relpath).read_text()
+    child = shared(prepare("sglang", "0.5.23"), DRIVER, timeout=600.0)
+    child.configure(planted(text, relpath, "def release_window_lock(", "cd.lock_ref -= 1", "cd.lock_ref -= 0"))
+    try:
+        kept = (r"^step 2 \('decode', 0\): model .*\[1, 1, 2\], [^}]*'swa_lock_ref': 0"
+                r".*real .*\[1, 1, 2\], [^}]*'swa_lock_ref': 1")
+        with pytest.raises(AssertionError, match=kept):
+            verdicts_on_real(child, "tree_core", PATH_28161)
+    finally:
+        child.configure()
+    assert verdicts_on_real(child, "tree_core", PATH_28161)[2]["swa_lock_within_window"] is None
