@@ -1,6 +1,8 @@
 """SGLang's unified radix cache with a sliding-window (SWA) component (`sglang/srt/mem_cache/unified_radix_cache.py`,
-`unified_cache_components/full_component.py`, `swa_component.py`, `allocator/swa.py`, 0.5.13 and 0.5.14), the
-per-node lock counts of #28161.
+`unified_cache_components/full_component.py`, `swa_component.py`, `allocator/swa.py`, 0.5.15; 0.5.20 moved them to
+`unified_cache/unified_tree_core.py` and `unified_cache/components/`), the per-node lock counts of #28161. The variant's
+flags (`variants.UnifiedSwaVariant`) are read where the releases differ: the tombstone recovery under a Full lock
+(0.5.15), the SWA segment lock over tombstones and the split's LRU recency (0.5.20, #38482).
 
 Every node carries one component record per pool (`ComponentData`: value, lock_ref, the SWA window lock's
 `uuid`): Full (the full-attention slots) and SWA (the sliding-window pool's slots, `None` once tombstoned).
