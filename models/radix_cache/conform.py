@@ -173,6 +173,12 @@ CONFORM = (
 # the locks and their early release, the split, the tombstone recovery, the match validator and the SWA allocator.
 UNIFIED, CORE, COMPONENTS = MEM + "unified_radix_cache.py", MEM + "unified_cache/unified_tree_core.py", \
     MEM + "unified_cache/components/"
+# What the lockstep's slice (Full + SWA at page size 1, no HiCache, LRU eviction, the scheduler's own calls) never runs
+HICACHE = "HiCache (host values, host locks, write-through and buffer backups): the lockstep's cache has no host tier"
+HOST_LOCK = "a host lock (lock_host=True): only HiCache's load-back and backups take one"
+NO_SKIP = "a receipt that skipped a component: the scheduler's lock takes every component (no skip_lock_components)"
+NO_MAMBA_BELOW = ("a component of lower eviction priority than SWA (Mamba): the cache has Full (above SWA) and SWA "
+                  "only")
 SWA_UPSTREAM = (
     Upstream(UNIFIED, (), checked=("UnifiedRadixCache.inc_lock_ref", "UnifiedRadixCache.dec_lock_ref",
                                    "UnifiedRadixCache.release_swa")),
@@ -189,12 +195,6 @@ SWA_UPSTREAM = (
     Upstream(MEM + "allocator/swa.py", (), checked=(
         "SWATokenToKVPoolAllocator.alloc", "SWATokenToKVPoolAllocator.set_full_to_swa_mapping")),
 )
-# What the lockstep's slice (Full + SWA at page size 1, no HiCache, LRU eviction, the scheduler's own calls) never runs
-HICACHE = "HiCache (host values, host locks, write-through and buffer backups): the lockstep's cache has no host tier"
-HOST_LOCK = "a host lock (lock_host=True): only HiCache's load-back and backups take one"
-NO_SKIP = "a receipt that skipped a component: the scheduler's lock takes every component (no skip_lock_components)"
-NO_MAMBA_BELOW = ("a component of lower eviction priority than SWA (Mamba): the cache has Full (above SWA) and SWA "
-                  "only")
 SWA_UNREACHED = (
     *(Unreached(f"UnifiedRadixCache.{m}", "if self.disable", DISABLED)
       for m in ("inc_lock_ref", "dec_lock_ref", "release_swa")),
@@ -211,10 +211,11 @@ SWA_UNREACHED = (
               NO_MAMBA_BELOW),
     Unreached("UnifiedTreeCore._split_node", "if self.tlru_bookkeeping:",
               "the T-LRU eviction policy's bookkeeping: the lockstep's policy is LRU"),
-    Unreached("UnifiedTreeCore._split_node", "if ack_id is not None:", HICACHE),
-    Unreached("UnifiedTreeCore._split_node", "if ack_id is not None or self.is_host_memory_buffer_only:", HICACHE),
-    Unreached("SWAComponent.create_match_validator", "if not gates_prefix_match and", HICACHE),
-    Unreached("SWAComponent.redistribute_on_node_split", "if child_swa_host_value is not None:", HICACHE),
+    *(Unreached(definition, text, HICACHE) for definition, text in (
+        ("UnifiedTreeCore._split_node", "if ack_id is not None:"),
+        ("UnifiedTreeCore._split_node", "if ack_id is not None or self.is_host_memory_buffer_only:"),
+        ("SWAComponent.create_match_validator", "if not gates_prefix_match and"),
+        ("SWAComponent.redistribute_on_node_split", "if child_swa_host_value is not None:"))),
     Unreached("SWAComponent.update_component_on_insert_overlap", "if self._independent:",
               "an independent SWA window (a draft model's own window): the lockstep's cache has none"),
     Unreached("SWAComponent._recover_from_incoming", "if full_cd.lock_ref > 0:",
