@@ -169,7 +169,7 @@ CONFORM = (
 )
 
 # radix-cache-swa: the unified cache (Full + SWA) of the releases across #28161, in lockstep with the model. The
-# checked definitions are 0.5.23's (the TreeCore package unified_cache/, absent before 0.5.20, is not counted there):
+# checked definitions are 0.5.23's (the TreeCore package unified_cache/, absent before 0.5.20: optional files):
 # the locks and their early release, the split, the tombstone recovery, the match validator and the SWA allocator.
 UNIFIED, CORE, COMPONENTS = MEM + "unified_radix_cache.py", MEM + "unified_cache/unified_tree_core.py", \
     MEM + "unified_cache/components/"
@@ -184,14 +184,14 @@ SWA_UPSTREAM = (
                                    "UnifiedRadixCache.release_swa")),
     Upstream(CORE, (), checked=("UnifiedTreeCore.inc_lock_ref", "UnifiedTreeCore.dec_lock_ref",
                                 "UnifiedTreeCore._release_components", "UnifiedTreeCore.dec_swa_lock_only",
-                                "UnifiedTreeCore._split_node")),
+                                "UnifiedTreeCore._split_node"), optional=True),
     Upstream(COMPONENTS + "swa.py", (), checked=(
         "SWAComponent.acquire_component_lock", "SWAComponent.release_component_lock",
         "SWAComponent.release_window_lock", "SWAComponent.redistribute_on_node_split",
         "SWAComponent._recover_from_incoming", "SWAComponent.update_component_on_insert_overlap",
-        "SWAComponent.create_match_validator")),
+        "SWAComponent.create_match_validator"), optional=True),
     Upstream(COMPONENTS + "full.py", (), checked=("FullComponent.acquire_component_lock",
-                                                  "FullComponent.release_component_lock")),
+                                                  "FullComponent.release_component_lock"), optional=True),
     Upstream(MEM + "allocator/swa.py", (), checked=(
         "SWATokenToKVPoolAllocator.alloc", "SWATokenToKVPoolAllocator.set_full_to_swa_mapping")),
 )
