@@ -238,7 +238,77 @@ SWA_UNREACHED = (
     Unreached("SWATokenToKVPoolAllocator.set_full_to_swa_mapping", "if full_indices.numel() == 0:",
               "an empty allocation: the scheduler allocates at least one slot (an extend past the match, a decode)"),
 )
-SWA_SURVIVORS: tuple[Survivor, ...] = ()
+# Mutants of 0.5.23's checked definitions the lockstep does not kill, each with the reason (`--mutants 0` on 0.5.23)
+CORE_, SWA_, FULL_ = "UnifiedTreeCore.", "SWAComponent.", "FullComponent."
+TOMBSTONE_LEN = ("a tombstone's reclaimable length is 0 (value_len of no value), so the ledger moves nothing for it "
+                 "either way")
+ASSERTED = "an assertion weakened: it holds on every path the lockstep runs (no lock count goes below 0)"
+LEAF_SETS = ("the evictable-leaf refresh at an SWA count's 0: the node keeps its Full lock there (the early "
+             "release) or the Full walk that follows refreshes every node it unlocks (a release)")
+UUID_SET = ("every SWA lock the lockstep releases has a boundary uuid: its path holds a window (the matched prefix "
+            "is one key short of a prompt at least a window long) or it is the root's, released before the walk")
+FULL_LEAF = ("the evictable-leaf refresh at a Full count's 0, not reached: dec_lock_ref refreshes the anchor itself "
+             "after the walks, and no program left another node of a released path childless")
+NO_ADOPTED = "the adopted ranges: recorded only for an insert that tracks them (track_adopted_ranges), never here"
+SWA_SURVIVORS = (
+    Survivor(CORE_ + "_release_components", "boolean",
+             "ct == ComponentType.SWA\n                or component.eviction_priority(is_leaf=False) < swa_priority",
+             NO_MAMBA_BELOW, replacement="((ct == ComponentType.SWA)\n)"),
+    Survivor(CORE_ + "_release_components", "comparison", "<", NO_MAMBA_BELOW + " (Full's priority is above)",
+             replacement="<="),
+    Survivor(CORE_ + "dec_swa_lock_only", "arguments", "result.device_frees,\n            result.host_frees",
+             "the early release frees nothing here: it never reaches a device leaf (its unreached declaration)"),
+    *(Survivor(CORE_ + "_split_node", "arguments", "split_len, self.page_size", HASH, line=text)
+      for text in ("new_node.hash_value, child.hash_value", "new_node.event_hash_value, child.event_hash_value")),
+    *(Survivor(SWA_ + "create_match_validator", op, original, NO_HOST + "; the match is device-only",
+               replacement=replacement) for op, original, replacement in (
+        ("boolean", "cd.value is None and (match_device_only or cd.host_value is None)", "((cd.value is None))"),
+        ("boolean", "match_device_only or cd.host_value is None", "((cd.host_value is None))"),
+        ("boolean", "match_device_only or cd.host_value is None", "((match_device_only))"))),
+    *(Survivor(SWA_ + m, "arguments", original, NO_ADOPTED) for m, original in (
+        ("_recover_from_incoming", "BASE_COMPONENT_TYPE, start"), ("_recover_from_incoming", "start, end"),
+        ("update_component_on_insert_overlap", "self.component_type, live_start"),
+        ("update_component_on_insert_overlap", "live_start, end"))),
+    Survivor(SWA_ + "update_component_on_insert_overlap", "arguments", "consumed_from, live_start - total_prefix_len",
+             SYMMETRIC),
+    Survivor(SWA_ + "update_component_on_insert_overlap", "comparison", ">=",
+             "a node ending exactly at the request's matched prefix: it holds the request's SWA-locked window, never "
+             "a tombstone, so there is nothing to recover either way", line="if params.prev_prefix_len >="),
+    Survivor(SWA_ + "update_component_on_insert_overlap", "bound", "end - total_prefix_len",
+             "the incoming slice ends at the value slice's end: one past it is the same slice",
+             replacement="(end - total_prefix_len) + 1"),
+    Survivor(SWA_ + "redistribute_on_node_split", "arguments", '"host_uuid", None', NO_HOST),
+    *(Survivor(SWA_ + m, "boolean", original, TOMBSTONE_LEN, replacement=f"(({original.split(' and ')[0]}))")
+      for m, original in (("acquire_component_lock", "ref == 0 and value is not None"),
+                          ("release_component_lock", "ref == 1 and value is not None"),
+                          ("release_window_lock", "cd.lock_ref == 0 and cd.value is not None"))),
+    *(Survivor(d, "comparison", ">", ASSERTED, replacement=">=", line=line) for d, line in (
+        (SWA_ + "release_component_lock", "assert ref > 0"), (SWA_ + "release_window_lock", "assert cd.lock_ref > 0"),
+        (FULL_ + "release_component_lock", "assert cd.lock_ref > 0"))),
+    Survivor(SWA_ + "release_component_lock", "boolean", "cur != root and dec_swa", UUID_SET,
+             replacement="((dec_swa))"),
+    *(Survivor(SWA_ + m, "boolean", original, UUID_SET, replacement=f"(({original.split(' and ')[1]}))")
+      for m, original in (
+          ("release_component_lock", "swa_uuid_for_lock and comp.metadata.get(uuid_key) == swa_uuid_for_lock"),
+          ("release_window_lock", 'swa_uuid_for_lock and cd.metadata.get("uuid") == swa_uuid_for_lock'))),
+    *(Survivor(SWA_ + "release_component_lock", op, original, LEAF_SETS, replacement=r, line="if ref == 1:")
+      for op, original, r in (("comparison", "==", "!="), ("constant", "1", "0"), ("constant", "1", "2"))),
+    *(Survivor(SWA_ + "release_window_lock", op, original, LEAF_SETS, replacement=r,
+               line="if cd.lock_ref == 0:")
+      for op, original, r in (("comparison", "==", "!="), ("constant", "0", "1"))),
+    Survivor(FULL_ + "acquire_component_lock", "constant", "0", DELTA, line="delta = 0"),
+    Survivor(FULL_ + "acquire_component_lock", "assignment", "+=", DELTA, line="delta += key_len"),
+    Survivor(FULL_ + "release_component_lock", "boolean", "cd.lock_ref == 1 and cd.value is not None",
+             "every node holds a Full device value without HiCache", replacement="((cd.lock_ref == 1))"),
+    *(Survivor(FULL_ + "release_component_lock", op, original, FULL_LEAF, replacement=r,
+               line="if cd.lock_ref == 0:")
+      for op, original, r in (("comparison", "==", "!="), ("constant", "0", "1"))),
+)
+# Two survivors stay undeclared. `state["len"] = 0` -> 1 in SWAComponent.create_match_validator (a match's window
+# restarting at 1 after a tombstone) is not equivalent: it differs where a node shorter than the window follows a
+# tombstone on a match, which the default configuration (window 2) allows and no program of the lockstep reached.
+# `cd.host_value is None` -> `is not` on the validator's tombstone test is equivalent (no host values, device-only
+# matches), but a declaration cannot tell it from `cd.value is None` -> `is not` on the same line, which is killed.
 SWA_CONFORM = (
     ConformTarget(
         "sglang", "unified_swa_lockstep", upstream=SWA_UPSTREAM, unreached=SWA_UNREACHED, survivors=SWA_SURVIVORS,
