@@ -1,10 +1,10 @@
 """SGLang's real `UnifiedRadixCache` with its Full and SWA components over a real `SWATokenToKVPoolAllocator`
 (page size 1, CPU tensors), imported from a release (`kvsim.conform.installed`, engine "sglang": 0.5.13 before
-#28161, 0.5.14 to 0.5.16 after, and 0.5.23), driven in the child (`kvsim.conform.installed_child`).
+#28161, 0.5.14 to 0.5.16 and 0.5.23 after), driven in the child (`kvsim.conform.installed_child`).
 
-One driver for every release; where 0.5.23 moved a name, `Api` looks it up per release. 0.5.13 to 0.5.16 keep the
+One driver for every release; where 0.5.20 moved a name, `Api` looks it up per release. 0.5.13 to 0.5.16 keep the
 tree's nodes on the cache (`cache.root_node`, a match answers a node, locks take nodes, `ComponentType` in
-`unified_cache_components/tree_component.py`); 0.5.23 moved them into the package `mem_cache/unified_cache/` (the
+`unified_cache_components/tree_component.py`); 0.5.20 moved them into the package `mem_cache/unified_cache/` (the
 Python `UnifiedTreeCore`, `cache.tree_core`, asked for by name: the release's default is a Rust core, another
 implementation), where a match and a lock answer `NodeId`s, `inc_lock_ref` a receipt whose SWA boundary uuid is
 `component_lock_uuids[SWA]`, `dec_lock_ref` takes that receipt back, and the early release is
