@@ -220,7 +220,7 @@ SWA_UNREACHED = (
               "an independent SWA window (a draft model's own window): the lockstep's cache has none"),
     Unreached("SWAComponent._recover_from_incoming", "if full_cd.lock_ref > 0:",
               "a tombstone recovered while another running request locks its Full value: exploring radix-cache-swa "
-              "exhaustively in each of the lockstep's three configurations reaches no such insert (the model's "
+              "exhaustively in each of the lockstep's four configurations reaches no such insert (the model's "
               "counterpart, flag recovers_under_full_lock, is never read true)"),
     *(Unreached(f"SWAComponent.{m}", "if lock_host:", HOST_LOCK)
       for m in ("acquire_component_lock", "release_component_lock")),
