@@ -304,11 +304,9 @@ SWA_SURVIVORS = (
                line="if cd.lock_ref == 0:")
       for op, original, r in (("comparison", "==", "!="), ("constant", "0", "1"))),
 )
-# Two survivors stay undeclared. `state["len"] = 0` -> 1 in SWAComponent.create_match_validator (a match's window
-# restarting at 1 after a tombstone) is not equivalent: it differs where a node shorter than the window follows a
-# tombstone on a match, which the default configuration (window 2) allows and no program of the lockstep reached.
-# `cd.host_value is None` -> `is not` on the validator's tombstone test is equivalent (no host values, device-only
-# matches), but a declaration cannot tell it from `cd.value is None` -> `is not` on the same line, which is killed.
+# One survivor stays undeclared: `cd.host_value is None` -> `is not` on the validator's tombstone test is equivalent
+# (no host values, device-only matches), but a declaration cannot tell it from `cd.value is None` -> `is not` on the
+# same line, which is killed.
 SWA_CONFORM = (
     ConformTarget(
         "sglang", "unified_swa_lockstep", upstream=SWA_UPSTREAM, unreached=SWA_UNREACHED, survivors=SWA_SURVIVORS,
