@@ -41,6 +41,8 @@ def load_upstream(source: EngineSource, upstream: Upstream, **loading: Any) -> S
         return load_definitions(source.file(upstream.file), list(upstream.names), where=upstream.file,
                                 version=source.label, **loading)
     if not source.has(upstream.file):
+        if upstream.optional:
+            return SimpleNamespace()
         raise NotPresent(f"{upstream.file}: absent in {source.label}")
     path = source.file(upstream.file)
     present = names_in(path)

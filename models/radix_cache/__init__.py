@@ -73,8 +73,9 @@ SWA_DESCRIPTOR = ModelDescriptor(
     summary="SGLang's unified radix cache with a sliding-window component: per-node Full and SWA lock counts, the "
             "SWA window lock and its early release past the window (dec_swa_lock_only, #28161), tombstones, LRU "
             "eviction of either pool, under the scheduler's life cycle (admit, decode, retract, finish)",
-    source="sglang 0.5.14 (sglang/srt/mem_cache/unified_radix_cache.py, unified_cache_components/swa_component.py, "
-           "full_component.py, allocator/swa.py; managers/schedule_batch.py maybe_evict_swa); 0.5.13 for pre_28161",
+    source="sglang 0.5.15 (sglang/srt/mem_cache/unified_radix_cache.py, unified_cache_components/swa_component.py, "
+           "full_component.py, allocator/swa.py; managers/schedule_batch.py maybe_evict_swa); 0.5.13 for pre_28161, "
+           "0.5.14 for pre_locked_full_recovery, 0.5.20's unified_cache/ TreeCore for tree_core",
     variants=SWA_VARIANTS,
     config=UnifiedSwaConfig,
     system=UnifiedSwaSystem,

@@ -192,12 +192,151 @@ CONFORM = (
             "the sizes, the free pages in order and each request's row after every admit, decode and retract"),
 )
 
-# radix-cache-swa: the unified cache (Full + SWA) of the releases across #28161, in lockstep with the model
+# radix-cache-swa: the unified cache (Full + SWA) of the releases across #28161, in lockstep with the model. The
+# checked definitions are 0.5.23's (the TreeCore package unified_cache/, absent before 0.5.20: optional files):
+# the locks and their early release, the split, the tombstone recovery, the match validator and the SWA allocator.
+UNIFIED, CORE, COMPONENTS = MEM + "unified_radix_cache.py", MEM + "unified_cache/unified_tree_core.py", \
+    MEM + "unified_cache/components/"
+# What the lockstep's slice (Full + SWA at page size 1, no HiCache, LRU eviction, the scheduler's own calls) never runs
+HICACHE = "HiCache (host values, host locks, write-through and buffer backups): the lockstep's cache has no host tier"
+HOST_LOCK = "a host lock (lock_host=True): only HiCache's load-back and backups take one"
+NO_SKIP = "a receipt that skipped a component: the scheduler's lock takes every component (no skip_lock_components)"
+NO_MAMBA_BELOW = ("a component of lower eviction priority than SWA (Mamba): the cache has Full (above SWA) and SWA "
+                  "only")
+SWA_UPSTREAM = (
+    Upstream(UNIFIED, (), checked=("UnifiedRadixCache.inc_lock_ref", "UnifiedRadixCache.dec_lock_ref",
+                                   "UnifiedRadixCache.release_swa")),
+    Upstream(CORE, (), checked=("UnifiedTreeCore.inc_lock_ref", "UnifiedTreeCore.dec_lock_ref",
+                                "UnifiedTreeCore._release_components", "UnifiedTreeCore.dec_swa_lock_only",
+                                "UnifiedTreeCore._split_node"), optional=True),
+    Upstream(COMPONENTS + "swa.py", (), checked=(
+        "SWAComponent.acquire_component_lock", "SWAComponent.release_component_lock",
+        "SWAComponent.release_window_lock", "SWAComponent.redistribute_on_node_split",
+        "SWAComponent._recover_from_incoming", "SWAComponent.update_component_on_insert_overlap",
+        "SWAComponent.create_match_validator"), optional=True),
+    Upstream(COMPONENTS + "full.py", (), checked=("FullComponent.acquire_component_lock",
+                                                  "FullComponent.release_component_lock"), optional=True),
+    Upstream(MEM + "allocator/swa.py", (), checked=(
+        "SWATokenToKVPoolAllocator.alloc", "SWATokenToKVPoolAllocator.set_full_to_swa_mapping")),
+)
+SWA_UNREACHED = (
+    *(Unreached(f"UnifiedRadixCache.{m}", "if self.disable", DISABLED)
+      for m in ("inc_lock_ref", "dec_lock_ref", "release_swa")),
+    Unreached("UnifiedTreeCore.inc_lock_ref", "if component.component_type in skipped:", NO_SKIP),
+    Unreached("UnifiedTreeCore._release_components", "if ct in params.skipped_lock_components:", NO_SKIP),
+    Unreached("UnifiedTreeCore.dec_swa_lock_only", "if node is self.root_node:",
+              "an early release at the root: release_swa_prefix_lock releases only a lock with an SWA boundary uuid, "
+              "which a lock reaching the root does not have"),
+    Unreached("UnifiedTreeCore.dec_swa_lock_only", "if swa_component is None:",
+              "a cache without an SWA component: the lockstep's has one"),
+    Unreached("UnifiedTreeCore.dec_swa_lock_only", "if comp.component_type in params.skipped_lock_components:",
+              NO_SKIP),
+    Unreached("UnifiedTreeCore.dec_swa_lock_only", "if comp.eviction_priority(is_leaf=False) < swa_priority:",
+              NO_MAMBA_BELOW),
+    Unreached("UnifiedTreeCore._split_node", "if self.tlru_bookkeeping:",
+              "the T-LRU eviction policy's bookkeeping: the lockstep's policy is LRU"),
+    *(Unreached(definition, text, HICACHE) for definition, text in (
+        ("UnifiedTreeCore._split_node", "if ack_id is not None:"),
+        ("UnifiedTreeCore._split_node", "if ack_id is not None or self.is_host_memory_buffer_only:"),
+        ("SWAComponent.create_match_validator", "if not gates_prefix_match and"),
+        ("SWAComponent.redistribute_on_node_split", "if child_swa_host_value is not None:"))),
+    Unreached("SWAComponent.update_component_on_insert_overlap", "if self._independent:",
+              "an independent SWA window (a draft model's own window): the lockstep's cache has none"),
+    Unreached("SWAComponent._recover_from_incoming", "if full_cd.lock_ref > 0:",
+              "a tombstone recovered while another running request locks its Full value: exploring radix-cache-swa "
+              "exhaustively in each of the lockstep's four configurations reaches no such insert (the model's "
+              "counterpart, flag recovers_under_full_lock, is never read true)"),
+    *(Unreached(f"SWAComponent.{m}", "if lock_host:", HOST_LOCK)
+      for m in ("acquire_component_lock", "release_component_lock")),
+    Unreached("SWAComponent.release_window_lock", "if self.tree_core._is_device_leaf(cur):",
+              "a device leaf after the early release: the releasing request still holds its Full lock on every node "
+              "of the window, so none is a device leaf"),
+    *(Unreached(f"FullComponent.{m}", "if lock_host:", HOST_LOCK)
+      for m in ("acquire_component_lock", "release_component_lock")),
+    Unreached("FullComponent.acquire_component_lock",
+              "while cur is not root and cur.component_data[ct].value is None:",
+              "a lock on a device-evicted segment (a host-only node): without HiCache every node holds a device value"),
+    *(Unreached("SWATokenToKVPoolAllocator.alloc", f"if need_size > self.{pool}_attn_allocator.available_size():",
+                "an allocation that does not fit: the scheduler evicts each pool's shortfall first and defers a "
+                "request that does not fit") for pool in ("full", "swa")),
+    Unreached("SWATokenToKVPoolAllocator.set_full_to_swa_mapping", "if full_indices.numel() == 0:",
+              "an empty allocation: the scheduler allocates at least one slot (an extend past the match, a decode)"),
+)
+# Mutants of 0.5.23's checked definitions the lockstep does not kill, each with the reason (`--mutants 0` on 0.5.23)
+CORE_, SWA_, FULL_ = "UnifiedTreeCore.", "SWAComponent.", "FullComponent."
+TOMBSTONE_LEN = ("a tombstone's reclaimable length is 0 (value_len of no value), so the ledger moves nothing for it "
+                 "either way")
+ASSERTED = "an assertion weakened: it holds on every path the lockstep runs (no lock count goes below 0)"
+LEAF_SETS = ("the evictable-leaf refresh at an SWA count's 0: the node keeps its Full lock there (the early "
+             "release) or the Full walk that follows refreshes every node it unlocks (a release)")
+UUID_SET = ("every SWA lock the lockstep releases has a boundary uuid: its path holds a window (the matched prefix "
+            "is one key short of a prompt at least a window long) or it is the root's, released before the walk")
+FULL_LEAF = ("the evictable-leaf refresh at a Full count's 0, not reached: dec_lock_ref refreshes the anchor itself "
+             "after the walks, and no program left another node of a released path childless")
+NO_ADOPTED = "the adopted ranges: recorded only for an insert that tracks them (track_adopted_ranges), never here"
+SWA_SURVIVORS = (
+    Survivor(CORE_ + "_release_components", "boolean",
+             "ct == ComponentType.SWA\n                or component.eviction_priority(is_leaf=False) < swa_priority",
+             NO_MAMBA_BELOW, replacement="((ct == ComponentType.SWA)\n)"),
+    Survivor(CORE_ + "_release_components", "comparison", "<", NO_MAMBA_BELOW + " (Full's priority is above)",
+             replacement="<="),
+    Survivor(CORE_ + "dec_swa_lock_only", "arguments", "result.device_frees,\n            result.host_frees",
+             "the early release frees nothing here: it never reaches a device leaf (its unreached declaration)"),
+    *(Survivor(CORE_ + "_split_node", "arguments", "split_len, self.page_size", HASH, line=text)
+      for text in ("new_node.hash_value, child.hash_value", "new_node.event_hash_value, child.event_hash_value")),
+    *(Survivor(SWA_ + "create_match_validator", op, original, NO_HOST + "; the match is device-only",
+               replacement=replacement) for op, original, replacement in (
+        ("boolean", "cd.value is None and (match_device_only or cd.host_value is None)", "((cd.value is None))"),
+        ("boolean", "match_device_only or cd.host_value is None", "((cd.host_value is None))"),
+        ("boolean", "match_device_only or cd.host_value is None", "((match_device_only))"))),
+    *(Survivor(SWA_ + m, "arguments", original, NO_ADOPTED) for m, original in (
+        ("_recover_from_incoming", "BASE_COMPONENT_TYPE, start"), ("_recover_from_incoming", "start, end"),
+        ("update_component_on_insert_overlap", "self.component_type, live_start"),
+        ("update_component_on_insert_overlap", "live_start, end"))),
+    Survivor(SWA_ + "update_component_on_insert_overlap", "arguments", "consumed_from, live_start - total_prefix_len",
+             SYMMETRIC),
+    Survivor(SWA_ + "update_component_on_insert_overlap", "comparison", ">=",
+             "a node ending exactly at the request's matched prefix: it holds the request's SWA-locked window, never "
+             "a tombstone, so there is nothing to recover either way", line="if params.prev_prefix_len >="),
+    Survivor(SWA_ + "update_component_on_insert_overlap", "bound", "end - total_prefix_len",
+             "the incoming slice ends at the value slice's end: one past it is the same slice",
+             replacement="(end - total_prefix_len) + 1"),
+    Survivor(SWA_ + "redistribute_on_node_split", "arguments", '"host_uuid", None', NO_HOST),
+    *(Survivor(SWA_ + m, "boolean", original, TOMBSTONE_LEN, replacement=f"(({original.split(' and ')[0]}))")
+      for m, original in (("acquire_component_lock", "ref == 0 and value is not None"),
+                          ("release_component_lock", "ref == 1 and value is not None"),
+                          ("release_window_lock", "cd.lock_ref == 0 and cd.value is not None"))),
+    *(Survivor(d, "comparison", ">", ASSERTED, replacement=">=", line=line) for d, line in (
+        (SWA_ + "release_component_lock", "assert ref > 0"), (SWA_ + "release_window_lock", "assert cd.lock_ref > 0"),
+        (FULL_ + "release_component_lock", "assert cd.lock_ref > 0"))),
+    Survivor(SWA_ + "release_component_lock", "boolean", "cur != root and dec_swa", UUID_SET,
+             replacement="((dec_swa))"),
+    *(Survivor(SWA_ + m, "boolean", original, UUID_SET, replacement=f"(({original.split(' and ')[1]}))")
+      for m, original in (
+          ("release_component_lock", "swa_uuid_for_lock and comp.metadata.get(uuid_key) == swa_uuid_for_lock"),
+          ("release_window_lock", 'swa_uuid_for_lock and cd.metadata.get("uuid") == swa_uuid_for_lock'))),
+    *(Survivor(SWA_ + "release_component_lock", op, original, LEAF_SETS, replacement=r, line="if ref == 1:")
+      for op, original, r in (("comparison", "==", "!="), ("constant", "1", "0"), ("constant", "1", "2"))),
+    *(Survivor(SWA_ + "release_window_lock", op, original, LEAF_SETS, replacement=r,
+               line="if cd.lock_ref == 0:")
+      for op, original, r in (("comparison", "==", "!="), ("constant", "0", "1"))),
+    Survivor(FULL_ + "acquire_component_lock", "constant", "0", DELTA, line="delta = 0"),
+    Survivor(FULL_ + "acquire_component_lock", "assignment", "+=", DELTA, line="delta += key_len"),
+    Survivor(FULL_ + "release_component_lock", "boolean", "cd.lock_ref == 1 and cd.value is not None",
+             "every node holds a Full device value without HiCache", replacement="((cd.lock_ref == 1))"),
+    *(Survivor(FULL_ + "release_component_lock", op, original, FULL_LEAF, replacement=r,
+               line="if cd.lock_ref == 0:")
+      for op, original, r in (("comparison", "==", "!="), ("constant", "0", "1"))),
+)
+# One survivor stays undeclared: `cd.host_value is None` -> `is not` on the validator's tombstone test is equivalent
+# (no host values, device-only matches), but a declaration cannot tell it from `cd.value is None` -> `is not` on the
+# same line, which is killed.
 SWA_CONFORM = (
     ConformTarget(
-        "sglang", "unified_swa_lockstep", upstream=(Upstream(MEM + "unified_radix_cache.py", ()),),
+        "sglang", "unified_swa_lockstep", upstream=SWA_UPSTREAM, unreached=SWA_UNREACHED, survivors=SWA_SURVIVORS,
         adapter="kvsim.conform.sglang.unified_swa_lockstep:LOCKSTEP",
-        releases=((None, "pre_28161"), ("0.5.14", "fixed")),
+        releases=((None, "pre_28161"), ("0.5.14", "pre_locked_full_recovery"), ("0.5.15", "fixed"),
+                  ("0.5.20", "tree_core")),
         doc="the real UnifiedRadixCache (Full and SWA components) and SWA allocator imported from the release, in "
             "lockstep with radix-cache-swa (pre_28161 on 0.5.13, fixed from 0.5.14): each call a step makes and its "
             "answer, then the tree (slots, Full and SWA lock counts, tombstones) and the sizes after every admit, "

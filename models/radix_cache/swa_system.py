@@ -148,7 +148,7 @@ class UnifiedSwaSystem(RequestLoop):
     def initial_states(self) -> tuple[UnifiedSwaState, ...]:
         cfg = self.cfg
         alloc = SWATokenToKVPoolAllocator(cfg.num_slots, cfg.num_swa_slots)
-        tree = UnifiedRadixCache(alloc, cfg.sliding_window_size)
+        tree = UnifiedRadixCache(alloc, cfg.sliding_window_size, self.variant)
         requests = tuple(RequestState(WAITING, (), (), 0, None, None, False, 0) for _ in cfg.prompts)
         return (UnifiedSwaState(tree.freeze({}), alloc.freeze(), requests),)
 
@@ -158,7 +158,7 @@ class UnifiedSwaSystem(RequestLoop):
     def transition(self, s: UnifiedSwaState, action: tuple) -> tuple[UnifiedSwaState, tuple[tuple, ...]]:
         cfg = self.cfg
         alloc = SWATokenToKVPoolAllocator.thaw(s.allocator, cfg.num_slots, cfg.num_swa_slots)
-        tree = UnifiedRadixCache.thaw(s.tree, alloc, cfg.sliding_window_size)
+        tree = UnifiedRadixCache.thaw(s.tree, alloc, cfg.sliding_window_size, self.variant)
         self.watch(tree, alloc)
         effect, action = RULES.effect(action)
         reqs = {r: Req(r, cfg, rs, tree) for r, rs in enumerate(s.requests) if rs.status == RUNNING}

@@ -1,6 +1,8 @@
 """SGLang's unified radix cache with a sliding-window (SWA) component (`sglang/srt/mem_cache/unified_radix_cache.py`,
-`unified_cache_components/full_component.py`, `swa_component.py`, `allocator/swa.py`, 0.5.13 and 0.5.14), the
-per-node lock counts of #28161.
+`unified_cache_components/full_component.py`, `swa_component.py`, `allocator/swa.py`, 0.5.15; 0.5.20 moved them to
+`unified_cache/unified_tree_core.py` and `unified_cache/components/`), the per-node lock counts of #28161. The variant's
+flags (`variants.UnifiedSwaVariant`) are read where the releases differ: the tombstone recovery under a Full lock
+(0.5.15), the SWA segment lock over tombstones and the split's LRU recency (0.5.20, #38482).
 
 Every node carries one component record per pool (`ComponentData`: value, lock_ref, the SWA window lock's
 `uuid`): Full (the full-attention slots) and SWA (the sliding-window pool's slots, `None` once tombstoned).
@@ -40,6 +42,8 @@ from __future__ import annotations
 import heapq
 import itertools
 from typing import NamedTuple, Sequence
+
+from .variants import SWA_FIXED, UnifiedSwaVariant
 
 
 class ComponentData:
@@ -138,6 +142,12 @@ class SWATokenToKVPoolAllocator:
                     self.problems.append(f"swa slot {j} freed while free")
                 self.swa_free.add(j)
 
+    def remap(self, full: Sequence[int], incoming: Sequence[int]) -> None:
+        """`full` takes the SWA slots `incoming` was allocated with; `incoming`'s Full slots are freed (Full only)."""
+        for f, i in zip(full, incoming):
+            self.full_to_swa[f] = self.full_to_swa.pop(i, 0)
+        self.free_full(incoming)
+
     def translate_loc_from_full_to_swa(self, indices: Sequence[int]) -> tuple[int, ...]:
         return tuple(self.full_to_swa.get(i, 0) for i in indices)
 
@@ -153,8 +163,9 @@ class SWATokenToKVPoolAllocator:
 
 
 class UnifiedRadixCache:
-    def __init__(self, allocator: SWATokenToKVPoolAllocator, sliding_window_size: int) -> None:
-        self.allocator, self.sliding_window_size = allocator, sliding_window_size
+    def __init__(self, allocator: SWATokenToKVPoolAllocator, sliding_window_size: int,
+                 variant: UnifiedSwaVariant = SWA_FIXED) -> None:
+        self.allocator, self.sliding_window_size, self.variant = allocator, sliding_window_size, variant
         self.clock = 0
         self.uuids = itertools.count(1)
         self.problems: list[str] = []
@@ -219,9 +230,14 @@ class UnifiedRadixCache:
         child.key = child.key[split_len:]
         new.parent.children[new.key[0]] = new
         child.parent = new
-        # the child leaves the SWA LRU list; the new node, then the child, enter it most recent where they hold values
-        new.swa_lru_time = None if new.swa.value is None else self.now()
-        child.swa_lru_time = None if child.swa.value is None else self.now()
+        if self.variant.split_keeps_suffix_recency:  # #38482: the child keeps its place, the prefix just older
+            older = [n.swa_lru_time for n in self.all_nodes()
+                     if n.swa_lru_time is not None and n.swa_lru_time < (child.swa_lru_time or 0)]
+            new.swa_lru_time = None if new.swa.value is None else \
+                (child.swa_lru_time + max(older, default=child.swa_lru_time - 1)) / 2
+        else:  # the child leaves the SWA LRU list; the new node, then the child, enter it most recent
+            new.swa_lru_time = None if new.swa.value is None else self.now()
+            child.swa_lru_time = None if child.swa.value is None else self.now()
         child.last_access_time = self.now()
         return new
 
@@ -248,13 +264,21 @@ class UnifiedRadixCache:
             consumed_from = prefix_len
             if prev_prefix_len < total + prefix_len and node.swa.value is None:
                 # update_component_on_insert_overlap, branch 1 (swa_evicted_seqlen 0): recover the tombstone
-                if node.swa.lock_ref:
+                if node.swa.lock_ref and not self.variant.swa_lock_covers_tombstones:
                     self.problems.append(f"tombstone {list(node.path())} has swa lock_ref {node.swa.lock_ref}")
-                self.allocator.free(node.full.value)
-                node.full.value = value_slice
-                node.swa.value = self.allocator.translate_loc_from_full_to_swa(value_slice)
+                if node.full.lock_ref and self.variant.recovers_under_full_lock:
+                    # _restore_device_value_with_locked_full: the locked Full slots stay and take the incoming SWA
+                    # slots; the incoming Full slots are freed (Full only)
+                    self.allocator.remap(node.full.value, value_slice)
+                else:
+                    self.allocator.free(node.full.value)
+                    node.full.value = value_slice
+                node.swa.value = self.allocator.translate_loc_from_full_to_swa(node.full.value)
                 node.swa_lru_time = self.now()
-                self.swa_evictable_size_ += len(value_slice)
+                if node.swa.lock_ref:  # set_component_device_value: a value materialized under lock is protected
+                    self.swa_protected_size_ += len(value_slice)
+                else:
+                    self.swa_evictable_size_ += len(value_slice)
                 consumed_from = 0
             dup_start = max(0, prev_prefix_len - total)
             if dup_start < consumed_from:
@@ -285,16 +309,17 @@ class UnifiedRadixCache:
             cur.full.lock_ref += 1
             cur = cur.parent
         cur, locked, swa_uuid = node, 0, None  # SWAComponent.acquire_component_lock
+        segment = self.variant.swa_lock_covers_tombstones
         while cur is not self.root_node and locked < self.sliding_window_size:
             cd = cur.swa
-            if cd.value is None:
+            if cd.value is None and not segment:
                 cur = cur.parent
                 continue
-            if cd.lock_ref == 0:
+            if cd.lock_ref == 0 and cd.value is not None:
                 self.swa_evictable_size_ -= len(cur.key)
                 self.swa_protected_size_ += len(cur.key)
             cd.lock_ref += 1
-            locked += len(cd.value)
+            locked += len(cur.key)
             if locked >= self.sliding_window_size:
                 if cd.uuid is None:
                     cd.uuid = next(self.uuids)
@@ -318,9 +343,12 @@ class UnifiedRadixCache:
         while cur is not self.root_node:
             cd = cur.swa
             if cd.lock_ref == 0:
+                if self.variant.swa_lock_covers_tombstones:  # every segment node was counted: assert ref > 0
+                    self.problems.append(f"node {list(cur.path())}: swa segment release at lock_ref 0")
+                    return
                 cur = cur.parent
                 continue
-            if cd.lock_ref == 1:
+            if cd.lock_ref == 1 and cd.value is not None:
                 self.swa_evictable_size_ += len(cd.value)
                 self.swa_protected_size_ -= len(cd.value)
             cd.lock_ref -= 1
@@ -331,15 +359,19 @@ class UnifiedRadixCache:
     def dec_swa_lock_only(self, node: UnifiedTreeNode, swa_uuid_for_lock: int | None) -> None:
         """`UnifiedRadixCache.dec_swa_lock_only` -> `SWAComponent.release_window_lock` (new in 0.5.14)."""
         cur = node
+        segment = self.variant.swa_lock_covers_tombstones
         while cur is not self.root_node:
             cd = cur.swa
-            if cd.value is None or cd.lock_ref == 0:
+            if segment and cd.lock_ref == 0:  # release_window_lock asserts lock_ref > 0
+                self.problems.append(f"node {list(cur.path())}: swa window release at lock_ref 0")
+                return
+            if not segment and (cd.value is None or cd.lock_ref == 0):
                 if swa_uuid_for_lock and cd.uuid == swa_uuid_for_lock:
                     break
                 cur = cur.parent
                 continue
             cd.lock_ref -= 1
-            if cd.lock_ref == 0:
+            if cd.lock_ref == 0 and cd.value is not None:
                 self.swa_protected_size_ -= len(cur.key)
                 self.swa_evictable_size_ += len(cur.key)
                 if self._is_device_leaf(cur):
@@ -447,9 +479,9 @@ class UnifiedRadixCache:
             self.swa_protected_size_)
 
     @classmethod
-    def thaw(cls, s: UnifiedTreeState, allocator: SWATokenToKVPoolAllocator,
-             sliding_window_size: int) -> "UnifiedRadixCache":
-        tree = cls(allocator, sliding_window_size)
+    def thaw(cls, s: UnifiedTreeState, allocator: SWATokenToKVPoolAllocator, sliding_window_size: int,
+             variant: UnifiedSwaVariant = SWA_FIXED) -> "UnifiedRadixCache":
+        tree = cls(allocator, sliding_window_size, variant)
         by_path = {(): tree.root_node}
         for ns in s.nodes:
             node = UnifiedTreeNode(ns.last_access)

@@ -154,3 +154,21 @@ def test_processes_fetching_one_release_at_once_see_one_whole_wheel(tmp_path, mo
     for t in threads:
         t.join()
     assert got == [["vllm/__init__.py", "vllm/x.py"]] * 2 and calls == ["vllm"]
+
+
+def test_an_optional_upstream_file_absent_from_a_release_loads_nothing(tmp_path):
+    """A file a later release split out (`Upstream.optional`): absent, the target still runs with nothing of it;
+    a required file absent is "not present"; an optional one loads no names."""
+    from types import SimpleNamespace
+
+    from kvsim.conform.run import load_upstream
+    from kvsim.conform.source import EngineSource
+    from kvsim.engine.conformance.declare import Upstream
+    from kvsim.engine.conformance.runner import NotPresent
+
+    source = EngineSource("sglang", "0.0.1", tmp_path, "test tree")
+    assert load_upstream(source, Upstream("sglang/later/package.py", (), optional=True)) == SimpleNamespace()
+    with pytest.raises(NotPresent, match="sglang/later/package.py: absent in"):
+        load_upstream(source, Upstream("sglang/later/package.py", ()))
+    with pytest.raises(ValueError, match="an optional file loads no names"):
+        Upstream("sglang/later/package.py", ("f",), optional=True)

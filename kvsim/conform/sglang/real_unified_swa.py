@@ -1,6 +1,14 @@
 """SGLang's real `UnifiedRadixCache` with its Full and SWA components over a real `SWATokenToKVPoolAllocator`
 (page size 1, CPU tensors), imported from a release (`kvsim.conform.installed`, engine "sglang": 0.5.13 before
-#28161, 0.5.14 after), driven in the child (`kvsim.conform.installed_child`).
+#28161, 0.5.14 to 0.5.16 and 0.5.23 after), driven in the child (`kvsim.conform.installed_child`).
+
+One driver for every release; where 0.5.20 moved a name, `Api` looks it up per release. 0.5.13 to 0.5.16 keep the
+tree's nodes on the cache (`cache.root_node`, a match answers a node, locks take nodes, `ComponentType` in
+`unified_cache_components/tree_component.py`); 0.5.20 moved them into the package `mem_cache/unified_cache/` (the
+Python `UnifiedTreeCore`, `cache.tree_core`, asked for by name: the release's default is a Rust core, another
+implementation), where a match and a lock answer `NodeId`s, `inc_lock_ref` a receipt whose SWA boundary uuid is
+`component_lock_uuids[SWA]`, `dec_lock_ref` takes that receipt back, and the early release is
+`release_swa(TreeLock)` (what `release_swa_prefix_lock` calls; 0.5.14 to 0.5.16: `dec_swa_lock_only`).
 
 The allocator's KV pool is `SwaPoolStub`, a `BaseSWAKVPool` holding only the full-to-SWA index mapping the
 allocator registers and translating through it (the allocator reads nothing else of it at page size 1). A node
@@ -60,18 +68,43 @@ def swa_pool_stub() -> Any:
     return SwaPoolStub()
 
 
+class Api:
+    """The release's names for what the driver calls (the two layouts above)."""
+
+    def __init__(self) -> None:
+        try:  # 0.5.23: the package unified_cache/
+            from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
+            self.tree_core = True
+        except ImportError:  # 0.5.13 to 0.5.16
+            from sglang.srt.mem_cache.unified_cache_components.tree_component import ComponentType
+            self.tree_core = False
+        self.FULL, self.SWA = ComponentType.FULL, ComponentType.SWA
+
+    def core(self, cache: Any) -> Any:
+        """What holds the tree, its nodes and sizes."""
+        return cache.tree_core if self.tree_core else cache
+
+    def node(self, cache: Any, handle: Any) -> Any:
+        """A node a match or lock names (0.5.23: a NodeId)."""
+        return cache.tree_core.node_by_id(handle) if self.tree_core else handle
+
+    def handle(self, node: Any) -> Any:
+        return node.id if self.tree_core else node
+
+
 class UnifiedSwaDriver(SlotOps):
     """One real unified tree and SWA allocator at a time, answering the requests above."""
 
     def __init__(self) -> None:
         self.cache: Any = None
         self.allocator: Any = None
+        self.api: Any = None
 
     def handle(self, op: str, args: Mapping[str, Any]) -> Any:
         return dispatch(self, op, args, OPS, self.cache is not None, "cache", "dump")
 
     def _node(self, path: list[int]) -> Any:
-        node, rest = self.cache.root_node, tuple(path)
+        node, rest = self.api.core(self.cache).root_node, tuple(path)
         while rest:
             child = node.children.get(rest[0])
             if child is None or tuple(child.key.token_ids) != rest[:len(child.key)]:
@@ -91,20 +124,26 @@ class UnifiedSwaDriver(SlotOps):
         import torch
         from sglang.srt.mem_cache.allocator.swa import SWATokenToKVPoolAllocator
         from sglang.srt.mem_cache.cache_init_params import CacheInitParams
-        from sglang.srt.mem_cache.unified_cache_components.tree_component import ComponentType
         from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 
+        self.api = api = Api()
         self.allocator = SWATokenToKVPoolAllocator(size, size_swa, 1, torch.int64, "cpu", swa_pool_stub(), False)
-        self.cache = UnifiedRadixCache(CacheInitParams(
-            disable=False, req_to_token_pool=None, token_to_kv_pool_allocator=self.allocator, page_size=1,
-            sliding_window_size=sliding_window_size, tree_components=(ComponentType.FULL, ComponentType.SWA)))
+        params = dict(disable=False, req_to_token_pool=None, token_to_kv_pool_allocator=self.allocator, page_size=1,
+                      sliding_window_size=sliding_window_size, tree_components=(api.FULL, api.SWA))
+        if api.tree_core:
+            params["tree_core_backend"] = "python"
+        self.cache = UnifiedRadixCache(CacheInitParams(**params))
         return self.op_dump()
 
     def op_match(self, tokens: list[int]) -> Any:
         from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
 
         match = self.cache.match_prefix(MatchPrefixParams(key=self._key(tokens)))
-        return {"indices": match.device_indices.tolist(), "node": self._path(match.last_device_node)}
+        if self.api.tree_core:
+            indices = self.cache.path_device_indices(match.last_device_node)[:match.device_prefix_len]
+        else:
+            indices = match.device_indices
+        return {"indices": indices.tolist(), "node": self._path(self.api.node(self.cache, match.last_device_node))}
 
     def op_insert(self, tokens: list[int], indices: list[int], prev_prefix_len: int) -> Any:
         from sglang.srt.mem_cache.base_prefix_cache import InsertParams
@@ -114,19 +153,37 @@ class UnifiedSwaDriver(SlotOps):
         return {"prefix_len": int(result.prefix_len)}
 
     def op_lock(self, node: list[int]) -> Any:
-        return self.cache.inc_lock_ref(self._node(node)).swa_uuid_for_lock
+        result = self.cache.inc_lock_ref(self.api.handle(self._node(node)))
+        if self.api.tree_core:
+            return result.component_lock_uuids.get(self.api.SWA)
+        return result.swa_uuid_for_lock
 
-    def op_unlock(self, node: list[int], swa_uuid_for_lock: int | None, skip_swa: bool = False) -> Any:
+    def _receipt(self, node: Any, swa_uuid_for_lock: int | None) -> Any:
+        """What the release takes back: the uuid (0.5.14 to 0.5.16), or the lock's receipt (0.5.23: the anchor
+        node and each component's boundary, Full's at the root)."""
         from sglang.srt.mem_cache.base_prefix_cache import DecLockRefParams
 
-        params = DecLockRefParams(swa_uuid_for_lock=swa_uuid_for_lock)
+        if not self.api.tree_core:
+            return DecLockRefParams(swa_uuid_for_lock=swa_uuid_for_lock)
+        return DecLockRefParams(node_id=node.id, component_lock_uuids={self.api.FULL: None,
+                                                                       self.api.SWA: swa_uuid_for_lock})
+
+    def op_unlock(self, node: list[int], swa_uuid_for_lock: int | None, skip_swa: bool = False) -> Any:
+        n = self._node(node)
+        params = self._receipt(n, swa_uuid_for_lock)
         if skip_swa:  # cache_finished_req passes it from 0.5.14 on, for a request released early
-            self.cache.dec_lock_ref(self._node(node), params, skip_swa=True)
+            self.cache.dec_lock_ref(self.api.handle(n), params, skip_swa=True)
         else:
-            self.cache.dec_lock_ref(self._node(node), params)
+            self.cache.dec_lock_ref(self.api.handle(n), params)
         return None
 
     def op_release_window(self, node: list[int], swa_uuid_for_lock: int | None) -> Any:
+        if self.api.tree_core:  # release_swa_prefix_lock -> release_swa(req.lock)
+            from sglang.srt.mem_cache.base_prefix_cache import TreeLock
+
+            n = self._node(node)
+            self.cache.release_swa(TreeLock(n.id, self._receipt(n, swa_uuid_for_lock)))
+            return True
         if not hasattr(self.cache, "dec_swa_lock_only"):  # maybe_evict_swa's guard
             return False
         self.cache.dec_swa_lock_only(self._node(node), swa_uuid_for_lock)
@@ -139,11 +196,10 @@ class UnifiedSwaDriver(SlotOps):
         return {"full": int(result.num_tokens_evicted), "swa": int(result.swa_num_tokens_evicted)}
 
     def op_dump(self) -> Any:
-        from sglang.srt.mem_cache.unified_cache_components.tree_component import ComponentType
-
-        full_t, swa_t = ComponentType.FULL, ComponentType.SWA
+        full_t, swa_t = self.api.FULL, self.api.SWA
+        core = self.api.core(self.cache)
         rows = []
-        stack = [((), c) for c in self.cache.root_node.children.values()]
+        stack = [((), c) for c in core.root_node.children.values()]
         while stack:
             path, n = stack.pop()
             path = path + tuple(n.key.token_ids)
@@ -152,13 +208,12 @@ class UnifiedSwaDriver(SlotOps):
                          "swa_value": None if swa.value is None else swa.value.tolist(),
                          "swa_lock_ref": swa.lock_ref, "swa_uuid": swa.metadata.get("uuid")})
             stack.extend((path, c) for c in n.children.values())
-        c = self.cache
         return {"nodes": sorted(rows, key=lambda r: r["path"]),
                 "full_free": self.allocator.full_attn_allocator.free_pages.tolist(),
                 "swa_free": self.allocator.swa_attn_allocator.free_pages.tolist(),
                 "full_available": int(self.allocator.full_available_size()),
                 "swa_available": int(self.allocator.swa_available_size()),
-                "full_evictable": int(c.component_evictable_size_[full_t]),
-                "full_protected": int(c.component_protected_size_[full_t]),
-                "swa_evictable": int(c.component_evictable_size_[swa_t]),
-                "swa_protected": int(c.component_protected_size_[swa_t])}
+                "full_evictable": int(core.component_evictable_size_[full_t]),
+                "full_protected": int(core.component_protected_size_[full_t]),
+                "swa_evictable": int(core.component_evictable_size_[swa_t]),
+                "swa_protected": int(core.component_protected_size_[swa_t])}

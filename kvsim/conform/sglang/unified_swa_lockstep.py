@@ -11,9 +11,12 @@ the scheduler's own calls only (`match_prefix`, `insert`, `inc_lock_ref`, `dec_l
 model full slot stands for the real slot the same `alloc` answered (`slots`), a model uuid for the real one the
 same node carries (`uuids`); SWA slots are compared by presence and count only (a tombstone is `None` on both).
 
-Release 0.5.13 runs against variant `pre_28161`, 0.5.14 against `fixed`: on each the real answers and trees are
+Each release runs against the variant of its code (`RELEASES`): 0.5.13 `pre_28161`, 0.5.14
+`pre_locked_full_recovery`, 0.5.15 to 0.5.19 `fixed`, 0.5.20 on `tree_core`; on each the real answers and trees are
 the model's, so `swa_lock_within_window`, read on the real tree, fails on 0.5.13 (the early release does not run)
-and holds on 0.5.14.
+and holds from 0.5.14 on. The full pool's free order is not the model's (the real allocator appends a freed slot,
+the model takes the lowest): the slot names follow each allocation, a real slot handed out again dropping the
+model name it had.
 """
 
 from __future__ import annotations
@@ -28,8 +31,10 @@ from kvsim.engine.conformance.declare import release_tuple
 from kvsim.models.radix_cache.swa_system import UnifiedSwaState, UnifiedSwaSystem
 from kvsim.models.radix_cache.unified_swa import NodeState, SWATokenToKVPoolAllocator, UnifiedRadixCache
 
-RELEASES = ((None, "pre_28161"), ("0.5.14", "fixed"))  # #28161 first shipped in 0.5.14
-LAST = "0.5.14"
+# #28161 first shipped in 0.5.14, the locked-Full tombstone recovery in 0.5.15, the TreeCore (segment locks, #38482)
+# in 0.5.20; the unified cache's first release here is 0.5.13
+RELEASES = ((None, "pre_28161"), ("0.5.14", "pre_locked_full_recovery"), ("0.5.15", "fixed"), ("0.5.20", "tree_core"))
+FIRST = "0.5.13"
 DRIVER = "kvsim.conform.sglang.real_unified_swa:UnifiedSwaDriver"
 TREE_OPS = ("match_prefix", "insert", "inc_lock_ref", "dec_lock_ref", "evict")
 ALLOC_OPS = ("alloc", "free")
@@ -37,7 +42,9 @@ ALLOC_OPS = ("alloc", "free")
 
 STEPS = 24
 SMALL = {"prompts": "0,1,0", "sliding_window_size": 1, "num_swa_slots": 4, "num_slots": 5, "max_tokens": 2}
-CONFIGS = ({}, SMALL, {**SMALL, "num_slots": 4})  # the model tests' default, tombstones, and pressure
+# the model tests' default, tombstones, pressure, and two families in a window of 2 (a match crossing a tombstone
+# into a node shorter than the window: the SWA validator's restart after a tombstone)
+CONFIGS = ({}, SMALL, {**SMALL, "num_slots": 4}, {"prompts": "0,1", "num_swa_slots": 6, "num_slots": 6})
 
 
 class Recording(UnifiedSwaSystem):
@@ -153,6 +160,8 @@ class RealSide:
         if op == "alloc":
             real = c.call("alloc", n=args[0])
             if real is not None and answer is not None and len(real) == len(answer):
+                for name in [k for k, v in slot.items() if v in real]:  # a freed real slot handed out again
+                    del slot[name]
                 slot.update(zip(answer, real))
             return [op, None if real is None else self._named(real)]
         if op == "free":
@@ -221,9 +230,8 @@ def verdicts_on_real(child: Any, variant: str, program: Iterable[tuple], values:
 
 def skip(ctx: Context) -> tuple[str, str] | None:
     version = release_tuple(ctx.source.version)
-    if version is None or version > release_tuple(LAST):  # type: ignore[operator]
-        return ("skipped", f"{ctx.source.label}: the driver's unified cache is 0.5.13's and 0.5.14's (the releases "
-                           f"across #28161); later releases are not run yet")
+    if version is None or version < release_tuple(FIRST):  # type: ignore[operator]
+        return ("skipped", f"{ctx.source.label}: the driver's unified cache is that of {FIRST} and later releases")
     return None
 
 

@@ -30,12 +30,19 @@ class Upstream:
 
     `checked`: the definitions the target checks ("fn", "Class" or "Class.method"), whose lines its coverage
     counts and its mutants change; None means every name in `names`, () none (a file loaded only to drive the
-    checked one). Helpers the loader brings along transitively are run, not counted.
+    checked one). Helpers the loader brings along transitively are run, not counted. `optional`: a file only some
+    releases have (a package a later release split out; it loads no `names`): a release without it still runs the
+    target, with nothing of that file counted or mutated.
     """
 
     file: str
     names: tuple[str, ...]
     checked: tuple[str, ...] | None = None
+    optional: bool = False
+
+    def __post_init__(self) -> None:
+        if self.optional and self.names:
+            raise ValueError(f"upstream {self.file}: an optional file loads no names, got {self.names}")
 
     @property
     def checked_names(self) -> tuple[str, ...]:

@@ -190,3 +190,53 @@ def test_the_bug_report_holds():
     result = reproduce(catalog.load().bug("sglang-28161-unified-swa-window-lock-kept"))
     assert result.ok and result.reproduced and result.fixed_passes
     assert [tuple(a) for a in result.counterexample["trace"]] == [("admit", 0), ("decode", 0), ("decode", 0)]
+
+
+# -- the flags of the later releases (0.5.15's locked-Full recovery, 0.5.20's TreeCore), on the tree directly -------
+def _tree(variant):  # type: ignore[no-untyped-def]
+    """A window of 1 over [1, 2, 3] (slots 1-3), then [1, 2, 4] (slot 4): the split leaves [1, 2] above both."""
+    tree = UnifiedRadixCache(SWATokenToKVPoolAllocator(8, 8), 1, SWA_DESCRIPTOR.variants[variant])
+    tree.insert((1, 2, 3), tree.allocator.alloc(3), 0)
+    tree.insert((1, 2, 4), (1, 2) + tree.allocator.alloc(1), 2)
+    return tree
+
+
+@pytest.mark.parametrize("variant, child_first", [("fixed", False), ("tree_core", True)])
+def test_a_split_keeps_the_suffix_recency_from_0_5_20(variant, child_first):
+    tree = _tree(variant)
+    tree.match_prefix((1, 2, 4))  # [1, 2, 4] most recent, [1, 2, 3] least
+    tree.match_prefix((1,))  # splits [1, 2] into [1] and [2]: the suffix [2] keeps its place (#38482) or not
+    order = [n.path() for n in sorted(tree.all_nodes(), key=lambda n: n.swa_lru_time)]
+    assert (order.index((1, 2)) < order.index((1, 2, 4))) == child_first
+    assert order[-1] == (1,)  # the matched prefix: most recent either way (the match's window refresh)
+
+
+@pytest.mark.parametrize("variant, locks", [("fixed", (1, 0)), ("tree_core", (0, 1))])
+def test_the_swa_segment_lock_counts_tombstones_from_0_5_20(variant, locks):
+    tree = UnifiedRadixCache(SWATokenToKVPoolAllocator(8, 8), 2, SWA_DESCRIPTOR.variants[variant])
+    tree.insert((1, 2, 3), tree.allocator.alloc(3), 0)  # [1] and the window leaf [2, 3]
+    tree._evict_swa_component(tree.node_at((1, 2, 3)))  # [2, 3] tombstoned
+    tree.insert((1, 2, 3, 4), tree.path_device_indices(tree.node_at((1, 2, 3))) + tree.allocator.alloc(1), 3)
+    uuid = tree.inc_lock_ref(tree.node_at((1, 2, 3, 4)))  # [4], then [2, 3] counted (0.5.20) or skipped for [1]
+    assert (tree.node_at((1,)).swa.lock_ref, tree.node_at((1, 2, 3)).swa.lock_ref) == locks
+    tree.dec_lock_ref(tree.node_at((1, 2, 3, 4)), uuid)
+    assert [n.swa.lock_ref for n in tree.all_nodes()] == [0, 0, 0] and tree.problems == []
+    assert tree.swa_protected_size_ == 0 and tree.swa_evictable_size_ == 2
+
+
+@pytest.mark.parametrize("variant", ["fixed", "pre_locked_full_recovery"])
+def test_a_tombstone_under_a_full_lock_is_recovered_without_freeing_the_locked_slots(variant):
+    tree = _tree(variant)
+    held = tree.node_at((1, 2)).full.value
+    tree.inc_lock_ref(tree.node_at((1, 2, 3)))  # another request's Full lock on [1, 2]
+    tree.node_at((1, 2)).swa.lock_ref = 0
+    tree._evict_swa_component(tree.node_at((1, 2)))
+    fresh = tree.allocator.alloc(3)
+    tree.insert((1, 2, 5), fresh, 0)  # a request that matched nothing recovers the tombstone [1, 2]
+    node = tree.node_at((1, 2))
+    if variant == "fixed":  # the locked slots stay and take the fresh SWA slots; the fresh Full slots go back
+        assert node.full.value == held and set(fresh[:2]) <= tree.allocator.full_free
+        assert not set(held) & tree.allocator.full_free and node.swa.value is not None
+    else:  # 0.5.14: the locked Full slots are freed while the other request's row holds them
+        assert node.full.value == fresh[:2] and set(held) <= tree.allocator.full_free
+    assert tree.allocator.problems == []
