@@ -159,8 +159,11 @@ def render(bug: BugReport, result: ReproResult, seed: int = 0) -> str:
     if not result.reproduced or ce is None:
         out += ["The check did not fail: no counterexample.", ""]
     elif "trace" in ce:
-        out += [f"Found by exhaustive search of `{bug.model}` on variant `{bug.variant}` ({result.examples} states); "
-                f"{len(ce['trace'])} steps from the initial state:", ""]
+        where = f"of `{bug.model}` on variant `{bug.variant}`"
+        how = (f"exhaustive search {where} ({result.examples} states)" if ce.get("kind") == "hang" else
+               f"a breadth-first search {where}, stopped at the first violating state ({result.examples} states "
+               f"searched, so no shorter path exists)")
+        out += [f"Found by {how}; {len(ce['trace'])} steps from the initial state:", ""]
         for n, (action, effects) in enumerate(steps(bug, ce["trace"], run), 1):
             out.append(f"{n}. {action}" + (f" — {'; '.join(effects)}" if effects else ""))
         what = "a hang: no done state is reachable from here" if ce.get("kind") == "hang" else "the invariant fails here"
