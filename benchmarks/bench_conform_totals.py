@@ -2,6 +2,7 @@
 
     python benchmarks/bench_conform_totals.py --base /work/wt-cfast-base [--pairs 3] [--engines vllm,sglang]
         [--args "--workers 2"] [--base-args ""] [--keep DIR] [--json]
+    python benchmarks/bench_conform_totals.py --base /work/wt-cfast-base --per-call [--pairs 5]
 
 Each pair runs the baseline's `kvsim conform ENGINE --json` and this tree's, one after the other (the order
 alternates from pair to pair, so a load that drifts falls on both sides alike), each with its own interpreter
@@ -12,6 +13,10 @@ min / median / max of wall and CPU, the ratio this tree / baseline of the median
 machine, same session), and the per-target medians side by side. The statuses of both sides are printed too, so a
 faster run that checks less is seen (a target "incomplete" or "not run" is not a like-for-like pair), and whether
 each pair's reports are the same but for their times (`same reports`). `--keep DIR` keeps every run's JSON.
+
+`--per-call`: the frame's own cost of one check, in each tree's interpreter, alternated: microseconds of
+`capture(fn, seconds=30)` around a function that returns at once (the per-call deadline and answer capture), and of
+`EXACT.difference` on two equal answers shaped as compute_head_slice_params's (a record of ten integers).
 """
 
 from __future__ import annotations
@@ -34,6 +39,40 @@ HERE = Path(__file__).resolve().parent.parent
 def without_times(doc: dict[str, Any]) -> list[dict[str, Any]]:
     """A report's results less what the clock decides (seconds, the slowest call), to compare two runs."""
     return [{k: v for k, v in r.items() if k not in ("seconds", "slowest_call")} for r in doc.get("results", [])]
+
+
+PER_CALL = """
+import json, time
+from kvsim.engine.conformance.answers import capture
+from kvsim.engine.conformance.compare import EXACT
+f = lambda: 1
+answer = {"ok": True, "params": {k: i for i, k in enumerate("abcdefghij")}}
+other = json.loads(json.dumps(answer))
+out = {}
+for name, fn in (("capture", lambda: capture(f, seconds=30.0)), ("compare", lambda: EXACT.difference(answer, other))):
+    n = 20000
+    began = time.perf_counter()
+    for _ in range(n):
+        fn()
+    out[name] = (time.perf_counter() - began) / n * 1e6
+print(json.dumps(out))
+"""
+
+
+def per_call(sides: dict[str, tuple[str, Path, list[str]]], pairs: int) -> int:
+    seen: dict[str, dict[str, list[float]]] = {"base": {}, "this": {}}
+    for pair in range(pairs):
+        for side in (("base", "this") if pair % 2 == 0 else ("this", "base")):
+            python, tree, _ = sides[side]
+            done = subprocess.run([python, "-c", PER_CALL], cwd=tree, capture_output=True, text=True, check=True)
+            for name, us in json.loads(done.stdout).items():
+                seen[side].setdefault(name, []).append(us)
+    print(f"per call, microseconds (min / median / max of {pairs} alternated pairs; load {os.getloadavg()[0]:.1f})")
+    for name in seen["base"]:
+        b, t = spread(seen["base"][name]), spread(seen["this"][name])
+        print(f"  {name:<8} base {b['min']:7.1f} {b['median']:7.1f} {b['max']:7.1f}   this {t['min']:7.1f} "
+              f"{t['median']:7.1f} {t['max']:7.1f}   this/base {t['median'] / b['median']:.3f}")
+    return 0
 
 
 def run_once(python: str, tree: Path, engine: str, extra: list[str]) -> dict[str, Any]:
@@ -67,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--engines", default="vllm,sglang")
     parser.add_argument("--args", default="", help="extra arguments of this tree's runs (say, --workers 2)")
     parser.add_argument("--base-args", default="", help="extra arguments of the baseline's runs")
+    parser.add_argument("--per-call", action="store_true", help="only the per-check cost of the frame (above)")
     parser.add_argument("--keep", type=Path, help="a folder for every run's JSON (ENGINE-SIDE-PAIR.json)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
@@ -75,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     base_python = str(args.base / ".venv" / "bin" / "python")
     sides = {"base": (base_python, args.base.resolve(), shlex.split(args.base_args)),
              "this": (sys.executable, HERE, shlex.split(args.args))}
+    if args.per_call:
+        return per_call(sides, args.pairs)
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for engine in args.engines.split(","):
         runs[engine] = {"base": [], "this": []}

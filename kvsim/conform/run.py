@@ -175,8 +175,8 @@ def _run_batch(indexes: list[int]) -> tuple[list[tuple[int, TargetResult]], Base
 
 
 def _worker_start() -> None:
-    """A worker's start: signals as `asking_worker_signals` says, and its kernel and real-import children closed
-    when it ends."""
+    """A worker's start: signals as `asking_worker_signals` says, its kernel and real-import children closed when
+    it ends, and killed when it is ended (SIGTERM: the run's budget was spent while it was busy)."""
     from multiprocessing.util import Finalize
 
     from kvsim.engine.interrupt import asking_worker_signals
@@ -184,14 +184,31 @@ def _worker_start() -> None:
     from . import installed_child, triton_child
 
     asking_worker_signals()
+    signal.signal(signal.SIGTERM, _end_worker)
     Finalize(None, triton_child.close_shared, exitpriority=10)
     Finalize(None, installed_child.close_shared, exitpriority=10)
+
+
+def _end_worker(signum: int, frame: Any) -> None:
+    from . import installed_child, triton_child
+    from .child import kill
+
+    for shared in (triton_child._SHARED, installed_child._SHARED):
+        for child in list(shared.values()):
+            if child.process is not None:
+                kill(child.process)
+    os._exit(128 + signum)
+
+
+GRACE_S = 2.0  # seconds past the run's budget after which a worker still busy (an import, a call) is ended
 
 
 def _on_workers(targets: list[ConformTarget], source: EngineSource, descriptors: Any, options: Options,
                 measure: bool, workers: int) -> list[TargetResult]:
     """The batches on `workers` forked processes, the results in the targets' order. A stop asked of this
-    process is passed on to the workers as SIGINT (Ctrl-C reaches them already); each stops at its next check."""
+    process is passed on to the workers as SIGINT (Ctrl-C reaches them already); each stops at its next check.
+    A batch still running `GRACE_S` after the run's budget (a release's import does not stop between calls) is
+    ended with its worker, its targets `incomplete`."""
     import multiprocessing as mp
 
     from kvsim.engine.interrupt import asked
@@ -203,24 +220,38 @@ def _on_workers(targets: list[ConformTarget], source: EngineSource, descriptors:
     try:
         chunks = batches(targets)
         with mp.get_context("fork").Pool(min(workers, len(chunks)), initializer=_worker_start) as pool:
-            running = pool.map_async(_run_batch, chunks, chunksize=1)
+            pending = {k: pool.apply_async(_run_batch, (chunk,)) for k, chunk in enumerate(chunks)}
             passed = False
-            while not running.ready():
-                running.wait(0.25)
+            while pending:
+                next(iter(pending.values())).wait(0.1)
+                for k in [k for k, r in pending.items() if r.ready()]:
+                    done, exc = pending.pop(k).get()
+                    found.update(done)
+                    stopped = stopped or exc
                 if asked() and not passed:
                     passed = True
                     for worker in mp.active_children():
                         os.kill(worker.pid, signal.SIGINT)
-            for done, exc in running.get():
-                found.update(done)
-                stopped = stopped or exc
-            pool.close()  # the workers end on their own, closing their children (`_worker_start`)
+                if pending and options.until is not None and time.monotonic() > options.until + GRACE_S:
+                    break
+            if pending:
+                pool.terminate()  # (each worker kills its children as it goes: `_end_worker`)
+            else:
+                pool.close()  # the workers end on their own, closing their children (`_worker_start`)
             pool.join()
     finally:
         _JOB = None
     if stopped is not None:
         raise stopped
-    return [found[i] for i in range(len(targets))]
+    return [found[i] if i in found else _ended(targets[i], source) for i in range(len(targets))]
+
+
+def _ended(target: ConformTarget, source: EngineSource) -> TargetResult:
+    result = TargetResult(target.name, source.version, engine=target.engine, files=list(target.files),
+                          subject=subject(source))
+    result.status = "incomplete"
+    result.note = "--max-seconds was spent while its worker ran it (the worker was ended)"
+    return result
 
 
 def upstream_texts(target: ConformTarget, source: EngineSource) -> Iterator[tuple[Upstream, str]]:

@@ -98,6 +98,20 @@ def test_a_hang_on_a_worker_is_stopped_by_the_per_call_deadline(tmp_path):
     assert lockstep.status == "conforms"
 
 
+def test_a_worker_still_busy_past_the_runs_budget_is_ended_and_its_target_incomplete(tmp_path):
+    """`--max-seconds` with workers: a target stuck where no budget check comes (here a hang under a deadline far
+    longer than the budget) does not hold the run; its worker is ended and the target reported `incomplete`."""
+    from kvsim.conform.run import run_targets
+    from kvsim.conform.targets import descriptors
+
+    source = _source(tmp_path, ("        start += size\n", "        start = size\n"))
+    options = replace(OPTIONS, call_timeout=600.0, until=time.monotonic() + 1.0)
+    hung, lockstep = run_targets([target("DIFF"), target("LOCKSTEP", names=("Counter",))], source, descriptors(),
+                                 options, workers=2)
+    assert hung.status == "incomplete" and "worker was ended" in hung.note
+    assert lockstep.status in ("conforms", "incomplete", "not run")
+
+
 def test_kernel_targets_share_one_child_until_another_source_asks_for_one(tmp_path):
     """One kernel child per process (torch and triton imported once a run): the next target gets the same one;
     after a hang (which ended it) the next call starts a fresh one; another source's target closes it."""
