@@ -62,6 +62,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-seconds", type=positive_float("--max-seconds"), default=DEFAULT_MAX_SECONDS,
                         metavar="S", help="the whole run's budget: targets stop between two calls, what ran is "
                         "reported (exit 3 if nothing diverged) (default: %(default)s)")
+    parser.add_argument("--workers", type=positive_int("--workers"), default=1, metavar="N",
+                        help="run the targets on N worker processes (the report keeps the targets' order; the "
+                             "targets of one real-import child run on one worker) (default: %(default)s)")
     parser.add_argument("--coverage", action="store_true",
                         help="also report, per target, the lines of the checked upstream definitions the run "
                              "executed (default: off)")
@@ -153,7 +156,7 @@ def _conform(args: argparse.Namespace, started: float) -> int:
     if chosen:
         _present(source, chosen)
     with stopping_on_signals():
-        results = run_all(chosen, source, options) if not args.coverage else _measured(chosen, source, options)
+        results = run_all(chosen, source, options, workers=args.workers, measure=args.coverage)
     doc = {"engine": source.engine, "version": source.version, "origin": source.origin,
            "subject": "upstream" if results and results[0].subject == "upstream" else "code under test",
            "results": [to_json(r) for r in results], "targets": _listing(chosen),
@@ -163,13 +166,6 @@ def _conform(args: argparse.Namespace, started: float) -> int:
     _print(args, doc, lambda: format_results(source, results) if chosen else
            f"kvsim conform {source.engine}: no target's upstream files are among the changed files")
     return exit_code(results, chosen=named)
-
-
-def _measured(chosen: list[Any], source: EngineSource, options: Any) -> list[Any]:
-    from .run import run_targets
-    from .targets import descriptors
-
-    return run_targets(chosen, source, descriptors(), options, measure=True)
 
 
 def _listing(chosen: list[Any]) -> list[dict[str, Any]]:

@@ -9,13 +9,18 @@ from kvsim.engine.errors import ConfigError
 
 from .releases import bug_rows, format_bug_rows
 from .source import EngineSource, resolve_source
-from .targets import Options, TargetResult, run_target
+from .targets import Options, TargetResult, run_target  # noqa: F401 - run_target re-exported
 
 WIDTH = 160
 
 
-def run_all(targets: Sequence[Any], source: EngineSource, options: Options) -> list[TargetResult]:
-    return [run_target(t, source, options) for t in targets]
+def run_all(targets: Sequence[Any], source: EngineSource, options: Options, *, workers: int = 1,
+            measure: bool = False) -> list[TargetResult]:
+    """Every target on `source`, the results in the targets' order (`workers` > 1: on worker processes)."""
+    from .run import run_targets
+    from .targets import descriptors
+
+    return run_targets(targets, source, descriptors(), options, measure=measure, workers=workers)
 
 
 def exit_code(results: Sequence[TargetResult], *, table: bool = False, chosen: bool = False) -> int:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import signal
 import time
 import warnings
 from dataclasses import dataclass, field, replace
@@ -22,6 +24,7 @@ from kvsim.engine.conformance.declare import ConformTarget, Upstream
 from kvsim.engine.conformance.linetrace import LineTrace, coverage, documented_lines, statement_lines
 from kvsim.engine.conformance.result import TargetResult
 from kvsim.engine.conformance.runner import Env, NotPresent, Options, TargetSkipped, run_target
+from kvsim.engine.errors import KvsimError
 
 from .loader import load_definitions, names_in
 from .source import EngineSource
@@ -55,10 +58,10 @@ def load_upstream(source: EngineSource, upstream: Upstream, **loading: Any) -> S
 def environment(target: ConformTarget, source: EngineSource, descriptor: Any, options: Options) -> Env:
     def start_child() -> Any:
         from .loader import MUTANT
-        from .triton_child import KernelChild
+        from .triton_child import shared
 
-        return KernelChild(source, options.device, timeout=options.call_timeout, mutant=MUTANT.get(),
-                           trace=options.trace)
+        return shared(source, options.device, timeout=options.call_timeout, mutant=MUTANT.get(),
+                      trace=options.trace)
 
     @contextlib.contextmanager
     def start_installed(driver: str) -> Iterator[Any]:
@@ -113,9 +116,12 @@ def captured() -> Iterator[Captured]:
 
 
 def run_targets(targets: Sequence[ConformTarget], source: EngineSource, descriptors: Any, options: Options,
-                *, measure: bool = False) -> list[TargetResult]:
-    """Each target on `source`, in order, within the run's budget; with `measure`, each result's coverage of
-    its checked definitions."""
+                *, measure: bool = False, workers: int = 1) -> list[TargetResult]:
+    """Each target on `source`, within the run's budget, the results in the targets' order; with `measure`, each
+    result's coverage of its checked definitions; with `workers` > 1, on that many forked worker processes
+    (`batches`)."""
+    if workers > 1 and len(targets) > 1 and hasattr(os, "fork"):
+        return _on_workers(list(targets), source, descriptors, options, measure, workers)
     results = []
     for target in targets:
         trace = LineTrace() if measure else options.trace
@@ -129,6 +135,125 @@ def run_targets(targets: Sequence[ConformTarget], source: EngineSource, descript
             result.coverage = target_coverage(target, source, trace.executed)
         results.append(result)
     return results
+
+
+def batches(targets: Sequence[ConformTarget]) -> list[list[int]]:
+    """The targets' indexes as a worker runs them, one batch after another: the targets driving the same
+    real-import child together (a worker imports a release once, about 20 s), then each kernel target (a worker's
+    one kernel child serves every kernel target it runs: triton is imported once a worker), then the rest; the
+    longest first, so that the last batch to start is a short one."""
+    installed: dict[str, list[int]] = {}
+    kernel: list[list[int]] = []
+    rest: list[list[int]] = []
+    for i, target in enumerate(targets):
+        try:
+            adapter = target.resolve_adapter()
+        except KvsimError:  # its run reports the error
+            rest.append([i])
+            continue
+        if adapter.installed:
+            installed.setdefault(adapter.installed, []).append(i)
+        else:
+            (kernel if adapter.kernel else rest).append([i])
+    return [*installed.values(), *kernel, *rest]
+
+
+# what a forked worker runs from: (targets, source, descriptors, options, measure), set before the workers fork
+_JOB: tuple[Any, ...] | None = None
+
+
+def _run_batch(indexes: list[int]) -> tuple[list[tuple[int, TargetResult]], BaseException | None]:
+    """One batch in a worker: each result with its index, and what stopped the batch (an interrupt), if anything
+    did (sent back as a value: a pool's worker that raises it would die with its batch)."""
+    assert _JOB is not None
+    targets, source, descriptors, options, measure = _JOB
+    done: list[tuple[int, TargetResult]] = []
+    try:
+        for i in indexes:
+            done.append((i, run_targets([targets[i]], source, descriptors, options, measure=measure)[0]))
+    except KeyboardInterrupt as exc:
+        return done, exc
+    return done, None
+
+
+def _worker_start() -> None:
+    """A worker's start: signals as `asking_worker_signals` says, its kernel and real-import children closed when
+    it ends, and killed when it is ended (SIGTERM: the run's budget was spent while it was busy)."""
+    from multiprocessing.util import Finalize
+
+    from kvsim.engine.interrupt import asking_worker_signals
+
+    from . import installed_child, triton_child
+
+    asking_worker_signals()
+    signal.signal(signal.SIGTERM, _end_worker)
+    Finalize(None, triton_child.close_shared, exitpriority=10)
+    Finalize(None, installed_child.close_shared, exitpriority=10)
+
+
+def _end_worker(signum: int, frame: Any) -> None:
+    from . import installed_child, triton_child
+    from .child import kill
+
+    for shared in (triton_child._SHARED, installed_child._SHARED):
+        for child in list(shared.values()):
+            if child.process is not None:
+                kill(child.process)
+    os._exit(128 + signum)
+
+
+GRACE_S = 2.0  # seconds past the run's budget after which a worker still busy (an import, a call) is ended
+
+
+def _on_workers(targets: list[ConformTarget], source: EngineSource, descriptors: Any, options: Options,
+                measure: bool, workers: int) -> list[TargetResult]:
+    """The batches on `workers` forked processes, the results in the targets' order. A stop asked of this
+    process is passed on to the workers as SIGINT (Ctrl-C reaches them already); each stops at its next check.
+    A batch still running `GRACE_S` after the run's budget (a release's import does not stop between calls) is
+    ended with its worker, its targets `incomplete`."""
+    import multiprocessing as mp
+
+    from kvsim.engine.interrupt import asked
+
+    global _JOB
+    _JOB = (targets, source, descriptors, options, measure)
+    found: dict[int, TargetResult] = {}
+    stopped: BaseException | None = None
+    try:
+        chunks = batches(targets)
+        with mp.get_context("fork").Pool(min(workers, len(chunks)), initializer=_worker_start) as pool:
+            pending = {k: pool.apply_async(_run_batch, (chunk,)) for k, chunk in enumerate(chunks)}
+            passed = False
+            while pending:
+                next(iter(pending.values())).wait(0.1)
+                for k in [k for k, r in pending.items() if r.ready()]:
+                    done, exc = pending.pop(k).get()
+                    found.update(done)
+                    stopped = stopped or exc
+                if asked() and not passed:
+                    passed = True
+                    for worker in mp.active_children():
+                        os.kill(worker.pid, signal.SIGINT)
+                if pending and options.until is not None and time.monotonic() > options.until + GRACE_S:
+                    break
+            if pending:
+                pool.terminate()  # (each worker kills its children as it goes: `_end_worker`)
+            else:
+                pool.close()  # the workers end on their own, closing their children (`_worker_start`)
+            pool.join()
+    finally:
+        _JOB = None
+    if stopped is not None:
+        raise stopped
+    return [found[i] if i in found else _ended(targets[i], source) for i in range(len(targets))]
+
+
+def _ended(target: ConformTarget, source: EngineSource) -> TargetResult:
+    result = TargetResult(target.name, source.version, engine=target.engine, files=list(target.files),
+                          subject=subject(source))
+    result.status = "incomplete"
+    result.note = "--max-seconds was spent while its worker ran it (the worker was ended)"
+    return result
 
 
 def upstream_texts(target: ConformTarget, source: EngineSource) -> Iterator[tuple[Upstream, str]]:

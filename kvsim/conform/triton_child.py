@@ -22,7 +22,9 @@ replacements (`upstream_modules`): everything else stays an inert stub.
 without CUDA answers every request with a skip and its reason.
 
 `KernelChild` is the parent's handle: `with KernelChild(source, "cpu") as child:
-child.call("kvsim.conform.vllm.kernels:run_zero", case)`. The child-side kernel runners live
+child.call("kvsim.conform.vllm.kernels:run_zero", case)`. `shared(source, device, ...)` gives the child of a
+source and device kept for the process's life (closed at exit), so every kernel target of a run shares one
+child and triton and torch are imported once (a mutant's child is its own, and ends with its target). The child-side kernel runners live
 beside their targets ("module:function" under `kvsim.conform`), and import torch and triton
 only when a request runs.
 """
@@ -30,6 +32,8 @@ only when a request runs.
 from __future__ import annotations
 
 import argparse
+import atexit
+import contextlib
 import importlib
 import json
 import os
@@ -37,7 +41,7 @@ import subprocess
 import sys
 import types
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from kvsim.engine.conformance.runner import TargetSkipped
 from kvsim.engine.errors import ConfigError
@@ -252,6 +256,41 @@ class KernelChild(LineChild):
             raise ConfigError(kernel, "upstream definitions that load", answer["error"])
         raised = answer.get("raised") or {"type": "Error", "message": answer["error"], "where": kernel}
         raise Answered(Raised(raised["type"], raised["message"], raised["where"], raised.get("origin", "upstream")))
+
+
+_SHARED: dict[tuple[Any, ...], KernelChild] = {}
+_SHARED_CLOSED_AT_EXIT: list[Any] = []
+
+
+@contextlib.contextmanager
+def shared(source: EngineSource, device: str = "cpu", *, timeout: float | None = None, mutant: Any = None,
+           trace: Any = None) -> Iterator[KernelChild]:
+    """The kernel child of this source and device, started on first use and kept for the next target until a
+    target of another source or device asks for one (a child that hung or died is started again at its next
+    call); with a `mutant`, a child of its own for the block."""
+    if mutant is not None:
+        with KernelChild(source, device, timeout=timeout, mutant=mutant, trace=trace) as own:
+            yield own
+        return
+    key = (source.engine, source.version, str(source.root), source.origin, device, trace is not None)
+    child = _SHARED.get(key)
+    if child is None:
+        if not _SHARED_CLOSED_AT_EXIT:
+            _SHARED_CLOSED_AT_EXIT.append(atexit.register(close_shared))
+        close_shared()  # one kept at a time: a run has one source (`--versions` one after the other), and a test
+        child = _SHARED[key] = KernelChild(source, device, trace=trace)  # session's planted trees must not pile up
+    child.timeout, child.trace = timeout, trace
+    if child.process is None:
+        child._start()
+    try:
+        yield child
+    finally:
+        child.trace = None
+
+
+def close_shared() -> None:
+    while _SHARED:
+        _SHARED.popitem()[1].close()
 
 
 if __name__ == "__main__":

@@ -45,6 +45,13 @@ def raise_if_asked() -> None:
         raise Interrupted()
 
 
+def _ask(signum: int, frame: Any) -> None:
+    """The first signal asks a stop; the next raises KeyboardInterrupt."""
+    if _asked.is_set():
+        raise KeyboardInterrupt
+    _asked.set()
+
+
 @contextmanager
 def stopping_on_signals() -> Iterator[None]:
     """Within: the first SIGINT or SIGTERM asks the search to stop; the next raises KeyboardInterrupt."""
@@ -52,12 +59,7 @@ def stopping_on_signals() -> Iterator[None]:
         yield
         return
 
-    def ask(signum: int, frame: Any) -> None:
-        if _asked.is_set():
-            raise KeyboardInterrupt
-        _asked.set()
-
-    previous = {sig: signal.signal(sig, ask) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {sig: signal.signal(sig, _ask) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
@@ -71,6 +73,15 @@ def worker_signals() -> None:
     its workers), and let SIGTERM end the process, as whoever ends its workers expects (a multiprocessing
     pool sends it), not ask for a stop as the coordinator's inherited handler would."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def asking_worker_signals() -> None:
+    """In a forked worker that runs a share of one command's work (`kvsim conform --workers`): Ctrl-C reaches the
+    whole process group, and the first one asks this worker to stop at its next check, as it asks the command
+    (the coordinator passes a SIGTERM of its own on as SIGINT); SIGTERM ends the process, as a pool ends its
+    workers."""
+    signal.signal(signal.SIGINT, _ask)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 

@@ -63,6 +63,96 @@ def test_a_hang_is_a_divergence_bounded_by_the_per_call_deadline(tmp_path):
     assert "shrunk under" in d["note"] or "found under" in d["note"] or d["upstream"].endswith("0.5 s")
 
 
+def _comparable(result):
+    """A result as JSON, less what the clock decides (its seconds, its slowest call)."""
+    doc = result.to_json()
+    doc.pop("seconds"), doc.pop("slowest_call")
+    return doc
+
+
+def test_targets_on_workers_report_what_one_process_reports_in_the_targets_order(tmp_path, monkeypatch):
+    """`--workers`: each target's result (a divergence with its shrunk input, a failing property, a conforming
+    lockstep) is the one a single process gives, and the report keeps the targets' order whatever order the
+    workers ran them in."""
+    from kvsim.conform import run as conform_run
+    from kvsim.conform.targets import descriptors
+
+    source = _source(tmp_path, ("    out = []\n", "    out = []\n    if n > 8:\n        raise ValueError('too many')\n"))
+    chosen = [target("LOCKSTEP", names=("Counter",)), target("DIFF"), target("SWEEP")]
+    alone = conform_run.run_targets(chosen, source, descriptors(), OPTIONS)
+    monkeypatch.setattr(conform_run, "batches", lambda targets: [[2], [1], [0]])  # run last first
+    shared = conform_run.run_targets(chosen, source, descriptors(), OPTIONS, workers=2)
+    assert [r.status for r in alone] == ["conforms", "diverges", "diverges"]
+    assert [_comparable(r) for r in shared] == [_comparable(r) for r in alone]
+
+
+def test_a_hang_on_a_worker_is_stopped_by_the_per_call_deadline(tmp_path):
+    from kvsim.conform.run import run_targets
+    from kvsim.conform.targets import descriptors
+
+    source = _source(tmp_path, ("        start += size\n", "        start = size\n"))
+    diff, lockstep = run_targets([target("DIFF"), target("LOCKSTEP", names=("Counter",))], source, descriptors(),
+                                 replace(OPTIONS, call_timeout=0.5), workers=2)
+    assert diff.status == "diverges" and diff.divergences[0]["upstream"].startswith("did not return within ")
+    assert diff.divergences[0]["input"] == {"n": 2, "k": 1, "cap": 0}
+    assert lockstep.status == "conforms"
+
+
+def test_a_worker_still_busy_past_the_runs_budget_is_ended_and_its_target_incomplete(tmp_path):
+    """`--max-seconds` with workers: a target stuck where no budget check comes (here a hang under a deadline far
+    longer than the budget) does not hold the run; its worker is ended and the target reported `incomplete`."""
+    from kvsim.conform.run import run_targets
+    from kvsim.conform.targets import descriptors
+
+    source = _source(tmp_path, ("        start += size\n", "        start = size\n"))
+    options = replace(OPTIONS, call_timeout=600.0, until=time.monotonic() + 1.0)
+    hung, lockstep = run_targets([target("DIFF"), target("LOCKSTEP", names=("Counter",))], source, descriptors(),
+                                 options, workers=2)
+    assert hung.status == "incomplete" and "worker was ended" in hung.note
+    assert lockstep.status in ("conforms", "incomplete", "not run")
+
+
+def test_kernel_targets_share_one_child_until_another_source_asks_for_one(tmp_path):
+    """One kernel child per process (torch and triton imported once a run): the next target gets the same one;
+    after a hang (which ended it) the next call starts a fresh one; another source's target closes it."""
+    from kvsim.conform import triton_child
+
+    source, other = _source(tmp_path / "a"), _source(tmp_path / "b")
+    runner = "kvsim.conform.triton_child:selftest"
+    try:
+        with triton_child.shared(source, timeout=2.0) as first:
+            pid = first.process.pid
+            assert first.call(runner, {"echo": 1}) == {"echo": 1}
+        with triton_child.shared(source, timeout=2.0) as again:
+            assert again is first and again.process.pid == pid and again.started == 1
+            with pytest.raises(Answered) as hung:
+                again.call(runner, {"do": "hang"})
+            assert isinstance(hung.value.answer, DidNotReturn)
+        with triton_child.shared(source, timeout=2.0) as after:
+            assert after.process.pid != pid and after.call(runner, {"echo": 2}) == {"echo": 2}
+            kept = after.process
+        with triton_child.shared(other, timeout=2.0) as elsewhere:
+            assert elsewhere is not after and kept.poll() is not None  # the first source's child was closed
+    finally:
+        triton_child.close_shared()
+
+
+def test_real_import_targets_share_a_worker_and_the_longest_batches_go_first():
+    from kvsim.conform.run import batches
+    from kvsim.conform.targets import select_targets
+
+    chosen = select_targets("vllm")
+    kinds = [("installed" if a.installed else "kernel" if a.kernel else "")
+             for a in (t.resolve_adapter() for t in chosen)]
+    found = batches(chosen)
+    assert sorted(i for b in found for i in b) == list(range(len(chosen)))  # each target once
+    drivers = [{chosen[i].resolve_adapter().installed for i in b} for b in found]
+    installed = [d for d in drivers if d != {""}]
+    assert installed and all(len(d) == 1 for d in installed) and len({d.pop() for d in installed}) == len(installed)
+    order = [kinds[b[0]] for b in found]
+    assert order == sorted(order, key=("installed", "kernel", "").index)
+
+
 @pytest.mark.parametrize("new", ["    return None\n", "    return [full]\n", "    return {'full': full}\n"])
 def test_a_wrong_type_or_shape_is_a_divergence(tmp_path, new):
     old = TOY_SOURCE[TOY_SOURCE.index("    return {"):TOY_SOURCE.index("\n\n\nclass")] + "\n"

@@ -34,13 +34,13 @@ def vllm_modules(device: str) -> dict[str, Any]:
             "vllm.utils.torch_utils": types.SimpleNamespace(async_tensor_h2d=async_tensor_h2d)}
 
 
-_LOADED: dict[tuple[str, str], Any] = {}
+_LOADED: dict[tuple[str, str, tuple[str, ...]], Any] = {}
 
 
 def load_in_child(source: EngineSource, relpath: str, names: tuple[str, ...], device: str) -> Any:
     from ..triton_child import load_upstream
 
-    key = (str(source.root), relpath)
+    key = (str(source.root), relpath, tuple(names))  # a child serves several targets: each its own names
     if key not in _LOADED:
         _LOADED[key] = load_upstream(source, relpath, names, modules=vllm_modules(device))
     return _LOADED[key]
