@@ -130,6 +130,34 @@ DECODE_SYMMETRIC = tuple(  # tl.maximum's and tl.minimum's two arguments swapped
     for pair in ("tl.max(qk, 0), e_max", "split_kv_start + kv_len_per_split, cur_batch_seq_len"))
 HIP = "a ROCm (is_hip) branch: the interpreter and CUDA run the other"
 FP8 = "an FP8 KV cache's dequantization: the model's paged cache holds floats"
+ONE_KV_HEAD = ("MLA's latent cache has one KV head, so a buffer's head stride (-2) and its token stride (-3) are the "
+               "same number")
+BOTH_KERNELS = ("which kernel a launch takes (`kv_group_num` from the rows, or `== 0`): the ungrouped and the grouped "
+                "kernel compute the same attention for any group size (the ungrouped one reads KV head "
+                "`cur_head // kv_group_num`), in other tiles")
+DECODE_EQUIVALENT = (  # the survivors of a sample of 30 (2026-12-05), each equivalent for the reason given
+    Survivor("_decode_att_m_fwd", "arguments",
+             "k_buffer.stride(-3),  # Assume (..., PAGE_SIZE, NUM_HEADS, HEAD_DIM)\n        k_buffer.stride(-2)",
+             ONE_KV_HEAD),
+    Survivor("_decode_att_m_fwd", "constant", "2", ONE_KV_HEAD, replacement="3", line="v_buffer.stride(-2),"),
+    Survivor("_fwd_grouped_kernel_stage1", "comparison", "<",
+             "the head mask one head wider: the extra head is the next head block's first, computed here against the "
+             "same (the one latent) KV head, so the same value is written twice", replacement="<=",
+             line="mask_h = cur_head < (cur_head_id + 1) * VALID_BLOCK_H"),
+    # its sibling on the next line, `cur_head < q_head_num` made `<=`, is killed by the pinned 20-head case
+    Survivor("_fwd_grouped_kernel_stage1", "constant", "0",
+             "a masked-off lane's page number (other=0 -> 1): the KV loads at it are masked too",
+             replacement="1", line="kv_page_number = tl.load("),
+    Survivor("_decode_grouped_att_m_fwd", "boolean", "not is_hip_ and Lk == 288", HIP, replacement="((Lk == 288))"),
+    Survivor("_decode_grouped_att_m_fwd", "arguments", "BLOCK_H, kv_group_num", "min() is symmetric"),
+    Survivor("_fwd_kernel_stage2", "bound", "NUM_KV_SPLITS",
+             "one split more: its range starts at or past the sequence's end, so `split_kv_end > split_kv_start` "
+             "skips it", replacement="(NUM_KV_SPLITS) + 1", line="for split_kv_id in range(0, NUM_KV_SPLITS):"),
+    Survivor("decode_attention_fwd_grouped", "arguments", "k_scale,\n        v_scale",
+             "the scales swapped: only the FP8 dequantization reads them (declared unreached: " + FP8 + ")"),
+    *(Survivor("decode_attention_fwd", "constant", "1", BOTH_KERNELS, replacement="0", line=line)
+      for line in ("kv_group_num = q.shape[1] // v_buffer.shape[-2]", "if kv_group_num == 1:")),
+)
 DECODE_UNREACHED = (
     Unreached("_fwd_kernel_stage1", "if k.dtype.is_fp8():", FP8),
     Unreached("_fwd_kernel_stage1", "if v.dtype.is_fp8():", FP8),
@@ -219,7 +247,7 @@ CONFORM = (
         "vllm", "mla-paged-decode",
         upstream=(Upstream(VLLM_DECODE, ("decode_attention_fwd",), checked=DECODE_CHECKED),),
         adapter="kvsim.conform.vllm.mla_decode:MLA_PAGED_DECODE", unreached=DECODE_UNREACHED,
-        survivors=DECODE_SYMMETRIC,
+        survivors=DECODE_SYMMETRIC + DECODE_EQUIVALENT,
         doc="vLLM's Triton MLA decode (decode_attention_fwd: every parameter) over a paged cache through both "
             "metadata forms vs the model's paged absorbed MLA; empty rows probed"),
 )

@@ -245,9 +245,14 @@ def decode_cases(ctx: Context) -> Any:
 
 
 def pinned(ctx: Context) -> list[DecodeCase]:
+    from dataclasses import replace
+
     from kvsim.properties.mla_backends.cases import PAGED_DECODE, PAGED_PREFILL
 
-    return [DecodeCase(PAGED_DECODE, 2), DecodeCase(PAGED_PREFILL, 3)]
+    # 20 heads: more than the grouped kernel's head block (BLOCK_H 16) and not a multiple of it, so the last head
+    # block's mask against the head count is the one that stops it (a model with 20 heads per rank)
+    return [DecodeCase(PAGED_DECODE, 2), DecodeCase(PAGED_PREFILL, 3),
+            DecodeCase(replace(PAGED_DECODE, heads=20), 1, WIDTHS[2])]
 
 
 def describe(ctx: Context, case: DecodeCase) -> dict[str, Any]:
