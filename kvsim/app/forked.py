@@ -30,14 +30,17 @@ def cpu_count() -> int:
 
 def _serve(conn: Any, work: Callable[[int], Any]) -> None:
     worker_signals()  # Ctrl-C reaches the whole group: the coordinator decides, and ends its workers
-    while True:
-        index = conn.recv()
-        if index is None:
-            return
-        try:
-            conn.send((index, True, work(index)))
-        except Exception as exc:  # the item's error, in one line; the worker goes on with the next item
-            conn.send((index, False, " ".join(f"{type(exc).__name__}: {exc}".split())))
+    try:
+        while True:
+            index = conn.recv()
+            if index is None:
+                return
+            try:
+                conn.send((index, True, work(index)))
+            except Exception as exc:  # the item's error, in one line; the worker goes on with the next item
+                conn.send((index, False, " ".join(f"{type(exc).__name__}: {exc}".split())))
+    except (KeyboardInterrupt, EOFError, BrokenPipeError):  # a stop, or the coordinator gone: end quietly (it
+        return  # reports what ran; a worker's traceback on the terminal would say the command broke)
 
 
 class _Worker:

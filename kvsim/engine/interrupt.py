@@ -71,9 +71,12 @@ def stopping_on_signals() -> Iterator[None]:
 def worker_signals() -> None:
     """In a forked worker: ignore Ctrl-C (it reaches the whole process group; the coordinator decides and tells
     its workers), and let SIGTERM end the process, as whoever ends its workers expects (a multiprocessing
-    pool sends it), not ask for a stop as the coordinator's inherited handler would."""
+    pool sends it), not ask for a stop as the coordinator's inherited handler would. A stop the coordinator was
+    asked before the fork (the flag is copied with its memory) is the coordinator's to act on, not this worker's:
+    forgotten here, so the worker's checks do not raise `Interrupted` with a traceback of its own."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _asked.clear()
 
 
 def asking_worker_signals() -> None:

@@ -67,6 +67,26 @@ def test_ordered_keeps_the_order_and_reports_each_failure():
     assert [value for _, ok, value in out if ok] == [{"item": i} for i in (0, 1, 4, 5, 6)]
 
 
+def test_a_stop_asked_before_the_workers_start_is_the_coordinators_and_no_worker_prints_a_traceback(capfd):
+    """A signal that lands before the fork (the flag is copied with the coordinator's memory) must not make each
+    worker raise `Interrupted` out of its loop, which multiprocessing prints as a traceback (a CI failure seen
+    when `repro --all` was signalled right after it installed its handlers)."""
+    import signal
+
+    from kvsim.engine.interrupt import Interrupted, raise_if_asked, stopping_on_signals
+
+    def work(i):
+        raise_if_asked()
+        return i
+
+    with stopping_on_signals():
+        os.kill(os.getpid(), signal.SIGTERM)  # the first signal only asks a stop
+        with pytest.raises(Interrupted):
+            list(ordered(4, work, 2))
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "Interrupted" not in err, err
+
+
 SUBSET = ["trtllm-17526-early-completion", "sglang-common-mha-pp-v-offset", "vllm-50297-pd-preemption-race",
           "trtllm-15727-final-chunk-clock", "vllm-55055-short-prompt-draft-kv"]
 
