@@ -25,7 +25,7 @@ def _run(source, n=4):
 def test_the_release_kernel_conforms_and_empty_rows_are_nan():
     result = _run(resolve_source("vllm", version="0.33.0"))
     assert result.status == "conforms" and result.divergent == 0, result
-    assert result.compared == 2 + 4  # the two pinned batches, then drawn ones
+    assert result.compared == 3 + 4  # the three pinned batches, then drawn ones
     assert result.properties == [{"property": "empty_row_is_nan", "status": "holds",
                                   "message": "a row of extent 0 is NaN output with LSE -inf in the release's kernel"}]
 
@@ -44,6 +44,22 @@ def test_a_kernel_that_drops_the_last_key_of_each_split_diverges(tmp_path):
     found = result.divergences[0]
     # the first pinned batch: request 1 has one key; with it masked its row is empty (NaN) and beyond tolerance
     assert found["input"]["kv_lens"] == [0, 1, 70] and found["field"].startswith(("output[", "lse[")), found
+
+
+def test_a_head_mask_one_past_the_head_count_diverges_on_the_pinned_20_head_batch(tmp_path):
+    """The mutation sample's one input gap: `cur_head < q_head_num` made `<=` in the grouped kernel changes nothing
+    while the head count fits one head block (16, or a multiple of it); the pinned batch of 20 heads shows it."""
+    release = resolve_source("vllm", version="0.33.0")
+    copy = tmp_path / DECODE
+    copy.parent.mkdir(parents=True)
+    text = release.file(DECODE).read_text()
+    line = "mask_h = mask_h & (cur_head < q_head_num)"
+    assert text.count(line) == 1
+    copy.write_text(text.replace(line, line.replace("<", "<=")))
+    (tmp_path / "vllm" / "__init__.py").write_text("")
+    result = _run(resolve_source("vllm", from_path=str(tmp_path)), n=1)
+    assert result.status == "diverges" and result.divergent == 1, result
+    assert result.divergences[0]["input"]["heads"] == 20, result.divergences[0]
 
 
 def test_the_tolerance_is_the_launch_dtypes():
