@@ -30,16 +30,21 @@ def test_the_release_kernel_conforms_and_empty_rows_are_nan():
                                   "message": "a row of extent 0 is NaN output with LSE -inf in the release's kernel"}]
 
 
-def test_a_kernel_that_drops_the_last_key_of_each_split_diverges(tmp_path):
+def _planted(tmp_path, line, old, new):
+    """A tree holding 0.33.0's decode kernel file with `old` made `new` in its one `line`."""
     release = resolve_source("vllm", version="0.33.0")
     copy = tmp_path / DECODE
     copy.parent.mkdir(parents=True)
     text = release.file(DECODE).read_text()
-    line = 'mask_h[:, None] & (offs_n[None, :] < split_kv_end), qk, float("-inf")'
     assert text.count(line) == 1
-    copy.write_text(text.replace(line, line.replace("< split_kv_end", "< split_kv_end - 1")))
+    copy.write_text(text.replace(line, line.replace(old, new)))
     (tmp_path / "vllm" / "__init__.py").write_text("")
-    result = _run(resolve_source("vllm", from_path=str(tmp_path)), n=2)
+    return resolve_source("vllm", from_path=str(tmp_path))
+
+
+def test_a_kernel_that_drops_the_last_key_of_each_split_diverges(tmp_path):
+    line = 'mask_h[:, None] & (offs_n[None, :] < split_kv_end), qk, float("-inf")'
+    result = _run(_planted(tmp_path, line, "< split_kv_end", "< split_kv_end - 1"), n=2)
     assert result.status == "diverges" and result.divergent == 1, result
     found = result.divergences[0]
     # the first pinned batch: request 1 has one key; with it masked its row is empty (NaN) and beyond tolerance
@@ -49,15 +54,7 @@ def test_a_kernel_that_drops_the_last_key_of_each_split_diverges(tmp_path):
 def test_a_head_mask_one_past_the_head_count_diverges_on_the_pinned_20_head_batch(tmp_path):
     """The mutation sample's one input gap: `cur_head < q_head_num` made `<=` in the grouped kernel changes nothing
     while the head count fits one head block (16, or a multiple of it); the pinned batch of 20 heads shows it."""
-    release = resolve_source("vllm", version="0.33.0")
-    copy = tmp_path / DECODE
-    copy.parent.mkdir(parents=True)
-    text = release.file(DECODE).read_text()
-    line = "mask_h = mask_h & (cur_head < q_head_num)"
-    assert text.count(line) == 1
-    copy.write_text(text.replace(line, line.replace("<", "<=")))
-    (tmp_path / "vllm" / "__init__.py").write_text("")
-    result = _run(resolve_source("vllm", from_path=str(tmp_path)), n=1)
+    result = _run(_planted(tmp_path, "mask_h = mask_h & (cur_head < q_head_num)", "<", "<="), n=1)
     assert result.status == "diverges" and result.divergent == 1, result
     assert result.divergences[0]["input"]["heads"] == 20, result.divergences[0]
 
