@@ -118,6 +118,9 @@ class _Run(WorkloadRun):
                 self.counts["deferrals"] += 1
             elif kind is Released:
                 outcome = "finished" if effect.checkpointed else "retracted"
+        if type(action) is Verify and outcome != "deferred":  # a deferred verify took no step: not counted
+            self.verifies += 1
+            self.accepted += action.accepted
         state = self.driver.state
         self.recorder.record(self.sim.now, action[0], {
             "action": list(action), "outcome": outcome, "free_pages": len(state.allocator.free_pages),
@@ -187,8 +190,6 @@ class _Run(WorkloadRun):
         accepted = 1
         while accepted < most and self.sim.rng.random() < self.accept_prob:
             accepted += 1
-        self.verifies += 1
-        self.accepted += accepted
         return Verify(rid, accepted)
 
     def _victim(self) -> int | None:
