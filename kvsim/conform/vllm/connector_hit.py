@@ -394,5 +394,5 @@ CONNECTOR_HIT = Sweep(
     checks=(Check(PROPERTY, check_backed),),
     note=lambda ctx: f"model variant {variant_for(RELEASES, ctx.source.version)}; the real Scheduler over full "
                      f"attention + Mamba in mode {model_mamba_mode(ctx.source.version)} (and the other group "
-                     f"pairs), {len(cases())} cases: C after B's decode steps, in a pool of 8 or 10 blocks",
+                     f"pairs), {len(cases())} cases: C after B's decode steps, in a pool of 8 to 12 blocks",
 )
