@@ -24,7 +24,8 @@ connector (#48195).
 * `chart`: the actors of its sequence charts (`kvsim show`): the scheduler, the manager, a KV connector.
 * `variants`: `fixed` (0.33.0), `pre_48195` (0.26.0's scheduler: the connector's local hit is the maximum of
   the per-group hits; Mamba in 0.26.0's default mode `all`), `mamba_all` (Mamba prefix caching in mode `all`, 0.26.0
-  and 0.27.0's default, removed in 0.33.0), `pre_50297` and `pre_55055` (read by `scheduler`).
+  and 0.27.0's default, removed in 0.33.0), `pre_50297`, `pre_55055` and `truncates_skip_reading` (0.31.0's P side,
+  which truncates a producer asking for prompt logprobs) (read by `scheduler`).
 * `scheduler`: the P/D life cycle of the scheduler around the manager on a KV-producing instance (vLLM #50297,
   #55055), its own transition system (`ProducerSchedulerSystem`, config `ProducerSchedulerConfig`): the second
   model of this package, `kv-cache-manager-pd`. A package with two systems declares a descriptor for each and

@@ -257,6 +257,13 @@ NO_ENCODER = ("the request has no encoder inputs, so `_pending_encoder_input_ids
               "`pop` with either argument order finds none and raises nothing")
 DELIVERY = ("`drop_stale_output` is True on every preemption the race makes (its producer connector requires KV "
             "delivery, `Scheduler.requires_kv_delivery`), so the `or`'s right side is never read")
+WHOLE_PREFILLS = ("the race schedules every prefill whole (two prompts of at most 4 tokens, the model's bound, in a "
+                  "step budget of 64 tokens, which the release lets no lower than max_num_seqs, 8; no long-prefill "
+                  "threshold), so the producer's recompute is one step, after "
+                  "which the count is 1 either way: the async scheduler adds a step's placeholder only to a step that is "
+                  "not a prefill chunk, and the mutant's 1 makes the recompute step count as one (`is_prefill_chunk`, read "
+                  "otherwise only by structured output, drafts and DP prefill balancing, none of which the race has). "
+                  "Only a chunked recompute reads the count differently (its next chunk one token longer)")
 PREEMPTION_COUNT = ("`num_preemptions` is read only by the engine's stats (`vllm/v1/metrics`), which the scheduler "
                     "built with log_stats off never records")
 ALL_EQUAL = ("`min(per_group_hits) <= num_local` differs from `<` only where every group's hit equals full "
@@ -319,6 +326,8 @@ SWEEP_SURVIVORS = (
           ("boolean", "request.drop_stale_output and request.num_stale_output_tokens > 0",
            "((request.num_stale_output_tokens > 0))"),
           ("comparison", ">", ">="), ("constant", "0", "1"))),
+    *_equivalent("Scheduler._preempt_request", WHOLE_PREFILLS,
+                 ("constant", "0", "1", "request.num_output_placeholders = 0")),
     *_equivalent("Scheduler._preempt_request", PREEMPTION_COUNT,
                  ("assignment", "+=", "=", "request.num_preemptions += 1"),
                  ("constant", "1", "0", "request.num_preemptions += 1"),

@@ -59,6 +59,8 @@ class Request:
     num_prompt_tokens: int
     num_computed_tokens: int = 0
     block_size: int = field(default=1, repr=False)
+    # upstream's `skip_reading_prefix_cache` (a request asking for prompt logprobs): its lookup finds nothing
+    skip_reading_prefix_cache: bool = field(default=False, repr=False)
 
     @property
     def num_tokens(self) -> int:
@@ -123,7 +125,10 @@ class KVCacheManager:
         return request.num_tokens - 1
 
     def get_computed_blocks(self, request: Request) -> tuple[GroupBlocks, int]:
-        """Per group, the cached blocks of the longest prefix every group backs, and the tokens they cover."""
+        """Per group, the cached blocks of the longest prefix every group backs, and the tokens they cover; none
+        for a request that skips reading the prefix cache (`prefix_cache_lookup_enabled`)."""
+        if request.skip_reading_prefix_cache:
+            return tuple([] for _ in self.groups), 0
         return self.coordinator.find_longest_cache_hit(request.block_hashes, self.max_cache_hit_length(request))
 
     def get_computed_blocks_for_connector(self, request: Request) -> tuple[GroupBlocks, int]:

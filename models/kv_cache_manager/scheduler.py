@@ -97,6 +97,9 @@ class ProducerSchedulerConfig:
     max_tokens: int = param(2, "output tokens a local request samples", minimum=1, maximum=3)
     mtp_lookahead: int = param(0, "num_prefill_lookahead_tokens: the multi-module MTP drafter's lookahead (0: no "
                                   "drafter; #55055)", minimum=0, maximum=3)
+    prompt_logprobs: bool = param(False, "1: the producers ask for prompt logprobs (skip_reading_prefix_cache: no "
+                                         "prefix-cache hit; not truncated from 0.32.0, the decode side recomputing "
+                                         "the whole prompt)")
 
     def __post_init__(self) -> None:
         if not 1 <= self.producers + self.local <= self.max_requests:
@@ -110,10 +113,17 @@ class ProducerSchedulerConfig:
     def is_producer(self, req: int) -> bool:
         return req < self.producers
 
-    def prompt(self, req: int, backoff: int = 0) -> tuple[int, ...]:
-        """Request req's prompt; a producer's stops `backoff` tokens short (the P side's truncation, when the
-        prompt is longer than that: the decode side recomputes them)."""
-        cut = backoff if self.is_producer(req) and self.prompt_len > backoff else 0
+    def skips_reading(self, req: int) -> bool:
+        """Request req skips reading the prefix cache (upstream's `get_skip_reading_prefix_cache`)."""
+        return self.prompt_logprobs and self.is_producer(req)
+
+    def prompt(self, req: int, backoff: int = 0, spares_skip_reading: bool = True) -> tuple[int, ...]:
+        """Request req's prompt; a producer's stops `backoff` tokens short (the P side's truncation,
+        `_truncate_request_for_prefill`, when the prompt is longer than that: the decode side recomputes them),
+        unless it skips reading the prefix cache and the release spares such a request (`spares_skip_reading`, the
+        variant's `truncation_spares_skip_reading`: its decode side loads nothing)."""
+        spared = spares_skip_reading and self.skips_reading(req)
+        cut = backoff if self.is_producer(req) and self.prompt_len > backoff and not spared else 0
         return (1 + req,) * (self.prompt_len - cut)
 
     def output_budget(self, req: int) -> int:
@@ -145,7 +155,8 @@ class ProducerSchedulerSystem:
         # #55055 (0.31.0, NixlConnectorScheduler._prefill_backoff): the producer stops the drafter's lookahead
         # window minus one short; 0.30.0 backed off only for Mamba (not modelled: 0)
         self.backoff = max(0, config.mtp_lookahead - 1) if variant.prefill_backoff_covers_lookahead else 0
-        self.prompts = tuple(config.prompt(r, self.backoff) for r in range(config.num_requests))
+        self.prompts = tuple(config.prompt(r, self.backoff, variant.truncation_spares_skip_reading)
+                             for r in range(config.num_requests))
         self.invariants = (
             Invariant("finished_into_producer_owns_blocks", self._owns_blocks,
                       "a request finished into a producing connector still owns the blocks request_finished got, "
@@ -218,7 +229,8 @@ class ProducerSchedulerSystem:
     # -- the scheduler's reading of a request ----------------------------------------------------------------
     def request(self, s: SchedState, r: int) -> Request:
         req = s.requests[r]
-        return Request(r, list(req.token_ids), len(self.prompts[r]), req.num_computed_tokens, self.cfg.block_size)
+        return Request(r, list(req.token_ids), len(self.prompts[r]), req.num_computed_tokens, self.cfg.block_size,
+                       self.cfg.skips_reading(r))
 
     def _finished(self, r: int, req: SchedRequest) -> bool:
         return len(req.token_ids) - len(self.prompts[r]) >= self.cfg.output_budget(r)
@@ -264,10 +276,16 @@ class ProducerSchedulerSystem:
                 return f"request {r} {problem}"
         return None
 
+    def decode_loads(self, r: int) -> bool:
+        """The decode side loads what producer r hands: unless r skips reading the prefix cache and the release's
+        scheduler discards a connector's hit for such a request (`connector_hit_skipped_when_skip_reading`)."""
+        return not (self.cfg.skips_reading(r) and self.variant.connector_hit_skipped_when_skip_reading)
+
     def _no_draft_kv(self, s: SchedState) -> str | None:
         for r, req in enumerate(s.requests):
             problem = None if req.status != SENDING else \
-                draft_kv_handed(req.num_computed_tokens, self.cfg.prompt_len, self.cfg.mtp_lookahead)
+                draft_kv_handed(req.num_computed_tokens, self.cfg.prompt_len, self.cfg.mtp_lookahead,
+                                self.decode_loads(r))
             if problem is not None:
                 return f"request {r} {problem}"
         return None
@@ -284,17 +302,41 @@ def owns_blocks(handed: Sequence[int] | None, held: Sequence[int], prompt_len: i
     return None
 
 
-def draft_kv_handed(num_computed_tokens: int, prompt_len: int, lookahead: int) -> str | None:
+def draft_kv_handed(num_computed_tokens: int, prompt_len: int, lookahead: int, loaded: bool = True) -> str | None:
     """A producer finished into the connector with the KV of `num_computed_tokens` of its `prompt_len` prompt tokens
     (the prompt as the user sent it). MTP module i at prompt position p reads token p + i: past the prompt's end (and
     its one sampled token) that is a draft, so with lookahead k the last k - 1 prompt positions' MTP KV is unverified.
-    The decode side never rebuilds it (its first decode rejects nothing), so a producer hands at most N - (k - 1).
+    The decode side never rebuilds it (its first decode rejects nothing), so a producer hands at most N - (k - 1),
+    unless the decode side loads nothing of it (`loaded` False: it recomputes the whole prompt).
     The real scheduler's hand-off is checked with it too (`kvsim.conform.vllm.real_scheduler`)."""
     limit = prompt_len - max(0, lookahead - 1)
-    if num_computed_tokens > limit:
+    if loaded and num_computed_tokens > limit:
         return f"hands the KV of {num_computed_tokens} of its {prompt_len} prompt tokens: with lookahead {lookahead} " \
                f"positions {limit}..{prompt_len - 1} hold the MTP drafter's KV of unverified draft tokens"
     return None
+
+
+def mamba_block_aligned_split(start: int, num_new_tokens: int, num_prompt_tokens: int, num_tokens: int,
+                              block_size: int, junction: int = 0) -> int:
+    """The tokens a prefill step computes from `start` (the computed tokens and the hit) when the scheduler would
+    give it `num_new_tokens`, for a model with a Mamba group in mode `align` (vLLM 0.33.0
+    `Scheduler._mamba_block_aligned_split`; hashed at the block size, no EAGLE, no hash lookahead, no prefill
+    checkpoint blocks, the step's budget at least a block): a chunk that does not end the prefill ends on a block
+    boundary, a chunk starting inside a block stops at its end, none runs past the last position whose state can
+    be cached (the block boundary at or below `num_tokens - 1`), and a chunk stops at the shared-prefix junction
+    (`request.shared_prefix_boundary`, the lookup's third count: 0 for none) floored to a block from `start`."""
+    prefill_end = max(num_prompt_tokens, num_tokens - 1)
+    if start >= prefill_end:
+        return num_new_tokens
+    end = start + num_new_tokens
+    if end < prefill_end:
+        end = end // block_size * block_size
+    last_cache_position = (num_tokens - 1) // block_size * block_size
+    junction_stop = start + (junction - start) // block_size * block_size
+    stops = ((start // block_size + 1) * block_size if start % block_size else 0, last_cache_position,
+             junction_stop if start < junction < end else 0)
+    end = min((s for s in stops if start < s < end), default=end)
+    return max(end - start, 0)
 
 
 def relabel(s: SchedState, perm: dict[int, int]) -> SchedState:

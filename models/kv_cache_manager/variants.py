@@ -27,7 +27,14 @@
 * `pre_55055`: before vLLM #55055 (0.30.0): a producer (NIXL's P side) truncated its prompt only for Mamba, so
   with a multi-module MTP drafter it computed, and handed, the last positions whose MTP-layer KV embeds
   unverified draft tokens. Flag `prefill_backoff_covers_lookahead`, read by `scheduler.py` where the fix changed
-  `_prefill_backoff`.
+  `_prefill_backoff`. 0.30.0 also predates vLLM #57269 (0.31.0): its scheduler took a KV connector's hit for a
+  request that skips reading the prefix cache (one asking for prompt logprobs), so a decode side loads such a
+  producer's prompt too. Flag `connector_hit_skipped_when_skip_reading`, read by `scheduler.draft_kv_handed`'s
+  caller, where the fix made `schedule` drop the connector's external tokens for such a request.
+* `truncates_skip_reading`: 0.31.0's NIXL P side, whose `_truncate_request_for_prefill` truncates a request that
+  skips reading the prefix cache as any other (0.32.0 added the test `not request.get_skip_reading_prefix_cache()`:
+  its decode side loads nothing and recomputes the whole prompt, so the producer computes it all). Flag
+  `truncation_spares_skip_reading`, read in `ProducerSchedulerConfig.prompt` (the truncation).
 """
 
 from __future__ import annotations
@@ -45,6 +52,10 @@ class CacheManagerVariant(Variant):
     requires_kv_delivery: bool = True
     # #55055 (0.31.0): the producer's prefill backoff covers the MTP drafter's lookahead (num_prefill_lookahead - 1)
     prefill_backoff_covers_lookahead: bool = True
+    # #57269 (0.31.0): the scheduler discards a KV connector's hit for a request that skips reading the prefix cache
+    connector_hit_skipped_when_skip_reading: bool = True
+    # 0.32.0: NIXL's P side does not truncate a request that skips reading the prefix cache (prompt logprobs)
+    truncation_spares_skip_reading: bool = True
     # 0.33.0: Mamba prefix caching is mode `align` (one running-state block per allocation); before it, mode `all`
     mamba_cache_mode_align: bool = True
 
@@ -64,6 +75,8 @@ VARIANTS = VariantTable(
 PD_VARIANTS = VariantTable(
     CacheManagerVariant("fixed"),
     CacheManagerVariant("pre_50297", requires_kv_delivery=False),
-    CacheManagerVariant("pre_55055", prefill_backoff_covers_lookahead=False),
+    CacheManagerVariant("pre_55055", prefill_backoff_covers_lookahead=False,
+                        connector_hit_skipped_when_skip_reading=False, truncation_spares_skip_reading=False),
+    CacheManagerVariant("truncates_skip_reading", truncation_spares_skip_reading=False),
 )
 FIXED = VARIANTS.fixed

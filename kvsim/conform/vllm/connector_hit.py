@@ -36,6 +36,7 @@ from kvsim.engine.conformance.declare import variant_for
 from kvsim.engine.errors import KvsimError, PropertyViolation
 from kvsim.models.kv_cache_manager.checks import connector_hit_backed
 from kvsim.models.kv_cache_manager.kv_cache_manager import KVCacheManager, Request, connector_local_hit
+from kvsim.models.kv_cache_manager.scheduler import mamba_block_aligned_split
 from kvsim.models.kv_cache_manager.variants import VARIANTS
 
 from .real_scheduler import OUTPUT_TOKEN
@@ -59,7 +60,9 @@ A, B, C_TOKEN = [1, 1, 2, 2], [5] * 5, 9
 # with Mamba lagging full attention (upstream's `hit_diverged`: the connector is handed full attention's hit), full
 # attention with a sliding window (no Mamba layers: the manager's reconciled hit, which the window cuts short of
 # full attention's), a sliding window with Mamba (no full-attention group) and Mamba alone (one group: the
-# manager's unitary coordinator). The CI profile runs these;
+# manager's unitary coordinator), and blocks of one token in a pool of 12 (A's first step, on an empty pool, and
+# before 0.33.0 C's, every group's hit 0 after B's evictions, start at 0, so a shared-prefix junction the lookup
+# reported would lie inside the chunk: 0.33.0's Mamba split stops there). The CI profile runs these;
 # KVSIM_PROFILE=dev adds `DEV_CASES`: the groups in the other order, a larger pool, B's third decode, C two past A.
 CASES: tuple[dict[str, Any], ...] = (
     *({"groups": list(GROUPS), "num_blocks": NUM_BLOCKS, "decodes": k, "c_extra": 1} for k in DECODES),
@@ -68,6 +71,7 @@ CASES: tuple[dict[str, Any], ...] = (
     {"groups": ["full", "swa"], "num_blocks": 10, "decodes": 0, "c_extra": 0},
     {"groups": ["swa", "mamba"], "num_blocks": NUM_BLOCKS, "decodes": 0, "c_extra": 1},
     {"groups": ["mamba"], "num_blocks": NUM_BLOCKS, "decodes": 0, "c_extra": 1},
+    {"groups": list(GROUPS), "num_blocks": 12, "decodes": 1, "c_extra": 0, "block_size": 1},
 )
 DEV_CASES: tuple[dict[str, Any], ...] = tuple(
     {"groups": groups, "num_blocks": n, "decodes": k, "c_extra": c}
@@ -94,9 +98,9 @@ def model_mamba_mode(release: str | None) -> str:
 class Model:
     """The model's manager driven with the child's vocabulary (requests named, hits per group)."""
 
-    def __init__(self, num_blocks: int, groups: list[str], release: str | None) -> None:
-        self.m = KVCacheManager(num_blocks, BLOCK_SIZE, 4, tuple(groups), WINDOW, model_mamba_mode(release))
-        self.release = release
+    def __init__(self, num_blocks: int, groups: list[str], release: str | None, block_size: int = BLOCK_SIZE) -> None:
+        self.m = KVCacheManager(num_blocks, block_size, 4, tuple(groups), WINDOW, model_mamba_mode(release))
+        self.release, self.block_size = release, block_size
         self.ids: dict[str, int] = {}
         self.requests: dict[str, Request] = {}
         self.hit: dict[str, Any] = {}
@@ -104,7 +108,7 @@ class Model:
     def request(self, name: str, tokens: list[int] | None = None) -> Request:
         if name not in self.requests:
             self.ids[name] = len(self.ids)
-            self.requests[name] = Request(self.ids[name], list(tokens or ()), len(tokens or ()), 0, BLOCK_SIZE)
+            self.requests[name] = Request(self.ids[name], list(tokens or ()), len(tokens or ()), 0, self.block_size)
         return self.requests[name]
 
     @staticmethod
@@ -139,7 +143,7 @@ class Model:
         return self.free(request)
 
     def hits(self, request: str, tokens: list[int]) -> dict:
-        req = Request(99, list(tokens), len(tokens), 0, BLOCK_SIZE)
+        req = Request(99, list(tokens), len(tokens), 0, self.block_size)
         per_blocks, per_hits = self.m.coordinator.find_longest_cache_hit_per_group(req.block_hashes, len(tokens) - 1)
         blocks, hit = self.m.get_computed_blocks(req)
         answer = {"per_group": {"hits": list(per_hits), "blocks": self.block_ids(per_blocks)},
@@ -210,30 +214,31 @@ def run(side: Any, groups: list[str], scenario: str) -> list:
 # -- through the real scheduler --------------------------------------------------------------------------------
 
 def through_scheduler(child: Any, decodes: int, groups: tuple[str, ...] = GROUPS, num_blocks: int = NUM_BLOCKS,
-                      c_extra: int = 1) -> dict[str, Any]:
+                      c_extra: int = 1, block_size: int = BLOCK_SIZE) -> dict[str, Any]:
     """The program on the real scheduler (`child` runs `SchedulerDriver`) over `groups` and `num_blocks` blocks: A
     runs to its end, B runs `decodes` + 1 steps (its prefill, then decodes), C (A's prompt and `c_extra` tokens) is
     scheduled. Answers C's record of `get_num_new_matched_tokens` (`local_tokens`, and per group the request's keys
-    beside the pool's cached block hashes then), the tokens C's first step schedules, the statuses and the
-    release's Mamba caching mode (null without a Mamba group)."""
-    built = child.call("build", num_blocks=num_blocks, block_size=BLOCK_SIZE, groups=list(groups),
+    beside the pool's cached block hashes then), the tokens C's first step schedules, the statuses, the
+    release's Mamba caching mode (null without a Mamba group) and `first_steps`: for A and C, the record of the
+    request's first lookup and the tokens its first step computed (0: it did not fit and waits)."""
+    built = child.call("build", num_blocks=num_blocks, block_size=block_size, groups=list(groups),
                        sliding_window=WINDOW)
     child.call("add", request="a", tokens=A, max_tokens=1)
-    child.call("schedule")
+    first = {"a": child.call("schedule")["scheduled"].get("a", 0)}
     child.call("output")
     child.call("add", request="b", tokens=B, max_tokens=16)
     for _ in range(decodes + 1):  # B's prefill, then its decodes
         child.call("schedule")
         child.call("output")
     child.call("add", request="c", tokens=c_prompt(c_extra), max_tokens=1)
-    scheduled = child.call("schedule")["scheduled"].get("c", 0)
+    first["c"] = scheduled = child.call("schedule")["scheduled"].get("c", 0)
     state = child.call("output")
-    asked = [m for m in state["matched"] if m["request"] == "c"]
-    if not asked:  # the program's premise, not the property: C reaches the connector in its first step
+    asked = {m["request"]: m for m in reversed(state["matched"])}  # each request's first record
+    if "c" not in asked:  # the program's premise, not the property: C reaches the connector in its first step
         raise KvsimError(f"decodes={decodes}: the scheduler never asked the connector about request c")
-    matched = asked[0]
-    return {"matched": matched, "scheduled": scheduled, "status": state["status"],
-            "mamba_cache_mode": built["mamba_cache_mode"]}
+    return {"matched": asked["c"], "scheduled": scheduled, "status": state["status"],
+            "mamba_cache_mode": built["mamba_cache_mode"],
+            "first_steps": {r: (asked[r], first[r]) for r in ("a", "c")}}
 
 
 def c_prompt(c_extra: int) -> list[int]:
@@ -241,12 +246,12 @@ def c_prompt(c_extra: int) -> list[int]:
     return A + [C_TOKEN] * c_extra
 
 
-def backed(matched: dict[str, Any], groups: tuple[str, ...] = GROUPS) -> str | None:
+def backed(matched: dict[str, Any], groups: tuple[str, ...] = GROUPS, block_size: int = BLOCK_SIZE) -> str | None:
     """The model's check on one record of the connector: the local tokens handed, against the blocks the pool
     caches at the call (for each group, under the request's hashes keyed for it, up to the first it lacks)."""
     records = matched["groups"]
     hit = [list(itertools.takewhile(lambda h: h is not None, g["cached"])) for g in records]
-    return connector_hit_backed(groups, hit, [g["keys"] for g in records], matched["local_tokens"], BLOCK_SIZE,
+    return connector_hit_backed(groups, hit, [g["keys"] for g in records], matched["local_tokens"], block_size,
                                 WINDOW)
 
 
@@ -257,9 +262,9 @@ def parted(matched: dict[str, Any]) -> bool:
 
 
 def on_model(release: str | None, decodes: int, groups: tuple[str, ...] = GROUPS, num_blocks: int = NUM_BLOCKS,
-             c_extra: int = 1) -> dict[str, Any]:
+             c_extra: int = 1, block_size: int = BLOCK_SIZE) -> dict[str, Any]:
     """The program on the model's manager (the release's variant): the record's shape, from the model."""
-    side = Model(num_blocks, list(groups), release)
+    side = Model(num_blocks, list(groups), release, block_size)
     admit(side, "a", A)
     side.finish("a")
     admit(side, "b", B)
@@ -267,7 +272,7 @@ def on_model(release: str | None, decodes: int, groups: tuple[str, ...] = GROUPS
         decode(side, "b", OUTPUT_TOKEN)
     m = side.m
     prompt = c_prompt(c_extra)
-    req = Request(99, prompt, len(prompt), 0, BLOCK_SIZE)
+    req = Request(99, prompt, len(prompt), 0, block_size)
     _, local = connector_local_hit(m, req, fixed(release))
     records = []
     for g in range(len(groups)):
@@ -277,31 +282,33 @@ def on_model(release: str | None, decodes: int, groups: tuple[str, ...] = GROUPS
     return {"request": "c", "local_tokens": local, "groups": records}
 
 
-def record_hits(matched: dict[str, Any], groups: tuple[str, ...], num_tokens: int) -> list[int | None]:
+def record_hits(matched: dict[str, Any], groups: tuple[str, ...], num_tokens: int, block_size: int = BLOCK_SIZE) \
+        -> list[int | None]:
     """Each group's hit read off a connector record, in tokens, as its manager's `find_longest_cache_hit` finds it
     up to `num_tokens - 1` (the request's own lookup): full attention the cached blocks from the first, Mamba the
     deepest block cached (its state is the hit); None for a group whose hit needs more than the record (a sliding
     window's run of cached blocks in its window)."""
-    max_blocks = (num_tokens - 1) // BLOCK_SIZE
+    max_blocks = (num_tokens - 1) // block_size
     hits: list[int | None] = []
     for kind, record in zip(groups, matched["groups"]):
         cached = [h is not None for h in record["cached"][:max_blocks]]
         if kind == "full":
-            hits.append(len(list(itertools.takewhile(bool, cached))) * BLOCK_SIZE)
+            hits.append(len(list(itertools.takewhile(bool, cached))) * block_size)
         elif kind == "mamba":
-            hits.append(max((i + 1 for i, c in enumerate(cached) if c), default=0) * BLOCK_SIZE)
+            hits.append(max((i + 1 for i, c in enumerate(cached) if c), default=0) * block_size)
         else:
             hits.append(None)
     return hits
 
 
-def full_attention_handed(matched: dict[str, Any], groups: tuple[str, ...], num_tokens: int) -> bool | None:
+def full_attention_handed(matched: dict[str, Any], groups: tuple[str, ...], num_tokens: int,
+                          block_size: int = BLOCK_SIZE) -> bool | None:
     """Where full attention's hit is the deepest (no group hit past it), the connector is handed exactly that hit
     (0.27.0+ `get_computed_blocks_for_connector`; 0.26.0's maximum over the groups is the same there); a lagging
     Mamba group is `hit_diverged`, left to the connector. None where the record does not tell (no full-attention
     group, a group whose hit it does not give, or a group past full attention's: the reconciled hit, which
     `hybrid_hit_backed` judges)."""
-    hits = record_hits(matched, groups, num_tokens)
+    hits = record_hits(matched, groups, num_tokens, block_size)
     if "full" not in groups or None in hits:
         return None
     fa = hits[groups.index("full")]
@@ -310,23 +317,51 @@ def full_attention_handed(matched: dict[str, Any], groups: tuple[str, ...], num_
     return matched["local_tokens"] == fa
 
 
-def compared(matched: dict[str, Any], case: dict[str, Any], mamba_cache_mode: str | None) -> dict[str, Any]:
+def first_step_as_stated(matched: dict[str, Any], scheduled: int, groups: tuple[str, ...], num_tokens: int,
+                         block_size: int, mamba_cache_mode: str | None) -> bool | None:
+    """Where every group's hit on a request's first record is the same (the connector's hit is then the one the
+    scheduler takes, with no shared-prefix junction: `get_computed_blocks_for_connector`'s boundary 0, a single
+    group's lookup, none), the request's first step computes what the model's scheduler states for that hit: the
+    rest of its prompt, or in Mamba's mode `align` the split at Mamba blocks (`scheduler.mamba_block_aligned_split`,
+    junction 0). None where the record does not tell (the hits part, a sliding window's hit, or the step did not
+    fit: the model's program states no pool pressure here)."""
+    hits = record_hits(matched, groups, num_tokens, block_size)
+    if None in hits or len(set(hits)) != 1 or not scheduled:
+        return None
+    start = matched["local_tokens"]
+    stated = mamba_block_aligned_split(start, num_tokens - start, num_tokens, num_tokens, block_size) \
+        if mamba_cache_mode == "align" else num_tokens - start
+    return scheduled == stated
+
+
+def compared(matched: dict[str, Any], case: dict[str, Any], mamba_cache_mode: str | None,
+             first_steps: dict[str, tuple[dict[str, Any], int]] | None = None) -> dict[str, Any]:
     """What the differential compares: the property's verdict and whether full attention's hit, where the record
     shows it the deepest, is what the connector got (`full_attention_handed`; the model's manager hands it by
-    construction, so this holds wherever the two records differ in shape), on every release; where the model states the
-    release's Mamba caching (mode `all`, or no Mamba group), the local tokens handed too."""
-    groups = tuple(case["groups"])
-    handed = full_attention_handed(matched, groups, len(c_prompt(case["c_extra"])))
-    got: dict[str, Any] = {"connector_hit_backed": backed(matched, groups) is None,
-                           "full_attention_hit_handed": handed is not False}
+    construction, so this holds wherever the two records differ in shape), and whether A's and C's first steps,
+    where every group's hit is the same, compute what the model's scheduler states (`first_step_as_stated`;
+    `first_steps` None: the model's own program, which schedules as stated), on every release; where the model states the release's
+    Mamba caching (mode `all`, or no Mamba group), the local tokens handed too."""
+    groups, block_size, num_tokens = tuple(case["groups"]), case_block_size(case), len(c_prompt(case["c_extra"]))
+    handed = full_attention_handed(matched, groups, num_tokens, block_size)
+    prompts = {"a": len(A), "c": num_tokens}
+    splits = [first_step_as_stated(record, n, groups, prompts[r], block_size, mamba_cache_mode)
+              for r, (record, n) in (first_steps or {}).items()]
+    got: dict[str, Any] = {"connector_hit_backed": backed(matched, groups, block_size) is None,
+                           "full_attention_hit_handed": handed is not False,
+                           "first_steps_as_stated": False not in splits}
     if mamba_cache_mode in ("all", None):
         got["local_tokens"] = matched["local_tokens"]
     return got
 
 
+def case_block_size(case: dict[str, Any]) -> int:
+    return case.get("block_size", BLOCK_SIZE)
+
+
 def program(case: dict[str, Any]) -> dict[str, Any]:
     return {"decodes": case["decodes"], "groups": tuple(case["groups"]), "num_blocks": case["num_blocks"],
-            "c_extra": case["c_extra"]}
+            "c_extra": case["c_extra"], "block_size": case_block_size(case)}
 
 
 def model(ctx: Context, case: dict[str, Any]) -> dict[str, Any]:
@@ -336,9 +371,9 @@ def model(ctx: Context, case: dict[str, Any]) -> dict[str, Any]:
 
 def upstream(ctx: Context, case: dict[str, Any]) -> dict[str, Any]:
     got = through_scheduler(ctx.child, **program(case))
-    ctx.state.setdefault("problems", {})[json.dumps(case, sort_keys=True)] = backed(got["matched"],
-                                                                                    tuple(case["groups"]))
-    return compared(got["matched"], case, got["mamba_cache_mode"])
+    ctx.state.setdefault("problems", {})[json.dumps(case, sort_keys=True)] = backed(
+        got["matched"], tuple(case["groups"]), case_block_size(case))
+    return compared(got["matched"], case, got["mamba_cache_mode"], got["first_steps"])
 
 
 def check_backed(ctx: Context, case: dict[str, Any], answer: dict[str, Any]) -> None:
@@ -349,7 +384,7 @@ def check_backed(ctx: Context, case: dict[str, Any], answer: dict[str, Any]) -> 
 
 def case_label(case: dict[str, Any]) -> str:
     return (f"groups={','.join(case['groups'])} num_blocks={case['num_blocks']} decodes={case['decodes']} "
-            f"c_extra={case['c_extra']}")
+            f"c_extra={case['c_extra']}" + (f" block_size={case['block_size']}" if "block_size" in case else ""))
 
 
 CONNECTOR_HIT = Sweep(
@@ -359,5 +394,5 @@ CONNECTOR_HIT = Sweep(
     checks=(Check(PROPERTY, check_backed),),
     note=lambda ctx: f"model variant {variant_for(RELEASES, ctx.source.version)}; the real Scheduler over full "
                      f"attention + Mamba in mode {model_mamba_mode(ctx.source.version)} (and the other group "
-                     f"pairs), {len(cases())} cases: C after B's decode steps, in a pool of 8 or 10 blocks",
+                     f"pairs), {len(cases())} cases: C after B's decode steps, in a pool of 8 to 12 blocks",
 )

@@ -26,10 +26,12 @@ After every step the two sides are compared:
   when one bijection maps the one onto the other, fixed at the `BlockStored` that first names each; with the parent,
   the token ids and the block size.
 
-Three directed programs run on every release too (`PROBES`): a hash cached under two blocks at once (two requests
+Four directed programs run on every release too (`PROBES`): a hash cached under two blocks at once (two requests
 of one prompt, block size 1), then one copy evicted (the other must still hit) or both (the hash must miss); random
-programs rarely reach the cached map's entry of two blocks; and one request decoding across two chunk boundaries
-of chunked local attention (a chunk boundary one token off is a search's luck to reach within a budget).
+programs rarely reach the cached map's entry of two blocks; one request decoding across two chunk boundaries
+of chunked local attention (a chunk boundary one token off is a search's luck to reach within a budget); and a
+lookup of one token (`max_length` 1) in chunks of one one-token block, whose chunked-local hit is the null block
+(random programs rarely draw that chunk, block size and prompt length together).
 
 Conventions: the scheduler's part of a step (the sampled token, the request's computed count, a finished request
 freed) is the harness's on both sides, so the lockstep checks the manager, not a scheduler; token ids are the
@@ -267,6 +269,11 @@ CACHED_TWICE = (Schedule(0), Schedule(1), Finish(0), Preempt(1), Schedule(2), De
 # boundary frees the last chunk's blocks for the null block.
 CHUNKS = {"num_blocks": 10, "block_size": 1, "prompts": [0], "prompt_len": 3, "shared": 0, "max_tokens": 3,
           "resets": 0, "groups": "full,local", "attention_chunk_size": 2}
+# A prompt of two tokens in chunks of one one-token block, cached by a request that has finished, scheduled again: the
+# lookup stops at one token (`max_length` 1), full attention hits its block, and chunked local attention's hit is
+# the null block (its one token lies before the current chunk), not its cached block.
+ONE_TOKEN_CHUNKS = {"num_blocks": 10, "block_size": 1, "prompts": [0, 1, 0], "prompt_len": 2, "shared": 0,
+                    "max_tokens": 2, "resets": 0, "groups": "full,local", "attention_chunk_size": 1}
 PROBES = (
     directed("hash_cached_twice_keeps_its_other_block",
              "a hash cached under two blocks still hits the second once the first is evicted", twice(5),
@@ -276,6 +283,9 @@ PROBES = (
     directed("chunk_boundary_frees_the_last_chunk",
              "a chunked-local group frees the last chunk's blocks at each chunk boundary", CHUNKS,
              (Schedule(0), Decode(0), Decode(0))),
+    directed("one_token_lookup_hits_the_null_chunk",
+             "a one-token lookup in one-token chunks hits the null block for the chunked-local group", ONE_TOKEN_CHUNKS,
+             (Schedule(0), Finish(0), Schedule(2))),
 )
 
 

@@ -27,8 +27,10 @@ from kvsim.engine.conformance.declare import variant_for
 from .pd_race import keep, kept, problems_sweep
 
 PROPERTY = "no_unverified_draft_kv_handed"
-# the model variant each release follows for #55055's backoff (landed in 0.31.0)
-MTP_RELEASES: tuple[tuple[str | None, str], ...] = ((None, "pre_55055"), ("0.31.0", "fixed"))
+# the model variant each release follows for #55055's backoff (landed in 0.31.0; 0.32.0 spares a request that skips
+# reading the prefix cache from the truncation)
+MTP_RELEASES: tuple[tuple[str | None, str], ...] = ((None, "pre_55055"), ("0.31.0", "truncates_skip_reading"),
+                                                    ("0.32.0", "fixed"))
 # the bug report's configuration (vllm-55055-pd-mtp-draft-kv: lookahead 2), one producer: the drafter's two modules
 # make the last prompt position's MTP KV a draft's
 HANDOFF = {"num_blocks": 3, "block_size": 2, "prompt_len": 2, "mtp_lookahead": 2}
@@ -42,8 +44,12 @@ SHORT_PROPERTY, SHORT_FINDING = "no_unverified_draft_kv_short_prompt", "vllm-550
 # pool room for the whole prompt and its k lookahead slots where the release does not truncate); the two
 # above first. The CI profile runs these; KVSIM_PROFILE=dev adds `DEV_HANDOFFS`: a three-module drafter over a
 # prompt of 2 (no longer than its backoff: the finding), prompts of 4.
+# A producer asking for prompt logprobs last (it skips reading the prefix cache: 0.32.0 on do not truncate it, its
+# decode side recomputing the whole prompt; 0.31.0 truncates it as any other), a pool with room for its whole prompt
+# and lookahead slots.
 HANDOFFS = (HANDOFF, SHORT, {**HANDOFF, "mtp_lookahead": 1}, {**HANDOFF, "num_blocks": 4, "prompt_len": 3},
-            {**HANDOFF, "block_size": 4, "prompt_len": 3, "mtp_lookahead": 3})
+            {**HANDOFF, "block_size": 4, "prompt_len": 3, "mtp_lookahead": 3},
+            {**HANDOFF, "num_blocks": 4, "prompt_len": 3, "prompt_logprobs": 1})
 DEV_HANDOFFS = ({**HANDOFF, "block_size": 4, "mtp_lookahead": 3}, {**HANDOFF, "num_blocks": 4, "prompt_len": 4},
                 {**HANDOFF, "block_size": 4, "prompt_len": 4, "mtp_lookahead": 3})
 
@@ -58,10 +64,11 @@ def short(case: dict[str, Any]) -> bool:
 
 
 def handoff(child: Any, num_blocks: int = 3, block_size: int = 2, prompt_len: int = 2,
-            mtp_lookahead: int = 2) -> dict[str, Any]:
+            mtp_lookahead: int = 2, prompt_logprobs: int = 0, decode_loads: bool = True) -> dict[str, Any]:
     """One producer P (`prompt_len` tokens, one output) on the real scheduler with an MTP drafter of
-    `mtp_lookahead` modules (`child` runs `SchedulerDriver`): scheduled, its output returned (it finishes into the
-    connector), then delivered in the next step's output.
+    `mtp_lookahead` modules (`child` runs `SchedulerDriver`), asking for prompt logprobs where `prompt_logprobs` (1):
+    scheduled, its output returned (it finishes into the connector), then delivered in the next step's output.
+    `decode_loads`: the decode side loads what it hands (the model's reading of the release, `decode_loads`).
 
     Answers `{"lookahead": the release's num_prefill_lookahead_tokens (None: it has none), "scheduled": the tokens
     P's prefill step computed, "computed": P's num_computed_tokens when request_finished got it, "handed": the
@@ -70,32 +77,38 @@ def handoff(child: Any, num_blocks: int = 3, block_size: int = 2, prompt_len: in
     from kvsim.models.kv_cache_manager.scheduler import draft_kv_handed
 
     built = child.call("build", num_blocks=num_blocks, block_size=block_size, mtp_lookahead=mtp_lookahead)
-    child.call("add", request="P", tokens=[1] * prompt_len, max_tokens=1, producer=True)
+    child.call("add", request="P", tokens=[1] * prompt_len, max_tokens=1, producer=True,
+               prompt_logprobs=1 if prompt_logprobs else None)
     scheduled = child.call("schedule")["scheduled"].get("P", 0)
     state = child.call("output")
     ((request, blocks, _),), (computed,) = state["handed"], state["computed"]
     child.call("schedule")
     state = child.call("output", deliver=[request])  # the decode side read the blocks: they are freed
-    problem = draft_kv_handed(computed, prompt_len, mtp_lookahead)
+    problem = draft_kv_handed(computed, prompt_len, mtp_lookahead, decode_loads)
     return {"lookahead": built["lookahead"], "scheduled": scheduled, "computed": computed, "handed": blocks,
             "problems": [] if problem is None else [f"request {request} {problem}"], "status": state["status"],
             "free": state["free"]}
 
 
+def system(ctx: Context, case: dict[str, Any]) -> Any:
+    """The model's P/D system of the release's variant in the case's configuration (one producer, no local one)."""
+    from kvsim.models.kv_cache_manager import PD_DESCRIPTOR
+
+    return PD_DESCRIPTOR.build_system(variant_for(MTP_RELEASES, ctx.source.version), dict(case, producers=1, local=0))
+
+
 def model(ctx: Context, case: dict[str, Any]) -> dict[str, Any]:
     from kvsim.engine.system import run_actions
-    from kvsim.models.kv_cache_manager import PD_DESCRIPTOR
     from kvsim.models.kv_cache_manager.scheduler import Output, Schedule
 
-    system = PD_DESCRIPTOR.build_system(variant_for(MTP_RELEASES, ctx.source.version),
-                                        dict(case, producers=1, local=0))
-    last = run_actions(system, [Schedule(0), Output(0)])[-1]
-    (invariant,) = [i for i in system.invariants if i.name == PROPERTY]
+    system_ = system(ctx, case)
+    last = run_actions(system_, [Schedule(0), Output(0)])[-1]
+    (invariant,) = [i for i in system_.invariants if i.name == PROPERTY]
     return {"computed_tokens": last.requests[0].num_computed_tokens, "no_draft_kv": invariant.check(last) is None}
 
 
 def upstream(ctx: Context, case: dict[str, Any]) -> dict[str, Any]:
-    got = handoff(ctx.child, **case)
+    got = handoff(ctx.child, **case, decode_loads=system(ctx, case).decode_loads(0))
     keep(ctx, "handoff", case, got)
     return {"computed_tokens": got["computed"], "no_draft_kv": not got["problems"]}
 

@@ -43,7 +43,8 @@ Ops, each answer JSON:
   group); the previous one is forgotten. Answers `observe` plus the coordinator's class name, the Mamba caching
   mode (null without a Mamba group) and `"lookahead"`: the release's `VllmConfig.num_prefill_lookahead_tokens`
   (None where it has none).
-* `add(request, tokens, max_tokens, producer=False)`: `add_request` (a producer request is `do_remote_decode`).
+* `add(request, tokens, max_tokens, producer=False, prompt_logprobs=None)`: `add_request` (a producer request is
+  `do_remote_decode`; `prompt_logprobs` N: the request asks for them, so it skips reading the prefix cache).
 * `schedule()`: `schedule()`; the step's output is in flight until `output`. Answers
   `{"scheduled": {request: tokens}, "preempted": [requests]}`.
 * `output(deliver=[])`: the oldest in-flight step's output returns (`update_from_output`): one sampled token per
@@ -301,12 +302,13 @@ class SchedulerDriver:
                 "mamba_cache_mode": config.cache_config.mamba_cache_mode if "mamba" in groups else None,
                 "lookahead": getattr(config, "num_prefill_lookahead_tokens", None)}
 
-    def op_add(self, request: str, tokens: list[int], max_tokens: int, producer: bool = False) -> Any:
+    def op_add(self, request: str, tokens: list[int], max_tokens: int, producer: bool = False,
+               prompt_logprobs: int | None = None) -> Any:
         from vllm import SamplingParams
         from vllm.v1.core.kv_cache_utils import get_request_block_hasher
         from vllm.v1.request import Request
 
-        params = SamplingParams(max_tokens=max_tokens)
+        params = SamplingParams(max_tokens=max_tokens, prompt_logprobs=prompt_logprobs)
         params.update_from_generation_config({}, EOS_TOKEN)
         req = Request(request_id=request, prompt_token_ids=list(tokens), sampling_params=params, pooling_params=None,
                       block_hasher=get_request_block_hasher(self.block_size, self._sha256))

@@ -52,7 +52,7 @@ def test_the_real_manager_conforms(release):  # type: ignore[no-untyped-def]
     # the directed programs: a hash cached under two blocks, one or both evicted; chunk boundaries crossed
     assert {p["property"]: p["status"] for p in result.properties} == {
         "hash_cached_twice_keeps_its_other_block": "holds", "hash_cached_twice_evicted_twice": "holds",
-        "chunk_boundary_frees_the_last_chunk": "holds"}
+        "chunk_boundary_frees_the_last_chunk": "holds", "one_token_lookup_hits_the_null_chunk": "holds"}
 
 
 def test_a_shared_block_whose_count_is_not_decremented(release):  # type: ignore[no-untyped-def]
@@ -158,6 +158,31 @@ def test_a_hash_cached_twice_loses_its_other_block(release):  # type: ignore[no-
     failed = {p["property"]: p["message"] for p in result.properties if p["status"] == "fails"}
     assert "hash_cached_twice_keeps_its_other_block" in failed, result.properties
     assert "schedule(req=1)" in failed["hash_cached_twice_keeps_its_other_block"], failed
+
+
+def test_a_one_token_lookup_that_reads_the_chunk_it_should_skip(release):  # type: ignore[no-untyped-def]
+    """`ChunkedLocalAttentionManager.find_longest_cache_hit` with `if max_length > 0` made `> 1`: a lookup of one
+    token in one-token chunks starts the chunk at 0 and takes the cached local block where the null block belongs.
+    The directed program (run alone on the release's child, the mutant loaded, then the release put back) tells it
+    at the second schedule of the prompt; random programs rarely draw that chunk, block size and prompt length."""
+    from types import SimpleNamespace
+
+    from kvsim.conform.installed import prepare
+    from kvsim.conform.installed_child import shared
+    from kvsim.conform.vllm.manager_lockstep import DRIVER, PROBES
+
+    (probe,) = [p for p in PROBES if p.name == "one_token_lookup_hits_the_null_chunk"]
+    child = shared(prepare("vllm", release.version), DRIVER, timeout=600.0)
+    ctx = SimpleNamespace(child=child, source=release)
+    child.configure(planted(release, CORE + "single_type_kv_cache_manager.py", "class ChunkedLocalAttentionManager",
+                            "if max_length > 0:", "if max_length > 1:"))
+    try:
+        message = probe.check(ctx)
+    finally:
+        child.configure(None)
+    assert message is not None and "after step 3 schedule(req=2): returned" in message, message
+    assert "'hit': [[1], [0]]" in message, message  # the model's: the null block for the chunked-local group
+    assert probe.check(ctx) is None
 
 
 def test_a_mutant_of_a_class_vllm_keeps_in_a_registry(release):  # type: ignore[no-untyped-def]

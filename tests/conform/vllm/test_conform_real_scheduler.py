@@ -26,7 +26,7 @@ import pytest
 
 from kvsim.conform.installed import prepare
 from kvsim.conform.installed_child import shared
-from kvsim.conform.vllm.connector_hit import DECODES, backed, on_model, parted, through_scheduler
+from kvsim.conform.vllm.connector_hit import DECODES, backed, compared, on_model, parted, through_scheduler
 from kvsim.conform.vllm.pd_mtp import handoff
 from kvsim.conform.vllm.real_scheduler import race
 from kvsim.engine.errors import ConfigError
@@ -139,6 +139,17 @@ def test_the_model_hands_the_real_schedulers_tokens_to_the_connector(child):  # 
         assert cached(model) == cached(real["matched"]), k
 
 
+def test_a_request_on_an_empty_pool_is_split_as_the_model_states(child):  # type: ignore[no-untyped-def]
+    """Blocks of one token over full attention + Mamba: A's first step, every group's hit 0 and no shared-prefix
+    junction, computes 3 of its 4 tokens on 0.33.0 (Mamba's mode align: the split stops at the last cacheable
+    state) and all 4 before it (mode all); `first_steps_as_stated` compares that with the model's statement
+    (`scheduler.mamba_block_aligned_split`). A junction of 1 reported by the lookup would stop it at 1."""
+    case = {"groups": ["full", "mamba"], "num_blocks": 12, "decodes": 1, "c_extra": 0, "block_size": 1}
+    got = through_scheduler(child, 1, num_blocks=12, c_extra=0, block_size=1)
+    assert got["first_steps"]["a"][1] == (3 if child.release == "0.33.0" else 4)
+    assert compared(got["matched"], case, got["mamba_cache_mode"], got["first_steps"])["first_steps_as_stated"]
+
+
 def test_an_mtp_producer_hands_no_draft_kv_only_after_55055(mtp_child):  # type: ignore[no-untyped-def]
     """A producer with a 2-module MTP drafter and a 2-token prompt: 0.30.0 (no num_prefill_lookahead_tokens) computes
     and hands both positions, the last one's MTP KV a draft's; 0.31.0 on truncates the prompt by one and the
@@ -168,6 +179,20 @@ def test_the_backoff_follows_the_drafters_lookahead(mtp_child):  # type: ignore[
     fixed = MTP_RELEASES[mtp_child.release]
     assert (result["lookahead"], result["computed"]) == ((3, 2) if fixed else (None, 4))
     assert result["problems"] == [] if fixed else len(result["problems"]) == 1
-    assert variant_for(VARIANTS, mtp_child.release) == ("fixed" if fixed else "pre_55055")
+    assert (variant_for(VARIANTS, mtp_child.release) != "pre_55055") == fixed
     ctx = SimpleNamespace(source=SimpleNamespace(version=mtp_child.release))  # what the adapter's model reads
+    assert model(ctx, case) == {"computed_tokens": result["computed"], "no_draft_kv": not result["problems"]}
+
+
+def test_a_producer_asking_for_prompt_logprobs_is_not_truncated_from_0_32(mtp_child):  # type: ignore[no-untyped-def]
+    """A producer that skips reading the prefix cache (prompt logprobs), a 2-module drafter, a 3-token prompt:
+    0.33.0's NIXL P side does not truncate it (its decode side loads nothing: 0.31.0 on discard a connector's hit for
+    such a request), 0.31.0's truncates it by one as any other, 0.30.0's not at all; the model's variant of each
+    release computes as many and judges as the release's run."""
+    from kvsim.conform.vllm.pd_mtp import model
+
+    case = {"num_blocks": 4, "block_size": 2, "prompt_len": 3, "mtp_lookahead": 2, "prompt_logprobs": 1}
+    ctx = SimpleNamespace(source=SimpleNamespace(version=mtp_child.release))
+    result = handoff(mtp_child, **case, decode_loads=mtp_child.release == "0.30.0")
+    assert result["computed"] == {"0.30.0": 3, "0.31.0": 2, "0.33.0": 3}[mtp_child.release]
     assert model(ctx, case) == {"computed_tokens": result["computed"], "no_draft_kv": not result["problems"]}

@@ -88,7 +88,7 @@ def _free_keeps_tail(self, m, r, req, fx):  # the request's last block is never 
     m.block_pool.free_blocks(reversed(full.pop_blocks_for_free(r)[:-1]))
 
 
-def _no_backoff(self, req, backoff=0):  # the producer's prompt is not truncated, whatever the backoff
+def _no_backoff(self, req, backoff=0, spares_skip_reading=True):  # the producer's prompt is never truncated
     return (1 + req,) * self.prompt_len
 
 
@@ -145,6 +145,47 @@ def test_the_fix_truncates_only_producer_prompts_longer_than_the_backoff():
     assert system("pre_55055", {"mtp_lookahead": 3, "prompt_len": 3}).prompts == ((1, 1, 1), (2, 2, 2))
 
 
+def test_a_producer_asking_for_prompt_logprobs_is_truncated_only_by_0_31():
+    """A producer that skips reading the prefix cache (prompt logprobs): 0.32.0's P side does not truncate it, as
+    its decode side (0.31.0 on, #57269) loads nothing and recomputes the whole prompt; 0.31.0 truncated it as any
+    other. Either way no draft KV reaches the decode side's cache, while 0.30.0's decode side loads the handed
+    prompt whole, draft KV included."""
+    values = {"mtp_lookahead": 2, "prompt_len": 3, "prompt_logprobs": 1, "num_blocks": 4}
+    assert system("fixed", values).prompts == ((1, 1, 1), (2, 2, 2))
+    assert system("truncates_skip_reading", values).prompts == ((1, 1), (2, 2, 2))
+    for variant in ("fixed", "truncates_skip_reading"):
+        assert explore(system(variant, values)).violations == [], variant
+    (violation,) = explore(system("pre_55055", values)).violations
+    assert violation.property == "no_unverified_draft_kv_handed" and violation.trace == [["schedule", 0], ["output", 0]]
+
+
+def test_a_request_that_skips_reading_the_prefix_cache_finds_no_hit():
+    """Its lookup is empty although its prompt is cached (`prefix_cache_lookup_enabled`); without the flag the same
+    prompt hits its cached block."""
+    from kvsim.models.kv_cache_manager.kv_cache_manager import KVCacheManager, Request
+
+    m = KVCacheManager(4, 2, 2)
+    first = Request(0, [1, 1, 1], 3, 0, 2)
+    m.allocate_slots(first, 3)
+    m.free(first)
+    assert m.get_computed_blocks(Request(1, [1, 1, 1], 3, 0, 2))[1] == 2
+    blocks, hit = m.get_computed_blocks(Request(1, [1, 1, 1], 3, 0, 2, True))
+    assert hit == 0 and blocks == ([],)
+
+
+@pytest.mark.parametrize("args, tokens", [
+    ((0, 4, 4, 4, 1), 3),  # a prompt of 4 in blocks of 1: its last cacheable state is at 3 (vLLM 0.33.0 runs 3)
+    ((0, 4, 4, 4, 1, 1), 1),  # a shared-prefix junction at 1 inside the chunk: the split stops there
+    ((0, 5, 5, 5, 2, 1), 4),  # ... floored to a block from the start: at 0, not inside the chunk
+    ((0, 5, 5, 5, 2), 4),  # blocks of 2: the last cacheable boundary below 5 - 1
+    ((1, 4, 5, 5, 2), 1),  # a chunk starting inside a block stops at its end
+    ((0, 3, 7, 7, 2), 2),  # a chunk that does not end the prefill ends on a block boundary
+    ((5, 1, 5, 6, 2), 1),  # a decode (past the prefill) is not split
+])
+def test_the_mamba_split_stops_where_the_scheduler_stops(args, tokens):
+    assert scheduler.mamba_block_aligned_split(*args) == tokens
+
+
 def test_a_pool_too_small_for_one_prompt_is_a_hang():
     result = explore(system("fixed", {"num_blocks": 2, "prompt_len": 3}))
     assert [v.property for v in result.violations] == ["every_request_finishes"]
@@ -179,7 +220,8 @@ def test_the_config_refuses_what_the_model_cannot_run():
 def test_the_catalog_registers_both_systems_of_the_package():
     reg = catalog.models()
     assert [reg.model(d.name) for d in DESCRIPTORS] == list(DESCRIPTORS)
-    assert reg.model("kv-cache-manager-pd").variants.names == ("fixed", "pre_50297", "pre_55055")
+    assert reg.model("kv-cache-manager-pd").variants.names == ("fixed", "pre_50297", "pre_55055",
+                                                               "truncates_skip_reading")
     assert reg.model("kv-cache-manager").variants.names == ("fixed", "mamba_all", "pre_48195")
     assert isinstance(reg.model("kv-cache-manager-pd").build_system("fixed"), ProducerSchedulerSystem)
 
