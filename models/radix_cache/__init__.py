@@ -6,6 +6,7 @@ accounting (`num_draft_tokens`).
   and sorted with `need_sort`, free groups).
 * `radix_cache`: `TreeNode`, `RadixCache` (page-aligned keys, match with node split, insert, lock counts, LRU
   eviction on a logical clock).
+* `memory_pool`: `ReqToTokenPool`, the request pool's free rows (a row per running request).
 * `common`: the scheduler's calls for one request (`match_kv_cache`, `admit`, `check_decode_mem`, `alloc_decode`,
   `checkpoint`, `release_kv_cache`).
 * `eagle`: EAGLE's draft allocation per decode step (`page_aligned_decode_alloc_lens`, `eagle_prepare_for_decode`,

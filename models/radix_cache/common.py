@@ -15,7 +15,9 @@ Conventions of the model:
 * `admit` is the prefill adder's choice and the prefill step together: match (the key capped at one token less
   than the input: `_compute_max_prefix_len`), lock the last node, and admit only when the conservative extend
   demand (`extend + page_size`, upstream's per-request over-estimate) fits the free and evictable tokens
-  (otherwise unlock and stay waiting); evict the shortfall, `alloc_extend`, run the step, sample a token.
+  (otherwise unlock and stay waiting); a row of the request pool (`alloc_req_slots`, when the tree has one: its
+  `req_to_token_pool`, as upstream's cache holds it), evict the shortfall, `alloc_extend`, run the step, sample a
+  token.
 * `decode`: `check_decode_mem` (the next step's new pages, evicting for them; a request it does not fit stays as
   it is: the caller retracts), then `alloc_paged_token_slots_decode` (evicting for a whole page, upstream's
   over-estimate per request), `alloc_decode` for the last sampled token, sample the next.
@@ -95,6 +97,8 @@ def admit(tree: RadixCache, allocator: PagedTokenToKVPoolAllocator, req: Req) ->
         tree.dec_lock_ref(last_node)
         req.lock, req.prefix_len, req.cache_protected_len = None, 0, 0
         return None
+    if tree.req_to_token_pool is not None:
+        tree.req_to_token_pool.alloc()  # alloc_req_slots: the request's row, before its extend
     evict_from_tree_cache(tree, allocator, demand)
     out = allocator.alloc_extend(prefix_len, seq_len, indices[-1] if indices else -1)
     if out is None:
@@ -156,13 +160,16 @@ def release_kv_cache(tree: RadixCache, allocator: PagedTokenToKVPoolAllocator, r
     """Give the row back; with `checkpointed` the tree first keeps what it can key (`checkpoint` up to the KV the
     request owns, `owned_kv_len`). The row past the tree's part is freed from `cache_protected_len` (a page
     boundary) to `owned_kv_len`, the unaligned tail's page whole; then the lock is dropped and the rejected drafts'
-    slots past the owned KV's page are freed (`_release_overallocated_kv_indices`)."""
+    slots past the owned KV's page are freed (`_release_overallocated_kv_indices`), and the request's row of the request
+    pool is given back."""
     owned_kv_len, kv_allocated_len = req.kv_committed_len, req.kv_allocated_len
     if checkpointed:
         checkpoint(tree, allocator, req, owned_kv_len)
     allocator.free_segment(req.row[req.cache_protected_len:owned_kv_len], req.cache_protected_len)
     tree.dec_lock_ref(req.lock)
     _release_overallocated_kv_indices(allocator, req, owned_kv_len, kv_allocated_len)
+    if tree.req_to_token_pool is not None:
+        tree.req_to_token_pool.free()  # req_to_token_pool.free(req): the row back
     req.lock, req.row, req.cache_protected_len, req.prefix_len = None, [], 0, 0
 
 

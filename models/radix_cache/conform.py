@@ -4,11 +4,11 @@
 run on a stand-in batch (`kvsim.conform.sglang.eagle_alloc`) against `eagle.page_aligned_decode_alloc_lens`, with the
 property `kv_allocated_whole_pages` on upstream's answer; `releases` maps 0.5.15 and before to `pre_31616`.
 
-`RadixCache` and `PagedTokenToKVPoolAllocator` (target `radix_cache_lockstep`): SGLang's real tree and allocator,
-imported from the release in a child process (`kvsim.conform.installed`), in lockstep with the model
-(`kvsim.conform.sglang.radix_lockstep`) under 0.5.23's request life cycle. The declared files are not loaded in
-kvsim's process (no names); `checked` names the definitions the lockstep's programs run, whose lines `--coverage`
-counts (traced in the child) and whose mutants `--mutants` loads into the child.
+`RadixCache`, `PagedTokenToKVPoolAllocator` and `ReqToTokenPool` (target `radix_cache_lockstep`): SGLang's real
+tree, allocator and request pool, imported from the release in a child process (`kvsim.conform.installed`), in
+lockstep with the model (`kvsim.conform.sglang.radix_lockstep`) under 0.5.23's request life cycle. The declared
+files are not loaded in kvsim's process (no names); `checked` names the definitions the lockstep's programs run,
+whose lines `--coverage` counts (traced in the child) and whose mutants `--mutants` loads into the child.
 """
 
 from kvsim.engine.conformance.declare import ConformTarget, Survivor, Unreached, Upstream
@@ -16,11 +16,13 @@ from kvsim.engine.conformance.declare import ConformTarget, Survivor, Unreached,
 MEM = "sglang/srt/mem_cache/"
 RADIX, PAGED, ALLOCATION, COMMON = MEM + "radix_cache.py", MEM + "allocator/paged.py", MEM + "allocation.py", \
     MEM + "common.py"
+MEMORY_POOL = MEM + "memory_pool.py"
 
 # What the lockstep's slice has no counterpart of: the cache enabled, full attention (no sliding-window key limit, no
 # Mamba state, no DSV4 C128 pool, no classed page sharding), no debug mode, the CPU's torch path of the allocator, no
 # streaming session, and allocations that fit (the scheduler's tests before them).
 DISABLED = "the cache disabled (--disable-radix-cache): the lockstep's cache is enabled"
+POOL_FITS = "the request pool short of a row: it has one per request of the configuration"
 DEBUG = "the allocator's debug assertions (SGLANG_DEBUG_MEMORY_POOL): off, as in a server"
 FITS = ("an allocation that runs short after the eviction for it: the admission test (extend + a page of free and "
         "evictable tokens) and check_decode_mem come first, as in the scheduler")
@@ -56,6 +58,14 @@ UNREACHED = (
               "a prefill"),
     Unreached("release_kv_cache", "if tree_cache.claim_kv_row(req):",
               "a streaming session keeping the row: no session in the lockstep"),
+    *(Unreached(definition, text, POOL_FITS) for definition, text in (
+        ("alloc_req_slots", "if req_pool_indices is None:"), ("ReqToTokenPool.alloc", "if select_index is None:"))),
+    Unreached("ReqToTokenPool.alloc_rows", "if need_size == 0:",
+              "no new row asked for: every prefill here is a batch of one request without a row"),
+    Unreached("ReqToTokenPool.alloc_rows", "if self._on_alloc_rows is not None:",
+              "a row-allocation hook (registered by a decode-side pool): none here"),
+    Unreached("ReqToTokenPool.free_rows", "if self._aux_cache is not None:",
+              "an auxiliary per-row cache (attach_aux_cache): none here"),
 )
 # Mutants the lockstep cannot kill because they change nothing in its slice (equivalent there), each with the reason;
 # matched by definition, operator, original and replacement (0.5.23's).
@@ -84,6 +94,12 @@ PROMPT_VALUES = ("the prompt's re-insert only splits: its key is a prefix of the
                  "creates no node and never reads the values")
 EXACT_COUNT = ("the exact page count taken (the second bound test) when the bound equals the free pages: the extend "
                "fits (the admission test came first), so the same pages are taken")
+NOT_HYBRID = ("ensure_mamba_capacity's arguments swapped: it returns at once when its first is no "
+              "HybridReqToTokenPool, which neither the pool nor the request list is")
+NOT_REUSED = "the reused rows' assertion: no request holds a row at its prefill here (no chunked prefill), none is read"
+ONE_REQUEST = "the offset past a batch's last request: every batch here is one request, the offset is not read again"
+GENERATION = ("a row's generation (bumped at every allocation): read only by readers that detect a row's reuse, "
+              "none here")
 TREE, PAGED_ALLOCATOR = "RadixCache.", "PagedTokenToKVPoolAllocator."
 SURVIVORS = (
     Survivor(TREE + "match_prefix", "boolean", "self.disable or len(key) == 0", DISABLED,
@@ -146,6 +162,14 @@ SURVIVORS = (
              replacement="((checkpoint))"),
     Survivor("release_kv_cache", "boolean", "req.finished() or not tree_cache.supports_mamba()", NO_MAMBA),
     Survivor("release_kv_cache", "arguments", "owned_kv_len, req.kv.kv_allocated_len", NO_OVERALLOCATION),
+    *(Survivor("alloc_req_slots", "arguments", original, NOT_HYBRID)
+      for original in ("req_to_token_pool, reqs", "reqs, tree_cache")),
+    *(Survivor("ReqToTokenPool.alloc", op, original, NOT_REUSED, line="assert all(reqs[i].kv.kv_allocated_len > 0")
+      for op, original in (("comparison", ">"), ("constant", "0"))),
+    *(Survivor("ReqToTokenPool.alloc", op, original, ONE_REQUEST, line="offset += 1")
+      for op, original in (("assignment", "+="), ("constant", "1"))),
+    *(Survivor("ReqToTokenPool.alloc_rows", op, original, GENERATION, line="self.req_generation[select_index] += 1")
+      for op, original in (("assignment", "+="), ("constant", "1"))),
 )
 
 # EAGLE's decode allocation length: #31616 rounds nxt up to the page boundary from 0.5.16
@@ -183,7 +207,10 @@ CONFORM = (
                 "PagedTokenToKVPoolAllocator.free_segment", "PagedTokenToKVPoolAllocator.free_page_ids",
                 "PagedTokenToKVPoolAllocator._release_page_ids", "PagedTokenToKVPoolAllocator.free_group_begin",
                 "PagedTokenToKVPoolAllocator.free_group_end")),
-            Upstream(ALLOCATION, (), checked=("alloc_paged_token_slots_extend", "alloc_paged_token_slots_decode")),
+            Upstream(ALLOCATION, (), checked=("alloc_paged_token_slots_extend", "alloc_paged_token_slots_decode",
+                                              "alloc_req_slots")),
+            Upstream(MEMORY_POOL, (), checked=("ReqToTokenPool.alloc", "ReqToTokenPool.alloc_rows",
+                                               "ReqToTokenPool.free_rows", "ReqToTokenPool.free")),
             Upstream(COMMON, (), checked=("checkpoint_kv_cache", "release_kv_cache")),
         ),
         adapter="kvsim.conform.sglang.radix_lockstep:LOCKSTEP", unreached=UNREACHED, survivors=SURVIVORS,

@@ -31,6 +31,7 @@ import heapq
 from typing import NamedTuple, Sequence
 
 from .allocator import PagedTokenToKVPoolAllocator
+from .memory_pool import ReqToTokenPool
 
 
 class NodeState(NamedTuple):
@@ -77,6 +78,7 @@ def page_aligned(tokens: Sequence[int], page_size: int) -> tuple[int, ...]:
 class RadixCache:
     def __init__(self, allocator: PagedTokenToKVPoolAllocator | None, page_size: int) -> None:
         self.allocator, self.page_size = allocator, page_size
+        self.req_to_token_pool: ReqToTokenPool | None = None  # the request pool, set by the system that has one
         self.clock = 0
         self.problems: list[str] = []  # what an op found wrong (the step checks read it)
         self.reset()

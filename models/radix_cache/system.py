@@ -2,8 +2,9 @@
 radix-cache`).
 
 Request r's prompt: `shared` leading 1s (every prompt shares them), then its family's token `2 + prompts[r]` up
-to `prompt_len`; its outputs are `8 + family` (greedy: equal prompts, equal outputs), `max_tokens` of them, so a
-later request of one family hits the earlier one's prompt and outputs. The actions (`common` states what each
+to `prompt_len` (with `prompt_lens`, only its first `prompt_lens[r]` tokens: a prompt that is a prefix of its
+family's longer one); its outputs are `8 + family` (greedy: equal prompts, equal outputs), `max_tokens` of them, so
+a later request of one family hits the earlier one's prompt and outputs. The actions (`common` states what each
 does upstream):
 
 - `admit` (waiting): match, lock, evict, `alloc_extend`, the prefill step; then its result
@@ -21,7 +22,8 @@ does upstream):
 
 Invariants on every state: `pool_accounting` (free + evictable + protected + held = the pool, page by page),
 `lock_refs`, `tree_shape`, `free_list`, `rows_page_aligned` (every running request's row: whole pages, its
-protected part the locked path's slots), `kv_allocated_whole_pages` (a request that drafted records
+protected part the locked path's slots), `req_slots` (the request pool's free rows and a row per running request
+make the pool: `SchedulerInvariantChecker._check_req_pool`), `kv_allocated_whole_pages` (a request that drafted records
 `kv_allocated_len` as whole pages, equal to the pages it holds: #31616), `all_free_when_done`; step checks (recorded
 with `flag`): `match_is_longest` (every `match_prefix` a step makes, against a walk of the tree as it was),
 `evict_unlocked_leaves` and `no_double_free` (what the tree's and the allocator's ops found),
@@ -42,6 +44,7 @@ from kvsim.engine.system import Invariant, Sometimes, flag, flagged
 
 from . import checks, common, eagle
 from .allocator import AllocatorState, PagedTokenToKVPoolAllocator
+from .memory_pool import ReqToTokenPool
 from .radix_cache import RadixCache, TreeState
 # ACTIONS: the action records, looked up beside the system (kvsim replay)
 from .request_loop import FINISHED, RUNNING, WAITING, Admit, Decode, Prompts, RequestLoop, Retract
@@ -66,6 +69,8 @@ class RadixCacheConfig(Prompts):
                                      minimum=0, maximum=3)
     prompt_len: int = param(3, "tokens in each prompt", minimum=2, maximum=8)
     shared: int = param(2, "leading prompt tokens every family shares", minimum=0, maximum=8)
+    prompt_lens: tuple[int, ...] = param((), "each request's prompt length: its family's prompt cut short (none "
+                                         "given: prompt_len each)", minimum=2, maximum=8)
     max_tokens: int = param(2, "output tokens a request samples before it finishes", minimum=1, maximum=4)
     need_sort: bool = param(False, "the allocator stages freed pages and sorts them when an alloc runs short")
     num_draft_tokens: int = param(0, "EAGLE speculative decoding's draft tokens per step (topk 1); 0: none",
@@ -73,6 +78,9 @@ class RadixCacheConfig(Prompts):
 
     def __post_init__(self) -> None:
         self.check_requests()
+        if self.prompt_lens and (len(self.prompt_lens) != len(self.prompts) or max(self.prompt_lens) > self.prompt_len):
+            raise ConfigError("param prompt_lens", f"one length per request ({len(self.prompts)}), each at most "
+                              f"prompt_len ({self.prompt_len})", self.prompt_lens)
         longest = self.prompt_len + self.max_tokens - 1  # a retracted request's input before its last decode
         need = longest + self.page_size
         if self.num_draft_tokens:  # the last step's committed KV and its reserve, rounded up to whole pages
@@ -81,6 +89,10 @@ class RadixCacheConfig(Prompts):
             raise ConfigError("param num_pages", f"room for a request's longest input ({longest} tokens) and the "
                               f"page the scheduler's demand adds (or its drafts' reserve): "
                               f"{-(-need // self.page_size)} pages or more", self.num_pages)
+
+    def prompt(self, req: int) -> tuple[int, ...]:
+        full = super().prompt(req)
+        return full[:self.prompt_lens[req]] if self.prompt_lens else full
 
     @property
     def reserve(self) -> int:
@@ -99,6 +111,7 @@ class RadixState(NamedTuple):
     tree: TreeState
     allocator: AllocatorState
     requests: tuple[RequestState, ...]
+    req_slots: int  # the request pool's free rows (`ReqToTokenPool`: a row per request, len(prompts) rows)
     flags: tuple[tuple[str, str], ...] = ()
 
 
@@ -123,6 +136,9 @@ class RadixCacheSystem(RequestLoop):
             Invariant("kv_allocated_whole_pages", self._kv_allocated,
                       "a request that drafted records kv_allocated_len as whole pages, equal to its protected part "
                       "and the pages it holds (nothing allocated and unrecorded), and committed <= allocated"),
+            Invariant("req_slots", self._req_slots,
+                      "free request-pool rows + a row per running request = the pool (SchedulerInvariantChecker's "
+                      "_check_req_pool, no sessions), and no admission finds the pool empty"),
             Invariant("all_free_when_done", self._all_free_when_done,
                       "once every request has ended every page is free or evictable"),
             Invariant("match_is_longest", flagged("match_is_longest"),
@@ -153,7 +169,7 @@ class RadixCacheSystem(RequestLoop):
         alloc = PagedTokenToKVPoolAllocator(cfg.num_pages, cfg.page_size, cfg.need_sort)
         tree = RadixCache(alloc, cfg.page_size)
         requests = tuple(RequestState(WAITING, (), (), 0, None) for _ in cfg.prompts)
-        return (RadixState(tree.freeze(), alloc.freeze(), requests),)
+        return (RadixState(tree.freeze(), alloc.freeze(), requests, len(cfg.prompts)),)
 
     def allows(self, s: RadixState, a: tuple) -> bool:
         return RULES.allows(self, s, a)
@@ -162,17 +178,19 @@ class RadixCacheSystem(RequestLoop):
         cfg = self.cfg
         alloc = PagedTokenToKVPoolAllocator.thaw(s.allocator, cfg.num_pages, cfg.page_size, cfg.need_sort)
         tree = RadixCache.thaw(s.tree, alloc, cfg.page_size)
+        tree.req_to_token_pool = pool = ReqToTokenPool(len(cfg.prompts), s.req_slots)
         effect, action = RULES.effect(action)
         requests = list(s.requests)
         fx: list[tuple] = []
         found: list[tuple[str, str]] = []
         self._watch_matches(tree, found)
         effect(self, s, action, tree, alloc, requests, fx, found)
-        after = RadixState(tree.freeze(), alloc.freeze(), tuple(requests), s.flags)
+        after = RadixState(tree.freeze(), alloc.freeze(), tuple(requests), pool.free_slots, s.flags)
         for problem in tree.problems:
             found.append(("lock_ref_never_negative" if "lock_ref" in problem and "went to" in problem
                           else "evict_unlocked_leaves", problem))
         found += [("no_double_free", p) for p in alloc.problems]
+        found += [("req_slots", p) for p in pool.problems]
         for name, message in found:
             after = flag(after, name, message)
         return after, tuple(fx)
@@ -281,6 +299,16 @@ class RadixCacheSystem(RequestLoop):
                 return f"request {r}: kv_allocated_len {allocated} (committed {committed}): expected whole pages " \
                        f"equal to the allocator's footprint {footprint} (cache_protected_len {rs.cache_protected_len}" \
                        f" + its pages x {ps}): {footprint - allocated} slots allocated and recorded by nobody"
+        return None
+
+    def _req_slots(self, s: RadixState) -> str | None:
+        problem = flagged("req_slots")(s)
+        if problem is not None:
+            return problem
+        running = sum(1 for r in s.requests if r.status == RUNNING)
+        if s.req_slots + running != len(self.cfg.prompts):
+            return f"request pool: {s.req_slots} free rows + {running} running requests, expected the pool's " \
+                   f"{len(self.cfg.prompts)} rows"
         return None
 
     def _all_free_when_done(self, s: RadixState) -> str | None:

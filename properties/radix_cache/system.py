@@ -11,4 +11,4 @@ RADIX_CACHE_INVARIANTS = stateful_property(
     doc="The radix cache's and the paged allocator's invariants hold on every step of Hypothesis-chosen request "
         "sequences (admit with prefix hits and eviction, decode, retract, finish): pool accounting page by page, "
         "lock counts and sizes, the tree's shape, the free list, page-aligned rows, the longest match, no double "
-        "free, nothing held once all requests ended.")
+        "free, the request pool's rows, nothing held once all requests ended.")

@@ -2,8 +2,8 @@
 in lockstep with the `radix-cache` model, one Hypothesis state machine driving both (`LOCKSTEP`).
 
 A program starts from a configuration Hypothesis draws within the model's bounds (`RadixCacheConfig`: pages, page
-size 2 or 4 (see page size 1 below), the requests' prompt families, prompt length, the prefix every prompt shares, output tokens,
-`need_sort`) and then makes the model's own actions, one a step among those the model enables
+size 2 or 4 (see page size 1 below), up to three requests' prompt families, prompt length, the prefix every prompt
+shares, output tokens, `need_sort`) and then makes the model's own actions, one a step among those the model enables
 (`step(admit(req=0))`): `admit(r)` (match, lock, the admission test, evict, `alloc_extend`, the prefill step and its
 sampled token, then `checkpoint_kv_cache`, or `release_kv_cache` when the request has sampled `max_tokens`),
 `decode(r)` (`check_decode_mem`, `alloc_paged_token_slots_decode` for the last sampled token, a new token, the
@@ -17,7 +17,9 @@ is matched again, prompt and outputs, when admitted). After every step the two s
 * the allocator's free pages in the order `alloc` hands them out, and the pages `need_sort` holds back (as a set:
   they are sorted when merged);
 * the sizes: available (free and staged pages, in tokens), evictable, protected;
-* each running request's row (`req_to_token`, a slot a position) and its `cache_protected_len`.
+* each running request's row (`req_to_token`, a slot a position) and its `cache_protected_len`;
+* the request pool's free rows (`ReqToTokenPool`, a row per request of the configuration: taken by the prefill's
+  `alloc_req_slots`, given back by `release_kv_cache` at a finish or a retraction).
 
 Conventions (the harness's, on the real side; each the scheduler's part, not the cache's):
 
@@ -51,7 +53,8 @@ Conventions (the harness's, on the real side; each the scheduler's part, not the
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from hypothesis import strategies as st
 
@@ -65,7 +68,9 @@ from kvsim.models.radix_cache.system import (RUNNING, Admit, Admitted, Decode, D
 DRIVER = "kvsim.conform.sglang.real_radix:RadixDriver"
 REQUEST_OPS_SINCE = "0.5.23"  # the driver's request ops (checkpoint_kv_cache, release_kv_cache) are 0.5.23's
 STEPS = 24  # three requests, each admitted, decoded up to three times, retracted and admitted again
-ROWS, CONTEXT = 4, 64  # the request pool: a row per request, longer than every request
+# the request pool's rows: at most a row per request (the lockstep's pool has one per request of the configuration);
+# a row is longer than every request
+ROWS, CONTEXT = 4, 64
 MAX_PAGES = 10  # RadixCacheConfig's bound on num_pages
 # the page sizes a server builds the paged allocator for (at page size 1 it builds TokenToKVPoolAllocator, which
 # frees to the back of its list: not the model's allocator; and the paged one's decode takes no page there)
@@ -85,8 +90,17 @@ def configs(draw: Any) -> dict[str, Any]:
             "shared": draw(st.integers(0, prompt_len)), "max_tokens": max_tokens, "need_sort": draw(st.booleans())}
 
 
+@dataclass(frozen=True)
+class LockstepConfig(RadixCacheConfig):
+    """The model's config in the lockstep: up to a request per row of the real request pool (the explorer keeps
+    three; the random programs draw up to three, a directed program may run four)."""
+
+    max_requests: ClassVar[int] = ROWS
+
+
 def config_of(start: dict[str, Any]) -> RadixCacheConfig:
-    return RadixCacheConfig(**{**start, "prompts": tuple(start["prompts"])})
+    return LockstepConfig(**{**start, "prompts": tuple(start["prompts"]),
+                             "prompt_lens": tuple(start.get("prompt_lens", ()))})
 
 
 def tree_rows(nodes: Any) -> list[list[Any]]:
@@ -123,7 +137,8 @@ class ModelSide(SystemSide):
                 "sizes": {"available": (len(s.allocator.free_pages) + len(s.allocator.staged_pages)) * ps,
                           "evictable": s.tree.evictable_size, "protected": s.tree.protected_size},
                 "requests": {str(r): {"row": list(q.row), "protected_len": q.cache_protected_len}
-                             for r, q in enumerate(s.requests) if q.status == RUNNING}}
+                             for r, q in enumerate(s.requests) if q.status == RUNNING},
+                "req_slots": s.req_slots}
 
 
 class RealSide:
@@ -133,7 +148,7 @@ class RealSide:
     def __init__(self, child: Any, config: RadixCacheConfig) -> None:
         self.child, self.cfg = child, config
         child.call("build", size=config.num_pages * config.page_size, page_size=config.page_size,
-                   need_sort=config.need_sort, rows=ROWS, context=CONTEXT)
+                   need_sort=config.need_sort, rows=len(config.prompts), context=CONTEXT)
         self.outputs: list[list[int]] = [[] for _ in config.prompts]
 
     def call(self, op: str, action: Any) -> Any:
@@ -205,7 +220,8 @@ class RealSide:
         return {"tree": tree_rows(nodes), "free_pages": seen["free_pages"],
                 "staged_pages": sorted(seen["staged_pages"]), "sizes": self.child.call("sizes"),
                 "requests": {r: {"row": q["row"], "protected_len": q["protected_len"]}
-                             for r, q in sorted(seen["requests"].items())}}
+                             for r, q in sorted(seen["requests"].items())},
+                "req_slots": seen["req_slots"]}
 
 
 def sides(ctx: Context, start: dict[str, Any]) -> tuple[ModelSide, RealSide]:
@@ -261,6 +277,37 @@ STAGED = {"num_pages": 5, "page_size": 2, "prompts": [0, 1], "prompt_len": 3, "s
           "need_sort": True}
 
 
+# Two requests of one family, the second's prompt the first page of the first's (prompt_lens): the second's
+# checkpoint inserts a key ending inside the first's node, split there, where the node's rest starts with the node's
+# own first page. The insert's walk stops there (its key is empty); it must not walk on into the child whose first
+# page repeats the key it entered the node by. The random programs' prompts (one length) never end an insert where
+# the tree goes on with the same page.
+REPEATED_PAGE = {"num_pages": 4, "page_size": 2, "prompts": [0, 0], "prompt_len": 4, "prompt_lens": [4, 2],
+                 "shared": 0, "max_tokens": 1, "need_sort": False}
+
+# Four requests (a row each), three outputs, a pool of seven pages: request 0 finishes, caching its prompt and two
+# outputs; request 1, of its family, is admitted and stays running, locking the prompt's node (its child, request
+# 0's outputs, unlocked); request 2, of another family, finishes after it (a leaf newer than that lock); request 3's
+# demand evicts request 0's outputs and more. The locked node left childless must not join the eviction heap: it
+# would be evicted (it is older than request 2's leaf) while request 1 holds it.
+LOCKED_PARENT = {"num_pages": 7, "page_size": 2, "prompts": [0, 0, 1, 2], "prompt_len": 4, "shared": 0,
+                 "max_tokens": 3, "need_sort": False}
+
+# Four requests, a pool of six pages: request 0's prompt of a page, request 1's of a page and a half in its family
+# (prompt_lens), so the first page's node has two children (0's outputs, 1's last prompt token and output), unlocked
+# once both finish; request 2, of another family, leaves a leaf newer than them; request 3's eight-token prompt (no
+# match: nothing locked on that path) evicts both children, their parent, and request 2's output page. A parent
+# pushed on the eviction heap while it still has children is pushed twice (after each child): evicted, then popped
+# and freed again.
+UNLOCKED_PARENT = {"num_pages": 6, "page_size": 2, "prompts": [0, 0, 1, 2], "prompt_len": 8,
+                   "prompt_lens": [2, 3, 2, 8], "shared": 0, "max_tokens": 3, "need_sort": False}
+
+
+def finish(r: int) -> tuple[Any, ...]:
+    """Request r's three outputs: admitted, then decoded twice (the release follows the third)."""
+    return Admit(r), Decode(r), Decode(r)
+
+
 PROBES = (
     directed("evicts_the_least_recently_used_leaf",
              "an eviction that needs one of two cached leaves takes the least recently used", LRU,
@@ -273,6 +320,15 @@ PROBES = (
     directed("staged_pages_wait_while_the_bound_is_met",
              "need_sort: an extend whose page bound the free pages meet takes them without merging the staged page",
              STAGED, (Admit(0), Admit(1))),
+    directed("insert_ends_where_the_child_repeats_the_page",
+             "an insert ending inside a node whose rest starts with the node's first page: the walk stops there",
+             REPEATED_PAGE, (Admit(0), Admit(1))),
+    directed("locked_parent_left_childless_stays_cached",
+             "an eviction that empties a locked node of its child goes on to the next leaf, not to the locked node",
+             LOCKED_PARENT, (*finish(0), Admit(1), *finish(2), Admit(3))),
+    directed("parent_evicted_once_after_its_last_child",
+             "an eviction takes a parent only once its last child is gone, and once",
+             UNLOCKED_PARENT, (*finish(0), *finish(1), *finish(2), Admit(3))),
     Probe("paged_decode_at_page_size_1_takes_no_page",
           "the paged allocator at page size 1 (not what a server builds there) hands a decode last_loc + 1 and "
           "takes no page: the reason the lockstep draws page sizes 2 and 4", paged_decode_at_page_size_1),

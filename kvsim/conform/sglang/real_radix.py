@@ -50,7 +50,8 @@ published with their defaults on first use, as a scheduler process does):
 * `sizes()`: `{"available": allocator slots, "evictable", "protected"}` (the tree's counters).
 * `dump()`: `{"tree": root node, "free_pages": [pages in the order alloc hands them out], "staged_pages": [freed
   pages need_sort holds back until an alloc runs short, sorted as that alloc merges them], "requests": {request:
-  {"row": its slots, "protected_len": the tree-owned prefix}}}`; a node is `{"id", "key": tokens, "value":
+  {"row": its slots, "protected_len": the tree-owned prefix}}, "req_slots": the request pool's free rows
+  (`len(free_slots)`, what `SchedulerInvariantChecker._check_req_pool` counts)}`; a node is `{"id", "key": tokens, "value":
   indices, "lock_ref", "children": [nodes by key]}` (the root's key and value are empty, its lock_ref 1).
 
 The tree and allocator ops run on 0.5.13 to 0.5.16 too (there `match_prefix` answers the indices and no length,
@@ -330,4 +331,5 @@ class RadixDriver(SlotOps):
             self.allocator.release_pages.tolist()
         return {"tree": node(root), "free_pages": self.allocator.free_pages.tolist(), "staged_pages": sorted(staged),
                 "requests": {r: {"row": self._row(q, q.kv.kv_allocated_len), "protected_len": q.kv.cache_protected_len}
-                             for r, q in sorted(self.requests.items())}}
+                             for r, q in sorted(self.requests.items())},
+                "req_slots": len(self.pool.free_slots)}

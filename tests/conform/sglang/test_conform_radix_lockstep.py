@@ -73,14 +73,21 @@ def test_the_real_radix_cache_conforms(release):  # type: ignore[no-untyped-def]
     assert result.compared >= 3 * EXAMPLES, result.compared  # the start and at least two steps a program
     assert {p["property"]: p["status"] for p in result.properties} == {
         "evicts_the_least_recently_used_leaf": "holds", "readmitted_after_eviction_splits_at_the_prompt": "holds",
-        "staged_pages_wait_while_the_bound_is_met": "holds", "paged_decode_at_page_size_1_takes_no_page": "holds"}
+        "staged_pages_wait_while_the_bound_is_met": "holds", "insert_ends_where_the_child_repeats_the_page": "holds",
+        "locked_parent_left_childless_stays_cached": "holds", "parent_evicted_once_after_its_last_child": "holds",
+        "paged_decode_at_page_size_1_takes_no_page": "holds"}
 
 
 # (file, after, original, replacement, the directed program that catches it, where): each a reach only that program
 # has. The prompt's re-insert skipped: only a readmission after an eviction reaches that split (a fresh request's
 # prompt is cached, split there, by its prefill's checkpoint). A retract that checkpoints: the page its row holds
 # past its checkpoint (the prompt's last token and the first output) enters the tree. The extend's page bound
-# rounded up: met exactly by the free pages, it merges the staged page and takes it first.
+# rounded up: met exactly by the free pages, it merges the staged page and takes it first. The eviction's parent
+# push without its lock test: a locked node left childless is evicted under the running request holding it (only a
+# fourth request's demand, past the locked node's child, reaches it); without its childless test: a parent whose
+# other child is still cached is pushed, and pushed again after that child, then freed twice (only a prompt of
+# another length than its family's makes a parent the evicting request does not lock).
+EVICT_PUSH = "if len(x.parent.children) == 0 and x.parent.lock_ref == 0:"
 DIRECTED = {
     "prompt_not_split": ("radix_cache.py", "    def _insert_cache(", "if split_prompt:", "if False:",
                          "readmitted_after_eviction_splits_at_the_prompt", "after step 12 admit(req=1): tree"),
@@ -91,6 +98,11 @@ DIRECTED = {
     "bound_rounded_up": ("allocator/paged.py", "    def alloc_extend(", "extend_num_tokens // self.page_size + bs + 1",
                          "-(-extend_num_tokens // self.page_size) + bs + 1",
                          "staged_pages_wait_while_the_bound_is_met", "after step 2 admit(req=1): returned"),
+    "locked_parent_pushed": ("radix_cache.py", "    def evict(", EVICT_PUSH, "if len(x.parent.children) == 0:",
+                             "locked_parent_left_childless_stays_cached", "after step 8 admit(req=3): returned"),
+    "parent_with_children_pushed": ("radix_cache.py", "    def evict(", EVICT_PUSH, "if x.parent.lock_ref == 0:",
+                                    # the parent's second pop: _delete_leaf finds it gone
+                                    "parent_evicted_once_after_its_last_child", "parent does not have child key"),
 }
 
 
@@ -121,6 +133,15 @@ def test_the_final_token_keyed_past_the_owned_kv(release):  # type: ignore[no-un
     assert len(found["program"]) == 2, found["program"]  # one admit whose prefill finishes the request
 
 
+def test_a_request_row_never_given_back(release):  # type: ignore[no-untyped-def]
+    """`release_kv_cache` keeps the request's row of the request pool (SchedulerInvariantChecker's `_check_req_pool`
+    leak): the pool's free rows differ from the model's after the first release."""
+    found = _run_planted(release, planted(release, MEM + "common.py", "def release_kv_cache(",
+                                          "tree_cache.req_to_token_pool.free(req)", "None"))
+    assert found["field"] == "req_slots", found
+    assert found["program"][1:] == ["step(admit(req=0))"], found["program"]  # a request finished by its prefill
+
+
 def test_a_lock_count_not_decremented_at_the_top_of_the_path(release):  # type: ignore[no-untyped-def]
     """`dec_lock_ref` skips the node under the root: it keeps its count (and stays protected)."""
     found = _run_planted(release, planted(release, MEM + "radix_cache.py", "    def dec_lock_ref(",
@@ -139,8 +160,10 @@ def test_eviction_from_the_wrong_end_of_the_lru(release):  # type: ignore[no-unt
     result = _planted_result(release, mutant)
     assert result.status == "diverges", (result.status, result.note)
     failed = {p["property"]: p["message"] for p in result.properties if p["status"] == "fails"}
-    # the readmission's directed program evicts too: its third request must take the retracted one's prompt
-    assert set(failed) == {"evicts_the_least_recently_used_leaf", "readmitted_after_eviction_splits_at_the_prompt"}, \
+    # the directed programs that evict one leaf of several fail too: the readmission's third request must take the
+    # retracted one's prompt, and the parent-push programs' last request must begin with the oldest leaf
+    assert set(failed) == {"evicts_the_least_recently_used_leaf", "readmitted_after_eviction_splits_at_the_prompt",
+                           "locked_parent_left_childless_stays_cached", "parent_evicted_once_after_its_last_child"}, \
         result.properties
     assert "after step 3 admit(req=2): returned" in failed["evicts_the_least_recently_used_leaf"], failed
 

@@ -65,7 +65,8 @@ def _branching_tree(child):  # type: ignore[no-untyped-def]
 def test_insert_match_split_and_dump(tree_child):  # type: ignore[no-untyped-def]
     state = tree_child.call("build", size=64, page_size=4)
     assert state == {"tree": {"id": 0, "key": [], "value": [], "lock_ref": 1, "children": []},
-                     "free_pages": list(range(1, 17)), "staged_pages": [], "requests": {}}
+                     "free_pages": list(range(1, 17)), "staged_pages": [], "requests": {},
+                     "req_slots": 4}  # the request pool's rows (build's default 4), all free
     _branching_tree(tree_child)
     dump = tree_child.call("dump")
     assert _nodes(dump["tree"]) == {2: ([0, 1, 2, 3], [4, 5, 6, 7], 0), 1: ([4, 5, 6, 7], [8, 9, 10, 11], 0),
@@ -153,10 +154,12 @@ def test_a_request_prefilled_checkpointed_decoded_and_released(child):  # type: 
     b = child.call("prefill", request="b", tokens=list(range(10)), observe=True)
     assert b["answer"] == {"prefix_len": 8, "indices": list(range(4, 14)), "node": 1}  # page 3 again, at the front
     assert b["state"]["requests"] == {"b": {"row": list(range(4, 14)), "protected_len": 8}}
+    assert b["state"]["req_slots"] == 3  # b holds one of the request pool's four rows
     assert child.call("sizes") == {"available": 52, "evictable": 0, "protected": 8}
     assert child.call("release", request="b", checkpoint=False) == {"available": 56, "evictable": 8, "protected": 0}
     state = child.call("dump")
     assert _nodes(state["tree"]) == {1: (list(range(8)), list(range(4, 12)), 0)} and state["requests"] == {}
+    assert state["req_slots"] == 4  # every release (with checkpoint or not) gives the row back
     # released without checkpoint, a request's tokens never reach the tree: its whole row is freed
     child.call("prefill", request="d", tokens=list(range(200, 208)))
     assert child.call("release", request="d", checkpoint=False) == {"available": 56, "evictable": 8, "protected": 0}

@@ -14,6 +14,7 @@ from kvsim.engine.explore import ExploreOptions, explore
 from kvsim.engine.runner import run_property
 from kvsim.models.radix_cache import DESCRIPTOR, common
 from kvsim.models.radix_cache.allocator import PagedTokenToKVPoolAllocator
+from kvsim.models.radix_cache.memory_pool import ReqToTokenPool
 from kvsim.models.radix_cache.radix_cache import NodeState, RadixCache
 from kvsim.models.radix_cache.system import RULES, RadixCacheConfig
 
@@ -90,6 +91,16 @@ def test_the_config_refuses_what_the_model_cannot_run():
         RadixCacheConfig(prompts=(0, 1, 2, 3))
     with pytest.raises(Exception, match="num_pages"):
         RadixCacheConfig(num_pages=4)  # a retracted 4-token input plus a page needs 5
+    with pytest.raises(Exception, match="prompt_lens"):
+        RadixCacheConfig(prompt_lens=(3, 2))  # a length per request
+    with pytest.raises(Exception, match="prompt_lens"):
+        RadixCacheConfig(prompt_lens=(3, 2, 4))  # none past prompt_len
+
+
+def test_prompt_lens_cut_the_family_prompts():
+    config = RadixCacheConfig(prompts=(0, 0, 1), prompt_len=4, shared=1, prompt_lens=(4, 2, 3), num_pages=6)
+    assert [config.prompt(r) for r in range(3)] == [(1, 2, 2, 2), (1, 2), (1, 3, 3)]
+    assert RadixCacheConfig(prompts=(0, 1), prompt_len=4, shared=1, num_pages=6).prompt(1) == (1, 3, 3, 3)
 
 
 # -- each invariant fails when its thing breaks ------------------------------------------------------------------
@@ -122,6 +133,10 @@ def _match_nothing(self, tokens):
     return 0, (), self.root_node
 
 
+def _row_kept(self):
+    """`req_to_token_pool.free(req)` left out: a finished or retracted request's row is never given back."""
+
+
 ORIGINAL_EXTEND = PagedTokenToKVPoolAllocator.alloc_extend
 ORIGINAL_RELEASE = common.release_kv_cache
 
@@ -133,6 +148,7 @@ ORIGINAL_RELEASE = common.release_kv_cache
     ("no_double_free", (PagedTokenToKVPoolAllocator, "alloc_extend", _extend_keeps_pages_free)),
     ("free_list", (PagedTokenToKVPoolAllocator, "alloc_extend", _extend_keeps_pages_free)),
     ("match_is_longest", (RadixCache, "match_prefix", _match_nothing)),
+    ("req_slots", (ReqToTokenPool, "free", _row_kept)),
 ])
 def test_an_invariant_fails_on_a_planted_bug(name, plant, monkeypatch):
     fails_alone(lambda: system(TIGHT), name, plant, monkeypatch)
