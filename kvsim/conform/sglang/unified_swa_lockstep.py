@@ -96,6 +96,8 @@ def summary(op: str, args: tuple, answer: Any) -> Any:
         return [op, answer is not None]
     if op == "dec_lock_ref":
         return [op, list(args[0])]
+    if op == "insert":
+        return [op, answer.prefix_len]
     return [op, list(answer) if isinstance(answer, tuple) else answer]
 
 
