@@ -201,8 +201,6 @@ UNIFIED, CORE, COMPONENTS = MEM + "unified_radix_cache.py", MEM + "unified_cache
 HICACHE = "HiCache (host values, host locks, write-through and buffer backups): the lockstep's cache has no host tier"
 HOST_LOCK = "a host lock (lock_host=True): only HiCache's load-back and backups take one"
 NO_SKIP = "a receipt that skipped a component: the scheduler's lock takes every component (no skip_lock_components)"
-NO_MAMBA_BELOW = ("a component of lower eviction priority than SWA (Mamba): the cache has Full (above SWA) and SWA "
-                  "only")
 SWA_UPSTREAM = (
     Upstream(UNIFIED, (), checked=("UnifiedRadixCache.inc_lock_ref", "UnifiedRadixCache.dec_lock_ref",
                                    "UnifiedRadixCache.release_swa")),
@@ -218,6 +216,13 @@ SWA_UPSTREAM = (
                                                   "FullComponent.release_component_lock"), optional=True),
     Upstream(MEM + "allocator/swa.py", (), checked=(
         "SWATokenToKVPoolAllocator.alloc", "SWATokenToKVPoolAllocator.set_full_to_swa_mapping")),
+    # the Mamba component, run by the lockstep's Mamba configurations
+    Upstream(COMPONENTS + "mamba.py", (), checked=(
+        "MambaComponent.create_match_validator", "MambaComponent.commit_insert_component_data",
+        "MambaComponent.redistribute_on_node_split", "MambaComponent.evict_component",
+        "MambaComponent._evict_device_next_node", "MambaComponent.acquire_component_lock",
+        "MambaComponent.release_component_lock"), optional=True),
+    Upstream(MEM + "allocator/mamba.py", (), checked=("MambaSlotAllocator._do_alloc", "MambaSlotAllocator.free")),
 )
 SWA_UNREACHED = (
     *(Unreached(f"UnifiedRadixCache.{m}", "if self.disable", DISABLED)
@@ -231,8 +236,6 @@ SWA_UNREACHED = (
               "a cache without an SWA component: the lockstep's has one"),
     Unreached("UnifiedTreeCore.dec_swa_lock_only", "if comp.component_type in params.skipped_lock_components:",
               NO_SKIP),
-    Unreached("UnifiedTreeCore.dec_swa_lock_only", "if comp.eviction_priority(is_leaf=False) < swa_priority:",
-              NO_MAMBA_BELOW),
     Unreached("UnifiedTreeCore._split_node", "if self.tlru_bookkeeping:",
               "the T-LRU eviction policy's bookkeeping: the lockstep's policy is LRU"),
     *(Unreached(definition, text, HICACHE) for definition, text in (
@@ -261,6 +264,16 @@ SWA_UNREACHED = (
                 "request that does not fit") for pool in ("full", "swa")),
     Unreached("SWATokenToKVPoolAllocator.set_full_to_swa_mapping", "if full_indices.numel() == 0:",
               "an empty allocation: the scheduler allocates at least one slot (an extend past the match, a decode)"),
+    Unreached("MambaComponent.create_match_validator", "return lambda node: (", HICACHE + "; the match is device-only"),
+    *(Unreached("MambaComponent.evict_component", text, HICACHE) for text in (
+        "if EvictLayer.HOST in target and cd.host_value is not None:", "if not host_lru.in_list(node):")),
+    Unreached("MambaComponent._evict_device_next_node", "return InternalStateBackup(", HICACHE),
+    Unreached("MambaComponent._evict_device_next_node", "if enabled:",
+              "a session radix cache (enable_session_radix_cache): the lockstep has no sessions"),
+    *(Unreached(f"MambaComponent.{m}", "if lock_host:", HOST_LOCK)
+      for m in ("acquire_component_lock", "release_component_lock")),
+    Unreached("MambaSlotAllocator.free", "if free_index.numel() == 0:",
+              "an empty free: every Mamba free here is one state slot"),
 )
 # Mutants of 0.5.23's checked definitions the lockstep does not kill, each with the reason (`--mutants 0` on 0.5.23)
 CORE_, SWA_, FULL_ = "UnifiedTreeCore.", "SWAComponent.", "FullComponent."
@@ -275,11 +288,9 @@ FULL_LEAF = ("the evictable-leaf refresh at a Full count's 0, not reached: dec_l
              "after the walks, and no program left another node of a released path childless")
 NO_ADOPTED = "the adopted ranges: recorded only for an insert that tracks them (track_adopted_ranges), never here"
 SWA_SURVIVORS = (
-    Survivor(CORE_ + "_release_components", "boolean",
-             "ct == ComponentType.SWA\n                or component.eviction_priority(is_leaf=False) < swa_priority",
-             NO_MAMBA_BELOW, replacement="((ct == ComponentType.SWA)\n)"),
-    Survivor(CORE_ + "_release_components", "comparison", "<", NO_MAMBA_BELOW + " (Full's priority is above)",
-             replacement="<="),
+    Survivor(CORE_ + "_release_components", "comparison", "<",
+             "SWA's own priority: SWA is skipped by name already, Full's priority is above and Mamba's below either "
+             "way", replacement="<="),
     Survivor(CORE_ + "dec_swa_lock_only", "arguments", "result.device_frees,\n            result.host_frees",
              "the early release frees nothing here: it never reaches a device leaf (its unreached declaration)"),
     *(Survivor(CORE_ + "_split_node", "arguments", "split_len, self.page_size", HASH, line=text)
