@@ -339,6 +339,52 @@ SWA_SURVIVORS = (
                line="if cd.lock_ref == 0:")
       for op, original, r in (("comparison", "==", "!="), ("constant", "0", "1"))),
 )
+MAMBA_ = "MambaComponent."
+NO_SESSION = "no session radix cache: the lockstep has no streaming sessions (enable_session_radix_cache off)"
+STATE_LOCKED = ("every Mamba lock is taken on a node with a state: a match, and so a request's lock, ends only at "
+                "a node whose Mamba validator accepts it (or the root, which no component locks)")
+PATH_CAP = ("the per-path state cap is off (mamba_max_states_per_path -1, the server's default): "
+            "_emit_excess_path_states_eviction returns before it reads its arguments")
+SWA_SURVIVORS += (
+    *(Survivor(MAMBA_ + "commit_insert_component_data", "arguments", "node, cache_actions", PATH_CAP, line=line)
+      for line in ("self._emit_excess_path_states_eviction(node, cache_actions)",)),
+    Survivor(MAMBA_ + "redistribute_on_node_split", "constant", "0", NO_SESSION, line="session_ref = 0"),
+    Survivor(MAMBA_ + "redistribute_on_node_split", "constant", "0", NO_HOST, line="host_lock_ref = 0"),
+    Survivor(MAMBA_ + "evict_component", "constant", "0", NO_HOST, line="host_freed = 0"),
+    Survivor(MAMBA_ + "evict_component", "boolean", "EvictLayer.DEVICE in target and cd.value is not None",
+             "every eviction here targets the device layer", replacement="((cd.value is not None))"),
+    *(Survivor(MAMBA_ + "evict_component", op, original, NO_HOST + "; no node has a Mamba host value",
+               line="target is EvictLayer.DEVICE") for op, original in (
+        ("boolean",
+         "target is EvictLayer.DEVICE\n            and cd.value is None\n            and cd.host_value is not None"),
+        ("comparison", "is"), ("comparison", "is not"))),
+    *(Survivor(MAMBA_ + "evict_component", "comparison", original, NO_HOST + "; no node has a Mamba host value",
+               line=line) for original, line in (("is", "and cd.value is None"),
+                                                 ("is not", "and cd.host_value is not None"))),
+    *(Survivor(MAMBA_ + "_evict_device_next_node", "boolean", original, HICACHE, line="self.tree_core.enable_hicache")
+      for original in ("self.tree_core.enable_hicache\n            and self.tree_core.is_write_back\n            and "
+                       "cd.host_value is None\n            and not x.backuped\n            and "
+                       "x.component_data[BASE_COMPONENT_TYPE].value is not None",)),
+    *(Survivor(MAMBA_ + "_evict_device_next_node", "comparison", original, HICACHE, line=line)
+      for original, line in (("is", "cd.host_value is None"), ("is not", "x.component_data[BASE_COMPONENT_TYPE]"))),
+    Survivor(MAMBA_ + "_evict_device_next_node", "boolean", "not enabled or self._can_evict_leaf_atomically(x)",
+             NO_SESSION),
+    Survivor(MAMBA_ + "_evict_device_next_node", "boolean",
+             "x in self.tree_core.evictable_device_leaves and (\n            not enabled or "
+             "self._can_evict_leaf_atomically(x)\n        )", NO_SESSION,
+             replacement="((x in self.tree_core.evictable_device_leaves)\n\n)"),
+    *(Survivor(MAMBA_ + "release_component_lock", op, original,
+               "the evictable-leaf refresh at a Mamba count's 0: dec_lock_ref refreshes the anchor after every "
+               "component's release, and the early release leaves the node Full-locked (no leaf either way)",
+               replacement=r, line="if cd.lock_ref == 0:") for op, original, r in (("comparison", "==", "!="),
+                                                                            ("constant", "0", "1"))),
+    Survivor(MAMBA_ + "acquire_component_lock", "boolean", "cd.lock_ref == 0 and value is not None", STATE_LOCKED,
+             replacement="((cd.lock_ref == 0))"),
+    Survivor(MAMBA_ + "release_component_lock", "boolean", "cd.lock_ref == 1 and value is not None", STATE_LOCKED,
+             replacement="((cd.lock_ref == 1))"),
+    Survivor(MAMBA_ + "release_component_lock", "comparison", ">", ASSERTED, replacement=">=",
+             line="assert cd.lock_ref > 0"),
+)
 # One survivor stays undeclared: `cd.host_value is None` -> `is not` on the validator's tombstone test is equivalent
 # (no host values, device-only matches), but a declaration cannot tell it from `cd.value is None` -> `is not` on the
 # same line, which is killed.
