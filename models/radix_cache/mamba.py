@@ -4,7 +4,8 @@
 
 A node holds at most one Mamba state slot (`node.mamba.value`, a one-slot tuple), the state after its last token;
 a split leaves it on the suffix (`redistribute_on_node_split`). The component's lock is on the locked node only,
-not its path (`acquire_component_lock`; a node without a state is skipped, so its release is too). Its internal
+not its path (`acquire_component_lock`; 0.5.15 skips a node without a state, 0.5.20 counts it: the model's locks
+always land on a node with a state, where the two agree). Its internal
 eviction priority is the lowest (Full 2 > SWA 1 > Mamba 0): evicting its state cascades into nothing, while an SWA
 tombstone cascades into the node's Mamba state (`_cascade_evict`, which asserts the state unlocked). A request owns
 one slot of the pool while it runs (`req.mamba_pool_idx`); caching an unfinished request donates a fresh slot to
