@@ -16,9 +16,10 @@ accounting (`num_draft_tokens`).
 * `request_loop`: what the two systems share (statuses, the admit / decode / retract actions, the requests' prompts).
 * `variants`: radix-cache's `fixed` and `pre_31616` (EAGLE's unaligned decode allocation length, 0.5.15);
   radix-cache-swa's `fixed` and `pre_28161`.
-* `unified_swa`, `swa_system`: the package's second model, `radix-cache-swa`: the unified radix cache's Full and
-  SWA components (per-node lock counts, the sliding-window lock and its early release `dec_swa_lock_only`,
-  tombstones, LRU eviction of either pool) under the scheduler's life cycle (`UnifiedSwaSystem`, config
+* `unified_swa`, `mamba`, `swa_system`: the package's second model, `radix-cache-swa`: the unified radix cache's Full
+  and SWA components and optionally Mamba (per-node lock counts in order full >= swa >= mamba, the sliding-window
+  lock and its early release `dec_swa_lock_only`, tombstones, the Mamba state pool, LRU eviction of each pool and
+  the cascade between components) under the scheduler's life cycle (`UnifiedSwaSystem`, config
   `UnifiedSwaConfig`), SGLang #28161.
 * `sim`: `kvsim simulate radix-cache`, a shared-prefix request workload with retractions under pressure, a timing
   policy (prefill or decode batches, `retract_decode`'s victim order) over `RadixCacheSystem`.
@@ -71,11 +72,13 @@ DESCRIPTOR = ModelDescriptor(
 )
 SWA_DESCRIPTOR = ModelDescriptor(
     name="radix-cache-swa",
-    summary="SGLang's unified radix cache with a sliding-window component: per-node Full and SWA lock counts, the "
-            "SWA window lock and its early release past the window (dec_swa_lock_only, #28161), tombstones, LRU "
-            "eviction of either pool, under the scheduler's life cycle (admit, decode, retract, finish)",
+    summary="SGLang's unified radix cache with a sliding-window component and optionally a Mamba component: per-node "
+            "Full, SWA and Mamba lock counts, the SWA window lock and its early release past the window "
+            "(dec_swa_lock_only, #28161), tombstones, the Mamba state pool, LRU eviction of each pool, under the "
+            "scheduler's life cycle (admit, decode, retract, finish)",
     source="sglang 0.5.15 (sglang/srt/mem_cache/unified_radix_cache.py, unified_cache_components/swa_component.py, "
-           "full_component.py, allocator/swa.py; managers/schedule_batch.py maybe_evict_swa); 0.5.13 for pre_28161, "
+           "full_component.py, mamba_component.py, allocator/swa.py, memory_pool.py MambaSlotAllocator; "
+           "managers/schedule_batch.py maybe_evict_swa); 0.5.13 for pre_28161, "
            "0.5.14 for pre_locked_full_recovery, 0.5.20's unified_cache/ TreeCore for tree_core",
     variants=SWA_VARIANTS,
     config=UnifiedSwaConfig,

@@ -228,8 +228,6 @@ UNIFIED, CORE, COMPONENTS = MEM + "unified_radix_cache.py", MEM + "unified_cache
 HICACHE = "HiCache (host values, host locks, write-through and buffer backups): the lockstep's cache has no host tier"
 HOST_LOCK = "a host lock (lock_host=True): only HiCache's load-back and backups take one"
 NO_SKIP = "a receipt that skipped a component: the scheduler's lock takes every component (no skip_lock_components)"
-NO_MAMBA_BELOW = ("a component of lower eviction priority than SWA (Mamba): the cache has Full (above SWA) and SWA "
-                  "only")
 SWA_UPSTREAM = (
     Upstream(UNIFIED, (), checked=("UnifiedRadixCache.inc_lock_ref", "UnifiedRadixCache.dec_lock_ref",
                                    "UnifiedRadixCache.release_swa")),
@@ -245,6 +243,13 @@ SWA_UPSTREAM = (
                                                   "FullComponent.release_component_lock"), optional=True),
     Upstream(MEM + "allocator/swa.py", (), checked=(
         "SWATokenToKVPoolAllocator.alloc", "SWATokenToKVPoolAllocator.set_full_to_swa_mapping")),
+    # the Mamba component, run by the lockstep's Mamba configurations
+    Upstream(COMPONENTS + "mamba.py", (), checked=(
+        "MambaComponent.create_match_validator", "MambaComponent.commit_insert_component_data",
+        "MambaComponent.redistribute_on_node_split", "MambaComponent.evict_component",
+        "MambaComponent._evict_device_next_node", "MambaComponent.acquire_component_lock",
+        "MambaComponent.release_component_lock"), optional=True),
+    Upstream(MEM + "allocator/mamba.py", (), checked=("MambaSlotAllocator._do_alloc", "MambaSlotAllocator.free")),
 )
 SWA_UNREACHED = (
     *(Unreached(f"UnifiedRadixCache.{m}", "if self.disable", DISABLED)
@@ -258,8 +263,6 @@ SWA_UNREACHED = (
               "a cache without an SWA component: the lockstep's has one"),
     Unreached("UnifiedTreeCore.dec_swa_lock_only", "if comp.component_type in params.skipped_lock_components:",
               NO_SKIP),
-    Unreached("UnifiedTreeCore.dec_swa_lock_only", "if comp.eviction_priority(is_leaf=False) < swa_priority:",
-              NO_MAMBA_BELOW),
     Unreached("UnifiedTreeCore._split_node", "if self.tlru_bookkeeping:",
               "the T-LRU eviction policy's bookkeeping: the lockstep's policy is LRU"),
     *(Unreached(definition, text, HICACHE) for definition, text in (
@@ -288,6 +291,16 @@ SWA_UNREACHED = (
                 "request that does not fit") for pool in ("full", "swa")),
     Unreached("SWATokenToKVPoolAllocator.set_full_to_swa_mapping", "if full_indices.numel() == 0:",
               "an empty allocation: the scheduler allocates at least one slot (an extend past the match, a decode)"),
+    Unreached("MambaComponent.create_match_validator", "return lambda node: (", HICACHE + "; the match is device-only"),
+    *(Unreached("MambaComponent.evict_component", text, HICACHE) for text in (
+        "if EvictLayer.HOST in target and cd.host_value is not None:", "if not host_lru.in_list(node):")),
+    Unreached("MambaComponent._evict_device_next_node", "return InternalStateBackup(", HICACHE),
+    Unreached("MambaComponent._evict_device_next_node", "if enabled:",
+              "a session radix cache (enable_session_radix_cache): the lockstep has no sessions"),
+    *(Unreached(f"MambaComponent.{m}", "if lock_host:", HOST_LOCK)
+      for m in ("acquire_component_lock", "release_component_lock")),
+    Unreached("MambaSlotAllocator.free", "if free_index.numel() == 0:",
+              "an empty free: every Mamba free here is one state slot"),
 )
 # Mutants of 0.5.23's checked definitions the lockstep does not kill, each with the reason (`--mutants 0` on 0.5.23)
 CORE_, SWA_, FULL_ = "UnifiedTreeCore.", "SWAComponent.", "FullComponent."
@@ -302,11 +315,9 @@ FULL_LEAF = ("the evictable-leaf refresh at a Full count's 0, not reached: dec_l
              "after the walks, and no program left another node of a released path childless")
 NO_ADOPTED = "the adopted ranges: recorded only for an insert that tracks them (track_adopted_ranges), never here"
 SWA_SURVIVORS = (
-    Survivor(CORE_ + "_release_components", "boolean",
-             "ct == ComponentType.SWA\n                or component.eviction_priority(is_leaf=False) < swa_priority",
-             NO_MAMBA_BELOW, replacement="((ct == ComponentType.SWA)\n)"),
-    Survivor(CORE_ + "_release_components", "comparison", "<", NO_MAMBA_BELOW + " (Full's priority is above)",
-             replacement="<="),
+    Survivor(CORE_ + "_release_components", "comparison", "<",
+             "SWA's own priority: SWA is skipped by name already, Full's priority is above and Mamba's below either "
+             "way", replacement="<="),
     Survivor(CORE_ + "dec_swa_lock_only", "arguments", "result.device_frees,\n            result.host_frees",
              "the early release frees nothing here: it never reaches a device leaf (its unreached declaration)"),
     *(Survivor(CORE_ + "_split_node", "arguments", "split_len, self.page_size", HASH, line=text)
@@ -354,6 +365,52 @@ SWA_SURVIVORS = (
     *(Survivor(FULL_ + "release_component_lock", op, original, FULL_LEAF, replacement=r,
                line="if cd.lock_ref == 0:")
       for op, original, r in (("comparison", "==", "!="), ("constant", "0", "1"))),
+)
+MAMBA_ = "MambaComponent."
+NO_SESSION = "no session radix cache: the lockstep has no streaming sessions (enable_session_radix_cache off)"
+STATE_LOCKED = ("every Mamba lock is taken on a node with a state: a match, and so a request's lock, ends only at "
+                "a node whose Mamba validator accepts it (or the root, which no component locks)")
+PATH_CAP = ("the per-path state cap is off (mamba_max_states_per_path -1, the server's default): "
+            "_emit_excess_path_states_eviction returns before it reads its arguments")
+SWA_SURVIVORS += (
+    *(Survivor(MAMBA_ + "commit_insert_component_data", "arguments", "node, cache_actions", PATH_CAP, line=line)
+      for line in ("self._emit_excess_path_states_eviction(node, cache_actions)",)),
+    Survivor(MAMBA_ + "redistribute_on_node_split", "constant", "0", NO_SESSION, line="session_ref = 0"),
+    Survivor(MAMBA_ + "redistribute_on_node_split", "constant", "0", NO_HOST, line="host_lock_ref = 0"),
+    Survivor(MAMBA_ + "evict_component", "constant", "0", NO_HOST, line="host_freed = 0"),
+    Survivor(MAMBA_ + "evict_component", "boolean", "EvictLayer.DEVICE in target and cd.value is not None",
+             "every eviction here targets the device layer", replacement="((cd.value is not None))"),
+    *(Survivor(MAMBA_ + "evict_component", op, original, NO_HOST + "; no node has a Mamba host value",
+               line="target is EvictLayer.DEVICE") for op, original in (
+        ("boolean",
+         "target is EvictLayer.DEVICE\n            and cd.value is None\n            and cd.host_value is not None"),
+        ("comparison", "is"), ("comparison", "is not"))),
+    *(Survivor(MAMBA_ + "evict_component", "comparison", original, NO_HOST + "; no node has a Mamba host value",
+               line=line) for original, line in (("is", "and cd.value is None"),
+                                                 ("is not", "and cd.host_value is not None"))),
+    *(Survivor(MAMBA_ + "_evict_device_next_node", "boolean", original, HICACHE, line="self.tree_core.enable_hicache")
+      for original in ("self.tree_core.enable_hicache\n            and self.tree_core.is_write_back\n            and "
+                       "cd.host_value is None\n            and not x.backuped\n            and "
+                       "x.component_data[BASE_COMPONENT_TYPE].value is not None",)),
+    *(Survivor(MAMBA_ + "_evict_device_next_node", "comparison", original, HICACHE, line=line)
+      for original, line in (("is", "cd.host_value is None"), ("is not", "x.component_data[BASE_COMPONENT_TYPE]"))),
+    Survivor(MAMBA_ + "_evict_device_next_node", "boolean", "not enabled or self._can_evict_leaf_atomically(x)",
+             NO_SESSION),
+    Survivor(MAMBA_ + "_evict_device_next_node", "boolean",
+             "x in self.tree_core.evictable_device_leaves and (\n            not enabled or "
+             "self._can_evict_leaf_atomically(x)\n        )", NO_SESSION,
+             replacement="((x in self.tree_core.evictable_device_leaves)\n\n)"),
+    *(Survivor(MAMBA_ + "release_component_lock", op, original,
+               "the evictable-leaf refresh at a Mamba count's 0: dec_lock_ref refreshes the anchor after every "
+               "component's release, and the early release leaves the node Full-locked (no leaf either way)",
+               replacement=r, line="if cd.lock_ref == 0:") for op, original, r in (("comparison", "==", "!="),
+                                                                            ("constant", "0", "1"))),
+    Survivor(MAMBA_ + "acquire_component_lock", "boolean", "cd.lock_ref == 0 and value is not None", STATE_LOCKED,
+             replacement="((cd.lock_ref == 0))"),
+    Survivor(MAMBA_ + "release_component_lock", "boolean", "cd.lock_ref == 1 and value is not None", STATE_LOCKED,
+             replacement="((cd.lock_ref == 1))"),
+    Survivor(MAMBA_ + "release_component_lock", "comparison", ">", ASSERTED, replacement=">=",
+             line="assert cd.lock_ref > 0"),
 )
 # One survivor stays undeclared: `cd.host_value is None` -> `is not` on the validator's tombstone test is equivalent
 # (no host values, device-only matches), but a declaration cannot tell it from `cd.value is None` -> `is not` on the

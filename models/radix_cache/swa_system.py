@@ -1,14 +1,19 @@
 """The unified radix cache's SWA component under a few requests, as a transition system (`kvsim explore
 radix-cache-swa`): SGLang 0.5.14's `UnifiedRadixCache` (`unified_swa`) with the scheduler's early release of the
-sliding-window lock (`ScheduleBatch.maybe_evict_swa` with `SGLANG_OPT_SWA_RELEASE_LEAF_LOCK_AFTER_WINDOW` on).
+sliding-window lock (`ScheduleBatch.maybe_evict_swa` with `SGLANG_OPT_SWA_RELEASE_LEAF_LOCK_AFTER_WINDOW` on), and
+with `num_mamba_slots` a Mamba component over a Mamba state pool (`mamba`): a request owns a state slot while it
+runs, its first caching donates a fresh one to the tree, its end hands its own over (each freed when the node has
+a state already), a retraction frees it.
 
 Request r's prompt: `shared` leading 1s, then its family's token `2 + prompts[r]` up to `prompt_len`; its outputs
 are `8 + family`, `max_tokens` of them. Page size 1. The actions:
 
-- `admit` (waiting): `match_prefix` (the key one token short of the input), `inc_lock_ref`, evict the shortfall of
-  either pool (`evict(num_tokens, swa_num_tokens)`), `alloc` the extend, the step, a sampled token; then
-  `cache_unfinished_req` (insert, re-match, move the lock) or, at `max_tokens`, `cache_finished_req`. A demand
-  either pool cannot meet with its free and evictable slots leaves the request waiting (`deferred`).
+- `admit` (waiting): `match_prefix` (the key one token short of the input), `inc_lock_ref`, with Mamba the request's
+  state slot (`HybridReqToTokenPool.alloc`, evicting Mamba states for it), evict the shortfall of either pool
+  (`evict(num_tokens, swa_num_tokens)`), `alloc` the extend, the step, a sampled token; then `cache_unfinished_req`
+  (a donated state slot, insert, re-match, move the lock) or, at `max_tokens`, `cache_finished_req`. A demand a
+  pool cannot meet with its free and evictable slots (Mamba: the request's slot and, unless it finishes at once,
+  the donated one) leaves the request waiting (`deferred`).
 - `decode` (running): a slot of each pool (evicting for it; a request it does not fit is `deferred`),
   `decode_batch_idx` one more, then `maybe_evict_swa`: once `decode_batch_idx >= sliding_window_size`, with a
   window boundary (`swa_uuid_for_lock`) and not yet released, `dec_swa_lock_only(last_node, swa_uuid_for_lock)` and
@@ -18,14 +23,18 @@ are `8 + family`, `max_tokens` of them. Page size 1. The actions:
 - `retract` (running, only while its next decode does not fit): `cache_finished_req(is_insert=False)` (the row
   past the tree's part freed, the lock dropped, SWA skipped if released); back to waiting with its outputs.
 
-Invariants: `lock_order` (every node's full lock_ref >= its swa lock_ref >= 0, #28161's per-node order),
+Invariants: `lock_order` (every node's full lock_ref >= its swa lock_ref >= its mamba lock_ref >= 0, #28161's
+per-node order), `mamba_lock_refs` (a node's Mamba count is the running requests locking that node that have not
+released their window; 0.5.14 to 0.5.19 release it twice, bug `sglang-unified-mamba-lock-released-twice`),
 `full_lock_refs` (a node's full count is the running requests locking it or below; sizes agree),
 `swa_lock_within_window` (a node's swa count is at most the running requests locking it or below that still need
 their window: decode position below the window, or no window boundary to release at; #28161: the early release is
 a silent no-op on 0.5.13), `pool_accounting` (per pool: free + evictable + protected + held by running requests =
-the pool, each slot once), `all_free_when_done`; step checks recorded with `flag`: `evict_unlocked` (eviction
-takes unlocked leaves only, tombstones only SWA-unlocked nodes, `_cascade_evict`'s lock assertion, an insert's
-tombstone unlocked) and `no_double_free` (no slot freed while free; `cache_unfinished_req`'s assertions).
+the pool, each slot once; for Mamba `_check_mamba_pool`'s available + evictable + protected + the running
+requests' own slots), `all_free_when_done`; step checks recorded with `flag`: `evict_unlocked` (eviction takes
+unlocked leaves only, tombstones only SWA-unlocked nodes, evicts only unlocked Mamba states, `_cascade_evict`'s lock
+assertion, an insert's tombstone unlocked) and `no_double_free` (no slot freed while free; `cache_unfinished_req`'s
+assertions).
 """
 
 from __future__ import annotations
@@ -38,6 +47,7 @@ from kvsim.engine.errors import ConfigError
 from kvsim.engine.params import param
 from kvsim.engine.system import Invariant, Sometimes, flag, flagged
 
+from .mamba import MambaSlotAllocator
 from .unified_swa import (SWAAllocatorState, SWATokenToKVPoolAllocator, UnifiedRadixCache, UnifiedTreeNode,
                           UnifiedTreeState)
 # ACTIONS: the action records, looked up beside the system (kvsim replay)
@@ -66,9 +76,13 @@ class UnifiedSwaConfig(Prompts):
     prompt_len: int = param(3, "tokens in each prompt", minimum=2, maximum=8)
     shared: int = param(2, "leading prompt tokens every family shares", minimum=0, maximum=8)
     max_tokens: int = param(4, "output tokens a request samples before it finishes", minimum=1, maximum=5)
+    num_mamba_slots: int = param(0, "slots in the Mamba state pool (slot 0 reserved, not counted); 0: no Mamba "
+                                 "component", minimum=0, maximum=8)
 
     def __post_init__(self) -> None:
         self.check_requests()
+        if self.num_mamba_slots == 1:  # a running request's own state and the one its first caching donates
+            raise ConfigError("param num_mamba_slots", "0 (no Mamba component) or at least 2", self.num_mamba_slots)
         longest = self.prompt_len + self.max_tokens - 1  # a request's row before its last sample
         for name, size in (("num_slots", self.num_slots), ("num_swa_slots", self.num_swa_slots)):
             if size < longest:
@@ -84,6 +98,7 @@ class RequestState(NamedTuple):
     swa_uuid_for_lock: int | None  # the tree's renumbered uuid (0: one no node carries any more)
     swa_prefix_lock_released: bool
     decode_batch_idx: int
+    mamba_pool_idx: int | None = None  # its own Mamba state slot (with a Mamba component, while running)
 
 
 class UnifiedSwaState(NamedTuple):
@@ -91,6 +106,7 @@ class UnifiedSwaState(NamedTuple):
     allocator: SWAAllocatorState
     requests: tuple[RequestState, ...]
     flags: tuple[tuple[str, str], ...] = ()
+    mamba_free: tuple[int, ...] = ()  # the Mamba pool's free slots (with a Mamba component)
 
 
 class Req:
@@ -104,6 +120,7 @@ class Req:
         self.swa_uuid_for_lock = rs.swa_uuid_for_lock
         self.swa_prefix_lock_released = rs.swa_prefix_lock_released
         self.decode_batch_idx = rs.decode_batch_idx
+        self.mamba_pool_idx = rs.mamba_pool_idx
 
     @property
     def fill_ids(self) -> tuple[int, ...]:
@@ -114,14 +131,19 @@ class UnifiedSwaSystem(RequestLoop):
     def __init__(self, variant: UnifiedSwaVariant = SWA_FIXED, config: UnifiedSwaConfig = UnifiedSwaConfig()) -> None:
         self.name, self.variant, self.cfg = "radix-cache-swa", variant, config
         self.invariants = (
-            Invariant("lock_order", self._lock_order, "every node: full lock_ref >= swa lock_ref >= 0"),
+            Invariant("lock_order", self._lock_order, "every node: full lock_ref >= swa lock_ref >= mamba lock_ref "
+                      ">= 0"),
             Invariant("full_lock_refs", self._full_lock_refs,
                       "a node's full lock count is the running requests locking it or below; the sizes agree"),
             Invariant("swa_lock_within_window", self._swa_lock_within_window,
                       "a node's swa lock count is at most the running requests locking it or below whose decode "
                       "position has not passed the sliding window (or that have no window boundary to release at)"),
+            Invariant("mamba_lock_refs", self._mamba_lock_refs,
+                      "a node's Mamba lock count is the running requests locking that node that have not released "
+                      "their window (the early release drops the Mamba lock with SWA's); the Mamba sizes agree"),
             Invariant("pool_accounting", self._pool_accounting,
-                      "per pool: free + evictable + protected + held by running requests = the pool, each slot once"),
+                      "per pool (full, SWA, Mamba): free + evictable + protected + held by running requests = the "
+                      "pool, each slot once"),
             Invariant("all_free_when_done", self._all_free_when_done,
                       "once every request has ended nothing is protected"),
             Invariant("evict_unlocked", flagged("evict_unlocked"),
@@ -148,9 +170,10 @@ class UnifiedSwaSystem(RequestLoop):
     def initial_states(self) -> tuple[UnifiedSwaState, ...]:
         cfg = self.cfg
         alloc = SWATokenToKVPoolAllocator(cfg.num_slots, cfg.num_swa_slots)
-        tree = UnifiedRadixCache(alloc, cfg.sliding_window_size, self.variant)
+        mamba = MambaSlotAllocator(cfg.num_mamba_slots) if cfg.num_mamba_slots else None
+        tree = UnifiedRadixCache(alloc, cfg.sliding_window_size, self.variant, mamba)
         requests = tuple(RequestState(WAITING, (), (), 0, None, None, False, 0) for _ in cfg.prompts)
-        return (UnifiedSwaState(tree.freeze({}), alloc.freeze(), requests),)
+        return (UnifiedSwaState(tree.freeze({}), alloc.freeze(), requests, (), mamba.freeze() if mamba else ()),)
 
     def allows(self, s: UnifiedSwaState, a: tuple) -> bool:
         return RULES.allows(self, s, a)
@@ -158,7 +181,8 @@ class UnifiedSwaSystem(RequestLoop):
     def transition(self, s: UnifiedSwaState, action: tuple) -> tuple[UnifiedSwaState, tuple[tuple, ...]]:
         cfg = self.cfg
         alloc = SWATokenToKVPoolAllocator.thaw(s.allocator, cfg.num_slots, cfg.num_swa_slots)
-        tree = UnifiedRadixCache.thaw(s.tree, alloc, cfg.sliding_window_size, self.variant)
+        mamba = MambaSlotAllocator.thaw(s.mamba_free, cfg.num_mamba_slots) if cfg.num_mamba_slots else None
+        tree = UnifiedRadixCache.thaw(s.tree, alloc, cfg.sliding_window_size, self.variant, mamba)
         self.watch(tree, alloc)
         effect, action = RULES.effect(action)
         reqs = {r: Req(r, cfg, rs, tree) for r, rs in enumerate(s.requests) if rs.status == RUNNING}
@@ -168,10 +192,10 @@ class UnifiedSwaSystem(RequestLoop):
         uuids: dict[int, int] = {}
         frozen = tree.freeze(uuids)
         requests = tuple(self._frozen(s.requests[r], statuses[r], reqs.get(r), uuids) for r in range(len(statuses)))
-        after = UnifiedSwaState(frozen, alloc.freeze(), requests, s.flags)
+        after = UnifiedSwaState(frozen, alloc.freeze(), requests, s.flags, mamba.freeze() if mamba else ())
         for problem in tree.problems:
             after = flag(after, "no_double_free" if "assert" in problem else "evict_unlocked", problem)
-        for problem in alloc.problems:
+        for problem in alloc.problems + (mamba.problems if mamba else []):
             after = flag(after, "no_double_free", problem)
         return after, tuple(fx)
 
@@ -183,7 +207,8 @@ class UnifiedSwaSystem(RequestLoop):
             return RequestState(status, tuple(req.output_ids), (), 0, None, None, False, 0)
         uuid = None if req.swa_uuid_for_lock is None else uuids.get(req.swa_uuid_for_lock, 0)
         return RequestState(RUNNING, tuple(req.output_ids), tuple(req.row), req.cache_protected_len,
-                            req.last_node.path(), uuid, req.swa_prefix_lock_released, req.decode_batch_idx)
+                            req.last_node.path(), uuid, req.swa_prefix_lock_released, req.decode_batch_idx,
+                            req.mamba_pool_idx)
 
     # -- the scheduler's calls -----------------------------------------------------------------------------------
     def evict_for(self, tree: UnifiedRadixCache, alloc: SWATokenToKVPoolAllocator, need: int) -> bool:
@@ -195,7 +220,14 @@ class UnifiedSwaSystem(RequestLoop):
 
     def cache_unfinished_req(self, tree: UnifiedRadixCache, req: Req) -> None:
         token_ids = req.fill_ids[:len(req.row)]
-        new_prefix_len = tree.insert(token_ids, req.row, req.cache_protected_len)
+        if tree.mamba is None:
+            new_prefix_len = tree.insert(token_ids, req.row, req.cache_protected_len).prefix_len
+        else:  # prepare_for_caching_req: a fresh slot, the request's state copied into it, donated to the tree
+            donated = self.alloc_mamba_slot(tree)
+            result = tree.insert(token_ids, req.row, req.cache_protected_len, mamba_value=donated)
+            new_prefix_len = result.prefix_len
+            if result.mamba_exist:  # cleanup_after_caching_req: the node had a state
+                tree.mamba.allocator.free(donated)
         new_indices, new_last_node = tree.match_prefix(token_ids)
         if new_prefix_len > len(new_indices) or req.cache_protected_len > len(new_indices):
             tree.problems.append(f"cache_unfinished_req assert: prefix_len {new_prefix_len}, cache_protected_len "
@@ -207,12 +239,32 @@ class UnifiedSwaSystem(RequestLoop):
 
     def cache_finished_req(self, tree: UnifiedRadixCache, alloc: SWATokenToKVPoolAllocator, req: Req,
                            is_insert: bool) -> None:
+        mamba_exist = True
         if is_insert:
             token_ids = req.fill_ids[:len(req.row)]
-            tree.insert(token_ids, req.row, req.cache_protected_len)
+            if tree.mamba is None:
+                tree.insert(token_ids, req.row, req.cache_protected_len)
+            else:  # the request's own state is offered to the tree
+                mamba_exist = tree.insert(token_ids, req.row, req.cache_protected_len,
+                                          mamba_value=(req.mamba_pool_idx,)).mamba_exist
         else:
             alloc.free(req.row[req.cache_protected_len:])
         tree.dec_lock_ref(req.last_node, req.swa_uuid_for_lock, skip_swa=req.swa_prefix_lock_released)
+        if tree.mamba is not None and req.mamba_pool_idx is not None:
+            if mamba_exist:  # cleanup_after_caching_req: free_mamba_cache (a retraction inserts nothing)
+                tree.mamba.allocator.free((req.mamba_pool_idx,))
+            req.mamba_pool_idx = None
+
+    def alloc_mamba_slot(self, tree: UnifiedRadixCache) -> tuple[int, ...]:
+        """`MambaComponent._alloc_mamba_slot`: one slot, evicting a Mamba state for it if none is free."""
+        slot = tree.mamba.allocator.alloc(1)
+        if slot is None:
+            tree.evict(0, 0, 1)
+            slot = tree.mamba.allocator.alloc(1)
+        if slot is None:
+            tree.problems.append("Can not alloc mamba cache (assert)")
+            return (0,)
+        return slot
 
     def maybe_evict_swa(self, tree: UnifiedRadixCache, req: Req, fx: list) -> None:
         """Past the window, the SWA portion of the request's lock is released once (with
@@ -250,9 +302,29 @@ class UnifiedSwaSystem(RequestLoop):
 
     def _lock_order(self, s: UnifiedSwaState) -> str | None:
         for n in s.tree.nodes:
-            if not n.full_lock_ref >= n.swa_lock_ref >= 0:
-                return f"node {list(n.path)}: full lock_ref {n.full_lock_ref}, swa lock_ref {n.swa_lock_ref}: " \
-                       f"expected full >= swa >= 0"
+            if not n.full_lock_ref >= n.swa_lock_ref >= n.mamba_lock_ref >= 0:
+                return f"node {list(n.path)}: full lock_ref {n.full_lock_ref}, swa lock_ref {n.swa_lock_ref}, " \
+                       f"mamba lock_ref {n.mamba_lock_ref}: expected full >= swa >= mamba >= 0"
+        return None
+
+    def _mamba_lock_refs(self, s: UnifiedSwaState) -> str | None:
+        """A request's lock takes the Mamba lock of its node (which always has a state: a match ends only at a
+        node with one) until its early release or its end."""
+        if not self.cfg.num_mamba_slots:
+            return None
+        holders = [path for r, path in self._locks(s) if not r.swa_prefix_lock_released]
+        protected = evictable = 0
+        for n in s.tree.nodes:
+            want = holders.count(n.path)
+            if n.mamba_lock_ref != want:
+                return f"node {list(n.path)}: expected mamba lock_ref {want} (running requests locking it that " \
+                       f"have not released their window), got {n.mamba_lock_ref}"
+            if n.mamba_value is not None:
+                protected += len(n.mamba_value) if n.mamba_lock_ref else 0
+                evictable += 0 if n.mamba_lock_ref else len(n.mamba_value)
+        if (protected, evictable) != (s.tree.mamba_protected_size, s.tree.mamba_evictable_size):
+            return f"mamba: expected protected {protected} and evictable {evictable}, got " \
+                   f"{s.tree.mamba_protected_size} and {s.tree.mamba_evictable_size}"
         return None
 
     def _full_lock_refs(self, s: UnifiedSwaState) -> str | None:
@@ -292,11 +364,15 @@ class UnifiedSwaSystem(RequestLoop):
         if (swa_protected, swa_evictable) != (s.tree.swa_protected_size, s.tree.swa_evictable_size):
             return f"swa: expected protected {swa_protected} and evictable {swa_evictable}, got " \
                    f"{s.tree.swa_protected_size} and {s.tree.swa_evictable_size}"
-        for pool, size, free, tree_slots, held_slots in (
-                ("full", cfg.num_slots, a.full_free, [i for n in s.tree.nodes for i in n.full_value], held),
-                ("swa", cfg.num_swa_slots, a.swa_free,
-                 [i for n in s.tree.nodes if n.swa_value is not None for i in n.swa_value],
-                 [mapping[i] for i in held if i in mapping])):
+        pools = [("full", cfg.num_slots, a.full_free, [i for n in s.tree.nodes for i in n.full_value], held),
+                 ("swa", cfg.num_swa_slots, a.swa_free,
+                  [i for n in s.tree.nodes if n.swa_value is not None for i in n.swa_value],
+                  [mapping[i] for i in held if i in mapping])]
+        if cfg.num_mamba_slots:  # _check_mamba_pool: available + evictable + protected (+ running) = the pool
+            pools.append(("mamba", cfg.num_mamba_slots, s.mamba_free,
+                          [i for n in s.tree.nodes if n.mamba_value is not None for i in n.mamba_value],
+                          [r.mamba_pool_idx for r in s.requests if r.status == RUNNING]))
+        for pool, size, free, tree_slots, held_slots in pools:
             owned = list(free) + tree_slots + held_slots
             if sorted(owned) != list(range(1, size + 1)):
                 return f"{pool} pool: free {len(free)} + tree {len(tree_slots)} + held {len(held_slots)} slots " \
@@ -306,9 +382,9 @@ class UnifiedSwaSystem(RequestLoop):
     def _all_free_when_done(self, s: UnifiedSwaState) -> str | None:
         if any(r.status != FINISHED for r in s.requests):
             return None
-        if s.tree.full_protected_size or s.tree.swa_protected_size:
+        if s.tree.full_protected_size or s.tree.swa_protected_size or s.tree.mamba_protected_size:
             return f"all requests ended: protected full {s.tree.full_protected_size}, swa " \
-                   f"{s.tree.swa_protected_size}: expected 0"
+                   f"{s.tree.swa_protected_size}, mamba {s.tree.mamba_protected_size}: expected 0"
         return None
 
     def _decode_short(self, s: UnifiedSwaState, r: int) -> bool:
@@ -333,11 +409,17 @@ def _admit(self: UnifiedSwaSystem, s: UnifiedSwaState, a: Admit, tree: UnifiedRa
     indices, last_node = tree.match_prefix(tokens[:len(tokens) - 1])
     uuid = tree.inc_lock_ref(last_node)
     demand = len(tokens) - len(indices)
+    # with a Mamba component: its own state slot (HybridReqToTokenPool.alloc) and, unless this step finishes it,
+    # the slot cache_unfinished_req donates
+    mamba_demand = 0 if tree.mamba is None else 1 + (len(req.output_ids) + 1 < self.cfg.max_tokens)
     if (alloc.full_available_size() + tree.full_evictable_size_ < demand
-            or alloc.swa_available_size() + tree.swa_evictable_size_ < demand):
+            or alloc.swa_available_size() + tree.swa_evictable_size_ < demand
+            or mamba_demand and tree.mamba.allocator.available_size() + tree.mamba.evictable_size_ < mamba_demand):
         tree.dec_lock_ref(last_node, uuid)
         fx.append(Deferred(a.req))
         return
+    if mamba_demand:
+        (req.mamba_pool_idx,) = self.alloc_mamba_slot(tree)
     fits = self.evict_for(tree, alloc, demand)
     out = alloc.alloc(demand) if fits else None
     if out is None:

@@ -2,10 +2,12 @@
 `unified_cache_components/full_component.py`, `swa_component.py`, `allocator/swa.py`, 0.5.15; 0.5.20 moved them to
 `unified_cache/unified_tree_core.py` and `unified_cache/components/`), the per-node lock counts of #28161. The variant's
 flags (`variants.UnifiedSwaVariant`) are read where the releases differ: the tombstone recovery under a Full lock
-(0.5.15), the SWA segment lock over tombstones and the split's LRU recency (0.5.20, #38482).
+(0.5.15), the SWA segment lock over tombstones and the split's LRU recency (0.5.20, #38482), the Mamba lock's
+release after the early release (0.5.20's TreeCore).
 
 Every node carries one component record per pool (`ComponentData`: value, lock_ref, the SWA window lock's
-`uuid`): Full (the full-attention slots) and SWA (the sliding-window pool's slots, `None` once tombstoned).
+`uuid`): Full (the full-attention slots), SWA (the sliding-window pool's slots, `None` once tombstoned) and, with a
+Mamba pool, Mamba (one state slot or `None`; `mamba.MambaComponent`, the third of `tree_components`).
 
 * `SWATokenToKVPoolAllocator`: two pools of slots, a full slot mapped to the SWA slot allocated with it
   (`full_to_swa_index_mapping`); `free` gives both back, `free_swa` the SWA one only.
@@ -16,25 +18,34 @@ Every node carries one component record per pool (`ComponentData`: value, lock_r
   part; an SWA tombstone on the path is recovered from the request's fresh slots (`update_component_on_insert_overlap`
   branch 1: the node's old full slots freed); the rest becomes a new leaf with an SWA value.
 * `inc_lock_ref(node) -> swa_uuid_for_lock`: Full locks the whole path; SWA locks from the node up until a window
-  of SWA tokens is locked, skipping tombstones, and marks the window's top with a uuid (`acquire_component_lock`).
-* `dec_lock_ref(node, swa_uuid_for_lock, skip_swa)`: both released along the same walks (`release_component_lock`).
+  of SWA tokens is locked, skipping tombstones, and marks the window's top with a uuid (`acquire_component_lock`);
+  Mamba locks the node's state only.
+* `dec_lock_ref(node, swa_uuid_for_lock, skip_swa)`: all released along the same walks (`release_component_lock`);
+  `skip_swa` skips SWA, and from 0.5.20 Mamba too (flag `mamba_lock_receipt`: before, the Mamba lock the early
+  release dropped is released again, taking another request's).
 * `dec_swa_lock_only(node, swa_uuid_for_lock)`: the early release of the SWA window lock (`release_window_lock`),
-  Full's lock kept. New in 0.5.14 (#28161); 0.5.13's UnifiedRadixCache has no such method, so the scheduler's
-  `hasattr` guard skips the call (`swa_system`, variant `pre_28161`).
-* `evict(num_tokens, swa_num_tokens)`: Full evicts unlocked device leaves, LRU first (`FullComponent.drive_eviction`,
-  `_evict_device_leaf`); SWA walks its LRU skipping SWA-locked nodes: a device leaf goes whole, another node is
-  tombstoned (its SWA slots freed, the node kept). Evicting or tombstoning a locked component is recorded as a
-  problem (upstream's `_cascade_evict` asserts `cd.lock_ref == 0` on each component it cascades into; from an SWA
-  trigger on a node that is not a device leaf it reaches only components of lower internal priority than SWA's, so
-  with Full (internal priority 2) and SWA (1) alone it cascades into none).
+  Full's lock kept, and (#28161's second layer) the node's locks of lower internal priority than SWA's, Mamba's,
+  dropped with it, so that full >= swa >= mamba holds on every node. New in 0.5.14 (#28161, both layers);
+  0.5.13's UnifiedRadixCache has no such method, so the scheduler's `hasattr` guard skips the call (`swa_system`,
+  variant `pre_28161`).
+* `evict(num_tokens, swa_num_tokens, mamba_num)`: Full evicts unlocked device leaves, LRU first
+  (`FullComponent.drive_eviction`, `_evict_device_leaf`, every component of the leaf freed); SWA walks its LRU
+  skipping SWA-locked nodes: a device leaf goes whole, another node is tombstoned (its SWA slots freed, the node
+  kept) and `_cascade_evict` frees its Mamba state (Mamba's internal priority 0 < SWA's 1 < Full's 2); Mamba walks
+  its LRU skipping Mamba-locked states: a device leaf goes whole, another node loses its state only. Evicting or
+  tombstoning a locked component is recorded as a problem (upstream's `_cascade_evict` asserts `cd.lock_ref == 0`
+  on each component it cascades into). #28161's other `_cascade_evict` line, sparing a locked component whose
+  internal priority is at least the trigger's, acts only when the node is a device leaf at the cascade, which
+  without HiCache an SWA or Mamba trigger never reaches (their drives take a device leaf whole first).
 
-Left out (the smallest scope where #28161 shows): page sizes above 1, Mamba (the third component; #28161's second
-layer, dropping co-located Mamba locks and sparing higher-tier locks in `_cascade_evict`, has nothing to act on
-without it: a node with Full and SWA only never cascades from SWA into Full, whose internal priority is higher),
-HiCache (host values, host locks, write-back), sessions, `swa_evicted_seqlen` (a request's own out-of-window SWA
-slots freed during decode, `free_swa_out_of_window_slots`: inserts always carry 0, so an insert never creates a
-tombstone, only eviction does), priorities, hit counts and events. A new leaf longer than the window is split so
-that its last window is a node of its own (`_maybe_split_leaf_for_swa_lock`).
+Left out (the smallest scope where #28161 shows): page sizes above 1, Mamba's extra (ping-pong) buffer and its
+branching states (`mamba_branching_seqlen`: with neither, a match ends only at a node where some request's cached
+sequence ended, so a prefix shared by different prompts hits nothing), the copy of a matched state into the
+request's own slot (`cow_mamba`: no slot accounting), HiCache (host values, host locks, write-back), sessions,
+`swa_evicted_seqlen` (a request's own out-of-window SWA slots freed during decode, `free_swa_out_of_window_slots`:
+inserts always carry 0, so an insert never creates a tombstone, only eviction does), priorities, hit counts and
+events. A new leaf longer than the window is split so that its last window is a node of its own
+(`_maybe_split_leaf_for_swa_lock`).
 """
 
 from __future__ import annotations
@@ -43,6 +54,7 @@ import heapq
 import itertools
 from typing import NamedTuple, Sequence
 
+from .mamba import MambaComponent, MambaSlotAllocator
 from .variants import SWA_FIXED, UnifiedSwaVariant
 
 
@@ -54,15 +66,17 @@ class ComponentData:
 
 
 class UnifiedTreeNode:
-    __slots__ = ("children", "parent", "key", "full", "swa", "last_access_time", "swa_lru_time")
+    __slots__ = ("children", "parent", "key", "full", "swa", "mamba", "last_access_time", "swa_lru_time",
+                 "mamba_lru_time")
 
     def __init__(self, time: int) -> None:
         self.children: dict[int, UnifiedTreeNode] = {}
         self.parent: UnifiedTreeNode | None = None
         self.key: tuple[int, ...] = ()
-        self.full, self.swa = ComponentData(), ComponentData()
+        self.full, self.swa, self.mamba = ComponentData(), ComponentData(), ComponentData()
         self.last_access_time = time
         self.swa_lru_time: int | None = None  # its place in the SWA LRU list; None: not in it
+        self.mamba_lru_time: int | None = None  # the same in the Mamba LRU list
 
     def path(self) -> tuple[int, ...]:
         parts, node = [], self
@@ -82,6 +96,9 @@ class NodeState(NamedTuple):
     swa_uuid: int | None  # renumbered in path order (only equality with a request's uuid matters)
     last_access: int  # rank among the nodes' access times
     swa_lru: int | None  # rank in the SWA LRU list (0 least recent)
+    mamba_value: tuple[int, ...] | None = None  # the Mamba state's slot; None: none (or no Mamba component)
+    mamba_lock_ref: int = 0
+    mamba_lru: int | None = None  # rank in the Mamba LRU list
 
 
 class UnifiedTreeState(NamedTuple):
@@ -90,6 +107,8 @@ class UnifiedTreeState(NamedTuple):
     full_protected_size: int
     swa_evictable_size: int
     swa_protected_size: int
+    mamba_evictable_size: int = 0
+    mamba_protected_size: int = 0
 
 
 class SWAAllocatorState(NamedTuple):
@@ -162,10 +181,17 @@ class SWATokenToKVPoolAllocator:
         return a
 
 
+class InsertResult(NamedTuple):
+    prefix_len: int
+    mamba_exist: bool = True  # the insert's last node had a Mamba state (the caller frees the one it offered)
+
+
 class UnifiedRadixCache:
     def __init__(self, allocator: SWATokenToKVPoolAllocator, sliding_window_size: int,
-                 variant: UnifiedSwaVariant = SWA_FIXED) -> None:
+                 variant: UnifiedSwaVariant = SWA_FIXED, mamba_allocator: MambaSlotAllocator | None = None) -> None:
         self.allocator, self.sliding_window_size, self.variant = allocator, sliding_window_size, variant
+        # the Mamba component (tree_components FULL, SWA, MAMBA), with a Mamba pool; None: FULL and SWA only
+        self.mamba = None if mamba_allocator is None else MambaComponent(self, mamba_allocator)
         self.clock = 0
         self.uuids = itertools.count(1)
         self.problems: list[str] = []
@@ -194,10 +220,12 @@ class UnifiedRadixCache:
                 window = 0
             else:
                 window += len(node.key)
-                if window >= self.sliding_window_size:
+                if window >= self.sliding_window_size and (self.mamba is None or self.mamba.validator(node)):
                     best, best_len = node, len(value)
             key = key[prefix_len:]
         self._reset_node_and_window_ancestors_mru(best)
+        if self.mamba is not None:
+            self.mamba.refresh_match_end(best)
         t = self.now()
         n: UnifiedTreeNode | None = best
         while n is not None:
@@ -230,6 +258,8 @@ class UnifiedRadixCache:
         child.key = child.key[split_len:]
         new.parent.children[new.key[0]] = new
         child.parent = new
+        if self.mamba is not None:
+            self.mamba.split(new, child, self.variant.split_keeps_suffix_recency)
         if self.variant.split_keeps_suffix_recency:  # #38482: the child keeps its place, the prefix just older
             older = [n.swa_lru_time for n in self.all_nodes()
                      if n.swa_lru_time is not None and n.swa_lru_time < (child.swa_lru_time or 0)]
@@ -248,7 +278,9 @@ class UnifiedRadixCache:
         self._split_node(leaf, len(leaf.key) - self.sliding_window_size)
 
     # -- insert --------------------------------------------------------------------------------------------------
-    def insert(self, tokens: Sequence[int], value: Sequence[int], prev_prefix_len: int) -> int:
+    def insert(self, tokens: Sequence[int], value: Sequence[int], prev_prefix_len: int,
+               mamba_value: tuple[int, ...] | None = None) -> InsertResult:
+        """`mamba_value`: the Mamba state slot committed on the insert's last node (with a Mamba component)."""
         key, value = tuple(tokens), tuple(value[:len(tokens)])
         node = self.root_node
         t = self.now()
@@ -257,6 +289,8 @@ class UnifiedRadixCache:
         while key and key[0] in node.children:
             node = node.children[key[0]]
             node.last_access_time = t
+            if self.mamba is not None:
+                self.mamba.touch(node)
             prefix_len = _match_len(node.key, key)
             if prefix_len < len(node.key):
                 node = self._split_node(node, prefix_len)
@@ -297,7 +331,12 @@ class UnifiedRadixCache:
             self._maybe_split_leaf_for_swa_lock(new)
             node = new
         self._reset_node_and_window_ancestors_mru(node)
-        return total
+        if self.mamba is None or node is self.root_node:
+            return InsertResult(total)
+        if mamba_value is None:
+            self.problems.append(f"insert of {list(tokens)} without a mamba value (assert)")
+            return InsertResult(total)
+        return InsertResult(total, self.mamba.commit_insert(node, mamba_value))
 
     # -- locks ---------------------------------------------------------------------------------------------------
     def inc_lock_ref(self, node: UnifiedTreeNode) -> int | None:
@@ -325,9 +364,13 @@ class UnifiedRadixCache:
                     cd.uuid = next(self.uuids)
                 swa_uuid = cd.uuid
             cur = cur.parent
+        if self.mamba is not None:  # MambaComponent.acquire_component_lock: the node only
+            self.mamba.acquire(node)
         return swa_uuid
 
     def dec_lock_ref(self, node: UnifiedTreeNode, swa_uuid_for_lock: int | None, skip_swa: bool = False) -> None:
+        """`skip_swa` after the early release: before 0.5.20 the Mamba lock it dropped is released again (a
+        release at lock_ref 0 does nothing); 0.5.20's TreeCore skips SWA and below (`skip_swa_and_below`)."""
         cur = node
         while cur is not self.root_node:  # FullComponent.release_component_lock
             if cur.full.lock_ref == 1:
@@ -337,8 +380,12 @@ class UnifiedRadixCache:
             if cur.full.lock_ref < 0:
                 self.problems.append(f"node {list(cur.path())}: full lock_ref went to {cur.full.lock_ref}")
             cur = cur.parent
-        if skip_swa:
-            return
+        if not skip_swa:
+            self._release_swa_lock(node, swa_uuid_for_lock)
+        if self.mamba is not None and not (skip_swa and self.variant.mamba_lock_receipt):
+            self.mamba.release(node, asserts=self.variant.mamba_lock_receipt)
+
+    def _release_swa_lock(self, node: UnifiedTreeNode, swa_uuid_for_lock: int | None) -> None:
         cur = node  # SWAComponent.release_component_lock
         while cur is not self.root_node:
             cd = cur.swa
@@ -379,18 +426,22 @@ class UnifiedRadixCache:
             if swa_uuid_for_lock and cd.uuid == swa_uuid_for_lock:
                 break
             cur = cur.parent
+        # #28161's second layer: drop the locks of strictly lower internal priority than SWA's on the node (Mamba)
+        if self.mamba is not None:
+            self.mamba.release(node, asserts=self.variant.mamba_lock_receipt)
 
     # -- eviction ------------------------------------------------------------------------------------------------
     def _is_device_leaf(self, node: UnifiedTreeNode) -> bool:
-        if node is self.root_node or node.full.lock_ref > 0 or node.swa.lock_ref > 0:
+        if node is self.root_node or node.full.lock_ref > 0 or node.swa.lock_ref > 0 or node.mamba.lock_ref > 0:
             return False
         return not node.children
 
     def evictable_device_leaves(self) -> list[UnifiedTreeNode]:
         return [n for n in self.all_nodes() if self._is_device_leaf(n)]
 
-    def evict(self, num_tokens: int = 0, swa_num_tokens: int = 0) -> tuple[int, int]:
-        tracker = {"full": 0, "swa": 0}
+    def evict(self, num_tokens: int = 0, swa_num_tokens: int = 0, mamba_num: int = 0) -> tuple[int, ...]:
+        """The tokens (Full, SWA) freed, and with a Mamba component the Mamba states freed too."""
+        tracker = {"full": 0, "swa": 0, "mamba": 0}
         heap = [(n.last_access_time, n.path(), n) for n in self.evictable_device_leaves()]  # FullComponent
         heapq.heapify(heap)
         while tracker["full"] < num_tokens and heap:
@@ -409,7 +460,20 @@ class UnifiedRadixCache:
                 self._evict_device_leaf(x, tracker)
             else:  # tombstone; `_cascade_evict` from an SWA trigger reaches no Full value (internal priority 2 > 1)
                 tracker["swa"] += self._evict_swa_component(x)
-        return tracker["full"], tracker["swa"]
+                self._cascade_evict(x, tracker)
+        if self.mamba is None:
+            return tracker["full"], tracker["swa"]
+        self.mamba.drive_eviction(mamba_num, tracker)
+        return tracker["full"], tracker["swa"], tracker["mamba"]
+
+    def _cascade_evict(self, node: UnifiedTreeNode, tracker: dict[str, int]) -> None:
+        """`_cascade_evict` from an SWA tombstone on a node that is not a device leaf: into the components of lower
+        internal priority (Mamba's state, asserted unlocked: `evict_component` records it). 0.5.14's sparing of a
+        locked component whose internal priority is at least the trigger's (#28161) acts only when the node is a
+        device leaf at the cascade, which an SWA or Mamba trigger never reaches without HiCache (their drives take
+        a device leaf whole first), so it is not stated."""
+        if self.mamba is not None:
+            tracker["mamba"] += self.mamba.evict_component(node)
 
     def _swa_lru_no_lock(self) -> UnifiedTreeNode | None:
         """The least recent node of the SWA LRU list whose SWA lock is 0 (`get_lru_no_lock`)."""
@@ -430,13 +494,16 @@ class UnifiedRadixCache:
         return freed
 
     def _evict_device_leaf(self, node: UnifiedTreeNode, tracker: dict[str, int]) -> None:
-        if node.full.lock_ref or node.swa.lock_ref or node.children:
+        if node.full.lock_ref or node.swa.lock_ref or node.mamba.lock_ref or node.children:
             self.problems.append(f"evicted node {list(node.path())}: full lock_ref {node.full.lock_ref}, swa "
-                                 f"lock_ref {node.swa.lock_ref}, {len(node.children)} children")
+                                 f"lock_ref {node.swa.lock_ref}, mamba lock_ref {node.mamba.lock_ref}, "
+                                 f"{len(node.children)} children")
         self.allocator.free_full(node.full.value)
         tracker["full"] += len(node.full.value)
         self.full_evictable_size_ -= len(node.full.value)
         tracker["swa"] += self._evict_swa_component(node)
+        if self.mamba is not None:
+            tracker["mamba"] += self.mamba.evict_component(node)
         del node.parent.children[node.key[0]]
 
     # -- reading -------------------------------------------------------------------------------------------------
@@ -468,20 +535,25 @@ class UnifiedRadixCache:
         nodes = sorted(self.all_nodes(), key=lambda n: n.path())
         access = {t: i for i, t in enumerate(sorted({n.last_access_time for n in nodes}))}
         lru = {t: i for i, t in enumerate(sorted(n.swa_lru_time for n in nodes if n.swa_lru_time is not None))}
+        mamba_lru = {t: i for i, t in enumerate(sorted(n.mamba_lru_time for n in nodes
+                                                        if n.mamba_lru_time is not None))}
         for n in nodes:
             if n.swa.uuid is not None:
                 uuids.setdefault(n.swa.uuid, len(uuids) + 1)
         return UnifiedTreeState(tuple(NodeState(
             n.path(), len(n.key), n.full.value, n.full.lock_ref, n.swa.value, n.swa.lock_ref,
             None if n.swa.uuid is None else uuids[n.swa.uuid], access[n.last_access_time],
-            None if n.swa_lru_time is None else lru[n.swa_lru_time]) for n in nodes),
+            None if n.swa_lru_time is None else lru[n.swa_lru_time], n.mamba.value, n.mamba.lock_ref,
+            None if n.mamba_lru_time is None else mamba_lru[n.mamba_lru_time]) for n in nodes),
             self.full_evictable_size_, self.full_protected_size_, self.swa_evictable_size_,
-            self.swa_protected_size_)
+            self.swa_protected_size_, *((0, 0) if self.mamba is None else
+                                        (self.mamba.evictable_size_, self.mamba.protected_size_)))
 
     @classmethod
     def thaw(cls, s: UnifiedTreeState, allocator: SWATokenToKVPoolAllocator, sliding_window_size: int,
-             variant: UnifiedSwaVariant = SWA_FIXED) -> "UnifiedRadixCache":
-        tree = cls(allocator, sliding_window_size, variant)
+             variant: UnifiedSwaVariant = SWA_FIXED,
+             mamba_allocator: MambaSlotAllocator | None = None) -> "UnifiedRadixCache":
+        tree = cls(allocator, sliding_window_size, variant, mamba_allocator)
         by_path = {(): tree.root_node}
         for ns in s.nodes:
             node = UnifiedTreeNode(ns.last_access)
@@ -489,6 +561,8 @@ class UnifiedRadixCache:
             node.full = ComponentData(ns.full_value, ns.full_lock_ref)
             node.swa = ComponentData(ns.swa_value, ns.swa_lock_ref, ns.swa_uuid)
             node.swa_lru_time = ns.swa_lru
+            node.mamba = ComponentData(ns.mamba_value, ns.mamba_lock_ref)
+            node.mamba_lru_time = ns.mamba_lru
             node.parent = by_path[ns.path[:len(ns.path) - ns.key_len]]
             node.parent.children[node.key[0]] = node
             by_path[ns.path] = node
@@ -497,6 +571,8 @@ class UnifiedRadixCache:
         tree.uuids = itertools.count(1 + max((ns.swa_uuid or 0 for ns in s.nodes), default=0))
         tree.full_evictable_size_, tree.full_protected_size_ = s.full_evictable_size, s.full_protected_size
         tree.swa_evictable_size_, tree.swa_protected_size_ = s.swa_evictable_size, s.swa_protected_size
+        if tree.mamba is not None:
+            tree.mamba.evictable_size_, tree.mamba.protected_size_ = s.mamba_evictable_size, s.mamba_protected_size
         return tree
 
 

@@ -4,8 +4,8 @@ unaligned decode allocation length, #31616, read in `eagle.page_aligned_decode_a
 (the unified cache's SWA component), by release: `pre_28161` (0.5.13: UnifiedRadixCache has no `dec_swa_lock_only`,
 so the scheduler's early release of the SWA window lock is skipped; and a tombstone's recovery frees a locked Full
 value), `pre_locked_full_recovery` (0.5.14: the early release, the old recovery), `fixed` (0.5.15 to 0.5.19) and
-`tree_core` (0.5.20's TreeCore, to 0.5.23: segment locks over tombstones, #38482's split recency). A variant is a flag
-read at the line an upstream change made.
+`tree_core` (0.5.20's TreeCore, to 0.5.23: segment locks over tombstones, #38482's split recency, the Mamba lock
+released once). A variant is a flag read at the line an upstream change made.
 """
 
 from __future__ import annotations
@@ -39,9 +39,14 @@ class UnifiedSwaVariant(Variant):
     # #38482 (0.5.20): a split keeps the suffix's place in the SWA LRU and puts the prefix just older than it;
     # before, both entered it most recent
     split_keeps_suffix_recency: bool = False
+    # 0.5.20's TreeCore: the final release after the early one skips SWA and the locks below it that the early
+    # release dropped (`skip_swa_and_below`), and a Mamba release asserts lock_ref > 0; before, `dec_lock_ref(...,
+    # skip_swa=True)` released the node's Mamba lock a second time (a release at lock_ref 0 doing nothing), taking
+    # another request's
+    mamba_lock_receipt: bool = False
 
 
 SWA_VARIANTS = VariantTable(UnifiedSwaVariant("fixed", True), UnifiedSwaVariant("pre_28161", False, False),
                             UnifiedSwaVariant("pre_locked_full_recovery", True, False),
-                            UnifiedSwaVariant("tree_core", True, True, True, True))
+                            UnifiedSwaVariant("tree_core", True, True, True, True, True))
 SWA_FIXED = SWA_VARIANTS.fixed

@@ -38,6 +38,7 @@ FIRST = "0.5.13"
 DRIVER = "kvsim.conform.sglang.real_unified_swa:UnifiedSwaDriver"
 TREE_OPS = ("match_prefix", "insert", "inc_lock_ref", "dec_lock_ref", "evict")
 ALLOC_OPS = ("alloc", "free")
+MAMBA_OPS = {"alloc": "mamba_alloc", "free": "mamba_free"}  # the Mamba pool's allocator, under the names the driver has
 
 
 STEPS = 24
@@ -45,6 +46,12 @@ SMALL = {"prompts": "0,1,0", "sliding_window_size": 1, "num_swa_slots": 4, "num_
 # the model tests' default, tombstones, pressure, and two families in a window of 2 (a match crossing a tombstone
 # into a node shorter than the window: the SWA validator's restart after a tombstone)
 CONFIGS = ({}, SMALL, {**SMALL, "num_slots": 4}, {"prompts": "0,1", "num_swa_slots": 6, "num_slots": 6})
+# with the Mamba component: two requests of one family (the early release and the final one on a shared node), the
+# same with a Mamba pool of 3 (Mamba's own eviction), and two families under pressure (SWA tombstones cascading into
+# Mamba states, retraction)
+MAMBA_CONFIGS = ({"num_mamba_slots": 4}, {"num_mamba_slots": 3},
+                 {"prompts": "0,1", "sliding_window_size": 1, "num_slots": 6, "num_swa_slots": 5, "max_tokens": 3,
+                  "num_mamba_slots": 4})
 
 
 class Recording(UnifiedSwaSystem):
@@ -60,12 +67,15 @@ class Recording(UnifiedSwaSystem):
         for obj, names in ((tree, TREE_OPS), (alloc, ALLOC_OPS)):
             for name in names:
                 setattr(obj, name, self._recorded(name, getattr(obj, name)))
+        if tree.mamba is not None:
+            for name, op in MAMBA_OPS.items():
+                setattr(tree.mamba.allocator, name, self._recorded(op, getattr(tree.mamba.allocator, name)))
 
     def _recorded(self, name: str, method: Any) -> Any:
         def call(*args: Any, **kwargs: Any) -> Any:
             self.depth += 1
             try:
-                args += tuple(kwargs.values())  # dec_lock_ref's skip_swa: the one keyword the system passes
+                args += tuple(kwargs.values())  # dec_lock_ref's skip_swa, insert's mamba_value: keywords
                 # a node by its path and a list (a request's row, rewritten later in the step) as they are now
                 shown = tuple(a.path() if hasattr(a, "path") else tuple(a) if isinstance(a, list) else a for a in args)
                 answer = method(*args)
@@ -86,9 +96,9 @@ class Recording(UnifiedSwaSystem):
 def summary(op: str, args: tuple, answer: Any) -> Any:
     """What one call answered, as the two sides compare it (slots in the model's names; a lock's uuid by whether
     there is one; an unlock answers nothing)."""
-    if op == "alloc":
+    if op in ("alloc", "mamba_alloc"):
         return [op, None if answer is None else list(answer)]
-    if op == "free":
+    if op in ("free", "mamba_free"):
         return [op, list(args[0])]
     if op == "match_prefix":
         return [op, list(answer[0]), list(answer[1])]
@@ -96,6 +106,8 @@ def summary(op: str, args: tuple, answer: Any) -> Any:
         return [op, answer is not None]
     if op == "dec_lock_ref":
         return [op, list(args[0])]
+    if op == "insert":  # with a Mamba value: whether the node had a state too
+        return [op, answer.prefix_len] + ([answer.mamba_exist] if len(args) > 3 else [])
     return [op, list(answer) if isinstance(answer, tuple) else answer]
 
 
@@ -115,13 +127,18 @@ class ModelSide(SystemSide):
         return [summary(*call) for call in self.system.calls]
 
     def observe(self) -> dict[str, Any]:
-        t, a = self.state.tree, self.state.allocator
-        return {"nodes": [{"path": list(n.path), "full_value": list(n.full_value), "full_lock_ref": n.full_lock_ref,
-                           "swa_lock_ref": n.swa_lock_ref, "swa_len": None if n.swa_value is None else len(n.swa_value)}
-                          for n in t.nodes],
-                "sizes": {"full_available": len(a.full_free), "swa_available": len(a.swa_free),
-                          "full_evictable": t.full_evictable_size, "full_protected": t.full_protected_size,
-                          "swa_evictable": t.swa_evictable_size, "swa_protected": t.swa_protected_size}}
+        t, a, mamba = self.state.tree, self.state.allocator, self.system.cfg.num_mamba_slots
+        out = {"nodes": [{"path": list(n.path), "full_value": list(n.full_value), "full_lock_ref": n.full_lock_ref,
+                          "swa_lock_ref": n.swa_lock_ref, "swa_len": None if n.swa_value is None else len(n.swa_value),
+                          **({"mamba_value": None if n.mamba_value is None else list(n.mamba_value),
+                              "mamba_lock_ref": n.mamba_lock_ref} if mamba else {})} for n in t.nodes],
+               "sizes": {"full_available": len(a.full_free), "swa_available": len(a.swa_free),
+                         "full_evictable": t.full_evictable_size, "full_protected": t.full_protected_size,
+                         "swa_evictable": t.swa_evictable_size, "swa_protected": t.swa_protected_size}}
+        if mamba:
+            out["sizes"].update(mamba_available=len(self.state.mamba_free), mamba_evictable=t.mamba_evictable_size,
+                                mamba_protected=t.mamba_protected_size)
+        return out
 
 
 class RealSide:
@@ -132,14 +149,26 @@ class RealSide:
     def __init__(self, child: Any, model: ModelSide) -> None:
         cfg = model.system.cfg
         self.child, self.model = child, model
-        child.call("build", size=cfg.num_slots, size_swa=cfg.num_swa_slots, sliding_window_size=cfg.sliding_window_size)
+        self.mamba = cfg.num_mamba_slots
+        child.call("build", size=cfg.num_slots, size_swa=cfg.num_swa_slots, sliding_window_size=cfg.sliding_window_size,
+                   mamba_size=self.mamba)
         self.slots: dict[int, int] = {}  # model full slot -> real full slot
+        self.mamba_slots: dict[int, int] = {}  # model Mamba slot -> real Mamba slot
         self.uuids: dict[int, int] = {}  # model uuid (this step's numbering) -> real uuid
         self.real: dict = child.call("dump")
 
-    def _named(self, real: Iterable[int]) -> list[Any]:
-        names = {v: k for k, v in self.slots.items()}
+    def _named(self, real: Iterable[int], slots: dict[int, int] | None = None) -> list[Any]:
+        names = {v: k for k, v in (self.slots if slots is None else slots).items()}
         return [names.get(x, f"real slot {x}") for x in real]
+
+    @staticmethod
+    def _follow(slots: dict[int, int], model: Any, real: Any) -> None:
+        """The model's slots `model` are the real `real` the same allocation answered (a freed real slot handed
+        out again drops the model name it had)."""
+        if real is not None and model is not None and len(real) == len(model):
+            for name in [k for k, v in slots.items() if v in real]:
+                del slots[name]
+            slots.update(zip(model, real))
 
     def call(self, op: str, action: Any) -> Any:
         out = []
@@ -157,23 +186,24 @@ class RealSide:
 
     def _replay(self, op: str, args: tuple, answer: Any) -> Any:
         c, slot = self.child, self.slots
-        if op == "alloc":
-            real = c.call("alloc", n=args[0])
-            if real is not None and answer is not None and len(real) == len(answer):
-                for name in [k for k, v in slot.items() if v in real]:  # a freed real slot handed out again
-                    del slot[name]
-                slot.update(zip(answer, real))
-            return [op, None if real is None else self._named(real)]
-        if op == "free":
-            c.call("free", indices=[slot[s] for s in args[0]])
+        if op in ("alloc", "mamba_alloc"):
+            names = slot if op == "alloc" else self.mamba_slots
+            real = c.call(op, n=args[0])
+            self._follow(names, answer, real)
+            return [op, None if real is None else self._named(real, names)]
+        if op in ("free", "mamba_free"):
+            names = slot if op == "free" else self.mamba_slots
+            c.call(op, indices=[names[s] for s in args[0]])
             return [op, list(args[0])]
         if op == "match_prefix":
             real = c.call("match", tokens=list(args[0]))
             return [op, self._named(real["indices"]), real["node"]]
         if op == "insert":
-            tokens, value, prev = args
-            return [op, c.call("insert", tokens=list(tokens), indices=[slot[s] for s in value[:len(tokens)]],
-                               prev_prefix_len=prev)["prefix_len"]]
+            tokens, value, prev, *mamba = args
+            extra = {"mamba_value": [self.mamba_slots[s] for s in mamba[0]]} if mamba else {}
+            real = c.call("insert", tokens=list(tokens), indices=[slot[s] for s in value[:len(tokens)]],
+                          prev_prefix_len=prev, **extra)
+            return [op, real["prefix_len"]] + ([real["mamba_exist"]] if mamba else [])
         if op == "inc_lock_ref":
             got = c.call("lock", node=list(args[0]))
             if answer is not None and got is not None:
@@ -184,8 +214,8 @@ class RealSide:
             c.call("unlock", node=list(node), swa_uuid_for_lock=self._uuid(uuid), skip_swa=bool(skip and skip[0]))
             return [op, list(node)]
         if op == "evict":
-            real = c.call("evict", num_tokens=args[0], swa_num_tokens=args[1])
-            return [op, [real["full"], real["swa"]]]
+            real = c.call("evict", num_tokens=args[0], swa_num_tokens=args[1], mamba_num=(args[2:] or (0,))[0])
+            return [op, [real["full"], real["swa"]] + ([real["mamba"]] if self.mamba else [])]
         return [op, c.call("release_window", node=list(args[0]), swa_uuid_for_lock=self._uuid(args[1]))]
 
     def _uuid(self, uuid: Any) -> Any:
@@ -193,11 +223,15 @@ class RealSide:
 
     def observe(self) -> dict[str, Any]:
         r = self.real
+        mamba = ("mamba_available", "mamba_evictable", "mamba_protected") if self.mamba else ()
         return {"nodes": [{"path": n["path"], "full_value": self._named(n["full_value"]),
                            "full_lock_ref": n["full_lock_ref"], "swa_lock_ref": n["swa_lock_ref"],
-                           "swa_len": None if n["swa_value"] is None else len(n["swa_value"])} for n in r["nodes"]],
+                           "swa_len": None if n["swa_value"] is None else len(n["swa_value"]),
+                           **({"mamba_value": None if n["mamba_value"] is None else
+                               self._named(n["mamba_value"], self.mamba_slots),
+                               "mamba_lock_ref": n["mamba_lock_ref"]} if self.mamba else {})} for n in r["nodes"]],
                 "sizes": {k: r[k] for k in ("full_available", "swa_available", "full_evictable", "full_protected",
-                                            "swa_evictable", "swa_protected")}}
+                                            "swa_evictable", "swa_protected") + mamba}}
 
 
 def sides(ctx: Context, start: dict[str, Any]) -> tuple[ModelSide, RealSide]:
@@ -221,9 +255,12 @@ def verdicts_on_real(child: Any, variant: str, program: Iterable[tuple], values:
         tree = model.state.tree
         state = model.state._replace(tree=tree._replace(
             nodes=tuple(n._replace(full_lock_ref=nodes[n.path]["full_lock_ref"],
-                                   swa_lock_ref=nodes[n.path]["swa_lock_ref"]) for n in tree.nodes),
-            full_protected_size=real.real["full_protected"], full_evictable_size=real.real["full_evictable"]))
-        names = ("lock_order", "full_lock_refs", "swa_lock_within_window")
+                                   swa_lock_ref=nodes[n.path]["swa_lock_ref"],
+                                   mamba_lock_ref=nodes[n.path].get("mamba_lock_ref", 0)) for n in tree.nodes),
+            full_protected_size=real.real["full_protected"], full_evictable_size=real.real["full_evictable"],
+            mamba_protected_size=real.real.get("mamba_protected", 0),
+            mamba_evictable_size=real.real.get("mamba_evictable", 0)))
+        names = ("lock_order", "full_lock_refs", "swa_lock_within_window", "mamba_lock_refs")
         verdicts.append({i.name: i.check(state) for i in model.system.invariants if i.name in names})
     return verdicts
 
@@ -238,7 +275,7 @@ def skip(ctx: Context) -> tuple[str, str] | None:
 LOCKSTEP = Lockstep(
     installed=DRIVER,
     skip=skip,
-    start=lambda ctx: st.sampled_from(CONFIGS),
+    start=lambda ctx: st.sampled_from(CONFIGS + MAMBA_CONFIGS),
     sides=sides,
     operations=(Operation("step", lambda view: view.enabled()),),  # one of the actions the model enables
     steps=STEPS,

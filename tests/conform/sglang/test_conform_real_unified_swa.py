@@ -1,6 +1,7 @@
-"""SGLang's real UnifiedRadixCache with its Full and SWA components (kvsim.conform.sglang.real_unified_swa), 0.5.13
-to 0.5.23, in lockstep with the radix-cache-swa model (target unified_swa_lockstep, run by the engine): answers and
-trees compared after every step; #28161 read on the real tree's lock counts after its path.
+"""SGLang's real UnifiedRadixCache with its Full and SWA components, and Mamba's
+(kvsim.conform.sglang.real_unified_swa), 0.5.13 to 0.5.23, in lockstep with the radix-cache-swa model (target
+unified_swa_lockstep, run by the engine): answers and trees compared after every step; #28161 and the Mamba lock's
+double release read on the real tree's lock counts after their paths.
 Slow: one child per release, each importing the release (about a minute each on two cores)."""
 
 from __future__ import annotations
@@ -81,3 +82,20 @@ def test_a_planted_early_release_that_keeps_the_lock_is_caught_at_its_step():
     finally:
         child.configure()
     assert verdicts_on_real(child, "tree_core", PATH_28161)[2]["swa_lock_within_window"] is None
+
+
+# the Mamba component: request 0 releases its window early (dropping its Mamba lock on [1, 1, 2] with SWA's),
+# request 1 locks the node, request 0 ends (dec_lock_ref with skip_swa)
+PATH_MAMBA = [("admit", 0), ("decode", 0), ("decode", 0), ("admit", 1), ("decode", 0)]
+
+
+def test_the_mamba_lock_released_twice_on_the_real_tree(release):  # type: ignore[no-untyped-def]
+    version, child = release
+    verdicts = verdicts_on_real(child, VARIANT[version], PATH_MAMBA, {"num_mamba_slots": 4})
+    assert all(v["lock_order"] is None and v["full_lock_refs"] is None for v in verdicts)
+    mamba = [v["mamba_lock_refs"] for v in verdicts]
+    if version == "0.5.14":  # dec_lock_ref(skip_swa=True) skips SWA only: request 1's Mamba lock is taken
+        assert mamba[:4] == [None] * 4 and mamba[4].startswith("node [1, 1, 2]: expected mamba lock_ref 1")
+    else:  # 0.5.13: no early release at all (the window lock kept); 0.5.23: the final release skips SWA and below
+        assert mamba == [None] * 5
+        assert (verdicts[2]["swa_lock_within_window"] is None) == (version == "0.5.23")
