@@ -135,7 +135,15 @@ ONE_KV_HEAD = ("MLA's latent cache has one KV head, so a buffer's head stride (-
 BOTH_KERNELS = ("which kernel a launch takes (`kv_group_num` from the rows, or `== 0`): the ungrouped and the grouped "
                 "kernel compute the same attention for any group size (the ungrouped one reads KV head "
                 "`cur_head // kv_group_num`), in other tiles")
-DECODE_EQUIVALENT = (  # the survivors of a sample of 30 (2026-12-05), each equivalent for the reason given
+POWER_OF_TWO_LV = ("the value mask one lane wider (`offs_dv <= Lv`): Lv is a power of two (MLA's 512; 256, 128), so "
+                   "BLOCK_DV is Lv and no lane is added (with another Lv the extra lane's store lands on the LSE slot "
+                   "at offset Lv, written right after)")
+DECODE_EQUIVALENT = (  # the survivors of all the mutants (2026-12-05), each equivalent for the reason given
+    Survivor("_fwd_kernel_stage1", "division", "cur_head // kv_group_num",
+             "the ungrouped kernel's KV head rounded up: it runs only where kv_group_num is 1 (decode_attention_fwd "
+             "sends grouped heads to the grouped kernel), and cur_head / 1 has no fraction to round"),
+    Survivor("_fwd_kernel_stage1", "comparison", "<", POWER_OF_TWO_LV, replacement="<=",
+             line="mask_dv = offs_dv < Lv"),
     Survivor("_decode_att_m_fwd", "arguments",
              "k_buffer.stride(-3),  # Assume (..., PAGE_SIZE, NUM_HEADS, HEAD_DIM)\n        k_buffer.stride(-2)",
              ONE_KV_HEAD),
