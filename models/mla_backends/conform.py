@@ -138,24 +138,68 @@ BOTH_KERNELS = ("which kernel a launch takes (`kv_group_num` from the rows, or `
 POWER_OF_TWO_LV = ("the value mask one lane wider (`offs_dv <= Lv`): Lv is a power of two (MLA's 512; 256, 128), so "
                    "BLOCK_DV is Lv and no lane is added (with another Lv the extra lane's store lands on the LSE slot "
                    "at offset Lv, written right after)")
+EMPTY_SPLIT = ("a split with no key (start == end) run as well: its loop is empty, and the NaN and -inf it stores are "
+               "never read, as _fwd_kernel_stage2 skips the splits with `split_kv_end > split_kv_start` false")
+MASKED_BLOCK = ("the key loop's end one more: the extra block (only when the split's length is a multiple of BLOCK_N) "
+                "has every lane past split_kv_end, so its logits are -inf, its weights 0 and the running max and sum "
+                "unchanged")
+MASKED_PAGE = "a masked-off lane's page number (other=0 -> 1): the KV loads at it are masked too"
+KV_LANE = ("the {} load one lane wider: the lane at split_kv_end reads page 0's slot (its page number is the masked "
+           "load's `other`), and its logit is -inf (`tl.where(offs_n < split_kv_end, ...)`), so its weight is 0")
+LAUNCH_HINT = "num_warps / num_stages, launch hints of the compiled kernel: they change its speed, not its values"
+V_IS_K = ("the K and V buffers swapped in the launch: MLA's V is the first Lv columns of the latent cache (a view), so "
+          "both are the same address, and the strides are passed apart")
+HEAD_STRIDE = ("a KV head stride (-2) read from another dimension: MLA's one KV head is head 0, so "
+               "`cur_kv_head * stride_buf_kh` is 0 whatever the stride")
+UNGROUPED_GROUP = ("the ungrouped launcher's group (another dimension of q, or a ceiling): it runs with one query head "
+                   "over MLA's one KV head, where the KV head `cur_head // kv_group_num` is 0 whatever the group (and "
+                   "the group's num_warps a launch hint); `k_buffer.shape[-1]` or `[-3]` makes the group 1 // Lk or "
+                   "1 // page = 0, and the interpreter's 0 // 0 is 0 (on a GPU that division is undefined)")
+PAGE_LANE = ("the page-number load one lane wider: the lane at split_kv_end reads one more table entry, and every "
+             "load and logit of that lane is masked by `offs_n < split_kv_end`")
 DECODE_EQUIVALENT = (  # the survivors of all the mutants (2026-12-05), each equivalent for the reason given
     Survivor("_fwd_kernel_stage1", "division", "cur_head // kv_group_num",
              "the ungrouped kernel's KV head rounded up: it runs only where kv_group_num is 1 (decode_attention_fwd "
              "sends grouped heads to the grouped kernel), and cur_head / 1 has no fraction to round"),
     Survivor("_fwd_kernel_stage1", "comparison", "<", POWER_OF_TWO_LV, replacement="<=",
              line="mask_dv = offs_dv < Lv"),
-    Survivor("_decode_att_m_fwd", "arguments",
-             "k_buffer.stride(-3),  # Assume (..., PAGE_SIZE, NUM_HEADS, HEAD_DIM)\n        k_buffer.stride(-2)",
-             ONE_KV_HEAD),
-    Survivor("_decode_att_m_fwd", "constant", "2", ONE_KV_HEAD, replacement="3", line="v_buffer.stride(-2),"),
+    Survivor("_fwd_kernel_stage1", "comparison", ">", EMPTY_SPLIT, replacement=">=",
+             line="if split_kv_end > split_kv_start:"),
+    Survivor("_fwd_kernel_stage1", "bound", "split_kv_end", MASKED_BLOCK, replacement="(split_kv_end) + 1",
+             line="for start_n in range(split_kv_start, split_kv_end, BLOCK_N):"),
+    Survivor("_fwd_kernel_stage1", "comparison", "<", PAGE_LANE, replacement="<=", line="mask=offs_n < split_kv_end,"),
+    Survivor("_fwd_kernel_stage1", "constant", "0", MASKED_PAGE, replacement="1", line="kv_page_number = tl.load("),
+    Survivor("_fwd_kernel_stage1", "comparison", "<", KV_LANE.format("K"), replacement="<=",
+             line="mask=(offs_n[:, None] < split_kv_end) & (mask_d[None, :]),"),
+    Survivor("_fwd_kernel_stage1", "comparison", "<", KV_LANE.format("V"), replacement="<=",
+             line="mask=(offs_n[:, None] < split_kv_end) & (mask_dv[None, :]),"),
+    Survivor("_decode_att_m_fwd", "constant", "8", HIP, line="BLOCK = 64 if not is_hip_ else 8"),
+    *(Survivor("_decode_att_m_fwd", operator, original, UNGROUPED_GROUP,
+               line="kv_group_num = q.shape[1] // k_buffer.shape[-2]")
+      for operator, original in (("division", "q.shape[1] // k_buffer.shape[-2]"), ("constant", "1"),
+                                 ("constant", "2"))),
+    *(Survivor(launcher, "constant", value, LAUNCH_HINT, line=line) for launcher, value, line in (
+        ("_decode_att_m_fwd", "4", "num_warps = 4"), ("_decode_att_m_fwd", "2", "num_stages=2"),
+        ("_decode_grouped_att_m_fwd", "2", "num_stages = 2"), ("_decode_grouped_att_m_fwd", "4", "num_warps=4"),
+        ("_decode_softmax_reducev_fwd", "4", "num_warps=4"), ("_decode_softmax_reducev_fwd", "2", "num_stages=2"))),
+    Survivor("_decode_grouped_att_m_fwd", "arguments", "k_buffer,\n        v_buffer", V_IS_K),
+    Survivor("_decode_grouped_att_m_fwd", "constant", "1",
+             "kv_group_num from q.shape[2] (the head dim, 144 or more) for the head count: with MLA's one KV head "
+             "both pick KV head 0, and a head block of min(16, group) heads masked against the head count gives the "
+             "same heads", replacement="2", line="kv_group_num = q.shape[1] // k_buffer.shape[-2]"),
+    *(Survivor(launcher, "arguments",
+               "k_buffer.stride(-3),  # Assume (..., PAGE_SIZE, NUM_HEADS, HEAD_DIM)\n        k_buffer.stride(-2)",
+               ONE_KV_HEAD) for launcher in ("_decode_att_m_fwd", "_decode_grouped_att_m_fwd")),
+    *(Survivor(launcher, "constant", old, why, replacement=new, line=f"{buffer}.stride(-{old}),")
+      for launcher in ("_decode_att_m_fwd", "_decode_grouped_att_m_fwd") for buffer in ("k_buffer", "v_buffer")
+      for old, new, why in (("3", "2", ONE_KV_HEAD), ("2", "3", HEAD_STRIDE), ("2", "1", HEAD_STRIDE))),
     Survivor("_fwd_grouped_kernel_stage1", "comparison", "<",
              "the head mask one head wider: the extra head is the next head block's first, computed here against the "
              "same (the one latent) KV head, so the same value is written twice", replacement="<=",
              line="mask_h = cur_head < (cur_head_id + 1) * VALID_BLOCK_H"),
     # its sibling on the next line, `cur_head < q_head_num` made `<=`, is killed by the pinned 20-head case
-    Survivor("_fwd_grouped_kernel_stage1", "constant", "0",
-             "a masked-off lane's page number (other=0 -> 1): the KV loads at it are masked too",
-             replacement="1", line="kv_page_number = tl.load("),
+    Survivor("_fwd_grouped_kernel_stage1", "constant", "0", MASKED_PAGE, replacement="1",
+             line="kv_page_number = tl.load("),
     Survivor("_decode_grouped_att_m_fwd", "boolean", "not is_hip_ and Lk == 288", HIP, replacement="((Lk == 288))"),
     Survivor("_decode_grouped_att_m_fwd", "arguments", "BLOCK_H, kv_group_num", "min() is symmetric"),
     Survivor("_fwd_kernel_stage2", "bound", "NUM_KV_SPLITS",

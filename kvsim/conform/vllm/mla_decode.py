@@ -251,12 +251,13 @@ def pinned(ctx: Context) -> list[DecodeCase]:
 
     # The first two take every launch option the MLA batches after them leave at its default, one in each kernel
     # (1 head: the ungrouped one): a soft cap, the cache as a buffer of tokens, the scales given, 4 splits and
-    # is_mla False (without them a mutant of those lines lived until a drawn input took them, about the tenth).
+    # is_mla False (without them a mutant of those lines lived until a drawn input took them, about the tenth). The
+    # cap is 1, which a test `logit_cap > 1` in place of `> 0` would leave uncapped (the drawn caps are 2 and 30).
     # 20 heads: more than the grouped kernel's head block (BLOCK_H 16) and not a multiple of it, so the last head
     # block's mask against the head count is the one that stops it (a model with 20 heads per rank). The small
     # tiles come first: a mutation run stops at the first divergence, and they cost a fraction of MLA's 512 + 64.
-    return [DecodeCase(replace(PAGED_DECODE, heads=1), 4, WIDTHS[2], False, 2.0, True),
-            DecodeCase(PAGED_PREFILL, 4, WIDTHS[2], False, 2.0, True, False),
+    return [DecodeCase(replace(PAGED_DECODE, heads=1), 4, WIDTHS[2], False, 1.0, True),
+            DecodeCase(PAGED_PREFILL, 4, WIDTHS[2], False, 1.0, True, False),
             DecodeCase(replace(PAGED_DECODE, heads=20), 1, WIDTHS[2]),
             DecodeCase(PAGED_DECODE, 2), DecodeCase(PAGED_PREFILL, 3)]
 
