@@ -155,6 +155,8 @@ UNGROUPED_GROUP = ("the ungrouped launcher's group (another dimension of q, or a
                    "over MLA's one KV head, where the KV head `cur_head // kv_group_num` is 0 whatever the group (and "
                    "the group's num_warps a launch hint); `k_buffer.shape[-1]` or `[-3]` makes the group 1 // Lk or "
                    "1 // page = 0, and the interpreter's 0 // 0 is 0 (on a GPU that division is undefined)")
+ONE_QUERY_HEAD = ("q's strides in the ungrouped launch: it runs with one query head ([rows, 1, Lk]), so q's row and "
+                  "head strides are the same number and the head offset `cur_head * stride_qh` is 0")
 PAGE_LANE = ("the page-number load one lane wider: the lane at split_kv_end reads one more table entry, and every "
              "load and logit of that lane is masked by `offs_n < split_kv_end`")
 DECODE_EQUIVALENT = (  # the survivors of all the mutants (2026-12-05), each equivalent for the reason given
@@ -165,8 +167,9 @@ DECODE_EQUIVALENT = (  # the survivors of all the mutants (2026-12-05), each equ
              line="mask_dv = offs_dv < Lv"),
     Survivor("_fwd_kernel_stage1", "comparison", ">", EMPTY_SPLIT, replacement=">=",
              line="if split_kv_end > split_kv_start:"),
-    Survivor("_fwd_kernel_stage1", "bound", "split_kv_end", MASKED_BLOCK, replacement="(split_kv_end) + 1",
-             line="for start_n in range(split_kv_start, split_kv_end, BLOCK_N):"),
+    *(Survivor(kernel, "bound", "split_kv_end", MASKED_BLOCK, replacement="(split_kv_end) + 1",
+               line=f"for start_n in {loop}(split_kv_start, split_kv_end, BLOCK_N):")
+      for kernel, loop in (("_fwd_kernel_stage1", "range"), ("_fwd_grouped_kernel_stage1", "tl.range"))),
     Survivor("_fwd_kernel_stage1", "comparison", "<", PAGE_LANE, replacement="<=", line="mask=offs_n < split_kv_end,"),
     Survivor("_fwd_kernel_stage1", "constant", "0", MASKED_PAGE, replacement="1", line="kv_page_number = tl.load("),
     Survivor("_fwd_kernel_stage1", "comparison", "<", KV_LANE.format("K"), replacement="<=",
@@ -182,14 +185,16 @@ DECODE_EQUIVALENT = (  # the survivors of all the mutants (2026-12-05), each equ
         ("_decode_att_m_fwd", "4", "num_warps = 4"), ("_decode_att_m_fwd", "2", "num_stages=2"),
         ("_decode_grouped_att_m_fwd", "2", "num_stages = 2"), ("_decode_grouped_att_m_fwd", "4", "num_warps=4"),
         ("_decode_softmax_reducev_fwd", "4", "num_warps=4"), ("_decode_softmax_reducev_fwd", "2", "num_stages=2"))),
-    Survivor("_decode_grouped_att_m_fwd", "arguments", "k_buffer,\n        v_buffer", V_IS_K),
+    *(Survivor(launcher, "arguments", "k_buffer,\n        v_buffer", V_IS_K)
+      for launcher in ("_decode_att_m_fwd", "_decode_grouped_att_m_fwd")),
     Survivor("_decode_grouped_att_m_fwd", "constant", "1",
              "kv_group_num from q.shape[2] (the head dim, 144 or more) for the head count: with MLA's one KV head "
              "both pick KV head 0, and a head block of min(16, group) heads masked against the head count gives the "
              "same heads", replacement="2", line="kv_group_num = q.shape[1] // k_buffer.shape[-2]"),
     *(Survivor(launcher, "arguments",
-               "k_buffer.stride(-3),  # Assume (..., PAGE_SIZE, NUM_HEADS, HEAD_DIM)\n        k_buffer.stride(-2)",
-               ONE_KV_HEAD) for launcher in ("_decode_att_m_fwd", "_decode_grouped_att_m_fwd")),
+               f"{buffer}.stride(-3),  # Assume (..., PAGE_SIZE, NUM_HEADS, HEAD_DIM)\n        {buffer}.stride(-2)",
+               ONE_KV_HEAD) for launcher in ("_decode_att_m_fwd", "_decode_grouped_att_m_fwd")
+      for buffer in ("k_buffer", "v_buffer")),
     *(Survivor(launcher, "constant", old, why, replacement=new, line=f"{buffer}.stride(-{old}),")
       for launcher in ("_decode_att_m_fwd", "_decode_grouped_att_m_fwd") for buffer in ("k_buffer", "v_buffer")
       for old, new, why in (("3", "2", ONE_KV_HEAD), ("2", "3", HEAD_STRIDE), ("2", "1", HEAD_STRIDE))),
@@ -205,10 +210,24 @@ DECODE_EQUIVALENT = (  # the survivors of all the mutants (2026-12-05), each equ
     Survivor("_fwd_kernel_stage2", "bound", "NUM_KV_SPLITS",
              "one split more: its range starts at or past the sequence's end, so `split_kv_end > split_kv_start` "
              "skips it", replacement="(NUM_KV_SPLITS) + 1", line="for split_kv_id in range(0, NUM_KV_SPLITS):"),
-    Survivor("decode_attention_fwd_grouped", "arguments", "k_scale,\n        v_scale",
+    *(Survivor(caller, "arguments", "k_scale,\n        v_scale",
+               "the scales swapped: only the FP8 dequantization reads them (declared unreached: " + FP8 + ")")
+      for caller in ("decode_attention_fwd_normal", "decode_attention_fwd_grouped", "_decode_att_m_fwd",
+                     "_decode_grouped_att_m_fwd")),
+    Survivor("decode_attention_fwd", "arguments", "k_scale,\n            v_scale",
              "the scales swapped: only the FP8 dequantization reads them (declared unreached: " + FP8 + ")"),
-    *(Survivor("decode_attention_fwd", "constant", "1", BOTH_KERNELS, replacement="0", line=line)
-      for line in ("kv_group_num = q.shape[1] // v_buffer.shape[-2]", "if kv_group_num == 1:")),
+    Survivor("_fwd_grouped_kernel_stage1", "constant", "0",
+             "`BLOCK_DPE > 1` for `> 0`: BLOCK_DPE is 0 or the rope width's next power of two, 1 only for a rope width "
+             "of 1, which no GPU compiles (tl.dot needs a dimension of 16 or more)", replacement="1",
+             line="if BLOCK_DPE > 0:"),
+    Survivor("decode_attention_fwd", "constant", "1", BOTH_KERNELS, replacement="0", line="if kv_group_num == 1:"),
+    *(Survivor("decode_attention_fwd", operator, original, BOTH_KERNELS,
+               line="kv_group_num = q.shape[1] // v_buffer.shape[-2]")
+      for operator, original in (("division", "q.shape[1] // v_buffer.shape[-2]"), ("constant", "1"),
+                                 ("constant", "2"))),
+    Survivor("_decode_att_m_fwd", "arguments", "q.stride(0),\n        q.stride(1)", ONE_QUERY_HEAD),
+    *(Survivor("_decode_att_m_fwd", "constant", original, ONE_QUERY_HEAD, line=line)
+      for original, line in (("0", "q.stride(0),"), ("1", "q.stride(1),"))),
 )
 DECODE_UNREACHED = (
     Unreached("_fwd_kernel_stage1", "if k.dtype.is_fp8():", FP8),
