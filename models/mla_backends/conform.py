@@ -155,8 +155,8 @@ UNGROUPED_GROUP = ("the ungrouped launcher's group (another dimension of q, or a
                    "over MLA's one KV head, where the KV head `cur_head // kv_group_num` is 0 whatever the group (and "
                    "the group's num_warps a launch hint); `k_buffer.shape[-1]` or `[-3]` makes the group 1 // Lk or "
                    "1 // page = 0, and the interpreter's 0 // 0 is 0 (on a GPU that division is undefined)")
-ONE_QUERY_HEAD = ("q's strides in the ungrouped launch: it runs with one query head ([rows, 1, Lk]), so q's row and "
-                  "head strides are the same number and the head offset `cur_head * stride_qh` is 0")
+ONE_QUERY_HEAD = ("q's or att_out's strides in the ungrouped launch: it runs with one query head (q [rows, 1, Lk]), "
+                  "so a row stride and a head stride are the same number, and a head offset `cur_head * stride` is 0")
 PAGE_LANE = ("the page-number load one lane wider: the lane at split_kv_end reads one more table entry, and every "
              "load and logit of that lane is masked by `offs_n < split_kv_end`")
 DECODE_EQUIVALENT = (  # the survivors of all the mutants (2026-12-05), each equivalent for the reason given
@@ -170,7 +170,11 @@ DECODE_EQUIVALENT = (  # the survivors of all the mutants (2026-12-05), each equ
     *(Survivor(kernel, "bound", "split_kv_end", MASKED_BLOCK, replacement="(split_kv_end) + 1",
                line=f"for start_n in {loop}(split_kv_start, split_kv_end, BLOCK_N):")
       for kernel, loop in (("_fwd_kernel_stage1", "range"), ("_fwd_grouped_kernel_stage1", "tl.range"))),
-    Survivor("_fwd_kernel_stage1", "comparison", "<", PAGE_LANE, replacement="<=", line="mask=offs_n < split_kv_end,"),
+    *(Survivor(kernel, "comparison", "<", PAGE_LANE, replacement="<=", line="mask=offs_n < split_kv_end,")
+      for kernel in ("_fwd_kernel_stage1", "_fwd_grouped_kernel_stage1")),
+    *(Survivor("_fwd_grouped_kernel_stage1", "comparison", "<", KV_LANE.format(what), replacement="<=",
+               line=f"mask=(offs_n[None, :] < split_kv_end) & ({mask}[:, None]),")
+      for what, mask in (("K", "mask_d"), ("rope K", "mask_dpe"))),
     Survivor("_fwd_kernel_stage1", "constant", "0", MASKED_PAGE, replacement="1", line="kv_page_number = tl.load("),
     Survivor("_fwd_kernel_stage1", "comparison", "<", KV_LANE.format("K"), replacement="<=",
              line="mask=(offs_n[:, None] < split_kv_end) & (mask_d[None, :]),"),
@@ -225,9 +229,10 @@ DECODE_EQUIVALENT = (  # the survivors of all the mutants (2026-12-05), each equ
                line="kv_group_num = q.shape[1] // v_buffer.shape[-2]")
       for operator, original in (("division", "q.shape[1] // v_buffer.shape[-2]"), ("constant", "1"),
                                  ("constant", "2"))),
-    Survivor("_decode_att_m_fwd", "arguments", "q.stride(0),\n        q.stride(1)", ONE_QUERY_HEAD),
-    *(Survivor("_decode_att_m_fwd", "constant", original, ONE_QUERY_HEAD, line=line)
-      for original, line in (("0", "q.stride(0),"), ("1", "q.stride(1),"))),
+    *(Survivor("_decode_att_m_fwd", "arguments", f"{tensor}.stride(0),\n        {tensor}.stride(1)", ONE_QUERY_HEAD)
+      for tensor in ("q", "att_out")),
+    *(Survivor("_decode_att_m_fwd", "constant", original, ONE_QUERY_HEAD, line=f"{tensor}.stride({original}),")
+      for tensor in ("q", "att_out") for original in ("0", "1")),
 )
 DECODE_UNREACHED = (
     Unreached("_fwd_kernel_stage1", "if k.dtype.is_fp8():", FP8),
