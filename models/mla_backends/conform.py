@@ -126,8 +126,8 @@ TRITON_SYMMETRIC = (  # the Triton merges' equivalent mutants: a symmetric call'
 )
 DECODE_SYMMETRIC = tuple(  # tl.maximum's and tl.minimum's two arguments swapped: the same value
     Survivor(kernel, "arguments", pair, "a symmetric tl.maximum / tl.minimum's arguments swapped")
-    for kernel in ("_fwd_kernel_stage1", "_fwd_grouped_kernel_stage1")
-    for pair in ("tl.max(qk, 0), e_max", "split_kv_start + kv_len_per_split, cur_batch_seq_len"))
+    for kernel, axis in (("_fwd_kernel_stage1", 0), ("_fwd_grouped_kernel_stage1", 1))
+    for pair in (f"tl.max(qk, {axis}), e_max", "split_kv_start + kv_len_per_split, cur_batch_seq_len"))
 HIP = "a ROCm (is_hip) branch: the interpreter and CUDA run the other"
 FP8 = "an FP8 KV cache's dequantization: the model's paged cache holds floats"
 ONE_KV_HEAD = ("MLA's latent cache has one KV head, so a buffer's head stride (-2) and its token stride (-3) are the "
@@ -157,14 +157,16 @@ UNGROUPED_GROUP = ("the ungrouped launcher's group (another dimension of q, or a
                    "1 // page = 0, and the interpreter's 0 // 0 is 0 (on a GPU that division is undefined)")
 ONE_QUERY_HEAD = ("q's or att_out's strides in the ungrouped launch: it runs with one query head (q [rows, 1, Lk]), "
                   "so a row stride and a head stride are the same number, and a head offset `cur_head * stride` is 0")
+SAME_TILES = ("the MLA tiles for Lk 576 (288) taken by the general branch instead: next_power_of_2(Lv) and of the "
+              "rope width are the same 512 and 64 (256 and 32)")
 PAGE_LANE = ("the page-number load one lane wider: the lane at split_kv_end reads one more table entry, and every "
              "load and logit of that lane is masked by `offs_n < split_kv_end`")
 DECODE_EQUIVALENT = (  # the survivors of all the mutants (2026-12-05), each equivalent for the reason given
     Survivor("_fwd_kernel_stage1", "division", "cur_head // kv_group_num",
              "the ungrouped kernel's KV head rounded up: it runs only where kv_group_num is 1 (decode_attention_fwd "
              "sends grouped heads to the grouped kernel), and cur_head / 1 has no fraction to round"),
-    Survivor("_fwd_kernel_stage1", "comparison", "<", POWER_OF_TWO_LV, replacement="<=",
-             line="mask_dv = offs_dv < Lv"),
+    *(Survivor(kernel, "comparison", "<", POWER_OF_TWO_LV, replacement="<=", line="mask_dv = offs_dv < Lv")
+      for kernel in ("_fwd_kernel_stage1", "_fwd_grouped_kernel_stage1")),
     Survivor("_fwd_kernel_stage1", "comparison", ">", EMPTY_SPLIT, replacement=">=",
              line="if split_kv_end > split_kv_start:"),
     *(Survivor(kernel, "bound", "split_kv_end", MASKED_BLOCK, replacement="(split_kv_end) + 1",
@@ -178,8 +180,9 @@ DECODE_EQUIVALENT = (  # the survivors of all the mutants (2026-12-05), each equ
     Survivor("_fwd_kernel_stage1", "constant", "0", MASKED_PAGE, replacement="1", line="kv_page_number = tl.load("),
     Survivor("_fwd_kernel_stage1", "comparison", "<", KV_LANE.format("K"), replacement="<=",
              line="mask=(offs_n[:, None] < split_kv_end) & (mask_d[None, :]),"),
-    Survivor("_fwd_kernel_stage1", "comparison", "<", KV_LANE.format("V"), replacement="<=",
-             line="mask=(offs_n[:, None] < split_kv_end) & (mask_dv[None, :]),"),
+    *(Survivor(kernel, "comparison", "<", KV_LANE.format("V"), replacement="<=",
+               line="mask=(offs_n[:, None] < split_kv_end) & (mask_dv[None, :]),")
+      for kernel in ("_fwd_kernel_stage1", "_fwd_grouped_kernel_stage1")),
     Survivor("_decode_att_m_fwd", "constant", "8", HIP, line="BLOCK = 64 if not is_hip_ else 8"),
     *(Survivor("_decode_att_m_fwd", operator, original, UNGROUPED_GROUP,
                line="kv_group_num = q.shape[1] // k_buffer.shape[-2]")
@@ -209,7 +212,17 @@ DECODE_EQUIVALENT = (  # the survivors of all the mutants (2026-12-05), each equ
     # its sibling on the next line, `cur_head < q_head_num` made `<=`, is killed by the pinned 20-head case
     Survivor("_fwd_grouped_kernel_stage1", "constant", "0", MASKED_PAGE, replacement="1",
              line="kv_page_number = tl.load("),
-    Survivor("_decode_grouped_att_m_fwd", "boolean", "not is_hip_ and Lk == 288", HIP, replacement="((Lk == 288))"),
+    *(Survivor("_decode_grouped_att_m_fwd", "boolean", f"not is_hip_ and Lk == {lk}", HIP,
+               replacement=f"((Lk == {lk}))") for lk in (576, 288)),
+    *(Survivor("_decode_grouped_att_m_fwd", "constant", lk, SAME_TILES, line=f"if not is_hip_ and Lk == {lk}:")
+      for lk in ("576", "288")),
+    Survivor("_fwd_grouped_kernel_stage1", "comparison", ">",
+             "VALID_BLOCK_H at kv_group_num == BLOCK_H: both arms are 16", replacement=">=",
+             line="VALID_BLOCK_H: tl.constexpr = BLOCK_H if kv_group_num > BLOCK_H else kv_group_num"),
+    Survivor("_fwd_grouped_kernel_stage1", "constant", "1",
+             "the head block's mask made two blocks wide: with MLA's one KV head the group is every head, so the "
+             "heads past the block are past the head count too, and `cur_head < q_head_num` masks them",
+             replacement="2", line="mask_h = cur_head < (cur_head_id + 1) * VALID_BLOCK_H"),
     Survivor("_decode_grouped_att_m_fwd", "arguments", "BLOCK_H, kv_group_num", "min() is symmetric"),
     Survivor("_fwd_kernel_stage2", "bound", "NUM_KV_SPLITS",
              "one split more: its range starts at or past the sequence's end, so `split_kv_end > split_kv_start` "
