@@ -167,8 +167,11 @@ DECODE_EQUIVALENT = (  # the survivors of all the mutants (2026-12-05), each equ
              "sends grouped heads to the grouped kernel), and cur_head / 1 has no fraction to round"),
     *(Survivor(kernel, "comparison", "<", POWER_OF_TWO_LV, replacement="<=", line="mask_dv = offs_dv < Lv")
       for kernel in ("_fwd_kernel_stage1", "_fwd_grouped_kernel_stage1")),
-    Survivor("_fwd_kernel_stage1", "comparison", ">", EMPTY_SPLIT, replacement=">=",
-             line="if split_kv_end > split_kv_start:"),
+    *(Survivor(kernel, "comparison", ">", EMPTY_SPLIT, replacement=">=", line="if split_kv_end > split_kv_start:")
+      for kernel in ("_fwd_kernel_stage1", "_fwd_grouped_kernel_stage1")),
+    Survivor("_decode_grouped_att_m_fwd", "comparison", ">",
+             "the rope tile at Lk == Lv (`Lk >= Lv`): triton.next_power_of_2(0) is 0, the tile the `else` gives",
+             replacement=">=", line="BLOCK_DPE = triton.next_power_of_2(Lk - Lv) if Lk > Lv else 0"),
     *(Survivor(kernel, "bound", "split_kv_end", MASKED_BLOCK, replacement="(split_kv_end) + 1",
                line=f"for start_n in {loop}(split_kv_start, split_kv_end, BLOCK_N):")
       for kernel, loop in (("_fwd_kernel_stage1", "range"), ("_fwd_grouped_kernel_stage1", "tl.range"))),

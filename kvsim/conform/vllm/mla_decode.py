@@ -256,8 +256,11 @@ def pinned(ctx: Context) -> list[DecodeCase]:
     # 20 heads: more than the grouped kernel's head block (BLOCK_H 16) and not a multiple of it, so the last head
     # block's mask against the head count is the one that stops it (a model with 20 heads per rank). The small
     # tiles come first: a mutation run stops at the first divergence, and they cost a fraction of MLA's 512 + 64.
+    # A rope width of 24 (not a power of two: its tile of 32 has lanes past Lk) is the one input whose rope mask
+    # `offs_dpe < Lk` masks a lane (the drawn widths are powers of two, each tile exactly full).
     return [DecodeCase(replace(PAGED_DECODE, heads=1), 4, WIDTHS[2], False, 1.0, True),
             DecodeCase(PAGED_PREFILL, 4, WIDTHS[2], False, 1.0, True, False),
+            DecodeCase(PAGED_DECODE, 2, (128, 24)),
             DecodeCase(replace(PAGED_DECODE, heads=20), 1, WIDTHS[2]),
             DecodeCase(PAGED_DECODE, 2), DecodeCase(PAGED_PREFILL, 3)]
 
