@@ -169,6 +169,17 @@ DECODE_EQUIVALENT = (  # the survivors of all the mutants (2026-12-05), each equ
       for kernel in ("_fwd_kernel_stage1", "_fwd_grouped_kernel_stage1")),
     *(Survivor(kernel, "comparison", ">", EMPTY_SPLIT, replacement=">=", line="if split_kv_end > split_kv_start:")
       for kernel in ("_fwd_kernel_stage1", "_fwd_grouped_kernel_stage1")),
+    Survivor("_decode_grouped_att_m_fwd", "constant", "0",
+             "the rope tile of an MLA cache without a rope part (Lk == Lv, the `else 0`): MLA's latent cache always "
+             "carries the rope key, so Lk > Lv", replacement="1",
+             line="BLOCK_DPE = triton.next_power_of_2(Lk - Lv) if Lk > Lv else 0"),
+    Survivor("_decode_grouped_att_m_fwd", "constant", "0",
+             "the non-MLA launch's rope tile made 1: its one lane is at BLOCK_DMODEL = next_power_of_2(Lk) >= Lk, "
+             "masked by `offs_dpe < Lk`, so it adds 0 (a GPU would not compile a tl.dot of width 1)",
+             replacement="1", line="BLOCK_DPE = 0"),
+    Survivor("_fwd_kernel_stage2", "comparison", "<",
+             "stage 2's value mask one lane wider (`offs_d <= Lv`): Lv is a power of two (MLA's 512; 256, 128), so "
+             "BLOCK_DV is Lv and no lane is added", replacement="<=", line="mask_d = offs_d < Lv"),
     Survivor("_decode_grouped_att_m_fwd", "comparison", ">",
              "the rope tile at Lk == Lv (`Lk >= Lv`): triton.next_power_of_2(0) is 0, the tile the `else` gives",
              replacement=">=", line="BLOCK_DPE = triton.next_power_of_2(Lk - Lv) if Lk > Lv else 0"),
