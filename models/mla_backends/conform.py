@@ -126,8 +126,9 @@ TRITON_SYMMETRIC = (  # the Triton merges' equivalent mutants: a symmetric call'
 )
 DECODE_SYMMETRIC = tuple(  # tl.maximum's and tl.minimum's two arguments swapped: the same value
     Survivor(kernel, "arguments", pair, "a symmetric tl.maximum / tl.minimum's arguments swapped")
-    for kernel, axis in (("_fwd_kernel_stage1", 0), ("_fwd_grouped_kernel_stage1", 1))
-    for pair in (f"tl.max(qk, {axis}), e_max", "split_kv_start + kv_len_per_split, cur_batch_seq_len"))
+    for kernel, first in (("_fwd_kernel_stage1", "tl.max(qk, 0)"), ("_fwd_grouped_kernel_stage1", "tl.max(qk, 1)"),
+                          ("_fwd_kernel_stage2", "tlogic"))
+    for pair in (f"{first}, e_max", "split_kv_start + kv_len_per_split, cur_batch_seq_len"))
 HIP = "a ROCm (is_hip) branch: the interpreter and CUDA run the other"
 FP8 = "an FP8 KV cache's dequantization: the model's paged cache holds floats"
 ONE_KV_HEAD = ("MLA's latent cache has one KV head, so a buffer's head stride (-2) and its token stride (-3) are the "
@@ -226,6 +227,9 @@ DECODE_EQUIVALENT = (  # the survivors of all the mutants (2026-12-05), each equ
     # its sibling on the next line, `cur_head < q_head_num` made `<=`, is killed by the pinned 20-head case
     Survivor("_fwd_grouped_kernel_stage1", "constant", "0", MASKED_PAGE, replacement="1",
              line="kv_page_number = tl.load("),
+    Survivor("_decode_grouped_att_m_fwd", "division", "q.shape[1] // k_buffer.shape[-2]",
+             "the grouped launcher's group as a ceiling: over MLA's one KV head it is the query head count, a whole "
+             "number either way"),
     *(Survivor("_decode_grouped_att_m_fwd", "boolean", f"not is_hip_ and Lk == {lk}", HIP,
                replacement=f"((Lk == {lk}))") for lk in (576, 288)),
     *(Survivor("_decode_grouped_att_m_fwd", "constant", lk, SAME_TILES, line=f"if not is_hip_ and Lk == {lk}:")
