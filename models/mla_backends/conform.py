@@ -162,6 +162,21 @@ SAME_TILES = ("the MLA tiles for Lk 576 (288) taken by the general branch instea
               "rope width are the same 512 and 64 (256 and 32)")
 PAGE_LANE = ("the page-number load one lane wider: the lane at split_kv_end reads one more table entry, and every "
              "load and logit of that lane is masked by `offs_n < split_kv_end`")
+# (definition, operator, original, replacement, line, why) of equivalent mutants narrowed to one replacement and line
+NARROWED = (
+    ("_decode_grouped_att_m_fwd", "constant", "0", "1", "BLOCK_DPE = triton.next_power_of_2(Lk - Lv) if Lk > Lv else 0",
+     "the rope tile of an MLA cache without a rope part (Lk == Lv, the `else 0`): MLA's latent cache always carries "
+     "the rope key, so Lk > Lv"),
+    ("_decode_grouped_att_m_fwd", "constant", "0", "1", "BLOCK_DPE = 0",
+     "the non-MLA launch's rope tile made 1: its one lane is at BLOCK_DMODEL = next_power_of_2(Lk) >= Lk, masked by "
+     "`offs_dpe < Lk`, so it adds 0 (a GPU would not compile a tl.dot of width 1)"),
+    ("_fwd_grouped_kernel_stage1", "comparison", ">", ">=",
+     "VALID_BLOCK_H: tl.constexpr = BLOCK_H if kv_group_num > BLOCK_H else kv_group_num",
+     "VALID_BLOCK_H at kv_group_num == BLOCK_H: both arms are 16"),
+    ("_fwd_grouped_kernel_stage1", "constant", "1", "2", "mask_h = cur_head < (cur_head_id + 1) * VALID_BLOCK_H",
+     "the head block's mask made two blocks wide: with MLA's one KV head the group is every head, so the heads past "
+     "the block are past the head count too, and `cur_head < q_head_num` masks them"),
+)
 DECODE_EQUIVALENT = (  # the survivors of all the mutants (2026-12-05), each equivalent for the reason given
     Survivor("_fwd_kernel_stage1", "division", "cur_head // kv_group_num",
              "the ungrouped kernel's KV head rounded up: it runs only where kv_group_num is 1 (decode_attention_fwd "
@@ -170,14 +185,8 @@ DECODE_EQUIVALENT = (  # the survivors of all the mutants (2026-12-05), each equ
       for kernel in ("_fwd_kernel_stage1", "_fwd_grouped_kernel_stage1")),
     *(Survivor(kernel, "comparison", ">", EMPTY_SPLIT, replacement=">=", line="if split_kv_end > split_kv_start:")
       for kernel in ("_fwd_kernel_stage1", "_fwd_grouped_kernel_stage1")),
-    Survivor("_decode_grouped_att_m_fwd", "constant", "0",
-             "the rope tile of an MLA cache without a rope part (Lk == Lv, the `else 0`): MLA's latent cache always "
-             "carries the rope key, so Lk > Lv", replacement="1",
-             line="BLOCK_DPE = triton.next_power_of_2(Lk - Lv) if Lk > Lv else 0"),
-    Survivor("_decode_grouped_att_m_fwd", "constant", "0",
-             "the non-MLA launch's rope tile made 1: its one lane is at BLOCK_DMODEL = next_power_of_2(Lk) >= Lk, "
-             "masked by `offs_dpe < Lk`, so it adds 0 (a GPU would not compile a tl.dot of width 1)",
-             replacement="1", line="BLOCK_DPE = 0"),
+    *(Survivor(definition, operator, original, why, replacement=replacement, line=line)
+      for definition, operator, original, replacement, line, why in NARROWED),
     Survivor("_fwd_kernel_stage2", "comparison", "<",
              "stage 2's value mask one lane wider (`offs_d <= Lv`): Lv is a power of two (MLA's 512; 256, 128), so "
              "BLOCK_DV is Lv and no lane is added", replacement="<=", line="mask_d = offs_d < Lv"),
@@ -234,13 +243,6 @@ DECODE_EQUIVALENT = (  # the survivors of all the mutants (2026-12-05), each equ
                replacement=f"((Lk == {lk}))") for lk in (576, 288)),
     *(Survivor("_decode_grouped_att_m_fwd", "constant", lk, SAME_TILES, line=f"if not is_hip_ and Lk == {lk}:")
       for lk in ("576", "288")),
-    Survivor("_fwd_grouped_kernel_stage1", "comparison", ">",
-             "VALID_BLOCK_H at kv_group_num == BLOCK_H: both arms are 16", replacement=">=",
-             line="VALID_BLOCK_H: tl.constexpr = BLOCK_H if kv_group_num > BLOCK_H else kv_group_num"),
-    Survivor("_fwd_grouped_kernel_stage1", "constant", "1",
-             "the head block's mask made two blocks wide: with MLA's one KV head the group is every head, so the "
-             "heads past the block are past the head count too, and `cur_head < q_head_num` masks them",
-             replacement="2", line="mask_h = cur_head < (cur_head_id + 1) * VALID_BLOCK_H"),
     Survivor("_decode_grouped_att_m_fwd", "arguments", "BLOCK_H, kv_group_num", "min() is symmetric"),
     Survivor("_fwd_kernel_stage2", "bound", "NUM_KV_SPLITS",
              "one split more: its range starts at or past the sequence's end, so `split_kv_end > split_kv_start` "
