@@ -30,6 +30,7 @@ from kvsim.engine.errors import ConfigError
 from .source import cache_root
 
 REAL_MODULES = frozenset({"numpy", "torch", "triton"})
+LOADED_PREFIX = "kvsim_upstream_"  # the name of every module `load_definitions` makes (in sys.modules)
 # The one mutant of the code under test in force while set (`kvsim conform --mutants`): the file it names is
 # read with that edit applied, in this process (and, passed in the header, in a kernel child).
 MUTANT: ContextVar[Any] = ContextVar("kvsim_conform_mutant", default=None)
@@ -250,7 +251,7 @@ def load_definitions(path: Path, names: Sequence[str], *, extra_globals: Mapping
         tmp.write_text(body, encoding="utf-8")
         tmp.replace(out)
     register_lines(str(out), _line_map(where, segments))
-    module_name = f"kvsim_upstream_{path.stem}_{digest}"
+    module_name = f"{LOADED_PREFIX}{path.stem}_{digest}"
     module = types.ModuleType(module_name)
     module.__file__ = str(out)
     loader_builtins = dict(vars(builtins))
@@ -289,6 +290,30 @@ def read_source(path: Path) -> str:
     if mutant is not None and Path(path).as_posix().endswith("/" + mutant.file):
         text = mutant.apply(text)
     return text
+
+
+_LOADED_CACHES: list[dict[Any, Any]] = []
+
+
+def loaded_cache() -> dict[Any, Any]:
+    """A kernel child's cache of loaded upstream definitions (one per child-side runner module): emptied whenever
+    the mutant in force changes (`use_mutant`), so no definition of one mutant (or of the release) serves the next."""
+    cache: dict[Any, Any] = {}
+    _LOADED_CACHES.append(cache)
+    return cache
+
+
+def use_mutant(mutant: Any) -> None:
+    """Load from now on with `mutant` in force (None: the release), for the rest of this process (a kernel child
+    between two mutants): every `loaded_cache` is emptied and the loaded modules are dropped, so the next request
+    loads afresh."""
+    if MUTANT.get() == mutant:
+        return
+    MUTANT.set(mutant)
+    for cache in _LOADED_CACHES:
+        cache.clear()
+    for name in [n for n in sys.modules if n.startswith(LOADED_PREFIX)]:
+        del sys.modules[name]
 
 
 @contextlib.contextmanager

@@ -14,7 +14,9 @@ the replacement and the source line where the declaration names them) is listed 
 score = killed / (mutants - not loadable - documented survivors). Exit 1 when a target has an undocumented
 survivor, 2 when its unmutated run diverges or errs (nothing to measure against; a target not present or skipped
 there is not measured and not counted), 3 when `--max-seconds` cut the run short, else 0. Each mutant's calls run under a deadline of 50 times the unmutated run's slowest call
-(at least 1 s, at most `--call-timeout`), so a mutant that hangs costs seconds, not the default deadline.
+(at least 1 s, at most `--call-timeout`), so a mutant that hangs costs seconds, not the default deadline. A kernel
+target's mutants run one after another in one kernel child (`triton_child.shared`: it loads each mutant afresh),
+and each stops at its first divergence (the pinned inputs come first).
 """
 
 from __future__ import annotations

@@ -24,9 +24,13 @@ without CUDA answers every request with a skip and its reason.
 `KernelChild` is the parent's handle: `with KernelChild(source, "cpu") as child:
 child.call("kvsim.conform.vllm.kernels:run_zero", case)`. `shared(source, device, ...)` gives the child of a
 source and device kept for the process's life (closed at exit), so every kernel target of a run shares one
-child and triton and torch are imported once (a mutant's child is its own, and ends with its target). The child-side kernel runners live
-beside their targets ("module:function" under `kvsim.conform`), and import torch and triton
-only when a request runs.
+child and triton and torch are imported once. The mutants of a `--mutants` run share it too: a request line
+`{"mutant": ...}` (or null: the release) changes the mutant in force, and the child then forgets every definition
+it loaded (`loader.loaded_cache`) and drops the loaded modules, so the next request loads the kernels afresh, from the
+mutated or the released text. A mutant whose call hangs or kills the child gets a fresh child, started with that
+mutant in its header, as before. The child-side kernel runners live beside their targets ("module:function"
+under `kvsim.conform`), keep what they load in a `loaded_cache()`, and import torch and triton only when a
+request runs.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from kvsim.engine.conformance.runner import TargetSkipped
 from kvsim.engine.errors import ConfigError
 
 from .child import LineChild, kill
+from .loader import loaded_cache, use_mutant
 from .source import EngineSource
 
 DEVICES = ("cpu", "cuda")
@@ -67,12 +72,21 @@ def load_upstream(source: EngineSource, relpath: str, names: Sequence[str], *,
                             where=relpath, version=source.label)
 
 
+_SELFTEST_LOADED = loaded_cache()
+
+
 def selftest(source: EngineSource, case: Mapping[str, Any], device: str) -> dict[str, Any]:
     """A runner for checking the child itself (`kvsim.conform.triton_child:selftest`): echoes `case["echo"]`,
-    raises ValueError, exits the process, or never returns, as `case["do"]` says."""
+    raises ValueError, exits the process, never returns, or (`load`) calls `case["name"]` of the source's file
+    `case["file"]`, loaded once while the mutant in force stays, as `case["do"]` says."""
     import time
 
     what = case.get("do", "echo")
+    if what == "load":
+        key = (case["file"], case["name"])
+        if key not in _SELFTEST_LOADED:
+            _SELFTEST_LOADED[key] = getattr(load_upstream(source, case["file"], (case["name"],)), case["name"])
+        return {"value": _SELFTEST_LOADED[key]()}
     if what == "raise":
         raise ValueError(case.get("message", "asked to raise"))
     if what == "exit":
@@ -123,12 +137,10 @@ def serve(device: str, lines: Any, out: Any) -> int:
     from kvsim.engine.conformance.linetrace import LineTrace
     from kvsim.engine.conformance.mutants import Mutant
 
-    from .loader import MUTANT
-
     header = json.loads(next(lines))
     source = EngineSource(header["engine"], header["version"], Path(header["root"]), header["origin"])
     if header.get("mutant"):
-        MUTANT.set(Mutant.from_json(header["mutant"]))
+        use_mutant(Mutant.from_json(header["mutant"]))
     trace = LineTrace() if header.get("trace") else None
     skip = cuda_missing_reason() if device == "cuda" else None
     kernels = child_kernels()
@@ -136,6 +148,9 @@ def serve(device: str, lines: Any, out: Any) -> int:
         if not line.strip():
             continue
         request = json.loads(line)
+        if "mutant" in request:  # not answered: the next request runs with it
+            use_mutant(Mutant.from_json(request["mutant"]) if request["mutant"] else None)
+            continue
         if trace is not None:
             trace.executed.clear()
             trace.start()
@@ -193,6 +208,19 @@ class KernelChild(LineChild):
         super().__init__()
         self.source, self.device, self.timeout, self.mutant, self.trace = source, device, timeout, mutant, trace
         self.started = 0
+
+    def use(self, mutant: Any) -> None:
+        """The next calls run with `mutant` in force (None: the release); a running child is told, a child started
+        later gets it in its header."""
+        if mutant == self.mutant:
+            return
+        self.mutant = mutant
+        if self.process is not None:
+            try:
+                self.send({"mutant": mutant.to_json() if mutant is not None else None})
+            except (BrokenPipeError, OSError):  # it died: the next call starts a fresh one, with the mutant
+                kill(self.process)
+                self.close()
 
     def __enter__(self) -> "KernelChild":
         self._start()
@@ -267,11 +295,7 @@ def shared(source: EngineSource, device: str = "cpu", *, timeout: float | None =
            trace: Any = None) -> Iterator[KernelChild]:
     """The kernel child of this source and device, started on first use and kept for the next target until a
     target of another source or device asks for one (a child that hung or died is started again at its next
-    call); with a `mutant`, a child of its own for the block."""
-    if mutant is not None:
-        with KernelChild(source, device, timeout=timeout, mutant=mutant, trace=trace) as own:
-            yield own
-        return
+    call), running the block's calls with `mutant` in force (None: the release)."""
     key = (source.engine, source.version, str(source.root), source.origin, device, trace is not None)
     child = _SHARED.get(key)
     if child is None:
@@ -280,6 +304,7 @@ def shared(source: EngineSource, device: str = "cpu", *, timeout: float | None =
         close_shared()  # one kept at a time: a run has one source (`--versions` one after the other), and a test
         child = _SHARED[key] = KernelChild(source, device, trace=trace)  # session's planted trees must not pile up
     child.timeout, child.trace = timeout, trace
+    child.use(mutant)
     if child.process is None:
         child._start()
     try:

@@ -126,8 +126,9 @@ TRITON_SYMMETRIC = (  # the Triton merges' equivalent mutants: a symmetric call'
 )
 DECODE_SYMMETRIC = tuple(  # tl.maximum's and tl.minimum's two arguments swapped: the same value
     Survivor(kernel, "arguments", pair, "a symmetric tl.maximum / tl.minimum's arguments swapped")
-    for kernel in ("_fwd_kernel_stage1", "_fwd_grouped_kernel_stage1")
-    for pair in ("tl.max(qk, 0), e_max", "split_kv_start + kv_len_per_split, cur_batch_seq_len"))
+    for kernel, first in (("_fwd_kernel_stage1", "tl.max(qk, 0)"), ("_fwd_grouped_kernel_stage1", "tl.max(qk, 1)"),
+                          ("_fwd_kernel_stage2", "tlogic"))
+    for pair in (f"{first}, e_max", "split_kv_start + kv_len_per_split, cur_batch_seq_len"))
 HIP = "a ROCm (is_hip) branch: the interpreter and CUDA run the other"
 FP8 = "an FP8 KV cache's dequantization: the model's paged cache holds floats"
 ONE_KV_HEAD = ("MLA's latent cache has one KV head, so a buffer's head stride (-2) and its token stride (-3) are the "
@@ -135,28 +136,136 @@ ONE_KV_HEAD = ("MLA's latent cache has one KV head, so a buffer's head stride (-
 BOTH_KERNELS = ("which kernel a launch takes (`kv_group_num` from the rows, or `== 0`): the ungrouped and the grouped "
                 "kernel compute the same attention for any group size (the ungrouped one reads KV head "
                 "`cur_head // kv_group_num`), in other tiles")
-DECODE_EQUIVALENT = (  # the survivors of a sample of 30 (2026-12-05), each equivalent for the reason given
-    Survivor("_decode_att_m_fwd", "arguments",
-             "k_buffer.stride(-3),  # Assume (..., PAGE_SIZE, NUM_HEADS, HEAD_DIM)\n        k_buffer.stride(-2)",
-             ONE_KV_HEAD),
-    Survivor("_decode_att_m_fwd", "constant", "2", ONE_KV_HEAD, replacement="3", line="v_buffer.stride(-2),"),
+POWER_OF_TWO_LV = ("the value mask one lane wider (`offs_dv <= Lv`): Lv is a power of two (MLA's 512; 256, 128), so "
+                   "BLOCK_DV is Lv and no lane is added (with another Lv the extra lane's store lands on the LSE slot "
+                   "at offset Lv, written right after)")
+EMPTY_SPLIT = ("a split with no key (start == end) run as well: its loop is empty, and the NaN and -inf it stores are "
+               "never read, as _fwd_kernel_stage2 skips the splits with `split_kv_end > split_kv_start` false")
+MASKED_BLOCK = ("the key loop's end one more: the extra block (only when the split's length is a multiple of BLOCK_N) "
+                "has every lane past split_kv_end, so its logits are -inf, its weights 0 and the running max and sum "
+                "unchanged")
+MASKED_PAGE = "a masked-off lane's page number (other=0 -> 1): the KV loads at it are masked too"
+KV_LANE = ("the {} load one lane wider: the lane at split_kv_end reads page 0's slot (its page number is the masked "
+           "load's `other`), and its logit is -inf (`tl.where(offs_n < split_kv_end, ...)`), so its weight is 0")
+LAUNCH_HINT = "num_warps / num_stages, launch hints of the compiled kernel: they change its speed, not its values"
+V_IS_K = ("the K and V buffers swapped in the launch: MLA's V is the first Lv columns of the latent cache (a view), so "
+          "both are the same address, and the strides are passed apart")
+HEAD_STRIDE = ("a KV head stride (-2) read from another dimension: MLA's one KV head is head 0, so "
+               "`cur_kv_head * stride_buf_kh` is 0 whatever the stride")
+UNGROUPED_GROUP = ("the ungrouped launcher's group (another dimension of q, or a ceiling): it runs with one query head "
+                   "over MLA's one KV head, where the KV head `cur_head // kv_group_num` is 0 whatever the group (and "
+                   "the group's num_warps a launch hint); `k_buffer.shape[-1]` or `[-3]` makes the group 1 // Lk or "
+                   "1 // page = 0, and the interpreter's 0 // 0 is 0 (on a GPU that division is undefined)")
+ONE_QUERY_HEAD = ("q's or att_out's strides in the ungrouped launch: it runs with one query head (q [rows, 1, Lk]), "
+                  "so a row stride and a head stride are the same number, and a head offset `cur_head * stride` is 0")
+SAME_TILES = ("the MLA tiles for Lk 576 (288) taken by the general branch instead: next_power_of_2(Lv) and of the "
+              "rope width are the same 512 and 64 (256 and 32)")
+PAGE_LANE = ("the page-number load one lane wider: the lane at split_kv_end reads one more table entry, and every "
+             "load and logit of that lane is masked by `offs_n < split_kv_end`")
+# (definition, operator, original, replacement, line, why) of equivalent mutants narrowed to one replacement and line
+NARROWED = (
+    ("_decode_grouped_att_m_fwd", "constant", "0", "1", "BLOCK_DPE = triton.next_power_of_2(Lk - Lv) if Lk > Lv else 0",
+     "the rope tile of an MLA cache without a rope part (Lk == Lv, the `else 0`): MLA's latent cache always carries "
+     "the rope key, so Lk > Lv"),
+    ("_decode_grouped_att_m_fwd", "constant", "0", "1", "BLOCK_DPE = 0",
+     "the non-MLA launch's rope tile made 1: its one lane is at BLOCK_DMODEL = next_power_of_2(Lk) >= Lk, masked by "
+     "`offs_dpe < Lk`, so it adds 0 (a GPU would not compile a tl.dot of width 1)"),
+    ("_fwd_grouped_kernel_stage1", "comparison", ">", ">=",
+     "VALID_BLOCK_H: tl.constexpr = BLOCK_H if kv_group_num > BLOCK_H else kv_group_num",
+     "VALID_BLOCK_H at kv_group_num == BLOCK_H: both arms are 16"),
+    ("_fwd_grouped_kernel_stage1", "constant", "1", "2", "mask_h = cur_head < (cur_head_id + 1) * VALID_BLOCK_H",
+     "the head block's mask made two blocks wide: with MLA's one KV head the group is every head, so the heads past "
+     "the block are past the head count too, and `cur_head < q_head_num` masks them"),
+)
+DECODE_EQUIVALENT = (  # the survivors of all the mutants (2026-12-05), each equivalent for the reason given
+    Survivor("_fwd_kernel_stage1", "division", "cur_head // kv_group_num",
+             "the ungrouped kernel's KV head rounded up: it runs only where kv_group_num is 1 (decode_attention_fwd "
+             "sends grouped heads to the grouped kernel), and cur_head / 1 has no fraction to round"),
+    *(Survivor(kernel, "comparison", "<", POWER_OF_TWO_LV, replacement="<=", line="mask_dv = offs_dv < Lv")
+      for kernel in ("_fwd_kernel_stage1", "_fwd_grouped_kernel_stage1")),
+    *(Survivor(kernel, "comparison", ">", EMPTY_SPLIT, replacement=">=", line="if split_kv_end > split_kv_start:")
+      for kernel in ("_fwd_kernel_stage1", "_fwd_grouped_kernel_stage1")),
+    *(Survivor(definition, operator, original, why, replacement=replacement, line=line)
+      for definition, operator, original, replacement, line, why in NARROWED),
+    Survivor("_fwd_kernel_stage2", "comparison", "<",
+             "stage 2's value mask one lane wider (`offs_d <= Lv`): Lv is a power of two (MLA's 512; 256, 128), so "
+             "BLOCK_DV is Lv and no lane is added", replacement="<=", line="mask_d = offs_d < Lv"),
+    Survivor("_decode_grouped_att_m_fwd", "comparison", ">",
+             "the rope tile at Lk == Lv (`Lk >= Lv`): triton.next_power_of_2(0) is 0, the tile the `else` gives",
+             replacement=">=", line="BLOCK_DPE = triton.next_power_of_2(Lk - Lv) if Lk > Lv else 0"),
+    *(Survivor(kernel, "bound", "split_kv_end", MASKED_BLOCK, replacement="(split_kv_end) + 1",
+               line=f"for start_n in {loop}(split_kv_start, split_kv_end, BLOCK_N):")
+      for kernel, loop in (("_fwd_kernel_stage1", "range"), ("_fwd_grouped_kernel_stage1", "tl.range"))),
+    *(Survivor(kernel, "comparison", "<", PAGE_LANE, replacement="<=", line="mask=offs_n < split_kv_end,")
+      for kernel in ("_fwd_kernel_stage1", "_fwd_grouped_kernel_stage1")),
+    *(Survivor("_fwd_grouped_kernel_stage1", "comparison", "<", KV_LANE.format(what), replacement="<=",
+               line=f"mask=(offs_n[None, :] < split_kv_end) & ({mask}[:, None]),")
+      for what, mask in (("K", "mask_d"), ("rope K", "mask_dpe"))),
+    Survivor("_fwd_kernel_stage1", "constant", "0", MASKED_PAGE, replacement="1", line="kv_page_number = tl.load("),
+    Survivor("_fwd_kernel_stage1", "comparison", "<", KV_LANE.format("K"), replacement="<=",
+             line="mask=(offs_n[:, None] < split_kv_end) & (mask_d[None, :]),"),
+    *(Survivor(kernel, "comparison", "<", KV_LANE.format("V"), replacement="<=",
+               line="mask=(offs_n[:, None] < split_kv_end) & (mask_dv[None, :]),")
+      for kernel in ("_fwd_kernel_stage1", "_fwd_grouped_kernel_stage1")),
+    Survivor("_decode_att_m_fwd", "constant", "8", HIP, line="BLOCK = 64 if not is_hip_ else 8"),
+    *(Survivor("_decode_att_m_fwd", operator, original, UNGROUPED_GROUP,
+               line="kv_group_num = q.shape[1] // k_buffer.shape[-2]")
+      for operator, original in (("division", "q.shape[1] // k_buffer.shape[-2]"), ("constant", "1"),
+                                 ("constant", "2"))),
+    *(Survivor(launcher, "constant", value, LAUNCH_HINT, line=line) for launcher, value, line in (
+        ("_decode_att_m_fwd", "4", "num_warps = 4"), ("_decode_att_m_fwd", "2", "num_stages=2"),
+        ("_decode_grouped_att_m_fwd", "2", "num_stages = 2"), ("_decode_grouped_att_m_fwd", "4", "num_warps=4"),
+        ("_decode_softmax_reducev_fwd", "4", "num_warps=4"), ("_decode_softmax_reducev_fwd", "2", "num_stages=2"))),
+    *(Survivor(launcher, "arguments", "k_buffer,\n        v_buffer", V_IS_K)
+      for launcher in ("_decode_att_m_fwd", "_decode_grouped_att_m_fwd")),
+    Survivor("_decode_grouped_att_m_fwd", "constant", "1",
+             "kv_group_num from q.shape[2] (the head dim, 144 or more) for the head count: with MLA's one KV head "
+             "both pick KV head 0, and a head block of min(16, group) heads masked against the head count gives the "
+             "same heads", replacement="2", line="kv_group_num = q.shape[1] // k_buffer.shape[-2]"),
+    *(Survivor(launcher, "arguments",
+               f"{buffer}.stride(-3),  # Assume (..., PAGE_SIZE, NUM_HEADS, HEAD_DIM)\n        {buffer}.stride(-2)",
+               ONE_KV_HEAD) for launcher in ("_decode_att_m_fwd", "_decode_grouped_att_m_fwd")
+      for buffer in ("k_buffer", "v_buffer")),
+    *(Survivor(launcher, "constant", old, why, replacement=new, line=f"{buffer}.stride(-{old}),")
+      for launcher in ("_decode_att_m_fwd", "_decode_grouped_att_m_fwd") for buffer in ("k_buffer", "v_buffer")
+      for old, new, why in (("3", "2", ONE_KV_HEAD), ("2", "3", HEAD_STRIDE), ("2", "1", HEAD_STRIDE))),
     Survivor("_fwd_grouped_kernel_stage1", "comparison", "<",
              "the head mask one head wider: the extra head is the next head block's first, computed here against the "
              "same (the one latent) KV head, so the same value is written twice", replacement="<=",
              line="mask_h = cur_head < (cur_head_id + 1) * VALID_BLOCK_H"),
     # its sibling on the next line, `cur_head < q_head_num` made `<=`, is killed by the pinned 20-head case
-    Survivor("_fwd_grouped_kernel_stage1", "constant", "0",
-             "a masked-off lane's page number (other=0 -> 1): the KV loads at it are masked too",
-             replacement="1", line="kv_page_number = tl.load("),
-    Survivor("_decode_grouped_att_m_fwd", "boolean", "not is_hip_ and Lk == 288", HIP, replacement="((Lk == 288))"),
+    Survivor("_fwd_grouped_kernel_stage1", "constant", "0", MASKED_PAGE, replacement="1",
+             line="kv_page_number = tl.load("),
+    Survivor("_decode_grouped_att_m_fwd", "division", "q.shape[1] // k_buffer.shape[-2]",
+             "the grouped launcher's group as a ceiling: over MLA's one KV head it is the query head count, a whole "
+             "number either way"),
+    *(Survivor("_decode_grouped_att_m_fwd", "boolean", f"not is_hip_ and Lk == {lk}", HIP,
+               replacement=f"((Lk == {lk}))") for lk in (576, 288)),
+    *(Survivor("_decode_grouped_att_m_fwd", "constant", lk, SAME_TILES, line=f"if not is_hip_ and Lk == {lk}:")
+      for lk in ("576", "288")),
     Survivor("_decode_grouped_att_m_fwd", "arguments", "BLOCK_H, kv_group_num", "min() is symmetric"),
     Survivor("_fwd_kernel_stage2", "bound", "NUM_KV_SPLITS",
              "one split more: its range starts at or past the sequence's end, so `split_kv_end > split_kv_start` "
              "skips it", replacement="(NUM_KV_SPLITS) + 1", line="for split_kv_id in range(0, NUM_KV_SPLITS):"),
-    Survivor("decode_attention_fwd_grouped", "arguments", "k_scale,\n        v_scale",
+    *(Survivor(caller, "arguments", "k_scale,\n        v_scale",
+               "the scales swapped: only the FP8 dequantization reads them (declared unreached: " + FP8 + ")")
+      for caller in ("decode_attention_fwd_normal", "decode_attention_fwd_grouped", "_decode_att_m_fwd",
+                     "_decode_grouped_att_m_fwd")),
+    Survivor("decode_attention_fwd", "arguments", "k_scale,\n            v_scale",
              "the scales swapped: only the FP8 dequantization reads them (declared unreached: " + FP8 + ")"),
-    *(Survivor("decode_attention_fwd", "constant", "1", BOTH_KERNELS, replacement="0", line=line)
-      for line in ("kv_group_num = q.shape[1] // v_buffer.shape[-2]", "if kv_group_num == 1:")),
+    Survivor("_fwd_grouped_kernel_stage1", "constant", "0",
+             "`BLOCK_DPE > 1` for `> 0`: BLOCK_DPE is 0 or the rope width's next power of two, 1 only for a rope width "
+             "of 1, which no GPU compiles (tl.dot needs a dimension of 16 or more)", replacement="1",
+             line="if BLOCK_DPE > 0:"),
+    Survivor("decode_attention_fwd", "constant", "1", BOTH_KERNELS, replacement="0", line="if kv_group_num == 1:"),
+    *(Survivor("decode_attention_fwd", operator, original, BOTH_KERNELS,
+               line="kv_group_num = q.shape[1] // v_buffer.shape[-2]")
+      for operator, original in (("division", "q.shape[1] // v_buffer.shape[-2]"), ("constant", "1"),
+                                 ("constant", "2"))),
+    *(Survivor("_decode_att_m_fwd", "arguments", f"{tensor}.stride(0),\n        {tensor}.stride(1)", ONE_QUERY_HEAD)
+      for tensor in ("q", "att_out")),
+    *(Survivor("_decode_att_m_fwd", "constant", original, ONE_QUERY_HEAD, line=f"{tensor}.stride({original}),")
+      for tensor in ("q", "att_out") for original in ("0", "1")),
 )
 DECODE_UNREACHED = (
     Unreached("_fwd_kernel_stage1", "if k.dtype.is_fp8():", FP8),

@@ -139,6 +139,35 @@ def test_kernel_targets_share_one_child_until_another_source_asks_for_one(tmp_pa
         triton_child.close_shared()
 
 
+LEAKY = "SEEN = []\n\n\ndef value():\n    SEEN.append(1)\n    return len(SEEN) * 10 + 1\n"
+
+
+def test_mutants_share_one_child_and_nothing_of_one_reaches_the_next(tmp_path):
+    """A --mutants run's mutants share the kernel child: each change of the mutant in force loads the definitions
+    afresh (module state included: `SEEN` restarts), from the mutated or the released text; a mutant whose call
+    hangs gets a fresh child that loads with the same mutant."""
+    from kvsim.conform import triton_child
+
+    source = _source(tmp_path)
+    (source.root / "vllm" / "leaky.py").write_text(LEAKY)
+    plus, minus = sorted((m for m in mutants(LEAKY, "vllm/leaky.py", ("value",))
+                          if m.line == 6 and m.original == "1"), key=lambda m: m.replacement)[::-1]
+    load = {"do": "load", "file": "vllm/leaky.py", "name": "value"}
+    seen = []
+    try:
+        for mutant in (None, None, plus, plus, None, minus, None):
+            with triton_child.shared(source, timeout=60, mutant=mutant) as child:
+                seen.append(child.call("kvsim.conform.triton_child:selftest", load)["value"])
+        assert seen == [11, 21, 12, 22, 11, 10, 11] and child.started == 1
+        with triton_child.shared(source, timeout=2, mutant=plus) as child:
+            with pytest.raises(Answered) as hung:
+                child.call("kvsim.conform.triton_child:selftest", {"do": "hang"})
+            assert isinstance(hung.value.answer, DidNotReturn)
+            assert child.call("kvsim.conform.triton_child:selftest", load)["value"] == 12 and child.started == 2
+    finally:
+        triton_child.close_shared()
+
+
 def test_real_import_targets_share_a_worker_and_the_longest_batches_go_first():
     from kvsim.conform.run import batches
     from kvsim.conform.targets import select_targets

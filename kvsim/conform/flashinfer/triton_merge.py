@@ -42,6 +42,7 @@ from kvsim.engine.errors import ConfigError, PropertyViolation
 from kvsim.models.mla_backends.merge import check_states, merge_state, merge_states
 
 from ..kernels import call_kernel, kernel_examples
+from ..loader import loaded_cache
 from ..source import EngineSource
 
 LAUNCHERS = "flashinfer/triton/cascade.py"
@@ -61,7 +62,7 @@ FINDING_PHANTOM = "the Triton merge_states kernels' phantom state (m=-5e4): a ro
 
 # --- child side ----------------------------------------------------------------------------------------
 
-_LOADED: dict[str, Any] = {}
+_LOADED: dict[str, Any] = loaded_cache()
 
 
 def _stand_ins() -> dict[str, Any]:
@@ -77,7 +78,7 @@ def _stand_ins() -> dict[str, Any]:
 
 
 def launchers(source: EngineSource) -> Any:
-    """The release's launchers over its kernels (loaded once per child: a child serves one source and mutant)."""
+    """The release's launchers over its kernels (loaded once per child and mutant in force)."""
     from ..triton_child import load_upstream
 
     key = str(source.root)

@@ -58,6 +58,7 @@ from kvsim.engine.conformance.answers import FAILED, capture
 from kvsim.engine.conformance.compare import EXACT, Exact
 
 from ..kernels import call_kernel, kernel_examples, unpacked
+from ..loader import loaded_cache
 from ..source import EngineSource
 
 STAGING = "sglang/srt/disaggregation/common/staging_buffer.py"
@@ -72,7 +73,7 @@ TRITON_DTYPES = ("float16", "uint8", "float32")  # element sizes upstream's int 
 
 # --- child side ---------------------------------------------------------------------------------------
 
-_LOADED: dict[str, Any] = {}
+_LOADED: dict[str, Any] = loaded_cache()
 
 
 class _CudaShim:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import types
 from typing import Any
 
+from ..loader import loaded_cache
 from ..source import EngineSource
 
 
@@ -34,7 +35,7 @@ def vllm_modules(device: str) -> dict[str, Any]:
             "vllm.utils.torch_utils": types.SimpleNamespace(async_tensor_h2d=async_tensor_h2d)}
 
 
-_LOADED: dict[tuple[str, str, tuple[str, ...]], Any] = {}
+_LOADED: dict[tuple[str, str, tuple[str, ...]], Any] = loaded_cache()
 
 
 def load_in_child(source: EngineSource, relpath: str, names: tuple[str, ...], device: str) -> Any:

@@ -249,10 +249,20 @@ def pinned(ctx: Context) -> list[DecodeCase]:
 
     from kvsim.properties.mla_backends.cases import PAGED_DECODE, PAGED_PREFILL
 
+    # The first two take every launch option the MLA batches after them leave at its default, one in each kernel
+    # (1 head: the ungrouped one): a soft cap, the cache as a buffer of tokens, the scales given, 4 splits and
+    # is_mla False (without them a mutant of those lines lived until a drawn input took them, about the tenth). The
+    # cap is 1, which a test `logit_cap > 1` in place of `> 0` would leave uncapped (the drawn caps are 2 and 30).
     # 20 heads: more than the grouped kernel's head block (BLOCK_H 16) and not a multiple of it, so the last head
-    # block's mask against the head count is the one that stops it (a model with 20 heads per rank)
-    return [DecodeCase(PAGED_DECODE, 2), DecodeCase(PAGED_PREFILL, 3),
-            DecodeCase(replace(PAGED_DECODE, heads=20), 1, WIDTHS[2])]
+    # block's mask against the head count is the one that stops it (a model with 20 heads per rank). The small
+    # tiles come first: a mutation run stops at the first divergence, and they cost a fraction of MLA's 512 + 64.
+    # A rope width of 24 (not a power of two: its tile of 32 has lanes past Lk) is the one input whose rope mask
+    # `offs_dpe < Lk` masks a lane (the drawn widths are powers of two, each tile exactly full).
+    return [DecodeCase(replace(PAGED_DECODE, heads=1), 4, WIDTHS[2], False, 1.0, True),
+            DecodeCase(PAGED_PREFILL, 4, WIDTHS[2], False, 1.0, True, False),
+            DecodeCase(PAGED_DECODE, 2, (128, 24)),
+            DecodeCase(replace(PAGED_DECODE, heads=20), 1, WIDTHS[2]),
+            DecodeCase(PAGED_DECODE, 2), DecodeCase(PAGED_PREFILL, 3)]
 
 
 def describe(ctx: Context, case: DecodeCase) -> dict[str, Any]:

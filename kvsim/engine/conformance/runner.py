@@ -71,7 +71,9 @@ class Options:
     call_timeout: float | None = field(default_factory=lambda: CALL_TIMEOUT)
     until: float | None = None  # time.monotonic() at which the whole run stops
     trace: Any = None  # a linetrace.LineTrace while `--coverage` measures the checked definitions
-    shrink: bool = True  # False: the first divergence as found (a mutation run only needs to know one exists)
+    # False: the first divergence as found, and nothing run after it (the properties past it, the probes): a
+    # mutation run only needs to know one exists
+    shrink: bool = True
 
 
 @dataclass
@@ -161,7 +163,8 @@ def _run_shape(adapter: Any, ctx: Context, result: TargetResult, env: Env, optio
         else:
             raise ConfigError(f"conform target {ctx.target.key}.adapter", "a Differential, Sweep or Lockstep",
                               type(adapter).__name__)
-        for probe in adapter.probes:  # a raise of the code under test in a probe fails the probe, with where
+        for probe in adapter.probes if options.shrink or not result.divergent else ():
+            # a raise of the code under test in a probe fails the probe, with where
             message = capture(probe.check, ctx, passthrough=(KvsimError,))
             if isinstance(message, FAILED):
                 message = f"the code under test {message}"
@@ -301,7 +304,7 @@ def _differential(adapter: Differential, ctx: Context, result: TargetResult, env
 
     outcome = _hypothesis(_data_property(ctx, check, strategy, pinned), ctx, env, options, record)
     _conclude(outcome, record, ctx, result)
-    if record.divergence is not None and adapter.checks:  # the properties too, on inputs past the divergence
+    if record.divergence is not None and adapter.checks and options.shrink:  # the properties past the divergence
         _checks_only(adapter, ctx, env, options, strategy, pinned, record)
     for name in [c.name for c in adapter.checks if c.name in record.failures and options.shrink]:
         record.failures[name] = _shrink_check(adapter, ctx, env, options, strategy, pinned, name) \

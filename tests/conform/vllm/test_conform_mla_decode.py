@@ -25,7 +25,7 @@ def _run(source, n=4):
 def test_the_release_kernel_conforms_and_empty_rows_are_nan():
     result = _run(resolve_source("vllm", version="0.33.0"))
     assert result.status == "conforms" and result.divergent == 0, result
-    assert result.compared == 3 + 4  # the three pinned batches, then drawn ones
+    assert result.compared == 6 + 4  # the six pinned batches, then drawn ones
     assert result.properties == [{"property": "empty_row_is_nan", "status": "holds",
                                   "message": "a row of extent 0 is NaN output with LSE -inf in the release's kernel"}]
 
@@ -47,8 +47,10 @@ def test_a_kernel_that_drops_the_last_key_of_each_split_diverges(tmp_path):
     result = _run(_planted(tmp_path, line, "< split_kv_end", "< split_kv_end - 1"), n=2)
     assert result.status == "diverges" and result.divergent == 1, result
     found = result.divergences[0]
-    # the first pinned batch: request 1 has one key; with it masked its row is empty (NaN) and beyond tolerance
-    assert found["input"]["kv_lens"] == [0, 1, 70] and found["field"].startswith(("output[", "lse[")), found
+    # the first pinned batch the grouped kernel runs (the first has 1 head: the ungrouped kernel, not planted): the
+    # prefill batch in 4 splits, each split's last key masked
+    assert found["input"]["kv_lens"] == [65, 3] and found["input"]["num_kv_splits"] == 4, found
+    assert found["field"].startswith(("output[", "lse[")), found
 
 
 def test_a_head_mask_one_past_the_head_count_diverges_on_the_pinned_20_head_batch(tmp_path):
