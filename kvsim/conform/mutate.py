@@ -13,7 +13,9 @@ the replacement and the source line where the declaration names them) is listed 
 
 score = killed / (mutants - not loadable - documented survivors). Exit 1 when a target has an undocumented
 survivor, 2 when its unmutated run diverges or errs (nothing to measure against; a target not present or skipped
-there is not measured and not counted), 3 when `--max-seconds` cut the run short, else 0. Each mutant's calls run under a deadline of 50 times the unmutated run's slowest call
+there is not measured and not counted), 3 when `--max-seconds` or a stop (Ctrl-C, SIGTERM) cut the run short, else 0: a
+stop ends the mutant it came in (it is not counted), names the rest as not run and prints what ran, and the
+command's kernel and real-import children end with it. Each mutant's calls run under a deadline of 50 times the unmutated run's slowest call
 (at least 1 s, at most `--call-timeout`), so a mutant that hangs costs seconds, not the default deadline. A kernel
 target's mutants run one after another in one kernel child (`triton_child.shared`: it loads each mutant afresh),
 and each stops at its first divergence (the pinned inputs come first).
@@ -29,6 +31,7 @@ from typing import Any, Sequence
 from kvsim.app import junit
 from kvsim.engine.conformance.linetrace import LineTrace
 from kvsim.engine.conformance.mutants import Mutant, mutants, sample
+from kvsim.engine.interrupt import Interrupted, asked, stopping_on_signals
 from kvsim.engine.progress import Progress
 
 from .loader import mutated
@@ -37,6 +40,7 @@ from .source import EngineSource
 from .targets import Options, descriptors
 
 MUTANT_DEADLINE_FLOOR = 1.0
+STOPPED = "stopped: a stop (Ctrl-C, SIGTERM) was asked"
 
 
 @dataclass
@@ -82,7 +86,12 @@ def measure(target: Any, source: EngineSource, options: Options, count: int) -> 
     out = MutationResult(target.name)
     table = descriptors()
     trace = LineTrace()
-    (base,) = run_targets([target], source, table, replace(options, trace=trace))
+    try:
+        (base,) = run_targets([target], source, table, replace(options, trace=trace))
+    except Interrupted:
+        out.status, out.note = "incomplete", STOPPED
+        out.seconds = round(time.perf_counter() - started, 3)
+        return out
     executed = trace.executed
     if base.status in ("conforms", "diverges"):
         out.coverage = target_coverage(target, source, executed)
@@ -106,13 +115,18 @@ def measure(target: Any, source: EngineSource, options: Options, count: int) -> 
     quick = replace(options, call_timeout=deadline, shrink=False)
     progress = Progress(len(chosen), f"mutants of {target.name}")
     for i, mutant in enumerate(chosen):
-        if options.until is not None and time.monotonic() >= options.until:
+        if options.until is not None and time.monotonic() >= options.until or asked():
             out.not_run = len(chosen) - i
             out.status = "incomplete"
+            out.note = STOPPED if asked() else ""
             break
         progress.step(mutant.label)
-        with mutated(mutant):
-            (result,) = run_targets([target], source, table, quick)
+        try:
+            with mutated(mutant):
+                (result,) = run_targets([target], source, table, quick)
+        except Interrupted:  # the stop came while this mutant ran: it and the rest are not run
+            out.not_run, out.status, out.note = len(chosen) - i, "incomplete", STOPPED
+            break
         row = {**mutant.to_json(), "label": mutant.label, "reached": (mutant.file, mutant.line) in executed}
         if result.status == "diverges":
             out.killed += 1
@@ -145,12 +159,16 @@ def format_mutation(source: EngineSource, results: Sequence[MutationResult]) -> 
         if r.not_loadable:
             lines.append(f"      {r.not_loadable} mutants could not be loaded (not counted)")
         if r.not_run:
-            lines.append(f"      {r.not_run} mutants not run: --max-seconds")
+            lines.append(f"      {r.not_run} mutants not run: {'a stop' if r.note == STOPPED else '--max-seconds'}")
     return "\n".join(lines)
 
 
 def cmd_mutants(args: Any, source: EngineSource, chosen: Sequence[Any], options: Options) -> int:
-    results = [measure(t, source, options, args.mutants) for t in chosen]
+    results = []
+    with stopping_on_signals():  # the first Ctrl-C or SIGTERM asks a stop: what ran is reported
+        for t in chosen:
+            results.append(MutationResult(t.name, status="incomplete", note=STOPPED) if asked()
+                           else measure(t, source, options, args.mutants))
     doc = {"engine": source.engine, "version": source.version, "origin": source.origin,
            "mutation": [r.to_json() for r in results]}
     if args.junit:

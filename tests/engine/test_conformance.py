@@ -579,3 +579,39 @@ def test_the_kernel_child_answers_raises_deaths_and_hangs_and_leaves_no_process(
         assert died.value.answer.type == "ChildDied" and "(5" in died.value.answer.message
         assert child.call(runner, {"echo": "again"}) == {"echo": "again"} and child.started == 3
 
+
+
+@pytest.mark.parametrize("inside", [False, True])
+def test_a_stop_during_a_mutation_run_reports_what_ran_and_ends_incomplete(tmp_path, capsys, monkeypatch, inside):
+    """`--mutants` under Ctrl-C or SIGTERM (a CI job cancelled): the mutant running when the stop came counts as not
+    run, the rest are named as not run, the report of what ran is printed and the exit is 3, or 1 with a survivor
+    among them (before, SIGTERM ended the process at once: no report, and the kernel child left running in its own
+    session). `inside`: the stop lands as the second mutant starts (its run raises at its first example); else as
+    it ends (its result counts)."""
+    import argparse
+    import json
+
+    from kvsim.conform import mutate
+
+    real, calls, before = mutate.run_targets, [], signal.getsignal(signal.SIGTERM)
+
+    def run_and_stop(*args, **kw):
+        calls.append(1)
+        if inside and len(calls) == 3:  # the unmutated run, one mutant, then the stop as the second starts
+            os.kill(os.getpid(), signal.SIGTERM)
+        out = real(*args, **kw)
+        if not inside and len(calls) == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return out
+
+    monkeypatch.setattr(mutate, "run_targets", run_and_stop)
+    args = argparse.Namespace(junit=None, json=True, mutants=0)
+    code = mutate.cmd_mutants(args, _source(tmp_path), [target("DIFF"), target("LOCKSTEP", names=("Counter",))],
+                              replace(OPTIONS, max_examples=20))
+    first, second = json.loads(capsys.readouterr().out)["mutation"]
+    assert code == (1 if first["survived"] else 3)  # a survivor among what ran is still exit 1
+    assert first["status"] == "incomplete" and first["note"] == mutate.STOPPED
+    ran = first["killed"] + first["not_loadable"] + first["survived"] + len(first["documented"])
+    assert ran == (1 if inside else 2) and first["not_run"] == first["mutants"] - ran > 0
+    assert (second["status"], second["mutants"], second["note"]) == ("incomplete", 0, mutate.STOPPED)
+    assert signal.getsignal(signal.SIGTERM) is before  # the command's handler is gone with it
