@@ -90,7 +90,9 @@ for _record in (Chunk, PrefillRoom, DecodeRoom, StagingState):
 
 def replace_at(record: tuple, i: int, value) -> tuple:
     """`record._replace(<its field i>=value)` without `_replace`'s keyword handling: a step's hot path."""
-    return tuple.__new__(type(record), record[:i] + (value,) + record[i + 1:])
+    items = list(record)  # one copy (slicing around the field made three)
+    items[i] = value
+    return tuple.__new__(type(record), items)
 
 
 # field indices for `replace_at`
