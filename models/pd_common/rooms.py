@@ -14,7 +14,9 @@ def put(t: tuple, i: int, v) -> tuple:
     """`t` with element `i` replaced (a tuple or a `Rooms`)."""
     if type(t) is Rooms:
         return t.set(i, v)
-    return t[:i] + (v,) + t[i + 1:]
+    items = list(t)  # one copy (slicing around `i` made three)
+    items[i] = v
+    return tuple(items)
 
 
 class Rooms:
