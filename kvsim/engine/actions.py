@@ -15,6 +15,7 @@ form round-trips: `decode(doc, types)` rebuilds the typed value from the tag.
 from __future__ import annotations
 
 import importlib
+import keyword
 import sys
 from collections import deque
 from operator import itemgetter
@@ -80,7 +81,7 @@ def _make_new(tag: str, fields: tuple[str, ...]) -> Callable[..., Tagged]:
     """A record type's own `__new__`, its fields as parameters: a model builds records in every step, and this
     builds one with a call fewer than `Tagged.__new__` and no per-call length checks. A field missing, one too
     many or an unknown one goes to `Tagged.__new__`, which names it."""
-    if not all(f.isidentifier() and not f.startswith("_") for f in fields):
+    if not all(f.isidentifier() and not keyword.iskeyword(f) and not f.startswith("_") for f in fields):
         return Tagged.__new__  # a field name no parameter can carry: the general constructor
     params = "".join(f"{f}=_MISSING, " for f in fields)
     missing = " or ".join(f"{f} is _MISSING" for f in fields) or "False"

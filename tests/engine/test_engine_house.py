@@ -67,6 +67,8 @@ def test_a_record_type_builds_from_positions_and_names_and_names_a_wrong_field()
         Req(4, 0, 1)
     with pytest.raises(TypeError, match=r"Req: unknown fields \['page'\]"):
         Req(4, 0, page=1)
+    odd = tagged("odd", "from", "_x")  # names no parameter can carry: the general constructor
+    assert odd(1, 2) == ("odd", 1, 2) and odd(1, 2)._x == 2
     empty = tagged("peer_death")
     assert empty() == ("peer_death",)
     with pytest.raises(TypeError, match="takes 0 fields"):
