@@ -312,14 +312,12 @@ def _clear(self: PdStaging, s: StagingState, a: Clear, fx: Effects) -> StagingSt
                              fx)
 
 
-def _receive(self: PdStaging, s: StagingState, a: tuple, fx: Effects) -> StagingState:
-    s = self._take(s, a.side, a.writer, a.msg)
-    return self._on_decode(s, a.msg, fx) if a.side == UP else self._on_prefill(s, a.msg, fx)
-
-
 @RULES.rule(Deliver, when=lambda self, s, a: self.deliverable(s, a.side, a.writer, a.msg))
-def _deliver(self: PdStaging, s: StagingState, a: Deliver, fx: Effects) -> StagingState:
-    return _receive(self, s, a, fx)
+def _receive(self: PdStaging, s: StagingState, a: tuple, fx: Effects) -> StagingState:
+    """A delivery (and a reordered one): the message leaves its channel and its receiver handles it."""
+    _, side, w, m = a  # a Deliver or a Reorder: (tag, side, writer, msg)
+    s = self._take(s, side, w, m)
+    return self._on_decode(s, m, fx) if side == UP else self._on_prefill(s, m, fx)
 
 
 @RULES.rule(ScatterDone, when=_room_action)
