@@ -15,6 +15,7 @@ form round-trips: `decode(doc, types)` rebuilds the typed value from the tag.
 from __future__ import annotations
 
 import importlib
+import keyword
 import sys
 from collections import deque
 from operator import itemgetter
@@ -67,9 +68,38 @@ def tagged(tag: str, *fields: str, name: str | None = None) -> type[Tagged]:
         namespace[field_name] = property(itemgetter(index), doc=f"field {field_name!r}")
     cls_name = name or "".join(part.capitalize() for part in tag.replace("-", "_").split("_"))
     namespace["__module__"] = sys._getframe(1).f_globals.get("__name__", __name__)
+    namespace["__new__"] = _make_new(tag, fields)
     cls = type(cls_name, (Tagged,), namespace)
     _TYPES.setdefault((cls.__module__, tag, cls.fields), cls)
     return cls
+
+
+_MISSING = object()
+
+
+def _make_new(tag: str, fields: tuple[str, ...]) -> Callable[..., Tagged]:
+    """A record type's own `__new__`, its fields as parameters: a model builds records in every step, and this
+    builds one with a call fewer than `Tagged.__new__` and no per-call length checks. A field missing, one too
+    many or an unknown one goes to `Tagged.__new__`, which names it."""
+    if not all(f.isidentifier() and not keyword.iskeyword(f) and not f.startswith("_") for f in fields):
+        return Tagged.__new__  # a field name no parameter can carry: the general constructor
+    params = "".join(f"{f}=_MISSING, " for f in fields)
+    missing = " or ".join(f"{f} is _MISSING" for f in fields) or "False"
+    values = "".join(f"{f}, " for f in fields)
+    source = (f"def __new__(_cls_, {params}*_args_, **_kw_):\n"
+              f"    if _args_ or _kw_ or {missing}:\n"
+              f"        return _general(_cls_, ({values}), _args_, _kw_)\n"
+              f"    return _tuple_new(_cls_, (_tag, {values}))\n")
+    namespace = {"_MISSING": _MISSING, "_general": _general_new, "_tuple_new": tuple.__new__, "_tag": tag}
+    exec(source, namespace)  # noqa: S102 -- the source is built above from identifiers only
+    return namespace["__new__"]
+
+
+def _general_new(cls: type[Tagged], values: tuple, extra: tuple, kwargs: dict[str, Any]) -> Tagged:
+    """`_make_new`'s other calls, through `Tagged.__new__` (which names a missing, extra or unknown field)."""
+    if extra:  # every field given by position, and more
+        return Tagged.__new__(cls, *values, *extra, **kwargs)
+    return Tagged.__new__(cls, **{f: v for f, v in zip(cls.fields, values) if v is not _MISSING}, **kwargs)
 
 
 def rebuild(module: str, tag: str, fields: tuple[str, ...], values: tuple[Any, ...]) -> Tagged:

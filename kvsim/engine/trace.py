@@ -25,7 +25,7 @@ import json.encoder
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Callable, Iterator
 
-from .canon import PLAIN, canonical_json, dumps, to_jsonable
+from .canon import PLAIN, canonical_json, dumps, encode as _encode, to_jsonable
 from .errors import TraceError
 
 
@@ -40,10 +40,11 @@ class TraceRecorder:
     """Records the steps of one run and their digest.
 
     Each step is turned into its canonical text once, when it is recorded: that text is what the digest
-    covers (hashed as it comes, so a run keeping no step holds none in memory), what `lines` and `write`
-    give, and what `steps` parses back on first use. `keep=False` keeps no step (a replay compares each
-    step as it comes and needs none of them); `on_step(line)` is called with each step line as it is
-    recorded.
+    covers, what `lines` and `write` give, and what `steps` parses back on first use. The digest hashes
+    the kept texts in one pass when it is asked for (the same bytes as hashing each as it comes); a run
+    keeping no step (`keep=False`: a replay compares each step as it comes and needs none of them) hashes
+    each step as it is recorded and holds none in memory. `on_step(line)` is called with each step line
+    as it is recorded.
     """
 
     def __init__(self, header: dict[str, Any], *, keep: bool = True,
@@ -54,26 +55,47 @@ class TraceRecorder:
         self.on_step = on_step
         self.end_extra: dict[str, Any] = {}  # what the end line adds (a budget that stopped the run)
         self._texts: list[str] = []  # the canonical text of every kept step, in order
+        self._hashed = 0  # how many of `_texts` the digest covers so far
         self._parsed: list[dict[str, Any]] = []  # `steps`: the kept texts parsed so far
         self._hash = hashlib.sha256(canonical_json(_core(self.header)).encode("ascii"))
+        if not keep or on_step is not None:
+            self.record = self._record_each  # type: ignore[method-assign]
+
+    @staticmethod
+    def _text(i: int, t: float, event: str, jsonable: Any) -> str:
+        """Step `i`'s canonical line: `dumps({"i": i, "t": t, "event": event, "data": jsonable})`."""
+        head = _EVENT_HEADS.get(event)
+        if head is not None and type(t) is float and t - t == 0.0:  # t finite
+            # the line's canonical text written directly: its keys in sorted order (data, event, i, t), each
+            # value as the encoder writes it (a finite float is its repr), so the same text as `dumps(line)`
+            return f'{{"data":{_encode(jsonable)}{head}{i},"t":{t!r}}}'
+        if type(event) is str and len(_EVENT_HEADS) < _MAX_EVENT_HEADS:
+            _EVENT_HEADS[event] = f',"event":{dumps(event)},"i":'
+        return dumps({"i": i, "t": t, "event": event, "data": jsonable})
 
     def record(self, t: float, event: str, data: Any = None) -> None:
+        """Record the next step (kept; hashed when the digest is asked for)."""
         i = self.count
+        self.count = i + 1
         # a step's data is mostly a tuple of fields (an action's): converted here, a call fewer per step
         jsonable = [v if type(v) in PLAIN else to_jsonable(v) for v in data] if type(data) is tuple \
             else to_jsonable(data)
-        head = _EVENT_HEADS.get(event) if type(t) is float and t - t == 0.0 else None  # t finite
-        if head is not None:
-            # the line's canonical text written directly: its keys in sorted order (data, event, i, t), each
-            # value as the encoder writes it (a finite float is its repr), so the same text as `dumps(line)`
-            text = f'{{"data":{dumps(jsonable)}{head}{i},"t":{_float_repr(t)}}}'
+        head = _EVENT_HEADS.get(event)
+        if head is not None and type(t) is float and t - t == 0.0:  # `_text`'s usual line, written here
+            self._texts.append(f'{{"data":{_encode(jsonable)}{head}{i},"t":{t!r}}}')
         else:
-            if type(event) is str and len(_EVENT_HEADS) < _MAX_EVENT_HEADS:
-                _EVENT_HEADS[event] = f',"event":{dumps(event)},"i":'
-            text = dumps({"i": i, "t": t, "event": event, "data": jsonable})
+            self._texts.append(self._text(i, t, event, jsonable))
+
+    def _record_each(self, t: float, event: str, data: Any = None) -> None:
+        """`record` where each step is hashed as it comes: nothing kept, or `on_step` to call."""
+        i = self.count
+        jsonable = [v if type(v) in PLAIN else to_jsonable(v) for v in data] if type(data) is tuple \
+            else to_jsonable(data)
+        text = self._text(i, t, event, jsonable)
         self.count = i + 1
         if self.keep:
             self._texts.append(text)
+            self._hashed += 1
         self._hash.update(("\n" + text).encode("ascii"))
         if self.on_step is not None:
             self.on_step({"i": i, "t": t, "event": event, "data": jsonable})
@@ -86,6 +108,9 @@ class TraceRecorder:
         return self._parsed
 
     def digest(self) -> str:
+        if self._hashed < len(self._texts):  # the kept steps not hashed yet, in one update
+            self._hash.update(("\n" + "\n".join(self._texts[self._hashed:])).encode("ascii"))
+            self._hashed = len(self._texts)
         return self._hash.hexdigest()
 
     def lines(self) -> list[str]:
@@ -102,7 +127,6 @@ class TraceRecorder:
 # that named events without end would only fall back to `dumps`.
 _EVENT_HEADS: dict[str, str] = {}
 _MAX_EVENT_HEADS = 4096
-_float_repr = float.__repr__
 
 
 def _core(header: dict[str, Any]) -> dict[str, Any]:

@@ -14,7 +14,9 @@ def put(t: tuple, i: int, v) -> tuple:
     """`t` with element `i` replaced (a tuple or a `Rooms`)."""
     if type(t) is Rooms:
         return t.set(i, v)
-    return t[:i] + (v,) + t[i + 1:]
+    items = list(t)  # one copy (slicing around `i` made three)
+    items[i] = v
+    return tuple(items)
 
 
 class Rooms:
@@ -49,6 +51,8 @@ class Rooms:
         return self.n
 
     def __getitem__(self, i: int) -> Any:
+        if type(i) is int and 0 <= i < self.n and self.shift == 5:  # up to 1,024 rooms: two levels, read here
+            return self.root[i >> 5][i & 31]
         if type(i) is not int:
             return tuple(self)[i]
         if i < 0:
@@ -70,6 +74,16 @@ class Rooms:
     def set(self, i: int, v: Any) -> "Rooms":
         if not 0 <= i < self.n:
             raise IndexError(f"room {i} of {self.n}")
+        if self.shift == 5:  # up to 1,024 rooms: the two levels copied here (a call per level fewer)
+            root, j = self.root, i >> 5
+            leaf = root[j]
+            if leaf[i & 31] is v:
+                return self
+            items = list(leaf)
+            items[i & 31] = v
+            nodes = list(root)
+            nodes[j] = tuple(items)
+            return Rooms(tuple(nodes), self.n, 5)
         root = _set_path(self.root, self.shift, i, v)
         return self if root is self.root else Rooms(root, self.n, self.shift)
 
@@ -94,4 +108,6 @@ def _set_path(node: tuple, shift: int, i: int, v: Any) -> tuple:
         v = _set_path(node[j], shift - 5, i, v)
     if node[j] is v:  # the same room put back: keep the node
         return node
-    return node[:j] + (v,) + node[j + 1:]
+    items = list(node)  # a copy through a list: one copy fewer than slicing around the room
+    items[j] = v
+    return tuple(items)

@@ -23,7 +23,7 @@ instead: round + 1, head 0, watermark (round + 1, 0).
 from __future__ import annotations
 
 from bisect import bisect_left
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from operator import attrgetter
 from typing import Iterable, Sequence
 
@@ -96,8 +96,10 @@ class StagingAllocator:
             # overcommit: wrap even if the previous round still holds live data at [0, size)
             alloc = Allocation(self.next_id, 0, size, self.round + 1)
             head, rnd = size, self.round + 1
-        return alloc, replace(self, head=head, round=rnd, allocations=self.allocations + (alloc,),
-                              next_id=self.next_id + 1)
+        # the fields in order (total, head, round, allocations, next_id, watermark): `replace` reads the
+        # dataclass's fields on every call, and a timed simulation assigns and frees a slot per chunk
+        return alloc, StagingAllocator(self.total, head, rnd, self.allocations + (alloc,), self.next_id + 1,
+                                       self.watermark)
 
     def free(self, alloc_id: int, variant: StagingVariant = FIXED) -> StagingAllocator:
         """Free a live allocation and move the watermark to the oldest live one (or, when none is live,
@@ -106,11 +108,12 @@ class StagingAllocator:
         if i is None:
             raise ConfigError("alloc_id", f"a live allocation id (one of {list(self.live_ids)})", alloc_id)
         live = self.allocations[:i] + self.allocations[i + 1:]
+        total, head, rnd, next_id = self.total, self.head, self.round, self.next_id  # the fields as `assign`
         if live:
-            return replace(self, allocations=live, watermark=(live[0].round, live[0].offset))
+            return StagingAllocator(total, head, rnd, live, next_id, (live[0].round, live[0].offset))
         if variant.fresh_round_when_empty:  # #37166: the whole prior round is reusable; start the next at 0
-            return replace(self, allocations=live, round=self.round + 1, head=0, watermark=(self.round + 1, 0))
-        return replace(self, allocations=live, watermark=(self.round, self.head))  # stale head (the #37166 hazard)
+            return StagingAllocator(total, 0, rnd + 1, live, next_id, (rnd + 1, 0))
+        return StagingAllocator(total, head, rnd, live, next_id, (rnd, head))  # stale head (the #37166 hazard)
 
     @property
     def live_ids(self) -> tuple[int, ...]:

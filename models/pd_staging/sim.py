@@ -174,9 +174,11 @@ class _Run:
     def apply(self, action: tuple, why: str) -> tuple[tuple, ...]:
         self.why = why
         self.rec.record(self.sim.now, action[0], action[1:])  # the fields, written as the JSON list they are
-        flags = self.driver.state.flags
-        effects = self.driver.apply(action)
-        if self.driver.state.flags != flags:  # a transition flag raised: remember the room of the step
+        driver = self.driver
+        flags = driver.state.flags
+        effects = driver.apply(action)
+        # a transition flag raised: remember the room of the step (a step raising none keeps the very tuple)
+        if driver.state.flags is not flags and driver.state.flags != flags:
             room = getattr(action, "room", None)
             room = getattr(getattr(action, "msg", None), "room", None) if room is None else room
             for name, _ in self.driver.state.flags:
@@ -198,13 +200,20 @@ class _Run:
             if b is not None:
                 buckets[b].append(e)
         sent, room_effects, polls, batches = buckets
-        clears = [(e.writer, e.room) for e in polls]
-        enqueued = {e.writer for e in batches}
-        for e in sorted(sent, key=_channel_of) if len(sent) > 1 else sent:  # channel by channel, in send order
-            self.chans[e.side][e.writer].send(e.msg)
+        if len(sent) > 1:
+            sent.sort(key=_channel_of)  # channel by channel, in send order (the sort is stable)
+        chans = self.chans
+        for e in sent:
+            chans[e.side][e.writer].send(e.msg)
         if room_effects:
             self._follow_rooms(sorted(room_effects, key=_room_order) if len(room_effects) > 1 else room_effects)
-        clears.sort()
+        if not polls and not batches:  # no clear to apply, no worker to unpark: only the idle workers to try
+            for w in range(len(busy)):
+                if not busy[w] and not parked[w]:
+                    self._kick(w)
+            return
+        clears = sorted((e.writer, e.room) for e in polls)
+        enqueued = {e.writer for e in batches}
         i = 0
         for w in range(len(busy)):
             while i < len(clears) and clears[i][0] == w:
@@ -246,17 +255,19 @@ class _Run:
         self.sim.schedule(SGLANG_DISAGGREGATION_WAITING_TIMEOUT, self._timer, WaitingTimeout(r))
 
     def _batch(self, r: int) -> None:
-        if self.system.is_enabled(self.state, Batch(r)):
-            self.apply(Batch(r), "batch")
+        action = Batch(r)
+        if self.system.is_enabled(self.driver.state, action):
+            self.apply(action, "batch")
 
     def _kick(self, w: int) -> None:
-        if not self.busy[w] and not self.parked[w] and self.system.work_enabled(self.state, w):
+        state = self.driver.state
+        if not self.busy[w] and not self.parked[w] and self.system.work_enabled(state, w):
             self.busy[w] = True
-            wait = self.system.defers(self.state, w)
+            wait = self.system.defers(state, w)
             self.sim.schedule(STAGING_WATERMARK_WAIT_S if wait else self.p.transfer_time, self._work, w)
 
     def _work(self, w: int) -> None:
-        if not self.system.work_enabled(self.state, w):
+        if not self.system.work_enabled(self.driver.state, w):
             self.busy[w] = False
             return
         effects = self.apply(Work(w), "work")  # busy stays set: the step's follow-ups must not start this worker
@@ -268,7 +279,7 @@ class _Run:
                 break
         self.defers[w] = self.defers[w] + 1 if deferred else 0
         # every queued chunk waited in turn: sleep until a message reaches this rank or a batch adds work
-        self.parked[w] = deferred and self.defers[w] >= len(self.state.queues[w])
+        self.parked[w] = deferred and self.defers[w] >= len(self.driver.state.queues[w])
         self._kick(w)
 
     def _unpark(self, w: int) -> None:
@@ -279,11 +290,11 @@ class _Run:
 
     def _scatter_done(self, r: int, aid: int) -> None:
         action = ScatterDone(r, aid)
-        if self.system.is_enabled(self.state, action):
+        if self.system.is_enabled(self.driver.state, action):
             self.apply(action, "scatter")
 
     def _timer(self, action: tuple) -> None:
-        if self.system.is_enabled(self.state, action):
+        if self.system.is_enabled(self.driver.state, action):
             why = {"deadline": "staging completion deadline", "release_timeout": "deferred release timeout"}.get(
                 action[0], "waiting timeout")
             self.apply(action, why)

@@ -68,9 +68,31 @@ class StagingState(NamedTuple):
     flags: tuple[tuple[str, str], ...]  # (invariant, message) seen at a transition
 
 
+def _fast_replace(cls: type) -> None:
+    """Give a state record a `_replace` that builds the new tuple in one call: namedtuple's own goes through a
+    keyword dict, `map` and `_make` on every call, and a step of the timed simulation replaces several records.
+    The same result (an unknown field name is a TypeError here, a ValueError there)."""
+    fields = cls._fields
+    params = ", ".join(f"{f}=_SAME" for f in fields)
+    values = "".join(f"self[{i}] if {f} is _SAME else {f}, " for i, f in enumerate(fields))
+    namespace = {"_SAME": object(), "_tuple_new": tuple.__new__, "_cls": cls}
+    exec(f"def _replace(self, *, {params}):\n    return _tuple_new(_cls, ({values}))\n",  # noqa: S102
+         namespace)  # the source is built above from the record's field names only
+    replace = namespace["_replace"]
+    replace.__qualname__ = f"{cls.__name__}._replace"
+    replace.__doc__ = f"A new {cls.__name__} with the fields given replaced."
+    cls._replace = replace
+
+
+for _record in (Chunk, PrefillRoom, DecodeRoom, StagingState):
+    _fast_replace(_record)
+
+
 def replace_at(record: tuple, i: int, value) -> tuple:
     """`record._replace(<its field i>=value)` without `_replace`'s keyword handling: a step's hot path."""
-    return tuple.__new__(type(record), record[:i] + (value,) + record[i + 1:])
+    items = list(record)  # one copy (slicing around the field made three)
+    items[i] = value
+    return tuple.__new__(type(record), items)
 
 
 # field indices for `replace_at`

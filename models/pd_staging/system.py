@@ -240,7 +240,9 @@ class PdStaging(PrefillSide, DecodeSide):
 
     def transition(self, s: StagingState, a: tuple) -> tuple[StagingState, tuple[tuple, ...]]:
         """`step`, and what it did (`actions`: Sent, Enqueued, Deferred, PollTerminal, ScatterSubmitted, ...)."""
-        effect, a = RULES.effect(a)
+        effect = _EFFECTS.get(type(a))  # a typed record (every step of a simulation): its rule read directly
+        if effect is None:
+            effect, a = RULES.effect(a)
         fx: Effects = []
         return effect(self, s, a, fx), tuple(fx)
 
@@ -310,14 +312,12 @@ def _clear(self: PdStaging, s: StagingState, a: Clear, fx: Effects) -> StagingSt
                              fx)
 
 
-def _receive(self: PdStaging, s: StagingState, a: tuple, fx: Effects) -> StagingState:
-    s = self._take(s, a.side, a.writer, a.msg)
-    return self._on_decode(s, a.msg, fx) if a.side == UP else self._on_prefill(s, a.msg, fx)
-
-
 @RULES.rule(Deliver, when=lambda self, s, a: self.deliverable(s, a.side, a.writer, a.msg))
-def _deliver(self: PdStaging, s: StagingState, a: Deliver, fx: Effects) -> StagingState:
-    return _receive(self, s, a, fx)
+def _receive(self: PdStaging, s: StagingState, a: tuple, fx: Effects) -> StagingState:
+    """A delivery (and a reordered one): the message leaves its channel and its receiver handles it."""
+    _, side, w, m = a  # a Deliver or a Reorder: (tag, side, writer, msg)
+    s = self._take(s, side, w, m)
+    return self._on_decode(s, m, fx) if side == UP else self._on_prefill(s, m, fx)
 
 
 @RULES.rule(ScatterDone, when=_room_action)
@@ -377,3 +377,6 @@ def _duplicate(self: PdStaging, s: StagingState, a: Duplicate, fx: Effects) -> S
 @RULES.rule(PeerDeath, when=_listed)
 def _peer_death(self: PdStaging, s: StagingState, a: PeerDeath, fx: Effects) -> StagingState:
     return _spend(self, s)._replace(dead=True, queues=((),) * self.cfg.writers)
+
+
+_EFFECTS = RULES.effects  # `transition`'s look-up of a typed record's effect

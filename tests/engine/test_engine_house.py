@@ -56,6 +56,25 @@ def test_tagged_records_are_their_tuples_and_round_trip():
         Req(4)
 
 
+def test_a_record_type_builds_from_positions_and_names_and_names_a_wrong_field():
+    """A record type's own constructor (its fields as parameters): any mix of positions and names gives the
+    same record, and a missing, extra or unknown field is named as `Tagged.__new__` names it."""
+    assert Req(4, 0) == Req(room=4, chunk=0) == Req(4, chunk=0) == Req(chunk=0, room=4) == ("REQ", 4, 0)
+    assert type(Req(chunk=0, room=4)) is Req
+    with pytest.raises(TypeError, match="missing field 'room'"):
+        Req(chunk=0)
+    with pytest.raises(TypeError, match=r"Req takes 2 fields \('room', 'chunk'\), got 3"):
+        Req(4, 0, 1)
+    with pytest.raises(TypeError, match=r"Req: unknown fields \['page'\]"):
+        Req(4, 0, page=1)
+    odd = tagged("odd", "from", "_x")  # names no parameter can carry: the general constructor
+    assert odd(1, 2) == ("odd", 1, 2) and odd(1, 2)._x == 2
+    empty = tagged("peer_death")
+    assert empty() == ("peer_death",)
+    with pytest.raises(TypeError, match="takes 0 fields"):
+        empty(1)
+
+
 @dataclass(frozen=True)
 class Config:
     rooms: int = param(1, "rooms", minimum=1, maximum=3)

@@ -119,3 +119,17 @@ def test_a_step_line_is_the_canonical_json_of_the_step_it_records():
     for line in lines:
         expected.update(("\n" + dumps(line)).encode("ascii"))
     assert recorder.digest() == expected.hexdigest()
+
+    # kept without `on_step`, the steps are hashed when the digest is asked for (here half-way, then at the end);
+    # kept none, each as it comes: the same lines, the same digests
+    half = hashlib.sha256(canonical_json({"kvsim_trace": 1, "model": "toy"}).encode("ascii"))
+    for line in lines[:5]:
+        half.update(("\n" + dumps(line)).encode("ascii"))
+    kept, unkept = TraceRecorder({"model": "toy"}), TraceRecorder({"model": "toy"}, keep=False)
+    for n, (t, event, data) in enumerate(steps):
+        if n == 5:
+            assert kept.digest() == unkept.digest() == half.hexdigest()
+        kept.record(t, event, data)
+        unkept.record(t, event, data)
+    assert kept.lines() == recorder.lines() and kept.steps == recorder.steps
+    assert kept.digest() == unkept.digest() == expected.hexdigest()

@@ -251,3 +251,37 @@ def test_is_enabled_is_membership_in_enabled(variant, kw):
 def test_bad_fault_kind_is_a_config_error():
     with pytest.raises(ValueError, match="faults"):
         DESCRIPTOR.build_system(FIXED, {**{p.name: p.default for p in REG.model("pd-staging").params}, "faults": "meteor"})
+
+
+def test_state_records_replace_fields_as_namedtuple_does():
+    """The state records' one-call `_replace` (`state._fast_replace`): each field, and several at once, replaced
+    as namedtuple's own `_replace` would (the same type, the other fields kept); an unknown field refused."""
+    from kvsim.models.pd_staging.state import Chunk, DecodeRoom, PrefillRoom, StagingState
+
+    for cls in (Chunk, PrefillRoom, DecodeRoom, StagingState):
+        fields = cls._fields
+        record = cls._make(f"{f}-old" for f in fields)
+        for i, f in enumerate(fields):
+            new = record._replace(**{f: "new"})
+            assert type(new) is cls and list(new) == [("new" if j == i else v) for j, v in enumerate(record)]
+        both = record._replace(**{fields[0]: 1, fields[-1]: 2})
+        assert both == cls._make([1, *record[1:-1], 2]) and record._replace() == record
+        with pytest.raises(TypeError):
+            record._replace(not_a_field=1)
+
+
+def test_row_mismatches_names_each_cell_that_is_not_the_rooms_kv():
+    """A room's rows compared in one pass first (`data._expected_rows`), then cell by cell where they differ."""
+    cfg = StagingSystemConfig(rooms=3, writers=2, prompt_len=10, decode_prefix_len=4, page_size=2)
+    d, w = cfg.decode_prefix_len, cfg.writers
+    good = [data.value(2, t, h) for t in range(d, cfg.prompt_len) for h in range(w)]
+    pad = [data.UNWRITTEN] * (data.own_rows(cfg) * w - len(good))
+    assert data.row_mismatches(tuple(good + pad), cfg, 2, allow_unwritten=False) == []
+    assert data.row_mismatches(tuple(good + pad), cfg, 1, allow_unwritten=False)[0] == (d, 0, good[0])
+    rows = list(good)
+    rows[3], rows[5] = data.GARBAGE, data.UNWRITTEN  # token d+1 head 1; token d+2 head 1
+    assert data.row_mismatches(tuple(rows + pad), cfg, 2, allow_unwritten=True) == [(d + 1, 1, data.GARBAGE)]
+    assert data.row_mismatches(tuple(rows + pad), cfg, 2, allow_unwritten=False) == [
+        (d + 1, 1, data.GARBAGE), (d + 2, 1, data.UNWRITTEN)]
+    last = tuple(good[:-1] + [data.GARBAGE] + pad)  # the last row's last head: the one-pass compare covers it
+    assert data.row_mismatches(last, cfg, 2, allow_unwritten=True) == [(cfg.prompt_len - 1, w - 1, data.GARBAGE)]
