@@ -41,7 +41,6 @@ def _own_draws():
         yield
 
 
-
 # Tests sharing expensive per-process setup run in one xdist worker, so that setup is paid once, not once in each
 # worker: a real-import child (`kvsim.conform.installed_child.shared`, one per release and driver in a process,
 # 10-30 s of import each: under xdist's `load` both workers started most of the same ones), and a module or
