@@ -39,3 +39,42 @@ from kvsim.engine.draws import own_draws  # noqa: E402
 def _own_draws():
     with own_draws():
         yield
+
+
+# Tests sharing expensive per-process setup run in one xdist worker, so that setup is paid once, not once in each
+# worker: a real-import child (`kvsim.conform.installed_child.shared`, one per release and driver in a process,
+# 10-30 s of import each: under xdist's `load` both workers started most of the same ones), and a module or
+# session fixture that is a long build (the GPU check's script, the report site, the wheel and its environment).
+# Keys: a test file (all its tests) or one test's id; the rest of the suite is spread test by test as under
+# `load`, so the other worker keeps busy while one runs a group. (xdist's own `--dist loadgroup` reads
+# `xdist_group` marks by renaming test ids, which pytest 9 no longer lets it do: the groups are given here.)
+XDIST_GROUPS = {
+    **{f"tests/conform/vllm/test_conform_{name}.py": "vllm-children" for name in (
+        "aba", "event_recorder", "manager_lockstep", "real_coordinator", "real_manager", "real_scheduler",
+        "seed_targets")},
+    **{f"tests/conform/sglang/test_conform_{name}.py": "sglang-children" for name in (
+        "radix_lockstep", "real_radix", "real_unified_swa")},
+    **{f"tests/conform/test_conform_measures.py::test_every_target_covers_its_upstream_lines_and_kills_its_mutants"
+       f"[{engine}]": f"{engine}-children" for engine in ("vllm", "sglang")},  # their lockstep targets' children
+    "tests/test_gpu_check.py": "gpu-check",
+    "tests/app/test_report_html.py": "report-site",
+    "tests/test_package.py": "package-wheel",
+}
+
+
+def xdist_group(nodeid: str) -> str | None:
+    return XDIST_GROUPS.get(nodeid) or XDIST_GROUPS.get(nodeid.split("::", 1)[0])
+
+
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: unknown where xdist is not loaded
+def pytest_xdist_make_scheduler(config, log):
+    """Under `-n` with the default `--dist load`: each group one unit of work, every other test its own."""
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Grouped(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_group(nodeid) or nodeid
+
+    return Grouped(config, log)

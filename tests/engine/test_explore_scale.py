@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import re
 import time
 
 import pytest
@@ -325,11 +326,17 @@ def test_a_search_stops_cleanly_at_its_memory_bound():
 
 
 def test_forked_workers_stop_cleanly_at_the_memory_bound():
-    # a bound that holds two forks of the command's process beside it (about 40 MiB each) and not the search: it
-    # stops between two levels (in a fresh command: the forks of a test process as large as pytest's would ask a
-    # bound that the search takes minutes to fill)
+    # a bound that holds two forks of the command's process beside it and not the search: it stops between two
+    # levels (in a fresh command: the forks of a test process as large as pytest's would ask a bound that the
+    # search takes minutes to fill). The command's size on this machine (about 30-40 MiB) is what its refusal of
+    # two forks in 0.05 GiB names; three copies and 48 MiB for the search's first levels is the bound (a fixed
+    # 0.25 GiB ran the search for minutes to fill it, the same stop)
+    refused = kvsim_json("explore", "pd-staging", "--param", "rooms=2", "--store", "full", "--workers", "2",
+                         "--max-memory", "0.05", expect=2)["error"]["expected"]
+    own = int(re.search(r"a copy of this (\d+) MiB process", refused).group(1))
+    bound = (3 * own + 48) / 1024
     doc = kvsim_json("explore", "pd-staging", "--param", "rooms=2", "--store", "full", "--workers", "2",
-                     "--max-memory", "0.25", expect=3)
+                     "--max-memory", f"{bound:.4f}", expect=3)
     assert doc["bound_hit"] == "memory" and doc["complete"] is False and doc["violations"] == []
     assert 0 < doc["states"] < 988_343
 
