@@ -12,7 +12,6 @@ view elements and never uses the planner's page-span formula.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,12 +31,18 @@ MODEL = DESCRIPTOR.name
 
 # --- helpers ---------------------------------------------------------------------------------------
 
-@functools.lru_cache(maxsize=8)
+_PATTERN = np.empty(0, dtype=np.uint8)
+
+
 def _pattern(size: int) -> np.ndarray:
-    """A fill with no zero byte, so every cleared byte is visible."""
-    pattern = ((np.arange(size, dtype=np.int64) * 131 + 7) % 251 + 1).astype(np.uint8)
-    pattern.flags.writeable = False
-    return pattern
+    """A fill with no zero byte, so every cleared byte is visible (read-only; byte `i` depends on `i` alone, so
+    every size is a prefix of the longest one made so far, made again only when a larger size comes)."""
+    global _PATTERN
+    if size > _PATTERN.size:
+        pattern = ((np.arange(max(size, 2 * _PATTERN.size), dtype=np.int64) * 131 + 7) % 251 + 1).astype(np.uint8)
+        pattern.flags.writeable = False
+        _PATTERN = pattern
+    return _PATTERN[:size]
 
 
 @dataclass(frozen=True)
