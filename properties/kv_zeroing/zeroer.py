@@ -31,15 +31,18 @@ MODEL = DESCRIPTOR.name
 
 # --- helpers ---------------------------------------------------------------------------------------
 
-_PATTERN = np.empty(0, dtype=np.uint8)
+_PERIOD = ((np.arange(251) * 131 + 7) % 251 + 1).astype(np.uint8)  # byte i is _PERIOD[i % 251]
+_PATTERN = _PERIOD[:0]
 
 
 def _pattern(size: int) -> np.ndarray:
-    """A fill with no zero byte, so every cleared byte is visible (read-only; byte `i` depends on `i` alone, so
-    every size is a prefix of the longest one made so far, made again only when a larger size comes)."""
+    """A fill with no zero byte, so every cleared byte is visible: byte `i` is `(131 i + 7) % 251 + 1`.
+
+    Read-only. Byte `i` depends on `i` alone, so every size is a prefix of the longest fill made so far,
+    which is made again (its period repeated) only when a larger size comes."""
     global _PATTERN
     if size > _PATTERN.size:
-        pattern = ((np.arange(max(size, 2 * _PATTERN.size), dtype=np.int64) * 131 + 7) % 251 + 1).astype(np.uint8)
+        pattern = np.resize(_PERIOD, max(size, 2 * _PATTERN.size))
         pattern.flags.writeable = False
         _PATTERN = pattern
     return _PATTERN[:size]
