@@ -17,7 +17,7 @@ the properties and the numeric path read either. `starts` is always global here;
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import accumulate
+from itertools import accumulate, chain, repeat
 from typing import Callable, Sequence
 
 from kvsim.engine.errors import ConfigError, check_int
@@ -32,7 +32,7 @@ def _cumsum0(values: Sequence[int]) -> tuple[int, ...]:
 
 
 def _repeat_index(lens: Sequence[int]) -> tuple[int, ...]:
-    return tuple(k for k, n in enumerate(lens) for _ in range(n))
+    return tuple(chain.from_iterable(map(repeat, range(len(lens)), lens)))
 
 
 def query_start_loc_of(query_lens: Sequence[int]) -> tuple[int, ...]:
@@ -138,6 +138,7 @@ def build_mla_chunked_context_metadata(context_lens: Sequence[int], query_start_
     if max_context_chunk <= 0:
         raise ConfigError("workspace_size", f">= split alignment {alignment}", workspace_size)
 
+    query_lens_of = [b - a for a, b in zip(qsl, qsl[1:])]
     chunks = []
     for index, plan in enumerate(plan_mla_context_chunks(ctx, budget, max_context_chunk, alignment, pad)):
         rs, re = plan.request_start, plan.request_end
@@ -146,14 +147,16 @@ def build_mla_chunked_context_metadata(context_lens: Sequence[int], query_start_
             local_starts = [dcp.padded_rows(s) for s in plan.starts]  # exact: starts are virtual-aligned
             padded = [dcp.padded_rows(s + n) - ls for s, n, ls in zip(plan.starts, plan.seq_lens, local_starts)]
             extra = _dcp_fields(dcp, ctx[rs:re], local_starts, padded)
+        query_lens = query_lens_of[rs:re]
+        cu_seq_lens = _cumsum0(plan.seq_lens)
         chunks.append(ContextChunk(
             index=index, request_slice=slice(rs, re), token_slice=slice(qsl[rs], qsl[re]),
             continuation_token_end=qsl[rs + 1], is_continuation=plan.is_continuation,
-            num_context_tokens=sum(plan.seq_lens), query_start_loc=tuple(q - qsl[rs] for q in qsl[rs:re + 1]),
-            max_query_len=max(qsl[i + 1] - qsl[i] for i in range(rs, re)), cu_seq_lens=_cumsum0(plan.seq_lens),
+            num_context_tokens=cu_seq_lens[-1], query_start_loc=tuple(q - qsl[rs] for q in qsl[rs:re + 1]),
+            max_query_len=max(query_lens), cu_seq_lens=cu_seq_lens,
             starts=plan.starts, seq_lens=plan.seq_lens, max_seq_len=max(plan.seq_lens),
             token_to_seq=_repeat_index(plan.seq_lens),
-            all_rows_active=all(qsl[i + 1] > qsl[i] for i in range(rs, re)) and min(plan.seq_lens) > 0, **extra))
+            all_rows_active=min(query_lens) > 0 and min(plan.seq_lens) > 0, **extra))
     empty = tuple(slice(qsl[i], qsl[i + 1]) for i, c in enumerate(ctx) if c == 0)
     return ChunkedContextMetadata(context_lens=ctx, query_start_loc=qsl, workspace_size=workspace_size,
                                   split_alignment=alignment, chunks=tuple(chunks), empty_token_slices=empty, dcp=dcp)

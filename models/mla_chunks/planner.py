@@ -40,11 +40,17 @@ def round_up(x: int, multiple: int) -> int:
     return cdiv(x, multiple) * multiple
 
 
+_INT = frozenset({int})  # the one type a count may have (not bool)
+
+
 def check_counts(values: Sequence[int], field: str) -> tuple[int, ...]:
     """A sequence of non-negative integers (row or token counts) as a tuple; ConfigError names the bad entry."""
     if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
         raise ConfigError(field, "a sequence of integers", values)
-    return tuple(check_int(v, f"{field}[{i}]", minimum=0) for i, v in enumerate(values))
+    counts = tuple(values)
+    if {*map(type, counts)} <= _INT and (not counts or min(counts) >= 0):
+        return counts  # the common case, checked at once; anything else goes entry by entry below
+    return tuple(check_int(v, f"{field}[{i}]", minimum=0) for i, v in enumerate(counts))
 
 
 # -- workspace ------------------------------------------------------------------------------

@@ -84,12 +84,18 @@ def make_mla_prefill_inputs(context_lens: Sequence[int], query_lens: Sequence[in
     return MlaPrefillInputs(ctx, tuple(query_lens), shape, q, latent, w_uk, w_uv)
 
 
+def _latent_times(kv_c: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    """`kv_c [N, kv_lora] x weight [kv_lora, H, d] -> [N, H, d]`: the one BLAS product `np.tensordot(kv_c, weight,
+    axes=1)` makes (the same operands, so the same bits), without its per-call axis bookkeeping."""
+    return np.dot(kv_c, weight.reshape(weight.shape[0], -1)).reshape(kv_c.shape[0], *weight.shape[1:])
+
+
 def up_project(rows: np.ndarray, inputs: MlaPrefillInputs) -> tuple[np.ndarray, np.ndarray]:
     """Latent rows `[N, kv_lora + rope]` -> keys `[N, H, nope + rope]`, values `[N, H, v]`."""
     lora = inputs.shape.kv_lora_rank
     kv_c, k_pe = rows[:, :lora], rows[:, lora:]
-    k_nope = np.tensordot(kv_c, inputs.w_uk, axes=1)  # [N, H, nope]; tensordot goes through BLAS
-    v = np.tensordot(kv_c, inputs.w_uv, axes=1)
+    k_nope = _latent_times(kv_c, inputs.w_uk)  # [N, H, nope]
+    v = _latent_times(kv_c, inputs.w_uv)
     k_pe = np.broadcast_to(k_pe[:, None, :], (rows.shape[0], inputs.shape.num_heads, k_pe.shape[1]))
     return np.concatenate([k_nope, k_pe], axis=-1), v
 

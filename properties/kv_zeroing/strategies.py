@@ -20,6 +20,7 @@ are `ZEROING_CASES`, `DENSE_CASES`, `OVERLAID_CASES` and `LOOSE_CASES`.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import replace
 
@@ -93,17 +94,25 @@ def block_id_lists(num_blocks: int, min_size: int = 1, max_size: int = 5) -> st.
     return st.lists(one, min_size=min_size, max_size=max_size).map(tuple)
 
 
+@functools.lru_cache(maxsize=None)
+def _case_parts(kinds: str, num_blocks: int) -> tuple[st.SearchStrategy, st.SearchStrategy]:
+    """The part lists and block IDs of `zeroing_cases` for one block count, built (and validated) once, not per
+    example: the same strategies, so the same draws."""
+    part = {"all": layout_geometries(num_blocks),
+            "dense": dense_geometries(num_blocks, padded=False),
+            "overlaid": overlaid_geometries(num_blocks)}[kinds]
+    return st.lists(part, min_size=1, max_size=3), block_id_lists(num_blocks)
+
+
 @st.composite
 def zeroing_cases(draw: st.DrawFn, kinds: str = "all") -> ZeroingCase:
     """Geometries of one to three parts (packed rows, dense buffers, overlaid groups), sometimes a Mamba state."""
     num_blocks = draw(st.integers(1, 4))
-    part = {"all": layout_geometries(num_blocks),
-            "dense": dense_geometries(num_blocks, padded=False),
-            "overlaid": overlaid_geometries(num_blocks)}[kinds]
-    geometry = combine(*draw(st.lists(part, min_size=1, max_size=3)))
+    parts, block_ids = _case_parts(kinds, num_blocks)
+    geometry = combine(*draw(parts))
     if kinds == "all" and draw(st.booleans()):
         geometry = with_mamba_state(geometry, draw(st.integers(1, 3)))
-    return ZeroingCase(geometry, draw(block_id_lists(num_blocks)))
+    return ZeroingCase(geometry, draw(block_ids))
 
 
 @st.composite

@@ -12,7 +12,6 @@ view elements and never uses the planner's page-span formula.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,12 +31,21 @@ MODEL = DESCRIPTOR.name
 
 # --- helpers ---------------------------------------------------------------------------------------
 
-@functools.lru_cache(maxsize=8)
+_PERIOD = ((np.arange(251) * 131 + 7) % 251 + 1).astype(np.uint8)  # byte i is _PERIOD[i % 251]
+_PATTERN = _PERIOD[:0]
+
+
 def _pattern(size: int) -> np.ndarray:
-    """A fill with no zero byte, so every cleared byte is visible."""
-    pattern = ((np.arange(size, dtype=np.int64) * 131 + 7) % 251 + 1).astype(np.uint8)
-    pattern.flags.writeable = False
-    return pattern
+    """A fill with no zero byte, so every cleared byte is visible: byte `i` is `(131 i + 7) % 251 + 1`.
+
+    Read-only. Byte `i` depends on `i` alone, so every size is a prefix of the longest fill made so far,
+    which is made again (its period repeated) only when a larger size comes."""
+    global _PATTERN
+    if size > _PATTERN.size:
+        pattern = np.resize(_PERIOD, max(size, 2 * _PATTERN.size))
+        pattern.flags.writeable = False
+        _PATTERN = pattern
+    return _PATTERN[:size]
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 from hypothesis import strategies as st
 
@@ -41,13 +42,27 @@ def chunk_cases(draw: st.DrawFn) -> ChunkCase:
                      other_bounds=_bounds(draw, kv_len), order=order)
 
 
+# A strategy that a composite draws on every example is built (and validated) once, here, for each argument set it
+# takes: the same strategies, so the same draws.
+
+@functools.lru_cache(maxsize=None)
+def _kv_lists(page: int, batch: int) -> st.SearchStrategy[list[int]]:
+    return st.lists(st.one_of(st.sampled_from((0, 1, page, page + 1)), st.integers(0, 4 * page)),
+                    min_size=batch, max_size=batch)
+
+
+@functools.lru_cache(maxsize=None)
+def _q_lists(batch: int) -> st.SearchStrategy[list[int]]:
+    return st.lists(st.integers(0, 4), min_size=batch, max_size=batch)
+
+
+@functools.lru_cache(maxsize=None)
 @st.composite
 def metadata_cases(draw: st.DrawFn) -> MetadataCase:
     batch = draw(st.integers(0, 5))
     page = draw(st.sampled_from((1, 2, 16, 32, 64)))
-    kv = tuple(draw(st.lists(st.one_of(st.sampled_from((0, 1, page, page + 1)), st.integers(0, 4 * page)),
-                             min_size=batch, max_size=batch)))
-    q = tuple(draw(st.lists(st.integers(0, 4), min_size=batch, max_size=batch)))
+    kv = tuple(draw(_kv_lists(page, batch)))
+    q = tuple(draw(_q_lists(batch)))
     return MetadataCase(q, kv, page, seed=draw(st.integers(0, 2 ** 16)), extra_width=draw(st.integers(0, 3)),
                         alignment=draw(st.one_of(st.none(), st.integers(1, 8))),
                         spare_indices=draw(st.integers(0, 2)))
@@ -61,6 +76,7 @@ def broken_metadata_cases(draw: st.DrawFn) -> BrokenMetadataCase:
     return BrokenMetadataCase(base, form, mutation)
 
 
+@functools.lru_cache(maxsize=None)
 @st.composite
 def contracts(draw: st.DrawFn) -> PlanContract:
     kv_cache_layout = draw(st.sampled_from(("packed", "split")))
@@ -83,9 +99,19 @@ def plan_requests(draw: st.DrawFn, *, contract: st.SearchStrategy[PlanContract] 
                        use_cuda_graph=draw(st.booleans()), fp8=draw(st.booleans()))
 
 
+@functools.lru_cache(maxsize=None)
+def _selection_requests() -> st.SearchStrategy[PlanRequest]:
+    return plan_requests(contract=st.one_of(st.just(PlanContract()), contracts()))
+
+
+@functools.lru_cache(maxsize=None)
+def _requests_on(contract: PlanContract) -> st.SearchStrategy[PlanRequest]:
+    return plan_requests(contract=st.just(contract))
+
+
 @st.composite
 def selection_cases(draw: st.DrawFn) -> SelectionCase:
-    request = draw(plan_requests(contract=st.one_of(st.just(PlanContract()), contracts())))
+    request = draw(_selection_requests())
     backends = draw(st.lists(st.sampled_from(REQUESTS[2:]), max_size=3, unique=True))
     outcomes = tuple((b, draw(st.sampled_from(OUTCOMES))) for b in backends)
     return SelectionCase(request, backend=draw(st.sampled_from(REQUESTS)),
@@ -97,7 +123,7 @@ def selection_cases(draw: st.DrawFn) -> SelectionCase:
 def auto_fault_cases(draw: st.DrawFn) -> SelectionCase:
     """Auto selection on a contract most backends serve, with plan-time faults on one to three backends."""
     contract = PlanContract(lse_mode=draw(st.sampled_from(("none", "none", "base2"))))
-    request = draw(plan_requests(contract=st.just(contract)))
+    request = draw(_requests_on(contract))
     backends = draw(st.lists(st.sampled_from(REQUESTS[2:]), min_size=1, max_size=3, unique=True))
     outcomes = tuple((b, draw(st.sampled_from(OUTCOMES[1:]))) for b in backends)
     return SelectionCase(request, backend="auto", cc=draw(st.sampled_from(COMPUTE_CAPABILITIES)), outcomes=outcomes,

@@ -78,6 +78,21 @@ def rank_buffers(chunk, dcp: DcpConfig) -> np.ndarray:
     return np.concatenate(ranks, axis=0)
 
 
+def _local_rows_in_span(rank: int, first: int, end: int, start: int, stop: int, dcp: DcpConfig) -> list[int]:
+    """The local indices in `[first, end)` of rank `rank` whose global position lies in `[start, stop)`, in order.
+
+    A rank's global position grows with its local index, so the walk stops at the first past `stop`.
+    """
+    rows = []
+    for j in range(first, end):
+        position = dcp_global_position(rank, j, dcp)
+        if position >= stop:
+            break
+        if position >= start:
+            rows.append(j)
+    return rows
+
+
 def check_dcp_reorg(chunks, dcp: DcpConfig, local_chunk_size: int | None, variant: MlaVariant = FIXED) -> None:
     """The reorg keeps `cu_seq_lens[-1]` rows; request `k` gets `seq_lens[k]` rows, rank-major, exactly its span."""
     for chunk in chunks:
@@ -92,7 +107,7 @@ def check_dcp_reorg(chunks, dcp: DcpConfig, local_chunk_size: int | None, varian
             # Rank-major: each rank's local rows of the span, in local order.
             want = [r * _REQUEST + rank * _RANK + j
                     for rank, local_ctx in enumerate(chunk.local_context_lens_allranks[k])
-                    for j in range(ls, local_ctx) if start <= dcp_global_position(rank, j, dcp) < start + length]
+                    for j in _local_rows_in_span(rank, ls, local_ctx, start, start + length, dcp)]
             got = out[chunk.cu_seq_lens[k]:chunk.cu_seq_lens[k + 1]].tolist()
             if got != want:
                 decoded = sorted(dcp_global_position((x % _REQUEST) // _RANK, x % _RANK, dcp) for x in got

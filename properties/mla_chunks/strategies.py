@@ -8,6 +8,7 @@ upper-case names are the strategies the properties name (`strategy="PLAN_CASES"`
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 
 from hypothesis import strategies as st
@@ -29,18 +30,36 @@ def layouts(draw, blocks, dcp: bool | None):
     return block, world, interleave
 
 
+# The strategies `mla_cases` draws from, built (and validated) once per argument set, not per example: the same
+# strategies, so the same draws.
+
+@functools.lru_cache(maxsize=None)
+def _context_lists(max_context: int, max_requests: int) -> st.SearchStrategy[list[int]]:
+    # about one prefill in four has no context (negative draws clamp to 0; shrinking still ends at 0)
+    context = st.integers(-(max_context // 3), max_context).map(lambda c: max(c, 0))
+    return st.lists(context, min_size=1, max_size=max_requests)
+
+
+@functools.lru_cache(maxsize=None)
+def _query_lists(max_query: int, size: int) -> st.SearchStrategy[list[int]]:
+    return st.lists(st.integers(1, max_query), min_size=size, max_size=size)
+
+
+@functools.lru_cache(maxsize=None)
+def _layouts(blocks, dcp: bool | None) -> st.SearchStrategy[tuple[int, int, int]]:
+    return layouts(blocks, dcp)
+
+
 @st.composite
 def mla_cases(draw, *, max_requests: int = 6, max_context: int = 3000, max_query: int = 8,
               blocks=BLOCKS, max_workspace: int = 4096, dcp: bool | None = None,
               context_first: bool = False) -> MlaChunkCase:
     """Batches with context-free prefills anywhere (or only after the context-ful ones)."""
-    # about one prefill in four has no context (negative draws clamp to 0; shrinking still ends at 0)
-    context = st.integers(-(max_context // 3), max_context).map(lambda c: max(c, 0))
-    ctx = draw(st.lists(context, min_size=1, max_size=max_requests))
+    ctx = draw(_context_lists(max_context, max_requests))
     if context_first:
         ctx = sorted(ctx, key=lambda c: c == 0)
-    q = draw(st.lists(st.integers(1, max_query), min_size=len(ctx), max_size=len(ctx)))
-    block, world, interleave = draw(layouts(blocks, dcp))
+    q = draw(_query_lists(max_query, len(ctx)))
+    block, world, interleave = draw(_layouts(tuple(blocks), dcp))
     return MlaChunkCase(context_lens=tuple(ctx), query_lens=tuple(q), block_size=block,
                         workspace_size=draw(st.integers(1, max_workspace)),
                         max_num_seqs=len(ctx) + draw(st.integers(0, 4)), dcp_world_size=world,
@@ -58,6 +77,7 @@ def dcp_cases() -> st.SearchStrategy[MlaChunkCase]:
     return mla_cases(max_context=600, blocks=(2, 4, 8, 16, 32, 64), max_workspace=1024, dcp=True)
 
 
+@functools.lru_cache(maxsize=None)  # one strategy per argument set (`numeric_case_pairs` draws it per example)
 def numeric_cases(*, dcp: bool | None = None, context_first: bool = False) -> st.SearchStrategy[MlaChunkCase]:
     """Small batches for the float64 path: up to 4 prefills, 40 context rows, blocks up to 16."""
     return mla_cases(max_requests=4, max_context=40, max_query=3, blocks=(1, 2, 4, 8, 16), max_workspace=64,

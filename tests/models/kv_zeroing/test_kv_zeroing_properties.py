@@ -180,3 +180,15 @@ def test_listing_and_registering_never_import_hypothesis() -> None:
             "assert len([q for q in r.properties_of('kv-zeroing') if not q.is_kernel]) == 8 and r.bugs; "
             "assert 'hypothesis' not in sys.modules, 'hypothesis imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_pattern_of_every_size_is_its_formula_and_read_only() -> None:
+    """The fill is made once at the largest size asked and sliced: each size still gets byte i = (131 i + 7) % 251 + 1."""
+    import numpy as np
+
+    from kvsim.properties.kv_zeroing.zeroer import _pattern
+
+    for size in (5, 300, 7, 5000, 300, 0):
+        got = _pattern(size)
+        assert got.dtype == np.uint8 and not got.flags.writeable and got.size == size
+        assert got.tolist() == [(131 * i + 7) % 251 + 1 for i in range(size)]

@@ -252,3 +252,15 @@ def test_gather_rejects_metadata_that_would_read_out_of_bounds():
         gather_context_rows(cache, np.array([[0, 4]]), [0, 3], [0, 0, 0], [0])
     with _pytest.raises(ConfigError, match="token_to_seq"):
         gather_context_rows(cache, table, [0, 3], [0, 0, 1], [0])
+
+
+@pytest.mark.parametrize("rows, lora, heads, dim", [(0, 8, 2, 4), (7, 8, 2, 4), (130, 512, 2, 128), (3, 4, 1, 1)])
+def test_latent_times_is_tensordot_to_the_bit(rows, lora, heads, dim) -> None:
+    """The up-projection's product is `np.tensordot(kv_c, w, axes=1)` byte for byte, on the strided latent slice."""
+    from kvsim.models.mla_chunks.prefill import _latent_times
+
+    rng = np.random.default_rng(rows)
+    kv_c = rng.standard_normal((rows, lora + 64))[:, :lora]
+    weight = rng.standard_normal((lora, heads, dim)) / 3
+    got, want = _latent_times(kv_c, weight), np.tensordot(kv_c, weight, axes=1)
+    assert got.shape == want.shape and got.tobytes() == want.tobytes()

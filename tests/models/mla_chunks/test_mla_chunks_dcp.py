@@ -13,7 +13,7 @@ from kvsim.models.mla_chunks.dcp import (DcpConfig, dcp_global_position, dcp_loc
 from kvsim.models.mla_chunks.planner import FIXED
 from kvsim.models.mla_chunks.variants import VARIANTS
 from kvsim.properties.mla_chunks.cases import case
-from kvsim.properties.mla_chunks.dcp import check_dcp_coverage, check_dcp_reorg, rank_buffers
+from kvsim.properties.mla_chunks.dcp import _local_rows_in_span, check_dcp_coverage, check_dcp_reorg, rank_buffers
 
 PRE = VARIANTS["pre_b38e111d"]
 
@@ -99,3 +99,14 @@ def test_reorg_check_catches_the_old_form_on_the_new_plan(monkeypatch) -> None:
                 check_dcp_reorg(md.chunks[3:], c.dcp, None, FIXED)
         else:
             check_dcp_reorg(md.chunks[chunk:chunk + 1], c.dcp, None, FIXED)  # chunk i of request 0: i * 512 is right
+
+
+@pytest.mark.parametrize("dcp", [DcpConfig(2, 1), DcpConfig(2, 4), DcpConfig(4, 2), DcpConfig(3, 3)])
+def test_local_rows_in_span_are_the_filtered_local_rows(dcp: DcpConfig) -> None:
+    """The reorg check's walk that stops past the span gives every local row whose position is in the span."""
+    for rank in range(dcp.world_size):
+        for first in range(0, 9):
+            for start in range(0, 20, 3):
+                for stop in range(start, 30, 4):
+                    want = [j for j in range(first, 12) if start <= dcp_global_position(rank, j, dcp) < stop]
+                    assert _local_rows_in_span(rank, first, 12, start, stop, dcp) == want

@@ -12,6 +12,7 @@ from kvsim.app.catalog import load
 from kvsim.engine.errors import ConfigError, PropertyViolation
 from kvsim.engine.runner import run_property
 from kvsim.models.mla_chunks.planner import (FIXED, ContextChunkPlan, align_mla_chunked_context_workspace_size,
+                                             check_counts,
                                              chunked_context_workspace_size, determine_chunked_prefill_workspace_size,
                                              plan_mla_context_chunks)
 from kvsim.models.mla_chunks.variants import VARIANTS
@@ -271,3 +272,38 @@ def test_bookkeeping_and_numbers_fail_on_a_wrong_continuation_token_end(monkeypa
     assert run("accumulation_copies_once_then_merges").status == "failed"
     # [768, 512, 512]: chunk 1 copies request 1's continuation over its first part instead of merging
     assert run("chunked_prefill_matches_full_attention", n=30, pinned=True).status == "failed"
+
+
+# -- fast paths: what the one-pass checks and the per-chunk fields give is what the entry-by-entry forms give ----
+
+@pytest.mark.parametrize("values, bad", [([3, True], "counts[1]"), ([0, -1], "counts[1]"), ([2.0], "counts[0]"),
+                                         ("12", "counts"), ((1, 2, None), "counts[2]")])
+def test_check_counts_refuses_each_bad_entry_by_its_index(values, bad) -> None:
+    with pytest.raises(ConfigError) as info:
+        check_counts(values, "counts")
+    assert info.value.field == bad
+
+
+def test_check_counts_takes_int_subclasses_and_gives_a_tuple() -> None:
+    import enum
+
+    class Rows(enum.IntEnum):
+        ONE = 1
+
+    assert check_counts([0, 3, 1], "c") == (0, 3, 1) and check_counts([Rows.ONE], "c") == (Rows.ONE,)
+    assert check_counts((), "c") == ()
+
+
+@pytest.mark.parametrize("ctx, qsl, w, block", [((5, 3, 0, 9), (0, 0, 2, 3, 3), 4, 1), ((40, 0, 17), (0, 2, 3, 7), 16, 8),
+                                               ((64, 64), (0, 1, 5), 32, 4)])
+def test_chunk_fields_are_their_definitions(ctx, qsl, w, block) -> None:
+    """Each chunk's counts as the upstream metadata defines them, recomputed from the plan entry by entry (a query
+    of no token, qsl[i + 1] == qsl[i], is a row that is not active)."""
+    md = build_mla_chunked_context_metadata(ctx, qsl, w, block)
+    assert md.chunks
+    for chunk in md.chunks:
+        rs, re = chunk.request_slice.start, chunk.request_slice.stop
+        assert chunk.num_context_tokens == sum(chunk.seq_lens)
+        assert chunk.max_query_len == max(qsl[i + 1] - qsl[i] for i in range(rs, re))
+        assert chunk.all_rows_active == (all(qsl[i + 1] > qsl[i] for i in range(rs, re)) and min(chunk.seq_lens) > 0)
+        assert chunk.token_to_seq == tuple(k for k, n in enumerate(chunk.seq_lens) for _ in range(n))
