@@ -27,7 +27,7 @@ from itertools import compress
 from operator import is_not
 from typing import Any, Callable
 
-from ..statetext import FieldCaches
+from ..statetext import FieldCaches, RecordText
 
 _blake2b = hashlib.blake2b
 
@@ -46,8 +46,20 @@ def fingerprint_function(system: Any) -> "TextFingerprint | FieldFingerprint":
     return TextFingerprint(encode)
 
 
+def text_fingerprint_function(system: Any) -> "TextFingerprint":
+    """BLAKE2b of the system's `encode_state(state)` where it has one, else of the state's `repr` (written by a
+    `RecordText`): what partitioned workers route and keep states by (`kvsim.engine.explore.partition`). Which
+    worker owns a state decides which of several shortest paths a partitioned search reports, so their
+    fingerprint stays the one they were measured and pinned with."""
+    encode = getattr(system, "encode_state", None)
+    if encode is None:
+        text = RecordText()
+        return TextFingerprint(lambda state: text(state).encode("utf-8", "backslashreplace"))
+    return TextFingerprint(encode)
+
+
 class TextFingerprint:
-    """BLAKE2b of `encode(state)`: a system's own encoding (`encode_state`)."""
+    """BLAKE2b of `encode(state)`: a system's own encoding (`encode_state`), or a state's `repr`."""
 
     __slots__ = ("encode",)
 

@@ -32,7 +32,8 @@ from ..memory import YoungCollections, machine, memory_limit, resident_bytes
 from ..system import TransitionSystem, sometimes, taking
 from .checkpoint import Snapshot
 from .options import ExploreOptions
-from .store import FingerprintStore, FullStore, Interner, Recent, fingerprint_function
+from .fingerprint import fingerprint_function
+from .store import FingerprintStore, FullStore, Interner, Recent
 
 
 @dataclass

@@ -28,7 +28,6 @@ from typing import Any, Callable, Iterator, Sequence
 
 from ..canon import canonical_json, to_jsonable
 from ..statetext import FieldCaches
-from .fingerprint import FieldFingerprint, fingerprint, fingerprint_function  # noqa: F401 (used by the workers)
 
 
 _first = itemgetter(0)
