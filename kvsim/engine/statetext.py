@@ -1,9 +1,9 @@
 """A state's text (its `repr`), written from cached field texts, and the caches of field values met lately.
 
-The explorer fingerprints a state's text (`kvsim.engine.explore.store`) and a symmetry compares texts
-(`kvsim.engine.symmetry`): both take it from a `RecordText`, which writes a named tuple's `repr` from the
-`repr`s of field values it has met before. `FieldCaches` is the shared part: the per-field caches, which a
-search's `Interner` also uses to keep one object for equal field values.
+A symmetry compares texts (`kvsim.engine.symmetry`): it takes them from a `RecordText`, which writes a named
+tuple's `repr` from the `repr`s of field values it has met before. `FieldCaches` is the shared part: the
+per-field caches, which a search's `Interner` also uses to keep one object for equal field values, and its
+fingerprint (`kvsim.engine.explore.fingerprint`) to keep each field value's code.
 """
 
 from __future__ import annotations
@@ -40,9 +40,8 @@ class FieldCaches:
 class RecordText(FieldCaches):
     """`repr(state)` for a state that is a named tuple, each field's `repr` kept by value for the states to come.
 
-    A search writes the text of every state it reaches (the fingerprint is taken of it); most fields of a
-    state equal the same field of states met just before, so their `repr`s are looked up, not written
-    again (pd-staging: a search 1.3x as fast). One cache per field position, two generations of at most
+    Most fields of a state equal the same field of states met just before, so their `repr`s are looked up,
+    not written again. One cache per field position, two generations of at most
     `capacity` entries together. A value stands for every value equal to it: states that compare
     equal are one state to the explorer (the full store and its cache of recent successors already
     hold them so), and the models' tests check that equal fields have one `repr`. Anything that is not

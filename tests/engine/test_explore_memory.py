@@ -1,5 +1,6 @@
 """A search's memory: the collector paused while it runs, the text a state's fingerprint is taken of, and the
-states it keeps sharing their equal fields (`kvsim.engine.memory`, `statetext.RecordText`, `store.Interner`)."""
+states it keeps sharing their equal fields (`kvsim.engine.memory`, `statetext.RecordText`, `store.Interner`, and the
+fingerprint's field caches: `tests/engine/test_explore_fingerprint.py`)."""
 
 from __future__ import annotations
 
@@ -68,7 +69,7 @@ def test_the_collector_still_reclaims_cycles_a_model_makes():
     assert gc.isenabled()
 
 
-# -- the text a fingerprint is taken of ------------------------------------------------------------------------------
+# -- the texts a field's code and a symmetry's comparison are taken of ------------------------------------------------
 
 def test_record_text_is_the_repr_of_every_state_each_model_reaches():
     # the fields' texts are looked up by value: the models must give equal field values one repr (0 and False in

@@ -49,7 +49,7 @@ from ..interrupt import INTERRUPT
 from ..memory import collection_paused
 from ..shared import Probe
 
-FORMAT = 2  # 2: every file authenticated (an HMAC before the pickles)
+FORMAT = 3  # 2: every file authenticated (an HMAC before the pickles); 3: fingerprints of field codes, kept in the queue
 CURRENT = "CURRENT"
 KEY_FILE = "checkpoint.key"
 KEY_BYTES = 32
@@ -166,7 +166,7 @@ class Snapshot:
     """What a stopped single-process search (`explore`) needs to go on: `search.pkl` after its header."""
 
     store: Any
-    queue: list[tuple[int, Any]]  # the states found and not yet expanded, in breadth-first order
+    queue: list[tuple[int, Any, Any]]  # the states found and not yet expanded (id, state, key), breadth-first
     violations: dict[str, "Violation"]  # the invariant violations found so far (the hang search comes at the end)
     transitions: int
     depth: int

@@ -3,7 +3,7 @@
 The state space is partitioned: a state belongs to worker `hash(state) % W` when every worker
 hashes alike (forked processes do: same string secret, same addresses for None and the other
 objects hashed by identity; the coordinator checks), else to worker
-`fingerprint(state) % W` (the BLAKE2b fingerprint of `kvsim.engine.explore.store`, the same in any process).
+`fingerprint(state) % W` (BLAKE2b of its `repr`: `fingerprint.text_fingerprint_function`, the same in any process).
 In *expand*, a worker takes the successors of its frontier and sorts them into one outbox per owner
 (each distinct successor is routed once, and a fingerprint taken to route it travels with it). In
 *absorb*, it takes its inbox (the outboxes addressed to it, in worker order), keeps the states it
@@ -30,7 +30,8 @@ from ..system import sometimes
 from .checkpoint import code_digest, dump, load
 from .hangs import HangRounds
 from .search import action_kind
-from .store import FingerprintSet, Interner, fingerprint_function
+from .fingerprint import text_fingerprint_function
+from .store import FingerprintSet, Interner
 
 
 Entry = tuple[Any, "int | None", list[tuple[int, int]]]  # an outbox's state, its fingerprint if taken, its edges
@@ -48,7 +49,7 @@ class Partition(HangRounds):
         self.mail = Mail() if mail is None else mail
         self.w, self.n = worker, workers
         self.canon = getattr(self.system, "canonical", None) if symmetry else None
-        self.fp = fingerprint_function(self.system)
+        self.fp = text_fingerprint_function(self.system)
         self.max_depth = max_depth
         self.full = store == "full"
         self.ids: dict[Any, int] | FingerprintSet = {} if self.full else FingerprintSet()

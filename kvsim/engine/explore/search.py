@@ -19,7 +19,10 @@ from __future__ import annotations
 import time
 from array import array
 from collections import deque
+from collections import _count_elements as count  # the C loop of `Counter.update`
 from dataclasses import dataclass, field
+from itertools import chain
+from operator import itemgetter
 from typing import Any, Callable, Iterable, Sequence
 
 from ..actions import Tagged
@@ -29,7 +32,8 @@ from ..memory import YoungCollections, machine, memory_limit, resident_bytes
 from ..system import TransitionSystem, sometimes, taking
 from .checkpoint import Snapshot
 from .options import ExploreOptions
-from .store import FingerprintStore, FullStore, Interner, Recent, fingerprint_function
+from .fingerprint import fingerprint_function
+from .store import FingerprintStore, FullStore, Interner, Recent
 
 
 @dataclass
@@ -45,6 +49,7 @@ class Violation:
                 "state": to_jsonable(self.state)}
 
 
+_action = itemgetter(1)
 REACHED, UNREACHED, NOT_WITHIN_BOUND = "reached", "unreached", "not reached within the bound"
 
 
@@ -194,12 +199,13 @@ def explore(system: TransitionSystem[Any, Any], options: ExploreOptions = Explor
     # state reach one found a few expansions before (the other side of a diamond), so the fingerprint (and
     # the canonical form) is computed about once per state, not once per transition
     recent = Recent() if visited.kind == "fingerprint" or canon is not None else None
-    queue: deque[tuple[int, Any]] = deque()
+    queue: deque[tuple[int, Any, Any]] = deque()  # (id, state, key): a successor's fingerprint starts from its parent's
     violations: dict[str, Violation] = {}
     invariants = list(system.invariants)
     transitions = max_depth_seen = 0
     checked = [0] * len(invariants)
     fired: dict[str, int] = {}
+    taken: dict[Any, int] = {}  # transitions taken per action, not yet in `fired` (`tally`)
     goals = sometimes(system)
     met: dict[int, int] = {}  # a `Sometimes`'s index -> the first state that satisfied it (a step one's source)
     depth_cut, before = False, 0.0
@@ -214,9 +220,13 @@ def explore(system: TransitionSystem[Any, Any], options: ExploreOptions = Explor
     moves = [(k, goal.check) for k, goal in enumerate(goals) if k not in met and goal.step]
     bound_hit: str | None = "depth" if depth_cut else None
     key, find, add, depth_of = visited.key, visited.find, visited.add, visited.depth
+    ids = visited.parent  # one entry a state: its length is the state count (`len(visited)`, without a call)
     bad, done_flag = visited.bad, visited.done
     saved_gen: str | None = None
-    intern = Interner(text=getattr(key, "text", None))
+    # a successor's fingerprint is taken against the state it was reached from (`FieldFingerprint`): the fields
+    # it shares with that state are not looked up
+    expanding, successor_key = getattr(key, "expanding", None), getattr(key, "successor", key)
+    intern = Interner(text=key if hasattr(key, "held") else None)
     # the invariants asked of each new state, as plain functions; how many states each was asked of is counted
     # from the states checked and where a check stopped (`checked_now`), not with a count per check
     checks = [inv.check for inv in invariants]
@@ -238,7 +248,8 @@ def explore(system: TransitionSystem[Any, Any], options: ExploreOptions = Explor
         if found is reached:  # the full store: the state is its own key, and one object
             found = state
         sid = add(found, state, parent, action, index, depth)
-        done_flag[sid] = done(state)
+        if done(state):  # (a new state's flags start clear)
+            done_flag[sid] = True
         for check in checks:
             message = check(state)
             if message is not None:  # rare: which invariant, and the count of states it stopped, only now
@@ -251,7 +262,7 @@ def explore(system: TransitionSystem[Any, Any], options: ExploreOptions = Explor
                     halt[0] = halt[0] or name in stop_on
                 break
         else:
-            queue.append((sid, state))
+            queue.append((sid, state, found))
         if pending:
             hit = [k for k, check in pending if check(state)]
             if hit:  # met: not asked again
@@ -259,7 +270,19 @@ def explore(system: TransitionSystem[Any, Any], options: ExploreOptions = Explor
                 pending[:] = [(k, check) for k, check in pending if k not in met]
         return sid
 
+    def tally(actions: Iterable[Any] = ()) -> None:
+        """Adds to `fired` the actions counted in `taken`, then `actions`, each under its kind (`action_kind`)."""
+        for action, n in chain(((a, 1) for a in actions), taken.items()):
+            kind = tags.get(type(action))  # a tagged record's kind is its type's tag
+            if kind is None:
+                kind = action_kind(action)
+                if isinstance(action, Tagged):
+                    tags[type(action)] = kind
+            fired[kind] = fired.get(kind, 0) + n
+        taken.clear()
+
     def save() -> str:
+        tally()
         snapshot = Snapshot(visited, list(queue), dict(violations), transitions, max_depth_seen, checked_now(), fired,
                             depth_cut, before + time.perf_counter() - start, dict(met))
         with checkpoint.saving("resume" if resume else "checkpoint"):
@@ -280,12 +303,14 @@ def explore(system: TransitionSystem[Any, Any], options: ExploreOptions = Explor
             if halt[0]:  # an initial state violates a `stop_on` invariant
                 bound_hit = "violation"
                 break
-            sid, state = queue.popleft()
+            sid, state, fp = queue.popleft()
             depth = depth_of[sid]
             if max_depth is not None and depth >= max_depth:
                 bound_hit, depth_cut = bound_hit or "depth", True
                 continue
             succ: list[tuple[int, Any]] = []
+            if expanding is not None:
+                expanding(state, fp)
             for index, action in enumerate(enabled(state)):
                 nxt = step(state, action)
                 if moves:
@@ -293,26 +318,27 @@ def explore(system: TransitionSystem[Any, Any], options: ExploreOptions = Explor
                     if hit:
                         met.update((k, sid) for k in hit)
                         moves[:] = [(k, check) for k, check in moves if k not in met]
-                if recent is None:
-                    tid = None
-                else:
+                tid = None
+                if recent is not None:  # `Recent.get`, written out: this runs once a transition
                     h = hash(nxt)
-                    tid = recent.get(h, nxt)
+                    entry = recent.young.get(h) or recent.old.get(h)
+                    if entry is not None and (entry[0] is nxt or entry[0] == nxt):
+                        tid = entry[1]
                 if tid is None:
                     rep = nxt if canon is None else canon(nxt)
-                    k = key(rep)
+                    k = successor_key(rep)
                     tid = find(k)
                     if tid is None:
-                        if len(visited) >= max_states:
+                        if len(ids) >= max_states:
                             bound_hit = "states"
-                            queue.appendleft((sid, state))  # unexpanded: its successors are not all known
+                            queue.appendleft((sid, state, fp))  # unexpanded: its successors are not all known
                             break
                         tid = discover(k, rep, sid, action, index, depth + 1, state)
                         if depth + 1 > max_depth_seen:
                             max_depth_seen = depth + 1
                         if halt[0]:
                             bound_hit = "violation"
-                            queue.appendleft((sid, state))  # unexpanded, as at the state bound
+                            queue.appendleft((sid, state, fp))  # unexpanded, as at the state bound
                             break
                     if recent is not None:
                         recent.put(h, nxt, tid)
@@ -320,15 +346,14 @@ def explore(system: TransitionSystem[Any, Any], options: ExploreOptions = Explor
             else:
                 visited.expand(sid, succ)
                 transitions += len(succ)
-                for _, action in succ:
-                    kind = tags.get(type(action))  # a tagged record's kind is its type's tag
-                    if kind is None:
-                        kind = action_kind(action)
-                        if isinstance(action, Tagged):
-                            tags[type(action)] = kind
-                    fired[kind] = fired.get(kind, 0) + 1
+                try:
+                    count(taken, map(_action, succ))  # by action, in C; by kind in `tally`
+                except TypeError:  # an action with no hash
+                    tally(a for _, a in succ)
                 if sid % 4096 == 0:
                     collector.tick()
+                    if len(taken) > 4096:  # (a model whose actions carry much data)
+                        tally()
                     if progress is not None:
                         progress(len(visited), depth)
                     now = time.perf_counter()
@@ -346,6 +371,7 @@ def explore(system: TransitionSystem[Any, Any], options: ExploreOptions = Explor
                 continue
             break  # state bound (or a `stop_on` violation) hit
 
+        tally()
         if checkpoint is not None and checkpoint.stopped(bound_hit):
             saved_gen = save()
         hang_states = 0

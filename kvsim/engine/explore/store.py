@@ -9,24 +9,28 @@ with either store as long as no two reached states share a fingerprint.
 
 `FullStore` keeps every state as the Python object it is (the state graph can be exported).
 `FingerprintStore` is TLC's approach: the visited set holds a 64-bit fingerprint of each state's
-canonical text (BLAKE2b of its `repr`, or of the system's own `encode_state`), and parents,
+fields (`kvsim.engine.explore.fingerprint`: BLAKE2b of its fields' codes, or of the system's own
+`encode_state`), and parents,
 action indices, depths, flags and the successor lists live in `array` buffers (no object per
 state); a state wanted for a report is rebuilt by replaying its actions from the initial state.
 Two different states with one fingerprint would make the search skip the second: the run
 reports the chance of that, as TLC does (`collision_probability`). `Recent` maps the successors met
-lately to their ids by value, so most transitions to a known state need no fingerprint at all.
+lately to their ids by value, so most transitions to a known state need no fingerprint at all (on
+swa-budget and pd-protocol's mori backend, every one: a fingerprint is taken once per new state).
 """
 
 from __future__ import annotations
 
-import hashlib
 from array import array
 from itertools import compress
-from operator import is_not
+from operator import is_not, itemgetter
 from typing import Any, Callable, Iterator, Sequence
 
 from ..canon import canonical_json, to_jsonable
-from ..statetext import FieldCaches, RecordText
+from ..statetext import FieldCaches
+
+
+_first = itemgetter(0)
 
 
 class FullStore:
@@ -105,36 +109,6 @@ class FullStore:
         return g
 
 
-def fingerprint(text: bytes) -> int:
-    """A 64-bit fingerprint, never 0 (0 marks an empty slot)."""
-    return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little") or 1
-
-
-def fingerprint_function(system: Any) -> "Fingerprint":
-    """The fingerprint a run uses: BLAKE2b of the system's `encode_state(state) -> bytes` where it has one
-    (its `state_text`, if it has one, is the `RecordText` that writes it), else of the state's `repr`,
-    written by a `RecordText` of this run."""
-    encode = getattr(system, "encode_state", None)
-    if encode is None:
-        return Fingerprint(RecordText())
-    return Fingerprint(getattr(system, "state_text", None), encode)
-
-
-class Fingerprint:
-    """A state's fingerprint: of `encode(state)`, or of the `repr` that `text` writes. `text` is the
-    `RecordText` that wrote the last state's text, where one did: its fields are held there (`Interner`)."""
-
-    __slots__ = ("text", "encode")
-
-    def __init__(self, text: RecordText | None, encode: Callable[[Any], bytes] | None = None) -> None:
-        self.text, self.encode = text, encode
-
-    def __call__(self, state: Any) -> int:
-        if self.encode is None:
-            return fingerprint(self.text(state).encode("utf-8", "backslashreplace"))
-        return fingerprint(self.encode(state))
-
-
 class FingerprintSet:
     """Open addressing over two flat arrays (fingerprint, id); linear probing; load kept at most 3/4."""
 
@@ -202,7 +176,7 @@ class Recent:
         self.old: dict[int, tuple[Any, int]] = {}
         self.capacity = capacity
 
-    def get(self, h: int, state: Any) -> int | None:
+    def get(self, h: int, state: Any) -> int | None:  # (`explore` runs this same lookup written out, once a transition)
         entry = self.young.get(h)
         if entry is None:
             entry = self.old.get(h)
@@ -274,7 +248,7 @@ class FingerprintStore:
         start = self.succ_start
         while len(start) <= sid:  # states skipped before this one (violations, cut by depth) have no list
             start.append(len(self.succ_targets))
-        self.succ_targets.extend(tid for tid, _ in succ)
+        self.succ_targets.extend(map(_first, succ))
         start.append(len(self.succ_targets))
         self.flags[sid] |= 4
 
@@ -338,16 +312,16 @@ class Interner(FieldCaches):
     each: the states a search holds (its frontier, the full store) then share their equal parts, instead of
     each successor holding its own copy of what its step rebuilt (pd-staging 2 x 2: a level of 354,054
     states takes 188 bytes a state where it took 879). Fields that are `like`'s own objects (a successor's
-    unchanged fields are its parent's) are kept without a lookup, and a state whose fingerprint `text` (the
-    search's `RecordText`) wrote last is made of the values that cache holds, with no lookup at all. Rests on
-    `RecordText`'s contract: equal field values are one value to the explorer. Anything but a named tuple
+    unchanged fields are its parent's) are kept without a lookup, and a state that `text` (the search's
+    `FieldFingerprint`, or a `RecordText`) took last is made of the values that cache holds, with no lookup at
+    all. Rests on `RecordText`'s contract: equal field values are one value to the explorer. Anything but a named tuple
     is returned as it is."""
 
     __slots__ = ("kinds", "text")
 
-    def __init__(self, capacity: int = 1 << 16, text: RecordText | None = None) -> None:
+    def __init__(self, capacity: int = 1 << 16, text: Any = None) -> None:
         super().__init__(capacity)  # entries: value -> the equal value held
-        self.text = text  # a `RecordText` that wrote the state last already holds its fields: no lookup then
+        self.text = text  # its `held(state)`: the state it took last, made of the fields it holds (no lookup then)
         self.kinds: dict[type, range | None] = {}  # a named tuple's field positions; None for any other type
 
     def __call__(self, state: Any, like: Any = None) -> Any:
