@@ -264,17 +264,3 @@ def test_every_test_file_the_code_and_docs_name_exists():
     missing = sorted({f"{f}: {m}" for f in tracked if f.endswith((".py", ".md", ".toml"))
                       for m in named.findall((ROOT / f).read_text(encoding="utf-8")) if not (ROOT / m).is_file()})
     assert missing == [], "\n".join(missing)
-
-
-def test_every_xdist_group_names_a_test_that_exists():
-    # a group whose file moved would be spread over both workers again, each starting the same children
-    from conftest import XDIST_GROUPS
-
-    missing = []
-    for key in XDIST_GROUPS:
-        path, _, test = key.partition("::")
-        name = test.split("[")[0]
-        if not (ROOT / path).is_file() or name and f"def {name}(" not in (ROOT / path).read_text(encoding="utf-8"):
-            missing.append(key)
-    assert missing == []
-
