@@ -77,20 +77,12 @@ class TraceRecorder:
         """Record the next step (kept; hashed when the digest is asked for)."""
         i = self.count
         self.count = i + 1
-        # a step's data is mostly a tuple of fields (an action's): converted here, a call fewer per step
-        jsonable = [v if type(v) in PLAIN else to_jsonable(v) for v in data] if type(data) is tuple \
-            else to_jsonable(data)
-        head = _EVENT_HEADS.get(event)
-        if head is not None and type(t) is float and t - t == 0.0:  # `_text`'s usual line, written here
-            self._texts.append(f'{{"data":{_encode(jsonable)}{head}{i},"t":{t!r}}}')
-        else:
-            self._texts.append(self._text(i, t, event, jsonable))
+        self._texts.append(self._text(i, t, event, _step_data(data)))
 
     def _record_each(self, t: float, event: str, data: Any = None) -> None:
         """`record` where each step is hashed as it comes: nothing kept, or `on_step` to call."""
         i = self.count
-        jsonable = [v if type(v) in PLAIN else to_jsonable(v) for v in data] if type(data) is tuple \
-            else to_jsonable(data)
+        jsonable = _step_data(data)
         text = self._text(i, t, event, jsonable)
         self.count = i + 1
         if self.keep:
@@ -127,6 +119,11 @@ class TraceRecorder:
 # that named events without end would only fall back to `dumps`.
 _EVENT_HEADS: dict[str, str] = {}
 _MAX_EVENT_HEADS = 4096
+
+
+def _step_data(data: Any) -> Any:
+    """A step's data as plain JSON values: mostly a tuple of fields (an action's), converted field by field."""
+    return [v if type(v) in PLAIN else to_jsonable(v) for v in data] if type(data) is tuple else to_jsonable(data)
 
 
 def _core(header: dict[str, Any]) -> dict[str, Any]:

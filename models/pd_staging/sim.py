@@ -190,9 +190,7 @@ class _Run:
     def _follow(self, effects: tuple[tuple, ...]) -> None:
         busy, parked = self.busy, self.parked
         if not effects:  # most deliveries: nothing set in motion, only the idle workers to try
-            for w in range(len(busy)):
-                if not busy[w] and not parked[w]:
-                    self._kick(w)
+            self._kick_idle()
             return
         buckets: tuple[list, list, list, list] = ([], [], [], [])
         for e in effects:  # one pass: this runs once per event
@@ -208,9 +206,7 @@ class _Run:
         if room_effects:
             self._follow_rooms(sorted(room_effects, key=_room_order) if len(room_effects) > 1 else room_effects)
         if not polls and not batches:  # no clear to apply, no worker to unpark: only the idle workers to try
-            for w in range(len(busy)):
-                if not busy[w] and not parked[w]:
-                    self._kick(w)
+            self._kick_idle()
             return
         clears = sorted((e.writer, e.room) for e in polls)
         enqueued = {e.writer for e in batches}
@@ -221,6 +217,13 @@ class _Run:
                 i += 1
             if w in enqueued:
                 self._unpark(w)  # a new batch: its chunks may be ready
+            if not busy[w] and not parked[w]:
+                self._kick(w)
+
+    def _kick_idle(self) -> None:
+        """Each worker neither busy nor parked tries its next chunk."""
+        busy, parked = self.busy, self.parked
+        for w in range(len(busy)):
             if not busy[w] and not parked[w]:
                 self._kick(w)
 

@@ -240,9 +240,7 @@ class PdStaging(PrefillSide, DecodeSide):
 
     def transition(self, s: StagingState, a: tuple) -> tuple[StagingState, tuple[tuple, ...]]:
         """`step`, and what it did (`actions`: Sent, Enqueued, Deferred, PollTerminal, ScatterSubmitted, ...)."""
-        effect = _EFFECTS.get(type(a))  # a typed record (every step of a simulation): its rule read directly
-        if effect is None:
-            effect, a = RULES.effect(a)
+        effect, a = RULES.effect(a)
         fx: Effects = []
         return effect(self, s, a, fx), tuple(fx)
 
@@ -378,5 +376,3 @@ def _duplicate(self: PdStaging, s: StagingState, a: Duplicate, fx: Effects) -> S
 def _peer_death(self: PdStaging, s: StagingState, a: PeerDeath, fx: Effects) -> StagingState:
     return _spend(self, s)._replace(dead=True, queues=((),) * self.cfg.writers)
 
-
-_EFFECTS = RULES.effects  # `transition`'s look-up of a typed record's effect

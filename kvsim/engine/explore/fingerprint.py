@@ -43,7 +43,7 @@ def fingerprint_function(system: Any) -> "TextFingerprint | FieldFingerprint":
     encode = getattr(system, "encode_state", None)
     if encode is None:
         return FieldFingerprint()
-    return TextFingerprint(encode)
+    return TextFingerprint(encode, getattr(system, "state_text", None))
 
 
 def text_fingerprint_function(system: Any) -> "TextFingerprint":
@@ -59,12 +59,17 @@ def text_fingerprint_function(system: Any) -> "TextFingerprint":
 
 
 class TextFingerprint:
-    """BLAKE2b of `encode(state)`: a system's own encoding (`encode_state`), or a state's `repr`."""
+    """BLAKE2b of `encode(state)`: a system's own encoding (`encode_state`), or a state's `repr`. `text`: the
+    system's `state_text`, the `RecordText` that writes what `encode` encodes, where it has one (`held`)."""
 
-    __slots__ = ("encode",)
+    __slots__ = ("encode", "text")
 
-    def __init__(self, encode: Callable[[Any], bytes]) -> None:
-        self.encode = encode
+    def __init__(self, encode: Callable[[Any], bytes], text: RecordText | None = None) -> None:
+        self.encode, self.text = encode, text
+
+    def held(self, state: Any) -> Any:
+        """`state` made of the field values `text` holds, if it wrote `state` last; else None (`Interner`)."""
+        return None if self.text is None else self.text.held(state)
 
     def __call__(self, state: Any) -> int:
         return fingerprint(self.encode(state))

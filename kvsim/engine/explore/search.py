@@ -226,7 +226,7 @@ def explore(system: TransitionSystem[Any, Any], options: ExploreOptions = Explor
     # a successor's fingerprint is taken against the state it was reached from (`FieldFingerprint`): the fields
     # it shares with that state are not looked up
     expanding, successor_key = getattr(key, "expanding", None), getattr(key, "successor", key)
-    intern = Interner(text=key if hasattr(key, "held") else None)
+    intern = Interner(text=key if hasattr(key, "held") else None)  # the full store: no fingerprint
     # the invariants asked of each new state, as plain functions; how many states each was asked of is counted
     # from the states checked and where a check stopped (`checked_now`), not with a count per check
     checks = [inv.check for inv in invariants]
@@ -318,12 +318,11 @@ def explore(system: TransitionSystem[Any, Any], options: ExploreOptions = Explor
                     if hit:
                         met.update((k, sid) for k in hit)
                         moves[:] = [(k, check) for k, check in moves if k not in met]
-                tid = None
-                if recent is not None:  # `Recent.get`, written out: this runs once a transition
+                if recent is None:
+                    tid = None
+                else:
                     h = hash(nxt)
-                    entry = recent.young.get(h) or recent.old.get(h)
-                    if entry is not None and (entry[0] is nxt or entry[0] == nxt):
-                        tid = entry[1]
+                    tid = recent.get(h, nxt)
                 if tid is None:
                     rep = nxt if canon is None else canon(nxt)
                     k = successor_key(rep)

@@ -176,7 +176,7 @@ class Recent:
         self.old: dict[int, tuple[Any, int]] = {}
         self.capacity = capacity
 
-    def get(self, h: int, state: Any) -> int | None:  # (`explore` runs this same lookup written out, once a transition)
+    def get(self, h: int, state: Any) -> int | None:
         entry = self.young.get(h)
         if entry is None:
             entry = self.old.get(h)
