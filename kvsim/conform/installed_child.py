@@ -167,9 +167,11 @@ class Configured:
         from kvsim.engine.conformance.answers import register_lines
         from kvsim.engine.conformance.linetrace import LineTrace
         from kvsim.engine.conformance.mutants import Mutant
+        from kvsim.engine.conformance.probes import loaded
 
         self.swap.undo()
         self.mutant = None
+        changed: tuple[str, str] | None = None  # the mutant's file and its text, what that module now runs
         if mutant is not None:
             m = Mutant.from_json(mutant)
             path = os.path.join(self.root, m.file)
@@ -177,6 +179,7 @@ class Configured:
                 with open(path, encoding="utf-8") as f:
                     text = m.apply(f.read())
                 self.swap.apply(importlib.import_module(module_name(m.file)), text, path)
+                changed = (m.file, text)
             except Exception as exc:  # a mutant that does not load: not counted, as the loader's
                 self.swap.undo()
                 last = traceback.format_exception_only(type(exc), exc)[-1].strip()
@@ -184,9 +187,22 @@ class Configured:
             self.mutant = m
         self.trace, self.sent = None, set()
         if trace:
+            unimported = []
             for relpath in trace:
-                register_lines(os.path.join(self.root, relpath), lambda line, rel=relpath: f"{rel}:{line}")
-            self.trace = LineTrace()
+                path = os.path.join(self.root, relpath)
+                register_lines(path, lambda line, rel=relpath: f"{rel}:{line}")
+                try:  # the driver imports it sooner or later; imported now, its functions take probes
+                    module = importlib.import_module(module_name(relpath))
+                except Exception:  # noqa: BLE001 - one that does not import here is traced by the hook
+                    unimported.append(path)
+                    continue
+                if changed is not None and changed[0] == relpath:
+                    text = changed[1]
+                else:
+                    with open(path, encoding="utf-8") as f:
+                        text = f.read()
+                loaded(path, module, text)
+            self.trace = LineTrace(hooked=unimported)
         return {"mutant": None if self.mutant is None else self.mutant.label, "trace": bool(self.trace)}
 
     def new_lines(self) -> list[tuple[str, int]]:
@@ -314,7 +330,7 @@ def serve(lines: Any, out: Any) -> int:
         if not line.strip():
             continue
         request = json.loads(line)
-        trace = configured.trace
+        trace = configured.trace if request["op"] != CONFIGURE else None  # a mutant loads into unprobed code
         if trace is not None:
             trace.start()
         try:

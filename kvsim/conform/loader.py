@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from kvsim.engine.conformance.answers import register_lines
+from kvsim.engine.conformance.probes import loaded
 from kvsim.engine.errors import ConfigError
 
 from .source import cache_root
@@ -265,6 +266,8 @@ def load_definitions(path: Path, names: Sequence[str], *, extra_globals: Mapping
         raise ConfigError(where, f"definitions {', '.join(names)} that load without the engine",
                           f"{type(exc).__name__}: {exc}") from exc
     module.__dict__.update(extra_globals)
+    if MUTANT.get() is None:  # a `--coverage` trace probes its functions (no mutant run is measured)
+        loaded(str(out), module, body)
     for name in names:
         if name not in module.__dict__:
             raise ConfigError(f"{where}:{name}", "a definition bound when its module runs",

@@ -5,11 +5,12 @@ sample of N spread over the code) is loaded in place of the real code, one at a 
 it. A mutant is *killed* when the target diverges (a divergence, a raise, a hang or a failing property, exit 1
 of a normal run), *survives* when the target still conforms, and is *not loadable* when the mutated code cannot
 be used (it does not load, or changes a checked signature: a normal run's exit 2, so not counted). A survivor
-is *reached* when the unmutated run executed its line (a weak check, or an equivalent mutant) and *not reached*
-otherwise (an input gap). Mutants on the lines a target declares no input reaches (`ConformTarget.unreached`,
-with the reason) are not made (counted as `unreached`). A survivor the target's declaration documents
-(`ConformTarget.survivors`: an equivalent mutant, with the reason; matched by definition, operator and text, and by
-the replacement and the source line where the declaration names them) is listed as such and left out of the score.
+is *reached* when the unmutated run executed its line or the statement holding it (a weak check, or an
+equivalent mutant) and *not reached* otherwise (an input gap). Mutants on the lines a target declares no input
+reaches (`ConformTarget.unreached`, with the reason) are not made (counted as `unreached`). A survivor the
+target's declaration documents (`ConformTarget.survivors`: an equivalent mutant, with the reason; matched by
+definition, operator and text, and by the replacement and the source line where the declaration names them) is
+listed as such and left out of the score.
 
 score = killed / (mutants - not loadable - documented survivors). Exit 1 when a target has an undocumented
 survivor, 2 when its unmutated run diverges or errs (nothing to measure against; a target not present or skipped
@@ -23,13 +24,14 @@ and each stops at its first divergence (the pinned inputs come first).
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
 from kvsim.app import junit
-from kvsim.engine.conformance.linetrace import LineTrace
+from kvsim.engine.conformance.linetrace import LineTrace, statement_of
 from kvsim.engine.conformance.mutants import Mutant, mutants, sample
 from kvsim.engine.interrupt import Interrupted, asked, stopping_on_signals
 from kvsim.engine.progress import Progress
@@ -81,6 +83,18 @@ def documented(target: Any, mutant: Mutant, text: str = "") -> str | None:
     return None
 
 
+def reached(mutant: Mutant, texts: dict[str, str], executed: set[tuple[str, int]]) -> bool:
+    """Whether the unmutated run ran the statement the mutant's line is in (a probe records a statement's own
+    line: `linetrace.statement_of`)."""
+    owner = _statements(mutant.file, texts.get(mutant.file, ""))
+    return (mutant.file, mutant.line) in executed or (mutant.file, owner.get(mutant.line, mutant.line)) in executed
+
+
+@functools.lru_cache(maxsize=16)
+def _statements(file: str, text: str) -> dict[int, int]:
+    return statement_of(text) if text else {}
+
+
 def measure(target: Any, source: EngineSource, options: Options, count: int) -> MutationResult:
     started = time.perf_counter()
     out = MutationResult(target.name)
@@ -127,7 +141,7 @@ def measure(target: Any, source: EngineSource, options: Options, count: int) -> 
         except Interrupted:  # the stop came while this mutant ran: it and the rest are not run
             out.not_run, out.status, out.note = len(chosen) - i, "incomplete", STOPPED
             break
-        row = {**mutant.to_json(), "label": mutant.label, "reached": (mutant.file, mutant.line) in executed}
+        row = {**mutant.to_json(), "label": mutant.label, "reached": reached(mutant, texts, executed)}
         if result.status == "diverges":
             out.killed += 1
         elif result.status in ("error", "not present"):

@@ -141,7 +141,7 @@ def serve(device: str, lines: Any, out: Any) -> int:
     source = EngineSource(header["engine"], header["version"], Path(header["root"]), header["origin"])
     if header.get("mutant"):
         use_mutant(Mutant.from_json(header["mutant"]))
-    trace = LineTrace() if header.get("trace") else None
+    trace = LineTrace(probes=False) if header.get("trace") else None  # the interpreter recompiles a kernel
     skip = cuda_missing_reason() if device == "cuda" else None
     kernels = child_kernels()
     for line in lines:

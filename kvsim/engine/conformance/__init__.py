@@ -13,7 +13,8 @@ the target runs), and the release -> variant table. The adapter is one of three 
 `runner.run_target` runs any of them: upstream's calls under a per-call deadline (`deadline`), every raise,
 wrong type or hang of the code under test turned into an answer (`answers`) and so into a divergence, the
 comparison with field names (`compare`), the model's properties on upstream's answers, the lines of the
-checked definitions that ran (`linetrace`), and the result record (`result.TargetResult`). Loading the
-upstream code is the caller's (`kvsim.conform`, the application layer): the engine knows no engine.
+checked definitions that ran (`linetrace`, by line probes: `probes`), and the result record
+(`result.TargetResult`). Loading the upstream code is the caller's (`kvsim.conform`, the application layer):
+the engine knows no engine.
 `mutants` makes the mutants `kvsim conform --mutants` runs the targets against.
 """

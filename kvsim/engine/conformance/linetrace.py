@@ -1,9 +1,12 @@
 """Which lines of the code under test a run executed (`kvsim conform --coverage`).
 
-`LineTrace` traces only frames of files the loader registered (`answers.register_lines`), so the rest of the
-process (Hypothesis, the model, numpy) runs at nearly full speed; it records each executed line as the
-upstream file and line it came from. `coverage(executed, executable)` gives the share of the checked
-definitions' statement lines that ran, per file, with the lines that did not.
+`LineTrace` records each executed statement as the upstream file and line it came from. A file the loader
+executed into a module (`probes.loaded`) is measured by line probes, compiled into its functions while the
+trace runs, so the rest of the process (Hypothesis, the model, numpy) runs at full speed; any other registered
+file (`answers.register_lines`), and every file under `LineTrace(probes=False)` (the Triton interpreter compiles
+a kernel again from its source), by a trace hook on the frames of those files only. `coverage(executed,
+executable)` gives the share of the checked definitions' statement lines that ran, per file, with the lines that
+did not.
 """
 
 from __future__ import annotations
@@ -13,12 +16,21 @@ import sys
 import threading
 from typing import Any, Iterable, Iterator, Mapping
 
+from . import probes as _probes
 from .answers import registered, upstream_line
+from .probes import statement_line, without_docstring
 
 
 class LineTrace:
-    def __init__(self) -> None:
+    """The upstream lines a run executed: measured by probes (`probes=True`) in every module `probes.loaded`
+    registers, and by the trace hook in the registered files named in `hooked` (a file a child could not import
+    before the run); with `probes=False`, by the hook in every registered file."""
+
+    def __init__(self, *, probes: bool = True, hooked: Iterable[str] = ()) -> None:
         self.executed: set[tuple[str, int]] = set()
+        self.probes = probes
+        self.hooked = frozenset(hooked)
+        self._probed: dict[int, _probes.Probed] = {}  # id(module) -> its functions' probed code, for this trace
         self._seen: dict[str, bool] = {}
         self._previous: Any = None
         self._depth = 0
@@ -26,7 +38,7 @@ class LineTrace:
     def _wanted(self, filename: str) -> bool:
         known = self._seen.get(filename)
         if known is None:
-            known = self._seen[filename] = registered(filename)
+            known = self._seen[filename] = registered(filename) and (not self.probes or filename in self.hooked)
         return known
 
     def _global(self, frame: Any, event: str, arg: Any) -> Any:
@@ -42,18 +54,41 @@ class LineTrace:
                 self.executed.add((path, int(line)))
         return self._local
 
+    def probe(self, filename: str, module: Any, text: str) -> None:
+        """Measure `module` (executed from `text` as `filename`) by its probes from now on (`probes.loaded`)."""
+        probed = self._probed.get(id(module))
+        if probed is None or probed.module is not module:
+            probed = self._probed[id(module)] = _probes.Probed(filename, module, text,
+                                                               lambda line: upstream_line(filename, line))
+        probed.attach(self.executed)
+
+    @property
+    def _hooked(self) -> bool:
+        return not self.probes or bool(self.hooked)
+
     def start(self) -> None:
         if self._depth == 0:
-            self._previous = sys.gettrace()
-            sys.settrace(self._global)
-            threading.settrace(self._global)
+            if self.probes:
+                for filename, module, text in _probes.modules():
+                    if registered(filename):
+                        self.probe(filename, module, text)
+                _probes.MEASURING.append(self)
+            if self._hooked:
+                self._previous = sys.gettrace()
+                sys.settrace(self._global)
+                threading.settrace(self._global)
         self._depth += 1
 
     def stop(self) -> None:
         self._depth -= 1
         if self._depth == 0:
-            sys.settrace(self._previous)
-            threading.settrace(self._previous)  # type: ignore[arg-type]
+            if self._hooked:
+                sys.settrace(self._previous)
+                threading.settrace(self._previous)  # type: ignore[arg-type]
+            if self.probes:
+                _probes.MEASURING.remove(self)
+                for probed in self._probed.values():
+                    probed.detach()
 
     def add(self, lines: Iterable[tuple[str, int]]) -> None:
         """Lines another process executed (a kernel child)."""
@@ -70,6 +105,18 @@ def statement_lines(source: str, definitions: Iterable[str]) -> dict[str, set[in
         if node is not None:
             found[name] = _body_lines(node)
     return found
+
+
+def statement_of(source: str) -> dict[int, int]:
+    """{line: the counted line (`statement_line`) of the innermost statement holding it inside a function}: a
+    mutant on a continuation line or inside a test ran when its statement did."""
+    owner: dict[int, int] = {}
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for stmt, line in _statements(node):  # outer statements first: an inner one holds its own lines
+                if line is not None:
+                    owner.update(dict.fromkeys(range(stmt.lineno, (stmt.end_lineno or stmt.lineno) + 1), line))
+    return owner
 
 
 def documented_lines(source: str, unreached: Iterable[Any], *, every_line: bool = False) -> dict[str, set[int]]:
@@ -123,28 +170,13 @@ def _statements(node: ast.AST) -> Iterator[tuple[ast.stmt, int | None]]:
             else:
                 yield from ((sub, None) for sub in ast.walk(child) if isinstance(sub, ast.stmt))
         return
-    code = _without_docstring(body)
+    code = without_docstring(body)
     for stmt in body[:len(body) - len(code)]:  # the docstring
         yield stmt, None
     for stmt in code:
         for sub in ast.walk(stmt):  # inside a function all of it runs when it is called, nested bodies too
             if isinstance(sub, ast.stmt):
-                yield sub, _line(sub)
-
-
-def _line(stmt: ast.stmt) -> int | None:
-    if isinstance(stmt, ast.ClassDef) or (isinstance(stmt, ast.AnnAssign) and stmt.value is None):
-        return None  # a nested class's header line is not counted; `x: T` in a function body runs nothing
-    # `elif (` / `if (` over several lines: the line that runs is the test's own first line; a nested definition's
-    # header ran when the enclosing body ran it: its `def` line
-    return stmt.test.lineno if isinstance(stmt, (ast.If, ast.While)) else stmt.lineno
-
-
-def _without_docstring(body: list[ast.stmt]) -> list[ast.stmt]:
-    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
-            and isinstance(body[0].value.value, str):
-        return body[1:]
-    return body
+                yield sub, statement_line(sub)
 
 
 def coverage(executed: set[tuple[str, int]], executable: Mapping[str, Mapping[str, set[int]]],
