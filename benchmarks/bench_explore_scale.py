@@ -4,7 +4,7 @@
                                              [--ray-nodes] [--full] [--only NAME]
     python benchmarks/bench_explore_scale.py --largest --max-states 60000000 [--only NAME]
     python benchmarks/bench_explore_scale.py --checkpoint [--only NAME]
-    python benchmarks/bench_explore_scale.py --ceiling [--largest] [--only NAME]
+    python benchmarks/bench_explore_scale.py --ceiling [--repeat N] [--largest] [--only NAME]
 
 For each configuration (pd-staging 2 rooms x 2 writers, pd-protocol 2 rooms per backend, swa-budget
 6 requests) it runs, in one process and one after another, with the fingerprint store:
@@ -33,7 +33,8 @@ figures, several minutes a run.
 `--ceiling` runs instead, for each configuration, the every-state search in one process (no hang search) and
 then the model's own calls alone over the states it found (`ceiling`), both in CPU time: the share of the
 search's time that is the model, the explorer's own time (the rest) as a multiple of the model's, and the rate
-no complete search over the model can pass.
+no complete search over the model can pass. Each pass runs `--repeat` times (default 3), each time in a fresh
+process, the two passes alternating; the figures are medians, with the least and the spread of each.
 
 `--checkpoint` adds, after the symmetric single process, the same search cut in three by the state
 bound, each piece saved to a checkpoint and resumed by the next (`kvsim explore --checkpoint/--resume`):
@@ -49,6 +50,9 @@ import os
 import platform
 import resource
 import shutil
+import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import replace
@@ -59,6 +63,7 @@ from kvsim.engine.descriptor import RunSpec
 from kvsim.engine.explore import ExploreOptions, explore
 from kvsim.engine.explore.checkpoint import CheckpointDir
 from kvsim.engine.explore.parallel import explore_parallel
+from kvsim.engine.memory import collection_paused
 
 CONFIGS = (
     ("swa-budget 6 requests", "swa-budget", "fixed",
@@ -218,59 +223,124 @@ def across_nodes(spec: RunSpec, bound: ExploreOptions, symmetric: bool, n: int, 
     return rows
 
 
-def ceiling(spec: RunSpec, bound: ExploreOptions) -> dict:
-    """The model's own calls against the explorer that makes them: how fast any explorer over this model can go.
-
-    The explorer runs every state (fingerprint store, no hang search: its fastest mode). A plain breadth-first
-    search with a set then finds the same states in the same order, untimed; over them, the model's calls alone
-    are timed: `done` and every invariant on each state found, `enabled` and every `step` on each state
-    expanded. A complete search expands every state it finds, so its rate can never pass one state per
-    (expansion + checks) of the model, whatever the explorer does."""
-    clock = time.process_time  # CPU time of this process: both sides alike on a machine other jobs share
-    start = clock()
+def explorer_pass(spec: RunSpec, bound: ExploreOptions) -> dict:
+    """The search `ceiling` measures: every state, fingerprint store, no hang search (the explorer's fastest mode),
+    in CPU time of this process (a machine other jobs share moves wall time, not CPU time, much)."""
+    start = time.process_time()
     r = explore(spec.system(), replace(bound, symmetry=False, store="fingerprint", check_liveness=False))
-    search = clock() - start
+    return {"seconds": time.process_time() - start, "states": r.states, "complete": r.bound_hit is None}
+
+
+def model_pass(spec: RunSpec, states: int) -> dict:
+    """The model's own calls alone over the first `states` states of a breadth-first search.
+
+    A plain breadth-first search with a set finds the states the explorer found, in its order, untimed; over
+    them, the model's calls alone are timed: `done` and every invariant on each state found, `enabled` and every
+    `step` on each state expanded. The collector is paused while they run, as the explorer pauses it for its
+    search (`YoungCollections`): the model's calls are timed as they run inside the explorer, and the
+    collector's passes over the states held do not add to one pass and not to another."""
     system = spec.system()
     enabled, step, done, invariants = system.enabled, system.step, system.done, list(system.invariants)
     found = list(dict.fromkeys(system.initial_states()))
     seen, expanded = set(found), []
     for state in found:  # grows as it goes: breadth-first
-        if len(seen) >= r.states:
+        if len(seen) >= states:
             break
         expanded.append(state)
         for action in enabled(state):
             nxt = step(state, action)
-            if nxt not in seen and len(seen) < r.states:
+            if nxt not in seen and len(seen) < states:
                 seen.add(nxt)
                 found.append(nxt)
-    start = clock()
-    for state in found:
-        done(state)
-        for inv in invariants:
-            if inv.check(state) is not None:
-                break
-    checks = clock() - start
-    start, steps = clock(), 0
-    for state in expanded:
-        for action in enabled(state):
-            step(state, action)
-            steps += 1
-    expansions = clock() - start
-    model = checks + expansions
-    per_state = checks / len(found) + expansions / len(expanded)  # a complete search: each state found, expanded
-    row = {"states": r.states, "expanded": len(expanded), "transitions": steps, "explorer_seconds": round(search, 2),
-           "model_seconds": round(model, 2), "model_share": round(model / search, 2),
-           "overhead": round((search - model) / model, 2),
-           "explorer_states_per_second": round(r.states / search), "free_explorer": round(len(found) / model),
-           "complete_search_at_most": round(1 / per_state), "steps_per_state": round(steps / len(expanded), 2),
-           "complete": r.bound_hit is None}
-    print(f"  explorer: {r.states:,} states ({len(expanded):,} expanded, {steps:,} steps) in {search:.2f} s CPU, "
-          f"{row['explorer_states_per_second']:,}/s; the model's calls alone: {model:.2f} s "
-          f"({row['model_share']:.0%} of the explorer's time); the explorer's own: {search - model:.2f} s, "
-          f"{row['overhead']:.2f}x the model's")
+    del seen
+    clock = time.process_time
+    with collection_paused():
+        start = clock()
+        for state in found:
+            done(state)
+            for inv in invariants:
+                if inv.check(state) is not None:
+                    break
+        checks = clock() - start
+        start, steps = clock(), 0
+        for state in expanded:
+            for action in enabled(state):
+                step(state, action)
+                steps += 1
+        expansions = clock() - start
+    return {"found": len(found), "expanded": len(expanded), "steps": steps, "checks": checks,
+            "expansions": expansions}
+
+
+def fresh_pass(kind: str, label: str, args: argparse.Namespace, states: int = 0) -> dict:
+    """One pass of `ceiling` in a fresh process (this script, `--ceiling-pass`): every pass starts from the same
+    heap, and the one before it leaves nothing behind for it to collect."""
+    command = [sys.executable, __file__, "--ceiling-pass", kind, "--config", label, "--states", str(states),
+               "--max-states", str(args.max_states), "--max-seconds", str(args.max_seconds)]
+    out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.splitlines()[-1])
+
+
+def spread(values: list[float]) -> str:
+    """median, least and spread ((most - least) / median) of one pass's repeats"""
+    mid = statistics.median(values)
+    return f"{mid:.2f} s CPU (least {min(values):.2f}, spread {(max(values) - min(values)) / mid:.0%})"
+
+
+def ceiling(label: str, args: argparse.Namespace) -> dict:
+    """The model's own calls against the explorer that makes them: how fast any explorer over this model can go.
+
+    `--repeat` times each, alternating, each in a fresh process: the explorer's search (`explorer_pass`), then
+    the model's calls alone over the states it found (`model_pass`). A complete search expands every state it
+    finds, so its rate can never pass one state per (expansion + checks) of the model, whatever the explorer
+    does. The figures are medians; the multiple is also given from the least times and over each pair."""
+    searches, models = [], []
+    for _ in range(args.repeat):
+        searches.append(fresh_pass("explorer", label, args))
+        models.append(fresh_pass("model", label, args, searches[0]["states"]))
+    if len({r["states"] for r in searches}) > 1:  # a --max-seconds bound stopped some and not others
+        print(f"  note: the searches found {sorted({r['states'] for r in searches})} states")
+    m = models[0]
+    search_s = [r["seconds"] for r in searches]
+    model_s = [r["checks"] + r["expansions"] for r in models]
+    search, model = statistics.median(search_s), statistics.median(model_s)
+    overhead = (search - model) / model
+    pairs = [(s - t) / t for s, t in zip(search_s, model_s)]
+    checks = statistics.median(r["checks"] for r in models)
+    expansions = statistics.median(r["expansions"] for r in models)
+    per_state = checks / m["found"] + expansions / m["expanded"]  # a complete search: each state found, expanded
+    states = searches[0]["states"]
+    row = {"states": states, "expanded": m["expanded"], "transitions": m["steps"],
+           "explorer_seconds": round(search, 2), "model_seconds": round(model, 2),
+           "model_share": round(model / search, 2), "overhead": round(overhead, 2),
+           "overhead_least": round((min(search_s) - min(model_s)) / min(model_s), 2),
+           "overhead_pairs": [round(p, 2) for p in pairs], "repeat": args.repeat,
+           "explorer_seconds_each": [round(x, 2) for x in search_s],
+           "model_seconds_each": [round(x, 2) for x in model_s],
+           "explorer_states_per_second": round(states / search), "free_explorer": round(m["found"] / model),
+           "complete_search_at_most": round(1 / per_state), "steps_per_state": round(m["steps"] / m["expanded"], 2),
+           "complete": searches[0]["complete"]}
+    bounded = "" if row["complete"] else ", bounded"
+    print(f"  explorer: {states:,} states ({m['expanded']:,} expanded, {m['steps']:,} steps{bounded}), "
+          f"x{args.repeat}: {spread(search_s)}, {row['explorer_states_per_second']:,}/s")
+    print(f"  the model's calls alone, x{args.repeat}: {spread(model_s)}, "
+          f"{row['model_share']:.0%} of the explorer's time")
+    print(f"  the explorer's own: {search - model:.2f} s, {overhead:.2f}x the model's (least times: "
+          f"{row['overhead_least']:.2f}x; pass by pass {min(pairs):.2f}x to {max(pairs):.2f}x)")
     print(f"  the model alone runs {row['free_explorer']:,} of these states/s; a complete search (every state "
           f"expanded, {row['steps_per_state']} steps each) at most {row['complete_search_at_most']:,}/s", flush=True)
     return row
+
+
+def one_pass(args: argparse.Namespace) -> None:
+    """`--ceiling-pass`: one pass of `ceiling` in this process, printed as a line of JSON."""
+    label, model, variant, params = next(c for c in LARGEST + CONFIGS if c[0] == args.config)
+    spec = RunSpec.resolve(catalog.models().model(model), variant, [f"{k}={v}" for k, v in params.items()])
+    if args.ceiling_pass == "explorer":
+        out = explorer_pass(spec, ExploreOptions(max_states=args.max_states, max_seconds=args.max_seconds))
+    else:
+        out = model_pass(spec, args.states)
+    print(json.dumps(out))
 
 
 def main() -> None:
@@ -291,10 +361,20 @@ def main() -> None:
     ap.add_argument("--ceiling", action="store_true",
                     help="instead: the model's own calls timed against the explorer making them (every state, one "
                          "process), and the rate no explorer over the model can pass")
+    ap.add_argument("--repeat", type=int, default=3,
+                    help="with --ceiling: how many times each pass runs, each in a fresh process (default 3)")
     ap.add_argument("--json", metavar="FILE")
+    ap.add_argument("--ceiling-pass", choices=("explorer", "model"), help=argparse.SUPPRESS)  # `fresh_pass`'s child
+    ap.add_argument("--config", help=argparse.SUPPRESS)
+    ap.add_argument("--states", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.ceiling_pass:
+        one_pass(args)
+        return
+    if args.repeat < 1:
+        ap.error(f"--repeat: expected a count of at least 1, got {args.repeat}")
     print(f"python {platform.python_version()}, {os.cpu_count()} CPUs, max states {args.max_states:,}, "
-          f"max seconds {args.max_seconds:,.0f}")
+          f"max seconds {args.max_seconds:,.0f}, kvsim from {Path(catalog.__file__).parents[2]}")
     reg = catalog.models()
     report = []
     n = args.workers
@@ -307,7 +387,7 @@ def main() -> None:
         bound = ExploreOptions(max_states=args.max_states, max_seconds=args.max_seconds, check_liveness=True,
                                store="fingerprint")
         if args.ceiling:
-            report.append({"config": label, "params": params, "ceiling": ceiling(spec, bound)})
+            report.append({"config": label, "params": params, "ceiling": ceiling(label, args)})
             continue
         if args.largest:  # one process against workers, both reduced as the model declares
             rows = [run("1 process", lambda: explore(spec.system(), bound), None)]
