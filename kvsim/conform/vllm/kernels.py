@@ -210,6 +210,7 @@ def note(ctx: Context) -> str:
 # --- the frame probe: upstream's planner and kernel together ------------------------------------------
 
 FRAME_DRAWN = 8
+PATTERN = (np.arange(251) * 131 % 251 + 1).astype(np.uint8)  # byte i of an arena is PATTERN[i % 251]: never 0
 
 
 def frame_cases() -> list[tuple[str, Any, tuple[int, ...]]]:
@@ -242,7 +243,7 @@ def frame_probe(ctx: Context) -> str | None:
             continue
         table, launch = planned
         arena = Arena.for_geometry(geometry)
-        before = (np.arange(arena.size, dtype=np.int64) * 131 % 251 + 1).astype(np.uint8)  # no zero byte
+        before = np.resize(PATTERN, arena.size)  # no zero byte
         document = zero_document(before, table, ids, (launch["block_size"], launch["max_chunks"]),
                                  pre=ctx.state["pre"])
         answer = capture(call_kernel, ctx, RUNNER, document)
