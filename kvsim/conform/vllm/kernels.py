@@ -10,7 +10,9 @@ ten calls `warmup(num_kv_blocks)` (0-2 blocks: it zeroes block 0 when there is o
 Adapter: the segment table is the model's (the planner half of `KVBlockZeroer.__init__` is the `KVBlockZeroer`
 target's); the launcher's `_meta` tuple is filled from it with upstream's element order, its BLOCK_SIZE/max_chunks
 by the model's fixed `launch_config` (upstream's formula); addresses are the arena's `data_ptr() + offset`;
-`async_tensor_h2d` is `torch.tensor(..., device=)`. Before d6af803 (0.27.1: the kernel's parameters have no
+`async_tensor_h2d` is `torch.tensor(..., device=)`. The arena travels to the child as a repeated tile where it
+is one (the sentinel byte, the probe's pattern) and comes back as the runs of bytes the launch changed
+(`arena_document`, `writes`): the 15 MB DeepSeek-V4 arena is not sent whole both ways. Before d6af803 (0.27.1: the kernel's parameters have no
 `seg_block_strides_ptr`) `_meta` has 5 fields (the page doubles as the stride, no mask): the adapter fills that
 `_meta`, the tables are the model's `pre_d6af803` plans of the cases' geometries (raw tables with stride := page,
 drawn again when a write would leave the buffer) and the launch is `launch_config(table, pre_d6af803)` (the
@@ -36,7 +38,7 @@ from kvsim.engine.conformance.adapters import Context, Differential, Probe
 from kvsim.engine.conformance.answers import FAILED, capture
 from kvsim.engine.errors import ConfigError
 
-from ..kernels import call_kernel, kernel_examples, unpacked
+from ..kernels import call_kernel, kernel_examples
 from ..source import EngineSource
 from .common import load_in_child
 from .zeroer import loading, ratio_shape, upstream_plan
@@ -52,10 +54,9 @@ def run_zero(source: EngineSource, case: Mapping[str, Any], device: str) -> dict
     """The release's `zero_block_ids` (or `warmup`) with `_meta` filled from the document; the memory after."""
     import torch
 
-    from kvsim.gpu_oracle.runtime.asan import pack, unpack
-
     ns = load_in_child(source, UTILS, ZERO_SYMBOLS, device)
-    memory = torch.from_numpy(unpack(case["memory"])).to(device)
+    before = arena_of(case["memory"])
+    memory = torch.from_numpy(before.copy()).to(device)
     base = memory.data_ptr()
     zeroer = object.__new__(ns.KVBlockZeroer)
     zeroer.device = torch.device(device)
@@ -74,7 +75,54 @@ def run_zero(source: EngineSource, case: Mapping[str, Any], device: str) -> dict
         zeroer.zero_block_ids(list(case["block_ids"]))
     if device == "cuda":
         torch.cuda.synchronize()
-    return {"memory": pack(memory.cpu().numpy())}
+    return {"writes": writes(before, memory.cpu().numpy())}
+
+
+# --- the arena both ways: a tiled pattern out, the changed bytes back ---------------------------------
+
+def arena_document(memory: np.ndarray, tile: np.ndarray | None = None) -> dict[str, Any]:
+    """The arena as the child's case holds it: `tile` repeated to the arena's size where it is one (the sentinel
+    byte, the frame probe's pattern: a 15 MB arena sent as a few bytes), else every byte."""
+    from kvsim.gpu_oracle.runtime.asan import pack
+
+    if tile is not None:
+        return {"tile": pack(tile), "size": int(memory.size)}
+    return pack(memory)
+
+
+def arena_of(document: Mapping[str, Any]) -> np.ndarray:
+    from kvsim.gpu_oracle.runtime.asan import unpack
+
+    if "tile" in document:
+        return tiled(unpack(document["tile"]), document["size"])
+    return unpack(document)
+
+
+def tiled(tile: np.ndarray, size: int) -> np.ndarray:
+    return np.tile(tile, -(-size // tile.size))[:size]
+
+
+def writes(before: np.ndarray, after: np.ndarray) -> dict[str, Any]:
+    """The bytes `after` holds where it differs from `before`, as runs: starts, ends (exclusive), the new bytes."""
+    from kvsim.gpu_oracle.runtime.asan import pack
+
+    changed = np.flatnonzero(before != after)
+    cut = np.flatnonzero(np.diff(changed) > 1) + 1
+    starts = changed[np.concatenate(([0], cut))] if changed.size else changed
+    ends = changed[np.concatenate((cut - 1, [changed.size - 1]))] + 1 if changed.size else changed
+    return {"starts": pack(starts.astype(np.int64)), "ends": pack(ends.astype(np.int64)), "bytes": pack(after[changed])}
+
+
+def written(before: np.ndarray, runs: Mapping[str, Any]) -> np.ndarray:
+    """`before` with the child's `writes` applied: the arena after the launch."""
+    from kvsim.gpu_oracle.runtime.asan import unpack
+
+    after = before.copy()
+    spans = zip(unpack(runs["starts"]).tolist(), unpack(runs["ends"]).tolist())
+    at = [np.arange(start, end) for start, end in spans]
+    if at:
+        after[np.concatenate(at)] = unpack(runs["bytes"])
+    return after
 
 
 # --- parent side ----------------------------------------------------------------------------------------
@@ -91,10 +139,11 @@ class KernelInput:
 
 
 def zero_document(memory: np.ndarray, table: Any, block_ids: Any, launch: Any = None, *,
-                  pre: bool = False, warmup: int | None = None, planned: bool = True) -> dict[str, Any]:
-    """The child's case; for the launcher before d6af803 (`pre`) without the stride column and with the unmasked
-    launch of the pre_d6af803 variant, else with the fixed launcher's."""
-    from kvsim.gpu_oracle.runtime.asan import pack
+                  pre: bool = False, warmup: int | None = None, planned: bool = True,
+                  tile: np.ndarray | None = None) -> dict[str, Any]:
+    """The child's case (`tile`: the arena is that tile repeated, `arena_document`); for the launcher before
+    d6af803 (`pre`) without the stride column and with the unmasked launch of the pre_d6af803 variant, else with
+    the fixed launcher's."""
     from kvsim.models.kv_zeroing.variants import VARIANTS
     from kvsim.models.kv_zeroing.zeroer import FIXED, launch_config
 
@@ -102,7 +151,7 @@ def zero_document(memory: np.ndarray, table: Any, block_ids: Any, launch: Any = 
         config = launch_config(table, VARIANTS["pre_d6af803"] if pre else FIXED)
         launch = (config.block_size, config.max_chunks)
     rows = table.segments if planned else None
-    return {"memory": pack(memory), "addrs": None if rows is None else [s.addr for s in rows],
+    return {"memory": arena_document(memory, tile), "addrs": None if rows is None else [s.addr for s in rows],
             "strides": None if pre or rows is None else [s.block_stride for s in rows],
             "pages": None if rows is None else [s.page for s in rows], "block_ids": [int(b) for b in block_ids],
             "block_size": launch[0], "max_chunks": launch[1], "warmup": warmup}
@@ -150,7 +199,8 @@ def prepared(ctx: Context, inp: KernelInput) -> tuple[np.ndarray, Any, tuple[int
             arena = Arena.for_geometry(case.geometry)
             table = plan_segments(case.geometry, variant=VARIANTS["pre_d6af803" if pre else "fixed"], arena=arena)
             memory, ids = np.full(arena.size, SENTINEL, dtype=np.uint8), tuple(case.block_ids)
-        document = zero_document(memory, table, ids, pre=pre, warmup=inp.warmup, planned=inp.planned)
+        tile = None if isinstance(case, KernelCase) else np.full(1, SENTINEL, dtype=np.uint8)
+        document = zero_document(memory, table, ids, pre=pre, warmup=inp.warmup, planned=inp.planned, tile=tile)
         ctx.state["input"], ctx.state["prepared"] = inp, (memory, table, ids, document)
     return ctx.state["prepared"]
 
@@ -169,8 +219,8 @@ def zero_model(ctx: Context, inp: KernelInput) -> dict[str, Any]:
 
 
 def zero_upstream(ctx: Context, inp: KernelInput) -> dict[str, Any]:
-    document = prepared(ctx, inp)[3]
-    return {"memory": unpacked(call_kernel(ctx, RUNNER, document), "memory")}
+    memory, _, _, document = prepared(ctx, inp)
+    return {"memory": written(memory, call_kernel(ctx, RUNNER, document)["writes"])}
 
 
 @st.composite
@@ -210,6 +260,7 @@ def note(ctx: Context) -> str:
 # --- the frame probe: upstream's planner and kernel together ------------------------------------------
 
 FRAME_DRAWN = 8
+PATTERN = (np.arange(251) * 131 % 251 + 1).astype(np.uint8)  # byte i of an arena is PATTERN[i % 251]: never 0
 
 
 def frame_cases() -> list[tuple[str, Any, tuple[int, ...]]]:
@@ -242,13 +293,13 @@ def frame_probe(ctx: Context) -> str | None:
             continue
         table, launch = planned
         arena = Arena.for_geometry(geometry)
-        before = (np.arange(arena.size, dtype=np.int64) * 131 % 251 + 1).astype(np.uint8)  # no zero byte
+        before = tiled(PATTERN, arena.size)  # no zero byte
         document = zero_document(before, table, ids, (launch["block_size"], launch["max_chunks"]),
-                                 pre=ctx.state["pre"])
+                                 pre=ctx.state["pre"], tile=PATTERN)
         answer = capture(call_kernel, ctx, RUNNER, document)
         if isinstance(answer, FAILED):
             return f"{name}: upstream's kernel on upstream's plan: {answer}"
-        after = unpacked(answer, "memory")
+        after = written(before, answer["writes"])
         foreign = (after != before) & ~owned_bytes(geometry, arena, ids)
         if foreign.any():
             outside = int((foreign & ~arena.inside()).sum())

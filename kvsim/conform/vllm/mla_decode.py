@@ -6,11 +6,15 @@ the Triton interpreter on the CPU or natively with `--device cuda`). Absorbed ML
 paged cache in random page order, page sizes 1/16/32/64, KV lengths 0, 1 and non-multiples of the page size
 (the `mla-backends` paged strategy), given to the release's kernel through both metadata forms: the dense form
 (a block table with junk past each row's live pages) and the CSR form converted by the model's `dense_from_csr`
-at the case's table-width alignment, as a backend does. Every parameter of `decode_attention_fwd` is drawn:
-the query heads (1: the MHA path `decode_attention_fwd_normal`; 2 or 16: the grouped one), the latent and rope
-widths (512 / 64, MLA's; 256 / 32, the other tile the kernel names; 128 / 16, any other), the cache as a 4D
-paged buffer or a 3D one of tokens (`_page_stride`), `num_kv_splits` 1-4, `logit_cap` (none, or a soft cap),
-`k_scale` / `v_scale` (absent, or given) and `is_mla`.
+at the case's table-width alignment, as a backend does; both forms' rows go to the kernel in one launch (its
+programs are per row: each form's rows are answered as in a launch of their own, and the interpreter's fixed cost
+per launch is paid once). Every parameter of `decode_attention_fwd` is drawn: the query heads (1: the MHA path
+`decode_attention_fwd_normal`; 2 or 16: the grouped one), the latent and rope widths (512 / 64, MLA's; 256 / 32,
+the other tile the kernel names; 128 / 16, any other), the cache as a 4D paged buffer or a 3D one of tokens
+(`_page_stride`), `num_kv_splits` 1-4, `logit_cap` (none, or a soft cap), `k_scale` / `v_scale` (absent, or given)
+and `is_mla`. Drawn batches are kept small for the interpreter (its cost is the programs: rows x heads x splits,
+and MLA's tile is three times the others'): a decode batch (a row per request) at any tile and head count, or up
+to two queries per request at the smaller tiles and 1-2 heads; MLA's batches of many queries are pinned.
 
 Inputs are rounded to the launch dtype: bf16 on a GPU (what vLLM's MLA decode runs in), fp16 under the Triton
 interpreter (the 3.9 interpreter reads bf16 tensors as garbage: 8e8 for N(0, 1) data, so it cannot run bf16
@@ -58,6 +62,7 @@ PARAMS = ("q", "k_buffer", "v_buffer", "o", "lse", "req_to_token", "b_seq_len", 
 TOLERANCE = {"bfloat16": (2e-2, 2e-2), "float16": (1e-3, 2e-3)}
 WIDTHS = ((512, 64), (256, 32), (128, 16))  # (latent, rope): MLA's, the kernel's other named tile, any other
 LN2 = float(np.log(2.0))
+FORMS = ("dense", "csr")  # the metadata forms of a batch, launched together
 
 
 @dataclass(frozen=True)
@@ -153,22 +158,31 @@ def decode_rows(paged: Any, table: tuple[tuple[int, ...], ...]) -> tuple[list[li
     return rows, extents
 
 
-def launch(ctx: Context, case: DecodeCase, form: str) -> tuple[np.ndarray, np.ndarray, list[int]]:
-    """The kernel's `(output [rows, H, Lv], lse2 [rows, H], extents)` with the batch given in `form`."""
+def launch(ctx: Context, case: DecodeCase,
+           forms: tuple[str, ...] = FORMS) -> list[tuple[np.ndarray, np.ndarray, list[int]]]:
+    """The kernel's `(output [rows, H, Lv], lse2 [rows, H], extents)` of the batch given in each of `forms`, all in
+    one launch: the forms' rows one after another (each form's table rows padded with page 0 to the widest), the
+    query repeated per form. The kernel's programs are per row, so a form's rows are its own launch's; the one
+    launch spares the interpreter's fixed cost per launch (about that of a row's programs)."""
     from kvsim.gpu_oracle.runtime.asan import pack, unpack
     from kvsim.models.mla_backends.metadata import dense_from_csr
 
     paged, dtype = case.paged, launch_dtype(ctx.options.device)
     q_nope, q_pe, ckv, kpe, scale = tensors(case, dtype)
     metadata = paged.metadata()
-    dense = metadata.dense() if form == "dense" else dense_from_csr(metadata.csr(), paged.alignment)
-    rows, extents = decode_rows(paged, dense.block_tables)
+    tables = {"dense": metadata.dense, "csr": lambda: dense_from_csr(metadata.csr(), paged.alignment)}
+    per_form = [decode_rows(paged, tables[form]().block_tables) for form in forms]
+    width = max(len(row) for rows, _ in per_form for row in rows)
+    table = [row + [0] * (width - len(row)) for rows, _ in per_form for row in rows]
+    q = np.concatenate([q_nope, q_pe], axis=-1)
     result = call_kernel(ctx, RUNNER, {
-        "q": pack(np.concatenate([q_nope, q_pe], axis=-1)), "cache": pack(np.concatenate([ckv, kpe], axis=-1)),
-        "table": rows, "seq_lens": extents, "splits": case.num_kv_splits, "scale": scale, "lv": case.widths[0],
-        "page_size": paged.page_size, "dtype": dtype, "paged_buffer": case.paged_buffer,
-        "logit_cap": case.logit_cap, "scales": case.scales, "is_mla": case.is_mla})
-    return unpack(result["output"]), unpack(result["lse"]) / LN2, extents
+        "q": pack(np.concatenate([q] * len(forms))), "cache": pack(np.concatenate([ckv, kpe], axis=-1)),
+        "table": table, "seq_lens": [n for _, extents in per_form for n in extents], "splits": case.num_kv_splits,
+        "scale": scale, "lv": case.widths[0], "page_size": paged.page_size, "dtype": dtype,
+        "paged_buffer": case.paged_buffer, "logit_cap": case.logit_cap, "scales": case.scales, "is_mla": case.is_mla})
+    out, lse, rows = unpack(result["output"]), unpack(result["lse"]) / LN2, len(q)
+    return [(out[k * rows:(k + 1) * rows], lse[k * rows:(k + 1) * rows], extents)
+            for k, (_, extents) in enumerate(per_form)]
 
 
 def live_rows(case: DecodeCase) -> np.ndarray:
@@ -196,8 +210,7 @@ def decode_model(ctx: Context, case: DecodeCase) -> dict[str, Any]:
 
 
 def decode_upstream(ctx: Context, case: DecodeCase) -> dict[str, Any]:
-    by_dense = launch(ctx, case, "dense")
-    out, lse, extents = launch(ctx, case, "csr")
+    by_dense, (out, lse, extents) = launch(ctx, case)
     agree = all(np.array_equal(x, y, equal_nan=True) for x, y in zip(by_dense[:2], (out, lse)))
     return answer(launch_dtype(ctx.options.device), out, lse, np.array(extents, dtype=np.int64) > 0, agree)
 
@@ -218,7 +231,7 @@ def empty_row_probe(ctx: Context) -> str | None:
     """A row of extent 0 is NaN output with LSE -inf (the documented convention)."""
     from kvsim.properties.mla_backends.cases import PAGED_DECODE
 
-    out, lse, extents = launch(ctx, DecodeCase(PAGED_DECODE, 2), "csr")
+    [(out, lse, extents)] = launch(ctx, DecodeCase(PAGED_DECODE, 2), ("csr",))
     empty = [r for r, n in enumerate(extents) if n == 0]
     if not empty:
         return "the pinned decode batch has no empty row any more"
@@ -234,14 +247,22 @@ def decode_cases(ctx: Context) -> Any:
 
     from kvsim.properties.mla_backends.strategies import PAGED_CASES
 
-    def build(paged: Any, heads: int, splits: int, widths: tuple[int, int], paged_buffer: bool, cap: float,
+    def build(paged: Any, shape: tuple[int, int, tuple[int, int]], splits: int, paged_buffer: bool, cap: float,
               scales: bool, is_mla: bool) -> DecodeCase:
-        return DecodeCase(replace(paged, heads=heads), splits, widths, paged_buffer, cap, scales, is_mla)
+        queries, heads, widths = shape
+        paged = replace(paged, q_lens=tuple(min(q, queries) for q in paged.q_lens), heads=heads)
+        return DecodeCase(paged, splits, widths, paged_buffer, cap, scales, is_mla)
 
-    # the interpreter's cost grows with the heads and the tile width: most inputs are small, some are MLA's own
-    return st.builds(build, PAGED_CASES, st.sampled_from((2, 2, 1, 16)), st.integers(1, 4),
-                     st.sampled_from(WIDTHS[::-1] + WIDTHS[2:]), st.booleans(), st.sampled_from((0.0, 0.0, 30.0, 2.0)),
-                     st.booleans(), st.sampled_from((True,) * 4 + (False,)))
+    # The interpreter's cost grows with the programs (rows x head blocks x splits in stage 1, rows x heads in stage
+    # 2) and with MLA's tile (512 + 64: three times the smaller ones'), hardly with the KV length. Every shape is
+    # bounded whichever Hypothesis favours: a decode batch (a row per request) at any tile and head count (1: the
+    # ungrouped kernel; 2; 16: a full head block), or at the smaller tiles and 1-2 heads up to two queries per
+    # request (causal rows of one request see different extents). MLA's own batches of many queries are pinned.
+    small = WIDTHS[:0:-1]
+    shapes = ([(1, h, w) for w in small for h in (2, 1)] + [(2, h, w) for w in small for h in (2, 1)]
+              + [(1, 16, w) for w in small] + [(1, h, WIDTHS[0]) for h in (2, 1, 16)])
+    return st.builds(build, PAGED_CASES, st.sampled_from(shapes), st.integers(1, 4), st.booleans(),
+                     st.sampled_from((0.0, 0.0, 30.0, 2.0)), st.booleans(), st.sampled_from((True,) * 4 + (False,)))
 
 
 def pinned(ctx: Context) -> list[DecodeCase]:

@@ -98,3 +98,54 @@ def test_the_model_soft_caps_logits_as_the_kernel_does():
     logits = 2.0 * np.tanh((q[0, 0] @ k.T) / 2.0)
     assert np.isclose(lse[0, 0], np.log2(np.exp(logits).sum()), rtol=1e-6)
     assert not np.isclose(attention_state(q, k, v, 1.0)[1][0, 0], lse[0, 0])
+
+
+def test_one_launch_carries_both_forms_rows_each_answered_apart():
+    """Both metadata forms go to the kernel in one launch, the dense form's rows first; each form's answer is its
+    own rows (the launch's rows numbered here by a stand-in child), its table rows padded with page 0 to the widest
+    (the dense form's junk past the live pages kept)."""
+    from types import SimpleNamespace
+
+    from kvsim.conform.vllm.mla_decode import DecodeCase, launch
+    from kvsim.gpu_oracle.runtime.asan import pack
+    from kvsim.models.mla_backends.metadata import dense_from_csr
+    from kvsim.properties.mla_backends.cases import PAGED_DECODE
+
+    sent = []
+
+    def call(runner, document):
+        sent.append(document)
+        numbered = np.arange(len(document["seq_lens"]), dtype=np.float32)
+        return {"output": pack(numbered[:, None, None] * np.ones((1, 2, 128), np.float32)),
+                "lse": pack(numbered[:, None] * np.ones((1, 2), np.float32))}
+
+    ctx = SimpleNamespace(child=SimpleNamespace(call=call), options=SimpleNamespace(device="cpu"))
+    (dense_out, dense_lse, dense_extents), (csr_out, _, csr_extents) = launch(ctx, DecodeCase(PAGED_DECODE, 2,
+                                                                                             (128, 16)))
+    assert dense_out[:, 0, 0].tolist() == [0, 1, 2] and csr_out[:, 1, 5].tolist() == [3, 4, 5]
+    assert np.allclose(dense_lse[:, 0] * np.log(2.0), [0, 1, 2])
+    assert dense_extents == csr_extents == [0, 1, 70] and sent[0]["seq_lens"] == [0, 1, 70] * 2
+    metadata = PAGED_DECODE.metadata()
+    dense, csr = metadata.dense().block_tables, dense_from_csr(metadata.csr(), PAGED_DECODE.alignment).block_tables
+    width = max(len(r) for r in dense + csr)
+    assert sent[0]["table"] == [list(r) + [0] * (width - len(r)) for r in dense + csr]
+    assert dense != csr  # the forms differ past the live pages: the launch compares two tables
+    assert len(sent[0]["q"]["shape"]) == 3 and sent[0]["q"]["shape"][0] == 6
+
+
+def test_drawn_batches_are_small_and_still_take_every_kernel_shape():
+    """The CI profile's 40 drawn inputs: each bounded for the interpreter (a row per request at MLA's tile or 16
+    heads, at most two per request otherwise), and among them both kernels (1 head; 2 or 16), every tile, MLA's
+    widths more than once, several splits and causal rows of one request at different extents."""
+    from kvsim.conform.kernels import DEFAULT_EXAMPLES
+    from kvsim.conform.vllm.mla_decode import WIDTHS, decode_cases
+    from kvsim.engine.draws import derandomized_draws
+
+    drawn = derandomized_draws(decode_cases(None), DEFAULT_EXAMPLES)
+    for case in drawn:
+        most = 1 if case.widths == WIDTHS[0] or case.paged.heads == 16 else 2
+        assert max(case.paged.q_lens) <= most, case
+    assert {c.paged.heads for c in drawn} == {1, 2, 16} and {c.widths for c in drawn} == set(WIDTHS)
+    assert sum(c.widths == WIDTHS[0] for c in drawn) >= 3
+    assert {c.num_kv_splits for c in drawn} == {1, 2, 3, 4}
+    assert any(c.paged.causal and max(c.paged.q_lens) == 2 and max(c.paged.kv_lens) > 1 for c in drawn)
