@@ -18,6 +18,7 @@ page-span formula.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
@@ -104,13 +105,21 @@ class KVView:
         return self.strides[self.block_dim] * self.element_size
 
     def block_byte_offsets(self) -> np.ndarray:
-        """Sorted byte offsets, from the view start, of every byte of kernel block 0."""
-        offsets = np.zeros(1, dtype=np.int64)
-        for d, (n, s) in enumerate(zip(self.shape, self.strides)):
-            if d != self.block_dim:
-                offsets = np.add.outer(offsets, np.arange(n, dtype=np.int64) * s * self.element_size).ravel()
-        offsets = np.add.outer(offsets, np.arange(self.element_size, dtype=np.int64)).ravel()
-        return np.unique(offsets)
+        """Sorted byte offsets, from the view start, of every byte of kernel block 0 (read-only: worked out once
+        per layout, as a plan asks it of every view for every block)."""
+        return _block_byte_offsets(self.shape, self.strides, self.element_size, self.block_dim)
+
+
+@functools.lru_cache(maxsize=64)
+def _block_byte_offsets(shape: tuple[int, ...], strides: tuple[int, ...], element_size: int,
+                        block_dim: int) -> np.ndarray:
+    offsets = np.zeros(1, dtype=np.int64)
+    for d, (n, s) in enumerate(zip(shape, strides)):
+        if d != block_dim:
+            offsets = np.add.outer(offsets, np.arange(n, dtype=np.int64) * s * element_size).ravel()
+    offsets = np.unique(np.add.outer(offsets, np.arange(element_size, dtype=np.int64)).ravel())
+    offsets.setflags(write=False)
+    return offsets
 
 
 @dataclass(frozen=True)

@@ -317,3 +317,14 @@ def test_masked_launch_flag_chooses_the_launcher() -> None:
     assert launch_config(table, _only("masked_launch", False)) == LaunchConfig(128, 73, 4)
     assert launch_config(table, FIXED) == LaunchConfig(1024, 10, 4)
     assert launch_config(replace(table, variant=_only("masked_launch", False))) == LaunchConfig(128, 73, 4)
+
+
+def test_a_views_block_offsets_are_worked_out_once_per_layout_and_cannot_be_changed() -> None:
+    """`block_byte_offsets` is kept per layout (a plan asks it of every view for every block): the same read-only
+    array for an equal layout, every byte of kernel block 0 in order."""
+    view = KVView(layer="x", allocation=0, offset=0, shape=(2, 3, 2), strides=(2, 8, 1), element_size=2)
+    offsets = view.block_byte_offsets()
+    assert offsets.tolist() == [0, 1, 2, 3, 16, 17, 18, 19, 32, 33, 34, 35]
+    assert replace(view, layer="y").block_byte_offsets() is offsets
+    with pytest.raises(ValueError):
+        offsets[0] = 5
