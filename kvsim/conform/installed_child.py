@@ -8,7 +8,7 @@ share a process. As `triton_child`, the first line names what to load (`ImportEn
 driver, "module:Class" under `kvsim.conform`); the child imports the checked module and answers one line
 `{"ok": true, "result": {"import_s": ..., "version": ...}}` or `{"ok": false, "error": ..., "config": true}`
 (the import failed: the last line of its traceback). Each later line is one request `{"op": NAME, "args":
-{...}}`, answered `{"ok": true, "result": ...}` or, when the engine raised, `{"ok": false, "error": ...,
+{...}}` (with `"driver"`: to another driver than the first, made in the same child on its first request), answered `{"ok": true, "result": ...}` or, when the engine raised, `{"ok": false, "error": ...,
 "raised": {"type", "message", "where"}}`. `PYTHONHASHSEED` is fixed in the child, so vLLM's `NONE_HASH` and
 every block hash are the same in every run.
 
@@ -22,7 +22,10 @@ where it was, and points each name the release's other modules imported from it 
 (`Swap`); `"mutant": null` puts the released module back the same way. The driver's next `build` makes its
 objects from what is loaded then. `trace` names release files (relative to the tree) whose executed lines each
 later answer carries under `"lines"` (`--coverage`, and which lines a mutant run reached). A child is kept per
-release and driver for the parent's life (`shared`), since an import costs about 20 s.
+release for the parent's life (`shared`), since an import costs about 20 s; every driver of the release runs in it
+(`Driven`: the real scheduler's and the real coordinator's in one vLLM child, the radix cache's and the SWA
+cache's in one SGLang child), each in its own process forked from the one that imported the release (`serve`,
+`Worker`), so that no driver sees what another did to the release's globals.
 """
 
 from __future__ import annotations
@@ -59,9 +62,12 @@ def _where(tb: Any) -> str:
 
 class SelfTest:
     """A driver for checking the child itself (`kvsim.conform.installed_child:SelfTest`): op `echo` answers its
-    `value`, `raise` raises ValueError(`message`), `exit` ends the process with `code`, `hang` never answers."""
+    `value`, `raise` raises ValueError(`message`), `exit` ends the process with `code`, `hang` never answers, `pid`
+    answers the process the driver runs in."""
 
     def handle(self, op: str, args: dict[str, Any]) -> Any:
+        if op == "pid":
+            return os.getpid()
         if op == "raise":
             raise ValueError(args.get("message", "asked to raise"))
         if op == "exit":
@@ -69,7 +75,7 @@ class SelfTest:
         while op == "hang":
             time.sleep(3600)
         if op != "echo":
-            raise ConfigError("op", "one of echo, raise, exit, hang", op)
+            raise ConfigError("op", "one of echo, raise, exit, hang, pid", op)
         return args.get("value")
 
 
@@ -308,7 +314,13 @@ def _driver(name: str) -> Any:
 
 
 def serve(lines: Any, out: Any) -> int:
-    """Import the engine the header names, then answer requests until stdin closes (the child's main loop)."""
+    """Import the engine the header names, then answer requests until stdin closes (the child's main loop).
+
+    The process that imported the release (the zygote) never makes a driver: each driver runs in a process forked
+    from it on its first request (`Worker`: the first at start, so that a driver that cannot be made is the start's
+    error), which keeps the import and nothing another driver did to the release's globals (SGLang's radix driver
+    publishes server arguments in `runtime_context`, its SWA driver replaces them). A `__configure__` goes to every
+    worker and is kept for the next one. A worker that dies ends the child, as one process would."""
     header = json.loads(next(lines))
     sys.path.insert(0, header["root"])
     sys.path.append(header["deps"])
@@ -316,17 +328,129 @@ def serve(lines: Any, out: Any) -> int:
     try:
         install_stubs(header["engine"], header["version"], header["root"])
         importlib.import_module(header["module"])
-        driver = _driver(header["driver"])()
+        _driver(header["driver"])  # a name that is no driver is the start's error, before any fork
     except Exception as exc:  # the release does not import here: one line, the traceback's last
         last = traceback.format_exception_only(type(exc), exc)[-1].strip()
         out.write(json.dumps({"ok": False, "config": True, "error": f"{last} (at {_where(exc.__traceback__)})"}) + "\n")
         out.flush()
         return 1
+    workers: dict[str, Worker] = {}
+    first = Worker.fork(header, header["driver"], None, [out, *workers.values()])
+    ready = first.ready()
+    if ready is None or not ready.get("ok"):
+        out.write(json.dumps(ready or {"ok": False, "config": True, "error": "the driver's process ended"}) + "\n")
+        out.flush()
+        return 1
+    workers[header["driver"]] = first
     out.write(json.dumps({"ok": True, "result": {"import_s": time.perf_counter() - started,
                                                  "version": header["version"]}}) + "\n")
     out.flush()
-    configured = Configured(header["root"])
+    configure: Any = None
     for line in lines:
+        if not line.strip():
+            continue
+        request = json.loads(line)
+        if request["op"] == CONFIGURE:
+            configure = request.get("args") or {}
+            answers = [w.ask(line) for w in workers.values()]
+            if any(a is None for a in answers):
+                return 1
+            text = next((a for a in answers if not json.loads(a)["ok"]), answers[0])
+        else:
+            name = request.get("driver") or header["driver"]
+            worker = workers.get(name)
+            if worker is None:
+                worker = Worker.fork(header, name, configure, [out, *workers.values()])
+                made = worker.ready()
+                if made is None or not made.get("ok"):
+                    worker.close()
+                    why = (made or {}).get("error", "its process ended")
+                    error = ConfigError("driver", "a driver this release's child can make", name, hint=why)
+                    out.write(json.dumps({"ok": False, "error": str(error), "config": True}) + "\n")
+                    out.flush()
+                    continue
+                workers[name] = worker
+            text = worker.ask(line)
+            if text is None:
+                return 1
+        out.write(text if text.endswith("\n") else text + "\n")
+        out.flush()
+    for worker in workers.values():
+        worker.close()
+    return 0
+
+
+class Worker:
+    """One driver's process, forked from the zygote after the import, talking over two pipes."""
+
+    def __init__(self, pid: int, to: Any, back: Any) -> None:
+        self.pid, self.to, self.back = pid, to, back
+
+    @classmethod
+    def fork(cls, header: dict[str, Any], name: str, configure: Any, others: Sequence[Any]) -> "Worker":
+        """`others`: what the worker must not keep open (the zygote's answers, the other workers' pipes), so that
+        an end of the zygote or of a worker is seen at once by whoever reads from it."""
+        down, up = os.pipe(), os.pipe()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # the worker
+            code = 1
+            try:
+                for other in others:
+                    for stream in (other.to, other.back) if isinstance(other, Worker) else (other,):
+                        os.close(stream.fileno())
+                os.close(down[1])
+                os.close(up[0])
+                with os.fdopen(down[0]) as requests, os.fdopen(up[1], "w", buffering=1) as answers:
+                    code = work(header, name, configure, requests, answers)
+            finally:
+                os._exit(code)
+        os.close(down[0])
+        os.close(up[1])
+        return cls(pid, os.fdopen(down[1], "w", buffering=1), os.fdopen(up[0]))
+
+    def ready(self) -> dict[str, Any] | None:
+        line = self.back.readline()
+        return json.loads(line) if line else None
+
+    def ask(self, line: str) -> str | None:
+        """The worker's answer line to one request line; None when it ended."""
+        try:
+            self.to.write(line if line.endswith("\n") else line + "\n")
+            self.to.flush()
+        except OSError:
+            return None
+        return self.back.readline() or None
+
+    def close(self) -> None:
+        for stream in (self.to, self.back):
+            try:
+                stream.close()
+            except OSError:
+                pass
+        try:
+            os.waitpid(self.pid, 0)
+        except ChildProcessError:
+            pass
+
+
+def work(header: dict[str, Any], name: str, configure: Any, requests: Any, out: Any) -> int:
+    """A worker's loop: make the driver (its first line says whether it could), load what the zygote was last
+    asked to load, then answer each request as the child's one process did."""
+    try:
+        driver = _driver(name)()
+        configured = Configured(header["root"])
+        if configure:
+            configured.configure(**configure)
+    except Exception as exc:  # noqa: BLE001 - one line, the traceback's last, as the start's
+        last = traceback.format_exception_only(type(exc), exc)[-1].strip()
+        out.write(json.dumps({"ok": False, "config": True, "error": f"{last} (at {_where(exc.__traceback__)})"}) + "\n")
+        out.flush()
+        return 1
+    out.write(json.dumps({"ok": True}) + "\n")
+    out.flush()
+    for line in requests:
         if not line.strip():
             continue
         request = json.loads(line)
@@ -452,13 +576,17 @@ class InstalledChild(LineChild):
         """The driver's answer to `op`; see the class for what a refusal, a raise, a death or a hang become."""
         return self._call(op, args, self.timeout)
 
-    def _call(self, op: str, args: dict[str, Any], timeout: float | None) -> Any:
+    def call_driver(self, driver: str, op: str, args: dict[str, Any]) -> Any:
+        """`call` answered by another driver of the same release in this child (made on its first request)."""
+        return self._call(op, args, self.timeout, driver)
+
+    def _call(self, op: str, args: dict[str, Any], timeout: float | None, driver: str | None = None) -> Any:
         from kvsim.engine.conformance.answers import Answered, Raised
 
         if self.process is None:
             self.start()
         try:
-            self.send({"op": op, "args": args})
+            self.send({"op": op, "args": args, **({"driver": driver} if driver else {})})
             answer = self._answer(timeout)
         except OSError as exc:
             answer, tail = None, str(exc)
@@ -482,20 +610,47 @@ class InstalledChild(LineChild):
         raise Answered(Raised(raised["type"], raised["message"], raised["where"]))
 
 
-_SHARED: dict[tuple[str, str, str], InstalledChild] = {}
+class Driven:
+    """One driver's handle on the shared child of its release (`shared`): its requests go to that driver; what is
+    loaded (`configure`), the line trace, the deadline and the process are the child's, which every driver of the
+    release shares."""
+
+    def __init__(self, child: InstalledChild, driver: str) -> None:
+        self.child, self.driver = child, driver
+
+    def call(self, op: str, **args: Any) -> Any:
+        return self.child.call_driver(self.driver, op, args)
+
+    def configure(self, mutant: Any = None, trace: Any = None, files: Sequence[str] = ()) -> None:
+        self.child.configure(mutant, trace, files)
+
+    @property
+    def trace(self) -> Any:
+        return self.child.trace
+
+    @trace.setter
+    def trace(self, value: Any) -> None:
+        self.child.trace = value
+
+    def __getattr__(self, name: str) -> Any:  # import_s, process, timeout, env
+        return getattr(self.child, name)
 
 
-def shared(env: ImportEnvironment, driver: str, timeout: float | None = None) -> InstalledChild:
-    """The child of this release and driver kept for the process's life (started on first use; closed at exit):
-    every target run of a `kvsim conform` or a test session reuses its import."""
-    key = (str(env.source.root), str(env.deps), driver)
+_SHARED: dict[tuple[str, str], InstalledChild] = {}
+
+
+def shared(env: ImportEnvironment, driver: str, timeout: float | None = None) -> Driven:
+    """`driver`'s handle on the child of this release, kept for the process's life (started on first use; closed
+    at exit): every target run of a `kvsim conform` or a test session reuses its import, whichever driver the
+    target names (a second driver is made in the same child on its first request)."""
+    key = (str(env.source.root), str(env.deps))
     child = _SHARED.get(key)
     if child is None:
         if not _SHARED:
             atexit.register(close_shared)
         child = _SHARED[key] = InstalledChild(env, driver)
     child.timeout = timeout
-    return child
+    return Driven(child, driver)
 
 
 def close_shared() -> None:

@@ -138,11 +138,12 @@ def run_targets(targets: Sequence[ConformTarget], source: EngineSource, descript
 
 
 def batches(targets: Sequence[ConformTarget]) -> list[list[int]]:
-    """The targets' indexes as a worker runs them, one batch after another: the targets driving the same
-    real-import child together (a worker imports a release once, about 20 s), then each kernel target (a worker's
+    """The targets' indexes as a worker runs them, one batch after another: the targets driving the release's
+    real-import child together (a worker imports a release once, about 20 s, for all its drivers), then each
+    kernel target (a worker's
     one kernel child serves every kernel target it runs: triton is imported once a worker), then the rest; the
     longest first, so that the last batch to start is a short one."""
-    installed: dict[str, list[int]] = {}
+    installed: list[int] = []
     kernel: list[list[int]] = []
     rest: list[list[int]] = []
     for i, target in enumerate(targets):
@@ -152,10 +153,10 @@ def batches(targets: Sequence[ConformTarget]) -> list[list[int]]:
             rest.append([i])
             continue
         if adapter.installed:
-            installed.setdefault(adapter.installed, []).append(i)
+            installed.append(i)
         else:
             (kernel if adapter.kernel else rest).append([i])
-    return [*installed.values(), *kernel, *rest]
+    return [*([installed] if installed else []), *kernel, *rest]
 
 
 # what a forked worker runs from: (targets, source, descriptors, options, measure), set before the workers fork

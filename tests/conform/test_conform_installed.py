@@ -87,3 +87,23 @@ def test_the_child_answers_refusals_raises_deaths_and_hangs_and_leaves_no_proces
         assert died.value.answer.type == "ChildDied"
         assert child.call("echo", value="again") == "again"
     assert child.process is None
+
+
+def test_one_child_serves_every_driver_of_a_release(tmp_path):
+    """`shared` keeps one child per release: a second driver is made in it on its first request (one import), each
+    driver in a process of its own forked from the import."""
+    from kvsim.conform.installed_child import close_shared, shared
+
+    env = _fake_release(tmp_path)
+    try:
+        selftest = shared(env, "kvsim.conform.installed_child:SelfTest", timeout=30.0)
+        assert selftest.call("echo", value=1) == 1
+        manager = shared(env, "kvsim.conform.vllm.real_manager:ManagerDriver", timeout=30.0)
+        assert manager.child is selftest.child
+        with pytest.raises(ConfigError, match="ManagerDriver.*vllm.utils"):  # its own driver answers, not echo
+            manager.call("echo", value=2)
+        assert selftest.call("echo", value=3) == 3 and manager.process.pid == selftest.process.pid
+        # the driver answers from its own process, forked from the one that imported the release
+        assert selftest.call("pid") not in (selftest.process.pid, os.getpid())
+    finally:
+        close_shared()

@@ -168,7 +168,7 @@ def test_mutants_share_one_child_and_nothing_of_one_reaches_the_next(tmp_path):
         triton_child.close_shared()
 
 
-def test_real_import_targets_share_a_worker_and_the_longest_batches_go_first():
+def test_the_real_import_targets_of_a_release_share_a_worker_and_the_longest_batches_go_first():
     from kvsim.conform.run import batches
     from kvsim.conform.targets import select_targets
 
@@ -179,7 +179,7 @@ def test_real_import_targets_share_a_worker_and_the_longest_batches_go_first():
     assert sorted(i for b in found for i in b) == list(range(len(chosen)))  # each target once
     drivers = [{chosen[i].resolve_adapter().installed for i in b} for b in found]
     installed = [d for d in drivers if d != {""}]
-    assert installed and all(len(d) == 1 for d in installed) and len({d.pop() for d in installed}) == len(installed)
+    assert len(installed) == 1 and len(installed[0]) >= 2  # one batch: the release's one child runs every driver
     order = [kinds[b[0]] for b in found]
     assert order == sorted(order, key=("installed", "kernel", "").index)
 
