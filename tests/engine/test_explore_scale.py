@@ -300,9 +300,10 @@ def route_levels(parts, calls):
         sent += sum(len(positions) for a in pool.answers["absorb"] for positions in a)
         assert calls == before  # the owner took no fingerprint
         outboxes = [part.expand()[0] for part in parts]
-        cross = [[e for b in out if b is not None for e in pickle.loads(b)] for out in outboxes]
-        assert all(state is None for entries in cross for state, _, _ in entries)  # keys and edges only
-        entries = [len(part.own) + len(c) for part, c in zip(parts, cross)]
+        cross = [[pickle.loads(b) for b in out if b is not None] for out in outboxes]
+        assert all(states is None for boxes in cross for states, _, _, _ in boxes)  # keys and edges only
+        cross = [[key for _, keys, _, _ in boxes for key in keys] for boxes in cross]
+        entries = [len(part.own[1]) + len(c) for part, c in zip(parts, cross)]
         assert [c - b for c, b in zip(calls, before)] == entries
         routed += sum(entries)
         pending = sum(map(len, cross))

@@ -23,6 +23,7 @@ import importlib
 import pickle
 from array import array
 from collections import _count_elements as count  # the C loop of `Counter.update`
+from itertools import chain, repeat
 from typing import Any, Callable, Sequence
 
 from ..memory import YoungCollections, machine, resident_bytes
@@ -36,7 +37,16 @@ from .fingerprint import fingerprint_function
 from .store import FingerprintSet, Interner
 
 
-Entry = tuple[Any, int, list[tuple[int, int]]]  # an outbox's state, its fingerprint, its edges
+# An outbox: its states (None: the fingerprint store's to another worker, whose owner asks for the new ones),
+# their fingerprints, how many edges each has, and the edges, flat: (parent gid, action index) pairs. Flat
+# arrays pickle as their bytes, where a list of tuples pickles (and unpickles) item by item.
+Box = tuple["list[Any] | None", array, array, "array | list[int]"]
+
+
+def boxed(states: list[Any], keys: list[int], edges: list[list[int]]) -> Box:
+    """An outbox of these states, their fingerprints and each one's (parent gid, action index) pairs, flat."""
+    return states, array("Q", keys), array("I", [len(pairs) >> 1 for pairs in edges]), array(
+        "q", chain.from_iterable(edges))
 
 
 class Partition(HangRounds):
@@ -69,7 +79,7 @@ class Partition(HangRounds):
         self.pending = [k for k, goal in enumerate(goals) if not goal.step]
         self.moves = [k for k, goal in enumerate(goals) if goal.step]
         self.collector = YoungCollections()  # as in `explore`; a tick each level, closed by `finish`
-        self.own: list[Entry] = []  # this level's successors that are our own
+        self.own: Box | None = None  # this level's successors that are our own
         self.alive: bytearray | None = None  # the liveness pass (`HangRounds`): can reach a done state
         # a level's exchange with the fingerprint store: the states sent for only as they turn out new
         self.held: list[list[Any]] = []  # per worker: the states of what `expand` addressed to it, by position
@@ -79,17 +89,20 @@ class Partition(HangRounds):
 
     def initial(self) -> list[bytes]:
         """The initial states, routed like successors (only worker 0 is asked)."""
-        boxes: list[list[Entry]] = [[] for _ in range(self.n)]
-        seen: dict[Any, list[tuple[int, int]]] = {}
+        boxes: list[tuple[list[Any], list[int], list[list[int]]]] = [([], [], []) for _ in range(self.n)]
+        seen: dict[Any, list[int]] = {}
         for k, state in enumerate(self.system.initial_states()):
             state = state if self.canon is None else self.canon(state)
             edges = seen.get(state)
             if edges is None:
                 edges = seen[state] = []
                 key = self.fp(state)
-                boxes[key % self.n].append((state, key, edges))
-            edges.append((-1, k))
-        return [pickle.dumps(box, protocol=pickle.HIGHEST_PROTOCOL) for box in boxes]
+                states, keys, lists = boxes[key % self.n]
+                states.append(state)
+                keys.append(key)
+                lists.append(edges)
+            edges += (-1, k)
+        return [pickle.dumps(boxed(*box), protocol=pickle.HIGHEST_PROTOCOL) for box in boxes]
 
     def expand(self) -> tuple[list[Any], int, int, dict[int, int]]:
         """(one pickled outbox per owner, as `mail.post` hands it on, transitions taken, states cut by the depth
@@ -103,14 +116,16 @@ class Partition(HangRounds):
         """
         self.collector.tick()
         n = self.n
-        boxes: list[list[Entry]] = [[] for _ in range(n)]
-        level: dict[Any, list[tuple[int, int]]] = {}  # this level's successors, whoever owns them
+        states: list[list[Any]] = [[] for _ in range(n)]  # per owner: this level's successors it owns
+        keys: list[list[int]] = [[] for _ in range(n)]  # their fingerprints
+        lists: list[list[list[int]]] = [[] for _ in range(n)]  # their edges: (parent gid, action index), flat
+        level: dict[Any, list[int]] = {}  # this level's successors, whoever owns them -> their edges
         transitions = cut = 0
         enabled, step, canon = self.system.enabled, self.system.step, self.canon
         expanding, successor, claim = self.fp.expanding, self.fp.successor, level.setdefault
         taken: dict[Any, int] = {}  # transitions taken per action (`_tally` counts them by kind)
         goals, met = sometimes(self.system), {}
-        spare: list[tuple[int, int]] = []
+        spare: list[int] = []
         for lid, state, key in self.frontier:
             if self.max_depth is not None and self.depth[lid] >= self.max_depth:
                 cut += 1
@@ -131,8 +146,11 @@ class Partition(HangRounds):
                 if edges is spare:
                     spare = []
                     fp = successor(nxt)
-                    boxes[fp % n].append((nxt, fp, edges))
-                edges.append((gid, index))
+                    dst = fp % n
+                    states[dst].append(nxt)
+                    keys[dst].append(fp)
+                    lists[dst].append(edges)
+                edges += (gid, index)
             transitions += len(actions)
             try:
                 count(taken, actions)  # by action, in C
@@ -141,12 +159,12 @@ class Partition(HangRounds):
             self.flags[lid] |= 12 if actions else 4
         _tally(self.fired, taken.items())
         self.frontier = []
+        level.clear()
+        boxes = [boxed(*box) for box in zip(states, keys, lists)]
         self.own = boxes[self.w]
         if not self.full:  # only keys and edges go now: a state goes once its owner finds it new (`serve`)
-            own = self.w
-            self.held = [[] if dst == own else [e[0] for e in box] for dst, box in enumerate(boxes)]
-            boxes = [[] if dst == own else [(None, key, edges) for _, key, edges in box]
-                     for dst, box in enumerate(boxes)]
+            self.held = states
+            boxes = [(None, *box[1:]) for box in boxes]
         post = self.mail.post
         return ([None if dst == self.w else post(pickle.dumps(box, protocol=pickle.HIGHEST_PROTOCOL))
                  for dst, box in enumerate(boxes)], transitions, cut, met)
@@ -158,10 +176,14 @@ class Partition(HangRounds):
         those, `receive` checks them all."""
         asked: list[list[int]] = [[] for _ in range(self.n)]
         self.awaiting = [[] for _ in range(self.n)]
-        arriving, keys, full, ids, n, w = self.arriving, self.keys, self.full, self.ids, self.n, self.w
-        parents, indices, depths, rev_src, rev_dst = self.parent, self.index, self.depth, self.rev_src, self.rev_dst
+        arriving, new_keys, full, ids, n, w = self.arriving, self.keys, self.full, self.ids, self.n, self.w
+        parents, indices, depths = self.parent, self.index, self.depth
         for src, payload in enumerate(self.mail.fetch(inbox)):
-            for i, (state, key, edges) in enumerate(self.own if payload is None else pickle.loads(payload)):
+            states, keys, counts, edges = self.own if payload is None else pickle.loads(payload)
+            gids = []
+            at = 0  # where this entry's edges start in `edges`
+            for i, key in enumerate(keys):
+                state = None if states is None else states[i]
                 lid = ids.get(state if full else key)
                 if lid is None:
                     lid = len(parents)
@@ -171,19 +193,20 @@ class Partition(HangRounds):
                         ids[state] = lid
                     else:
                         ids.put(key, lid)
-                    parent, index = edges[0]
-                    parents.append(parent)
-                    indices.append(index)
+                    parents.append(edges[at])
+                    indices.append(edges[at + 1])
                     depths.append(depth)
                     if state is None:
                         asked[src].append(i)
                         self.awaiting[src].append(len(arriving))
                     arriving.append(state)
-                    keys.append(key)
-                if depth:  # (the initial states' edges come from no state)
-                    rev_src.extend([parent for parent, _ in edges])
-                    rev_dst.extend([lid * n + w] * len(edges))
-        self.own = []
+                    new_keys.append(key)
+                gids.append(lid * n + w)
+                at += 2 * counts[i]
+            if depth:  # every edge's reverse edge (the initial states' edges come from no state)
+                self.rev_src.extend(edges[::2])
+                self.rev_dst.extend(chain.from_iterable(map(repeat, gids, counts)))
+        self.own = None
         return asked
 
     def serve(self, asked: Sequence[Sequence[int]]) -> list[Any]:
