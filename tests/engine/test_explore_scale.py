@@ -301,8 +301,8 @@ def route_levels(parts, calls):
         assert calls == before  # the owner took no fingerprint
         outboxes = [part.expand()[0] for part in parts]
         cross = [[pickle.loads(b) for b in out if b is not None] for out in outboxes]
-        assert all(states is None for boxes in cross for states, _, _, _ in boxes)  # keys and edges only
-        cross = [[key for _, keys, _, _ in boxes for key in keys] for boxes in cross]
+        assert all(box[0] is None for boxes in cross for box in boxes)  # keys and edges only
+        cross = [[key for box in boxes for key in box[1]] for boxes in cross]
         entries = [len(part.own[1]) + len(c) for part, c in zip(parts, cross)]
         assert [c - b for c, b in zip(calls, before)] == entries
         routed += sum(entries)

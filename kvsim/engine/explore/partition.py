@@ -38,15 +38,16 @@ from .store import FingerprintSet, Interner
 
 
 # An outbox: its states (None: the fingerprint store's to another worker, whose owner asks for the new ones),
-# their fingerprints, how many edges each has, and the edges, flat: (parent gid, action index) pairs. Flat
+# their fingerprints, how many edges each has, and the edges' parent gids and action indices, in order. Flat
 # arrays pickle as their bytes, where a list of tuples pickles (and unpickles) item by item.
-Box = tuple["list[Any] | None", array, array, "array | list[int]"]
+Box = tuple["list[Any] | None", array, array, array, array]
 
 
 def boxed(states: list[Any], keys: list[int], edges: list[list[int]]) -> Box:
-    """An outbox of these states, their fingerprints and each one's (parent gid, action index) pairs, flat."""
-    return states, array("Q", keys), array("I", [len(pairs) >> 1 for pairs in edges]), array(
-        "q", chain.from_iterable(edges))
+    """An outbox of these states, their fingerprints and each one's edges ((parent gid, action index) pairs, flat)."""
+    flat = list(chain.from_iterable(edges))
+    return (states, array("Q", keys), array("I", [len(pairs) >> 1 for pairs in edges]), array("q", flat[::2]),
+            array("I", flat[1::2]))
 
 
 class Partition(HangRounds):
@@ -179,9 +180,9 @@ class Partition(HangRounds):
         arriving, new_keys, full, ids, n, w = self.arriving, self.keys, self.full, self.ids, self.n, self.w
         parents, indices, depths = self.parent, self.index, self.depth
         for src, payload in enumerate(self.mail.fetch(inbox)):
-            states, keys, counts, edges = self.own if payload is None else pickle.loads(payload)
+            states, keys, counts, sources, actions = self.own if payload is None else pickle.loads(payload)
             gids = []
-            at = 0  # where this entry's edges start in `edges`
+            at = 0  # where this entry's edges start
             for i, key in enumerate(keys):
                 state = None if states is None else states[i]
                 lid = ids.get(state if full else key)
@@ -193,8 +194,8 @@ class Partition(HangRounds):
                         ids[state] = lid
                     else:
                         ids.put(key, lid)
-                    parents.append(edges[at])
-                    indices.append(edges[at + 1])
+                    parents.append(sources[at])
+                    indices.append(actions[at])
                     depths.append(depth)
                     if state is None:
                         asked[src].append(i)
@@ -202,9 +203,9 @@ class Partition(HangRounds):
                     arriving.append(state)
                     new_keys.append(key)
                 gids.append(lid * n + w)
-                at += 2 * counts[i]
+                at += counts[i]
             if depth:  # every edge's reverse edge (the initial states' edges come from no state)
-                self.rev_src.extend(edges[::2])
+                self.rev_src.extend(sources)
                 self.rev_dst.extend(chain.from_iterable(map(repeat, gids, counts)))
         self.own = None
         return asked
