@@ -18,7 +18,7 @@ from typing import Any, Callable, Sequence
 from .errors import ConfigError
 from .interrupt import worker_signals
 
-HASH_SEED = "0"  # PYTHONHASHSEED asked of Ray workers: when they all have it, routing is by `hash(state)`
+HASH_SEED = "0"  # PYTHONHASHSEED asked of Ray workers (a search's workers route by fingerprint, whatever the seed)
 
 
 class Mail:

@@ -49,7 +49,8 @@ from ..interrupt import INTERRUPT
 from ..memory import collection_paused
 from ..shared import Probe
 
-FORMAT = 3  # 2: every file authenticated (an HMAC before the pickles); 3: fingerprints of field codes, kept in the queue
+FORMAT = 4  # 2: every file authenticated (an HMAC before the pickles); 3: fingerprints of field codes, kept in the
+# queue; 4: a partitioned search's workers route and keep states by those fingerprints, each with its frontier's
 CURRENT = "CURRENT"
 KEY_FILE = "checkpoint.key"
 KEY_BYTES = 32

@@ -16,8 +16,8 @@ uniform, and the two states share a fingerprint with probability 2**-64, as with
 so TLC's estimate over the states reached holds (`FingerprintStore.collision_probability`). It rests on
 the contract `RecordText` states: equal field values are one value to the explorer (the models' tests
 check that equal fields have one `repr`), so a field's code depends on its value and position only, and a
-fingerprint is the same in every process and under any PYTHONHASHSEED (partitioned workers route by it,
-checkpoints keep it).
+fingerprint is the same in every process and under any PYTHONHASHSEED (partitioned workers route and keep
+states by it, taken from the parent's as here: `kvsim.engine.explore.partition`; checkpoints keep it).
 """
 
 from __future__ import annotations
@@ -46,20 +46,8 @@ def fingerprint_function(system: Any) -> "TextFingerprint | FieldFingerprint":
     return TextFingerprint(encode, getattr(system, "state_text", None))
 
 
-def text_fingerprint_function(system: Any) -> "TextFingerprint":
-    """BLAKE2b of the system's `encode_state(state)` where it has one, else of the state's `repr` (written by a
-    `RecordText`): what partitioned workers route and keep states by (`kvsim.engine.explore.partition`). Which
-    worker owns a state decides which of several shortest paths a partitioned search reports, so their
-    fingerprint stays the one they were measured and pinned with."""
-    encode = getattr(system, "encode_state", None)
-    if encode is None:
-        text = RecordText()
-        return TextFingerprint(lambda state: text(state).encode("utf-8", "backslashreplace"))
-    return TextFingerprint(encode)
-
-
 class TextFingerprint:
-    """BLAKE2b of `encode(state)`: a system's own encoding (`encode_state`), or a state's `repr`. `text`: the
+    """BLAKE2b of `encode(state)`: a system's own encoding (`encode_state`). `text`: the
     system's `state_text`, the `RecordText` that writes what `encode` encodes, where it has one (`held`)."""
 
     __slots__ = ("encode", "text")

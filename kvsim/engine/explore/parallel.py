@@ -10,7 +10,8 @@ checkpoints there. The liveness pass runs in the workers as well, in rounds (`kv
 
 Every reachable state is found at its breadth-first depth, exactly as by `explore`: the same
 state count, transitions, depth, violated invariants and liveness verdict, and counterexamples
-of the same (shortest) length; which of several shortest paths is reported may differ. Bounds
+of the same (shortest) length; which of several shortest paths is reported may differ (from one process's,
+not from run to run: `partition`). Bounds
 are checked between levels, so `max_states` may be passed by up to one level. The counterexample
 path is rebuilt in this process by replaying the enabled-action indices each worker recorded.
 """
@@ -64,8 +65,6 @@ def _search(system: Any, pool: Any, n: int, start: float, options: ExploreOption
     checkpoint, resume = options.checkpoint, options.resume
     memory = (options.max_memory, options.memory_share)
     canon = getattr(system, "canonical", None) if options.symmetry else None
-    if checkpoint is not None or len(set(pool.call("secret", [()] * n))) > 1:
-        pool.call("route_by_fingerprint", [()] * n)  # a resumed search's workers must route as the saved ones
     at, before, saved_gen = Level(workers=n), 0.0, None
     if checkpoint is not None:  # every worker writes its part there: refused before any work where one cannot
         apart = checkpoint.unshared(lambda asks: pool.call("sees", asks), n)

@@ -1,11 +1,12 @@
 """One worker's share of a partitioned search (`kvsim.engine.explore.parallel`): its states, and its side of a level.
 
-The state space is partitioned: a state belongs to worker `hash(state) % W` when every worker
-hashes alike (forked processes do: same string secret, same addresses for None and the other
-objects hashed by identity; the coordinator checks), else to worker
-`fingerprint(state) % W` (BLAKE2b of its `repr`: `fingerprint.text_fingerprint_function`, the same in any process).
-In *expand*, a worker takes the successors of its frontier and sorts them into one outbox per owner
-(each distinct successor is routed once, and a fingerprint taken to route it travels with it). In
+The state space is partitioned: a state belongs to worker `fingerprint % W`, its fingerprint the one a
+single process keeps (`fingerprint.fingerprint_function`: from its fields' codes, the same in any process and
+under any PYTHONHASHSEED), taken from its parent's as a single process takes it. In *expand*, a worker takes
+the successors of its frontier and sorts them into one outbox per owner (each distinct successor is routed
+once, and its fingerprint travels with it: the owner keeps it, and takes its successors' from it). Which
+worker owns a state picks which of several shortest paths is reported; as no worker routes by `hash`, that
+is the same in every run, with either store. In
 *absorb*, it takes its inbox (the outboxes addressed to it, in worker order), keeps the states it
 has not seen (its own visited set, full states or fingerprints as in `kvsim.engine.explore.store`), checks
 every invariant on them (and each reachability declaration not yet met) and makes them its next frontier. With the fingerprint store an outbox holds
@@ -21,6 +22,8 @@ from __future__ import annotations
 import importlib
 import pickle
 from array import array
+from collections import _count_elements as count  # the C loop of `Counter.update`
+from itertools import chain, repeat
 from typing import Any, Callable, Sequence
 
 from ..memory import YoungCollections, machine, resident_bytes
@@ -30,11 +33,21 @@ from ..system import sometimes
 from .checkpoint import code_digest, dump, load
 from .hangs import HangRounds
 from .search import action_kind
-from .fingerprint import text_fingerprint_function
+from .fingerprint import fingerprint_function
 from .store import FingerprintSet, Interner
 
 
-Entry = tuple[Any, "int | None", list[tuple[int, int]]]  # an outbox's state, its fingerprint if taken, its edges
+# An outbox: its states (None: the fingerprint store's to another worker, whose owner asks for the new ones),
+# their fingerprints, how many edges each has, and the edges' parent gids and action indices, in order. Flat
+# arrays pickle as their bytes, where a list of tuples pickles (and unpickles) item by item.
+Box = tuple["list[Any] | None", array, array, array, array]
+
+
+def boxed(states: list[Any], keys: list[int], edges: list[list[int]]) -> Box:
+    """An outbox of these states, their fingerprints and each one's edges ((parent gid, action index) pairs, flat)."""
+    flat = list(chain.from_iterable(edges))
+    return (states, array("Q", keys), array("I", [len(pairs) >> 1 for pairs in edges]), array("q", flat[::2]),
+            array("I", flat[1::2]))
 
 
 class Partition(HangRounds):
@@ -49,7 +62,7 @@ class Partition(HangRounds):
         self.mail = Mail() if mail is None else mail
         self.w, self.n = worker, workers
         self.canon = getattr(self.system, "canonical", None) if symmetry else None
-        self.fp = text_fingerprint_function(self.system)
+        self.fp = fingerprint_function(self.system)  # routes a state, and keys it in the fingerprint store
         self.max_depth = max_depth
         self.full = store == "full"
         self.ids: dict[Any, int] | FingerprintSet = {} if self.full else FingerprintSet()
@@ -59,7 +72,7 @@ class Partition(HangRounds):
         self.flags = bytearray()  # bit 0 done, bit 1 bad, bit 2 expanded, bit 3 has a successor
         self.rev_src = array("q")  # reverse edges: (source gid -> target gid) for every transition into ours
         self.rev_dst = array("q")
-        self.frontier: list[tuple[int, Any]] = []
+        self.frontier: list[tuple[int, Any, int]] = []  # (local id, state, fingerprint)
         self.intern = Interner()  # the states this worker holds share their equal fields
         self.fired: dict[str, int] = {}
         self.checked = [0] * len(self.system.invariants)
@@ -67,71 +80,59 @@ class Partition(HangRounds):
         self.pending = [k for k, goal in enumerate(goals) if not goal.step]
         self.moves = [k for k, goal in enumerate(goals) if goal.step]
         self.collector = YoungCollections()  # as in `explore`; a tick each level, closed by `finish`
-        self.own: list[Entry] = []  # this level's successors that are our own
+        self.own: Box | None = None  # this level's successors that are our own
         self.alive: bytearray | None = None  # the liveness pass (`HangRounds`): can reach a done state
         # a level's exchange with the fingerprint store: the states sent for only as they turn out new
         self.held: list[list[Any]] = []  # per worker: the states of what `expand` addressed to it, by position
         self.arriving: list[Any] = []  # this level's new states, in id order (None: sent for, not here yet)
+        self.keys: list[int] = []  # their fingerprints
         self.awaiting: list[list[int]] = []  # per worker: where in `arriving` the states it is asked for go
-        if not self.full:  # the fingerprint is the key the owner needs: taken once, by the sender
-            self.route_by_fingerprint()
-
-    def owner(self, state: Any) -> tuple[int, int | None]:
-        """(the worker a state belongs to, its fingerprint where that was taken to route it)."""
-        return hash(state) % self.n, None
-
-    def secret(self) -> int:
-        """Equal in every worker iff they hash alike: the string secret, and None's hash (its address in 3.11)."""
-        return hash((None, "kvsim partition"))
-
-    def route_by_fingerprint(self) -> None:
-        fp, n = self.fp, self.n
-
-        def owner(state: Any) -> tuple[int, int]:
-            key = fp(state)
-            return key % n, key
-
-        self.owner = owner  # type: ignore[method-assign]
-
-    def _step(self, state: Any, action: Any) -> Any:
-        nxt = self.system.step(state, action)
-        return nxt if self.canon is None else self.canon(nxt)
 
     def initial(self) -> list[bytes]:
         """The initial states, routed like successors (only worker 0 is asked)."""
-        boxes: list[list[Entry]] = [[] for _ in range(self.n)]
-        seen: dict[Any, list[tuple[int, int]]] = {}
+        boxes: list[tuple[list[Any], list[int], list[list[int]]]] = [([], [], []) for _ in range(self.n)]
+        seen: dict[Any, list[int]] = {}
         for k, state in enumerate(self.system.initial_states()):
             state = state if self.canon is None else self.canon(state)
             edges = seen.get(state)
             if edges is None:
                 edges = seen[state] = []
-                dst, key = self.owner(state)
-                boxes[dst].append((state, key, edges))
-            edges.append((-1, k))
-        return [pickle.dumps(box, protocol=pickle.HIGHEST_PROTOCOL) for box in boxes]
+                key = self.fp(state)
+                states, keys, lists = boxes[key % self.n]
+                states.append(state)
+                keys.append(key)
+                lists.append(edges)
+            edges += (-1, k)
+        return [pickle.dumps(boxed(*box), protocol=pickle.HIGHEST_PROTOCOL) for box in boxes]
 
     def expand(self) -> tuple[list[Any], int, int, dict[int, int]]:
         """(one pickled outbox per owner, as `mail.post` hands it on, transitions taken, states cut by the depth
         bound, the step `Sometimes` met: index -> the gid of the first source state here) for this level.
 
         A successor reached from several frontier states goes once, with every (parent, action index)
-        that reaches it, in the order they were found: the first is its breadth-first parent. Its owner
-        is found once (and its fingerprint, when that routes it, travels with it: the owner does not
-        take it again). The outbox addressed to this worker stays here as it is (None in its place):
-        `absorb` takes it back.
+        that reaches it, in the order they were found: the first is its breadth-first parent. Its
+        fingerprint is taken once, from its first parent's (`FieldFingerprint.successor`), and travels with
+        it: its owner routes nothing again and keeps it. The outbox addressed to this worker stays here as
+        it is (None in its place): `absorb` takes it back.
         """
         self.collector.tick()
-        boxes: list[list[Entry]] = [[] for _ in range(self.n)]
-        level: dict[Any, list[tuple[int, int]]] = {}  # this level's successors, whoever owns them
+        n = self.n
+        states: list[list[Any]] = [[] for _ in range(n)]  # per owner: this level's successors it owns
+        keys: list[list[int]] = [[] for _ in range(n)]  # their fingerprints
+        lists: list[list[list[int]]] = [[] for _ in range(n)]  # their edges: (parent gid, action index), flat
+        level: dict[Any, list[int]] = {}  # this level's successors, whoever owns them -> their edges
         transitions = cut = 0
-        fired, enabled, owner, step, canon = self.fired, self.system.enabled, self.owner, self.system.step, self.canon
+        enabled, step, canon = self.system.enabled, self.system.step, self.canon
+        expanding, successor, claim = self.fp.expanding, self.fp.successor, level.setdefault
+        taken: dict[Any, int] = {}  # transitions taken per action (`_tally` counts them by kind)
         goals, met = sometimes(self.system), {}
-        for lid, state in self.frontier:
+        spare: list[int] = []
+        for lid, state, key in self.frontier:
             if self.max_depth is not None and self.depth[lid] >= self.max_depth:
                 cut += 1
                 continue
-            gid = lid * self.n + self.w
+            gid = lid * n + self.w
+            expanding(state, key)
             actions = enabled(state)
             for index, action in enumerate(actions):
                 nxt = step(state, action)
@@ -142,23 +143,29 @@ class Partition(HangRounds):
                         self.met(hit)
                 if canon is not None:
                     nxt = canon(nxt)
-                edges = level.get(nxt)
-                if edges is None:
-                    edges = level[nxt] = []
-                    dst, key = owner(nxt)
-                    boxes[dst].append((nxt, key, edges))
-                edges.append((gid, index))
-                kind = action_kind(action)
-                fired[kind] = fired.get(kind, 0) + 1
-                transitions += 1
+                edges = claim(nxt, spare)  # one hash of the successor, found or not
+                if edges is spare:
+                    spare = []
+                    fp = successor(nxt)
+                    dst = fp % n
+                    states[dst].append(nxt)
+                    keys[dst].append(fp)
+                    lists[dst].append(edges)
+                edges += (gid, index)
+            transitions += len(actions)
+            try:
+                count(taken, actions)  # by action, in C
+            except TypeError:  # an action with no hash
+                _tally(self.fired, ((a, 1) for a in actions))
             self.flags[lid] |= 12 if actions else 4
+        _tally(self.fired, taken.items())
         self.frontier = []
+        level.clear()
+        boxes = [boxed(*box) for box in zip(states, keys, lists)]
         self.own = boxes[self.w]
         if not self.full:  # only keys and edges go now: a state goes once its owner finds it new (`serve`)
-            own = self.w
-            self.held = [[] if dst == own else [e[0] for e in box] for dst, box in enumerate(boxes)]
-            boxes = [[] if dst == own else [(None, key, edges) for _, key, edges in box]
-                     for dst, box in enumerate(boxes)]
+            self.held = states
+            boxes = [(None, *box[1:]) for box in boxes]
         post = self.mail.post
         return ([None if dst == self.w else post(pickle.dumps(box, protocol=pickle.HIGHEST_PROTOCOL))
                  for dst, box in enumerate(boxes)], transitions, cut, met)
@@ -170,33 +177,37 @@ class Partition(HangRounds):
         those, `receive` checks them all."""
         asked: list[list[int]] = [[] for _ in range(self.n)]
         self.awaiting = [[] for _ in range(self.n)]
-        self.arriving = []
+        arriving, new_keys, full, ids, n, w = self.arriving, self.keys, self.full, self.ids, self.n, self.w
+        parents, indices, depths = self.parent, self.index, self.depth
         for src, payload in enumerate(self.mail.fetch(inbox)):
-            for i, (state, key, edges) in enumerate(self.own if payload is None else pickle.loads(payload)):
-                key = state if self.full else key  # the fingerprint store routes by it (`route_by_fingerprint`)
-                lid = self.ids.get(key)
+            states, keys, counts, sources, actions = self.own if payload is None else pickle.loads(payload)
+            gids = []
+            at = 0  # where this entry's edges start
+            for i, key in enumerate(keys):
+                state = None if states is None else states[i]
+                lid = ids.get(state if full else key)
                 if lid is None:
-                    lid = len(self.parent)
+                    lid = len(parents)
                     if state is not None:
                         state = self.intern(state)  # held until the next level: its equal parts shared
-                    if self.full:
-                        self.ids[state] = lid
+                    if full:
+                        ids[state] = lid
                     else:
-                        self.ids.put(key, lid)
-                    parent, index = edges[0]
-                    self.parent.append(parent)
-                    self.index.append(index)
-                    self.depth.append(depth)
+                        ids.put(key, lid)
+                    parents.append(sources[at])
+                    indices.append(actions[at])
+                    depths.append(depth)
                     if state is None:
                         asked[src].append(i)
-                        self.awaiting[src].append(len(self.arriving))
-                    self.arriving.append(state)
-                gid = lid * self.n + self.w
-                for parent, _ in edges:
-                    if parent >= 0:
-                        self.rev_src.append(parent)
-                        self.rev_dst.append(gid)
-        self.own = []
+                        self.awaiting[src].append(len(arriving))
+                    arriving.append(state)
+                    new_keys.append(key)
+                gids.append(lid * n + w)
+                at += counts[i]
+            if depth:  # every edge's reverse edge (the initial states' edges come from no state)
+                self.rev_src.extend(sources)
+                self.rev_dst.extend(chain.from_iterable(map(repeat, gids, counts)))
+        self.own = None
         return asked
 
     def serve(self, asked: Sequence[Sequence[int]]) -> list[Any]:
@@ -220,26 +231,34 @@ class Partition(HangRounds):
                     self.arriving[at] = self.intern(state)
         found: list[tuple[str, str, int, int]] = []
         invariants, done = self.system.invariants, self.system.done
+        checks = [inv.check for inv in invariants]
+        stopped = [0] * len(checks)  # states where invariant k failed (the later ones were not asked)
         goals, met = sometimes(self.system), {}
         first = len(self.parent) - len(self.arriving)
-        for lid, state in enumerate(self.arriving, start=first):
+        flags, frontier = self.flags, self.frontier
+        for lid, state, key in zip(range(first, len(self.parent)), self.arriving, self.keys):
             flag = 1 if done(state) else 0
-            for k, inv in enumerate(invariants):
-                self.checked[k] += 1
-                message = inv.check(state)
-                if message is not None:
+            for check in checks:
+                message = check(state)
+                if message is not None:  # rare: which invariant, only now
+                    k = next(j for j, c in enumerate(checks) if c is check)
+                    stopped[k] += 1
                     flag |= 2
-                    found.append((inv.name, message, lid * self.n + self.w, self.depth[lid]))
+                    found.append((invariants[k].name, message, lid * self.n + self.w, self.depth[lid]))
                     break
-            self.flags.append(flag)
+            flags.append(flag)
             if not flag & 2:
-                self.frontier.append((lid, state))
+                frontier.append((lid, state, key))
             if self.pending:
                 now = [k for k in self.pending if goals[k].check(state)]
                 if now:
                     met.update((k, lid * self.n + self.w) for k in now)
                     self.met(now)
-        new, self.arriving, self.awaiting = len(self.arriving), [], []
+        total = len(self.arriving)
+        for k, stops in enumerate(stopped):  # every state was asked invariant k but those an earlier one stopped
+            self.checked[k] += total
+            total -= stops
+        new, self.arriving, self.keys, self.awaiting = len(self.arriving), [], [], []
         return new, found, resident_bytes(), met
 
     def met(self, indices: Sequence[int]) -> None:
@@ -293,3 +312,10 @@ class Partition(HangRounds):
             a.itemsize * len(a) for a in (self.parent, self.index, self.depth))
         return {"fired": self.fired, "checked": self.checked, "store_bytes": store_bytes, "states": len(self.parent),
                 "lines": None if self.lines is None else self.lines.stop()}
+
+
+def _tally(fired: dict[str, int], taken: Any) -> None:
+    """Add (action, times taken) pairs to `fired`, by the action's kind (`action_kind`)."""
+    for action, times in taken:
+        kind = action_kind(action)
+        fired[kind] = fired.get(kind, 0) + times
