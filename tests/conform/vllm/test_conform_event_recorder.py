@@ -11,7 +11,7 @@ import pytest
 
 from kvsim.app import cli
 from kvsim.conform.installed import prepare
-from kvsim.conform.installed_child import InstalledChild
+from kvsim.conform.installed_child import shared
 from kvsim.conform.vllm.event_recorder import DRIVER, workload
 
 NUM_BLOCKS, BLOCK_SIZE = 16, 4
@@ -19,10 +19,10 @@ NUM_BLOCKS, BLOCK_SIZE = 16, 4
 
 @pytest.fixture(scope="module")
 def recorded():  # type: ignore[no-untyped-def]
-    with InstalledChild(prepare("vllm", "0.33.0"), DRIVER) as child:
-        yield {seed: child.call("record", num_blocks=NUM_BLOCKS, block_size=BLOCK_SIZE, steps=workload(seed),
-                                rank=None if seed < 2 else 1)
-               for seed in range(3)}
+    child = shared(prepare("vllm", "0.33.0"), DRIVER, timeout=600.0)  # the release's one child, closed at exit
+    return {seed: child.call("record", num_blocks=NUM_BLOCKS, block_size=BLOCK_SIZE, steps=workload(seed),
+                             rank=None if seed < 2 else 1)
+            for seed in range(3)}
 
 
 def _check(tmp_path, lines, *flags):  # type: ignore[no-untyped-def]

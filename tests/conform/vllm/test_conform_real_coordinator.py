@@ -19,7 +19,7 @@ import os
 import pytest
 
 from kvsim.conform.installed import prepare
-from kvsim.conform.installed_child import InstalledChild
+from kvsim.conform.installed_child import shared
 from kvsim.conform.vllm import aba
 from kvsim.conform.vllm.connector_hit import BLOCK_SIZE, COORDINATOR, WINDOW, Model, admit, decode, run
 
@@ -30,9 +30,9 @@ RELEASES = ("0.26.0", "0.27.0", "0.33.0")
 @pytest.fixture(scope="module", params=RELEASES)
 def child(request):  # type: ignore[no-untyped-def]
     env = prepare("vllm", request.param)
-    with InstalledChild(env, COORDINATOR) as running:
-        running.release = request.param
-        yield running
+    running = shared(env, COORDINATOR, timeout=600.0)  # the release's one child for the session, closed at exit
+    running.release = request.param
+    return running
 
 
 @pytest.mark.parametrize("groups", [["full", "mamba"], ["full", "swa"]], ids="+".join)

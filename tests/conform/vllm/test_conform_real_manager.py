@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from kvsim.conform.installed import MARKER, prepare
-from kvsim.conform.installed_child import InstalledChild
+from kvsim.conform.installed_child import shared
 from kvsim.engine.conformance.answers import Answered
 from kvsim.engine.errors import ConfigError
 
@@ -20,8 +20,7 @@ RELEASES = ("0.33.0", "0.26.0")
 def child(request):  # type: ignore[no-untyped-def]
     env = prepare("vllm", request.param)
     assert (env.deps / MARKER).read_text().split() == list(env.pins)
-    with InstalledChild(env, DRIVER) as running:
-        yield running
+    return shared(env, DRIVER, timeout=600.0)  # the release's one child for the session, closed at exit
 
 
 def _ref_counts(state):  # type: ignore[no-untyped-def]
