@@ -56,10 +56,6 @@ def loaded(filename: str, module: types.ModuleType, text: str) -> None:
         MEASURING[-1].probe(filename, module, text)
 
 
-def probeable(filename: str) -> bool:
-    return any(ref() is not None for ref, _ in _MODULES.get(filename, ()))
-
-
 def modules() -> Iterator[tuple[str, types.ModuleType, str]]:
     for filename, entries in list(_MODULES.items()):
         for ref, text in entries:
