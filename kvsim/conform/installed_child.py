@@ -8,8 +8,9 @@ share a process. As `triton_child`, the first line names what to load (`ImportEn
 driver, "module:Class" under `kvsim.conform`); the child imports the checked module and answers one line
 `{"ok": true, "result": {"import_s": ..., "version": ...}}` or `{"ok": false, "error": ..., "config": true}`
 (the import failed: the last line of its traceback). Each later line is one request `{"op": NAME, "args":
-{...}}` (with `"driver"`: to another driver than the first, made in the same child on its first request), answered `{"ok": true, "result": ...}` or, when the engine raised, `{"ok": false, "error": ...,
-"raised": {"type", "message", "where"}}`. `PYTHONHASHSEED` is fixed in the child, so vLLM's `NONE_HASH` and
+{...}}` (with `"driver"`: to another driver than the first, made in the same child on its first request),
+answered `{"ok": true, "result": ...}` or, when the engine raised, `{"ok": false, "error": ..., "raised":
+{"type", "message", "where"}}`. `PYTHONHASHSEED` is fixed in the child, so vLLM's `NONE_HASH` and
 every block hash are the same in every run.
 
 `InstalledChild` is the parent's handle: `with InstalledChild(prepare("vllm", "0.33.0"), DRIVER) as child:
@@ -313,6 +314,19 @@ def _driver(name: str) -> Any:
     return getattr(importlib.import_module(module), attribute)
 
 
+def _send(out: Any, answer: dict[str, Any] | str) -> None:
+    """One line of the protocol (an answer, or one already written as JSON), at once."""
+    text = answer if isinstance(answer, str) else json.dumps(answer)
+    out.write(text if text.endswith("\n") else text + "\n")
+    out.flush()
+
+
+def _failed(exc: BaseException) -> dict[str, Any]:
+    """What could not be made (the release's import, a driver): the traceback's last line, and where."""
+    last = traceback.format_exception_only(type(exc), exc)[-1].strip()
+    return {"ok": False, "config": True, "error": f"{last} (at {_where(exc.__traceback__)})"}
+
+
 def serve(lines: Any, out: Any) -> int:
     """Import the engine the header names, then answer requests until stdin closes (the child's main loop).
 
@@ -330,21 +344,15 @@ def serve(lines: Any, out: Any) -> int:
         importlib.import_module(header["module"])
         _driver(header["driver"])  # a name that is no driver is the start's error, before any fork
     except Exception as exc:  # the release does not import here: one line, the traceback's last
-        last = traceback.format_exception_only(type(exc), exc)[-1].strip()
-        out.write(json.dumps({"ok": False, "config": True, "error": f"{last} (at {_where(exc.__traceback__)})"}) + "\n")
-        out.flush()
+        _send(out, _failed(exc))
         return 1
-    workers: dict[str, Worker] = {}
-    first = Worker.fork(header, header["driver"], None, [out, *workers.values()])
+    first = Worker.fork(header, header["driver"], None, [out])
     ready = first.ready()
     if ready is None or not ready.get("ok"):
-        out.write(json.dumps(ready or {"ok": False, "config": True, "error": "the driver's process ended"}) + "\n")
-        out.flush()
+        _send(out, ready or {"ok": False, "config": True, "error": "the driver's process ended"})
         return 1
-    workers[header["driver"]] = first
-    out.write(json.dumps({"ok": True, "result": {"import_s": time.perf_counter() - started,
-                                                 "version": header["version"]}}) + "\n")
-    out.flush()
+    workers = {header["driver"]: first}
+    _send(out, {"ok": True, "result": {"import_s": time.perf_counter() - started, "version": header["version"]}})
     configure: Any = None
     for line in lines:
         if not line.strip():
@@ -366,15 +374,13 @@ def serve(lines: Any, out: Any) -> int:
                     worker.close()
                     why = (made or {}).get("error", "its process ended")
                     error = ConfigError("driver", "a driver this release's child can make", name, hint=why)
-                    out.write(json.dumps({"ok": False, "error": str(error), "config": True}) + "\n")
-                    out.flush()
+                    _send(out, {"ok": False, "error": str(error), "config": True})
                     continue
                 workers[name] = worker
             text = worker.ask(line)
             if text is None:
                 return 1
-        out.write(text if text.endswith("\n") else text + "\n")
-        out.flush()
+        _send(out, text)
     for worker in workers.values():
         worker.close()
     return 0
@@ -417,8 +423,7 @@ class Worker:
     def ask(self, line: str) -> str | None:
         """The worker's answer line to one request line; None when it ended."""
         try:
-            self.to.write(line if line.endswith("\n") else line + "\n")
-            self.to.flush()
+            _send(self.to, line)
         except OSError:
             return None
         return self.back.readline() or None
@@ -444,12 +449,9 @@ def work(header: dict[str, Any], name: str, configure: Any, requests: Any, out: 
         if configure:
             configured.configure(**configure)
     except Exception as exc:  # noqa: BLE001 - one line, the traceback's last, as the start's
-        last = traceback.format_exception_only(type(exc), exc)[-1].strip()
-        out.write(json.dumps({"ok": False, "config": True, "error": f"{last} (at {_where(exc.__traceback__)})"}) + "\n")
-        out.flush()
+        _send(out, _failed(exc))
         return 1
-    out.write(json.dumps({"ok": True}) + "\n")
-    out.flush()
+    _send(out, {"ok": True})
     for line in requests:
         if not line.strip():
             continue
@@ -478,8 +480,7 @@ def work(header: dict[str, Any], name: str, configure: Any, requests: Any, out: 
             text = json.dumps(answer)
         except (TypeError, ValueError) as exc:  # the driver's answer is not JSON: its bug, said in one line
             text = json.dumps({"ok": False, "config": True, "error": f"the driver's answer is not JSON: {exc}"})
-        out.write(text + "\n")
-        out.flush()
+        _send(out, text)
     return 0
 
 
