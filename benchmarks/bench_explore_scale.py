@@ -362,7 +362,7 @@ def main() -> None:
                     help="instead: the model's own calls timed against the explorer making them (every state, one "
                          "process), and the rate no explorer over the model can pass")
     ap.add_argument("--repeat", type=int, default=3,
-                    help="with --ceiling: how many times each pass runs, each in a fresh process (default 3)")
+                    help="with --ceiling: how many times each pass runs, each in a fresh process (1 to 20, default 3)")
     ap.add_argument("--json", metavar="FILE")
     ap.add_argument("--ceiling-pass", choices=("explorer", "model"), help=argparse.SUPPRESS)  # `fresh_pass`'s child
     ap.add_argument("--config", help=argparse.SUPPRESS)
@@ -371,8 +371,8 @@ def main() -> None:
     if args.ceiling_pass:
         one_pass(args)
         return
-    if args.repeat < 1:
-        ap.error(f"--repeat: expected a count of at least 1, got {args.repeat}")
+    if not 1 <= args.repeat <= 20:  # each repeat is a whole search and a whole model pass
+        ap.error(f"--repeat: expected a count from 1 to 20, got {args.repeat}")
     print(f"python {platform.python_version()}, {os.cpu_count()} CPUs, max states {args.max_states:,}, "
           f"max seconds {args.max_seconds:,.0f}, kvsim from {Path(catalog.__file__).parents[2]}")
     reg = catalog.models()
