@@ -44,6 +44,7 @@ from typing import Any, Sequence
 
 from kvsim.engine.errors import ConfigError
 
+from . import interpreter
 from .child import LineChild, kill
 from .installed import CHILD_ENVIRONMENT, ImportEnvironment, Stub, stubs
 
@@ -343,6 +344,7 @@ def serve(lines: Any, out: Any) -> int:
         install_stubs(header["engine"], header["version"], header["root"])
         importlib.import_module(header["module"])
         _driver(header["driver"])  # a name that is no driver is the start's error, before any fork
+        interpreter.install()  # where the release runs Triton kernels interpreted: the language patched once a launch
     except Exception as exc:  # the release does not import here: one line, the traceback's last
         _send(out, _failed(exc))
         return 1

@@ -66,10 +66,13 @@ class KernelSkipped(TargetSkipped):
 def load_upstream(source: EngineSource, relpath: str, names: Sequence[str], *,
                   modules: Mapping[str, Any] = {}, extra_globals: Mapping[str, Any] = {}) -> types.SimpleNamespace:
     """The named definitions of `relpath`, with `modules` standing in for those engine modules."""
+    from .interpreter import install
     from .loader import load_definitions
 
-    return load_definitions(source.file(relpath), names, extra_globals=extra_globals, modules=modules,
-                            where=relpath, version=source.label)
+    loaded = load_definitions(source.file(relpath), names, extra_globals=extra_globals, modules=modules,
+                              where=relpath, version=source.label)
+    install()  # triton is imported by now: its interpreter patches the language once per launch (no-op natively)
+    return loaded
 
 
 _SELFTEST_LOADED = loaded_cache()
