@@ -40,6 +40,7 @@ import sys
 import time
 import traceback
 import types
+from pathlib import Path
 from typing import Any, Sequence
 
 from kvsim.engine.errors import ConfigError
@@ -47,6 +48,7 @@ from kvsim.engine.errors import ConfigError
 from . import interpreter
 from .child import LineChild, kill
 from .installed import CHILD_ENVIRONMENT, ImportEnvironment, Stub, stubs
+from .source import cache_root
 
 CONFIGURE = "__configure__"  # the child's own request (a mutant, a line trace), never the driver's
 START_TIMEOUT_S = 900.0
@@ -308,6 +310,32 @@ def dispatch(driver: Any, op: str, args: Any, ops: Sequence[str], built: bool, w
     return {"answer": answer, "state": getattr(driver, "op_" + state)()} if observe and op != state else answer
 
 
+def cache_bytecode(roots: Sequence[str]) -> int:
+    """Write the bytecode of each module imported from `roots` that has none; how many were written.
+
+    The roots are kvsim's cache (a release unpacked there, its dependency folder), never a user's tree. Where
+    PYTHONDONTWRITEBYTECODE is set an import writes no bytecode, so each child would compile the release's import
+    chain from source again (about 2 s of a vLLM child's start); the next child reads what this one wrote.
+    Python checks each file against its source's time and size as for any `__pycache__`; mutants and line probes
+    compile from the text, as before."""
+    import py_compile
+
+    roots = tuple(os.path.join(r, "") for r in roots)  # a folder's own files, not a sibling's sharing its prefix
+    written = 0
+    for module in list(sys.modules.values()):
+        spec = getattr(module, "__spec__", None)
+        origin, cached = getattr(spec, "origin", None), getattr(spec, "cached", None)
+        if not (roots and isinstance(origin, str) and origin.endswith(".py") and isinstance(cached, str)
+                and origin.startswith(roots)) or os.path.exists(cached):
+            continue
+        try:
+            py_compile.compile(origin, cfile=cached, doraise=True)
+            written += 1
+        except (py_compile.PyCompileError, OSError):  # unwritable or unreadable: the next child compiles it again
+            pass
+    return written
+
+
 def _driver(name: str) -> Any:
     module, _, attribute = name.partition(":")
     if not (attribute and module.startswith("kvsim.conform.")):
@@ -355,6 +383,7 @@ def serve(lines: Any, out: Any) -> int:
         return 1
     workers = {header["driver"]: first}
     _send(out, {"ok": True, "result": {"import_s": time.perf_counter() - started, "version": header["version"]}})
+    cache_bytecode(tuple(r for r in (header["root"], header["deps"]) if Path(r).is_relative_to(cache_root())))
     configure: Any = None
     for line in lines:
         if not line.strip():

@@ -107,3 +107,27 @@ def test_one_child_serves_every_driver_of_a_release(tmp_path):
         assert selftest.call("pid") not in (selftest.process.pid, os.getpid())
     finally:
         close_shared()
+
+
+def test_the_child_caches_the_bytecode_of_what_it_imported_from_the_cache_only(tmp_path, monkeypatch):
+    import importlib
+    import sys
+    from importlib.util import cache_from_source
+
+    from kvsim.conform.installed_child import cache_bytecode
+
+    for folder, name in (("cache", "kvsim_planted_in_cache"), ("cache-sibling", "kvsim_planted_beside")):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / f"{name}.py").write_text("VALUE = 1\n")
+        monkeypatch.syspath_prepend(str(tmp_path / folder))
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)  # as under PYTHONDONTWRITEBYTECODE=1
+    for name in ("kvsim_planted_in_cache", "kvsim_planted_beside"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+        importlib.import_module(name)
+    inside = cache_from_source(str(tmp_path / "cache" / "kvsim_planted_in_cache.py"))
+    beside = cache_from_source(str(tmp_path / "cache-sibling" / "kvsim_planted_beside.py"))
+    assert not os.path.exists(inside) and not os.path.exists(beside)
+    assert cache_bytecode((str(tmp_path / "cache"),)) == 1
+    assert os.path.exists(inside) and not os.path.exists(beside)  # a folder sharing the root's prefix is not it
+    assert cache_bytecode((str(tmp_path / "cache"),)) == 0  # written once
+    assert cache_bytecode(()) == 0  # a user's tree: no root given, nothing written
