@@ -90,13 +90,15 @@ class Simulator:
         """
         heap, pop = self._heap, heapq.heappop
         next_clock = self.events_run + _CLOCK_EVERY
+        bounded = until is not None or max_events is not None
         while heap and not self._stopped:
-            if until is not None and heap[0][_TIME] > until:
-                self.now = until
-                return
-            if max_events is not None and self.events_run >= max_events:
-                return
-            if self.max_events is not None and self.events_run >= self.max_events:
+            if bounded:
+                if until is not None and heap[0][_TIME] > until:
+                    self.now = until
+                    return
+                if max_events is not None and self.events_run >= max_events:
+                    return
+            if (budget := self.max_events) is not None and self.events_run >= budget:
                 self._budget_spent("max-events")
                 return
             if self.events_run >= next_clock:
@@ -218,13 +220,17 @@ class Channel:
         self.garble_fn = garble
         self.on_fault = on_fault or (lambda kind, message: None)
         self.sent = self.delivered = 0
-        # no fault drawn on this channel: `send` only schedules the arrival (the same events, no draw either way)
-        self._faultless = not (plan.drop or plan.delay or plan.duplicate or plan.reorder or plan.garble)
+        # no fault drawn on this channel: `send` only schedules the arrival (the same events, no draw either way);
+        # a negative latency takes the general path, where `schedule` refuses it
+        self._faultless = latency >= 0 and not (plan.drop or plan.delay or plan.duplicate or plan.reorder
+                                                or plan.garble)
 
     def send(self, message: Any) -> None:
         self.sent += 1
-        if self._faultless:
-            self.sim.schedule(self.latency, self._arrive, message)
+        if self._faultless:  # `sim.schedule(self.latency, self._arrive, message)`, pushed here: a send per message
+            sim = self.sim
+            heapq.heappush(sim._heap, [sim.now + self.latency, sim._seq, self._arrive, (message,)])
+            sim._seq += 1
             return
         plan, rng = self.plan, self.sim.rng
         if plan.drop and rng.random() < plan.drop:

@@ -189,8 +189,9 @@ class _Run:
 
     def _follow(self, effects: tuple[tuple, ...]) -> None:
         busy, parked = self.busy, self.parked
-        if not effects:  # most deliveries: nothing set in motion, only the idle workers to try
-            self._kick_idle()
+        if not effects:
+            # most deliveries: nothing set in motion. No idle worker to try either: a worker is left idle only
+            # with nothing to dequeue, and only a step that says so (Enqueued, Deferred) puts a chunk on a queue
             return
         buckets: tuple[list, list, list, list] = ([], [], [], [])
         for e in effects:  # one pass: this runs once per event
@@ -221,11 +222,13 @@ class _Run:
                 self._kick(w)
 
     def _kick_idle(self) -> None:
-        """Each worker neither busy nor parked tries its next chunk."""
+        """Each worker neither busy nor parked tries its next chunk (`_kick` of each, in one frame: this runs
+        after most events, and an idle worker mostly has nothing queued)."""
         busy, parked = self.busy, self.parked
+        state, work_enabled = self.driver.state, self.system.work_enabled
         for w in range(len(busy)):
-            if not busy[w] and not parked[w]:
-                self._kick(w)
+            if not busy[w] and not parked[w] and work_enabled(state, w):
+                self._start(w, state)
 
     def _follow_rooms(self, effects: list[tuple]) -> None:
         for e in effects:
@@ -265,9 +268,13 @@ class _Run:
     def _kick(self, w: int) -> None:
         state = self.driver.state
         if not self.busy[w] and not self.parked[w] and self.system.work_enabled(state, w):
-            self.busy[w] = True
-            wait = self.system.defers(state, w)
-            self.sim.schedule(STAGING_WATERMARK_WAIT_S if wait else self.p.transfer_time, self._work, w)
+            self._start(w, state)
+
+    def _start(self, w: int, state: Any) -> None:
+        """Worker w (idle, with work) takes its head chunk: the watermark wait first where it will defer."""
+        self.busy[w] = True
+        wait = self.system.defers(state, w)
+        self.sim.schedule(STAGING_WATERMARK_WAIT_S if wait else self.p.transfer_time, self._work, w)
 
     def _work(self, w: int) -> None:
         if not self.system.work_enabled(self.driver.state, w):
