@@ -25,7 +25,7 @@ import json.encoder
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Callable, Iterator
 
-from .canon import PLAIN, _RECORDS, canonical_json, dumps, encode as _encode, to_jsonable
+from .canon import PLAIN, _RECORDS, canonical_json, dumps, encode as _encode, encode_pieces, to_jsonable
 from .errors import TraceError
 
 
@@ -88,7 +88,7 @@ class TraceRecorder:
                 if kind not in PLAIN and (kind not in _RECORDS or not PLAIN.issuperset(map(type, v))):
                     data = [v if type(v) in PLAIN else to_jsonable(v) for v in data]  # converted, as `_step_data`
                     break
-            self._texts.append(f'{{"data":{_encode(data)}{head}{i},"t":{t!r}}}')
+            self._texts.append(f'{{"data":{_join(encode_pieces(data, 0))}{head}{i},"t":{t!r}}}')
             return
         self._texts.append(self._text(i, t, event, _step_data(data)))
 
@@ -131,6 +131,7 @@ class TraceRecorder:
 # (that line goes through `dumps`), so a step line is one format of texts already canonical. Bounded: a model
 # that named events without end would only fall back to `dumps`.
 _EVENT_HEADS: dict[str, str] = {}
+_join = "".join
 _MAX_EVENT_HEADS = 4096
 
 

@@ -188,27 +188,33 @@ class _Run:
         return effects
 
     def _follow(self, effects: tuple[tuple, ...]) -> None:
-        busy, parked = self.busy, self.parked
-        if not effects:
-            # most deliveries: nothing set in motion. No idle worker to try either: a worker is left idle only
-            # with nothing to dequeue, and only a step that says so (Enqueued, Deferred) puts a chunk on a queue
+        """Act on a step's effects: messages onto their channels, then the rooms' effects, then the clears and
+        the workers a batch gave work. No other idle worker is tried: a worker is left idle only with nothing to
+        dequeue, and only a step that says so (Enqueued; a worker's own Deferred, which `_work` follows) puts
+        a chunk on a queue."""
+        if not effects:  # most deliveries: nothing set in motion
             return
-        buckets: tuple[list, list, list, list] = ([], [], [], [])
-        for e in effects:  # one pass: this runs once per event
-            b = _BUCKETS.get(type(e))
-            if b is not None:
-                buckets[b].append(e)
-        sent, room_effects, polls, batches = buckets
+        sent = [e for e in effects if type(e) is Sent]
         if len(sent) > 1:
             sent.sort(key=_channel_of)  # channel by channel, in send order (the sort is stable)
         chans = self.chans
         for e in sent:
             chans[e.side][e.writer].send(e.msg)
+        if len(sent) == len(effects):  # only messages sent
+            return
+        room_effects: list = []
+        polls: list = []
+        batches: list = []
+        buckets = (None, room_effects, polls, batches)
+        for e in effects:  # one pass: this runs once per event
+            b = _BUCKETS.get(type(e))
+            if b:
+                buckets[b].append(e)
         if room_effects:
             self._follow_rooms(sorted(room_effects, key=_room_order) if len(room_effects) > 1 else room_effects)
-        if not polls and not batches:  # no clear to apply, no worker to unpark: only the idle workers to try
-            self._kick_idle()
+        if not polls and not batches:  # no clear to apply, no worker to unpark
             return
+        busy, parked = self.busy, self.parked
         clears = sorted((e.writer, e.room) for e in polls)
         enqueued = {e.writer for e in batches}
         i = 0
@@ -220,15 +226,6 @@ class _Run:
                 self._unpark(w)  # a new batch: its chunks may be ready
             if not busy[w] and not parked[w]:
                 self._kick(w)
-
-    def _kick_idle(self) -> None:
-        """Each worker neither busy nor parked tries its next chunk (`_kick` of each, in one frame: this runs
-        after most events, and an idle worker mostly has nothing queued)."""
-        busy, parked = self.busy, self.parked
-        state, work_enabled = self.driver.state, self.system.work_enabled
-        for w in range(len(busy)):
-            if not busy[w] and not parked[w] and work_enabled(state, w):
-                self._start(w, state)
 
     def _follow_rooms(self, effects: list[tuple]) -> None:
         for e in effects:
@@ -268,13 +265,9 @@ class _Run:
     def _kick(self, w: int) -> None:
         state = self.driver.state
         if not self.busy[w] and not self.parked[w] and self.system.work_enabled(state, w):
-            self._start(w, state)
-
-    def _start(self, w: int, state: Any) -> None:
-        """Worker w (idle, with work) takes its head chunk: the watermark wait first where it will defer."""
-        self.busy[w] = True
-        wait = self.system.defers(state, w)
-        self.sim.schedule(STAGING_WATERMARK_WAIT_S if wait else self.p.transfer_time, self._work, w)
+            self.busy[w] = True
+            wait = self.system.defers(state, w)
+            self.sim.schedule(STAGING_WATERMARK_WAIT_S if wait else self.p.transfer_time, self._work, w)
 
     def _work(self, w: int) -> None:
         if not self.system.work_enabled(self.driver.state, w):
