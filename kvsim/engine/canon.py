@@ -19,7 +19,7 @@ from .actions import Tagged
 
 
 PLAIN = frozenset({type(None), bool, int, str})  # leaves `to_jsonable` keeps as they are (the trace recorder too)
-_RECORDS: set[type] = set()  # the `Tagged` types seen: a set lookup instead of an `isinstance` on every record
+RECORDS: set[type] = set()  # the `Tagged` types seen (a set lookup, not an `isinstance` per record; the trace reads it)
 
 
 def to_jsonable(value: Any) -> Any:
@@ -33,8 +33,8 @@ def to_jsonable(value: Any) -> Any:
         return [v if type(v) in PLAIN else to_jsonable(v) for v in value]
     if kind is dict:
         return {str(k): v if type(v) in PLAIN else to_jsonable(v) for k, v in value.items()}
-    if kind in _RECORDS or isinstance(value, Tagged):  # actions, messages, effects: the tuple they are, tag first
-        _RECORDS.add(kind)
+    if kind in RECORDS or isinstance(value, Tagged):  # actions, messages, effects: the tuple they are, tag first
+        RECORDS.add(kind)
         return [v if type(v) in PLAIN else to_jsonable(v) for v in value]
     if hasattr(kind, "__canon__"):  # a value that names its own JSON form (a variant: its name)
         return to_jsonable(value.__canon__())

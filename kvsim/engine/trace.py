@@ -25,7 +25,7 @@ import json.encoder
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Callable, Iterator
 
-from .canon import PLAIN, _RECORDS, canonical_json, dumps, encode as _encode, encode_pieces, to_jsonable
+from .canon import PLAIN, RECORDS, canonical_json, dumps, encode as _encode, encode_pieces, to_jsonable
 from .errors import TraceError
 
 
@@ -85,7 +85,7 @@ class TraceRecorder:
         if head is not None and type(data) is tuple and type(t) is float and t - t == 0.0:
             for v in data:
                 kind = type(v)
-                if kind not in PLAIN and (kind not in _RECORDS or not PLAIN.issuperset(map(type, v))):
+                if kind not in PLAIN and (kind not in RECORDS or not PLAIN.issuperset(map(type, v))):
                     data = [v if type(v) in PLAIN else to_jsonable(v) for v in data]  # converted, as `_step_data`
                     break
             self._texts.append(f'{{"data":{_join(encode_pieces(data, 0))}{head}{i},"t":{t!r}}}')

@@ -206,7 +206,7 @@ def test_a_step_that_queued_nothing_leaves_no_idle_worker_with_work(monkeypatch,
 
 
 def test_a_writes_cells_are_the_cells_of_each_token():
-    """`write_cells` writes a run of cells at once: the cells `value` gives token by token, clipped at the ring's end."""
+    """`write_cells` writes a run of cells at once: the cells `value` gives token by token, clipped at the ring end."""
     from kvsim.models.pd_staging import data
 
     cfg = data.StagingSystemConfig(rooms=2, writers=2, page_size=4, prompt_len=30, decode_prefix_len=8)
