@@ -19,7 +19,7 @@ from .actions import Tagged
 
 
 PLAIN = frozenset({type(None), bool, int, str})  # leaves `to_jsonable` keeps as they are (the trace recorder too)
-_RECORDS: set[type] = set()  # the `Tagged` types seen: a set lookup instead of an `isinstance` on every record
+RECORDS: set[type] = set()  # the `Tagged` types seen (a set lookup, not an `isinstance` per record; the trace reads it)
 
 
 def to_jsonable(value: Any) -> Any:
@@ -33,8 +33,8 @@ def to_jsonable(value: Any) -> Any:
         return [v if type(v) in PLAIN else to_jsonable(v) for v in value]
     if kind is dict:
         return {str(k): v if type(v) in PLAIN else to_jsonable(v) for k, v in value.items()}
-    if kind in _RECORDS or isinstance(value, Tagged):  # actions, messages, effects: the tuple they are, tag first
-        _RECORDS.add(kind)
+    if kind in RECORDS or isinstance(value, Tagged):  # actions, messages, effects: the tuple they are, tag first
+        RECORDS.add(kind)
         return [v if type(v) in PLAIN else to_jsonable(v) for v in value]
     if hasattr(kind, "__canon__"):  # a value that names its own JSON form (a variant: its name)
         return to_jsonable(value.__canon__())
@@ -71,28 +71,40 @@ def dumps(jsonable: Any) -> str:
     return _ENCODE(jsonable)
 
 
-def _encoder() -> Callable[[Any], str]:
+def _encoder() -> Callable[[Any, int], Any]:
     """The canonical encoder, built once: `json.dumps` builds a new encoder on every call, which cost as much
-    as the encoding of a trace step line. The C encoder where this Python has it (checked on a probe: the same
-    text as the pure-Python one), else the pure-Python one; the text is the same either way."""
+    as the encoding of a trace step line. `encoder(value, 0)` gives the text's pieces: the C encoder's where
+    this Python has it (checked on a probe: the same text as the pure-Python one), else the pure-Python
+    one's text as one piece; the text is the same either way."""
     plain = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+    def whole(value: Any, _level: int) -> tuple[str]:
+        return (plain.encode(value),)
+
     make = getattr(json.encoder, "c_make_encoder", None)
     if make is None:
-        return plain.encode
-    join = "".join
+        return whole
     try:
         c_encode = make(None, plain.default, json.encoder.encode_basestring_ascii, None, ":", ",", True, False, True)
         probe = {"t": 0.1, "data": [1, ["A", -2, None, True]], "s": "\u00e9\n", "f": float("inf"),
                  "d": {"b": 1, "a": 2.5e-300}}
-        if join(c_encode(probe, 0)) != plain.encode(probe):
-            return plain.encode
+        if "".join(c_encode(probe, 0)) != plain.encode(probe):
+            return whole
     except (TypeError, ValueError):  # another C signature: the pure-Python encoder
-        return plain.encode
-    return lambda value: join(c_encode(value, 0))
+        return whole
+    return c_encode
 
 
-_ENCODE = _encoder()
-encode = _ENCODE  # `dumps` without its own call, for a hot path (the trace recorder encodes every step)
+encode_pieces = _encoder()  # `"".join(encode_pieces(value, 0))` is `dumps(value)` without a call of its own
+_join = "".join
+
+
+def encode(value: Any) -> str:
+    """`dumps` as one call, for a hot path."""
+    return _join(encode_pieces(value, 0))
+
+
+_ENCODE = encode
 
 
 def digest(value: Any, length: int = 64) -> str:

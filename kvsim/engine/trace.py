@@ -25,7 +25,7 @@ import json.encoder
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Callable, Iterator
 
-from .canon import PLAIN, canonical_json, dumps, encode as _encode, to_jsonable
+from .canon import PLAIN, RECORDS, canonical_json, dumps, encode as _encode, encode_pieces, to_jsonable
 from .errors import TraceError
 
 
@@ -74,9 +74,22 @@ class TraceRecorder:
         return dumps({"i": i, "t": t, "event": event, "data": jsonable})
 
     def record(self, t: float, event: str, data: Any = None) -> None:
-        """Record the next step (kept; hashed when the digest is asked for)."""
+        """Record the next step (kept; hashed when the digest is asked for).
+
+        The common step (an event seen before, a finite time, the fields of an action as a tuple, each a plain
+        value or a record of plain values) is written here in one pass: the encoder writes such a tuple, and
+        a record in it, as the very list `to_jsonable` makes of it, so the tuple is encoded as it is."""
         i = self.count
         self.count = i + 1
+        head = _EVENT_HEADS.get(event)
+        if head is not None and type(data) is tuple and type(t) is float and t - t == 0.0:
+            for v in data:
+                kind = type(v)
+                if kind not in PLAIN and (kind not in RECORDS or not PLAIN.issuperset(map(type, v))):
+                    data = [v if type(v) in PLAIN else to_jsonable(v) for v in data]  # converted, as `_step_data`
+                    break
+            self._texts.append(f'{{"data":{_join(encode_pieces(data, 0))}{head}{i},"t":{t!r}}}')
+            return
         self._texts.append(self._text(i, t, event, _step_data(data)))
 
     def _record_each(self, t: float, event: str, data: Any = None) -> None:
@@ -118,6 +131,7 @@ class TraceRecorder:
 # (that line goes through `dumps`), so a step line is one format of texts already canonical. Bounded: a model
 # that named events without end would only fall back to `dumps`.
 _EVENT_HEADS: dict[str, str] = {}
+_join = "".join
 _MAX_EVENT_HEADS = 4096
 
 

@@ -53,6 +53,12 @@ def value(room: int, token: int, writer: int) -> int:
     return ((room + 1) * TOKENS + token) * HEAD_SLICES + writer + 1
 
 
+def values(room: int, token: int, writer: int, count: int) -> range:
+    """`value(room, token + j, writer)` for j in [0, count): consecutive tokens step by `HEAD_SLICES`."""
+    first = value(room, token, writer)
+    return range(first, first + count * HEAD_SLICES, HEAD_SLICES)
+
+
 def prefix_value(token: int, writer: int) -> int:
     """What a shared radix-prefix row holds: the cached KV of that prompt token (not a request's suffix)."""
     return -(token * HEAD_SLICES + writer + 1)
@@ -176,11 +182,16 @@ def write_cells(memory: tuple[int, ...], cfg: StagingSystemConfig, room: int, wr
     """
     ps, d = cfg.page_size, cfg.decode_prefix_len
     base = (offset + writer * alloc_pages) * ps
-    mem = list(memory)
-    for j in range(num_pages * ps):
-        if base + j < len(mem):
-            mem[base + j] = value(room, d + page_start * ps + j, writer)
-    return tuple(mem)
+    if base < 0:  # (no ring offset is negative) cell by cell, as Python's negative indices take them
+        mem = list(memory)
+        for j in range(num_pages * ps):
+            if base + j < len(mem):
+                mem[base + j] = value(room, d + page_start * ps + j, writer)
+        return tuple(mem)
+    end = min(base + num_pages * ps, len(memory))  # the run clipped at the ring's end
+    if end <= base:
+        return memory
+    return memory[:base] + tuple(values(room, d + page_start * ps, writer, end - base)) + memory[end:]
 
 
 def scatter_cells(memory: tuple[int, ...], cfg: StagingSystemConfig, offset: int, alloc_pages: int,

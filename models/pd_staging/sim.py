@@ -188,26 +188,33 @@ class _Run:
         return effects
 
     def _follow(self, effects: tuple[tuple, ...]) -> None:
-        busy, parked = self.busy, self.parked
-        if not effects:  # most deliveries: nothing set in motion, only the idle workers to try
-            self._kick_idle()
+        """Act on a step's effects: messages onto their channels, then the rooms' effects, then the clears and
+        the workers a batch gave work. No other idle worker is tried: a worker is left idle only with nothing to
+        dequeue, and only a step that says so (Enqueued; a worker's own Deferred, which `_work` follows) puts
+        a chunk on a queue."""
+        if not effects:  # most deliveries: nothing set in motion
             return
-        buckets: tuple[list, list, list, list] = ([], [], [], [])
-        for e in effects:  # one pass: this runs once per event
-            b = _BUCKETS.get(type(e))
-            if b is not None:
-                buckets[b].append(e)
-        sent, room_effects, polls, batches = buckets
+        sent = [e for e in effects if type(e) is Sent]
         if len(sent) > 1:
             sent.sort(key=_channel_of)  # channel by channel, in send order (the sort is stable)
         chans = self.chans
         for e in sent:
             chans[e.side][e.writer].send(e.msg)
+        if len(sent) == len(effects):  # only messages sent
+            return
+        room_effects: list = []
+        polls: list = []
+        batches: list = []
+        buckets = (None, room_effects, polls, batches)
+        for e in effects:  # one pass: this runs once per event
+            b = _BUCKETS.get(type(e))
+            if b:
+                buckets[b].append(e)
         if room_effects:
             self._follow_rooms(sorted(room_effects, key=_room_order) if len(room_effects) > 1 else room_effects)
-        if not polls and not batches:  # no clear to apply, no worker to unpark: only the idle workers to try
-            self._kick_idle()
+        if not polls and not batches:  # no clear to apply, no worker to unpark
             return
+        busy, parked = self.busy, self.parked
         clears = sorted((e.writer, e.room) for e in polls)
         enqueued = {e.writer for e in batches}
         i = 0
@@ -217,13 +224,6 @@ class _Run:
                 i += 1
             if w in enqueued:
                 self._unpark(w)  # a new batch: its chunks may be ready
-            if not busy[w] and not parked[w]:
-                self._kick(w)
-
-    def _kick_idle(self) -> None:
-        """Each worker neither busy nor parked tries its next chunk."""
-        busy, parked = self.busy, self.parked
-        for w in range(len(busy)):
             if not busy[w] and not parked[w]:
                 self._kick(w)
 

@@ -240,7 +240,9 @@ class PdStaging(PrefillSide, DecodeSide):
 
     def transition(self, s: StagingState, a: tuple) -> tuple[StagingState, tuple[tuple, ...]]:
         """`step`, and what it did (`actions`: Sent, Enqueued, Deferred, PollTerminal, ScatterSubmitted, ...)."""
-        effect, a = RULES.effect(a)
+        effect = _EFFECTS.get(type(a))  # the typed record's rule, read here: a timed simulation steps per event
+        if effect is None:
+            effect, a = RULES.effect(a)
         fx: Effects = []
         return effect(self, s, a, fx), tuple(fx)
 
@@ -257,18 +259,34 @@ class PdStaging(PrefillSide, DecodeSide):
 
     @staticmethod
     def _set_chan(s: StagingState, side: int, w: int, chan: tuple) -> StagingState:
-        return replace_at(s, CHANS, put(s.chans, side, put(s.chans[side], w, chan)))
+        """`s` with channel [side][w] replaced: `replace_at(s, CHANS, put(s.chans, side, put(s.chans[side], w,
+        chan)))` in one frame (the channels are plain tuples; every delivery and send sets one)."""
+        chans = list(s.chans)
+        row = list(chans[side])
+        row[w] = chan
+        chans[side] = tuple(row)
+        items = list(s)
+        items[CHANS] = tuple(chans)
+        return _tuple_new(StagingState, items)
 
     def _set_prefill(self, s: StagingState, w: int, r: int, p: PrefillRoom, fx: Effects) -> StagingState:
-        if p is s.prefill[w][r]:
+        rooms = s.prefill[w]
+        if p is rooms[r]:
             return s  # the room as it was: the state as it was
         if self.poll_concludes(p):
             fx.append(PollTerminal(w, r))
-        return replace_at(s, PREFILL_ROOMS, put(s.prefill, w, put(s.prefill[w], r, p)))
+        # `replace_at(s, PREFILL_ROOMS, put(s.prefill, w, put(rooms, r, p)))`, the outer levels copied here
+        writers = list(s.prefill)
+        writers[w] = put(rooms, r, p)
+        items = list(s)
+        items[PREFILL_ROOMS] = tuple(writers)
+        return _tuple_new(StagingState, items)
 
     @staticmethod
     def _set_decode(s: StagingState, r: int, d: DecodeRoom) -> StagingState:
-        return replace_at(s, DECODE_ROOMS, put(s.decode, r, d))
+        items = list(s)  # `replace_at(s, DECODE_ROOMS, put(s.decode, r, d))` in one frame
+        items[DECODE_ROOMS] = put(s.decode, r, d)
+        return _tuple_new(StagingState, items)
 
 
 # -- the rules: each action's precondition beside its effect, by record type --------------------------------
@@ -276,6 +294,8 @@ class PdStaging(PrefillSide, DecodeSide):
 # `when(system, state, action)`. An action whose condition only `enabled` states (a fault, a clear) is enabled
 # when `enabled` lists it.
 RULES = Rules()
+_EFFECTS = RULES.effects  # `transition` reads a typed record's effect here
+_tuple_new = tuple.__new__
 
 
 def _listed(self: PdStaging, s: StagingState, a: tuple) -> bool:

@@ -107,7 +107,12 @@ def test_a_step_line_is_the_canonical_json_of_the_step_it_records():
              (2.5, "deliver", (0, 1, ReqMsg(3, 1, 2, 1))), (3, "int_time", None), (float("inf"), "inf", [1]),
              (float("nan"), "arrive", (float("nan"), True, None, "x\u00e9\n")), (4.0, "named", Pair(1, 2.5)),
              (5.0, "mixed", {2: Colour.RED, "k": frozenset({3, 1})}), (6.0, "caf\u00e9 \"q\"", ("t", 1.5)),
-             (7.0, "deliver", (1, 0, ReqMsg(4, 0, 1, 0)))]
+             (7.0, "deliver", (1, 0, ReqMsg(4, 0, 1, 0))),
+             # a seen event with a tuple of fields is encoded as it is only where each field is plain or a record
+             # of plain values: a record holding a named tuple, a float or another record is converted first
+             (8.0, "deliver", (0, Deliver(1, 0, Pair(1, 2.5)))), (9.0, "deliver", (0, ReqMsg(1, 2.5, 0, 0))),
+             (10.0, "deliver", (1, Deliver(0, 1, ReqMsg(5, 0, 1, 0)))), (11.0, "deliver", (Pair(3, 0.5),)),
+             (12.0, "deliver", (1, ReqMsg(6, float("inf"), None, True)))]
     seen = []
     recorder = TraceRecorder({"model": "toy"}, on_step=seen.append)
     for t, event, data in steps:

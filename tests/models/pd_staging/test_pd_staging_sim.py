@@ -179,3 +179,43 @@ def test_every_mechanism_is_the_mechanism_of_one_catalogued_report():
 
     reports = [b.mechanism for b in catalog.load().bugs.values() if b.model == "pd-staging" and b.mechanism]
     assert sorted(reports) == sorted(MECHANISMS)
+
+
+@pytest.mark.parametrize("variant, faults", [("fixed", "duplicate=0.05,crash=prefill@1.5"),
+                                             ("pre_05c7ebf", "drop=0.05,delay=0.1:0.3")])
+def test_a_step_that_queued_nothing_leaves_no_idle_worker_with_work(monkeypatch, variant, faults):
+    """The simulation tries no idle worker after a step that enqueued no batch: that is only right while a worker
+    is left idle (neither busy nor parked) with nothing to dequeue. Checked at every such step of faulty runs."""
+    from kvsim.models.pd_staging.actions import Enqueued
+    from kvsim.models.pd_staging.sim import _Run
+
+    follow, checked = _Run._follow, []
+
+    def checking(self, effects):
+        if not any(type(e) is Enqueued for e in effects):
+            state = self.driver.state
+            idle = [w for w in range(len(self.busy)) if not self.busy[w] and not self.parked[w]
+                    and self.system.work_enabled(state, w)]
+            assert idle == [], f"worker {idle} idle with work after a step that queued nothing"
+            checked.append(1)
+        follow(self, effects)
+
+    monkeypatch.setattr(_Run, "_follow", checking)
+    run(variant, faults, seed=2, requests=40)
+    assert len(checked) > 100
+
+
+def test_a_writes_cells_are_the_cells_of_each_token():
+    """`write_cells` writes a run of cells at once: the cells `value` gives token by token, clipped at the ring end."""
+    from kvsim.models.pd_staging import data
+
+    cfg = data.StagingSystemConfig(rooms=2, writers=2, page_size=4, prompt_len=30, decode_prefix_len=8)
+    memory = tuple(range(-1, -1 - 64, -1))
+    for room, writer, offset, alloc_pages, page_start, num_pages in [(0, 0, 0, 2, 0, 2), (1, 1, 3, 2, 1, 3),
+                                                                   (1, 1, 14, 2, 0, 4), (0, 1, 20, 2, 0, 1)]:
+        mem = list(memory)
+        base = (offset + writer * alloc_pages) * cfg.page_size
+        for j in range(num_pages * cfg.page_size):
+            if base + j < len(mem):
+                mem[base + j] = data.value(room, cfg.decode_prefix_len + page_start * cfg.page_size + j, writer)
+        assert data.write_cells(memory, cfg, room, writer, offset, alloc_pages, page_start, num_pages) == tuple(mem)
