@@ -110,11 +110,14 @@ class ChunkedContextMetadata:
         return self.query_start_loc[-1]
 
 
-def _dcp_fields(dcp: DcpConfig, ctx: Sequence[int], local_starts: Sequence[int], padded_lens: Sequence[int]) -> dict:
+def _dcp_fields(allranks: tuple[tuple[int, ...], ...], local_starts: Sequence[int],
+                padded_lens: Sequence[int]) -> dict:
+    """The DCP fields of a chunk; `allranks`: `get_dcp_local_seq_lens` of each of its requests (the builder computes
+    them once a batch, not once a chunk: a split request is in many chunks)."""
+    padded_cu = _cumsum0(padded_lens)
     return dict(local_starts=tuple(local_starts), padded_local_seq_lens=tuple(padded_lens),
-                padded_local_cu_seq_lens=_cumsum0(padded_lens), padded_local_token_to_seq=_repeat_index(padded_lens),
-                num_local_context_tokens=sum(padded_lens),
-                local_context_lens_allranks=tuple(get_dcp_local_seq_lens(c, dcp) for c in ctx))
+                padded_local_cu_seq_lens=padded_cu, padded_local_token_to_seq=_repeat_index(padded_lens),
+                num_local_context_tokens=padded_cu[-1], local_context_lens_allranks=allranks)
 
 
 def chunk_plan_arguments(workspace_size: int, block_size: int, dcp: DcpConfig | None,
@@ -155,6 +158,7 @@ def build_mla_chunked_context_metadata(context_lens: Sequence[int], query_start_
         raise ConfigError("workspace_size", f">= split alignment {alignment}", workspace_size)
 
     query_lens_of = [b - a for a, b in zip(qsl, qsl[1:])]
+    allranks = None if dcp is None else tuple(get_dcp_local_seq_lens(c, dcp) for c in ctx)
     chunks = []
     for index, plan in enumerate(plan_mla_context_chunks(ctx, budget, max_context_chunk, alignment, pad)):
         rs, re, starts, seq_lens = plan.request_start, plan.request_end, plan.starts, plan.seq_lens
@@ -162,7 +166,7 @@ def build_mla_chunked_context_metadata(context_lens: Sequence[int], query_start_
         if dcp is not None:
             local_starts = [dcp.padded_rows(s) for s in starts]  # exact: starts are virtual-aligned
             padded = [dcp.padded_rows(s + n) - ls for s, n, ls in zip(starts, seq_lens, local_starts)]
-            extra = _dcp_fields(dcp, ctx[rs:re], local_starts, padded)
+            extra = _dcp_fields(allranks[rs:re], local_starts, padded)
         if re - rs == 1:  # one request (every chunk of a split request): the same fields, each written at once
             rows, query_len = seq_lens[0], query_lens_of[rs]
             cu_seq_lens, query_start_loc, token_to_seq = (0, rows), (0, query_len), (0,) * rows
@@ -235,6 +239,7 @@ def build_uniform_chunked_context_metadata(context_lens: Sequence[int], query_st
         return None
     n = len(ctx)
     max_query_len = max(b - a for a, b in zip(qsl, qsl[1:]))
+    allranks = None if dcp is None else tuple(get_dcp_local_seq_lens(c, dcp) for c in ctx)
     chunks = []
     for i in range(plan.num_chunks):
         lens = plan.seq_lens[i]
@@ -243,7 +248,7 @@ def build_uniform_chunked_context_metadata(context_lens: Sequence[int], query_st
         if dcp is not None:
             p = plan.local_chunk_size
             padded = [max(0, min(dcp.padded_rows(c), (i + 1) * p) - i * p) for c in ctx]
-            extra = _dcp_fields(dcp, ctx, [i * p] * n, padded)
+            extra = _dcp_fields(allranks, [i * p] * n, padded)
         chunks.append(UniformContextChunk(
             index=i, request_slice=slice(0, n), token_slice=slice(0, qsl[n]), query_start_loc=qsl,
             max_query_len=max_query_len, starts=(plan.chunk_start(i),) * n,
