@@ -16,8 +16,8 @@ the properties and the numeric path read either. `starts` is always global here;
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from itertools import accumulate, chain, repeat
+from dataclasses import MISSING, dataclass, fields
+from itertools import accumulate
 from typing import Callable, Sequence
 
 from kvsim.engine.errors import ConfigError, check_int
@@ -32,7 +32,11 @@ def _cumsum0(values: Sequence[int]) -> tuple[int, ...]:
 
 
 def _repeat_index(lens: Sequence[int]) -> tuple[int, ...]:
-    return tuple(chain.from_iterable(map(repeat, range(len(lens)), lens)))
+    """`k` repeated `lens[k]` times, for each `k` in order (a chunk's `token_to_seq`)."""
+    index: list[int] = []
+    for k, n in enumerate(lens):
+        index += (k,) * n
+    return tuple(index)
 
 
 def query_start_loc_of(query_lens: Sequence[int]) -> tuple[int, ...]:
@@ -77,6 +81,18 @@ class ContextChunk:
     local_context_lens_allranks: tuple[tuple[int, ...], ...] | None = None
 
 
+_CHUNK_DEFAULTS = {f.name: f.default for f in fields(ContextChunk) if f.default is not MISSING}
+
+
+def _context_chunk(**values) -> ContextChunk:
+    """`ContextChunk(**values)`, built the way the builder's loop can afford (hundreds of chunks a batch): the
+    frozen `__init__` guards each of its 20 fields with `object.__setattr__`; this fills the instance's
+    `__dict__` at once, the unset fields at their defaults. The record is the same (equal, same repr and hash)."""
+    chunk = object.__new__(ContextChunk)
+    chunk.__dict__.update(_CHUNK_DEFAULTS, **values)
+    return chunk
+
+
 @dataclass(frozen=True)
 class ChunkedContextMetadata:
     """`ChunkedContextMetadata` of the per-request plan (workspace given by its size)."""
@@ -94,11 +110,14 @@ class ChunkedContextMetadata:
         return self.query_start_loc[-1]
 
 
-def _dcp_fields(dcp: DcpConfig, ctx: Sequence[int], local_starts: Sequence[int], padded_lens: Sequence[int]) -> dict:
+def _dcp_fields(allranks: tuple[tuple[int, ...], ...], local_starts: Sequence[int],
+                padded_lens: Sequence[int]) -> dict:
+    """The DCP fields of a chunk; `allranks`: `get_dcp_local_seq_lens` of each of its requests (the builder computes
+    them once a batch, not once a chunk: a split request is in many chunks)."""
+    padded_cu = _cumsum0(padded_lens)
     return dict(local_starts=tuple(local_starts), padded_local_seq_lens=tuple(padded_lens),
-                padded_local_cu_seq_lens=_cumsum0(padded_lens), padded_local_token_to_seq=_repeat_index(padded_lens),
-                num_local_context_tokens=sum(padded_lens),
-                local_context_lens_allranks=tuple(get_dcp_local_seq_lens(c, dcp) for c in ctx))
+                padded_local_cu_seq_lens=padded_cu, padded_local_token_to_seq=_repeat_index(padded_lens),
+                num_local_context_tokens=padded_cu[-1], local_context_lens_allranks=allranks)
 
 
 def chunk_plan_arguments(workspace_size: int, block_size: int, dcp: DcpConfig | None,
@@ -139,24 +158,30 @@ def build_mla_chunked_context_metadata(context_lens: Sequence[int], query_start_
         raise ConfigError("workspace_size", f">= split alignment {alignment}", workspace_size)
 
     query_lens_of = [b - a for a, b in zip(qsl, qsl[1:])]
+    allranks = None if dcp is None else tuple(get_dcp_local_seq_lens(c, dcp) for c in ctx)
     chunks = []
     for index, plan in enumerate(plan_mla_context_chunks(ctx, budget, max_context_chunk, alignment, pad)):
-        rs, re = plan.request_start, plan.request_end
+        rs, re, starts, seq_lens = plan.request_start, plan.request_end, plan.starts, plan.seq_lens
         extra = {}
         if dcp is not None:
-            local_starts = [dcp.padded_rows(s) for s in plan.starts]  # exact: starts are virtual-aligned
-            padded = [dcp.padded_rows(s + n) - ls for s, n, ls in zip(plan.starts, plan.seq_lens, local_starts)]
-            extra = _dcp_fields(dcp, ctx[rs:re], local_starts, padded)
-        query_lens = query_lens_of[rs:re]
-        cu_seq_lens = _cumsum0(plan.seq_lens)
-        chunks.append(ContextChunk(
+            local_starts = [dcp.padded_rows(s) for s in starts]  # exact: starts are virtual-aligned
+            padded = [dcp.padded_rows(s + n) - ls for s, n, ls in zip(starts, seq_lens, local_starts)]
+            extra = _dcp_fields(allranks[rs:re], local_starts, padded)
+        if re - rs == 1:  # one request (every chunk of a split request): the same fields, each written at once
+            rows, query_len = seq_lens[0], query_lens_of[rs]
+            cu_seq_lens, query_start_loc, token_to_seq = (0, rows), (0, query_len), (0,) * rows
+            max_query_len, max_seq_len, all_rows_active = query_len, rows, query_len > 0 and rows > 0
+        else:
+            query_lens, q0 = query_lens_of[rs:re], qsl[rs]
+            cu_seq_lens, query_start_loc = _cumsum0(seq_lens), tuple(q - q0 for q in qsl[rs:re + 1])
+            token_to_seq, max_query_len, max_seq_len = _repeat_index(seq_lens), max(query_lens), max(seq_lens)
+            all_rows_active = min(query_lens) > 0 and min(seq_lens) > 0
+        chunks.append(_context_chunk(
             index=index, request_slice=slice(rs, re), token_slice=slice(qsl[rs], qsl[re]),
             continuation_token_end=qsl[rs + 1], is_continuation=plan.is_continuation,
-            num_context_tokens=cu_seq_lens[-1], query_start_loc=tuple(q - qsl[rs] for q in qsl[rs:re + 1]),
-            max_query_len=max(query_lens), cu_seq_lens=cu_seq_lens,
-            starts=plan.starts, seq_lens=plan.seq_lens, max_seq_len=max(plan.seq_lens),
-            token_to_seq=_repeat_index(plan.seq_lens),
-            all_rows_active=min(query_lens) > 0 and min(plan.seq_lens) > 0, **extra))
+            num_context_tokens=cu_seq_lens[-1], query_start_loc=query_start_loc, max_query_len=max_query_len,
+            cu_seq_lens=cu_seq_lens, starts=starts, seq_lens=seq_lens, max_seq_len=max_seq_len,
+            token_to_seq=token_to_seq, all_rows_active=all_rows_active, **extra))
     empty = tuple(slice(qsl[i], qsl[i + 1]) for i, c in enumerate(ctx) if c == 0)
     return ChunkedContextMetadata(context_lens=ctx, query_start_loc=qsl, workspace_size=workspace_size,
                                   split_alignment=alignment, chunks=tuple(chunks), empty_token_slices=empty, dcp=dcp)
@@ -213,19 +238,22 @@ def build_uniform_chunked_context_metadata(context_lens: Sequence[int], query_st
     if plan is None:
         return None
     n = len(ctx)
+    max_query_len = max(b - a for a, b in zip(qsl, qsl[1:]))
+    allranks = None if dcp is None else tuple(get_dcp_local_seq_lens(c, dcp) for c in ctx)
     chunks = []
     for i in range(plan.num_chunks):
         lens = plan.seq_lens[i]
+        cu_seq_lens = _cumsum0(lens)
         extra = {}
         if dcp is not None:
             p = plan.local_chunk_size
             padded = [max(0, min(dcp.padded_rows(c), (i + 1) * p) - i * p) for c in ctx]
-            extra = _dcp_fields(dcp, ctx, [i * p] * n, padded)
+            extra = _dcp_fields(allranks, [i * p] * n, padded)
         chunks.append(UniformContextChunk(
             index=i, request_slice=slice(0, n), token_slice=slice(0, qsl[n]), query_start_loc=qsl,
-            max_query_len=max(b - a for a, b in zip(qsl, qsl[1:])), starts=(plan.chunk_start(i),) * n,
-            seq_lens=lens, cu_seq_lens=_cumsum0(lens), token_to_seq=_repeat_index(lens),
-            num_context_tokens=sum(lens), max_seq_len=max(lens), has_empty_context=any(x == 0 for x in lens), **extra))
+            max_query_len=max_query_len, starts=(plan.chunk_start(i),) * n,
+            seq_lens=lens, cu_seq_lens=cu_seq_lens, token_to_seq=_repeat_index(lens),
+            num_context_tokens=cu_seq_lens[-1], max_seq_len=max(lens), has_empty_context=0 in lens, **extra))
     n_ctx = sum(1 for c in ctx if c > 0)
     return UniformChunkedContextMetadata(context_lens=ctx, query_start_loc=qsl, workspace_size=workspace_size,
                                          max_context_chunk=plan.max_context_chunk,

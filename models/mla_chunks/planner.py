@@ -128,16 +128,28 @@ class ContextChunkPlan:
         check_counts(self.starts, "starts")
         check_counts(self.seq_lens, "seq_lens")
 
+    @classmethod
+    def planned(cls, request_start: int, starts: tuple[int, ...], seq_lens: tuple[int, ...]) -> "ContextChunkPlan":
+        """A plan as `plan_mla_context_chunks` builds it, without the checks of `__post_init__`: the planner's
+        requests are in range, its tuples as long as the run and its counts non-negative by construction
+        (a plan built elsewhere, a conform adapter's or a test's, goes through the checks)."""
+        plan = object.__new__(cls)
+        plan.__dict__.update(request_start=request_start, request_end=request_start + len(seq_lens), starts=starts,
+                             seq_lens=seq_lens, is_continuation=starts[0] > 0)
+        return plan
+
 
 def _largest_split(start: int, remainder: int, budget_left: int, max_context_chunk: int, alignment: int,
-                   padded_rows: Callable[[int], int]) -> int:
+                   padded_rows: Callable[[int], int] | None) -> int:
     """Largest multiple of `alignment`, at most `min(max_context_chunk, round_down(remainder-1, alignment))`,
-    whose padded cost fits in `budget_left`; 0 if none.
+    whose padded cost fits in `budget_left`; 0 if none. `padded_rows` None: a row costs one.
 
     The `remainder - 1` keeps at least one row for the next chunk (a split never takes the
     whole remainder: that case is "fits" and is handled by the caller).
     """
     hi = min(max_context_chunk, round_down(remainder - 1, alignment)) // alignment
+    if padded_rows is None:  # rows cost themselves: the last k with k * alignment <= budget_left, at once
+        return max(0, min(hi, budget_left // alignment)) * alignment
     base = padded_rows(start)
     lo = 0
     while lo < hi:  # cost is monotone in the length: binary search for the last k that fits
@@ -169,8 +181,7 @@ def plan_mla_context_chunks(context_lens: Sequence[int], row_budget: int, max_co
     check_int(row_budget, "row_budget")
     check_int(max_context_chunk, "max_context_chunk", minimum=1)
     check_int(split_alignment, "split_alignment", minimum=1)
-    pad = padded_rows or (lambda rows: rows)
-
+    pad = padded_rows
     plans: list[ContextChunkPlan] = []
     r, start, n = 0, 0, len(ctx)
     while r < n:
@@ -185,7 +196,7 @@ def plan_mla_context_chunks(context_lens: Sequence[int], row_budget: int, max_co
         rows = 0
         while r < n and ctx[r] > 0:
             rem = ctx[r] - start
-            need = pad(start + rem) - pad(start)
+            need = rem if pad is None else pad(start + rem) - pad(start)
             if rows + need <= row_budget:
                 starts.append(start)
                 lens.append(rem)
@@ -201,8 +212,7 @@ def plan_mla_context_chunks(context_lens: Sequence[int], row_budget: int, max_co
         if not lens:
             raise ConfigError("row_budget", f"room for one aligned split of {split_alignment} rows of request {r}",
                               row_budget)
-        plans.append(ContextChunkPlan(request_start=first, request_end=first + len(lens), starts=tuple(starts),
-                                      seq_lens=tuple(lens), is_continuation=starts[0] > 0))
+        plans.append(ContextChunkPlan.planned(first, tuple(starts), tuple(lens)))
     return plans
 
 
@@ -253,6 +263,6 @@ def plan_uniform_context_chunks(context_lens: Sequence[int], workspace_size: int
             raise ConfigError("max_context_chunk", f"a multiple of dcp_world_size {dcp.world_size}", mcc)
         local_chunk = cdiv(mcc, dcp.virtual_block) * dcp.interleave
     num_chunks = cdiv(max(ctx), mcc)
-    seq_lens = tuple(tuple(max(0, min(c, (i + 1) * mcc) - i * mcc) for c in ctx) for i in range(num_chunks))
+    seq_lens = tuple(tuple([max(0, min(c - lo, mcc)) for c in ctx]) for lo in range(0, num_chunks * mcc, mcc))
     return UniformContextPlan(max_context_chunk=mcc, num_chunks=num_chunks, seq_lens=seq_lens,
                               local_chunk_size=local_chunk)

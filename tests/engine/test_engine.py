@@ -1,5 +1,6 @@
 """The runner, the Hypothesis adapter, the simulator and canonical digests, on toys."""
 
+import gc
 from dataclasses import dataclass
 
 import pytest
@@ -12,7 +13,7 @@ from kvsim.engine.property import kv_property
 from kvsim.engine.descriptor import ModelDescriptor
 from kvsim.engine.registry import REGISTRY
 from kvsim.engine.variants import Variant, VariantTable
-from kvsim.engine.runner import run_property
+from kvsim.engine.runner import YOUNG_THRESHOLD, run_property
 from kvsim.engine.sim import Channel, FaultPlan, Simulator
 from kvsim.engine.stateful import machine_class
 from hypothesis import settings
@@ -58,6 +59,27 @@ def test_runner_same_seed_same_counterexample():
     a = run_property(toy_sum_bounded, "bad", max_examples=200, seed=7, use_examples=False)
     b = run_property(toy_sum_bounded, "bad", max_examples=200, seed=7, use_examples=False)
     assert (a.counterexample, a.examples) == (b.counterexample, b.examples)
+
+
+def test_runner_spaces_young_collections_while_a_property_runs_and_restores_them():
+    """The collector's young threshold is raised for the run (examples allocate many short-lived containers),
+    and is what it was afterwards, a failing run's too."""
+    seen = []
+
+    @kv_property(model="toy-engine", strategy=st.just(0))
+    def threshold_seen(case, variant):
+        """Records the collector's thresholds."""
+        seen.append(gc.get_threshold())
+        if not variant.capped:
+            raise PropertyViolation("threshold: expected a pass, got the bad variant")
+
+    before = gc.get_threshold()
+    assert before[0] < YOUNG_THRESHOLD
+    assert run_property(threshold_seen, "fixed", max_examples=2, seed=1).status == "passed"
+    assert gc.get_threshold() == before
+    assert run_property(threshold_seen, "bad", max_examples=2, seed=1).status == "failed"
+    assert gc.get_threshold() == before
+    assert seen and set(seen) == {(YOUNG_THRESHOLD, *before[1:])}
 
 
 def test_runner_rejects_unknown_variant():

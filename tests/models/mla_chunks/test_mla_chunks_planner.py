@@ -11,13 +11,13 @@ from kvsim.models.mla_chunks import metadata as metadata_module
 from kvsim.app.catalog import load
 from kvsim.engine.errors import ConfigError, PropertyViolation
 from kvsim.engine.runner import run_property
-from kvsim.models.mla_chunks.planner import (FIXED, ContextChunkPlan, align_mla_chunked_context_workspace_size,
-                                             check_counts,
+from kvsim.models.mla_chunks.planner import (FIXED, ContextChunkPlan, _largest_split,
+                                             align_mla_chunked_context_workspace_size, check_counts,
                                              chunked_context_workspace_size, determine_chunked_prefill_workspace_size,
                                              plan_mla_context_chunks)
 from kvsim.models.mla_chunks.variants import VARIANTS
 from kvsim.models.mla_chunks.dcp import DcpConfig
-from kvsim.models.mla_chunks.metadata import (AccumulateOp, build_context_metadata, build_mla_chunked_context_metadata,
+from kvsim.models.mla_chunks.metadata import (AccumulateOp, ContextChunk, build_context_metadata, build_mla_chunked_context_metadata,
                                  mla_accumulation_schedule, query_start_loc_of)
 from kvsim.properties.mla_chunks.cases import CONTINUATION_CASE, MlaChunkCase, TAIL_SPLIT_CASE, case
 from kvsim.properties.mla_chunks.plan import (check_accumulation_schedule, check_continuation, check_exact_tiling,
@@ -307,3 +307,36 @@ def test_chunk_fields_are_their_definitions(ctx, qsl, w, block) -> None:
         assert chunk.max_query_len == max(qsl[i + 1] - qsl[i] for i in range(rs, re))
         assert chunk.all_rows_active == (all(qsl[i + 1] > qsl[i] for i in range(rs, re)) and min(chunk.seq_lens) > 0)
         assert chunk.token_to_seq == tuple(k for k, n in enumerate(chunk.seq_lens) for _ in range(n))
+        assert chunk.cu_seq_lens == tuple(sum(chunk.seq_lens[:k]) for k in range(re - rs + 1))
+        assert chunk.query_start_loc == tuple(qsl[i] - qsl[rs] for i in range(rs, re + 1))
+        assert chunk.max_seq_len == max(chunk.seq_lens)
+        # the builder fills the record without its __init__: every field is there, and the record is the one
+        # ContextChunk(...) makes of the same values
+        values = {f.name: getattr(chunk, f.name) for f in dataclasses.fields(chunk)}
+        assert chunk == metadata_module.ContextChunk(**values)
+        assert repr(chunk) == repr(ContextChunk(**values))
+
+
+def test_planned_plans_are_the_checked_records() -> None:
+    """The planner builds its plans without the checks (`ContextChunkPlan.planned`): each is the record the
+    checked constructor makes of the same values, request_end and is_continuation included."""
+    for ctx, budget, mcc, alignment, pad in [([5, 7, 3], 6, 6, 1, None), ([17, 0, 40, 3], 16, 16, 8, None),
+                                             ([20, 3], 8, 16, 8, DcpConfig(2, 4).padded_rows)]:
+        plans = plan_mla_context_chunks(ctx, budget, mcc, alignment, pad)
+        assert any(p.is_continuation for p in plans) and any(p.request_end - p.request_start > 1 for p in plans)
+        for p in plans:
+            checked = ContextChunkPlan(p.request_start, p.request_start + len(p.seq_lens), p.starts, p.seq_lens,
+                                       p.starts[0] > 0)
+            assert p == checked and repr(p) == repr(checked)
+
+
+@pytest.mark.parametrize("alignment", [1, 3, 16])
+def test_largest_split_of_unpadded_rows_is_the_search(alignment) -> None:
+    """Without padding (`padded_rows` None) the split is computed at once; it is the binary search's answer over
+    every start, remainder and budget (the search runs with the identity cost)."""
+    for start in (0, alignment, 5 * alignment):
+        for remainder in range(1, 6 * alignment + 2):
+            for budget_left in range(-1, 6 * alignment + 2):
+                for cap in (alignment, 2 * alignment + 1, 64):
+                    assert _largest_split(start, remainder, budget_left, cap, alignment, None) == \
+                        _largest_split(start, remainder, budget_left, cap, alignment, lambda rows: rows)
