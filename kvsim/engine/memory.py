@@ -110,6 +110,22 @@ class YoungCollections:
 
 
 @contextmanager
+def spaced_collections(young: int) -> Iterator[None]:
+    """The collector's young-generation threshold at least `young` allocations while the block runs, then as it was
+    (automatic collection left off where it is off). A property's examples and a simulation's steps allocate
+    thousands of short-lived containers: at the default 700 a pass runs every few hundred and ages them all into
+    the older generations, whose passes go over every object the process holds. Cycles are still collected, less
+    often; what the block computes does not depend on when the collector runs."""
+    threshold = gc.get_threshold()
+    if threshold[0]:  # 0: automatic collection off, left so
+        gc.set_threshold(max(threshold[0], young), *threshold[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*threshold)
+
+
+@contextmanager
 def collection_paused() -> Iterator[None]:
     """Automatic garbage collection off for a while, then as it was: pickling or unpickling a search's
     millions of acyclic objects is several times faster without the collector's passes over them

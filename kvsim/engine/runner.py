@@ -10,11 +10,9 @@ SIGTERM (`kvsim.engine.interrupt`) ends a run at its next example, with
 
 from __future__ import annotations
 
-import gc
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import hypothesis
 from hypothesis import HealthCheck, Phase, Verbosity, example, given, settings
@@ -23,6 +21,7 @@ from .canon import to_jsonable
 from .descriptor import ModelDescriptor
 from .draws import own_draws
 from .errors import PropertyViolation
+from .memory import spaced_collections
 from .interrupt import raise_if_asked
 from .params import resolve
 from .property import KvProperty
@@ -55,25 +54,7 @@ def _settings(max_examples: int, derandomize: bool, database: Any, phases: tuple
                     suppress_health_check=list(HealthCheck), print_blob=False, report_multiple_bugs=False)
 
 
-YOUNG_THRESHOLD = 10_000  # allocations between two passes of the collector over its young objects (default 700)
-
-
-@contextmanager
-def _spaced_collections() -> Iterator[None]:
-    """The collector's young-generation threshold at `YOUNG_THRESHOLD` while a property runs, then as it was.
-
-    An example allocates thousands of short-lived containers (Hypothesis' draws, a model's records: a planner case
-    of 500 chunks makes ~5,000), so at the default a pass runs every few hundred and ages them all into the older
-    generations, whose passes go over every object the process holds: a third of the time of mla-chunks'
-    planner checks. Cycles are still collected, 14 times less often.
-    """
-    threshold = gc.get_threshold()
-    if threshold[0]:  # 0: automatic collection off, left so
-        gc.set_threshold(max(threshold[0], YOUNG_THRESHOLD), *threshold[1:])
-    try:
-        yield
-    finally:
-        gc.set_threshold(*threshold)
+YOUNG_THRESHOLD = 10_000  # the collector's young threshold while a property runs (default 700; a third of mla-chunks' planner checks went to collection)
 
 
 def _replay_command(prop: KvProperty, variant: str, seed: int | None, max_examples: int,
@@ -131,7 +112,7 @@ def run_property(prop: KvProperty, variant: Any = "fixed", *, max_examples: int 
     start = time.perf_counter()
     status, message = "passed", ""
     try:
-        with own_draws(), _spaced_collections():  # the seed alone names the inputs, whatever this process imported
+        with own_draws(), spaced_collections(YOUNG_THRESHOLD):  # the seed alone names the inputs, whatever this process imported
             test()
     except PropertyViolation as exc:
         status, message = "failed", str(exc)

@@ -12,7 +12,6 @@ generator; peer crashes are scheduled events the model handles.
 
 from __future__ import annotations
 
-import gc
 import heapq
 import random
 import time as _clock
@@ -21,6 +20,7 @@ from typing import Any, Callable
 
 from .errors import ConfigError
 from .interrupt import INTERRUPT, asked
+from .memory import spaced_collections
 from .system import transition
 
 FAULT_KINDS = ("drop", "delay", "duplicate", "reorder", "garble", "crash")
@@ -94,12 +94,8 @@ class Simulator:
         lasts the collector's young generation is collected every `_YOUNG` allocations instead of every 700
         (restored after; what a run computes does not depend on when the collector runs).
         """
-        thresholds = gc.get_threshold()
-        gc.set_threshold(max(thresholds[0], _YOUNG), *thresholds[1:])
-        try:
+        with spaced_collections(_YOUNG):
             self._run(until, max_events)
-        finally:
-            gc.set_threshold(*thresholds)
 
     def _run(self, until: float | None, max_events: int | None) -> None:
         heap, pop = self._heap, heapq.heappop
