@@ -87,7 +87,7 @@ _CHUNK_DEFAULTS = {f.name: f.default for f in fields(ContextChunk) if f.default 
 def _context_chunk(**values) -> ContextChunk:
     """`ContextChunk(**values)`, built the way the builder's loop can afford (hundreds of chunks a batch): the
     frozen `__init__` guards each of its 20 fields with `object.__setattr__`; this fills the instance's
-    `__dict__` at once, the unset fields at their defaults. The record is the same (equal, same repr and hash)."""
+    `__dict__` at once, the unset fields at their defaults. The record is the same (equal, same repr)."""
     chunk = object.__new__(ContextChunk)
     chunk.__dict__.update(_CHUNK_DEFAULTS, **values)
     return chunk
