@@ -83,6 +83,10 @@ class SelfTest:
         return args.get("value")
 
 
+class SelfTestPeer(SelfTest):
+    """A second driver for checking the child itself: one release's child serves several drivers."""
+
+
 class Swap:
     """One module of the release re-executed from a changed text, and undone.
 
@@ -390,11 +394,15 @@ def serve(lines: Any, out: Any) -> int:
             continue
         request = json.loads(line)
         if request["op"] == CONFIGURE:
-            configure = request.get("args") or {}
             answers = [w.ask(line) for w in workers.values()]
             if any(a is None for a in answers):
                 return 1
-            text = next((a for a in answers if not json.loads(a)["ok"]), answers[0])
+            failed = next((a for a in answers if not json.loads(a)["ok"]), None)
+            # what a driver made later loads: this request's, or, where its mutant did not load, the release
+            # with the trace kept (what each worker's `Configured.configure` went back to; never the failed mutant)
+            configure = (request.get("args") or {}) if failed is None else \
+                {"mutant": None, "trace": (configure or {}).get("trace")}
+            text = failed or answers[0]
         else:
             name = request.get("driver") or header["driver"]
             worker = workers.get(name)

@@ -131,3 +131,25 @@ def test_the_child_caches_the_bytecode_of_what_it_imported_from_the_cache_only(t
     assert os.path.exists(inside) and not os.path.exists(beside)  # a folder sharing the root's prefix is not it
     assert cache_bytecode((str(tmp_path / "cache"),)) == 0  # written once
     assert cache_bytecode(()) == 0  # a user's tree: no root given, nothing written
+
+
+def test_a_mutant_that_did_not_load_is_not_loaded_into_a_driver_made_later(tmp_path):
+    """The child keeps what was last loaded for the drivers it makes later; a mutant that did not load is not that
+    (the release is: the drivers' processes put it back), so a later driver is made and answers as its own."""
+    from kvsim.conform.installed_child import close_shared, shared
+    from kvsim.engine.conformance.mutants import Mutant
+
+    env = _fake_release(tmp_path)
+    raises = Mutant("vllm/v1/core/kv_cache_manager.py", "<module>", "planted", 1, 0, 5, "print",
+                    "raise ValueError('planted')\nprint")
+    try:
+        selftest = shared(env, "kvsim.conform.installed_child:SelfTest", timeout=30.0)
+        assert selftest.call("echo", value=1) == 1
+        with pytest.raises(ConfigError, match="ValueError: planted"):
+            selftest.configure(raises)
+        assert selftest.call("echo", value=2) == 2
+        peer = shared(env, "kvsim.conform.installed_child:SelfTestPeer", timeout=30.0)
+        assert peer.call("echo", value=3) == 3  # made on the release, not refused for the mutant's sake
+        assert peer.call("pid") != selftest.call("pid")
+    finally:
+        close_shared()
