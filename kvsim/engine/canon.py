@@ -95,13 +95,13 @@ def _encoder() -> Callable[[Any, int], Any]:
     return c_encode
 
 
-encode_pieces = _encoder()  # `"".join(encode_pieces(value, 0))` is `dumps(value)` without a call of its own
+_encode_pieces = _encoder()  # `"".join(_encode_pieces(value, 0))` is `dumps(value)`
 _join = "".join
 
 
 def encode(value: Any) -> str:
     """`dumps` as one call, for a hot path."""
-    return _join(encode_pieces(value, 0))
+    return _join(_encode_pieces(value, 0))
 
 
 _ENCODE = encode

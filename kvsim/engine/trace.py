@@ -25,7 +25,7 @@ import json.encoder
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Callable, Iterator
 
-from .canon import PLAIN, RECORDS, canonical_json, dumps, encode as _encode, encode_pieces, to_jsonable
+from .canon import PLAIN, RECORDS, canonical_json, dumps, encode as _encode, to_jsonable
 from .errors import TraceError
 
 
@@ -77,8 +77,8 @@ class TraceRecorder:
         """Record the next step (kept; hashed when the digest is asked for).
 
         The common step (an event seen before, a finite time, the fields of an action as a tuple, each a plain
-        value or a record of plain values) is written here in one pass: the encoder writes such a tuple, and
-        a record in it, as the very list `to_jsonable` makes of it, so the tuple is encoded as it is."""
+        value or a record of plain values) is written here, `_text`'s line without its calls (this runs once an
+        event): the encoder writes such a tuple, and a record in it, as the very list `_step_data` makes of it."""
         i = self.count
         self.count = i + 1
         head = _EVENT_HEADS.get(event)
@@ -86,9 +86,9 @@ class TraceRecorder:
             for v in data:
                 kind = type(v)
                 if kind not in PLAIN and (kind not in RECORDS or not PLAIN.issuperset(map(type, v))):
-                    data = [v if type(v) in PLAIN else to_jsonable(v) for v in data]  # converted, as `_step_data`
+                    data = _step_data(data)
                     break
-            self._texts.append(f'{{"data":{_join(encode_pieces(data, 0))}{head}{i},"t":{t!r}}}')
+            self._texts.append(f'{{"data":{_encode(data)}{head}{i},"t":{t!r}}}')
             return
         self._texts.append(self._text(i, t, event, _step_data(data)))
 
@@ -131,7 +131,6 @@ class TraceRecorder:
 # (that line goes through `dumps`), so a step line is one format of texts already canonical. Bounded: a model
 # that named events without end would only fall back to `dumps`.
 _EVENT_HEADS: dict[str, str] = {}
-_join = "".join
 _MAX_EVENT_HEADS = 4096
 
 
