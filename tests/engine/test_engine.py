@@ -55,6 +55,59 @@ def test_runner_pinned_example_runs_first():
     assert bad.counterexample["case"] == [100, 100] and bad.examples == 1
 
 
+def _pinned_toy(seen):
+    from hypothesis import reject
+
+    @kv_property(model="toy-engine", strategy=st.integers(1000, 2000), examples=[3, -1, 5, 7, 9])
+    def pinned_seen(case, variant):
+        """Records each case with a draw of the global `random`; rejects -1; fails on 7 on the bad variant."""
+        import random
+
+        if case == -1:
+            reject()
+        seen.append((case, random.random()))
+        if not variant.capped and case == 7:
+            raise PropertyViolation(f"case: expected not 7, got {case}")
+
+    return pinned_seen
+
+
+def test_pinned_cases_run_as_hypothesis_explicit_examples_would():
+    """`run_pinned` (the pinned cases in a plain loop) against Hypothesis's own explicit phase: the same cases in
+    the same order, a rejected one skipped, the first failure raised and reported with its case, no generated case
+    after it; the global `random` seeded inside (the same draws in every run) and restored afterwards."""
+    import random
+
+    from hypothesis import example, given
+
+    ours: list = []
+    prop = _pinned_toy(ours)
+    random.seed(123)
+    kept = random.getstate()
+    bad = run_property(prop, "bad", max_examples=5, seed=1)
+    assert random.getstate() == kept
+    assert bad.status == "failed" and bad.counterexample == {"case": 7, "message": "case: expected not 7, got 7"}
+    assert bad.examples == 4  # 3, -1 (rejected), 5, 7
+
+    theirs: list = []
+    check = _pinned_toy(theirs)
+    test = given(st.integers(1000, 2000))(lambda case: check(case, TOY.variant("bad")))
+    for case in reversed(check.examples):
+        test = example(case)(test)
+    with pytest.raises(PropertyViolation, match="got 7"):
+        settings(max_examples=5, database=None, report_multiple_bugs=False)(test)()  # as the runner sets it
+    assert [c for c, _ in ours] == [c for c, _ in theirs] == [3, 5, 7]
+
+    again: list = []
+    random.seed(456)  # another state before: the pinned cases see the same seeded one
+    run_property(_pinned_toy(again), "bad", max_examples=5, seed=2)
+    assert again == ours  # seeded: the same draws whatever ran before
+    fixed: list = []
+    assert run_property(_pinned_toy(fixed), "fixed", max_examples=5, seed=1).status == "passed"
+    assert [c for c, _ in fixed[:4]] == [3, 5, 7, 9] and all(1000 <= c <= 2000 for c, _ in fixed[4:])
+    assert len(fixed) > 4  # the generated cases came after the pinned ones
+
+
 def test_runner_same_seed_same_counterexample():
     a = run_property(toy_sum_bounded, "bad", max_examples=200, seed=7, use_examples=False)
     b = run_property(toy_sum_bounded, "bad", max_examples=200, seed=7, use_examples=False)
