@@ -21,6 +21,7 @@ from typing import Any
 
 from kvsim.app import junit, outputs
 from kvsim.app.argtypes import integer, non_negative_int, positive_float, positive_int
+from kvsim.app.forked import cpu_count
 from kvsim.engine.errors import ConfigError, KvsimError
 from kvsim.engine.interrupt import stopping_on_signals
 
@@ -62,9 +63,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-seconds", type=positive_float("--max-seconds"), default=DEFAULT_MAX_SECONDS,
                         metavar="S", help="the whole run's budget: targets stop between two calls, what ran is "
                         "reported (exit 3 if nothing diverged) (default: %(default)s)")
-    parser.add_argument("--workers", type=positive_int("--workers"), default=1, metavar="N",
-                        help="run the targets on N worker processes (the report keeps the targets' order; the "
-                             "targets of one real-import child run on one worker) (default: %(default)s)")
+    parser.add_argument("--workers", type=positive_int("--workers"), default=None, metavar="N",
+                        help="run the targets on N forked worker processes (the report keeps the targets' order; "
+                             "the targets of one real-import child run on one worker) (default: the CPU count; 1: "
+                             "in this process)")
     parser.add_argument("--coverage", action="store_true",
                         help="also report, per target, the lines of the checked upstream definitions the run "
                              "executed (default: off)")
@@ -156,7 +158,8 @@ def _conform(args: argparse.Namespace, started: float) -> int:
     if chosen:
         _present(source, chosen)
     with stopping_on_signals():
-        results = run_all(chosen, source, options, workers=args.workers, measure=args.coverage)
+        workers = cpu_count() if args.workers is None else args.workers
+        results = run_all(chosen, source, options, workers=workers, measure=args.coverage)
     doc = {"engine": source.engine, "version": source.version, "origin": source.origin,
            "subject": "upstream" if results and results[0].subject == "upstream" else "code under test",
            "results": [to_json(r) for r in results], "targets": _listing(chosen),

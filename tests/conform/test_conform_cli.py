@@ -57,3 +57,15 @@ def test_several_targets_run_in_the_order_given_and_list_their_files(capsys):
     doc = json.loads(out)
     assert code == 0 and [r["target"] for r in doc["results"]] == names
     assert all(t["files"] for t in doc["targets"]) and doc["subject"] == "upstream"
+
+
+@pytest.mark.parametrize("argv, workers", [([], "cpus"), (["--workers", "1"], 1), (["--workers", "3"], 3)])
+def test_targets_run_on_as_many_workers_as_cpus_unless_told(capsys, monkeypatch, argv, workers):
+    """`--workers` defaults to the CPU count (as `kvsim repro --all`), `--workers 1` runs in the process."""
+    from kvsim.conform import cli
+
+    seen = []
+    monkeypatch.setattr(cli, "cpu_count", lambda: 5)
+    monkeypatch.setattr(cli, "run_all", lambda chosen, source, options, workers, measure: seen.append(workers) or [])
+    code, out, _ = _kvsim(capsys, "conform", "vllm", "--target", "plan_mla_context_chunks", *argv, "--json")
+    assert code == 0 and seen == [5 if workers == "cpus" else workers]
