@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
 from typing import Any, Iterator, Sequence
 
+from kvsim.engine.conformance.adapters import Lockstep
 from kvsim.engine.conformance.declare import ConformTarget, Upstream
 from kvsim.engine.conformance.linetrace import LineTrace, coverage, documented_lines, statement_lines
 from kvsim.engine.conformance.result import TargetResult
@@ -138,13 +139,14 @@ def run_targets(targets: Sequence[ConformTarget], source: EngineSource, descript
 
 
 def batches(targets: Sequence[ConformTarget]) -> list[list[int]]:
-    """The targets' indexes as a worker runs them, one batch after another: the targets driving the release's
-    real-import child together (a worker imports a release once, about 20 s, for all its drivers), then each
-    kernel target (a worker's
-    one kernel child serves every kernel target it runs: triton is imported once a worker), then the rest; the
-    longest first, so that the last batch to start is a short one."""
+    """The targets' indexes as a worker runs them, one batch after another, the longer kinds first so that the last
+    batch to start is a short one: the targets driving the release's real-import child together (a worker imports a
+    release once, about 10 s, for all its drivers), then each kernel target (a worker's one kernel child serves
+    every kernel target it runs: triton is imported once a worker), then each lockstep (a stateful search, calls
+    many a program), then the rest, each kind in the targets' order."""
     installed: list[int] = []
     kernel: list[list[int]] = []
+    lockstep: list[list[int]] = []
     rest: list[list[int]] = []
     for i, target in enumerate(targets):
         try:
@@ -155,8 +157,8 @@ def batches(targets: Sequence[ConformTarget]) -> list[list[int]]:
         if adapter.installed:
             installed.append(i)
         else:
-            (kernel if adapter.kernel else rest).append([i])
-    return [*([installed] if installed else []), *kernel, *rest]
+            (kernel if adapter.kernel else lockstep if isinstance(adapter, Lockstep) else rest).append([i])
+    return [*([installed] if installed else []), *kernel, *lockstep, *rest]
 
 
 # what a forked worker runs from: (targets, source, descriptors, options, measure), set before the workers fork

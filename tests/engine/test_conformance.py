@@ -172,16 +172,19 @@ def test_the_real_import_targets_of_a_release_share_a_worker_and_the_longest_bat
     from kvsim.conform.run import batches
     from kvsim.conform.targets import select_targets
 
+    from kvsim.engine.conformance.adapters import Lockstep
+
     chosen = select_targets("vllm")
-    kinds = [("installed" if a.installed else "kernel" if a.kernel else "")
+    kinds = [("installed" if a.installed else "kernel" if a.kernel else "lockstep" if isinstance(a, Lockstep) else "")
              for a in (t.resolve_adapter() for t in chosen)]
+    assert "lockstep" in kinds and kinds.index("lockstep") > kinds.index("")  # declared after a one-shot target
     found = batches(chosen)
     assert sorted(i for b in found for i in b) == list(range(len(chosen)))  # each target once
     drivers = [{chosen[i].resolve_adapter().installed for i in b} for b in found]
     installed = [d for d in drivers if d != {""}]
     assert len(installed) == 1 and len(installed[0]) >= 2  # one batch: the release's one child runs every driver
     order = [kinds[b[0]] for b in found]
-    assert order == sorted(order, key=("installed", "kernel", "").index)
+    assert order == sorted(order, key=("installed", "kernel", "lockstep", "").index)
 
 
 @pytest.mark.parametrize("new", ["    return None\n", "    return [full]\n", "    return {'full': full}\n"])
