@@ -25,7 +25,7 @@ from typing import Any, Callable, ContextManager, Sequence
 
 from ..engine.canon import canonical_json
 from ..engine.errors import ConfigError
-from ..engine.interrupt import BudgetExceeded
+from ..engine.interrupt import BudgetExceeded, Interrupted
 from ..engine.registry import BugReport, Registry
 from .repro import release_verdicts
 from .show import sources
@@ -135,12 +135,16 @@ def _load_json(flag: str, path: str, what: str) -> Any:
 def build_site(out: str, registry: Registry, *, seed: int = 0, conform: Sequence[str] = (),
                bench: Sequence[str] = (), progress: Callable[[str], None] | None = None,
                on_stop: Callable[[], None] | None = None, spent: Callable[[], bool] = lambda: False,
-               setup: Callable[[], ContextManager[Any]] = nullcontext) -> SiteResult:
+               setup: Callable[[], ContextManager[Any]] = nullcontext,
+               batch: Callable[[list[BugReport]], tuple[list[Any], str | None]] | None = None) -> SiteResult:
     """Write the site to `out`. Where the command's --max-seconds runs out (`BudgetExceeded`) while the bug reports
     are reproduced, the site is written with those done so far and names the rest (`not_run`); `on_stop` is
     called then, and once every report ran (the command line disarms its time limit: the pages that follow are
     not cut short). `setup`: what the folders, the inputs and the style sheet are made under (the command line
-    holds an alarm there); `spent()`: whether it ran out before a report starts (the rest are not reproduced)."""
+    holds an alarm there); `spent()`: whether it ran out before a report starts (the rest are not reproduced).
+    `batch(bugs)`: the reproductions made ahead, after the inputs are checked (the command line's forked workers):
+    (the results made, in order, and what stopped it: "max-seconds", "interrupt" or None); a report it did not
+    make is then not run (a stop) or reproduced here (a worker's error, raised here as it was there)."""
     start = time.perf_counter()
     with setup():
         draw = drawing_function()
@@ -155,10 +159,15 @@ def build_site(out: str, registry: Registry, *, seed: int = 0, conform: Sequence
         _write(os.path.join(out, "style.css"), STYLE.lstrip(), result)
     rows = []
     bugs = list(registry.bugs.values())
+    made, stopped = batch(bugs) if batch is not None else ([], None)
+    for repro in made:
+        sources.remember(repro, seed)
     for i, bug in enumerate(bugs):
         try:
-            if spent():
+            if spent() or (stopped == "max-seconds" and not sources.known(bug, seed)):
                 raise BudgetExceeded()
+            if stopped is not None and not sources.known(bug, seed):
+                raise Interrupted()
             if progress is not None:
                 progress(bug.id)
             repro = sources.reproduced(bug, seed, registry)

@@ -201,7 +201,8 @@ OPTIONS = {
     "oracle": [SEED, st.builds(lambda o: ["--junit", o], output("file"))],
     "show": [SEED, option("--steps", st.sampled_from(("1", "5", "40"))),
              st.builds(lambda o: ["--out", o], output("drawing"))],
-    "report": [SEED, st.builds(lambda f: ["--conform", f], input_file()),
+    "report": [SEED, option("--workers", st.sampled_from(("1", "2"))),
+               st.builds(lambda f: ["--conform", f], input_file()),
                st.builds(lambda f: ["--bench", f], input_file())],
 }
 BUDGETS = {  # what every drawn line of the command carries, unless it drew the option itself

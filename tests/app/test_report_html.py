@@ -168,3 +168,46 @@ def test_the_pictures_nested_fields_and_the_layout_in_headless_chromium(site, tm
             page.screenshot(path=str(shots / "report-conform.png"), full_page=True)
         finally:
             browser.close()
+
+
+def _made(bugs, registry):
+    """Reproductions as a forked worker hands them back (plain fields), without running them: no counterexample."""
+    from kvsim.app.repro import BugRun, ReproResult
+
+    return [ReproResult.from_fields(BugRun.resolve(b, registry), (True, True, 1, 0.0, None, "", 0.0)) for b in bugs]
+
+
+@pytest.mark.parametrize("stopped", ["max-seconds", "interrupt", None])
+def test_reports_made_ahead_on_workers_are_used_and_a_stop_names_the_rest(tmp_path, monkeypatch, stopped):
+    """`build_site(batch=...)` (`kvsim report` on forked workers): the reproductions the batch made are the pages'
+    (none is run again); after a --max-seconds stop the rest are named as not run, after an interrupt the stop goes
+    on; a report the batch did not make without a stop (its worker's error) is reproduced in the process."""
+    from kvsim.app import site
+    from kvsim.app.show import sources
+    from kvsim.engine.interrupt import Interrupted
+
+    bugs = list(REG.bugs.values())
+    cheap = next(b for b in bugs if b.id == "flashinfer-4031-nontransactional-replan")  # a 13-state search
+    made = _made(bugs[:3], REG) if stopped else _made([b for b in bugs if b is not cheap], REG)
+    ran = []
+    real = site.sources.reproduced
+    monkeypatch.setattr(sources, "_REPRODUCED", {})
+    monkeypatch.setattr(site.sources, "reproduced", lambda bug, *a: ran.append(bug.id) or real(bug, *a))
+    stops = []
+    build = lambda: site.build_site(str(tmp_path / "site"), REG, batch=lambda b: (made, stopped),
+                                    on_stop=lambda: stops.append(1))
+    if stopped == "interrupt":
+        with pytest.raises(Interrupted):
+            build()
+        return
+    result = build()
+    assert stops == [1]
+    if stopped == "max-seconds":
+        assert result.bugs == 3 and result.not_run == [b.id for b in bugs[3:]]
+        assert sorted(p.name for p in (tmp_path / "site" / "bugs").iterdir()) == sorted(f"{b.id}.html" for b in bugs[:3])
+        assert set(ran) == {b.id for b in bugs[:3]}  # read from what the batch made (the same results, not rerun)
+        assert all(sources._REPRODUCED[(b.id, 0)] is m for b, m in zip(bugs, made))
+    else:
+        assert result.bugs == len(bugs) and result.not_run == [] and result.holding == sum(m.ok for m in made) + 1
+        kept = sources._REPRODUCED[(cheap.id, 0)]
+        assert kept not in made and kept.reproduced and kept.examples > 1  # run here, for real (13 states)

@@ -7,8 +7,10 @@ from typing import Any
 
 from ...engine.progress import Progress
 from .. import catalog
-from ..argtypes import integer
-from .common import EXIT_INCOMPLETE, SETUP, SUITE_MAX_SECONDS, VIEW, disarm, max_seconds_option, setup, view
+from ..argtypes import integer, positive_int
+from ..forked import cpu_count
+from .common import (EXIT_INCOMPLETE, SETUP, SUITE_MAX_SECONDS, VIEW, disarm, each_forked, max_seconds_option, setup,
+                     view)
 
 NAME = "report"
 HELP = ("write the catalog, bug reports, counterexample charts, conformance and benchmark results as a static HTML "
@@ -22,6 +24,9 @@ def arguments(rt: argparse.ArgumentParser) -> None:
     rt.add_argument("--bench", metavar="FILE", action="append", default=[],
                     help="a benchmark's JSON results to include (repeatable)")
     rt.add_argument("--seed", type=integer("--seed"), default=0, help="Hypothesis seed of the reproductions (default: 0)")
+    rt.add_argument("--workers", type=positive_int("--workers"), default=None, metavar="N",
+                    help="reproduce the bug reports on N forked worker processes, as kvsim repro --all (default: the "
+                         "CPU count; 1: in this process)")
     max_seconds_option(rt, SUITE_MAX_SECONDS)
 
 
@@ -32,10 +37,23 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         reg = catalog.load()
         drawing_function()  # matplotlib imported in the set-up, where it is installed
         progress = Progress(len(reg.bugs), "report")
+    workers = min(len(reg.bugs), cpu_count() if args.workers is None else args.workers)
+
+    def batch(bugs: list[Any]) -> tuple[list[Any], str | None]:
+        """The reproductions on the forked workers, as `kvsim repro --all` makes them (each handed back as plain
+        values and put back together here)."""
+        from ..repro import BugRun, ReproResult, reproduce
+
+        runs = [BugRun.resolve(b, reg) for b in bugs]
+        made, _, stopped, _ = each_forked(runs, lambda r: r.bug.id, lambda r: reproduce(r, seed=args.seed).fields(),
+                                          progress, workers, ReproResult.from_fields)
+        return made, stopped
+
     # an alarm in the set-up (here, or the site's folders and inputs) is held: then no report is reproduced, each
     # is named as not run; one that comes later cuts the report it lands in
     result = build_site(args.out, reg, seed=args.seed, conform=args.conform, bench=args.bench,
-                        progress=progress.step, on_stop=disarm, spent=lambda: SETUP["held"], setup=setup)
+                        progress=None if workers > 1 else progress.step, on_stop=disarm, spent=lambda: SETUP["held"],
+                        setup=setup, batch=batch if workers > 1 else None)
     disarm()
     progress.close()
     return {**result.to_json(), VIEW: {"out": args.out, "seconds": result.seconds, "max_seconds": args.max_seconds}}

@@ -31,6 +31,16 @@ def reproduced(bug: BugReport, seed: int = 0, registry: Registry | None = None) 
     return _REPRODUCED[key]
 
 
+def remember(result: ReproResult, seed: int = 0) -> None:
+    """A reproduction made elsewhere (a forked worker of `kvsim report`), as `reproduced` would have made it."""
+    _REPRODUCED[(result.bug.id, seed)] = result
+
+
+def known(bug: BugReport, seed: int = 0) -> bool:
+    """Whether `reproduced(bug, seed)` has its result already."""
+    return (bug.id, seed) in _REPRODUCED
+
+
 def of_bug(registry: Registry, bug: BugReport, seed: int = 0) -> SequenceChart | CaseTable | None:
     """The drawing of a bug report's counterexample; None where the bug does not reproduce."""
     result = reproduced(bug, seed, registry)
