@@ -618,3 +618,31 @@ def test_a_stop_during_a_mutation_run_reports_what_ran_and_ends_incomplete(tmp_p
     assert ran == (1 if inside else 2) and first["not_run"] == first["mutants"] - ran > 0
     assert (second["status"], second["mutants"], second["note"]) == ("incomplete", 0, mutate.STOPPED)
     assert signal.getsignal(signal.SIGTERM) is before  # the command's handler is gone with it
+
+
+def test_a_lockstep_strategy_is_made_once_for_equal_arguments():
+    """`strategy_of` / `sampled`: the strategy a lockstep builds each step from what is enabled is made (and
+    validated) once for equal arguments, and draws what a fresh one draws; an argument with no hash builds anew."""
+    from hypothesis import given, settings, strategies as st
+
+    from kvsim.engine.conformance.adapters import sampled, strategy_of
+
+    assert sampled([("a", 1), ("b", 2)]) is sampled((("a", 1), ("b", 2)))
+    assert sampled([("a", 1)]) is not sampled([("a", 2)])
+    built = []
+    make = lambda xs: built.append(1) or st.sampled_from(xs)  # noqa: E731
+    strategy_of(make, [1, 2]), strategy_of(make, [1, 2])
+    assert len(built) == 2  # a list: no hash, made each time
+
+    def draws(strategy):
+        seen = []
+
+        def keep(value):
+            seen.append(value)
+
+        settings(max_examples=30, derandomize=True, database=None)(given(strategy)(keep))()
+        return seen
+
+    cached = sampled(range(7))
+    draws(cached)  # drawn once already: the second run draws from a validated, used strategy
+    assert draws(cached) == draws(st.sampled_from(tuple(range(7))))

@@ -62,7 +62,7 @@ from typing import Any, Callable
 
 from hypothesis import strategies as st
 
-from kvsim.engine.conformance.adapters import Context, Lockstep, Operation, Probe
+from kvsim.engine.conformance.adapters import Context, Lockstep, Operation, Probe, sampled, strategy_of
 from kvsim.engine.errors import ConfigError
 from kvsim.models.kv_offload.manager import CPUOffloadingManager
 from kvsim.models.kv_offload.names import NEW_NAMES, OLD_NAMES, Naming
@@ -437,8 +437,12 @@ KEY_LISTS = st.lists(st.integers(0, KEYS - 1), unique=True, min_size=1, max_size
 TOUCHES = st.lists(st.integers(0, KEYS - 1), unique=True, min_size=1, max_size=KEYS)
 
 
+def _with_request(keys: Any, active: tuple[int, ...]) -> Any:
+    return st.tuples(keys, st.sampled_from(active))
+
+
 def with_request(keys: Any) -> Callable[[ModelSide], Any]:
-    return lambda view: st.tuples(keys, st.sampled_from(view.active))
+    return lambda view: strategy_of(_with_request, keys, tuple(view.active))
 
 
 def completions(view: ModelSide) -> Any:
@@ -491,8 +495,8 @@ OPERATIONS = (  # the stores and their completions repeated: they are what the o
     Operation("touch", with_request(TOUCHES)),
     Operation("touch", with_request(TOUCHES)),
     Operation("lookup", with_request(st.integers(0, KEYS - 1))),
-    Operation("on_request_finished", lambda view: st.sampled_from(view.active)),
-    Operation("on_new_request", lambda view: st.sampled_from(view.active)),
+    Operation("on_request_finished", lambda view: sampled(view.active)),
+    Operation("on_new_request", lambda view: sampled(view.active)),
     Operation("get_load_source", with_request(st.integers(0, KEYS - 1))),
     Operation("reset_cache", resettable),
     Operation("take_events", st.just(())),
