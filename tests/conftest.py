@@ -5,6 +5,7 @@ Select with KVSIM_PROFILE=dev. The CI profile keeps the suite deterministic.
 
 import os
 
+import kvsim
 import pytest
 from hypothesis import HealthCheck, settings
 
@@ -17,6 +18,24 @@ settings.register_profile("ci", derandomize=True, database=None, deadline=None, 
 settings.register_profile("dev", deadline=None, max_examples=1000,
                           suppress_health_check=[HealthCheck.too_slow], print_blob=True)
 settings.load_profile(os.environ.get("KVSIM_PROFILE", "ci"))
+
+
+def pytest_configure(config):
+    """kvsim's bytecode written once, by the controller, before any test runs. This machine (and CI on it) sets
+    PYTHONDONTWRITEBYTECODE=1, so without it every process the suite starts (a `kvsim` command, a kernel or
+    real-import child, an explorer or conform worker started afresh) compiled kvsim's source again: about 0.5 s
+    of CPU for a `kvsim list`. Python reads the files whatever that setting says, and compiles a source newer
+    than its file in memory as ever, so nothing a test sees changes."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        import compileall
+
+        import kvsim.gpu_oracle
+        import kvsim.models
+        import kvsim.properties
+
+        for package in (kvsim, kvsim.models, kvsim.properties, kvsim.gpu_oracle):
+            for folder in package.__path__:
+                compileall.compile_dir(folder, quiet=1, workers=1)
 
 
 # A conformance run in the suite is judged by its examples, never by the machine's speed: the per-call deadline
