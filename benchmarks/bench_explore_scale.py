@@ -236,8 +236,8 @@ def model_pass(spec: RunSpec, states: int, complete: bool = False) -> dict:
 
     A plain breadth-first search with a set finds the states the explorer found, in its order, untimed; over
     them, the model's calls alone are timed: `done` and every invariant on each state found, `enabled` and every
-    `step` on each state expanded: where the search was `complete`, every state found, as the search expanded
-    them all (else those expanded before the bound). The collector is paused while they run, as the explorer pauses it for its
+    `step` on each state expanded, as the search expands them: every state found where it was `complete` (else
+    those before the bound), but those that violate an invariant. The collector is paused while they run, as the explorer pauses it for its
     search (`YoungCollections`): the model's calls are timed as they run inside the explorer, and the
     collector's passes over the states held do not add to one pass and not to another."""
     system = spec.system()
@@ -247,6 +247,8 @@ def model_pass(spec: RunSpec, states: int, complete: bool = False) -> dict:
     for state in found:  # grows as it goes: breadth-first
         if len(seen) >= states and not complete:
             break
+        if any(inv.check(state) is not None for inv in invariants):
+            continue  # the search expands no state that violates an invariant
         expanded.append(state)
         for action in enabled(state):
             nxt = step(state, action)
