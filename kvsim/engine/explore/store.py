@@ -158,8 +158,9 @@ class FingerprintSet:
 
 
 class Recent(dict):
-    """state -> id for the states reached lately, by value: a dict keyed by the state, emptied when it holds
-    `capacity` (what a transition reaches lately is mostly what the next few expansions reach again).
+    """state -> id for the states reached lately (a partitioned worker's: -> fingerprint), by value: a dict keyed
+    by the state, emptied when it holds `capacity` (what a transition reaches lately is mostly what the next few
+    expansions reach again).
 
     The search asks it with the dict's own `get` (a lookup in C: the state hashed once, and compared only with a
     state of the same hash), and `put`s a successor it missed: a hit is a state equal to the one asked, never
