@@ -231,12 +231,13 @@ def explorer_pass(spec: RunSpec, bound: ExploreOptions) -> dict:
     return {"seconds": time.process_time() - start, "states": r.states, "complete": r.bound_hit is None}
 
 
-def model_pass(spec: RunSpec, states: int) -> dict:
+def model_pass(spec: RunSpec, states: int, complete: bool = False) -> dict:
     """The model's own calls alone over the first `states` states of a breadth-first search.
 
     A plain breadth-first search with a set finds the states the explorer found, in its order, untimed; over
     them, the model's calls alone are timed: `done` and every invariant on each state found, `enabled` and every
-    `step` on each state expanded. The collector is paused while they run, as the explorer pauses it for its
+    `step` on each state expanded, as the search expands them: every state found where it was `complete` (else
+    those before the bound), but those that violate an invariant. The collector is paused while they run, as the explorer pauses it for its
     search (`YoungCollections`): the model's calls are timed as they run inside the explorer, and the
     collector's passes over the states held do not add to one pass and not to another."""
     system = spec.system()
@@ -244,8 +245,10 @@ def model_pass(spec: RunSpec, states: int) -> dict:
     found = list(dict.fromkeys(system.initial_states()))
     seen, expanded = set(found), []
     for state in found:  # grows as it goes: breadth-first
-        if len(seen) >= states:
+        if len(seen) >= states and not complete:
             break
+        if any(inv.check(state) is not None for inv in invariants):
+            continue  # the search expands no state that violates an invariant
         expanded.append(state)
         for action in enabled(state):
             nxt = step(state, action)
@@ -272,11 +275,11 @@ def model_pass(spec: RunSpec, states: int) -> dict:
             "expansions": expansions}
 
 
-def fresh_pass(kind: str, label: str, args: argparse.Namespace, states: int = 0) -> dict:
+def fresh_pass(kind: str, label: str, args: argparse.Namespace, states: int = 0, complete: bool = False) -> dict:
     """One pass of `ceiling` in a fresh process (this script, `--ceiling-pass`): every pass starts from the same
     heap, and the one before it leaves nothing behind for it to collect."""
     command = [sys.executable, __file__, "--ceiling-pass", kind, "--config", label, "--states", str(states),
-               "--max-states", str(args.max_states), "--max-seconds", str(args.max_seconds)]
+               "--max-states", str(args.max_states), "--max-seconds", str(args.max_seconds)] + ["--complete"] * complete
     out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
     return json.loads(out.splitlines()[-1])
 
@@ -297,7 +300,7 @@ def ceiling(label: str, args: argparse.Namespace) -> dict:
     searches, models = [], []
     for _ in range(args.repeat):
         searches.append(fresh_pass("explorer", label, args))
-        models.append(fresh_pass("model", label, args, searches[0]["states"]))
+        models.append(fresh_pass("model", label, args, searches[0]["states"], searches[0]["complete"]))
     if len({r["states"] for r in searches}) > 1:  # a --max-seconds bound stopped some and not others
         print(f"  note: the searches found {sorted({r['states'] for r in searches})} states")
     m = models[0]
@@ -339,7 +342,7 @@ def one_pass(args: argparse.Namespace) -> None:
     if args.ceiling_pass == "explorer":
         out = explorer_pass(spec, ExploreOptions(max_states=args.max_states, max_seconds=args.max_seconds))
     else:
-        out = model_pass(spec, args.states)
+        out = model_pass(spec, args.states, args.complete)
     print(json.dumps(out))
 
 
@@ -367,6 +370,7 @@ def main() -> None:
     ap.add_argument("--ceiling-pass", choices=("explorer", "model"), help=argparse.SUPPRESS)  # `fresh_pass`'s child
     ap.add_argument("--config", help=argparse.SUPPRESS)
     ap.add_argument("--states", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--complete", action="store_true", help=argparse.SUPPRESS)  # the search expanded every state
     args = ap.parse_args()
     if args.ceiling_pass:
         one_pass(args)

@@ -24,7 +24,7 @@ class Relabellings:
     signature order: that set of relabellings depends only on the orbit, so the result is one
     representative per orbit, as `least_by_repr` over every relabelling would give, but the `repr`s
     are only taken where signatures tie (and the relabelling only where the order is not already
-    the signature order). `text` returns the `repr` of the form it last chose where it took one.
+    the signature order).
 
     `twin(state, c)`, where given, is a hashable value such that two components with one signature and
     one twin value are identical: exchanging them leaves the state as it is. Of the orders of such
@@ -36,7 +36,6 @@ class Relabellings:
                  signature: Callable[[Any, int], Any], twin: Callable[[Any, int], Hashable] | None = None) -> None:
         self.identity = tuple(range(n))
         self.relabel, self.signature, self.twin = relabel, signature, twin
-        self.last: tuple[Any, str] | None = None
         self.texts = RecordText()
 
     def canonical(self, state: Any) -> Any:
@@ -44,9 +43,7 @@ class Relabellings:
         forms = (state if p == self.identity else self.relabel(state, p) for p in ordered)
         if len(ordered) == 1:
             return next(forms)
-        best, text = least_by_repr(next(forms), forms, self.texts)
-        self.last = (best, text)
-        return best
+        return least_by_repr(next(forms), forms, self.texts)[0]
 
     def ordered(self, state: Any) -> list[tuple[int, ...]]:
         """The relabellings of `state` that put its components in signature order, one per order of twins."""
@@ -71,11 +68,6 @@ class Relabellings:
         for c in group:
             classes.setdefault(self.twin(state, c), []).append(c)
         return list(classes.values())
-
-    def text(self, state: Any) -> str:
-        """`repr(state)`, taken again only if `state` is not the form `canonical` last chose by `repr`."""
-        last = self.last
-        return last[1] if last is not None and last[0] is state else self.texts(state)
 
 
 def _inverse(order: Sequence[int]) -> tuple[int, ...]:

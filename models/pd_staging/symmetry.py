@@ -62,10 +62,6 @@ class RoomSymmetry:
     def canonical(self, s: StagingState) -> StagingState:
         return self.order.canonical(self.quiet(s))
 
-    def encode(self, s: StagingState) -> bytes:
-        """The canonical text (the `repr`) of a state; a representative chosen by its text is not written twice."""
-        return self.order.text(s).encode("utf-8", "backslashreplace")
-
     def quiet(self, s: StagingState) -> StagingState:
         """A dead state's representative of its bisimulation class (see the module); any other state as is."""
         if not s.dead:

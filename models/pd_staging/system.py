@@ -116,14 +116,6 @@ class PdStaging(PrefillSide, DecodeSide):
     def canonical(self):  # one representative per orbit, or None where the rooms are not interchangeable
         return None if self.symmetry is None else self.symmetry.canonical
 
-    @property
-    def encode_state(self):  # the symmetry's text (its canonical form's, not written twice); else the store's own
-        return None if self.symmetry is None else self.symmetry.encode
-
-    @property
-    def state_text(self):  # the RecordText that writes it, whose field values a search's states are made of
-        return None if self.symmetry is None else self.symmetry.order.texts
-
     def done(self, s: StagingState) -> bool:
         if any(d.status not in TERMINAL for d in s.decode):
             return False

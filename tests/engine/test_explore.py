@@ -114,8 +114,8 @@ def test_an_engine_error_names_its_field_and_a_command_line_its_flag():
 
 
 def test_recent_successors_hit_only_an_equal_state():
-    """`Recent` is keyed by the hash a search computes once a transition: a state of the same hash that is not
-    equal is a miss (then found by its fingerprint), never the other state's id."""
+    """`Recent` is asked by value: a state of the same hash that is not equal is a miss (then found by its
+    fingerprint), never the other state's id; full, it starts again empty."""
     from kvsim.engine.explore.store import Recent
 
     class Same(tuple):  # every value one hash
@@ -124,11 +124,10 @@ def test_recent_successors_hit_only_an_equal_state():
 
     a, b, a_again = Same((1,)), Same((2,)), Same((1,))
     recent = Recent(capacity=2)
-    recent.put(hash(a), a, 10)
-    assert recent.get(hash(a_again), a_again) == 10
-    assert recent.get(hash(b), b) is None
-    recent.put(hash(b), b, 11)
-    assert (recent.get(hash(b), b), recent.get(hash(a), a)) == (11, None)  # b took the hash's entry
-    recent.put(5, Same((3,)), 12)
-    recent.put(6, Same((4,)), 13)  # the young generation was full: it is the old one now, still found
-    assert (recent.get(hash(b), b), recent.get(5, Same((3,))), recent.get(6, Same((4,)))) == (11, 12, 13)
+    recent.put(a, 10)
+    assert recent.get(a_again) == 10
+    assert recent.get(b) is None
+    recent.put(b, 11)
+    assert (recent.get(b), recent.get(a)) == (11, 10)  # one hash, two states: each its own id
+    recent.put(Same((3,)), 12)  # full: emptied first
+    assert (recent.get(Same((3,))), recent.get(a), recent.get(b)) == (12, None, None)

@@ -14,6 +14,7 @@ from kvsim.engine.canon import canonical_json
 from kvsim.engine.descriptor import RunSpec
 from kvsim.engine.errors import ConfigError
 from kvsim.engine.explore import ExploreOptions, explore, realize
+from kvsim.engine.explore.fingerprint import FieldFingerprint
 from kvsim.engine.explore.parallel import _search, absorb_level, explore_parallel, same_code
 from kvsim.engine.explore.partition import Partition
 from kvsim.engine.explore.store import FingerprintSet, FingerprintStore
@@ -253,20 +254,22 @@ class Inline:
 
 
 def test_a_fingerprint_is_taken_once_and_a_known_state_is_not_sent():
-    # with the fingerprint store a worker takes the fingerprint once per distinct successor of the level and
-    # sends keys and edges; its owner takes none, and asks for the states it finds new, nothing else
+    # with the fingerprint store a worker takes the fingerprint at most once per distinct successor of the level
+    # (not again for one it met at a level before) and sends keys and edges; its owner takes none, and asks for
+    # the states it finds new, nothing else
     run = run_of("pd-staging", "fixed")
     parts = [Partition(run.system, w, 2, "fingerprint", True, None) for w in range(2)]
     calls = [0, 0]
     for w, part in enumerate(parts):
         part.fp = Counted(part.fp, calls, w)
     try:
-        routed, crossed, sent, new = route_levels(parts, calls)
+        routed, crossed, sent, new, taken = route_levels(parts, calls)
         transitions = sum(sum(part.fired.values()) for part in parts)
     finally:
         for part in parts:  # each partition paused the collector (closed by `finish`)
             part.finish()
     assert routed < transitions  # a successor reached twice in a level is routed once
+    assert taken < routed  # a successor met at a level before is not fingerprinted again
     assert 0 < sent < crossed and sent < new  # only new states travel, and not every new one came from afar
 
 
@@ -289,11 +292,13 @@ class Counted:
 
 
 def route_levels(parts, calls):
-    """Six levels over in-process partitions, checking the fingerprints each takes and that only keys go out
-    with `expand`: (entries routed, of them to the other worker, states sent for, new states)."""
+    """Six levels over in-process partitions, checking the fingerprints each takes, that each key routed is its
+    state's fingerprint (taken afresh, or kept from a level before) and that only keys go out with `expand`:
+    (entries routed, of them to the other worker, states sent for, new states, fingerprints taken)."""
     pool = Inline(parts)
     inboxes = [[box] for box in parts[0].initial()]
-    routed = crossed = sent = new = pending = 0
+    routed = crossed = sent = new = pending = taken = 0
+    whole = FieldFingerprint()
     for depth in range(6):
         before, crossed = list(calls), crossed + pending  # entries from the other worker taken in this level
         new += sum(r[0] for r in absorb_level(pool, 2, inboxes, depth))
@@ -304,11 +309,16 @@ def route_levels(parts, calls):
         assert all(box[0] is None for boxes in cross for box in boxes)  # keys and edges only
         cross = [[key for box in boxes for key in box[1]] for boxes in cross]
         entries = [len(part.own[1]) + len(c) for part, c in zip(parts, cross)]
-        assert [c - b for c, b in zip(calls, before)] == entries
+        assert all(0 <= c - b <= e for c, b, e in zip(calls, before, entries))
+        for w, part in enumerate(parts):
+            for dst in range(2):
+                keys = part.own[1] if dst == w else pickle.loads(outboxes[w][dst])[1]
+                assert list(keys) == [whole(state) for state in part.held[dst]]
         routed += sum(entries)
+        taken += sum(calls) - sum(before)
         pending = sum(map(len, cross))
         inboxes = [[outboxes[src][dst] for src in range(2)] for dst in range(2)]
-    return routed, crossed, sent, new
+    return routed, crossed, sent, new, taken
 
 
 # -- the command line --------------------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ from .checkpoint import code_digest, dump, load
 from .hangs import HangRounds
 from .search import action_kind
 from .fingerprint import fingerprint_function
-from .store import FingerprintSet, Interner
+from .store import FingerprintSet, Interner, Recent
 
 
 # An outbox: its states (None: the fingerprint store's to another worker, whose owner asks for the new ones),
@@ -63,6 +63,9 @@ class Partition(HangRounds):
         self.w, self.n = worker, workers
         self.canon = getattr(self.system, "canonical", None) if symmetry else None
         self.fp = fingerprint_function(self.system)  # routes a state, and keys it in the fingerprint store
+        # the fingerprints of the successors met at the last levels: most successors that are not new this level
+        # were reached at one of the levels before (a state found already, which its owner is sent again)
+        self.prints = Recent()
         self.max_depth = max_depth
         self.full = store == "full"
         self.ids: dict[Any, int] | FingerprintSet = {} if self.full else FingerprintSet()
@@ -124,6 +127,8 @@ class Partition(HangRounds):
         transitions = cut = 0
         enabled, step, canon = self.system.enabled, self.system.step, self.canon
         expanding, successor, claim = self.fp.expanding, self.fp.successor, level.setdefault
+        prints = self.prints
+        printed = prints.get
         taken: dict[Any, int] = {}  # transitions taken per action (`_tally` counts them by kind)
         goals, met = sometimes(self.system), {}
         spare: list[int] = []
@@ -146,7 +151,10 @@ class Partition(HangRounds):
                 edges = claim(nxt, spare)  # one hash of the successor, found or not
                 if edges is spare:
                     spare = []
-                    fp = successor(nxt)
+                    fp = printed(nxt)
+                    if fp is None:
+                        fp = successor(nxt)
+                        prints.put(nxt, fp)
                     dst = fp % n
                     states[dst].append(nxt)
                     keys[dst].append(fp)

@@ -22,7 +22,6 @@ from collections import deque
 from collections import _count_elements as count  # the C loop of `Counter.update`
 from dataclasses import dataclass, field
 from itertools import chain
-from operator import itemgetter
 from typing import Any, Callable, Iterable, Sequence
 
 from ..actions import Tagged
@@ -49,7 +48,6 @@ class Violation:
                 "state": to_jsonable(self.state)}
 
 
-_action = itemgetter(1)
 REACHED, UNREACHED, NOT_WITHIN_BOUND = "reached", "unreached", "not reached within the bound"
 
 
@@ -199,6 +197,7 @@ def explore(system: TransitionSystem[Any, Any], options: ExploreOptions = Explor
     # state reach one found a few expansions before (the other side of a diamond), so the fingerprint (and
     # the canonical form) is computed about once per state, not once per transition
     recent = Recent() if visited.kind == "fingerprint" or canon is not None else None
+    recent_get = None if recent is None else recent.get  # the dict's own: one call in C a transition
     queue: deque[tuple[int, Any, Any]] = deque()  # (id, state, key): a successor's fingerprint starts from its parent's
     violations: dict[str, Violation] = {}
     invariants = list(system.invariants)
@@ -308,21 +307,18 @@ def explore(system: TransitionSystem[Any, Any], options: ExploreOptions = Explor
             if max_depth is not None and depth >= max_depth:
                 bound_hit, depth_cut = bound_hit or "depth", True
                 continue
-            succ: list[tuple[int, Any]] = []
+            tids: list[int] = []  # the successors' ids, in the order of `actions`
             if expanding is not None:
                 expanding(state, fp)
-            for index, action in enumerate(enabled(state)):
+            actions = enabled(state)
+            for index, action in enumerate(actions):
                 nxt = step(state, action)
                 if moves:
                     hit = [k for k, check in moves if check(state, action, nxt)]
                     if hit:
                         met.update((k, sid) for k in hit)
                         moves[:] = [(k, check) for k, check in moves if k not in met]
-                if recent is None:
-                    tid = None
-                else:
-                    h = hash(nxt)
-                    tid = recent.get(h, nxt)
+                tid = None if recent is None else recent_get(nxt)
                 if tid is None:
                     rep = nxt if canon is None else canon(nxt)
                     k = successor_key(rep)
@@ -340,15 +336,15 @@ def explore(system: TransitionSystem[Any, Any], options: ExploreOptions = Explor
                             queue.appendleft((sid, state, fp))  # unexpanded, as at the state bound
                             break
                     if recent is not None:
-                        recent.put(h, nxt, tid)
-                succ.append((tid, action))
+                        recent.put(nxt, tid)
+                tids.append(tid)
             else:
-                visited.expand(sid, succ)
-                transitions += len(succ)
+                visited.expand(sid, tids, actions)
+                transitions += len(tids)
                 try:
-                    count(taken, map(_action, succ))  # by action, in C; by kind in `tally`
+                    count(taken, actions)  # by action, in C; by kind in `tally`
                 except TypeError:  # an action with no hash
-                    tally(a for _, a in succ)
+                    tally(actions)
                 if sid % 4096 == 0:
                     collector.tick()
                     if len(taken) > 4096:  # (a model whose actions carry much data)

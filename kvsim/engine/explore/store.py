@@ -23,14 +23,12 @@ from __future__ import annotations
 
 from array import array
 from itertools import compress
-from operator import is_not, itemgetter
+from operator import is_not
 from typing import Any, Callable, Iterator, Sequence
 
 from ..canon import canonical_json, to_jsonable
 from ..statetext import FieldCaches
 
-
-_first = itemgetter(0)
 
 
 class FullStore:
@@ -70,8 +68,8 @@ class FullStore:
         self.bad.append(False)
         return sid
 
-    def expand(self, sid: int, succ: list[tuple[int, Any]]) -> None:
-        self.succ[sid] = succ
+    def expand(self, sid: int, tids: list[int], actions: Sequence[Any]) -> None:
+        self.succ[sid] = list(zip(tids, actions))
 
     def successors(self, sid: int) -> Iterator[int]:
         return (tid for tid, _ in self.succ[sid] or ())
@@ -159,36 +157,26 @@ class FingerprintSet:
         return self.keys.itemsize * len(self.keys) + self.vals.itemsize * len(self.vals)
 
 
-class Recent:
-    """state -> id for the states reached lately (two generations of at most `capacity` each), by value.
+class Recent(dict):
+    """state -> id for the states reached lately (a partitioned worker's: -> fingerprint), by value: a dict keyed
+    by the state, emptied when it holds `capacity` (what a transition reaches lately is mostly what the next few
+    expansions reach again).
 
-    Keyed by the state's `hash`, computed once a transition by the caller (`get` then `put` take it): a
-    dict keyed by the state would hash it again at each lookup and insertion, and a model's state hashes
-    in Python (a frozen dataclass's `__hash__` hashes its fields, each nested one in turn). An entry holds
-    the state too, so a hit is a state equal to the one asked (two states of one hash: the later one is
-    kept, the earlier one is a miss, found by its fingerprint as any state not met lately).
+    The search asks it with the dict's own `get` (a lookup in C: the state hashed once, and compared only with a
+    state of the same hash), and `put`s a successor it missed: a hit is a state equal to the one asked, never
+    another state of the same hash.
     """
 
-    __slots__ = ("young", "old", "capacity")
+    __slots__ = ("capacity",)
 
-    def __init__(self, capacity: int = 1 << 15) -> None:
-        self.young: dict[int, tuple[Any, int]] = {}
-        self.old: dict[int, tuple[Any, int]] = {}
+    def __init__(self, capacity: int = 1 << 17) -> None:
+        super().__init__()
         self.capacity = capacity
 
-    def get(self, h: int, state: Any) -> int | None:
-        entry = self.young.get(h)
-        if entry is None:
-            entry = self.old.get(h)
-            if entry is None:
-                return None
-        held = entry[0]
-        return entry[1] if held is state or held == state else None
-
-    def put(self, h: int, state: Any, sid: int) -> None:
-        if len(self.young) >= self.capacity:
-            self.old, self.young = self.young, {}
-        self.young[h] = (state, sid)
+    def put(self, state: Any, sid: int) -> None:
+        if len(self) >= self.capacity:
+            self.clear()
+        self[state] = sid
 
 
 class FingerprintStore:
@@ -244,12 +232,13 @@ class FingerprintStore:
     def bad(self) -> "_Flag":
         return _Flag(self.flags, 2)
 
-    def expand(self, sid: int, succ: list[tuple[int, Any]]) -> None:
-        start = self.succ_start
-        while len(start) <= sid:  # states skipped before this one (violations, cut by depth) have no list
-            start.append(len(self.succ_targets))
-        self.succ_targets.extend(map(_first, succ))
-        start.append(len(self.succ_targets))
+    def expand(self, sid: int, tids: list[int], actions: Sequence[Any]) -> None:
+        """State `sid`'s successors' ids, in the order of its enabled `actions` (not kept: replay finds them)."""
+        start, targets = self.succ_start, self.succ_targets
+        if len(start) <= sid:  # states skipped before this one (violations, cut by depth) have no list
+            start.extend([len(targets)] * (sid + 1 - len(start)))
+        targets.extend(tids)
+        start.append(len(targets))
         self.flags[sid] |= 4
 
     def expanded(self, sid: int) -> bool:
