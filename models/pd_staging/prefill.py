@@ -20,7 +20,7 @@ from ..pd_common.status import KVPoll, update_status
 from .actions import UP, AckMsg, Deferred, Enqueued, ReadyMsg, ReqMsg, SlotOffset, StatusMsg
 from .plan import prefill_write_accepted
 from .ring import merge_remote_watermark
-from .state import ALLOC_OVERSIZED, QUEUES, Chunk, PrefillRoom, StagingState, replace_at
+from .state import ALLOC_OVERSIZED, Chunk, PrefillRoom, StagingState, set_memory, set_queues, set_watermarks
 
 Effects = list  # what a step did, collected as it goes (see `actions`)
 
@@ -38,10 +38,10 @@ class PrefillSide:
         c, i = self.cfg, s.batches[r]
         if i == 0:  # prefetch right after batch formation: every slot, from every writer's session
             for w in range(c.writers):
-                s = self._send(s, UP, w, fx, *(ReqMsg(r, k, self.slot_pages[k], w) for k in range(self.k)))
+                s = self._send(s, UP, w, fx, *(ReqMsg._new(r, k, self.slot_pages[k], w) for k in range(self.k)))
         new = tuple(Chunk(r, call.chunk_idx, call.page_start, call.num_pages, call.is_last) for call in self.groups[i])
         queues = tuple(q + new for q in s.queues)
-        fx.extend(Enqueued(w) for w in range(c.writers))
+        fx.extend(Enqueued._new(w) for w in range(c.writers))
         return s._replace(batches=put(s.batches, r, i + 1), queues=queues)
 
     def _work(self, s: StagingState, w: int, fx: Effects, sibling_defers: bool = False) -> StagingState:
@@ -51,7 +51,7 @@ class PrefillSide:
         (`_do_staging_transfer` returns deferred: `queue.put(kv_chunk)`; `break`)."""
         defer = self.defers(s, w)
         chunk, rest = s.queues[w][0], s.queues[w][1:]
-        s = replace_at(s, QUEUES, put(s.queues, w, rest))
+        s = set_queues(s, put(s.queues, w, rest))
         r, k = chunk.room, chunk.chunk_idx
         p = s.prefill[w][r]
         if p.status is None or p.status == KVPoll.Failed:
@@ -66,7 +66,7 @@ class PrefillSide:
             chunk = chunk._replace(counted=True)
         if defer:
             # DEFER: re-enqueue at the tail (after the bounded watermark wait); chunks of a room reorder
-            s = replace_at(s, QUEUES, put(s.queues, w, rest + (chunk,)))
+            s = set_queues(s, put(s.queues, w, rest + (chunk,)))
             fx.append(Deferred(w))
             return self._set_prefill(s, w, r, p, fx)
         if chunk.dst_done:  # (proposed fix) written on an earlier pass: only the status sync is left
@@ -86,10 +86,10 @@ class PrefillSide:
                             f"[{chunk.page_start}, {chunk.page_start + chunk.num_pages})) into slot {k}: expected <= "
                             f"{alloc_pages} (its allocation), so it overran the next writer or ring allocation")
         mem = data.write_cells(s.memory, self.cfg, r, w, off.offset, alloc_pages, chunk.page_start, chunk.num_pages)
-        s = s._replace(memory=mem)
+        s = set_memory(s, mem)
         out: list[tuple] = []
         if self.variant.last_chunk_ready or not chunk.is_last:  # before 05c7ebf the last chunk sent no CHUNK_READY
-            out.append(ReadyMsg(r, k, chunk.page_start, chunk.num_pages, w))
+            out.append(ReadyMsg._new(r, k, chunk.page_start, chunk.num_pages, w))
         if sibling_defers:
             # a sibling destination defers: the whole chunk goes back on the queue (still counted); the status
             # sync waits for a pass in which every destination was written (`len(polls) == required_dst_info_num`)
@@ -138,8 +138,7 @@ class PrefillSide:
     def _on_prefill(self, s: StagingState, m: tuple, fx: Effects) -> StagingState:
         if m[0] == "WM":
             w = m.writer
-            return s._replace(watermarks=put(s.watermarks, w, merge_remote_watermark(s.watermarks[w],
-                                                                                   (m.round, m.tail))))
+            return set_watermarks(s, put(s.watermarks, w, merge_remote_watermark(s.watermarks[w], (m.round, m.tail))))
         if m[0] == "ABORT":
             r, w = m.room, m.writer
             p = s.prefill[w][r]
@@ -156,5 +155,5 @@ class PrefillSide:
         p = s.prefill[w][r]
         if p.status is None or not p.infos:
             return s  # a late reply for a torn-down room
-        offset = SlotOffset(m.alloc_id, m.offset, m.round, m.end)
+        offset = SlotOffset._new(m.alloc_id, m.offset, m.round, m.end)
         return self._set_prefill(s, w, r, p._replace(offsets=put(p.offsets, m.chunk_idx, offset)), fx)

@@ -34,6 +34,7 @@ rooms at the end, and the invariants of the system on the final state.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any, Iterable
 
 from kvsim.engine.actions import decode
@@ -122,8 +123,7 @@ def _room_order(e: tuple) -> tuple[int, int]:
     return e.room, _ROOM_EFFECTS[type(e)]
 
 
-def _channel_of(e: tuple) -> tuple[int, int]:
-    return e.side, e.writer  # of a `Sent`
+_channel_of = itemgetter(1, 2)  # a `Sent`'s (side, writer), read in C
 
 
 class _Run:
@@ -156,7 +156,7 @@ class _Run:
 
         def deliver(m: tuple) -> None:
             if deliverable(self.driver.state, side, w, m):
-                self.apply(Deliver(side, w, m), "prefill reported Failed" if m[0] == "STATUS" else m[0])
+                self.apply(Deliver._new(side, w, m), "prefill reported Failed" if m[0] == "STATUS" else m[0])
                 if side == DOWN and self.parked[w]:
                     self._unpark(w)
 

@@ -66,8 +66,8 @@ from .plan import staging_prefix_accepted
 from .prefill import PrefillSide
 from .ring import StagingAllocator, is_watermark_ready
 from .symmetry import RoomSymmetry, room_symmetry
-from .state import (ALLOC_OVERSIZED, CHANS, DECODE_ROOMS, NOT_ALLOCATED, PREFILL_ROOMS, TERMINAL, DecodeRoom,
-                    PrefillRoom, StagingState, remove, replace_at)
+from .state import (ALLOC_OVERSIZED, NOT_ALLOCATED, TERMINAL, DecodeRoom, PrefillRoom, StagingState, remove,
+                    set_chans, set_decode, set_prefill)
 from .variants import FIXED, StagingVariant
 
 Effects = list  # what a step did, collected as it goes (see `actions`)
@@ -251,23 +251,39 @@ class PdStaging(PrefillSide, DecodeSide):
         if side == UP and s.dead:
             return s  # a dead prefill sends nothing
         for m in messages:
-            fx.append(Sent(side, w, m))
+            fx.append(Sent._new(side, w, m))
         return self._set_chan(s, side, w, s.chans[side][w] + messages)
 
-    def _take(self, s: StagingState, side: int, w: int, m: tuple) -> StagingState:
-        return self._set_chan(s, side, w, remove(s.chans[side][w], m))
+    def _send_each(self, s: StagingState, side: int, fx: Effects, sends: list[tuple[int, tuple]]) -> StagingState:
+        """`_send` of each (writer, message) in turn, the state rebuilt once (a reply to every writer)."""
+        if side == UP and s.dead or not sends:
+            return s  # a dead prefill sends nothing
+        chans = list(s.chans)
+        row = list(chans[side])
+        for w, m in sends:
+            fx.append(Sent._new(side, w, m))
+            row[w] += (m,)
+        chans[side] = tuple(row)
+        return set_chans(s, tuple(chans))
+
+    @staticmethod
+    def _take(s: StagingState, side: int, w: int, m: tuple) -> StagingState:
+        """`s` with the first `m` of channel [side][w] taken out (a delivery: mostly the channel's head)."""
+        chans = list(s.chans)
+        row = list(chans[side])
+        row[w] = remove(row[w], m)
+        chans[side] = tuple(row)
+        return set_chans(s, tuple(chans))
 
     @staticmethod
     def _set_chan(s: StagingState, side: int, w: int, chan: tuple) -> StagingState:
-        """`s` with channel [side][w] replaced: `replace_at(s, CHANS, put(s.chans, side, put(s.chans[side], w,
-        chan)))` in one frame (the channels are plain tuples; every delivery and send sets one)."""
+        """`s` with channel [side][w] replaced: `s._replace(chans=put(s.chans, side, put(s.chans[side], w, chan)))`
+        in one frame (the channels are plain tuples; every delivery and send sets one)."""
         chans = list(s.chans)
         row = list(chans[side])
         row[w] = chan
         chans[side] = tuple(row)
-        items = list(s)
-        items[CHANS] = tuple(chans)
-        return _tuple_new(StagingState, items)
+        return set_chans(s, tuple(chans))
 
     def _set_prefill(self, s: StagingState, w: int, r: int, p: PrefillRoom, fx: Effects) -> StagingState:
         rooms = s.prefill[w]
@@ -275,18 +291,13 @@ class PdStaging(PrefillSide, DecodeSide):
             return s  # the room as it was: the state as it was
         if self.poll_concludes(p):
             fx.append(PollTerminal(w, r))
-        # `replace_at(s, PREFILL_ROOMS, put(s.prefill, w, put(rooms, r, p)))`, the outer levels copied here
-        writers = list(s.prefill)
+        writers = list(s.prefill)  # `s._replace(prefill=put(s.prefill, w, put(rooms, r, p)))`, the outer level here
         writers[w] = put(rooms, r, p)
-        items = list(s)
-        items[PREFILL_ROOMS] = tuple(writers)
-        return _tuple_new(StagingState, items)
+        return set_prefill(s, tuple(writers))
 
     @staticmethod
     def _set_decode(s: StagingState, r: int, d: DecodeRoom) -> StagingState:
-        items = list(s)  # `replace_at(s, DECODE_ROOMS, put(s.decode, r, d))` in one frame
-        items[DECODE_ROOMS] = put(s.decode, r, d)
-        return _tuple_new(StagingState, items)
+        return set_decode(s, put(s.decode, r, d))
 
 
 # -- the rules: each action's precondition beside its effect, by record type --------------------------------
@@ -295,7 +306,6 @@ class PdStaging(PrefillSide, DecodeSide):
 # when `enabled` lists it.
 RULES = Rules()
 _EFFECTS = RULES.effects  # `transition` reads a typed record's effect here
-_tuple_new = tuple.__new__
 
 
 def _listed(self: PdStaging, s: StagingState, a: tuple) -> bool:
