@@ -184,7 +184,8 @@ class _Run:
             for name, _ in self.driver.state.flags:
                 if room is not None:
                     self.evidence.flagged.setdefault(name, room)
-        self._follow(effects)
+        if effects:  # most deliveries set nothing in motion
+            self._follow(effects)
         return effects
 
     def _follow(self, effects: tuple[tuple, ...]) -> None:
@@ -192,8 +193,6 @@ class _Run:
         the workers a batch gave work. No other idle worker is tried: a worker is left idle only with nothing to
         dequeue, and only a step that says so (Enqueued; a worker's own Deferred, which `_work` follows) puts
         a chunk on a queue."""
-        if not effects:  # most deliveries: nothing set in motion
-            return
         sent = [e for e in effects if type(e) is Sent]
         if len(sent) > 1:
             sent.sort(key=_channel_of)  # channel by channel, in send order (the sort is stable)
