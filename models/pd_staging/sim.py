@@ -193,6 +193,10 @@ class _Run:
         the workers a batch gave work. No other idle worker is tried: a worker is left idle only with nothing to
         dequeue, and only a step that says so (Enqueued; a worker's own Deferred, which `_work` follows) puts
         a chunk on a queue."""
+        if len(effects) == 1 and type(effects[0]) is Sent:  # a worker's CHUNK_READY, a status, a reply: one message
+            _, side, w, m = effects[0]
+            self.chans[side][w].send(m)
+            return
         sent = [e for e in effects if type(e) is Sent]
         if len(sent) > 1:
             sent.sort(key=_channel_of)  # channel by channel, in send order (the sort is stable)
