@@ -16,7 +16,7 @@ from typing import Any
 from . import checks
 from . import data
 from ..pd_common.rooms import put
-from ..pd_common.status import KVPoll, update_status
+from ..pd_common.status import FAILED, SUCCESS, TRANSFERRING, KVPoll, update_status
 from .actions import UP, AckMsg, Deferred, Enqueued, ReadyMsg, ReqMsg, SlotOffset, StatusMsg
 from .plan import prefill_write_accepted
 from .ring import merge_remote_watermark
@@ -54,7 +54,7 @@ class PrefillSide:
         s = set_queues(s, put(s.queues, w, rest))
         r, k = chunk.room, chunk.chunk_idx
         p = s.prefill[w][r]
-        if p.status is None or p.status == KVPoll.Failed:
+        if p.status is None or p.status == FAILED:
             if self.variant.staging_outstanding:
                 p = p._replace(outstanding=0)  # the skip path's _staging_outstanding.pop(room)
                 s, p = self._maybe_ack(s, w, r, p, fx)
@@ -104,10 +104,10 @@ class PrefillSide:
                         fx: Effects) -> StagingState:
         """Every destination written: the status of the room, the status sync on the last chunk, then finish."""
         if chunk.is_last:
-            p = p._replace(status=update_status(p.status, KVPoll.Success))
-            out.append(StatusMsg(r, w, int(KVPoll.Success)))
+            p = p._replace(status=update_status(p.status, SUCCESS))
+            out.append(StatusMsg(r, w, int(SUCCESS)))
         else:
-            p = p._replace(status=update_status(p.status, KVPoll.Transferring))
+            p = p._replace(status=update_status(p.status, TRANSFERRING))
         s = self._send(s, UP, w, fx, *out)
         return self._finish_chunk(s, w, r, p, chunk, fx)
 
@@ -118,11 +118,10 @@ class PrefillSide:
             if p.outstanding < 0:
                 s = checks.flag(s, "outstanding_never_negative",
                                 f"writer {w} room {r}: _staging_outstanding expected >= 0, got {p.outstanding}")
-            teardown = p.outstanding <= 0 and (p.status in (None, KVPoll.Success)
-                                               or (chunk.is_last and p.status == KVPoll.Failed))
+            teardown = p.outstanding <= 0 and (p.status in (None, SUCCESS) or (chunk.is_last and p.status == FAILED))
             s, p = self._maybe_ack(s, w, r, p, fx)
         else:
-            teardown = p.status == KVPoll.Success  # no outstanding count: torn down at once
+            teardown = p.status == SUCCESS  # no outstanding count: torn down at once
         if teardown:
             p = p._replace(infos=False, offsets=(None,) * self.k)
         return self._set_prefill(s, w, r, p, fx)

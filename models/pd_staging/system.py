@@ -57,7 +57,7 @@ from kvsim.engine.system import Invariant, Sometimes
 from . import checks
 from . import data
 from ..pd_common.rooms import Rooms, put
-from ..pd_common.status import KVPoll
+from ..pd_common.status import FAILED, SUCCESS, KVPoll
 from .actions import (DOWN, UP, Batch, Clear, Deadline, DeferDst, Deliver, Drop, Duplicate, HeartbeatFailure,
                       PeerDeath, PollTerminal, ReleaseTimeout, Reorder, ScatterDone, Sent, WaitingTimeout, Work)
 from .actions import Abort as AbortAction
@@ -149,15 +149,15 @@ class PdStaging(PrefillSide, DecodeSide):
 
     def poll_concludes(self, p: PrefillRoom) -> bool:
         """`sender.poll()` is terminal; 05c7ebf reports Transferring while chunks are outstanding."""
-        if p.status == KVPoll.Failed:
+        if p.status == FAILED:
             return True
-        return p.status == KVPoll.Success and (not self.variant.staging_outstanding or p.outstanding <= 0)
+        return p.status == SUCCESS and (not self.variant.staging_outstanding or p.outstanding <= 0)
 
     def defers(self, s: StagingState, w: int) -> bool:
         """The transfer worker's next dequeue re-enqueues writer w's head chunk: no offset yet, or not ready."""
         chunk = s.queues[w][0]
         p = s.prefill[w][chunk.room]
-        if p.status is None or p.status == KVPoll.Failed or not p.infos:
+        if p.status is None or p.status == FAILED or not p.infos:
             return False  # skipped or dropped, not deferred
         if chunk.dst_done:
             return False  # (proposed fix) this destination was written on an earlier pass
