@@ -20,7 +20,8 @@ from ..pd_common.status import FAILED, SUCCESS, TRANSFERRING, KVPoll, update_sta
 from .actions import UP, AckMsg, Deferred, Enqueued, ReadyMsg, ReqMsg, SlotOffset, StatusMsg
 from .plan import prefill_write_accepted
 from .ring import merge_remote_watermark
-from .state import ALLOC_OVERSIZED, Chunk, PrefillRoom, StagingState, set_memory, set_queues, set_watermarks
+from .state import (ALLOC_OVERSIZED, Chunk, PrefillRoom, StagingState, set_memory, set_offsets, set_queues,
+                    set_watermarks)
 
 Effects = list  # what a step did, collected as it goes (see `actions`)
 
@@ -149,10 +150,10 @@ class PrefillSide:
             if p.status is None or p.status == KVPoll.Success:
                 return s  # unknown or concluded rooms are left alone
             return self._set_prefill(s, w, r, p._replace(status=KVPoll.Failed), fx)
-        # RSP
-        r, w = m.room, m.writer
+        # RSP (the most frequent delivery: its fields read in one unpack)
+        _, r, k, w, alloc_id, offset, rnd, end = m
         p = s.prefill[w][r]
         if p.status is None or not p.infos:
             return s  # a late reply for a torn-down room
-        offset = SlotOffset._new(m.alloc_id, m.offset, m.round, m.end)
-        return self._set_prefill(s, w, r, p._replace(offsets=put(p.offsets, m.chunk_idx, offset)), fx)
+        slot = SlotOffset._new(alloc_id, offset, rnd, end)
+        return self._set_prefill(s, w, r, set_offsets(p, put(p.offsets, k, slot)), fx)

@@ -102,9 +102,11 @@ def field_setter(cls: type, field: str):
     return setter
 
 
-# the state's fields a step sets alone most often (a setter costs about half a keyword `_replace`)
+# the state's fields a step sets alone most often (a setter costs about half a keyword `_replace`), and a prefill
+# room's offsets (STAGING_RSP, the most frequent delivery)
 set_queues, set_prefill, set_decode, set_chans, set_watermarks, set_memory, set_prefix = (
     field_setter(StagingState, f) for f in ("queues", "prefill", "decode", "chans", "watermarks", "memory", "prefix"))
+set_offsets = field_setter(PrefillRoom, "offsets")
 
 
 def remove(seq: tuple, item) -> tuple:

@@ -271,14 +271,19 @@ def test_state_records_replace_fields_as_namedtuple_does():
 
 
 def test_state_field_setters_are_replace():
-    """`state.field_setter` (a step's hot path) is `_replace` of that one field, for every field of the state."""
-    from kvsim.models.pd_staging.state import StagingState, field_setter, set_chans
+    """`state.field_setter` (a step's hot path) is `_replace` of that one field, for every field of the state and
+    of a prefill room."""
+    from kvsim.models.pd_staging.state import PrefillRoom, StagingState, field_setter, set_chans, set_offsets
 
-    record = StagingState._make(f"{f}-old" for f in StagingState._fields)
-    for f in StagingState._fields:
-        new = field_setter(StagingState, f)(record, "new")
-        assert type(new) is StagingState and new == record._replace(**{f: "new"})
-    assert set_chans(record, "c") == record._replace(chans="c")
+    for cls in (StagingState, PrefillRoom):
+        record = cls._make(f"{f}-old" for f in cls._fields)
+        for f in cls._fields:
+            new = field_setter(cls, f)(record, "new")
+            assert type(new) is cls and new == record._replace(**{f: "new"})
+    state = StagingState._make(StagingState._fields)
+    assert set_chans(state, "c") == state._replace(chans="c")
+    room = PrefillRoom._make(PrefillRoom._fields)
+    assert set_offsets(room, "o") == room._replace(offsets="o")
 
 
 def test_send_each_is_a_send_per_message():
