@@ -60,11 +60,12 @@ class DecodeSide:
                 # a new allocation: STAGING_RSP to every bootstrap of the room; with PP writers only to the
                 # requester's pp_rank (`handle_staging_req`, requester_pp_rank)
                 targets = (w,) if self.stage_writers else range(self.cfg.writers)
+                a = alloc  # what `s.ring.get(aid)` finds (None: oversized)
             else:
                 # a repeated REQ for an allocated chunk: the same offset again, to every bootstrap of the room as
                 # for a new allocation (0.5.17-0.5.23 `handle_staging_req`; found by `kvsim conform sglang`)
                 targets = (w,) if self.stage_writers else range(self.cfg.writers)
-            a = s.ring.get(aid) if aid >= 0 else None
+                a = s.ring.get(aid) if aid >= 0 else None
             offset, rnd, end = (a.offset, a.round, a.end) if a else (0, 0, 0)
             return self._send_each(s, DOWN, fx, [(v, RspMsg._new(r, k, v, aid, offset, rnd, end)) for v in targets])
         if m[0] == "READY":

@@ -223,7 +223,7 @@ class _Run:
         i = 0
         for w in range(len(busy)):
             while i < len(clears) and clears[i][0] == w:
-                self.apply(Clear(w, clears[i][1]), self.why)  # the scheduler's next poll
+                self.apply(Clear._new(w, clears[i][1]), self.why)  # the scheduler's next poll
                 i += 1
             if w in enqueued:
                 self._unpark(w)  # a new batch: its chunks may be ready
@@ -261,7 +261,7 @@ class _Run:
         self.sim.schedule(SGLANG_DISAGGREGATION_WAITING_TIMEOUT, self._timer, WaitingTimeout(r))
 
     def _batch(self, r: int) -> None:
-        action = Batch(r)
+        action = Batch._new(r)
         if self.system.is_enabled(self.driver.state, action):
             self.apply(action, "batch")
 
@@ -276,7 +276,7 @@ class _Run:
         if not self.system.work_enabled(self.driver.state, w):
             self.busy[w] = False
             return
-        effects = self.apply(Work(w), "work")  # busy stays set: the step's follow-ups must not start this worker
+        effects = self.apply(Work._new(w), "work")  # busy stays set: the step's follow-ups must not start this worker
         self.busy[w] = False
         deferred = False
         for e in effects:
@@ -295,7 +295,7 @@ class _Run:
             self._kick(w)
 
     def _scatter_done(self, r: int, aid: int) -> None:
-        action = ScatterDone(r, aid)
+        action = ScatterDone._new(r, aid)
         if self.system.is_enabled(self.driver.state, action):
             self.apply(action, "scatter")
 

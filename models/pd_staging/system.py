@@ -271,7 +271,8 @@ class PdStaging(PrefillSide, DecodeSide):
         """`s` with the first `m` of channel [side][w] taken out (a delivery: mostly the channel's head)."""
         chans = list(s.chans)
         row = list(chans[side])
-        row[w] = remove(row[w], m)
+        chan = row[w]
+        row[w] = chan[1:] if chan and chan[0] == m else remove(chan, m)  # mostly the head: `remove` in this frame
         chans[side] = tuple(row)
         return set_chans(s, tuple(chans))
 
