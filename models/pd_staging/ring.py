@@ -137,16 +137,21 @@ class StagingAllocator:
 
 def _ring(total: int, head: int, rnd: int, allocations: tuple[Allocation, ...], next_id: int,
           watermark: Watermark) -> StagingAllocator:
-    """`StagingAllocator(total, head, rnd, ...)`, the fields in order, without `__init__`'s checks: the ring
-    `assign` or `free` makes from a valid one (its head within the ring). A frozen dataclass's `__init__` sets each
-    field through `object.__setattr__` and then checks two; a timed simulation assigns and frees a slot per chunk."""
+    """`StagingAllocator(total, head, rnd, ...)` without `__init__`'s frame and checks: the ring `assign` or `free`
+    makes from a valid one (its head within the ring); a timed simulation assigns and frees a slot per chunk. Each
+    field set as the frozen dataclass's `__init__` sets it, in order (the instance keeps its attributes inline, no
+    `__dict__` made: a stored state's ring is as small as the constructor's)."""
     ring = _object_new(StagingAllocator)
-    ring.__dict__.update(total=total, head=head, round=rnd, allocations=allocations, next_id=next_id,
-                         watermark=watermark)
+    _set(ring, "total", total)
+    _set(ring, "head", head)
+    _set(ring, "round", rnd)
+    _set(ring, "allocations", allocations)
+    _set(ring, "next_id", next_id)
+    _set(ring, "watermark", watermark)
     return ring
 
 
-_object_new = object.__new__
+_object_new, _set = object.__new__, object.__setattr__
 
 
 @dataclass(frozen=True)
