@@ -70,6 +70,7 @@ def tagged(tag: str, *fields: str, name: str | None = None) -> type[Tagged]:
     namespace["__module__"] = sys._getframe(1).f_globals.get("__name__", __name__)
     namespace["__new__"] = _make_new(tag, fields)
     cls = type(cls_name, (Tagged,), namespace)
+    cls._new = staticmethod(_make_positional(cls))
     _TYPES.setdefault((cls.__module__, tag, cls.fields), cls)
     return cls
 
@@ -93,6 +94,20 @@ def _make_new(tag: str, fields: tuple[str, ...]) -> Callable[..., Tagged]:
     namespace = {"_MISSING": _MISSING, "_general": _general_new, "_tuple_new": tuple.__new__, "_tag": tag}
     exec(source, namespace)  # noqa: S102 -- the source is built above from identifiers only
     return namespace["__new__"]
+
+
+def _make_positional(cls: type[Tagged]) -> Callable[..., Tagged]:
+    """A record type's `_new(*fields)`: the record of every field given by position, built in one call without the
+    class call (`__new__` through `type.__call__` costs as much again as the tuple): for the few places that make
+    a record per event (a timed simulation's deliveries, a model's sent messages). A wrong number of fields is
+    the plain call's `TypeError`; the class's own constructor is the one that names a field."""
+    if cls.__new__ is Tagged.__new__:  # field names no parameter can carry
+        return lambda *values: Tagged.__new__(cls, *values)
+    params = "".join(f"{f}, " for f in cls.fields)
+    source = f"def _new({params}):\n    return _tuple_new(_cls, (_tag, {params}))\n"
+    namespace = {"_tuple_new": tuple.__new__, "_cls": cls, "_tag": cls.tag}
+    exec(source, namespace)  # noqa: S102 -- the source is built above from identifiers only
+    return namespace["_new"]
 
 
 def _general_new(cls: type[Tagged], values: tuple, extra: tuple, kwargs: dict[str, Any]) -> Tagged:

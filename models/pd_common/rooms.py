@@ -83,9 +83,13 @@ class Rooms:
             items[i & 31] = v
             nodes = list(root)
             nodes[j] = tuple(items)
-            return Rooms(tuple(nodes), self.n, 5)
+            rooms = _object_new(Rooms)  # `_rooms(tuple(nodes), self.n, 5)` in this frame
+            rooms.root = tuple(nodes)
+            rooms.n = self.n
+            rooms.shift = 5
+            return rooms
         root = _set_path(self.root, self.shift, i, v)
-        return self if root is self.root else Rooms(root, self.n, self.shift)
+        return self if root is self.root else _rooms(root, self.n, self.shift)
 
     def __eq__(self, other: object) -> bool:
         if type(other) is Rooms:
@@ -100,6 +104,18 @@ class Rooms:
 
     def tolist(self) -> list:  # `kvsim.canon.to_jsonable` writes it as the list of rooms
         return list(self)
+
+
+def _rooms(root: tuple, n: int, shift: int) -> Rooms:
+    """`Rooms(root, n, shift)` without the call of `__init__` (a step sets a room or two)."""
+    rooms = _object_new(Rooms)
+    rooms.root = root
+    rooms.n = n
+    rooms.shift = shift
+    return rooms
+
+
+_object_new = object.__new__
 
 
 def _set_path(node: tuple, shift: int, i: int, v: Any) -> tuple:

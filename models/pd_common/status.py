@@ -42,6 +42,10 @@ class KVPoll(IntEnum):
     Success = 4
 
 
+# The members a step reads on its hot path, as module constants: on Python 3.11 every attribute read of an enum
+# class goes through `EnumType.__getattr__`'s hook, several times the cost of reading a global.
+FAILED, TRANSFERRING, SUCCESS = KVPoll.Failed, KVPoll.Transferring, KVPoll.Success
+
 STATUS_RULES = ("common", "mori")
 
 # Mori creates an absent room only from the handshake statuses; anything later is stale work.
@@ -85,15 +89,15 @@ def update_status(current: KVPoll | None, new: KVPoll, rule: str = "common", *, 
     if current is not None:
         current = as_poll(current, "current")
     if current is None:
-        if new == KVPoll.Failed:
+        if new == FAILED:
             return None  # a cleared room is never brought back by Failed (both rules)
         if (rule == "mori" or opening_only) and new not in MORI_CREATABLE:
             return None  # Mori (and common since 0.5.20) refuses to create a room from stale Transferring/Success
         return new  # common before 0.5.20: the resurrection hazard; stale work recreates the room
-    if new == KVPoll.Failed:
-        return KVPoll.Failed  # Failed overrides everything present, Success included
-    if (rule == "mori" or failed_terminal) and current == KVPoll.Failed:
-        return KVPoll.Failed  # Mori, and common since 0.5.20 (`if current == KVPoll.Failed: return`)
+    if new == FAILED:
+        return FAILED  # Failed overrides everything present, Success included
+    if (rule == "mori" or failed_terminal) and current == FAILED:
+        return FAILED  # Mori, and common since 0.5.20 (`if current == KVPoll.Failed: return`)
     # common before 0.5.20: Failed (0) is the minimum, so max() lets any later status overwrite it
     return max(current, new)
 

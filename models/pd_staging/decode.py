@@ -21,13 +21,13 @@ from ..pd_common.status import KVPoll
 from .actions import DOWN, AbortMsg, Concluded, DeadlineArmed, Held, RspMsg, ScatterSubmitted, WatermarkMsg
 from .decode_rules import fan_in_complete, req_allocates, scatter_complete
 from .plan import cdiv, scatter_token_range
-from .state import ALLOC_OVERSIZED, NOT_ALLOCATED, TERMINAL, DecodeRoom, StagingState, remove
+from .state import ALLOC_OVERSIZED, NOT_ALLOCATED, TERMINAL, DecodeRoom, StagingState, remove, set_prefix
 
 Effects = list  # what a step did, collected as it goes (see `actions`)
 
 
 class DecodeSide:
-    """`PdStaging`'s decode methods; the state helpers (`_send`, `_set_decode`) are `PdStaging`'s."""
+    """`PdStaging`'s decode methods; the state helpers (`_send`, `_send_each`, `_set_decode`) are `PdStaging`'s."""
 
     cfg: Any
     variant: Any
@@ -51,25 +51,23 @@ class DecodeSide:
             aid = d.infos[k]
             if req_allocates(aid):
                 alloc, ring = s.ring.assign(m.pages * self.cfg.writers)
-                if alloc is None:
-                    aid = ALLOC_OVERSIZED
-                else:
-                    aid = alloc.alloc_id
-                    s = s._replace(ring=ring, owners=s.owners + ((aid, r),))
+                aid = ALLOC_OVERSIZED if alloc is None else alloc.alloc_id
                 d = d._replace(infos=put(d.infos, k, aid))
-                s = self._set_decode(s, r, d)
+                if alloc is None:
+                    s = self._set_decode(s, r, d)
+                else:  # the ring, its owners and the room in one new state
+                    s = s._replace(ring=ring, owners=s.owners + ((aid, r),), decode=put(s.decode, r, d))
                 # a new allocation: STAGING_RSP to every bootstrap of the room; with PP writers only to the
                 # requester's pp_rank (`handle_staging_req`, requester_pp_rank)
                 targets = (w,) if self.stage_writers else range(self.cfg.writers)
+                a = alloc  # what `s.ring.get(aid)` finds (None: oversized)
             else:
                 # a repeated REQ for an allocated chunk: the same offset again, to every bootstrap of the room as
                 # for a new allocation (0.5.17-0.5.23 `handle_staging_req`; found by `kvsim conform sglang`)
                 targets = (w,) if self.stage_writers else range(self.cfg.writers)
-            a = s.ring.get(aid) if aid >= 0 else None
-            for v in targets:
-                rsp = RspMsg(r, k, v, aid, a.offset, a.round, a.end) if a else RspMsg(r, k, v, aid, 0, 0, 0)
-                s = self._send(s, DOWN, v, fx, rsp)
-            return s
+                a = s.ring.get(aid) if aid >= 0 else None
+            offset, rnd, end = (a.offset, a.round, a.end) if a else (0, 0, 0)
+            return self._send_each(s, DOWN, fx, [(v, RspMsg._new(r, k, v, aid, offset, rnd, end)) for v in targets])
         if m[0] == "READY":
             k = m.chunk_idx
             arrivals = d.counts[k] + ((m.page_start, m.num_pages, m.writer),)
@@ -122,7 +120,7 @@ class DecodeSide:
         # append the event before zeroing the slot entry: every check sees one or the other
         d = d._replace(rows=tuple(rows), events=d.events + (aid,), infos=put(d.infos, k, NOT_ALLOCATED))
         fx.append(ScatterSubmitted(r, aid))
-        s = s._replace(prefix=tuple(prefix))
+        s = set_prefix(s, tuple(prefix))
         return self._settle(self._set_decode(s, r, d), r, fx)
 
     def _scatter_done(self, s: StagingState, r: int, aid: int, fx: Effects) -> StagingState:
@@ -138,9 +136,9 @@ class DecodeSide:
             ring = ring.free(aid, self.variant)  # StagingAllocator.free: #37166's fresh round is a flag
         owners = tuple([o for o in s.owners if o[0] not in ids])
         s = s._replace(ring=ring, owners=owners)
-        for w in range(self.cfg.writers):  # WATERMARK to every subscribed session (one per batch of frees)
-            s = self._send(s, DOWN, w, fx, WatermarkMsg(w, ring.watermark[0], ring.watermark[1]))
-        return s
+        wm_round, wm_tail = ring.watermark  # WATERMARK to every subscribed session (one per batch of frees)
+        return self._send_each(s, DOWN, fx, [(w, WatermarkMsg._new(w, wm_round, wm_tail))
+                                             for w in range(self.cfg.writers)])
 
     def _settle(self, s: StagingState, r: int, fx: Effects) -> StagingState:
         """advance_scatter + poll: done once all ranks succeeded with no event and no allocated slot left."""
@@ -161,8 +159,7 @@ class DecodeSide:
             s = self._release(s, r, fx, status)
         fx.append(Concluded(r, status))
         if status == KVPoll.Failed:
-            for w in range(self.cfg.writers):
-                s = self._send(s, DOWN, w, fx, AbortMsg(r, w))
+            s = self._send_each(s, DOWN, fx, [(w, AbortMsg(r, w)) for w in range(self.cfg.writers)])
         return s
 
     def _release(self, s: StagingState, r: int, fx: Effects, status: KVPoll | None = None) -> StagingState:

@@ -16,11 +16,12 @@ from typing import Any
 from . import checks
 from . import data
 from ..pd_common.rooms import put
-from ..pd_common.status import KVPoll, update_status
+from ..pd_common.status import FAILED, SUCCESS, TRANSFERRING, KVPoll, update_status
 from .actions import UP, AckMsg, Deferred, Enqueued, ReadyMsg, ReqMsg, SlotOffset, StatusMsg
 from .plan import prefill_write_accepted
 from .ring import merge_remote_watermark
-from .state import ALLOC_OVERSIZED, QUEUES, Chunk, PrefillRoom, StagingState, replace_at
+from .state import (ALLOC_OVERSIZED, Chunk, PrefillRoom, StagingState, set_memory, set_offsets, set_queues,
+                    set_watermarks)
 
 Effects = list  # what a step did, collected as it goes (see `actions`)
 
@@ -38,10 +39,10 @@ class PrefillSide:
         c, i = self.cfg, s.batches[r]
         if i == 0:  # prefetch right after batch formation: every slot, from every writer's session
             for w in range(c.writers):
-                s = self._send(s, UP, w, fx, *(ReqMsg(r, k, self.slot_pages[k], w) for k in range(self.k)))
+                s = self._send(s, UP, w, fx, *(ReqMsg._new(r, k, self.slot_pages[k], w) for k in range(self.k)))
         new = tuple(Chunk(r, call.chunk_idx, call.page_start, call.num_pages, call.is_last) for call in self.groups[i])
         queues = tuple(q + new for q in s.queues)
-        fx.extend(Enqueued(w) for w in range(c.writers))
+        fx.extend(Enqueued._new(w) for w in range(c.writers))
         return s._replace(batches=put(s.batches, r, i + 1), queues=queues)
 
     def _work(self, s: StagingState, w: int, fx: Effects, sibling_defers: bool = False) -> StagingState:
@@ -51,10 +52,10 @@ class PrefillSide:
         (`_do_staging_transfer` returns deferred: `queue.put(kv_chunk)`; `break`)."""
         defer = self.defers(s, w)
         chunk, rest = s.queues[w][0], s.queues[w][1:]
-        s = replace_at(s, QUEUES, put(s.queues, w, rest))
+        s = set_queues(s, put(s.queues, w, rest))
         r, k = chunk.room, chunk.chunk_idx
         p = s.prefill[w][r]
-        if p.status is None or p.status == KVPoll.Failed:
+        if p.status is None or p.status == FAILED:
             if self.variant.staging_outstanding:
                 p = p._replace(outstanding=0)  # the skip path's _staging_outstanding.pop(room)
                 s, p = self._maybe_ack(s, w, r, p, fx)
@@ -66,7 +67,7 @@ class PrefillSide:
             chunk = chunk._replace(counted=True)
         if defer:
             # DEFER: re-enqueue at the tail (after the bounded watermark wait); chunks of a room reorder
-            s = replace_at(s, QUEUES, put(s.queues, w, rest + (chunk,)))
+            s = set_queues(s, put(s.queues, w, rest + (chunk,)))
             fx.append(Deferred(w))
             return self._set_prefill(s, w, r, p, fx)
         if chunk.dst_done:  # (proposed fix) written on an earlier pass: only the status sync is left
@@ -86,10 +87,10 @@ class PrefillSide:
                             f"[{chunk.page_start}, {chunk.page_start + chunk.num_pages})) into slot {k}: expected <= "
                             f"{alloc_pages} (its allocation), so it overran the next writer or ring allocation")
         mem = data.write_cells(s.memory, self.cfg, r, w, off.offset, alloc_pages, chunk.page_start, chunk.num_pages)
-        s = s._replace(memory=mem)
+        s = set_memory(s, mem)
         out: list[tuple] = []
         if self.variant.last_chunk_ready or not chunk.is_last:  # before 05c7ebf the last chunk sent no CHUNK_READY
-            out.append(ReadyMsg(r, k, chunk.page_start, chunk.num_pages, w))
+            out.append(ReadyMsg._new(r, k, chunk.page_start, chunk.num_pages, w))
         if sibling_defers:
             # a sibling destination defers: the whole chunk goes back on the queue (still counted); the status
             # sync waits for a pass in which every destination was written (`len(polls) == required_dst_info_num`)
@@ -104,10 +105,10 @@ class PrefillSide:
                         fx: Effects) -> StagingState:
         """Every destination written: the status of the room, the status sync on the last chunk, then finish."""
         if chunk.is_last:
-            p = p._replace(status=update_status(p.status, KVPoll.Success))
-            out.append(StatusMsg(r, w, int(KVPoll.Success)))
+            p = p._replace(status=update_status(p.status, SUCCESS))
+            out.append(StatusMsg(r, w, int(SUCCESS)))
         else:
-            p = p._replace(status=update_status(p.status, KVPoll.Transferring))
+            p = p._replace(status=update_status(p.status, TRANSFERRING))
         s = self._send(s, UP, w, fx, *out)
         return self._finish_chunk(s, w, r, p, chunk, fx)
 
@@ -118,11 +119,10 @@ class PrefillSide:
             if p.outstanding < 0:
                 s = checks.flag(s, "outstanding_never_negative",
                                 f"writer {w} room {r}: _staging_outstanding expected >= 0, got {p.outstanding}")
-            teardown = p.outstanding <= 0 and (p.status in (None, KVPoll.Success)
-                                               or (chunk.is_last and p.status == KVPoll.Failed))
+            teardown = p.outstanding <= 0 and (p.status in (None, SUCCESS) or (chunk.is_last and p.status == FAILED))
             s, p = self._maybe_ack(s, w, r, p, fx)
         else:
-            teardown = p.status == KVPoll.Success  # no outstanding count: torn down at once
+            teardown = p.status == SUCCESS  # no outstanding count: torn down at once
         if teardown:
             p = p._replace(infos=False, offsets=(None,) * self.k)
         return self._set_prefill(s, w, r, p, fx)
@@ -138,8 +138,7 @@ class PrefillSide:
     def _on_prefill(self, s: StagingState, m: tuple, fx: Effects) -> StagingState:
         if m[0] == "WM":
             w = m.writer
-            return s._replace(watermarks=put(s.watermarks, w, merge_remote_watermark(s.watermarks[w],
-                                                                                   (m.round, m.tail))))
+            return set_watermarks(s, put(s.watermarks, w, merge_remote_watermark(s.watermarks[w], (m.round, m.tail))))
         if m[0] == "ABORT":
             r, w = m.room, m.writer
             p = s.prefill[w][r]
@@ -151,10 +150,10 @@ class PrefillSide:
             if p.status is None or p.status == KVPoll.Success:
                 return s  # unknown or concluded rooms are left alone
             return self._set_prefill(s, w, r, p._replace(status=KVPoll.Failed), fx)
-        # RSP
-        r, w = m.room, m.writer
+        # RSP (the most frequent delivery: its fields read in one unpack)
+        _, r, k, w, alloc_id, offset, rnd, end = m
         p = s.prefill[w][r]
         if p.status is None or not p.infos:
             return s  # a late reply for a torn-down room
-        offset = SlotOffset(m.alloc_id, m.offset, m.round, m.end)
-        return self._set_prefill(s, w, r, p._replace(offsets=put(p.offsets, m.chunk_idx, offset)), fx)
+        slot = SlotOffset._new(alloc_id, offset, rnd, end)
+        return self._set_prefill(s, w, r, set_offsets(p, put(p.offsets, k, slot)), fx)

@@ -96,10 +96,7 @@ class StagingAllocator:
             # overcommit: wrap even if the previous round still holds live data at [0, size)
             alloc = Allocation(self.next_id, 0, size, self.round + 1)
             head, rnd = size, self.round + 1
-        # the fields in order (total, head, round, allocations, next_id, watermark): `replace` reads the
-        # dataclass's fields on every call, and a timed simulation assigns and frees a slot per chunk
-        return alloc, StagingAllocator(self.total, head, rnd, self.allocations + (alloc,), self.next_id + 1,
-                                       self.watermark)
+        return alloc, _ring(self.total, head, rnd, self.allocations + (alloc,), self.next_id + 1, self.watermark)
 
     def free(self, alloc_id: int, variant: StagingVariant = FIXED) -> StagingAllocator:
         """Free a live allocation and move the watermark to the oldest live one (or, when none is live,
@@ -108,12 +105,12 @@ class StagingAllocator:
         if i is None:
             raise ConfigError("alloc_id", f"a live allocation id (one of {list(self.live_ids)})", alloc_id)
         live = self.allocations[:i] + self.allocations[i + 1:]
-        total, head, rnd, next_id = self.total, self.head, self.round, self.next_id  # the fields as `assign`
+        total, head, rnd, next_id = self.total, self.head, self.round, self.next_id
         if live:
-            return StagingAllocator(total, head, rnd, live, next_id, (live[0].round, live[0].offset))
+            return _ring(total, head, rnd, live, next_id, (live[0].round, live[0].offset))
         if variant.fresh_round_when_empty:  # #37166: the whole prior round is reusable; start the next at 0
-            return StagingAllocator(total, 0, rnd + 1, live, next_id, (rnd + 1, 0))
-        return StagingAllocator(total, head, rnd, live, next_id, (rnd, head))  # stale head (the #37166 hazard)
+            return _ring(total, 0, rnd + 1, live, next_id, (rnd + 1, 0))
+        return _ring(total, head, rnd, live, next_id, (rnd, head))  # stale head (the #37166 hazard)
 
     @property
     def live_ids(self) -> tuple[int, ...]:
@@ -136,6 +133,25 @@ class StagingAllocator:
 
     def ready(self, alloc: Allocation) -> bool:
         return is_watermark_ready(alloc.round, alloc.end, self.watermark)
+
+
+def _ring(total: int, head: int, rnd: int, allocations: tuple[Allocation, ...], next_id: int,
+          watermark: Watermark) -> StagingAllocator:
+    """`StagingAllocator(total, head, rnd, ...)` without `__init__`'s frame and checks: the ring `assign` or `free`
+    makes from a valid one (its head within the ring); a timed simulation assigns and frees a slot per chunk. Each
+    field set as the frozen dataclass's `__init__` sets it, in order (the instance keeps its attributes inline, no
+    `__dict__` made: a stored state's ring is as small as the constructor's)."""
+    ring = _object_new(StagingAllocator)
+    _set(ring, "total", total)
+    _set(ring, "head", head)
+    _set(ring, "round", rnd)
+    _set(ring, "allocations", allocations)
+    _set(ring, "next_id", next_id)
+    _set(ring, "watermark", watermark)
+    return ring
+
+
+_object_new, _set = object.__new__, object.__setattr__
 
 
 @dataclass(frozen=True)

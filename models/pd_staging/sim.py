@@ -34,6 +34,7 @@ rooms at the end, and the invariants of the system on the final state.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any, Iterable
 
 from kvsim.engine.actions import decode
@@ -122,8 +123,7 @@ def _room_order(e: tuple) -> tuple[int, int]:
     return e.room, _ROOM_EFFECTS[type(e)]
 
 
-def _channel_of(e: tuple) -> tuple[int, int]:
-    return e.side, e.writer  # of a `Sent`
+_channel_of = itemgetter(1, 2)  # a `Sent`'s (side, writer), read in C
 
 
 class _Run:
@@ -156,7 +156,7 @@ class _Run:
 
         def deliver(m: tuple) -> None:
             if deliverable(self.driver.state, side, w, m):
-                self.apply(Deliver(side, w, m), "prefill reported Failed" if m[0] == "STATUS" else m[0])
+                self.apply(Deliver._new(side, w, m), "prefill reported Failed" if m[0] == "STATUS" else m[0])
                 if side == DOWN and self.parked[w]:
                     self._unpark(w)
 
@@ -184,7 +184,8 @@ class _Run:
             for name, _ in self.driver.state.flags:
                 if room is not None:
                     self.evidence.flagged.setdefault(name, room)
-        self._follow(effects)
+        if effects:  # most deliveries set nothing in motion
+            self._follow(effects)
         return effects
 
     def _follow(self, effects: tuple[tuple, ...]) -> None:
@@ -192,7 +193,9 @@ class _Run:
         the workers a batch gave work. No other idle worker is tried: a worker is left idle only with nothing to
         dequeue, and only a step that says so (Enqueued; a worker's own Deferred, which `_work` follows) puts
         a chunk on a queue."""
-        if not effects:  # most deliveries: nothing set in motion
+        if len(effects) == 1 and type(effects[0]) is Sent:  # a worker's CHUNK_READY, a status, a reply: one message
+            _, side, w, m = effects[0]
+            self.chans[side][w].send(m)
             return
         sent = [e for e in effects if type(e) is Sent]
         if len(sent) > 1:
@@ -220,7 +223,7 @@ class _Run:
         i = 0
         for w in range(len(busy)):
             while i < len(clears) and clears[i][0] == w:
-                self.apply(Clear(w, clears[i][1]), self.why)  # the scheduler's next poll
+                self.apply(Clear._new(w, clears[i][1]), self.why)  # the scheduler's next poll
                 i += 1
             if w in enqueued:
                 self._unpark(w)  # a new batch: its chunks may be ready
@@ -258,7 +261,7 @@ class _Run:
         self.sim.schedule(SGLANG_DISAGGREGATION_WAITING_TIMEOUT, self._timer, WaitingTimeout(r))
 
     def _batch(self, r: int) -> None:
-        action = Batch(r)
+        action = Batch._new(r)
         if self.system.is_enabled(self.driver.state, action):
             self.apply(action, "batch")
 
@@ -273,7 +276,7 @@ class _Run:
         if not self.system.work_enabled(self.driver.state, w):
             self.busy[w] = False
             return
-        effects = self.apply(Work(w), "work")  # busy stays set: the step's follow-ups must not start this worker
+        effects = self.apply(Work._new(w), "work")  # busy stays set: the step's follow-ups must not start this worker
         self.busy[w] = False
         deferred = False
         for e in effects:
@@ -292,7 +295,7 @@ class _Run:
             self._kick(w)
 
     def _scatter_done(self, r: int, aid: int) -> None:
-        action = ScatterDone(r, aid)
+        action = ScatterDone._new(r, aid)
         if self.system.is_enabled(self.driver.state, action):
             self.apply(action, "scatter")
 

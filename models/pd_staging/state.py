@@ -88,19 +88,30 @@ for _record in (Chunk, PrefillRoom, DecodeRoom, StagingState):
     _fast_replace(_record)
 
 
-def replace_at(record: tuple, i: int, value) -> tuple:
-    """`record._replace(<its field i>=value)` without `_replace`'s keyword handling: a step's hot path."""
-    items = list(record)  # one copy (slicing around the field made three)
-    items[i] = value
-    return tuple.__new__(type(record), items)
+def field_setter(cls: type, field: str):
+    """`set(record, value)`: `record._replace(<field>=value)` without `_replace`'s keyword handling, unpacked once
+    and built in one call (a step's hot path sets a state's channels, queues and rooms)."""
+    fields = cls._fields
+    olds = "".join(f"_{i}, " for i in range(len(fields)))
+    values = "".join("value, " if f == field else f"_{i}, " for i, f in enumerate(fields))
+    namespace = {"_tuple_new": tuple.__new__, "_cls": cls}
+    source = f"def set_{field}(record, value):\n    {olds}= record\n    return _tuple_new(_cls, ({values}))\n"
+    exec(source, namespace)  # noqa: S102 -- the source is built above from the record's field names only
+    setter = namespace[f"set_{field}"]
+    setter.__doc__ = f"`record._replace({field}=value)` of a {cls.__name__}."
+    return setter
 
 
-# field indices for `replace_at`
-QUEUES, PREFILL_ROOMS, DECODE_ROOMS, CHANS = (StagingState._fields.index(f) for f in ("queues", "prefill", "decode",
-                                                                                    "chans"))
+# the state's fields a step sets alone most often (a setter costs about half a keyword `_replace`), and a prefill
+# room's offsets (STAGING_RSP, the most frequent delivery)
+set_queues, set_prefill, set_decode, set_chans, set_watermarks, set_memory, set_prefix = (
+    field_setter(StagingState, f) for f in ("queues", "prefill", "decode", "chans", "watermarks", "memory", "prefix"))
+set_offsets = field_setter(PrefillRoom, "offsets")
 
 
 def remove(seq: tuple, item) -> tuple:
     """`seq` without the first occurrence of `item`."""
+    if seq and seq[0] == item:  # the head (a channel's delivery)
+        return seq[1:]
     i = seq.index(item)
     return seq[:i] + seq[i + 1:]

@@ -57,7 +57,7 @@ from kvsim.engine.system import Invariant, Sometimes
 from . import checks
 from . import data
 from ..pd_common.rooms import Rooms, put
-from ..pd_common.status import KVPoll
+from ..pd_common.status import FAILED, SUCCESS, KVPoll
 from .actions import (DOWN, UP, Batch, Clear, Deadline, DeferDst, Deliver, Drop, Duplicate, HeartbeatFailure,
                       PeerDeath, PollTerminal, ReleaseTimeout, Reorder, ScatterDone, Sent, WaitingTimeout, Work)
 from .actions import Abort as AbortAction
@@ -66,8 +66,8 @@ from .plan import staging_prefix_accepted
 from .prefill import PrefillSide
 from .ring import StagingAllocator, is_watermark_ready
 from .symmetry import RoomSymmetry, room_symmetry
-from .state import (ALLOC_OVERSIZED, CHANS, DECODE_ROOMS, NOT_ALLOCATED, PREFILL_ROOMS, TERMINAL, DecodeRoom,
-                    PrefillRoom, StagingState, remove, replace_at)
+from .state import (ALLOC_OVERSIZED, NOT_ALLOCATED, TERMINAL, DecodeRoom, PrefillRoom, StagingState, remove,
+                    set_chans, set_decode, set_prefill)
 from .variants import FIXED, StagingVariant
 
 Effects = list  # what a step did, collected as it goes (see `actions`)
@@ -141,15 +141,15 @@ class PdStaging(PrefillSide, DecodeSide):
 
     def poll_concludes(self, p: PrefillRoom) -> bool:
         """`sender.poll()` is terminal; 05c7ebf reports Transferring while chunks are outstanding."""
-        if p.status == KVPoll.Failed:
+        if p.status == FAILED:
             return True
-        return p.status == KVPoll.Success and (not self.variant.staging_outstanding or p.outstanding <= 0)
+        return p.status == SUCCESS and (not self.variant.staging_outstanding or p.outstanding <= 0)
 
     def defers(self, s: StagingState, w: int) -> bool:
         """The transfer worker's next dequeue re-enqueues writer w's head chunk: no offset yet, or not ready."""
         chunk = s.queues[w][0]
         p = s.prefill[w][chunk.room]
-        if p.status is None or p.status == KVPoll.Failed or not p.infos:
+        if p.status is None or p.status == FAILED or not p.infos:
             return False  # skipped or dropped, not deferred
         if chunk.dst_done:
             return False  # (proposed fix) this destination was written on an earlier pass
@@ -243,23 +243,40 @@ class PdStaging(PrefillSide, DecodeSide):
         if side == UP and s.dead:
             return s  # a dead prefill sends nothing
         for m in messages:
-            fx.append(Sent(side, w, m))
+            fx.append(Sent._new(side, w, m))
         return self._set_chan(s, side, w, s.chans[side][w] + messages)
 
-    def _take(self, s: StagingState, side: int, w: int, m: tuple) -> StagingState:
-        return self._set_chan(s, side, w, remove(s.chans[side][w], m))
+    def _send_each(self, s: StagingState, side: int, fx: Effects, sends: list[tuple[int, tuple]]) -> StagingState:
+        """`_send` of each (writer, message) in turn, the state rebuilt once (a reply to every writer)."""
+        if side == UP and s.dead or not sends:
+            return s  # a dead prefill sends nothing
+        chans = list(s.chans)
+        row = list(chans[side])
+        for w, m in sends:
+            fx.append(Sent._new(side, w, m))
+            row[w] += (m,)
+        chans[side] = tuple(row)
+        return set_chans(s, tuple(chans))
+
+    @staticmethod
+    def _take(s: StagingState, side: int, w: int, m: tuple) -> StagingState:
+        """`s` with the first `m` of channel [side][w] taken out (a delivery: mostly the channel's head)."""
+        chans = list(s.chans)
+        row = list(chans[side])
+        chan = row[w]
+        row[w] = chan[1:] if chan and chan[0] == m else remove(chan, m)  # mostly the head: `remove` in this frame
+        chans[side] = tuple(row)
+        return set_chans(s, tuple(chans))
 
     @staticmethod
     def _set_chan(s: StagingState, side: int, w: int, chan: tuple) -> StagingState:
-        """`s` with channel [side][w] replaced: `replace_at(s, CHANS, put(s.chans, side, put(s.chans[side], w,
-        chan)))` in one frame (the channels are plain tuples; every delivery and send sets one)."""
+        """`s` with channel [side][w] replaced: `s._replace(chans=put(s.chans, side, put(s.chans[side], w, chan)))`
+        in one frame (the channels are plain tuples; every delivery and send sets one)."""
         chans = list(s.chans)
         row = list(chans[side])
         row[w] = chan
         chans[side] = tuple(row)
-        items = list(s)
-        items[CHANS] = tuple(chans)
-        return _tuple_new(StagingState, items)
+        return set_chans(s, tuple(chans))
 
     def _set_prefill(self, s: StagingState, w: int, r: int, p: PrefillRoom, fx: Effects) -> StagingState:
         rooms = s.prefill[w]
@@ -267,18 +284,13 @@ class PdStaging(PrefillSide, DecodeSide):
             return s  # the room as it was: the state as it was
         if self.poll_concludes(p):
             fx.append(PollTerminal(w, r))
-        # `replace_at(s, PREFILL_ROOMS, put(s.prefill, w, put(rooms, r, p)))`, the outer levels copied here
-        writers = list(s.prefill)
+        writers = list(s.prefill)  # `s._replace(prefill=put(s.prefill, w, put(rooms, r, p)))`, the outer level here
         writers[w] = put(rooms, r, p)
-        items = list(s)
-        items[PREFILL_ROOMS] = tuple(writers)
-        return _tuple_new(StagingState, items)
+        return set_prefill(s, tuple(writers))
 
     @staticmethod
     def _set_decode(s: StagingState, r: int, d: DecodeRoom) -> StagingState:
-        items = list(s)  # `replace_at(s, DECODE_ROOMS, put(s.decode, r, d))` in one frame
-        items[DECODE_ROOMS] = put(s.decode, r, d)
-        return _tuple_new(StagingState, items)
+        return set_decode(s, put(s.decode, r, d))
 
 
 # -- the rules: each action's precondition beside its effect, by record type --------------------------------
@@ -287,7 +299,6 @@ class PdStaging(PrefillSide, DecodeSide):
 # when `enabled` lists it.
 RULES = Rules()
 _EFFECTS = RULES.effects  # `transition` reads a typed record's effect here
-_tuple_new = tuple.__new__
 
 
 def _listed(self: PdStaging, s: StagingState, a: tuple) -> bool:

@@ -75,6 +75,17 @@ def test_a_record_type_builds_from_positions_and_names_and_names_a_wrong_field()
         empty(1)
 
 
+def test_a_record_types_positional_new_is_its_constructor():
+    """`T._new(*fields)` (a hot path's constructor, no class call) gives the record `T(*fields)` gives: the same
+    type, tuple and repr, for fields as parameters, no field, and names no parameter can carry."""
+    odd = tagged("odd", "from", "_x")
+    for t, fields in ((Req, (4, 0)), (Deliver, (1, Req(4, 0))), (tagged("peer_death"), ()), (odd, (1, 2))):
+        made = t._new(*fields)
+        assert type(made) is t and made == t(*fields) and repr(made) == repr(t(*fields)) and made[0] == t.tag
+    with pytest.raises(TypeError):
+        Req._new(4)
+
+
 @dataclass(frozen=True)
 class Config:
     rooms: int = param(1, "rooms", minimum=1, maximum=3)

@@ -142,3 +142,27 @@ def test_a_lost_watermark_hangs_the_next_room_without_ring_pressure_only_on_0_5_
 def test_the_waiting_timeout_fails_that_room_instead_of_hanging():
     result = explore(PdStaging(NEW, StagingSystemConfig(**{**LOST_WM, "timeouts": 1})))
     assert not result.violations and result.bound_hit is None
+
+
+def test_the_rings_assign_and_free_make_are_the_constructors_rings():
+    """`assign` and `free` build their ring without `__init__` (`ring._ring`): each is the ring the constructor
+    makes of the same fields (equal, the same hash, repr, pickle and attribute order, and its attributes held as
+    the constructor's are: no `__dict__` of its own made, which would double a stored state's ring) on both
+    variants."""
+    import gc
+    import pickle
+
+    for variant in (FIXED, NEW):
+        ring, rings = StagingAllocator(16), []
+        for op in (5, 7, 5, "free", 6, "free", "free", "free"):
+            if op == "free":
+                ring = ring.free(ring.allocations[0].alloc_id, variant)
+            else:
+                ring = ring.assign(op)[1]
+            rings.append(ring)
+        for ring in rings:
+            built = StagingAllocator(ring.total, ring.head, ring.round, ring.allocations, ring.next_id, ring.watermark)
+            assert [type(x) for x in gc.get_referents(ring)] == [type(x) for x in gc.get_referents(built)]
+            assert ring == built and hash(ring) == hash(built) and repr(ring) == repr(built)
+            assert pickle.dumps(ring) == pickle.dumps(built) and list(vars(ring)) == list(vars(built))
+        assert rings[-1].allocations == () and rings[2].round == 1  # the third assign wrapped; the last free emptied

@@ -270,6 +270,51 @@ def test_state_records_replace_fields_as_namedtuple_does():
             record._replace(not_a_field=1)
 
 
+def test_state_field_setters_are_replace():
+    """`state.field_setter` (a step's hot path) is `_replace` of that one field, for every field of the state and
+    of a prefill room."""
+    from kvsim.models.pd_staging.state import PrefillRoom, StagingState, field_setter, set_chans, set_offsets
+
+    for cls in (StagingState, PrefillRoom):
+        record = cls._make(f"{f}-old" for f in cls._fields)
+        for f in cls._fields:
+            new = field_setter(cls, f)(record, "new")
+            assert type(new) is cls and new == record._replace(**{f: "new"})
+    state = StagingState._make(StagingState._fields)
+    assert set_chans(state, "c") == state._replace(chans="c")
+    room = PrefillRoom._make(PrefillRoom._fields)
+    assert set_offsets(room, "o") == room._replace(offsets="o")
+
+
+def test_send_each_is_a_send_per_message():
+    """`_send_each` (one state built for a message to each writer) is `_send` of each message in turn: the same
+    state and the same effects, writers in any order and twice; a dead prefill sends nothing up."""
+    system = PdStaging(FIXED, StagingSystemConfig(rooms=2, writers=3))
+    s0 = next(iter(system.initial_states()))
+    s0 = system._send(s0, DOWN, 1, [], ("WM", 1, 0, 0))
+    sends = [(2, ("WM", 2, 0, 1)), (0, ("WM", 0, 0, 1)), (2, ("WM", 2, 0, 2))]
+    for side, state in ((DOWN, s0), (UP, s0), (UP, s0._replace(dead=True))):
+        fx_each, fx_one = [], []
+        s_one = state
+        for w, m in sends:
+            s_one = system._send(s_one, side, w, fx_one, m)
+        assert system._send_each(state, side, fx_each, sends) == s_one and fx_each == fx_one
+    assert system._send_each(s0, DOWN, [], []) is s0
+
+
+def test_remove_takes_the_first_occurrence():
+    """`state.remove`: the head taken at once, else the first equal item (the channel's delivery either way)."""
+    from kvsim.models.pd_staging.state import remove
+
+    seq = (("A", 1), ("B", 2), ("A", 1), ("C", 3))
+    for item in set(seq):
+        i = seq.index(item)
+        assert remove(seq, item) == seq[:i] + seq[i + 1:]
+    assert remove((("A", 1),), ("A", 1)) == ()
+    with pytest.raises(ValueError):
+        remove((), ("A", 1))
+
+
 def test_row_mismatches_names_each_cell_that_is_not_the_rooms_kv():
     """A room's rows compared in one pass first (`data._expected_rows`), then cell by cell where they differ."""
     cfg = StagingSystemConfig(rooms=3, writers=2, prompt_len=10, decode_prefix_len=4, page_size=2)
