@@ -109,3 +109,23 @@ def test_a_checkpoint_of_an_older_format_is_refused(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match=rf"^resume: .*\(format {checkpoint.FORMAT - 1}\).*format "
                                           rf"{checkpoint.FORMAT}"):
         CheckpointDir(tmp_path, {"model": "c"}).resume()
+
+
+def test_a_system_that_encodes_its_states_is_fingerprinted_from_that_text():
+    """`encode_state(state) -> bytes` (no model declares one now): the fingerprint store takes the BLAKE2b of that
+    text, and finds what the full store finds."""
+    from kvsim.engine.explore.fingerprint import TextFingerprint, fingerprint_function
+
+    system, encoded = Counter(limit=40, bad=None), []
+
+    def encode_state(state):
+        encoded.append(state)
+        return f"counter {state}".encode()
+
+    system.encode_state = encode_state
+    key = fingerprint_function(system)
+    assert isinstance(key, TextFingerprint) and key(7) == fingerprint(b"counter 7")
+    full = explore(system, ExploreOptions(store="full", check_liveness=False))
+    fp = explore(system, ExploreOptions(store="fingerprint", check_liveness=False))
+    assert (fp.states, fp.transitions, fp.depth) == (full.states, full.transitions, full.depth) == (41, 60, 9)
+    assert set(encoded) >= set(range(41))  # every state's key came from its text
