@@ -258,15 +258,9 @@ class PdStaging(PrefillSide, DecodeSide):
         chans[side] = tuple(row)
         return set_chans(s, tuple(chans))
 
-    @staticmethod
-    def _take(s: StagingState, side: int, w: int, m: tuple) -> StagingState:
+    def _take(self, s: StagingState, side: int, w: int, m: tuple) -> StagingState:
         """`s` with the first `m` of channel [side][w] taken out (a delivery: mostly the channel's head)."""
-        chans = list(s.chans)
-        row = list(chans[side])
-        chan = row[w]
-        row[w] = chan[1:] if chan and chan[0] == m else remove(chan, m)  # mostly the head: `remove` in this frame
-        chans[side] = tuple(row)
-        return set_chans(s, tuple(chans))
+        return self._set_chan(s, side, w, remove(s.chans[side][w], m))
 
     @staticmethod
     def _set_chan(s: StagingState, side: int, w: int, chan: tuple) -> StagingState:
