@@ -20,7 +20,9 @@ import hashlib
 import inspect
 import sys
 import types
+from collections import OrderedDict
 from contextvars import ContextVar
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
@@ -125,15 +127,16 @@ def _module_file(root: Path, module: str) -> Path | None:
     return None
 
 
-def _follow(chosen: Sequence[ast.stmt], path: Path, depth: int) -> dict[str, dict[str, Any]]:
+def _follow(parsed: "Parsed", chosen: Sequence[int], path: Path, depth: int) -> dict[str, dict[str, Any]]:
     """Load the engine-internal names that `from <engine>.x import a` statements bring in, from their files."""
     found = package_root(path) if depth < 4 else None
     if found is None:
         return {}
     root, top = found
     followed: dict[str, dict[str, Any]] = {}
-    used = set().union(*(_referenced(s) for s in chosen if not isinstance(s, (ast.Import, ast.ImportFrom))))
-    for stmt in chosen:
+    body = parsed.tree.body
+    used = set().union(*(parsed.referenced(i) for i in chosen if not isinstance(body[i], (ast.Import, ast.ImportFrom))))
+    for stmt in (body[i] for i in chosen):
         if not (isinstance(stmt, ast.ImportFrom) and stmt.level == 0 and stmt.module
                 and stmt.module.split(".")[0] == top):
             continue
@@ -182,12 +185,9 @@ def _referenced(node: ast.AST) -> set[str]:
     return names
 
 
-def select(tree: ast.Module, names: Sequence[str], where: str, version: str) -> list[ast.stmt]:
-    """The statements defining `names` and, transitively, what they reference (file order)."""
-    binders: dict[str, list[int]] = {}
-    for index, stmt in enumerate(tree.body):
-        for name in _bound_names(stmt):
-            binders.setdefault(name, []).append(index)
+def select(parsed: "Parsed", names: Sequence[str], where: str, version: str) -> list[int]:
+    """The indexes of the statements defining `names` and, transitively, what they reference (file order)."""
+    binders = parsed.binders
     for name in names:
         if name not in binders:
             raise ConfigError(f"{where}:{name}", "a top-level definition", f"absent in {version}")
@@ -198,11 +198,59 @@ def select(tree: ast.Module, names: Sequence[str], where: str, version: str) -> 
         for index in binders.get(name, ()):
             if index not in chosen:
                 chosen.add(index)
-                todo.extend(_referenced(tree.body[index]) - {name})
-    for index, stmt in enumerate(tree.body):  # `from __future__` must stay first
-        if isinstance(stmt, ast.ImportFrom) and stmt.module == "__future__":
-            chosen.add(index)
-    return [tree.body[i] for i in sorted(chosen)]
+                todo.extend(parsed.referenced(index) - {name})
+    chosen.update(parsed.future)  # `from __future__` must stay first
+    return sorted(chosen)
+
+
+@dataclass
+class Parsed:
+    """One source text parsed, with what `select` asks of its statements: each top-level name's binding statements
+    (`binders`), the `from __future__` imports (`future`), and each statement's referenced names, worked out on first
+    use (`referenced`). The tree is read, never changed."""
+
+    tree: ast.Module
+    lines: list[str]
+    binders: dict[str, list[int]]
+    future: tuple[int, ...]
+    _referenced: dict[int, frozenset[str]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, text: str, filename: str) -> "Parsed":
+        tree = ast.parse(text, filename=filename)
+        binders: dict[str, list[int]] = {}
+        for index, stmt in enumerate(tree.body):
+            for name in _bound_names(stmt):
+                binders.setdefault(name, []).append(index)
+        future = tuple(i for i, stmt in enumerate(tree.body)
+                       if isinstance(stmt, ast.ImportFrom) and stmt.module == "__future__")
+        return cls(tree, text.splitlines(keepends=True), binders, future)
+
+    def referenced(self, index: int) -> frozenset[str]:
+        names = self._referenced.get(index)
+        if names is None:
+            names = self._referenced[index] = frozenset(_referenced(self.tree.body[index]))
+        return names
+
+
+# Parsed source texts by (file, text), most recently used last. A conform run loads many definitions from the same
+# few files (each MLA target from one large module; `_follow` loads each name a file imports one by one, and asks
+# which names that file binds): each text is parsed once a process. A mutant's text is another key.
+_PARSED: "OrderedDict[tuple[str, str], Parsed]" = OrderedDict()
+PARSED_KEPT = 32
+
+
+def parse(text: str, filename: str) -> Parsed:
+    """`Parsed.of(text, filename)`, remembered for the process (the last `PARSED_KEPT` texts)."""
+    key = (filename, text)
+    parsed = _PARSED.get(key)
+    if parsed is None:
+        parsed = _PARSED[key] = Parsed.of(text, filename)
+        if len(_PARSED) > PARSED_KEPT:
+            _PARSED.popitem(last=False)
+    else:
+        _PARSED.move_to_end(key)
+    return parsed
 
 
 def _segment(lines: list[str], stmt: ast.stmt) -> str:
@@ -232,13 +280,13 @@ def load_definitions(path: Path, names: Sequence[str], *, extra_globals: Mapping
     where = where or str(path)
     text = read_source(path)
     try:
-        tree = ast.parse(text, filename=str(path))
+        parsed = parse(text, str(path))
     except SyntaxError as exc:
         raise ConfigError(where, "Python source kvsim can parse", f"syntax error line {exc.lineno}") from exc
-    lines = text.splitlines(keepends=True)
-    chosen = select(tree, names, where, version)
+    lines = parsed.lines
+    chosen = select(parsed, names, where, version)
     body, segments = "", []
-    for stmt in chosen:  # each definition as upstream wrote it, after a comment naming where it came from
+    for stmt in (parsed.tree.body[i] for i in chosen):  # each definition as upstream wrote it, after a comment naming where it came from
         segment = _segment(lines, stmt)
         first = min([stmt.lineno] + [d.lineno for d in getattr(stmt, "decorator_list", ())])
         out_first = body.count("\n") + 2  # after the comment line
@@ -256,7 +304,7 @@ def load_definitions(path: Path, names: Sequence[str], *, extra_globals: Mapping
     module = types.ModuleType(module_name)
     module.__file__ = str(out)
     loader_builtins = dict(vars(builtins))
-    loader_builtins["__import__"] = _make_importer(_follow(chosen, path, depth), modules)
+    loader_builtins["__import__"] = _make_importer(_follow(parsed, chosen, path, depth), modules)
     module.__dict__["__builtins__"] = loader_builtins
     module.__dict__.update(extra_globals)
     sys.modules[module_name] = module
@@ -342,9 +390,10 @@ def check_signature(fn: Any, expected_params: Sequence[str], where: str) -> None
 
 def names_in(path: Path, *, imports: bool = True) -> set[str]:
     """Every top-level name `path` binds (for 'not present' checks); `imports=False` leaves out imported names."""
-    tree = ast.parse(Path(path).read_text(encoding="utf-8", errors="replace"))
-    return {n for stmt in tree.body if imports or not isinstance(stmt, (ast.Import, ast.ImportFrom))
-            for n in _bound_names(stmt)}
+    parsed = parse(Path(path).read_text(encoding="utf-8", errors="replace"), str(path))
+    body = parsed.tree.body
+    return {n for n, indexes in parsed.binders.items()
+            if imports or any(not isinstance(body[i], (ast.Import, ast.ImportFrom)) for i in indexes)}
 
 
 @contextlib.contextmanager

@@ -13,7 +13,8 @@ import zipfile
 import pytest
 
 from kvsim.conform import source
-from kvsim.conform.loader import Inert, answered_by, check_signature, load_definitions
+from kvsim.conform import loader
+from kvsim.conform.loader import Inert, answered_by, check_signature, load_definitions, names_in
 from kvsim.conform.source import resolve_source
 from kvsim.engine.errors import ConfigError
 
@@ -96,6 +97,35 @@ def test_unknown_imports_are_inert_and_decorators_pass_through(tmp_path):
     ns = load_definitions(pkg / "mod.py", ["Thing"])
     assert ns.Thing().f(17) == 8
     assert "UNUSED" not in ns.Thing.f.__globals__
+
+
+def test_a_text_is_parsed_once_and_a_changed_file_is_read_again(tmp_path, monkeypatch):
+    """Definitions of one file loaded again (and `names_in` of it) parse it once; the file changed (a planted edit, a
+    mutant's text) is parsed anew, and no more than `PARSED_KEPT` texts are kept."""
+    monkeypatch.setattr(loader, "_PARSED", type(loader._PARSED)())
+    parses: list[str] = []
+    real = loader.Parsed.of.__func__
+    monkeypatch.setattr(loader.Parsed, "of", classmethod(lambda cls, text, filename: parses.append(filename)
+                                                         or real(cls, text, filename)))
+    pkg = tmp_path / "eng"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "helpers.py").write_text("import os\nSCALE = 2\ndef double(x):\n    return SCALE * x\n"
+                                    "def triple(x):\n    return 3 * x\n")
+    mod = pkg / "mod.py"
+    mod.write_text("from eng.helpers import double, triple\ndef f(n):\n    return double(n) + triple(n)\n"
+                   "def g(n):\n    return -n\n")
+    assert load_definitions(mod, ["f"]).f(1) == 5
+    assert load_definitions(mod, ["f", "g"]).g(4) == -4
+    assert names_in(pkg / "helpers.py") == {"os", "SCALE", "double", "triple"}
+    assert names_in(pkg / "helpers.py", imports=False) == {"SCALE", "double", "triple"}
+    assert sorted(parses) == [str(pkg / "helpers.py"), str(mod)]  # each text once: helpers' for two names and names_in
+    mod.write_text("from eng.helpers import double\ndef f(n):\n    return double(n) + 1\n")
+    assert load_definitions(mod, ["f"]).f(1) == 3
+    assert parses.count(str(mod)) == 2
+    for i in range(loader.PARSED_KEPT + 5):
+        loader.parse(f"X = {i}\n", f"t{i}.py")
+    assert len(loader._PARSED) == loader.PARSED_KEPT and ("t0.py", "X = 0\n") not in loader._PARSED
 
 
 def test_wheel_and_package_dir_sources(vllm_src):
