@@ -67,11 +67,13 @@ def _where(tb: Any) -> str:
 class SelfTest:
     """A driver for checking the child itself (`kvsim.conform.installed_child:SelfTest`): op `echo` answers its
     `value`, `raise` raises ValueError(`message`), `exit` ends the process with `code`, `hang` never answers, `pid`
-    answers the process the driver runs in."""
+    answers the process the driver runs in, `import` imports `module` (as a driver's op imports on first use)."""
 
     def handle(self, op: str, args: dict[str, Any]) -> Any:
         if op == "pid":
             return os.getpid()
+        if op == "import":
+            return importlib.import_module(args["module"]).__name__
         if op == "raise":
             raise ValueError(args.get("message", "asked to raise"))
         if op == "exit":
@@ -79,7 +81,7 @@ class SelfTest:
         while op == "hang":
             time.sleep(3600)
         if op != "echo":
-            raise ConfigError("op", "one of echo, raise, exit, hang, pid", op)
+            raise ConfigError("op", "one of echo, raise, exit, hang, pid, import", op)
         return args.get("value")
 
 
@@ -314,6 +316,11 @@ def dispatch(driver: Any, op: str, args: Any, ops: Sequence[str], built: bool, w
     return {"answer": answer, "state": getattr(driver, "op_" + state)()} if observe and op != state else answer
 
 
+def cache_roots(header: dict[str, Any]) -> tuple[str, ...]:
+    """The header's release tree and dependency folder, where they are kvsim's cache (never a user's tree)."""
+    return tuple(r for r in (header["root"], header["deps"]) if Path(r).is_relative_to(cache_root()))
+
+
 def cache_bytecode(roots: Sequence[str]) -> int:
     """Write the bytecode of each module imported from `roots` that has none; how many were written.
 
@@ -387,7 +394,7 @@ def serve(lines: Any, out: Any) -> int:
         return 1
     workers = {header["driver"]: first}
     _send(out, {"ok": True, "result": {"import_s": time.perf_counter() - started, "version": header["version"]}})
-    cache_bytecode(tuple(r for r in (header["root"], header["deps"]) if Path(r).is_relative_to(cache_root())))
+    cache_bytecode(cache_roots(header))
     configure: Any = None
     for line in lines:
         if not line.strip():
@@ -520,6 +527,9 @@ def work(header: dict[str, Any], name: str, configure: Any, requests: Any, out: 
         except (TypeError, ValueError) as exc:  # the driver's answer is not JSON: its bug, said in one line
             text = json.dumps({"ok": False, "config": True, "error": f"the driver's answer is not JSON: {exc}"})
         _send(out, text)
+    # what the driver's ops imported on first use (SGLang's radix driver: the scheduler's request type, about 580
+    # files), cached as the zygote caches the import's: the next child reads it instead of compiling it again
+    cache_bytecode(cache_roots(header))
     return 0
 
 

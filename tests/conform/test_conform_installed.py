@@ -133,6 +133,24 @@ def test_the_child_caches_the_bytecode_of_what_it_imported_from_the_cache_only(t
     assert cache_bytecode(()) == 0  # a user's tree: no root given, nothing written
 
 
+def test_a_drivers_process_caches_the_bytecode_of_what_its_ops_imported(tmp_path, monkeypatch):
+    """A module a driver's op imports on first use (after the release's import, in the driver's own process) gets
+    its bytecode written into the cache when that process ends, for the next child to read."""
+    from importlib.util import cache_from_source
+
+    monkeypatch.setenv("KVSIM_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")  # no import writes bytecode by itself
+    env = _fake_release(tmp_path / "src" / "vllm-0.0.1")
+    lazy = env.source.root / "vllm" / "lazy_planted.py"
+    lazy.write_text("VALUE = 1\n")
+    with InstalledChild(env, "kvsim.conform.installed_child:SelfTest", timeout=30.0, start_timeout=300) as child:
+        assert child.call("import", module="vllm.lazy_planted") == "vllm.lazy_planted"
+        assert not os.path.exists(cache_from_source(str(lazy)))  # the driver's process still runs
+        imported = cache_from_source(str(env.source.root / "vllm" / "v1" / "core" / "kv_cache_manager.py"))
+        assert os.path.exists(imported)  # the import's own, written by the process that imported the release
+    assert os.path.exists(cache_from_source(str(lazy)))
+
+
 def test_a_mutant_that_did_not_load_is_not_loaded_into_a_driver_made_later(tmp_path):
     """The child keeps what was last loaded for the drivers it makes later; a mutant that did not load is not that
     (the release is: the drivers' processes put it back), so a later driver is made and answers as its own."""
