@@ -58,3 +58,19 @@ from kvsim.engine.draws import own_draws  # noqa: E402
 def _own_draws():
     with own_draws():
         yield
+
+
+@pytest.fixture(autouse=True)
+def _released_modules_after_each_test():
+    """Every test starts from the releases as released. A test that runs a conformance target under a mutant
+    (`loader.mutated`, `child.configure(mutant)`) leaves it loaded in the release's shared real-import child until
+    the next target configures that child; a test that drives the child's ops directly (the real manager,
+    coordinator, scheduler and radix tests) would then check the mutant, depending on which test ran before it on
+    the same pytest worker. After each test, a shared child left with a mutant gets the released modules back."""
+    yield
+    import sys
+
+    installed_child = sys.modules.get("kvsim.conform.installed_child")  # not imported: no child to put back
+    for child in list(getattr(installed_child, "_SHARED", {}).values()):
+        if child.process is not None and child.mutant is not None:
+            child.configure(None)
