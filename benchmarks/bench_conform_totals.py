@@ -1,14 +1,17 @@
 """Benchmark whole `kvsim conform ENGINE --json` runs: this tree against a baseline tree, in alternated pairs.
 
     python benchmarks/bench_conform_totals.py --base /work/wt-cfast-base [--pairs 3] [--engines vllm,sglang]
-        [--args "--workers 2"] [--base-args ""] [--keep DIR] [--json]
+        [--args "--workers 2"] [--base-args ""] [--base-cache DIR] [--keep DIR] [--json]
     python benchmarks/bench_conform_totals.py --base /work/wt-cfast-base --per-call [--pairs 5]
 
 Each pair runs the baseline's `kvsim conform ENGINE --json` and this tree's, one after the other (the order
 alternates from pair to pair, so a load that drifts falls on both sides alike), each with its own interpreter
 (`BASE/.venv/bin/python -m kvsim`, this tree's `sys.executable -m kvsim`, each importing its own tree). Per run:
 wall seconds, CPU seconds (the run and every process it waited for: kernel and real-import children), the load
-average before and after, and each target's `seconds` and status from the JSON. Printed: per engine and side,
+average before and after, and each target's `seconds` and status from the JSON. `--base-cache DIR` gives the baseline a cache of its own
+(`KVSIM_CACHE_DIR`): this tree writes the bytecode of what a real-import driver imports on first use into its cache,
+which would speed a baseline reading the same cache up (make DIR a copy of the cache without its `__pycache__`
+folders, and run the baseline once before the pairs, as this tree's cache was warmed). Printed: per engine and side,
 min / median / max of wall and CPU, the ratio this tree / baseline of the medians (the figure to compare; same
 machine, same session), and the per-target medians side by side. The statuses of both sides are printed too, so a
 faster run that checks less is seen (a target "incomplete" or "not run" is not a like-for-like pair), and whether
@@ -59,11 +62,11 @@ print(json.dumps(out))
 """
 
 
-def per_call(sides: dict[str, tuple[str, Path, list[str]]], pairs: int) -> int:
+def per_call(sides: dict[str, tuple[str, Path, list[str], Path | None]], pairs: int) -> int:
     seen: dict[str, dict[str, list[float]]] = {"base": {}, "this": {}}
     for pair in range(pairs):
         for side in (("base", "this") if pair % 2 == 0 else ("this", "base")):
-            python, tree, _ = sides[side]
+            python, tree, _, _ = sides[side]
             done = subprocess.run([python, "-c", PER_CALL], cwd=tree, capture_output=True, text=True, check=True)
             for name, us in json.loads(done.stdout).items():
                 seen[side].setdefault(name, []).append(us)
@@ -75,12 +78,13 @@ def per_call(sides: dict[str, tuple[str, Path, list[str]]], pairs: int) -> int:
     return 0
 
 
-def run_once(python: str, tree: Path, engine: str, extra: list[str]) -> dict[str, Any]:
+def run_once(python: str, tree: Path, engine: str, extra: list[str], cache: Path | None = None) -> dict[str, Any]:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     load_before = os.getloadavg()[0]
     began = time.perf_counter()
+    env = None if cache is None else {**os.environ, "KVSIM_CACHE_DIR": str(cache)}
     done = subprocess.run([python, "-m", "kvsim", "conform", engine, "--json", *extra], cwd=tree,
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, env=env)
     wall = time.perf_counter() - began
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -106,6 +110,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--engines", default="vllm,sglang")
     parser.add_argument("--args", default="", help="extra arguments of this tree's runs (say, --workers 2)")
     parser.add_argument("--base-args", default="", help="extra arguments of the baseline's runs")
+    parser.add_argument("--base-cache", type=Path,
+                        help="the baseline's own KVSIM_CACHE_DIR: what this tree writes into its cache (the "
+                             "bytecode of what a real-import driver imported) then never speeds the baseline up")
     parser.add_argument("--per-call", action="store_true", help="only the per-check cost of the frame (above)")
     parser.add_argument("--keep", type=Path, help="a folder for every run's JSON (ENGINE-SIDE-PAIR.json)")
     parser.add_argument("--json", action="store_true")
@@ -113,8 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.keep is not None:
         args.keep.mkdir(parents=True, exist_ok=True)
     base_python = str(args.base / ".venv" / "bin" / "python")
-    sides = {"base": (base_python, args.base.resolve(), shlex.split(args.base_args)),
-             "this": (sys.executable, HERE, shlex.split(args.args))}
+    sides = {"base": (base_python, args.base.resolve(), shlex.split(args.base_args), args.base_cache),
+             "this": (sys.executable, HERE, shlex.split(args.args), None)}
     if args.per_call:
         return per_call(sides, args.pairs)
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {}
@@ -123,8 +130,8 @@ def main(argv: list[str] | None = None) -> int:
         for pair in range(args.pairs):
             order = ("base", "this") if pair % 2 == 0 else ("this", "base")
             for side in order:
-                python, tree, extra = sides[side]
-                one = run_once(python, tree, engine, extra)
+                python, tree, extra, cache = sides[side]
+                one = run_once(python, tree, engine, extra, cache)
                 runs[engine][side].append(one)
                 if args.keep is not None:
                     (args.keep / f"{engine}-{side}-{pair + 1}.json").write_text(json.dumps(one["doc"], indent=1))
