@@ -135,7 +135,8 @@ def _follow(parsed: "Parsed", chosen: Sequence[int], path: Path, depth: int) -> 
     root, top = found
     followed: dict[str, dict[str, Any]] = {}
     body = parsed.tree.body
-    used = set().union(*(parsed.referenced(i) for i in chosen if not isinstance(body[i], (ast.Import, ast.ImportFrom))))
+    used = set().union(*(parsed.referenced(i) for i in chosen
+                         if not isinstance(body[i], (ast.Import, ast.ImportFrom))))
     for stmt in (body[i] for i in chosen):
         if not (isinstance(stmt, ast.ImportFrom) and stmt.level == 0 and stmt.module
                 and stmt.module.split(".")[0] == top):
@@ -286,7 +287,8 @@ def load_definitions(path: Path, names: Sequence[str], *, extra_globals: Mapping
     lines = parsed.lines
     chosen = select(parsed, names, where, version)
     body, segments = "", []
-    for stmt in (parsed.tree.body[i] for i in chosen):  # each definition as upstream wrote it, after a comment naming where it came from
+    # each definition as upstream wrote it, after a comment naming where it came from
+    for stmt in (parsed.tree.body[i] for i in chosen):
         segment = _segment(lines, stmt)
         first = min([stmt.lineno] + [d.lineno for d in getattr(stmt, "decorator_list", ())])
         out_first = body.count("\n") + 2  # after the comment line
