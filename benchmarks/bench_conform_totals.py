@@ -9,13 +9,14 @@ alternates from pair to pair, so a load that drifts falls on both sides alike), 
 (`BASE/.venv/bin/python -m kvsim`, this tree's `sys.executable -m kvsim`, each importing its own tree). Per run:
 wall seconds, CPU seconds (the run and every process it waited for: kernel and real-import children), the load
 average before and after, and each target's `seconds` and status from the JSON. `--base-cache DIR` gives the
-baseline a cache of its own (`KVSIM_CACHE_DIR`): this tree writes the bytecode of what a real-import child
-imports into its cache, which speeds up a baseline that reads the same cache and does not write it (under
-PYTHONDONTWRITEBYTECODE, as on this machine); DIR: a copy of the cache without its `__pycache__` folders.
-Printed: per engine and side, min / median / max of wall and CPU, the ratio this tree / baseline of the medians (the figure to compare; same
-machine, same session), and the per-target medians side by side. The statuses of both sides are printed too, so a
-faster run that checks less is seen (a target "incomplete" or "not run" is not a like-for-like pair), and whether
-each pair's reports are the same but for their times (`same reports`). `--keep DIR` keeps every run's JSON.
+baseline a cache of its own (`KVSIM_CACHE_DIR`): this tree writes the bytecode of what a real-import child imports
+into its cache, which speeds up a baseline that reads the same cache and does not write it (under
+PYTHONDONTWRITEBYTECODE, as on this machine); DIR: a copy of the cache without its `__pycache__` folders. Printed:
+per engine and side, min / median / max of wall and CPU, the ratio this tree / baseline of the medians (the figure
+to compare; same machine, same session), and the per-target medians side by side. The statuses of both sides are
+printed too, so a faster run that checks less is seen (a target "incomplete" or "not run" is not a like-for-like
+pair), and whether each pair's reports are the same but for their times (`same reports`). `--keep DIR` keeps every
+run's JSON.
 
 `--per-call`: the frame's own cost of one check, in each tree's interpreter, alternated: microseconds of
 `capture(fn, seconds=30)` around a function that returns at once (the per-call deadline and answer capture), and of
