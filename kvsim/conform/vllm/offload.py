@@ -448,8 +448,11 @@ def with_request(keys: Any) -> Callable[[ModelSide], Any]:
 def completions(view: ModelSide) -> Any:
     """A subset of the write-pending keys (all of them if the mask picks none), maybe one more key (with none
     pending: one key)."""
-    pending = sorted(k for k, c in view.m.resident().items() if c.ref_cnt == -1)
+    pending = tuple(sorted(k for k, c in view.m.resident().items() if c.ref_cnt == -1))
+    return strategy_of(_completions, pending, tuple(view.active))
 
+
+def _completions(pending: tuple[int, ...], active: tuple[int, ...]) -> Any:
     def pick(drawn: tuple) -> tuple:
         mask, extra, req, success = drawn
         keys = [k for k in pending if mask[k]] or list(pending)
@@ -457,23 +460,27 @@ def completions(view: ModelSide) -> Any:
             keys.append(extra)
         return keys, req, success
     extra = st.one_of(st.none(), st.integers(0, KEYS - 1)) if pending else st.integers(0, KEYS - 1)
-    return st.tuples(st.lists(st.booleans(), min_size=KEYS, max_size=KEYS), extra, st.sampled_from(view.active),
+    return st.tuples(st.lists(st.booleans(), min_size=KEYS, max_size=KEYS), extra, st.sampled_from(active),
                      st.booleans()).map(pick)
 
 
 def loads(view: ModelSide) -> Any:
-    ready = sorted(k for k, c in view.m.resident().items() if c.ref_cnt >= 0)
-    if not ready:
-        return None
+    ready = tuple(sorted(k for k, c in view.m.resident().items() if c.ref_cnt >= 0))
+    return strategy_of(_loads, ready, tuple(view.active)) if ready else None
+
+
+def _loads(ready: tuple[int, ...], active: tuple[int, ...]) -> Any:
     keys = st.permutations(ready).flatmap(lambda p: st.integers(1, len(p)).map(lambda n: list(p[:n])))
-    return st.tuples(keys, st.sampled_from(view.active))
+    return st.tuples(keys, st.sampled_from(active))
 
 
 def load_completions(view: ModelSide) -> Any:
-    pinned = sorted(k for k, c in view.m.resident().items() if c.ref_cnt > 0)
-    if not pinned:
-        return None
-    return st.tuples(st.lists(st.sampled_from(pinned), unique=True, min_size=1), st.sampled_from(view.active))
+    pinned = tuple(sorted(k for k, c in view.m.resident().items() if c.ref_cnt > 0))
+    return strategy_of(_load_completions, pinned, tuple(view.active)) if pinned else None
+
+
+def _load_completions(pinned: tuple[int, ...], active: tuple[int, ...]) -> Any:
+    return st.tuples(st.lists(st.sampled_from(pinned), unique=True, min_size=1), st.sampled_from(active))
 
 
 def resettable(view: ModelSide) -> Any:

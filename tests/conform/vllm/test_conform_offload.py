@@ -181,3 +181,27 @@ def test_the_rename_target_refuses_an_old_names_release_and_a_later_one(v033):
     assert result.status == "skipped" and "old names" in result.note
     result = _run("offload_rename", v033, 10)
     assert result.status == "skipped" and "--version 0.30.0" in result.note
+
+
+def test_the_lockstep_makes_a_state_dependent_strategy_once_per_state():
+    """`completions`, `loads` and `load_completions` draw from what the model holds: equal holdings and requests give
+    the one strategy (Hypothesis validates a new one at its first draw), other holdings another, none where nothing
+    is held; what it draws stays within what is held."""
+    from types import SimpleNamespace
+
+    from hypothesis import find
+
+    def view(refs, active=(0, 1)):  # type: ignore[no-untyped-def]
+        chunks = {k: SimpleNamespace(ref_cnt=r) for k, r in refs.items()}
+        return SimpleNamespace(m=SimpleNamespace(resident=lambda: dict(chunks)), active=list(active))
+
+    held = {0: -1, 2: -1, 3: 0, 4: 1}
+    for make in (offload.completions, offload.loads, offload.load_completions):
+        assert make(view(held)) is make(view(dict(held)))
+        assert make(view(held)) is not make(view(held, active=(0, 2)))
+    assert offload.completions(view(held)) is not offload.completions(view({0: -1}))
+    assert offload.loads(view({0: -1})) is None and offload.load_completions(view({3: 0})) is None
+    keys, req, _ = find(offload.completions(view(held)), lambda drawn: len(drawn[0]) == 1)
+    assert keys in ([0], [2]) and req in (0, 1)
+    keys, req = find(offload.loads(view(held)), lambda drawn: len(drawn[0]) == 2)
+    assert set(keys) <= {3, 4} and req in (0, 1)
