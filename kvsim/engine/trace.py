@@ -57,6 +57,8 @@ class TraceRecorder:
         self._texts: list[str] = []  # the canonical text of every kept step, in order
         self._hashed = 0  # how many of `_texts` the digest covers so far
         self._parsed: list[dict[str, Any]] = []  # `steps`: the kept texts parsed so far
+        self._t: float | None = None  # the time of the last step `record` wrote, and its line's tail after the step
+        self._t_tail = ""  # number: `,"t":<repr>}` (a float's repr costs as much as encoding a step's fields)
         self._hash = hashlib.sha256(canonical_json(_core(self.header)).encode("ascii"))
         if not keep or on_step is not None:
             self.record = self._record_each  # type: ignore[method-assign]
@@ -78,7 +80,10 @@ class TraceRecorder:
 
         The common step (an event seen before, a finite time, the fields of an action as a tuple, each a plain
         value or a record of plain values) is written here, `_text`'s line without its calls (this runs once an
-        event): the encoder writes such a tuple, and a record in it, as the very list `_step_data` makes of it."""
+        event): the encoder writes such a tuple, and a record in it, as the very list `_step_data` makes of it.
+        Steps come in runs of one time (the events of an instant, the steps one event applies), so the line's
+        tail after the step number is written once per time (a zero time each step: 0.0 and -0.0 are equal, their
+        texts are not)."""
         i = self.count
         self.count = i + 1
         head = _EVENT_HEADS.get(event)
@@ -88,7 +93,10 @@ class TraceRecorder:
                 if kind not in PLAIN and (kind not in RECORDS or not PLAIN.issuperset(map(type, v))):
                     data = _step_data(data)
                     break
-            self._texts.append(f'{{"data":{_encode(data)}{head}{i},"t":{t!r}}}')
+            if t != self._t or not t:
+                self._t = t
+                self._t_tail = f',"t":{t!r}}}'
+            self._texts.append(f'{{"data":{_encode(data)}{head}{i}{self._t_tail}')
             return
         self._texts.append(self._text(i, t, event, _step_data(data)))
 
@@ -118,13 +126,26 @@ class TraceRecorder:
             self._hashed = len(self._texts)
         return self._hash.hexdigest()
 
+    def _end_line(self) -> str:
+        return canonical_json({"end": True, "steps": len(self._texts), "digest": self.digest(), **self.end_extra})
+
     def lines(self) -> list[str]:
-        end = {"end": True, "steps": len(self._texts), "digest": self.digest(), **self.end_extra}
-        return [canonical_json(self.header)] + self._texts + [canonical_json(end)]
+        return [canonical_json(self.header)] + self._texts + [self._end_line()]
 
     def write(self, path: str) -> None:
+        """The file of `lines`, a line each. The step lines are joined once, for the file and, where none is hashed
+        yet (a run written before its digest is asked for), for the digest: the same bytes `digest` hashes."""
+        body = "\n".join(self._texts)
+        if self._texts and not self._hashed:
+            self._hash.update(b"\n")
+            self._hash.update(body.encode("ascii"))
+            self._hashed = len(self._texts)
         with open(path, "w", encoding="ascii") as fh:
-            fh.write("\n".join(self.lines()) + "\n")
+            fh.write(canonical_json(self.header) + "\n")
+            if body:
+                fh.write(body)
+                fh.write("\n")
+            fh.write(self._end_line() + "\n")
 
 
 # A step line's text between its data and its step number, by event name: built on an event's first record

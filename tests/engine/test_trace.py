@@ -138,3 +138,50 @@ def test_a_step_line_is_the_canonical_json_of_the_step_it_records():
         unkept.record(t, event, data)
     assert kept.lines() == recorder.lines() and kept.steps == recorder.steps
     assert kept.digest() == unkept.digest() == expected.hexdigest()
+
+
+def test_steps_of_one_time_share_its_text_and_each_line_keeps_its_own_time():
+    """`record` writes a time's text once for the steps at that time (an instant's events, an event's steps): each
+    line is still `dumps` of its own step, for equal times made apart, a zero after a zero of the other sign (0.0
+    and -0.0 are equal, their texts are not) and an integer time equal to the float before it."""
+    import hashlib
+
+    from kvsim.engine.canon import canonical_json, dumps
+    from kvsim.engine.trace import TraceRecorder
+
+    times = [1.5, 1.5, 0.1 + 0.2, 0.30000000000000004, 0.0, -0.0, -0.0, 0.0, 3.0, 3, 3.0, 1e-300, 1e-300, 2.5]
+    steps = [(0.25, "work", (0,))] + [(t, "work", (i,)) for i, t in enumerate(times)]
+    recorder = TraceRecorder({"model": "toy"})
+    for t, event, data in steps:
+        recorder.record(t, event, data)
+    lines = [dumps({"i": i, "t": t, "event": event, "data": list(data)}) for i, (t, event, data) in enumerate(steps)]
+    assert recorder.lines()[1:-1] == lines
+    assert '"t":-0.0}' in lines[7] and '"t":0.0}' in lines[8] and '"t":3}' in lines[10]
+    expected = hashlib.sha256(canonical_json({"kvsim_trace": 1, "model": "toy"}).encode("ascii"))
+    for line in lines:
+        expected.update(("\n" + line).encode("ascii"))
+    assert recorder.digest() == expected.hexdigest()
+
+
+def test_write_gives_the_lines_and_the_digest_whenever_the_digest_was_asked(tmp_path):
+    """`write` joins the step lines once, for the file and (none hashed yet) the digest: the file is `lines()` a
+    line each, and the digest is the one of a recorder asked for it before, half-way or never, empty or not."""
+    from kvsim.engine.trace import TraceRecorder
+
+    steps = [(0.5 * (i // 3), "work", (i,)) for i in range(10)]
+    for n in (0, 1, len(steps)):
+        recorders = [TraceRecorder({"model": "toy"}) for _ in range(3)]
+        for k, (t, event, data) in enumerate(steps[:n]):
+            if k == n // 2:
+                recorders[1].digest()  # hashed half-way
+            for recorder in recorders:
+                recorder.record(t, event, data)
+        expected = recorders[2].digest()  # asked before writing
+        texts = []
+        for j, recorder in enumerate(recorders):
+            path = tmp_path / f"{n}-{j}.jsonl"
+            recorder.write(str(path))
+            texts.append(path.read_text(encoding="ascii"))
+            assert recorder.digest() == expected
+            assert texts[-1] == "\n".join(recorder.lines()) + "\n"
+        assert texts[0] == texts[1] == texts[2] and texts[0].count("\n") == n + 2
