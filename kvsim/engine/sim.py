@@ -230,6 +230,7 @@ class Channel:
         self.garble_fn = garble
         self.on_fault = on_fault or (lambda kind, message: None)
         self.sent = self.delivered = 0
+        self._arrival = self._arrive  # the bound method, made once: the fast path of `send` schedules it per message
         # no fault drawn on this channel: `send` only schedules the arrival (the same events, no draw either way);
         # a negative latency takes the general path, where `schedule` refuses it
         self._faultless = latency >= 0 and not (plan.drop or plan.delay or plan.duplicate or plan.reorder
@@ -239,7 +240,7 @@ class Channel:
         self.sent += 1
         if self._faultless:  # `sim.schedule(self.latency, self._arrive, message)`, pushed here: a send per message
             sim = self.sim
-            heapq.heappush(sim._heap, [sim.now + self.latency, sim._seq, self._arrive, (message,)])
+            heapq.heappush(sim._heap, [sim.now + self.latency, sim._seq, self._arrival, (message,)])
             sim._seq += 1
             return
         plan, rng = self.plan, self.sim.rng

@@ -11,9 +11,11 @@ from typing import Any, Iterator
 
 
 def put(t: tuple, i: int, v) -> tuple:
-    """`t` with element `i` replaced (a tuple or a `Rooms`)."""
+    """`t` with element `i` replaced (a tuple or a `Rooms`); `t` itself where element `i` is `v` already."""
     if type(t) is Rooms:
         return t.set(i, v)
+    if t[i] is v:
+        return t
     items = list(t)  # one copy (slicing around `i` made three)
     items[i] = v
     return tuple(items)

@@ -153,9 +153,10 @@ class _Run:
 
     def _channel(self, side: int, w: int, faults: FaultPlan) -> Channel:
         deliverable = self.system.deliverable  # `is_enabled` of a Deliver, asked directly: this runs per message
+        driver = self.driver
 
         def deliver(m: tuple) -> None:
-            if deliverable(self.driver.state, side, w, m):
+            if deliverable(driver.state, side, w, m):
                 self.apply(Deliver._new(side, w, m), "prefill reported Failed" if m[0] == "STATUS" else m[0])
                 if side == DOWN and self.parked[w]:
                     self._unpark(w)
@@ -193,16 +194,24 @@ class _Run:
         the workers a batch gave work. No other idle worker is tried: a worker is left idle only with nothing to
         dequeue, and only a step that says so (Enqueued; a worker's own Deferred, which `_work` follows) puts
         a chunk on a queue."""
-        if len(effects) == 1 and type(effects[0]) is Sent:  # a worker's CHUNK_READY, a status, a reply: one message
-            _, side, w, m = effects[0]
-            self.chans[side][w].send(m)
-            return
+        if len(effects) == 1:  # a step's one effect, followed here as below (a step sets one thing in motion mostly)
+            e = effects[0]
+            kind = type(e)
+            if kind is Sent:  # a worker's CHUNK_READY, a status, a reply: one message
+                _, side, w, m = e
+                self.chans[side][w].send(m)
+                return
+            if kind in _FOLLOW_ROOM:  # a scatter submitted, a deadline armed: the room's effect alone
+                _FOLLOW_ROOM[kind](self, e)
+                return
+            if kind not in _BUCKETS:  # a worker's own Deferred (`_work` follows it): nothing here
+                return
         sent = [e for e in effects if type(e) is Sent]
         if len(sent) > 1:
             sent.sort(key=_channel_of)  # channel by channel, in send order (the sort is stable)
         chans = self.chans
-        for e in sent:
-            chans[e.side][e.writer].send(e.msg)
+        for _, side, w, m in sent:
+            chans[side][w].send(m)
         if len(sent) == len(effects):  # only messages sent
             return
         room_effects: list = []

@@ -274,12 +274,13 @@ class PdStaging(PrefillSide, DecodeSide):
 
     def _set_prefill(self, s: StagingState, w: int, r: int, p: PrefillRoom, fx: Effects) -> StagingState:
         rooms = s.prefill[w]
-        if p is rooms[r]:
+        new = put(rooms, r, p)
+        if new is rooms:
             return s  # the room as it was: the state as it was
         if self.poll_concludes(p):
             fx.append(PollTerminal(w, r))
-        writers = list(s.prefill)  # `s._replace(prefill=put(s.prefill, w, put(rooms, r, p)))`, the outer level here
-        writers[w] = put(rooms, r, p)
+        writers = list(s.prefill)  # `s._replace(prefill=put(s.prefill, w, new))`, the outer level here
+        writers[w] = new
         return set_prefill(s, tuple(writers))
 
     @staticmethod
