@@ -207,6 +207,38 @@ def scatter_cells(memory: tuple[int, ...], cfg: StagingSystemConfig, offset: int
     return out
 
 
+def scatter_into(rows: list[int], prefix: list[int], memory: tuple[int, ...], cfg: StagingSystemConfig, offset: int,
+                 alloc_pages: int, token_start: int, num_pages: int) -> None:
+    """Write the cells `scatter_cells` gives into a room's rows [D, D + N*ps) x W and the shared prefix rows [0, D) x W
+    (token by token, head slice by head slice; a token past the room's rows is not written).
+
+    A head slice's cells are a run of the slot, and its rows every W-th of the rows: written as one strided slice
+    for the prefix part and one for the room's part, the writes the cell-by-cell loop makes. A token or a ring
+    offset below zero (Python's negative indices) or rows of another length take that loop."""
+    w_count, lo = cfg.writers, cfg.decode_prefix_len
+    top = lo + own_rows(cfg)
+    n = num_pages * cfg.page_size
+    if token_start < 0 or offset < 0 or alloc_pages < 0 or len(prefix) != lo * w_count \
+            or len(rows) != (top - lo) * w_count:
+        for t, h, cell in scatter_cells(memory, cfg, offset, alloc_pages, token_start, num_pages):
+            if t < lo:
+                prefix[t * w_count + h] = cell
+            elif t < top:
+                rows[(t - lo) * w_count + h] = cell
+        return
+    j1 = min(max(lo - token_start, 0), n)  # cells [0, j1): prefix tokens; [j1, j2): the room's; past j2: none
+    j2 = min(max(top - token_start, 0), n)
+    for h in range(w_count):
+        base = (offset + h * alloc_pages) * cfg.page_size
+        cells = memory[base:base + n]
+        if len(cells) < n:  # past the ring's end: stale bytes
+            cells += (GARBAGE,) * (n - len(cells))
+        if j1:
+            prefix[token_start * w_count + h:(token_start + j1) * w_count + h:w_count] = cells[:j1]
+        if j2 > j1:
+            rows[(token_start + j1 - lo) * w_count + h:(token_start + j2 - lo) * w_count + h:w_count] = cells[j1:j2]
+
+
 def own_rows(cfg: StagingSystemConfig) -> int:
     """Tokens of a room's own suffix pages `[D, D + N*ps)`."""
     return cfg.plan.suffix_pages * cfg.page_size

@@ -110,13 +110,8 @@ class DecodeSide:
             start = page_start * c.page_size
         else:
             start, _ = scatter_token_range(page_start, num_pages, c.decode_prefix_len, c.page_size, self.variant)
-        rows, prefix = list(d.rows), list(s.prefix)
-        lo, top = c.decode_prefix_len, c.decode_prefix_len + data.own_rows(c)
-        for t, h, cell in data.scatter_cells(s.memory, c, a.offset, self.slot_pages[k], start, num_pages):
-            if t < lo:
-                prefix[t * c.writers + h] = cell  # a shared radix-prefix page
-            elif t < top:
-                rows[(t - lo) * c.writers + h] = cell
+        rows, prefix = list(d.rows), list(s.prefix)  # a shared radix-prefix page's cells go to the prefix rows
+        data.scatter_into(rows, prefix, s.memory, c, a.offset, self.slot_pages[k], start, num_pages)
         # append the event before zeroing the slot entry: every check sees one or the other
         d = d._replace(rows=tuple(rows), events=d.events + (aid,), infos=put(d.infos, k, NOT_ALLOCATED))
         fx.append(ScatterSubmitted(r, aid))

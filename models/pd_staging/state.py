@@ -71,12 +71,14 @@ class StagingState(NamedTuple):
 def _fast_replace(cls: type) -> None:
     """Give a state record a `_replace` that builds the new tuple in one call: namedtuple's own goes through a
     keyword dict, `map` and `_make` on every call, and a step of the timed simulation replaces several records.
-    The same result (an unknown field name is a TypeError here, a ValueError there)."""
+    The record is unpacked once (as `field_setter`'s setters do), not indexed field by field. The same result (an
+    unknown field name is a TypeError here, a ValueError there)."""
     fields = cls._fields
     params = ", ".join(f"{f}=_SAME" for f in fields)
-    values = "".join(f"self[{i}] if {f} is _SAME else {f}, " for i, f in enumerate(fields))
+    olds = "".join(f"_{i}, " for i in range(len(fields)))
+    values = "".join(f"_{i} if {f} is _SAME else {f}, " for i, f in enumerate(fields))
     namespace = {"_SAME": object(), "_tuple_new": tuple.__new__, "_cls": cls}
-    exec(f"def _replace(self, *, {params}):\n    return _tuple_new(_cls, ({values}))\n",  # noqa: S102
+    exec(f"def _replace(self, *, {params}):\n    {olds}= self\n    return _tuple_new(_cls, ({values}))\n",  # noqa: S102
          namespace)  # the source is built above from the record's field names only
     replace = namespace["_replace"]
     replace.__qualname__ = f"{cls.__name__}._replace"

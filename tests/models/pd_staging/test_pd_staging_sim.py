@@ -219,3 +219,40 @@ def test_a_writes_cells_are_the_cells_of_each_token():
             if base + j < len(mem):
                 mem[base + j] = data.value(room, cfg.decode_prefix_len + page_start * cfg.page_size + j, writer)
         assert data.write_cells(memory, cfg, room, writer, offset, alloc_pages, page_start, num_pages) == tuple(mem)
+
+
+def test_a_scatter_writes_each_head_slice_as_the_cell_by_cell_loop_does():
+    """`scatter_into` writes a head slice's cells as strided runs: the rows and prefix rows the loop over
+    `scatter_cells` writes, for runs in the prefix, across its end, in the room's rows, past them, past the ring's
+    end, of no page, and (where it takes that loop) a token or an offset below zero; an index error there is its."""
+    import random
+
+    from kvsim.models.pd_staging import data
+
+    rng = random.Random(7)
+    for writers, page_size, prompt_len, prefix_len in [(1, 4, 30, 8), (2, 4, 30, 8), (3, 2, 17, 4), (2, 1, 9, 0),
+                                                       (4, 3, 40, 12)]:
+        cfg = data.StagingSystemConfig(rooms=2, writers=writers, page_size=page_size, prompt_len=prompt_len,
+                                       decode_prefix_len=prefix_len)
+        lo, top = prefix_len, prefix_len + data.own_rows(cfg)
+        for _ in range(400):
+            memory = tuple(rng.randrange(1, 10 ** 6) for _ in range(rng.randrange(0, 80)))
+            offset, alloc_pages = rng.randrange(-3, 25), rng.randrange(0, 4)
+            start, num_pages = rng.randrange(-6, top + 6), rng.randrange(0, 5)
+            rows = [rng.randrange(10) for _ in range((top - lo) * writers)]
+            prefix = [-rng.randrange(10) for _ in range(lo * writers)]
+            want_rows, want_prefix, error = list(rows), list(prefix), None
+            try:
+                for t, h, cell in data.scatter_cells(memory, cfg, offset, alloc_pages, start, num_pages):
+                    if t < lo:
+                        want_prefix[t * writers + h] = cell
+                    elif t < top:
+                        want_rows[(t - lo) * writers + h] = cell
+            except IndexError as exc:
+                error = exc
+            if error is not None:
+                with pytest.raises(IndexError):
+                    data.scatter_into(rows, prefix, memory, cfg, offset, alloc_pages, start, num_pages)
+                continue
+            data.scatter_into(rows, prefix, memory, cfg, offset, alloc_pages, start, num_pages)
+            assert (rows, prefix) == (want_rows, want_prefix), (writers, memory, offset, alloc_pages, start, num_pages)
