@@ -140,10 +140,16 @@ def run_pinned(check: Callable[[Any], None], cases: Sequence[Any]) -> None:
     (`assume`, `reject`) skipped, the first failure raised as is (no shrinking), under seeded global PRNGs
     restored afterwards. Without that phase's cost a case (the PRNGs' states saved and restored, the call's text
     written for its report: about 1 ms), which conform targets pinning whole exhaustive domains paid thousands
-    of times."""
-    from hypothesis.errors import UnsatisfiedAssumption
+    of times. A case that calls `assume` or `reject` runs outside Hypothesis's own test context here, where
+    Hypothesis warns that such a call is deprecated: the warning is not shown (with `-W error`, as an engine's
+    CI may run, it would fail the check), as the explicit phase it stands for would not show it."""
+    import warnings
 
-    with seeded_randoms():
+    from hypothesis.errors import HypothesisDeprecationWarning, UnsatisfiedAssumption
+
+    with seeded_randoms(), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", r"Using `(assume|reject)` outside a property-based test",
+                                HypothesisDeprecationWarning)
         for case in cases:
             try:
                 check(case)
