@@ -13,6 +13,7 @@ A stop asked of this process (Ctrl-C, SIGTERM: `kvsim.engine.interrupt`) raises 
 from __future__ import annotations
 
 import os
+import signal
 from typing import Any, Callable, Iterator
 
 from ..engine.interrupt import Interrupted, asked, worker_signals
@@ -28,8 +29,14 @@ def cpu_count() -> int:
         return os.cpu_count() or 1
 
 
+# held from the fork until a worker has its own handlers (`_Worker`, `_serve`)
+_HELD = (signal.SIGINT, signal.SIGTERM)
+
+
 def _serve(conn: Any, work: Callable[[int], Any]) -> None:
     worker_signals()  # Ctrl-C reaches the whole group: the coordinator decides, and ends its workers
+    if hasattr(signal, "pthread_sigmask"):  # what was held since the fork arrives now, to these handlers
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _HELD)
     try:
         while True:
             index = conn.recv()
@@ -44,10 +51,20 @@ def _serve(conn: Any, work: Callable[[int], Any]) -> None:
 
 
 class _Worker:
+    """A forked worker. SIGINT and SIGTERM are held across the fork and, in the worker, until `_serve` has put its
+    own handlers in place: the coordinator ends its workers with SIGTERM as soon as it is asked to stop, which can
+    be before a fresh worker has left multiprocessing's bootstrap, where the coordinator's inherited handler (a
+    stop already asked: raise KeyboardInterrupt) made the worker print a traceback (seen in CI)."""
+
     def __init__(self, ctx: Any, work: Callable[[int], Any]) -> None:
         self.conn, child = ctx.Pipe()
         self.proc = ctx.Process(target=_serve, args=(child, work), daemon=True)
-        self.proc.start()
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD) if hasattr(signal, "pthread_sigmask") else None
+        try:
+            self.proc.start()
+        finally:
+            if held is not None:  # the coordinator's own mask back: a signal that came meanwhile is handled now
+                signal.pthread_sigmask(signal.SIG_SETMASK, held)
         child.close()
         self.index: int | None = None  # the item it runs
 

@@ -87,6 +87,32 @@ def test_a_stop_asked_before_the_workers_start_is_the_coordinators_and_no_worker
     assert "Traceback" not in err and "Interrupted" not in err, err
 
 
+def test_a_worker_ended_before_it_has_its_own_handlers_prints_no_traceback(capfd, monkeypatch):
+    """The coordinator, asked to stop, ends its workers (SIGTERM) at once; a worker that has not yet put its own
+    handlers in place still has the coordinator's, which raise KeyboardInterrupt on a stop already asked (the
+    traceback the CI saw, from a worker still in multiprocessing's bootstrap). Here each worker is held back before
+    its handlers for a second: the signal waits for them, and the worker ends without a word."""
+    import signal
+    import time
+
+    from kvsim.app import forked
+    from kvsim.engine.interrupt import Interrupted, raise_if_asked, stopping_on_signals
+
+    real = forked.worker_signals
+    monkeypatch.setattr(forked, "worker_signals", lambda: (time.sleep(1.0), real()))
+
+    def work(i):
+        raise_if_asked()
+        return i
+
+    with stopping_on_signals():
+        os.kill(os.getpid(), signal.SIGTERM)  # the first signal only asks a stop
+        with pytest.raises(Interrupted):
+            list(ordered(4, work, 2))
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+
+
 SUBSET = ["trtllm-17526-early-completion", "sglang-common-mha-pp-v-offset", "vllm-50297-pd-preemption-race",
           "trtllm-15727-final-chunk-clock", "vllm-55055-short-prompt-draft-kv"]
 
