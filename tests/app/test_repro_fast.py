@@ -71,6 +71,12 @@ def test_a_stop_asked_before_the_workers_start_is_the_coordinators_and_no_worker
     """A signal that lands before the fork (the flag is copied with the coordinator's memory) must not make each
     worker raise `Interrupted` out of its loop, which multiprocessing prints as a traceback (a CI failure seen
     when `repro --all` was signalled right after it installed its handlers)."""
+    err = _stopped_before_the_workers_start(capfd)
+    assert "Traceback" not in err and "Interrupted" not in err, err
+
+
+def _stopped_before_the_workers_start(capfd) -> str:  # type: ignore[no-untyped-def]
+    """`ordered` asked to stop before it forks (its `Interrupted` expected); what the processes wrote to stderr."""
     import signal
 
     from kvsim.engine.interrupt import Interrupted, raise_if_asked, stopping_on_signals
@@ -83,8 +89,7 @@ def test_a_stop_asked_before_the_workers_start_is_the_coordinators_and_no_worker
         os.kill(os.getpid(), signal.SIGTERM)  # the first signal only asks a stop
         with pytest.raises(Interrupted):
             list(ordered(4, work, 2))
-    err = capfd.readouterr().err
-    assert "Traceback" not in err and "Interrupted" not in err, err
+    return capfd.readouterr().err
 
 
 def test_a_worker_ended_before_it_has_its_own_handlers_prints_no_traceback(capfd, monkeypatch):
@@ -92,24 +97,13 @@ def test_a_worker_ended_before_it_has_its_own_handlers_prints_no_traceback(capfd
     handlers in place still has the coordinator's, which raise KeyboardInterrupt on a stop already asked (the
     traceback the CI saw, from a worker still in multiprocessing's bootstrap). Here each worker is held back before
     its handlers for a second: the signal waits for them, and the worker ends without a word."""
-    import signal
     import time
 
     from kvsim.app import forked
-    from kvsim.engine.interrupt import Interrupted, raise_if_asked, stopping_on_signals
 
     real = forked.worker_signals
     monkeypatch.setattr(forked, "worker_signals", lambda: (time.sleep(1.0), real()))
-
-    def work(i):
-        raise_if_asked()
-        return i
-
-    with stopping_on_signals():
-        os.kill(os.getpid(), signal.SIGTERM)  # the first signal only asks a stop
-        with pytest.raises(Interrupted):
-            list(ordered(4, work, 2))
-    err = capfd.readouterr().err
+    err = _stopped_before_the_workers_start(capfd)
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
 
 
