@@ -122,9 +122,14 @@ class TraceRecorder:
 
     def digest(self) -> str:
         if self._hashed < len(self._texts):  # the kept steps not hashed yet, in one update
-            self._hash.update(("\n" + "\n".join(self._texts[self._hashed:])).encode("ascii"))
-            self._hashed = len(self._texts)
+            self._hash_rest("\n".join(self._texts[self._hashed:]))
         return self._hash.hexdigest()
+
+    def _hash_rest(self, joined: str) -> None:
+        """Hash the kept steps not hashed yet, given joined by newlines (each step line follows a newline)."""
+        self._hash.update(b"\n")
+        self._hash.update(joined.encode("ascii"))
+        self._hashed = len(self._texts)
 
     def _end_line(self) -> str:
         return canonical_json({"end": True, "steps": len(self._texts), "digest": self.digest(), **self.end_extra})
@@ -137,9 +142,7 @@ class TraceRecorder:
         yet (a run written before its digest is asked for), for the digest: the same bytes `digest` hashes."""
         body = "\n".join(self._texts)
         if self._texts and not self._hashed:
-            self._hash.update(b"\n")
-            self._hash.update(body.encode("ascii"))
-            self._hashed = len(self._texts)
+            self._hash_rest(body)
         with open(path, "w", encoding="ascii") as fh:
             fh.write(canonical_json(self.header) + "\n")
             if body:
