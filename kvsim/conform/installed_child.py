@@ -51,8 +51,9 @@ from .installed import CHILD_ENVIRONMENT, ImportEnvironment, Stub, stubs
 from .source import cache_root
 
 CONFIGURE = "__configure__"  # the child's own request (a mutant, a line trace), never the driver's
-START_TIMEOUT_S = 900.0
-CONFIGURE_TIMEOUT_S = 120.0  # loading a mutant re-executes a release module: never under a mutant run's short deadline  # the first import of a release compiles its files (about 30 s on a busy 2-core machine)
+CALLS = "__calls__"  # several of the driver's requests in one line, answered in one (`InstalledChild.calls`)
+START_TIMEOUT_S = 900.0  # the first import of a release compiles its files (about 30 s on a busy 2-core machine)
+CONFIGURE_TIMEOUT_S = 120.0  # loading a mutant re-executes a release module: never under a mutant run's short deadline
 HASH_SEED = "0"
 
 
@@ -297,6 +298,19 @@ def _install_stub(stub: Stub, root: str) -> None:
         raise ConfigError("stub", "jit-paths, jit-dirs, absent or placeholder", stub.kind)
 
 
+_SIGNATURES: dict[Any, inspect.Signature] = {}  # an op's method (its function) -> its signature as bound
+
+
+def _signature(method: Any) -> inspect.Signature:
+    """`inspect.signature(method)` of a driver's bound op, worked out once a function (about 45 us a call, and a
+    lockstep makes thousands of calls)."""
+    function = getattr(method, "__func__", method)
+    signature = _SIGNATURES.get(function)
+    if signature is None:
+        signature = _SIGNATURES[function] = inspect.signature(method)
+    return signature
+
+
 def dispatch(driver: Any, op: str, args: Any, ops: Sequence[str], built: bool, what: str, state: str) -> Any:
     """A driver's request: `driver.op_<op>(**args)`, refused (a ConfigError) when unknown (naming `ops`), before
     `build` made `what` or with arguments the op does not take. `observe=True` among the args answers `{"answer": ...,
@@ -309,7 +323,7 @@ def dispatch(driver: Any, op: str, args: Any, ops: Sequence[str], built: bool, w
     if op != "build" and not built:
         raise ConfigError(op, f"a {what} built first (op build)", "none")
     try:
-        inspect.signature(method).bind(**args)
+        _signature(method).bind(**args)
     except TypeError as exc:
         raise ConfigError(op, "the arguments the op takes", sorted(args), hint=str(exc)) from None
     answer = method(**args)
@@ -486,6 +500,18 @@ class Worker:
             pass
 
 
+def _answer_of(call: Any) -> dict[str, Any]:
+    """`call()`'s answer line: its result, a refusal (ConfigError), or the engine's raise with where."""
+    try:
+        return {"ok": True, "result": call()}
+    except ConfigError as exc:
+        return {"ok": False, "error": str(exc), "config": True}
+    except Exception as exc:  # the engine raised: an answer, with where
+        message = " ".join(str(exc).split())[:300]
+        return {"ok": False, "error": f"{type(exc).__name__}: {message}", "config": False,
+                "raised": {"type": type(exc).__name__, "message": message, "where": _where(exc.__traceback__)}}
+
+
 def work(header: dict[str, Any], name: str, configure: Any, requests: Any, out: Any) -> int:
     """A worker's loop: make the driver (its first line says whether it could), load what the zygote was last
     asked to load, then answer each request as the child's one process did."""
@@ -502,21 +528,22 @@ def work(header: dict[str, Any], name: str, configure: Any, requests: Any, out: 
         if not line.strip():
             continue
         request = json.loads(line)
-        trace = configured.trace if request["op"] != CONFIGURE else None  # a mutant loads into unprobed code
+        op, args = request["op"], request.get("args") or {}
+        trace = configured.trace if op != CONFIGURE else None  # a mutant loads into unprobed code
         if trace is not None:
             trace.start()
         try:
-            if request["op"] == CONFIGURE:
-                answer = {"ok": True, "result": configured.configure(**(request.get("args") or {}))}
+            if op == CONFIGURE:
+                answer = _answer_of(lambda: configured.configure(**args))
+            elif op == CALLS:  # each call answered as if asked alone, up to the first that is not ok
+                answers: list[dict[str, Any]] = []
+                for each_op, each_args in args["calls"]:
+                    answers.append(_answer_of(lambda: driver.handle(each_op, each_args or {})))
+                    if not answers[-1]["ok"]:
+                        break
+                answer = {"ok": True, "result": answers}
             else:
-                answer = {"ok": True, "result": driver.handle(request["op"], request.get("args") or {})}
-        except ConfigError as exc:
-            answer = {"ok": False, "error": str(exc), "config": True}
-        except Exception as exc:  # the engine raised: an answer, with where
-            message = " ".join(str(exc).split())[:300]
-            answer = {"ok": False, "error": f"{type(exc).__name__}: {message}", "config": False,
-                      "raised": {"type": type(exc).__name__, "message": message,
-                                 "where": _where(exc.__traceback__)}}
+                answer = _answer_of(lambda: driver.handle(op, args))
         finally:
             if trace is not None:
                 trace.stop()
@@ -630,7 +657,18 @@ class InstalledChild(LineChild):
         """`call` answered by another driver of the same release in this child (made on its first request)."""
         return self._call(op, args, self.timeout, driver)
 
-    def _call(self, op: str, args: dict[str, Any], timeout: float | None, driver: str | None = None) -> Any:
+    def calls(self, calls: Sequence[tuple[str, dict[str, Any]]], driver: str | None = None) -> list[Any]:
+        """The driver's answers to several requests `(op, args)` sent as one line: what calling each in turn
+        gives (the first refused or raised one ends them, as it would end that sequence), in one round trip to
+        the child. The timeout is the calls' together (`timeout` each)."""
+        timeout = None if self.timeout is None else self.timeout * max(1, len(calls))
+        answers = self._call(CALLS, {"calls": [[op, args] for op, args in calls]}, timeout, driver,
+                             " then ".join(op for op, _ in calls))
+        return [_result(answer, op) for answer, (op, _) in zip(answers, calls)]
+
+    def _call(self, op: str, args: dict[str, Any], timeout: float | None, driver: str | None = None,
+              label: str | None = None) -> Any:
+        """`op` sent, its answer's result; `label`: what an error names as the request (`op` itself)."""
         from kvsim.engine.conformance.answers import Answered, Raised
 
         if self.process is None:
@@ -649,15 +687,22 @@ class InstalledChild(LineChild):
             tail = " ".join((tail or self.stderr_tail(600)).split())
             self.close()
             raise Answered(Raised("ChildDied", f"the {self.env.source.label} child ended or did not answer "
-                                  f"within {timeout} s: {tail}", op))
+                                  f"within {timeout} s: {tail}", label or op))
         if self.trace is not None and answer.get("lines"):
             self.trace.add(tuple(x) for x in answer["lines"])
-        if answer["ok"]:
-            return answer["result"]
-        if answer.get("config"):
-            raise ConfigError(op, "a request the driver knows", answer["error"])
-        raised = answer["raised"]
-        raise Answered(Raised(raised["type"], raised["message"], raised["where"]))
+        return _result(answer, label or op)
+
+
+def _result(answer: dict[str, Any], op: str) -> Any:
+    """An answer line's result; a refusal is a ConfigError, the engine's raise `Answered(Raised(...))`."""
+    from kvsim.engine.conformance.answers import Answered, Raised
+
+    if answer["ok"]:
+        return answer["result"]
+    if answer.get("config"):
+        raise ConfigError(op, "a request the driver knows", answer["error"])
+    raised = answer["raised"]
+    raise Answered(Raised(raised["type"], raised["message"], raised["where"]))
 
 
 class Driven:
@@ -670,6 +715,9 @@ class Driven:
 
     def call(self, op: str, **args: Any) -> Any:
         return self.child.call_driver(self.driver, op, args)
+
+    def calls(self, calls: Sequence[tuple[str, dict[str, Any]]]) -> list[Any]:
+        return self.child.calls(calls, self.driver)
 
     def configure(self, mutant: Any = None, trace: Any = None, files: Sequence[str] = ()) -> None:
         self.child.configure(mutant, trace, files)

@@ -89,6 +89,28 @@ def test_the_child_answers_refusals_raises_deaths_and_hangs_and_leaves_no_proces
     assert child.process is None
 
 
+def test_calls_in_one_line_answer_as_each_in_turn_up_to_the_first_that_fails(tmp_path):
+    """`calls`: several requests in one round trip give what calling each in turn gives; the first refused or
+    raised one is raised as it would be, and the requests after it are not made (an `exit` after it would end
+    the child)."""
+    from kvsim.engine.conformance.answers import Answered
+
+    driver = "kvsim.conform.installed_child:SelfTest"
+    with InstalledChild(_fake_release(tmp_path), driver, timeout=30.0, start_timeout=300) as child:
+        pid = child.call("pid")
+        assert child.calls([("echo", {"value": 1}), ("pid", {}), ("echo", {"value": [2]})]) == [1, pid, [2]]
+        assert child.calls([]) == []
+        with pytest.raises(Answered) as raised:
+            child.calls([("echo", {"value": 1}), ("raise", {"message": "second"}), ("exit", {"code": 4})])
+        assert (raised.value.answer.type, raised.value.answer.message) == ("ValueError", "second")
+        with pytest.raises(ConfigError, match="^evict: expected a request the driver knows.*one of echo"):
+            child.calls([("evict", {}), ("exit", {"code": 4})])
+        assert child.call("pid") == pid  # neither exit was made: the same driver's process answers
+        with pytest.raises(Answered) as died:
+            child.calls([("echo", {"value": 1}), ("exit", {"code": 4})])
+        assert died.value.answer.type == "ChildDied" and "echo then exit" in died.value.answer.where
+
+
 def test_one_child_serves_every_driver_of_a_release(tmp_path):
     """`shared` keeps one child per release: a second driver is made in it on its first request (one import), each
     driver in a process of its own forked from the import."""

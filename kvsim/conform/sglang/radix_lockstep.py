@@ -143,7 +143,9 @@ class ModelSide(SystemSide):
 
 class RealSide:
     """The real tree and allocator in the child, driven as the model's actions are: the harness keeps each
-    request's outputs and makes the scheduler's decisions (admission, decode memory), the child the cache."""
+    request's outputs and makes the scheduler's decisions (admission, decode memory), the child the cache. Calls
+    whose arguments no answer before them decides go to the child together (`calls`: one round trip, the same
+    calls in the same order)."""
 
     def __init__(self, child: Any, config: RadixCacheConfig) -> None:
         self.child, self.cfg = child, config
@@ -161,54 +163,52 @@ class RealSide:
             tokens = prompt + self.outputs[r]
             if not self._admits(tokens):
                 return {"deferred": True}
-            got = self.child.call("prefill", request=name, tokens=prompt, outputs=self.outputs[r])
-            answer: dict[str, Any] = {"prefix_len": got["prefix_len"], "new": got["indices"][got["prefix_len"]:]}
-            return {**answer, **self._sampled(r, checkpoint=True)}
+            got, answer = self._sampled(r, ("prefill", {"request": name, "tokens": prompt,
+                                                        "outputs": list(self.outputs[r])}), checkpoint=True)
+            return {"prefix_len": got["prefix_len"], "new": got["indices"][got["prefix_len"]:], **answer}
         if isinstance(action, Decode):
             if not self._decode_fits(name):
                 return {"deferred": True}
-            self.child.call("decode", request=name)  # the slot of the token the last step sampled
-            return self._sampled(r, checkpoint=False)
+            # the slot of the token the last step sampled, then the step's result
+            return self._sampled(r, ("decode", {"request": name}), checkpoint=False)[1]
         raise ConfigError(op, "admit, decode or retract", action)
 
     def _admits(self, tokens: list[int]) -> bool:
         """`PrefillAdder`'s test: the match (cut one token short) locked, the extend and a page fit."""
         hit = self.child.call("match", tokens=tokens[:-1])
-        self.child.call("lock", node=hit["node"])
-        sizes = self.child.call("sizes")
-        fits = sizes["available"] + sizes["evictable"] >= len(tokens) - hit["prefix_len"] + self.cfg.page_size
-        self.child.call("unlock", node=hit["node"])
-        return fits
+        node = {"node": hit["node"]}
+        _, sizes, _ = self.child.calls([("lock", node), ("sizes", {}), ("unlock", node)])
+        return sizes["available"] + sizes["evictable"] >= len(tokens) - hit["prefix_len"] + self.cfg.page_size
 
     def _decode_fits(self, name: str) -> bool:
-        """`check_decode_mem`: evict the shortfall of the next page, then test it."""
+        """`check_decode_mem`: evict the shortfall of the next page, then test it (the sizes read again only
+        after an eviction: a read changes nothing)."""
         ps = self.cfg.page_size
-        row = self.child.call("dump")["requests"][name]["row"]
-        need = ps if len(row) % ps == 0 else 0  # the next position starts a page
-        shortfall = need - self.child.call("sizes")["available"]
+        seen, sizes = self.child.calls([("dump", {}), ("sizes", {})])
+        need = ps if len(seen["requests"][name]["row"]) % ps == 0 else 0  # the next position starts a page
+        shortfall = need - sizes["available"]
         if shortfall > 0:
-            self.child.call("evict", num_tokens=shortfall)
-        return self.child.call("sizes")["available"] >= need
+            sizes = self.child.calls([("evict", {"num_tokens": shortfall}), ("sizes", {})])[1]
+        return sizes["available"] >= need
 
-    def _sampled(self, r: int, checkpoint: bool) -> dict[str, Any]:
-        """The step's result as the batch-result processing handles it, inside a free group: the sampled token
-        appended to the request's output, then the release at `max_tokens`, else (after a prefill) the
-        checkpoint."""
+    def _sampled(self, r: int, first: tuple[str, dict[str, Any]], checkpoint: bool) -> tuple[Any, dict[str, Any]]:
+        """`first` (the prefill or the decode), then the step's result as the batch-result processing handles it,
+        inside a free group: the sampled token appended to the request's output, then the release at
+        `max_tokens`, else (after a prefill) the checkpoint. `first`'s answer and the step's."""
         name, token = str(r), self.cfg.output_token(r)
         self.outputs[r].append(token)
-        self.child.call("free_group_begin")
-        self.child.call("sample", request=name, token=token)
+        calls = [first, ("free_group_begin", {}), ("sample", {"request": name, "token": token})]
         answer: dict[str, Any] = {}
         if len(self.outputs[r]) >= self.cfg.max_tokens:
-            self.child.call("release", request=name, checkpoint=True)
+            calls.append(("release", {"request": name, "checkpoint": True}))
             answer = {"released": "checkpoint"}
         elif checkpoint:
-            self.child.call("checkpoint", request=name)
-        self.child.call("free_group_end")
-        return answer
+            calls.append(("checkpoint", {"request": name}))
+        calls.append(("free_group_end", {}))
+        return self.child.calls(calls)[0], answer
 
     def observe(self) -> dict[str, Any]:
-        seen = self.child.call("dump")
+        seen, sizes = self.child.calls([("dump", {}), ("sizes", {})])
         nodes: list[tuple[Any, ...]] = []
 
         def walk(node: dict[str, Any], path: tuple[int, ...]) -> None:
@@ -218,7 +218,7 @@ class RealSide:
 
         walk(seen["tree"], ())
         return {"tree": tree_rows(nodes), "free_pages": seen["free_pages"],
-                "staged_pages": sorted(seen["staged_pages"]), "sizes": self.child.call("sizes"),
+                "staged_pages": sorted(seen["staged_pages"]), "sizes": sizes,
                 "requests": {r: {"row": q["row"], "protected_len": q["protected_len"]}
                              for r, q in sorted(seen["requests"].items())},
                 "req_slots": seen["req_slots"]}
