@@ -10,7 +10,9 @@ driver, "module:Class" under `kvsim.conform`); the child imports the checked mod
 (the import failed: the last line of its traceback). Each later line is one request `{"op": NAME, "args":
 {...}}` (with `"driver"`: to another driver than the first, made in the same child on its first request),
 answered `{"ok": true, "result": ...}` or, when the engine raised, `{"ok": false, "error": ..., "raised":
-{"type", "message", "where"}}`. `PYTHONHASHSEED` is fixed in the child, so vLLM's `NONE_HASH` and
+{"type", "message", "where"}}`. `{"op": "__calls__", "args": {"calls": [[op, args], ...]}}` asks several in one
+line (`InstalledChild.calls`): its result is their answers in turn, up to the first that is not ok, each what
+the request alone answers. `PYTHONHASHSEED` is fixed in the child, so vLLM's `NONE_HASH` and
 every block hash are the same in every run.
 
 `InstalledChild` is the parent's handle: `with InstalledChild(prepare("vllm", "0.33.0"), DRIVER) as child:
