@@ -21,7 +21,7 @@ model name it had.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from hypothesis import strategies as st
 
@@ -39,6 +39,7 @@ DRIVER = "kvsim.conform.sglang.real_unified_swa:UnifiedSwaDriver"
 TREE_OPS = ("match_prefix", "insert", "inc_lock_ref", "dec_lock_ref", "evict")
 ALLOC_OPS = ("alloc", "free")
 MAMBA_OPS = {"alloc": "mamba_alloc", "free": "mamba_free"}  # the Mamba pool's allocator, under the names the driver has
+NAMING = ("alloc", "mamba_alloc", "inc_lock_ref")  # calls whose answer names what later calls send (slots, a uuid)
 
 
 STEPS = 24
@@ -171,52 +172,73 @@ class RealSide:
             slots.update(zip(model, real))
 
     def call(self, op: str, action: Any) -> Any:
-        out = []
+        """The model step's calls made on the real tree, each answer in the model's names, then the tree read
+        back. The calls go to the child together (`calls`: the same calls in the same order) up to each whose
+        answer names what later ones send (an allocation's slots, a lock's uuid), the read with the last."""
+        out: list[Any] = []
+        queued: list[tuple[tuple[str, dict[str, Any]], Callable[[Any], Any]]] = []  # a request, its answer's maker
         for call in self.model.system.calls:
             try:
-                out.append(self._replay(*call))
+                queued.append(self._request(*call))
             except KeyError as exc:  # a model slot no real allocation answered: the step's answers differ here
+                self._made(queued, out)
                 out.append([call[0], f"model slot {exc.args[0]} has no real slot"])
                 break
-        self.real = self.child.call("dump")
+            if call[0] in NAMING:
+                self._made(queued, out)
+        queued.append((("dump", {}), lambda real: real))
+        self._made(queued, out)
+        self.real = out.pop()
         # the model's next step numbers its uuids in path order: follow them to the real ones the nodes carry
         self.uuids = {n.swa_uuid: r["swa_uuid"] for n, r in zip(self.model.state.tree.nodes, self.real["nodes"])
                       if n.swa_uuid is not None and tuple(r["path"]) == n.path}
         return out
 
-    def _replay(self, op: str, args: tuple, answer: Any) -> Any:
-        c, slot = self.child, self.slots
+    def _made(self, queued: list[tuple[tuple[str, dict[str, Any]], Callable[[Any], Any]]], out: list[Any]) -> None:
+        """The queued requests made in one round trip, each answer made the step's (in order: a naming one renames
+        what the ones after it answer) onto `out`."""
+        if queued:
+            for (_, made), real in zip(queued, self.child.calls([request for request, _ in queued])):
+                out.append(made(real))
+            queued.clear()
+
+    def _request(self, op: str, args: tuple, answer: Any) -> tuple[tuple[str, dict[str, Any]], Callable[[Any], Any]]:
+        """The real request of the model's call `op` (a KeyError where it names a model slot no real one stands
+        for), and what makes the step's answer of the real answer."""
+        slot = self.slots
         if op in ("alloc", "mamba_alloc"):
             names = slot if op == "alloc" else self.mamba_slots
-            real = c.call(op, n=args[0])
-            self._follow(names, answer, real)
-            return [op, None if real is None else self._named(real, names)]
+
+            def allocated(real: Any) -> Any:
+                self._follow(names, answer, real)
+                return [op, None if real is None else self._named(real, names)]
+            return (op, {"n": args[0]}), allocated
         if op in ("free", "mamba_free"):
             names = slot if op == "free" else self.mamba_slots
-            c.call(op, indices=[names[s] for s in args[0]])
-            return [op, list(args[0])]
+            return (op, {"indices": [names[s] for s in args[0]]}), lambda real: [op, list(args[0])]
         if op == "match_prefix":
-            real = c.call("match", tokens=list(args[0]))
-            return [op, self._named(real["indices"]), real["node"]]
+            return ("match", {"tokens": list(args[0])}), lambda real: [op, self._named(real["indices"]), real["node"]]
         if op == "insert":
             tokens, value, prev, *mamba = args
             extra = {"mamba_value": [self.mamba_slots[s] for s in mamba[0]]} if mamba else {}
-            real = c.call("insert", tokens=list(tokens), indices=[slot[s] for s in value[:len(tokens)]],
-                          prev_prefix_len=prev, **extra)
-            return [op, real["prefix_len"]] + ([real["mamba_exist"]] if mamba else [])
+            return (("insert", {"tokens": list(tokens), "indices": [slot[s] for s in value[:len(tokens)]],
+                                "prev_prefix_len": prev, **extra}),
+                    lambda real: [op, real["prefix_len"]] + ([real["mamba_exist"]] if mamba else []))
         if op == "inc_lock_ref":
-            got = c.call("lock", node=list(args[0]))
-            if answer is not None and got is not None:
-                self.uuids[answer] = got
-            return [op, got is not None]
+            def locked(got: Any) -> Any:
+                if answer is not None and got is not None:
+                    self.uuids[answer] = got
+                return [op, got is not None]
+            return ("lock", {"node": list(args[0])}), locked
         if op == "dec_lock_ref":
             node, uuid, *skip = args
-            c.call("unlock", node=list(node), swa_uuid_for_lock=self._uuid(uuid), skip_swa=bool(skip and skip[0]))
-            return [op, list(node)]
+            return (("unlock", {"node": list(node), "swa_uuid_for_lock": self._uuid(uuid),
+                                "skip_swa": bool(skip and skip[0])}), lambda real: [op, list(node)])
         if op == "evict":
-            real = c.call("evict", num_tokens=args[0], swa_num_tokens=args[1], mamba_num=(args[2:] or (0,))[0])
-            return [op, [real["full"], real["swa"]] + ([real["mamba"]] if self.mamba else [])]
-        return [op, c.call("release_window", node=list(args[0]), swa_uuid_for_lock=self._uuid(args[1]))]
+            return (("evict", {"num_tokens": args[0], "swa_num_tokens": args[1], "mamba_num": (args[2:] or (0,))[0]}),
+                    lambda real: [op, [real["full"], real["swa"]] + ([real["mamba"]] if self.mamba else [])])
+        return (("release_window", {"node": list(args[0]), "swa_uuid_for_lock": self._uuid(args[1])}),
+                lambda real: [op, real])
 
     def _uuid(self, uuid: Any) -> Any:
         return None if uuid is None else self.uuids.get(uuid, 0)
