@@ -13,10 +13,9 @@ A stop asked of this process (Ctrl-C, SIGTERM: `kvsim.engine.interrupt`) raises 
 from __future__ import annotations
 
 import os
-import signal
 from typing import Any, Callable, Iterator
 
-from ..engine.interrupt import Interrupted, asked, worker_signals
+from ..engine.interrupt import Interrupted, asked, held_across_forks, release_held, worker_signals
 
 POLL = 0.25  # seconds between two looks at a stop asked while waiting for the workers
 
@@ -29,14 +28,9 @@ def cpu_count() -> int:
         return os.cpu_count() or 1
 
 
-# held from the fork until a worker has its own handlers (`_Worker`, `_serve`)
-_HELD = (signal.SIGINT, signal.SIGTERM)
-
-
 def _serve(conn: Any, work: Callable[[int], Any]) -> None:
     worker_signals()  # Ctrl-C reaches the whole group: the coordinator decides, and ends its workers
-    if hasattr(signal, "pthread_sigmask"):  # what was held since the fork arrives now, to these handlers
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, _HELD)
+    release_held()  # what was held since the fork arrives now, to these handlers
     try:
         while True:
             index = conn.recv()
@@ -52,19 +46,14 @@ def _serve(conn: Any, work: Callable[[int], Any]) -> None:
 
 class _Worker:
     """A forked worker. SIGINT and SIGTERM are held across the fork and, in the worker, until `_serve` has put its
-    own handlers in place: the coordinator ends its workers with SIGTERM as soon as it is asked to stop, which can
-    be before a fresh worker has left multiprocessing's bootstrap, where the coordinator's inherited handler (a
-    stop already asked: raise KeyboardInterrupt) made the worker print a traceback (seen in CI)."""
+    own handlers in place (`held_across_forks`): the coordinator ends its workers with SIGTERM as soon as it is
+    asked to stop, which can be before a fresh worker has left multiprocessing's bootstrap."""
 
     def __init__(self, ctx: Any, work: Callable[[int], Any]) -> None:
         self.conn, child = ctx.Pipe()
         self.proc = ctx.Process(target=_serve, args=(child, work), daemon=True)
-        held = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD) if hasattr(signal, "pthread_sigmask") else None
-        try:
+        with held_across_forks():
             self.proc.start()
-        finally:
-            if held is not None:  # the coordinator's own mask back: a signal that came meanwhile is handled now
-                signal.pthread_sigmask(signal.SIG_SETMASK, held)
         child.close()
         self.index: int | None = None  # the item it runs
 

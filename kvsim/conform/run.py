@@ -184,12 +184,13 @@ def _worker_start() -> None:
     it ends, and killed when it is ended (SIGTERM: the run's budget was spent while it was busy)."""
     from multiprocessing.util import Finalize
 
-    from kvsim.engine.interrupt import asking_worker_signals
+    from kvsim.engine.interrupt import asking_worker_signals, release_held
 
     from . import installed_child, triton_child
 
     asking_worker_signals()
     signal.signal(signal.SIGTERM, _end_worker)
+    release_held()  # held since the fork (`_on_workers`): a stop passed on meanwhile reaches these handlers now
     Finalize(None, triton_child.close_shared, exitpriority=10)
     Finalize(None, installed_child.close_shared, exitpriority=10)
 
@@ -216,7 +217,7 @@ def _on_workers(targets: list[ConformTarget], source: EngineSource, descriptors:
     ended with its worker, its targets `incomplete`."""
     import multiprocessing as mp
 
-    from kvsim.engine.interrupt import asked
+    from kvsim.engine.interrupt import asked, held_across_forks
 
     global _JOB
     _JOB = (targets, source, descriptors, options, measure)
@@ -224,7 +225,9 @@ def _on_workers(targets: list[ConformTarget], source: EngineSource, descriptors:
     stopped: BaseException | None = None
     try:
         chunks = batches(targets)
-        with mp.get_context("fork").Pool(min(workers, len(chunks)), initializer=_worker_start) as pool:
+        with held_across_forks():  # until each worker has its handlers (`_worker_start`)
+            pool = mp.get_context("fork").Pool(min(workers, len(chunks)), initializer=_worker_start)
+        with pool:
             pending = {k: pool.apply_async(_run_batch, (chunk,)) for k, chunk in enumerate(chunks)}
             passed = False
             while pending:

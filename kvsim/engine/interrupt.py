@@ -79,13 +79,44 @@ def worker_signals() -> None:
     _asked.clear()
 
 
+def _ask_only(signum: int, frame: Any) -> None:
+    """A worker's SIGINT: asks a stop, and never more (the coordinator ends a worker that does not stop)."""
+    _asked.set()
+
+
 def asking_worker_signals() -> None:
     """In a forked worker that runs a share of one command's work (`kvsim conform --workers`): Ctrl-C reaches the
-    whole process group, and the first one asks this worker to stop at its next check, as it asks the command
-    (the coordinator passes a SIGTERM of its own on as SIGINT); SIGTERM ends the process, as a pool ends its
-    workers."""
-    signal.signal(signal.SIGINT, _ask)
+    whole process group, and asks this worker to stop at its next check, as it asks the command (the coordinator
+    passes a stop of its own on as SIGINT). A second SIGINT asks again and raises nothing: the terminal's Ctrl-C
+    and the coordinator's passing it on are one stop, and a stop asked before the fork is already this worker's
+    (the flag is copied); the coordinator ends a worker that does not stop. SIGTERM ends the process, as a pool
+    ends its workers."""
+    signal.signal(signal.SIGINT, _ask_only)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+HELD = (signal.SIGINT, signal.SIGTERM)  # held from a fork until the worker has its own handlers
+
+
+@contextmanager
+def held_across_forks() -> Iterator[None]:
+    """Around forking a command's workers: SIGINT and SIGTERM held (blocked) in this thread, so that each worker
+    starts with them held and gets them only once it has put its own handlers in place (`release_held`); a signal
+    that came here meanwhile is handled when this ends. Without it a worker still in multiprocessing's bootstrap
+    has the coordinator's handler, which raises KeyboardInterrupt on a stop already asked, and the worker prints
+    a traceback (seen in CI)."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, HELD) if hasattr(signal, "pthread_sigmask") else None
+    try:
+        yield
+    finally:
+        if held is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
+def release_held() -> None:
+    """In a worker forked `held_across_forks`, once its handlers are in place: what was held arrives now."""
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD)
 
 
 def stopped_by(bound: str) -> str:

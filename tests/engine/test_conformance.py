@@ -114,6 +114,30 @@ def test_a_worker_still_busy_past_the_runs_budget_is_ended_and_its_target_incomp
     assert lockstep.status in ("conforms", "incomplete", "not run")
 
 
+@pytest.mark.parametrize("late", [False, True])
+def test_a_stop_asked_before_the_workers_start_ends_the_run_and_no_worker_prints_a_traceback(tmp_path, capfd,
+                                                                                         monkeypatch, late):
+    """`--workers`, a stop asked before the workers fork (Ctrl-C at the start): the coordinator passes it on to its
+    workers (SIGINT), each stops at its next check and the run raises the stop, with no worker's traceback. The
+    stop is the coordinator's already (its flag is copied with the fork), so the signal passed on must not
+    escalate to KeyboardInterrupt in a worker; `late`: each worker is held back a second before its handlers, so
+    the signal comes while it still has the coordinator's (held until its own are in place)."""
+    from kvsim.conform import run as conform_run
+    from kvsim.conform.targets import descriptors
+    from kvsim.engine import interrupt
+
+    if late:
+        real = interrupt.asking_worker_signals
+        monkeypatch.setattr(interrupt, "asking_worker_signals", lambda: (time.sleep(1.0), real()))
+    source = _source(tmp_path)
+    with interrupt.stopping_on_signals():
+        os.kill(os.getpid(), signal.SIGTERM)  # the first signal only asks a stop
+        with pytest.raises(KeyboardInterrupt):
+            conform_run.run_targets([target("DIFF"), target("SWEEP")], source, descriptors(), OPTIONS, workers=2)
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+
+
 def test_kernel_targets_share_one_child_until_another_source_asks_for_one(tmp_path):
     """One kernel child per process (torch and triton imported once a run): the next target gets the same one;
     after a hang (which ended it) the next call starts a fresh one; another source's target closes it."""
