@@ -322,4 +322,7 @@ def close_shared() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # no interpreter teardown (torch, triton: about half a second the parent waits for at close)

@@ -111,6 +111,20 @@ def test_calls_in_one_line_answer_as_each_in_turn_up_to_the_first_that_fails(tmp
         assert died.value.answer.type == "ChildDied" and "echo then exit" in died.value.answer.where
 
 
+def test_the_child_ends_without_the_interpreters_teardown(tmp_path):
+    """Closed, the child ends at once: no interpreter teardown of the thousands of modules a release loads (about
+    1.5 s the parent waited for, at the end of every run), seen here as an exit handler the release registered at
+    import, which never runs; its exit status is kept."""
+    env = _fake_release(tmp_path)
+    marker = tmp_path / "torn-down"
+    module = tmp_path / "vllm" / "v1" / "core" / "kv_cache_manager.py"
+    module.write_text(module.read_text() + f"import atexit\natexit.register(lambda: open({str(marker)!r}, 'w'))\n")
+    with InstalledChild(env, "kvsim.conform.installed_child:SelfTest", timeout=30.0, start_timeout=300) as child:
+        assert child.call("echo", value=1) == 1
+        process = child.process
+    assert process.returncode == 0 and not marker.exists()
+
+
 def test_one_child_serves_every_driver_of_a_release(tmp_path):
     """`shared` keeps one child per release: a second driver is made in it on its first request (one import), each
     driver in a process of its own forked from the import."""

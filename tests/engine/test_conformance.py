@@ -192,6 +192,23 @@ def test_mutants_share_one_child_and_nothing_of_one_reaches_the_next(tmp_path):
         triton_child.close_shared()
 
 
+def test_the_kernel_child_ends_without_the_interpreters_teardown(tmp_path):
+    """Closed, the kernel child ends at once: no interpreter teardown (torch and triton loaded, about half a second
+    the parent waited for), seen here as an exit handler the code it loaded registered and that never runs."""
+    from kvsim.conform import triton_child
+
+    source = _source(tmp_path)
+    marker = tmp_path / "torn-down"
+    (source.root / "vllm" / "atexit_probe.py").write_text(
+        f"def value():\n    import atexit\n    atexit.register(lambda: open({str(marker)!r}, 'w').close())\n"
+        f"    return 1\n")
+    with triton_child.KernelChild(source, timeout=60) as child:
+        assert child.call("kvsim.conform.triton_child:selftest",
+                          {"do": "load", "file": "vllm/atexit_probe.py", "name": "value"})["value"] == 1
+        process = child.process
+    assert process.returncode == 0 and not marker.exists()
+
+
 def test_the_real_import_targets_of_a_release_share_a_worker_and_the_longest_batches_go_first():
     from kvsim.conform.run import batches
     from kvsim.conform.targets import select_targets
