@@ -103,6 +103,13 @@ DEPENDENCIES: Mapping[str, Mapping[str, tuple[str, ...]]] = {
 # the module a child imports before it answers anything: the component the checks drive
 CHECKED_MODULES: Mapping[str, str] = {"vllm": "vllm.v1.core.kv_cache_manager",
                                       "sglang": "sglang.srt.mem_cache.radix_cache"}
+# what the child imports after it, where the release has it, before any driver's process is forked from it: what
+# more than one driver would import on first use, each in its own process. SGLang's radix driver (the scheduler's
+# `Req`) and its unified-SWA driver (`unified_radix_cache`) both load `schedule_batch` and the OpenAI protocol
+# under it, about 700 modules, 1.1 s a driver. A module that does not import here is left to the driver (its
+# error is the driver's, as before).
+PRELOADED: Mapping[str, tuple[str, ...]] = {"sglang": ("sglang.srt.managers.schedule_batch",
+                                                       "sglang.srt.mem_cache.unified_radix_cache")}
 
 
 @dataclass(frozen=True)
@@ -174,6 +181,10 @@ class ImportEnvironment:
     @property
     def module(self) -> str:
         return CHECKED_MODULES[self.source.engine]
+
+    @property
+    def preloaded(self) -> tuple[str, ...]:
+        return PRELOADED.get(self.source.engine, ())
 
 
 def pins(engine: str, version: str) -> tuple[str, ...]:

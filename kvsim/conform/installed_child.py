@@ -398,6 +398,11 @@ def serve(lines: Any, out: Any) -> int:
     try:
         install_stubs(header["engine"], header["version"], header["root"])
         importlib.import_module(header["module"])
+        for name in header.get("preloaded", ()):  # what several drivers import on first use (`PRELOADED`)
+            try:
+                importlib.import_module(name)
+            except Exception:  # noqa: BLE001 - not in this release, or not importable here: the driver's to say
+                pass
         _driver(header["driver"])  # a name that is no driver is the start's error, before any fork
         interpreter.install()  # where the release runs Triton kernels interpreted: the language patched once a launch
     except Exception as exc:  # the release does not import here: one line, the traceback's last
@@ -632,7 +637,8 @@ class InstalledChild(LineChild):
         self.spawn(["-m", "kvsim.conform.installed_child"], env)
         s = self.env.source
         self.send({"engine": s.engine, "version": s.version, "root": str(s.root), "origin": s.origin,
-                   "deps": str(self.env.deps), "module": self.env.module, "driver": self.driver})
+                   "deps": str(self.env.deps), "module": self.env.module, "preloaded": list(self.env.preloaded),
+                   "driver": self.driver})
         answer = self._answer(self.start_timeout)
         if answer is None or not answer.get("ok"):
             why = answer["error"] if answer else f"no answer ({' '.join(self.stderr_tail(400).split())})"

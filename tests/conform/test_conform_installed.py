@@ -125,6 +125,19 @@ def test_the_child_ends_without_the_interpreters_teardown(tmp_path):
     assert process.returncode == 0 and not marker.exists()
 
 
+def test_the_child_imports_what_several_drivers_use_before_it_forks_them(tmp_path, monkeypatch):
+    """`PRELOADED`: imported in the process that imported the release, before a driver's process is forked from it
+    (each driver would import it again in its own); one not in the release is left to the driver that asks."""
+    env = _fake_release(tmp_path)
+    (tmp_path / "vllm" / "shared_by_drivers.py").write_text(
+        f"import os\nopen({str(tmp_path / 'imported-by')!r}, 'w').write(str(os.getpid()))\n")
+    monkeypatch.setitem(installed.PRELOADED, "vllm", ("vllm.not_in_this_release", "vllm.shared_by_drivers"))
+    with InstalledChild(env, "kvsim.conform.installed_child:SelfTest", timeout=30.0, start_timeout=300) as child:
+        assert child.call("import", module="vllm.shared_by_drivers") == "vllm.shared_by_drivers"
+        importer = int((tmp_path / "imported-by").read_text())
+        assert importer == child.process.pid != child.call("pid")  # the zygote's import, not the driver's
+
+
 def test_one_child_serves_every_driver_of_a_release(tmp_path):
     """`shared` keeps one child per release: a second driver is made in it on its first request (one import), each
     driver in a process of its own forked from the import."""
