@@ -18,6 +18,7 @@ import builtins
 import contextlib
 import hashlib
 import inspect
+import os
 import sys
 import types
 from collections import OrderedDict
@@ -259,6 +260,13 @@ def _segment(lines: list[str], stmt: ast.stmt) -> str:
     return "".join(lines[start - 1:stmt.end_lineno])
 
 
+def scratch(out: Path) -> Path:
+    """Where a process writes `out` before renaming it into place: its own name, in this process and no other
+    (workers forked at once from one process, loading one file into an empty cache, shared a name made from an
+    object's id: one's rename took the other's file away, FileNotFoundError, seen in CI)."""
+    return out.with_suffix(f".{os.getpid()}.{id(out)}.tmp")
+
+
 def load_definitions(path: Path, names: Sequence[str], *, extra_globals: Mapping[str, Any] = {},
                      modules: Mapping[str, Any] = {}, where: str | None = None, version: str = "this source",
                      depth: int = 0) -> types.SimpleNamespace:
@@ -298,7 +306,7 @@ def load_definitions(path: Path, names: Sequence[str], *, extra_globals: Mapping
     out = cache_root() / "loaded" / f"{path.stem}_{digest}.py"
     if not out.is_file():
         out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_suffix(f".{id(out)}.tmp")
+        tmp = scratch(out)
         tmp.write_text(body, encoding="utf-8")
         tmp.replace(out)
     register_lines(str(out), _line_map(where, segments))

@@ -9,6 +9,7 @@ import threading
 import time
 import types
 import zipfile
+from pathlib import Path
 
 import pytest
 
@@ -202,3 +203,25 @@ def test_an_optional_upstream_file_absent_from_a_release_loads_nothing(tmp_path)
         load_upstream(source, Upstream("sglang/later/package.py", ()))
     with pytest.raises(ValueError, match="an optional file loads no names"):
         Upstream("sglang/later/package.py", ("f",), optional=True)
+
+
+def test_processes_forked_at_once_write_a_loaded_file_under_names_of_their_own(tmp_path):
+    """Two workers forked from one process and loading one file into an empty cache at once each write it under a
+    scratch name of its own before renaming it into place (a name both made from an object's id was the same in
+    both: one's rename took the other's file away, FileNotFoundError, seen in CI)."""
+    from kvsim.conform.loader import scratch
+
+    out = tmp_path / "loaded" / "toy_0123456789abcdef.py"
+    names = []
+    for _ in range(2):
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the worker: what it would write to, sent back
+            os.close(read)
+            os.write(write, str(scratch(Path(str(out)))).encode())
+            os._exit(0)
+        os.close(write)
+        with os.fdopen(read) as got:
+            names.append(got.read())
+        os.waitpid(pid, 0)
+    assert len(set(names)) == 2 and all(n.endswith(".tmp") and Path(n).parent == out.parent for n in names)
