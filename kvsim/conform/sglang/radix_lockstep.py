@@ -152,11 +152,13 @@ class RealSide:
         child.call("build", size=config.num_pages * config.page_size, page_size=config.page_size,
                    need_sort=config.need_sort, rows=len(config.prompts), context=CONTEXT)
         self.outputs: list[list[int]] = [[] for _ in config.prompts]
+        self.read: tuple[Any, Any] | None = None  # the dump and sizes read with a step's last calls (`observe`)
 
     def call(self, op: str, action: Any) -> Any:
         r, name = action.req, str(action.req)
+        self.read = None
         if isinstance(action, Retract):
-            self.child.call("release", request=name, checkpoint=False)
+            self._last([("release", {"request": name, "checkpoint": False})])
             return {"released": "no checkpoint"}
         if isinstance(action, Admit):
             prompt = list(self.cfg.prompt(r))
@@ -205,10 +207,18 @@ class RealSide:
         elif checkpoint:
             calls.append(("checkpoint", {"request": name}))
         calls.append(("free_group_end", {}))
-        return self.child.calls(calls)[0], answer
+        return self._last(calls)[0], answer
+
+    def _last(self, calls: list[tuple[str, dict[str, Any]]]) -> list[Any]:
+        """A step's last calls, with the reads `observe` makes after the step (nothing comes between: the same
+        reads, one round trip fewer)."""
+        *answers, dump, sizes = self.child.calls([*calls, ("dump", {}), ("sizes", {})])
+        self.read = (dump, sizes)
+        return answers
 
     def observe(self) -> dict[str, Any]:
-        seen, sizes = self.child.calls([("dump", {}), ("sizes", {})])
+        seen, sizes = self.read or self.child.calls([("dump", {}), ("sizes", {})])
+        self.read = None
         nodes: list[tuple[Any, ...]] = []
 
         def walk(node: dict[str, Any], path: tuple[int, ...]) -> None:
