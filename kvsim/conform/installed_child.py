@@ -384,13 +384,17 @@ def _failed(exc: BaseException) -> dict[str, Any]:
 
 
 def serve(lines: Any, out: Any) -> int:
-    """Import the engine the header names, then answer requests until stdin closes (the child's main loop).
+    """Import the engine the header names, then hand the requests to the drivers until stdin closes (the child's
+    main loop).
 
     The process that imported the release (the zygote) never makes a driver: each driver runs in a process forked
     from it on its first request (`Worker`: the first at start, so that a driver that cannot be made is the start's
     error), which keeps the import and nothing another driver did to the release's globals (SGLang's radix driver
-    publishes server arguments in `runtime_context`, its SWA driver replaces them). A `__configure__` goes to every
-    worker and is kept for the next one. A worker that dies ends the child, as one process would."""
+    publishes server arguments in `runtime_context`, its SWA driver replaces them). One driver's process at a time
+    reads the parent's requests and answers them itself (`work`); a request for another driver, or a
+    `__configure__`, it hands to the zygote, which gives it to that driver's process (forked if need be), or sends
+    the configure to every driver's and keeps it for the next one, and answers. A worker that dies ends the child,
+    as one process would."""
     header = json.loads(next(lines))
     sys.path.insert(0, header["root"])
     sys.path.append(header["deps"])
@@ -408,7 +412,7 @@ def serve(lines: Any, out: Any) -> int:
     except Exception as exc:  # the release does not import here: one line, the traceback's last
         _send(out, _failed(exc))
         return 1
-    first = Worker.fork(header, header["driver"], None, [out])
+    first = Worker.fork(header, header["driver"], None, out, [])
     ready = first.ready()
     if ready is None or not ready.get("ok"):
         _send(out, ready or {"ok": False, "config": True, "error": "the driver's process ended"})
@@ -417,9 +421,17 @@ def serve(lines: Any, out: Any) -> int:
     _send(out, {"ok": True, "result": {"import_s": time.perf_counter() - started, "version": header["version"]}})
     cache_bytecode(cache_roots(header))
     configure: Any = None
-    for line in lines:
-        if not line.strip():
-            continue
+    active = first
+    resume: dict[str, Any] | None = {"resume": True}
+    while True:
+        if resume is not None and not active.send(resume):
+            return 1
+        handed = active.handed()  # what the driver reading the requests gives back: another's request, or the end
+        if handed is None:
+            return 1
+        if handed.get("eof"):
+            break
+        line, resume = handed["line"], {"resume": True}
         request = json.loads(line)
         if request["op"] == CONFIGURE:
             answers = [w.ask(line) for w in workers.values()]
@@ -430,39 +442,37 @@ def serve(lines: Any, out: Any) -> int:
             # with the trace kept (what each worker's `Configured.configure` went back to; never the failed mutant)
             configure = (request.get("args") or {}) if failed is None else \
                 {"mutant": None, "trace": (configure or {}).get("trace")}
-            text = failed or answers[0]
-        else:
-            name = request.get("driver") or header["driver"]
-            worker = workers.get(name)
-            if worker is None:
-                worker = Worker.fork(header, name, configure, [out, *workers.values()])
-                made = worker.ready()
-                if made is None or not made.get("ok"):
-                    worker.close()
-                    why = (made or {}).get("error", "its process ended")
-                    error = ConfigError("driver", "a driver this release's child can make", name, hint=why)
-                    _send(out, {"ok": False, "error": str(error), "config": True})
-                    continue
-                workers[name] = worker
-            text = worker.ask(line)
-            if text is None:
-                return 1
-        _send(out, text)
+            _send(out, failed or answers[0])
+            continue
+        name = request.get("driver") or header["driver"]
+        worker = workers.get(name)
+        if worker is None:
+            worker = Worker.fork(header, name, configure, out, list(workers.values()))
+            made = worker.ready()
+            if made is None or not made.get("ok"):
+                worker.close()
+                why = (made or {}).get("error", "its process ended")
+                error = ConfigError("driver", "a driver this release's child can make", name, hint=why)
+                _send(out, {"ok": False, "error": str(error), "config": True})
+                continue
+            workers[name] = worker
+        active, resume = worker, {"take": line}  # it answers this one, then reads the requests itself
     for worker in workers.values():
         worker.close()
     return 0
 
 
 class Worker:
-    """One driver's process, forked from the zygote after the import, talking over two pipes."""
+    """One driver's process, forked from the zygote after the import: the zygote's commands to it and its hand-offs
+    back go over two pipes; the parent's requests and their answers go straight between it and the parent."""
 
     def __init__(self, pid: int, to: Any, back: Any) -> None:
         self.pid, self.to, self.back = pid, to, back
 
     @classmethod
-    def fork(cls, header: dict[str, Any], name: str, configure: Any, others: Sequence[Any]) -> "Worker":
-        """`others`: what the worker must not keep open (the zygote's answers, the other workers' pipes), so that
-        an end of the zygote or of a worker is seen at once by whoever reads from it."""
+    def fork(cls, header: dict[str, Any], name: str, configure: Any, out: Any, others: Sequence["Worker"]) -> "Worker":
+        """`out`: the child's answers to the parent; `others`: the other workers, whose pipes this one must not keep
+        open, so that an end of one is seen at once by the zygote."""
         down, up = os.pipe(), os.pipe()
         sys.stdout.flush()
         sys.stderr.flush()
@@ -471,12 +481,13 @@ class Worker:
             code = 1
             try:
                 for other in others:
-                    for stream in (other.to, other.back) if isinstance(other, Worker) else (other,):
+                    for stream in (other.to, other.back):
                         os.close(stream.fileno())
                 os.close(down[1])
                 os.close(up[0])
-                with os.fdopen(down[0]) as requests, os.fdopen(up[1], "w", buffering=1) as answers:
-                    code = work(header, name, configure, requests, answers)
+                with os.fdopen(down[0]) as control, os.fdopen(up[1], "w", buffering=1) as reply, \
+                        open(0, closefd=False) as requests:
+                    code = work(header, name, configure, control, reply, requests, out)
             finally:
                 os._exit(code)
         os.close(down[0])
@@ -487,13 +498,20 @@ class Worker:
         line = self.back.readline()
         return json.loads(line) if line else None
 
-    def ask(self, line: str) -> str | None:
-        """The worker's answer line to one request line; None when it ended."""
+    handed = ready  # what the worker hands back: `{"line": ...}` (a request not its own) or `{"eof": true}`
+
+    def send(self, command: dict[str, Any]) -> bool:
+        """`{"resume": true}` (read the requests again), `{"take": line}` (answer it, then read them); False when
+        the worker ended."""
         try:
-            _send(self.to, line)
+            _send(self.to, json.dumps(command))
         except OSError:
-            return None
-        return self.back.readline() or None
+            return False
+        return True
+
+    def ask(self, line: str) -> str | None:
+        """The worker's answer line to one request line (a configure), to the zygote; None when it ended."""
+        return self.back.readline() or None if self.send({"ask": line}) else None
 
     def close(self) -> None:
         for stream in (self.to, self.back):
@@ -519,52 +537,83 @@ def _answer_of(call: Any) -> dict[str, Any]:
                 "raised": {"type": type(exc).__name__, "message": message, "where": _where(exc.__traceback__)}}
 
 
-def work(header: dict[str, Any], name: str, configure: Any, requests: Any, out: Any) -> int:
-    """A worker's loop: make the driver (its first line says whether it could), load what the zygote was last
-    asked to load, then answer each request as the child's one process did."""
+def work(header: dict[str, Any], name: str, configure: Any, control: Any, reply: Any, requests: Any, out: Any) -> int:
+    """A worker's loop: make the driver (its first line to the zygote, on `reply`, says whether it could), load what
+    the zygote was last asked to load; then, while the zygote lets it, read the parent's requests (`requests`, the
+    child's stdin) and answer each on `out` as the child's one process did. A request for another driver, or a
+    `__configure__` (every driver's), it hands to the zygote and waits on `control` for what the zygote says: answer
+    a request and read on (`take`), answer a configure to the zygote (`ask`), or read on (`resume`). The parent
+    sends a request only once it has the answer to the one before, so one process reads at a time."""
     try:
         driver = _driver(name)()
         configured = Configured(header["root"])
         if configure:
             configured.configure(**configure)
     except Exception as exc:  # noqa: BLE001 - one line, the traceback's last, as the start's
-        _send(out, _failed(exc))
+        _send(reply, _failed(exc))
         return 1
-    _send(out, {"ok": True})
-    for line in requests:
+    _send(reply, {"ok": True})
+    reading = False
+    while True:
+        if not reading:
+            message = control.readline()
+            if not message:  # the zygote closed it: the child ends
+                break
+            command = json.loads(message)
+            if "ask" in command:
+                _send(reply, _answer_line(json.loads(command["ask"]), driver, configured))
+                continue
+            if "take" in command:
+                _send(out, _answer_line(json.loads(command["take"]), driver, configured))
+            reading = True
+            continue
+        line = requests.readline()
+        if not line:  # the parent closed its end: the zygote ends every worker
+            _send(reply, {"eof": True})
+            reading = False
+            continue
         if not line.strip():
             continue
         request = json.loads(line)
-        op, args = request["op"], request.get("args") or {}
-        trace = configured.trace if op != CONFIGURE else None  # a mutant loads into unprobed code
-        if trace is not None:
-            trace.start()
-        try:
-            if op == CONFIGURE:
-                answer = _answer_of(lambda: configured.configure(**args))
-            elif op == CALLS:  # each call answered as if asked alone, up to the first that is not ok
-                answers: list[dict[str, Any]] = []
-                for each_op, each_args in args["calls"]:
-                    answers.append(_answer_of(lambda: driver.handle(each_op, each_args or {})))
-                    if not answers[-1]["ok"]:
-                        break
-                answer = {"ok": True, "result": answers}
-            else:
-                answer = _answer_of(lambda: driver.handle(op, args))
-        finally:
-            if trace is not None:
-                trace.stop()
-        if trace is not None and configured.trace is trace:
-            answer["lines"] = configured.new_lines()
-        try:
-            text = json.dumps(answer)
-        except (TypeError, ValueError) as exc:  # the driver's answer is not JSON: its bug, said in one line
-            text = json.dumps({"ok": False, "config": True, "error": f"the driver's answer is not JSON: {exc}"})
-        _send(out, text)
+        if request["op"] == CONFIGURE or (request.get("driver") or header["driver"]) != name:
+            _send(reply, {"line": line})
+            reading = False
+            continue
+        _send(out, _answer_line(request, driver, configured))
     # what the driver's ops imported on first use (SGLang's radix driver: the scheduler's request type, about 580
     # files), cached as the zygote caches the import's: the next child reads it instead of compiling it again
     cache_bytecode(cache_roots(header))
     return 0
+
+
+def _answer_line(request: dict[str, Any], driver: Any, configured: "Configured") -> str:
+    """A request's answer line: the driver's answer (a batch's answers), or the configure's, with the traced lines
+    it ran."""
+    op, args = request["op"], request.get("args") or {}
+    trace = configured.trace if op != CONFIGURE else None  # a mutant loads into unprobed code
+    if trace is not None:
+        trace.start()
+    try:
+        if op == CONFIGURE:
+            answer = _answer_of(lambda: configured.configure(**args))
+        elif op == CALLS:  # each call answered as if asked alone, up to the first that is not ok
+            answers: list[dict[str, Any]] = []
+            for each_op, each_args in args["calls"]:
+                answers.append(_answer_of(lambda: driver.handle(each_op, each_args or {})))
+                if not answers[-1]["ok"]:
+                    break
+            answer = {"ok": True, "result": answers}
+        else:
+            answer = _answer_of(lambda: driver.handle(op, args))
+    finally:
+        if trace is not None:
+            trace.stop()
+    if trace is not None and configured.trace is trace:
+        answer["lines"] = configured.new_lines()
+    try:
+        return json.dumps(answer)
+    except (TypeError, ValueError) as exc:  # the driver's answer is not JSON: its bug, said in one line
+        return json.dumps({"ok": False, "config": True, "error": f"the driver's answer is not JSON: {exc}"})
 
 
 def main(argv: Sequence[str] | None = None) -> int:

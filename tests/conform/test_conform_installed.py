@@ -138,6 +138,33 @@ def test_the_child_imports_what_several_drivers_use_before_it_forks_them(tmp_pat
         assert importer == child.process.pid != child.call("pid")  # the zygote's import, not the driver's
 
 
+def test_a_driver_answers_the_parent_itself_and_the_zygote_only_switches_drivers(tmp_path):
+    """One round trip is parent -> driver's process -> parent: with the process that imported the release stopped
+    (SIGSTOP), the driver reading the requests still answers them; a request for another driver waits for it (it
+    hands the requests over), and is answered once it runs again."""
+    import signal
+    import threading
+
+    from kvsim.conform.installed_child import close_shared, shared
+
+    env = _fake_release(tmp_path)
+    try:
+        selftest = shared(env, "kvsim.conform.installed_child:SelfTest", timeout=30.0)
+        peer = shared(env, "kvsim.conform.installed_child:SelfTestPeer", timeout=30.0)
+        assert selftest.call("echo", value=1) == 1 and peer.call("echo", value=2) == 2
+        zygote = selftest.process.pid
+        os.kill(zygote, signal.SIGSTOP)
+        try:
+            assert peer.call("echo", value=3) == 3 and peer.calls([("echo", {"value": 4})]) == [4]
+            threading.Timer(1.0, os.kill, (zygote, signal.SIGCONT)).start()
+            assert selftest.call("echo", value=5) == 5  # handed over by the zygote, once it runs again
+        finally:
+            os.kill(zygote, signal.SIGCONT)
+        assert peer.call("echo", value=6) == 6
+    finally:
+        close_shared()
+
+
 def test_one_child_serves_every_driver_of_a_release(tmp_path):
     """`shared` keeps one child per release: a second driver is made in it on its first request (one import), each
     driver in a process of its own forked from the import."""
