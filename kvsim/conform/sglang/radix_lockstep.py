@@ -75,6 +75,7 @@ MAX_PAGES = 10  # RadixCacheConfig's bound on num_pages
 # the page sizes a server builds the paged allocator for (at page size 1 it builds TokenToKVPoolAllocator, which
 # frees to the back of its list: not the model's allocator; and the paged one's decode takes no page there)
 PAGE_SIZES = (2, 4)
+READS = (("dump", {}), ("sizes", {}))  # the real side's state: the tree, free pages and rows; the sizes
 
 
 @st.composite
@@ -186,7 +187,7 @@ class RealSide:
         """`check_decode_mem`: evict the shortfall of the next page, then test it (the sizes read again only
         after an eviction: a read changes nothing)."""
         ps = self.cfg.page_size
-        seen, sizes = self.child.calls([("dump", {}), ("sizes", {})])
+        seen, sizes = self.child.calls(READS)
         need = ps if len(seen["requests"][name]["row"]) % ps == 0 else 0  # the next position starts a page
         shortfall = need - sizes["available"]
         if shortfall > 0:
@@ -212,12 +213,12 @@ class RealSide:
     def _last(self, calls: list[tuple[str, dict[str, Any]]]) -> list[Any]:
         """A step's last calls, with the reads `observe` makes after the step (nothing comes between: the same
         reads, one round trip fewer)."""
-        *answers, dump, sizes = self.child.calls([*calls, ("dump", {}), ("sizes", {})])
+        *answers, dump, sizes = self.child.calls([*calls, *READS])
         self.read = (dump, sizes)
         return answers
 
     def observe(self) -> dict[str, Any]:
-        seen, sizes = self.read or self.child.calls([("dump", {}), ("sizes", {})])
+        seen, sizes = self.read or self.child.calls(READS)
         self.read = None
         nodes: list[tuple[Any, ...]] = []
 
