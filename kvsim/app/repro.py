@@ -4,6 +4,10 @@ The "fixed" side is the report's `fix_variant` where it names one (a finding wit
 model's `fixed` variant for a report on another variant. A seed bug holds when it fails before and passes
 after; an "open upstream" finding holds when it still reproduces (and its modelled fix, if any, removes it);
 a finding on a later release may be present on `fixed` too, which is shown, not required.
+
+A Hypothesis report's fixed side checks every input the report's own search tried (the one that first failed and
+the shrunk counterexample among them), then the model's pinned cases and `FIXED_CHECK_EXAMPLES` generated ones,
+with the same seed. A search report's fixed side is complete (`search_options`).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from ..engine.property import KvProperty
 from ..engine.registry import REGISTRY, BugReport, Registry
 from ..engine.runner import run_property
 
-FIXED_CHECK_EXAMPLES = 300
+FIXED_CHECK_EXAMPLES = 100  # generated examples a Hypothesis report's fixed side runs, after the search's inputs
 
 
 @dataclass(frozen=True)
@@ -52,12 +56,14 @@ class ReproResult:
     message: str
     run: BugRun | None = field(default=None, repr=False, compare=False)  # what was run, resolved
     fixed_seconds: float = 0.0  # the check on the fixed side (0 where there is none)
+    fixed_examples: int | None = None  # examples run, or states searched, on the fixed side (None where there is none)
 
     def to_json(self) -> dict[str, Any]:
         b = self.bug
         # a Hypothesis search counts examples, an exhaustive one states: each under its own name
-        counts = {"examples": self.examples, "states": None} if b.property else {"examples": None,
-                                                                                   "states": self.examples}
+        counts = {"examples": self.examples, "states": None, "fixed_examples": self.fixed_examples,
+                  "fixed_states": None} if b.property else {"examples": None, "states": self.examples,
+                                                            "fixed_examples": None, "fixed_states": self.fixed_examples}
         return {"id": b.id, "model": b.model, "variant": b.variant, "property": b.property,
                 "invariant": b.invariant, "check": b.check, "source": b.source,
                 "status": b.status, "reproduced": self.reproduced, "fixed_passes": self.fixed_passes,
@@ -69,12 +75,13 @@ class ReproResult:
     def fields(self) -> tuple[Any, ...]:
         """What a worker process hands back (plain values: the report and its resolved run stay behind)."""
         return (self.reproduced, self.fixed_passes, self.examples, self.seconds, self.counterexample, self.message,
-                self.fixed_seconds)
+                self.fixed_seconds, self.fixed_examples)
 
     @classmethod
     def from_fields(cls, run: BugRun, fields: tuple[Any, ...]) -> "ReproResult":
-        reproduced, fixed_passes, examples, seconds, counterexample, message, fixed_seconds = fields
-        return cls(run.bug, reproduced, fixed_passes, examples, seconds, counterexample, message, run, fixed_seconds)
+        reproduced, fixed_passes, examples, seconds, counterexample, message, fixed_seconds, fixed_examples = fields
+        return cls(run.bug, reproduced, fixed_passes, examples, seconds, counterexample, message, run, fixed_seconds,
+                   fixed_examples)
 
     @property
     def ok(self) -> bool:
@@ -113,14 +120,14 @@ def reproduce(bug: BugReport | BugRun, seed: int = 0) -> ReproResult:
         return _reproduce_by_explore(run)
     bug, prop = run.bug, run.prop
     found = run_property(prop, run.variant, max_examples=bug.max_examples, seed=seed, use_examples=False,
-                         params=dict(bug.params), descriptor=run.model)
-    fixed_passes, fixed_seconds = None, 0.0
-    if run.baseline is not None:
+                         params=dict(bug.params), descriptor=run.model, keep_tried=run.baseline is not None)
+    fixed_passes, fixed_seconds, fixed_examples = None, 0.0, None
+    if run.baseline is not None:  # every input the search above tried, then generated ones (module doc)
         fixed = run_property(prop, run.baseline, max_examples=FIXED_CHECK_EXAMPLES, seed=seed,
-                             params=dict(bug.params), descriptor=run.model)
-        fixed_passes, fixed_seconds = fixed.status == "passed", fixed.seconds
+                             params=dict(bug.params), descriptor=run.model, cases=found.tried)
+        fixed_passes, fixed_seconds, fixed_examples = fixed.status == "passed", fixed.seconds, fixed.examples
     return ReproResult(bug, found.status == "failed", fixed_passes, found.examples, found.seconds,
-                       found.counterexample, found.message, run, fixed_seconds)
+                       found.counterexample, found.message, run, fixed_seconds, fixed_examples)
 
 
 def search_options(system: Any, invariant: str) -> ExploreOptions:
@@ -144,10 +151,10 @@ def _reproduce_by_explore(run: BugRun) -> ReproResult:
         return hit, time.perf_counter() - start, result.states
 
     hit, seconds, states = search(run.variant)
-    fixed_passes, fixed_seconds = None, 0.0
+    fixed_passes, fixed_seconds, fixed_states = None, 0.0, None
     if run.baseline is not None:
-        fixed_hit, fixed_seconds, _ = search(run.baseline)
+        fixed_hit, fixed_seconds, fixed_states = search(run.baseline)
         fixed_passes = fixed_hit is None
     counterexample = {"trace": hit.trace, "kind": hit.kind} if hit else None
     return ReproResult(bug, hit is not None, fixed_passes, states, seconds, counterexample,
-                       hit.message if hit else "", run, fixed_seconds)
+                       hit.message if hit else "", run, fixed_seconds, fixed_states)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
 import hypothesis
@@ -42,6 +42,9 @@ class PropertyResult:
     counterexample: Any = None
     message: str = ""
     replay: str = ""
+    # with `keep_tried`, every case a data property's run checked, in order (the shrunk counterexample last among
+    # the failing ones), for a caller that checks them again in this process (the fixed side of a bug report)
+    tried: tuple[Any, ...] = field(default=(), repr=False, compare=False)
 
     def to_json(self) -> dict[str, Any]:
         return {"property": self.property, "model": self.model, "variant": self.variant,
@@ -75,7 +78,7 @@ def run_property(prop: KvProperty, variant: Any = "fixed", *, max_examples: int 
                  stateful_steps: int = 30, params: dict[str, Any] | None = None,
                  backend: str | None = None, database_key: str | None = None,
                  descriptor: ModelDescriptor | None = None, shrink: bool = True,
-                 interruptible: bool = True) -> PropertyResult:
+                 interruptible: bool = True, cases: Sequence[Any] = (), keep_tried: bool = False) -> PropertyResult:
     """Run `prop` on `variant`.
 
     `seed` fixes Hypothesis' generation (same seed, same examples and same
@@ -89,13 +92,15 @@ def run_property(prop: KvProperty, variant: Any = "fixed", *, max_examples: int 
     `shrink=False`: report the first failing case as found (a mutation run only needs to know that one fails).
     A stop asked by Ctrl-C or SIGTERM (`kvsim.engine.interrupt`) raises `Interrupted` at the next example;
     `interruptible=False` runs on to the end instead (a fuzz round, which counts what it ran).
+    `cases`: a data property's cases to check first, as pinned ones, whatever `use_examples` says (the inputs a
+    bug report's search tried, on its fix); `keep_tried`: the result keeps every case checked (`tried`).
     """
     model = descriptor if descriptor is not None else REGISTRY.model(prop.model)
     variant = model.variant(variant)  # the one check of the name; the property sees the flag record
     phases = tuple(p for p in Phase if p is not Phase.explain and (use_examples or p is not Phase.explicit)
                    and (shrink or p is not Phase.shrink))
     config = _settings(max_examples, derandomize and seed is None, database, phases, stateful_steps)
-    record: dict[str, Any] = {"count": 0, "failure": None}
+    record: dict[str, Any] = {"count": 0, "failure": None, "tried": [] if keep_tried else None}
 
     stop = raise_if_asked if interruptible else (lambda: None)
     pinned: Callable[[], None] = lambda: None
@@ -103,8 +108,9 @@ def run_property(prop: KvProperty, variant: Any = "fixed", *, max_examples: int 
         test = _stateful_test(prop, model, variant, config, record, params, stop)
     else:
         test, check = _data_test(prop, model, variant, config, record, params, backend, stop)
-        if use_examples and prop.examples:
-            pinned = lambda: run_pinned(check, prop.examples)
+        explicit = [*cases, *(prop.examples if use_examples else ())]
+        if explicit:
+            pinned = lambda: run_pinned(check, explicit)
     if database_key is not None:
         test.hypothesis.inner_test._hypothesis_internal_add_digest = database_key.encode()
     if seed is not None and database is not None:
@@ -132,7 +138,7 @@ def run_property(prop: KvProperty, variant: Any = "fixed", *, max_examples: int 
                           examples=record["count"], seconds=seconds,
                           counterexample=failure if status != "passed" else None, message=message,
                           replay=_replay_command(prop, variant.name, seed, max_examples, params, backend)
-                          if status != "passed" else "")
+                          if status != "passed" else "", tried=tuple(record["tried"] or ()))
 
 
 def run_pinned(check: Callable[[Any], None], cases: Sequence[Any]) -> None:
@@ -187,6 +193,8 @@ def _data_test(prop: KvProperty, model: ModelDescriptor, variant: Any, config: s
     def check(case: Any) -> None:
         stop()  # Ctrl-C or SIGTERM asked a stop (`kvsim.engine.interrupt`): it ends the run here
         record["count"] += 1
+        if record["tried"] is not None:
+            record["tried"].append(case)
         try:
             prop(case, variant, backend)
         except PropertyViolation as exc:

@@ -20,7 +20,9 @@ from kvsim.engine.explore import ExploreOptions, explore
 # the rows `reproduce` gave at 0f8f59c (complete searches), every key but the seconds, for a cheap subset: safety
 # invariants (one not reproducible: a complete search finds nothing), hangs, and two Hypothesis reports
 PINNED = json.loads((Path(__file__).parent / "data" / "repro_0f8f59c.json").read_text())
-SEARCHED = {"seconds", "fixed_seconds", "total_seconds", "states"}
+# the seconds, and what the fixed side checked (not in those rows: it is counted since the fixed side replays the
+# search's inputs; `test_the_fixed_side_checks_every_input_the_search_tried` checks it)
+SEARCHED = {"seconds", "fixed_seconds", "total_seconds", "states", "fixed_examples", "fixed_states"}
 
 
 def _row(result) -> dict:
@@ -42,6 +44,38 @@ def test_rows_equal_the_complete_searches(pinned):
     assert complete.states == pinned["states"]
     stops = result.reproduced and result.counterexample["kind"] == "invariant"
     assert (result.examples < complete.states) if stops else (result.examples == complete.states)
+
+
+def test_the_fixed_side_checks_every_input_the_search_tried(monkeypatch):
+    """A Hypothesis report's fixed side checks the inputs its search tried, in their order (the one that first
+    failed and the shrunk counterexample among them), then the pinned and generated ones; a search report's
+    fixed side counts the states of its complete search."""
+    from kvsim.app.repro import FIXED_CHECK_EXAMPLES
+    from kvsim.engine import property as prop_module
+    from kvsim.engine.canon import to_jsonable
+
+    checked: list[tuple[str, str]] = []
+    real = prop_module.KvProperty.__call__
+
+    def spy(self, case, variant, backend=None):
+        checked.append((variant.name, json.dumps(to_jsonable(case), sort_keys=True)))
+        return real(self, case, variant, backend)
+
+    monkeypatch.setattr(prop_module.KvProperty, "__call__", spy)
+    reg = catalog.load()
+    run = BugRun.resolve(reg.bugs["sglang-pr35281-mori-abort-dropped"], reg)
+    result = reproduce(run, seed=0)
+    assert result.reproduced and result.fixed_passes
+    searched = [case for variant, case in checked if variant == run.variant.name]
+    fixed = [case for variant, case in checked if variant == run.baseline.name]
+    assert len(searched) == result.examples and len(fixed) == result.fixed_examples
+    assert fixed[:len(searched)] == searched and json.dumps(result.counterexample["case"], sort_keys=True) in fixed
+    assert result.fixed_examples >= len(searched) + len(run.prop.examples) + FIXED_CHECK_EXAMPLES
+    assert result.to_json()["fixed_examples"] == result.fixed_examples
+    search = BugRun.resolve(reg.bugs["trtllm-17526-early-completion"], reg)
+    found = reproduce(search, seed=0)
+    complete = explore(search.model.build_system(search.baseline, dict(search.bug.params)))
+    assert found.to_json()["fixed_states"] == complete.states and found.to_json()["fixed_examples"] is None
 
 
 def _work(gate):
