@@ -101,6 +101,17 @@ def fix_run(bug: BugReport, result: ReproResult, seed: int = 0) -> tuple[str | N
     return variant, not any(v.property == bug.invariant for v in found.violations)
 
 
+def checked(result: ReproResult) -> str:
+    """What the fix side checked, where `reproduce` ran it: `on 215 cases (...)`, `in the 3,427 states searched`."""
+    n = result.fixed_examples
+    if n is None:
+        return ""
+    if result.bug.property is None:
+        return f" in the {n:,} states searched"
+    return (f" on {n:,} cases (the {result.examples:,} the search tried, the shrunk counterexample among them, "
+            f"then the pinned ones and {FIXED_CHECK_EXAMPLES} generated)")
+
+
 def commands(bug: BugReport, run: BugRun | None = None) -> list[str]:
     """The exact commands that reproduce it: repro, then the search that saves the counterexample, and its replay."""
     file = f"{bug.id}.json"
@@ -185,7 +196,8 @@ def render(bug: BugReport, result: ReproResult, seed: int = 0) -> str:
         flags = _flag_diff(run.variant, run.baseline)
         if bug.fix_variant or bug.status != "open upstream":
             out += [f"Model run with the fix: variant `{variant}`" + (f" (flags {flags})" if flags else "") + ": "
-                    + (f"`{bug.check}` holds, the violation is gone." if holds else f"`{bug.check}` STILL FAILS."), ""]
+                    + (f"`{bug.check}` holds{checked(result)}, the violation is gone." if holds
+                       else f"`{bug.check}` STILL FAILS."), ""]
         else:  # a finding on a later release with no modelled fix: `fixed` is the older code, not a fix
             out += [f"No fix variant is modelled. On variant `{variant}` (without flags {flags}) the same search "
                     + (f"finds no violation of `{bug.check}`." if holds else f"also violates `{bug.check}`."), ""]

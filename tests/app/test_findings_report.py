@@ -68,8 +68,16 @@ def test_report_names_upstream_files_verdicts_harm_and_commands(reg, lost_req):
 def test_a_seed_bug_report_runs_its_fix_variant(reg):
     result, text = report(reg.bug("sglang-05c7ebf-staging-no-deadline"))
     fix = text.split("## Fix")[1]
-    assert "variant `fixed`" in fix and "`completion_deadline`" in fix and "holds, the violation is gone" in fix
+    assert "variant `fixed`" in fix and "`completion_deadline`" in fix
+    assert f"holds in the {result.fixed_examples:,} states searched, the violation is gone" in fix
     assert "a hang: no done state is reachable" in text
+
+
+def test_a_hypothesis_reports_fix_says_what_it_checked(reg):
+    result, text = report(reg.bug("sglang-pr35281-mori-abort-dropped"))
+    fix = text.split("## Fix")[1]
+    assert (f"holds on {result.fixed_examples:,} cases (the {result.examples:,} the search tried, the shrunk "
+            f"counterexample among them, then the pinned ones and 100 generated), the violation is gone") in fix
 
 
 def test_a_hypothesis_report_shows_the_shrunk_case(reg):
@@ -168,7 +176,8 @@ def test_the_0_5_23_findings_are_in_docs_findings_with_their_fix_run(reg):
                    "sglang-35049-staging-stale-write-after-timeout"):
         assert os.path.exists(os.path.join(folder, f"{bug_id}.md")), bug_id
     text = open(os.path.join(folder, "sglang-05c7ebf-staging-resend-after-free.md"), encoding="utf-8").read()
-    assert "variant `proposed_per_dst_retry`" in text and "holds, the violation is gone" in text
+    assert "variant `proposed_per_dst_retry`" in text
+    assert "holds in the 414 states searched, the violation is gone" in text
     assert "`MooncakeKVManager.transfer_worker`" in text
     assert "sglang-05c7ebf-staging-stale-write-after-release.md" not in os.listdir(folder)  # fixed in 0.5.23
 
