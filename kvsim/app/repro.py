@@ -6,7 +6,7 @@ after; an "open upstream" finding holds when it still reproduces (and its modell
 a finding on a later release may be present on `fixed` too, which is shown, not required.
 
 A Hypothesis report's fixed side checks every input the report's own search tried (the one that first failed and
-the shrunk counterexample among them), then the model's pinned cases and `FIXED_CHECK_EXAMPLES` generated ones,
+the shrunk counterexample among them), then the property's pinned cases and `FIXED_CHECK_EXAMPLES` generated ones,
 with the same seed. A search report's fixed side is complete (`search_options`).
 """
 
