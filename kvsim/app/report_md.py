@@ -94,7 +94,7 @@ def fix_run(bug: BugReport, result: ReproResult, seed: int = 0) -> tuple[str | N
     if run.prop is not None:
         from ..engine.runner import run_property
 
-        found = run_property(run.prop, run.baseline, max_examples=FIXED_CHECK_EXAMPLES, seed=seed,
+        found = run_property(run.prop, run.baseline, max_examples=FIXED_CHECK_EXAMPLES, seed=seed + 1,
                              params=dict(bug.params), descriptor=run.model)
         return variant, found.status == "passed"
     found = explore(run.model.build_system(run.baseline, dict(bug.params)))

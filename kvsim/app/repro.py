@@ -7,7 +7,8 @@ a finding on a later release may be present on `fixed` too, which is shown, not 
 
 A Hypothesis report's fixed side checks every input the report's own search tried (the one that first failed and
 the shrunk counterexample among them), then the property's pinned cases and `FIXED_CHECK_EXAMPLES` generated ones,
-with the same seed. A search report's fixed side is complete (`search_options`).
+from the next seed (the search's own would generate its first inputs again). A search report's fixed side is
+complete (`search_options`).
 """
 
 from __future__ import annotations
@@ -123,7 +124,7 @@ def reproduce(bug: BugReport | BugRun, seed: int = 0) -> ReproResult:
                          params=dict(bug.params), descriptor=run.model, keep_tried=run.baseline is not None)
     fixed_passes, fixed_seconds, fixed_examples = None, 0.0, None
     if run.baseline is not None:  # every input the search above tried, then generated ones (module doc)
-        fixed = run_property(prop, run.baseline, max_examples=FIXED_CHECK_EXAMPLES, seed=seed,
+        fixed = run_property(prop, run.baseline, max_examples=FIXED_CHECK_EXAMPLES, seed=seed + 1,
                              params=dict(bug.params), descriptor=run.model, cases=found.tried)
         fixed_passes, fixed_seconds, fixed_examples = fixed.status == "passed", fixed.seconds, fixed.examples
     return ReproResult(bug, found.status == "failed", fixed_passes, found.examples, found.seconds,

@@ -183,18 +183,28 @@ def seeded_randoms() -> Iterator[None]:
             numpy.random.set_state(np_kept)
 
 
+def _keeping(prop: KvProperty, tried: list[Any]) -> Any:
+    """`prop`'s call, each case kept in `tried` first (`run_property(keep_tried=True)`)."""
+
+    def call(case: Any, variant: Any, backend: str | None) -> None:
+        tried.append(case)
+        prop(case, variant, backend)
+
+    return call
+
+
 def _data_test(prop: KvProperty, model: ModelDescriptor, variant: Any, config: settings, record: dict[str, Any],
                params: dict[str, Any] | None, backend: str | None,
                stop: Callable[[], None]) -> tuple[Callable[[], None], Callable[[Any], None]]:
     """The property under `@given` (the pinned cases are `run_pinned`'s), and the check of one case."""
     assert prop.fn is not None and prop.strategy is not None
     strategy = prop.build_strategy(resolve(model.params, {**prop.params, **(params or {})}))
+    if record["tried"] is not None:  # `keep_tried`: the property's calls are kept by a wrapper, not in `check`,
+        prop = _keeping(prop, record["tried"])  # whose text seeds a derandomized run (Hypothesis hashes it)
 
     def check(case: Any) -> None:
         stop()  # Ctrl-C or SIGTERM asked a stop (`kvsim.engine.interrupt`): it ends the run here
         record["count"] += 1
-        if record["tried"] is not None:
-            record["tried"].append(case)
         try:
             prop(case, variant, backend)
         except PropertyViolation as exc:
