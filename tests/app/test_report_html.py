@@ -174,7 +174,8 @@ def _made(bugs, registry):
     """Reproductions as a forked worker hands them back (plain fields), without running them: no counterexample."""
     from kvsim.app.repro import BugRun, ReproResult
 
-    return [ReproResult.from_fields(BugRun.resolve(b, registry), (True, True, 1, 0.0, None, "", 0.0, 100)) for b in bugs]
+    fields = (True, True, 1, 0.0, None, "", 0.0, 100)
+    return [ReproResult.from_fields(BugRun.resolve(b, registry), fields) for b in bugs]
 
 
 @pytest.mark.parametrize("stopped", ["max-seconds", "interrupt", None])
