@@ -62,9 +62,9 @@ class ReproResult:
     def to_json(self) -> dict[str, Any]:
         b = self.bug
         # a Hypothesis search counts examples, an exhaustive one states: each under its own name
-        counts = {"examples": self.examples, "states": None, "fixed_examples": self.fixed_examples,
-                  "fixed_states": None} if b.property else {"examples": None, "states": self.examples,
-                                                            "fixed_examples": None, "fixed_states": self.fixed_examples}
+        searched, fixed = ("examples", "fixed_examples") if b.property else ("states", "fixed_states")
+        counts = {"examples": None, "states": None, "fixed_examples": None, "fixed_states": None,
+                  searched: self.examples, fixed: self.fixed_examples}
         return {"id": b.id, "model": b.model, "variant": b.variant, "property": b.property,
                 "invariant": b.invariant, "check": b.check, "source": b.source,
                 "status": b.status, "reproduced": self.reproduced, "fixed_passes": self.fixed_passes,
