@@ -4,7 +4,7 @@
                                              [--ray-nodes] [--full] [--only NAME]
     python benchmarks/bench_explore_scale.py --largest --max-states 60000000 [--only NAME]
     python benchmarks/bench_explore_scale.py --checkpoint [--only NAME]
-    python benchmarks/bench_explore_scale.py --ceiling [--repeat N] [--largest] [--only NAME]
+    python benchmarks/bench_explore_scale.py --ceiling [--repeat N] [--store full|fingerprint] [--largest] [--only NAME]
 
 For each configuration (pd-staging 2 rooms x 2 writers, pd-protocol 2 rooms per backend, swa-budget
 6 requests) it runs, in one process and one after another, with the fingerprint store:
@@ -34,7 +34,10 @@ figures, several minutes a run.
 then the model's own calls alone over the states it found (`ceiling`), both in CPU time: the share of the
 search's time that is the model, the explorer's own time (the rest) as a multiple of the model's, and the rate
 no complete search over the model can pass. Each pass runs `--repeat` times (default 3), each time in a fresh
-process, the two passes alternating; the figures are medians, with the least and the spread of each.
+process, the two passes alternating; the figures are medians, with the least and the spread of each. The search
+keeps its states in `--store` (default full, `kvsim explore`'s own default; fingerprint: the compact store of
+the largest searches). A bare breadth-first search over the same model (a dict of the states found and a queue:
+no ids, paths, coverage or bounds) is timed too (`bare`): the least any explorer written in Python pays.
 
 `--checkpoint` adds, after the symmetric single process, the same search cut in three by the state
 bound, each piece saved to a checkpoint and resumed by the next (`kvsim explore --checkpoint/--resume`):
@@ -55,7 +58,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import deque
 from dataclasses import replace
+from typing import Any
 from pathlib import Path
 
 from kvsim.app import catalog
@@ -64,6 +69,7 @@ from kvsim.engine.explore import ExploreOptions, explore
 from kvsim.engine.explore.checkpoint import CheckpointDir
 from kvsim.engine.explore.parallel import explore_parallel
 from kvsim.engine.memory import collection_paused
+from kvsim.engine.system import sometimes
 
 CONFIGS = (
     ("swa-budget 6 requests", "swa-budget", "fixed",
@@ -224,39 +230,86 @@ def across_nodes(spec: RunSpec, bound: ExploreOptions, symmetric: bool, n: int, 
 
 
 def explorer_pass(spec: RunSpec, bound: ExploreOptions) -> dict:
-    """The search `ceiling` measures: every state, fingerprint store, no hang search (the explorer's fastest mode),
-    in CPU time of this process (a machine other jobs share moves wall time, not CPU time, much)."""
+    """The search `ceiling` measures: every state, no hang search, in the store `bound` names, in CPU time of this
+    process (a machine other jobs share moves wall time, not CPU time, much)."""
     start = time.process_time()
-    r = explore(spec.system(), replace(bound, symmetry=False, store="fingerprint", check_liveness=False))
+    r = explore(spec.system(), replace(bound, symmetry=False, check_liveness=False))
     return {"seconds": time.process_time() - start, "states": r.states, "complete": r.bound_hit is None}
+
+
+def breadth_first(system: Any, states: int, complete: bool, found: list | None = None,
+                  expanded: list | None = None) -> int:
+    """The barest breadth-first search over `system`: its first `states` states, every one expanded where the
+    search was `complete` (else those before the bound); a dict of the states found and a queue, the model's calls as the explorer makes
+    them (`done`, the invariants until one fails, the reachability declarations until one says True; no state
+    that violates an invariant is expanded), nothing else: no ids, parents, successor lists, coverage, interning,
+    bounds but the state count. The states found and those expanded, in order, go into `found` and `expanded`
+    where given. Returns the count of states found."""
+    enabled, step, done, checks = system.enabled, system.step, system.done, [inv.check for inv in system.invariants]
+    pending = [g.check for g in sometimes(system) if not g.step]
+    moves = [g.check for g in sometimes(system) if g.step]
+    seen: dict = {}
+    queue: deque = deque()
+
+    def reach(state: Any) -> None:
+        seen[state] = None
+        if found is not None:
+            found.append(state)
+        done(state)
+        for check in checks:
+            if check(state) is not None:
+                break
+        else:
+            queue.append(state)
+        if pending:
+            pending[:] = [check for check in pending if not check(state)]
+
+    for state in system.initial_states():
+        if state not in seen:
+            reach(state)
+    while queue and (complete or len(seen) < states):
+        state = queue.popleft()
+        if expanded is not None:
+            expanded.append(state)
+        for action in enabled(state):
+            nxt = step(state, action)
+            if moves:
+                moves[:] = [check for check in moves if not check(state, action, nxt)]
+            if nxt not in seen and len(seen) < states:
+                reach(nxt)
+    return len(seen)
+
+
+def bare_pass(spec: RunSpec, states: int, complete: bool) -> dict:
+    """`breadth_first` timed whole (the collector paused, as in `model_pass`): what it spends beyond the model's
+    own calls (`model_pass`) is what any explorer in Python pays, hashing and comparing the states it finds."""
+    system = spec.system()
+    with collection_paused():
+        start = time.process_time()
+        found = breadth_first(system, states, complete)
+        seconds = time.process_time() - start
+    return {"seconds": seconds, "states": found}
 
 
 def model_pass(spec: RunSpec, states: int, complete: bool = False) -> dict:
     """The model's own calls alone over the first `states` states of a breadth-first search.
 
-    A plain breadth-first search with a set finds the states the explorer found, in its order, untimed; over
-    them, the model's calls alone are timed: `done` and every invariant on each state found, `enabled` and every
-    `step` on each state expanded, as the search expands them: every state found where it was `complete` (else
-    those before the bound), but those that violate an invariant. The collector is paused while they run, as the explorer pauses it for its
-    search (`YoungCollections`): the model's calls are timed as they run inside the explorer, and the
-    collector's passes over the states held do not add to one pass and not to another."""
+    `breadth_first` finds the states the explorer found, in its order, untimed; over them, the model's calls alone
+    are timed: `done` and every invariant on each state found, `enabled` and every `step` on each state expanded,
+    as the search expands them: every state found where it was `complete` (else those before the bound), but those
+    that violate an invariant. The model's reachability declarations (`Sometimes`) are asked as the explorer asks
+    them: of each state found (a step one: of each transition) until one says True. The collector is paused while
+    they run, as the explorer pauses it for its search (`YoungCollections`): the model's calls are timed as they
+    run inside the explorer, and the collector's passes over the states held do not add to one pass and not to
+    another."""
     system = spec.system()
     enabled, step, done, invariants = system.enabled, system.step, system.done, list(system.invariants)
-    found = list(dict.fromkeys(system.initial_states()))
-    seen, expanded = set(found), []
-    for state in found:  # grows as it goes: breadth-first
-        if len(seen) >= states and not complete:
-            break
-        if any(inv.check(state) is not None for inv in invariants):
-            continue  # the search expands no state that violates an invariant
-        expanded.append(state)
-        for action in enabled(state):
-            nxt = step(state, action)
-            if nxt not in seen and len(seen) < states:
-                seen.add(nxt)
-                found.append(nxt)
-    del seen
+    found: list = []
+    expanded: list = []
+    breadth_first(system, states, complete, found, expanded)
     clock = time.process_time
+    pending = [g.check for g in sometimes(system) if not g.step]
+    moves = [g.check for g in sometimes(system) if g.step]
     with collection_paused():
         start = clock()
         for state in found:
@@ -264,11 +317,15 @@ def model_pass(spec: RunSpec, states: int, complete: bool = False) -> dict:
             for inv in invariants:
                 if inv.check(state) is not None:
                     break
+            if pending:
+                pending[:] = [check for check in pending if not check(state)]
         checks = clock() - start
         start, steps = clock(), 0
         for state in expanded:
             for action in enabled(state):
-                step(state, action)
+                nxt = step(state, action)
+                if moves:
+                    moves[:] = [check for check in moves if not check(state, action, nxt)]
                 steps += 1
         expansions = clock() - start
     return {"found": len(found), "expanded": len(expanded), "steps": steps, "checks": checks,
@@ -279,7 +336,8 @@ def fresh_pass(kind: str, label: str, args: argparse.Namespace, states: int = 0,
     """One pass of `ceiling` in a fresh process (this script, `--ceiling-pass`): every pass starts from the same
     heap, and the one before it leaves nothing behind for it to collect."""
     command = [sys.executable, __file__, "--ceiling-pass", kind, "--config", label, "--states", str(states),
-               "--max-states", str(args.max_states), "--max-seconds", str(args.max_seconds)] + ["--complete"] * complete
+               "--max-states", str(args.max_states), "--max-seconds", str(args.max_seconds), "--store", args.store]
+    command += ["--complete"] * complete
     out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
     return json.loads(out.splitlines()[-1])
 
@@ -297,16 +355,18 @@ def ceiling(label: str, args: argparse.Namespace) -> dict:
     the model's calls alone over the states it found (`model_pass`). A complete search expands every state it
     finds, so its rate can never pass one state per (expansion + checks) of the model, whatever the explorer
     does. The figures are medians; the multiple is also given from the least times and over each pair."""
-    searches, models = [], []
+    searches, models, bares = [], [], []
     for _ in range(args.repeat):
         searches.append(fresh_pass("explorer", label, args))
         models.append(fresh_pass("model", label, args, searches[0]["states"], searches[0]["complete"]))
+        bares.append(fresh_pass("bare", label, args, searches[0]["states"], searches[0]["complete"]))
     if len({r["states"] for r in searches}) > 1:  # a --max-seconds bound stopped some and not others
         print(f"  note: the searches found {sorted({r['states'] for r in searches})} states")
     m = models[0]
     search_s = [r["seconds"] for r in searches]
     model_s = [r["checks"] + r["expansions"] for r in models]
     search, model = statistics.median(search_s), statistics.median(model_s)
+    bare = statistics.median(r["seconds"] for r in bares)
     overhead = (search - model) / model
     pairs = [(s - t) / t for s, t in zip(search_s, model_s)]
     checks = statistics.median(r["checks"] for r in models)
@@ -322,14 +382,18 @@ def ceiling(label: str, args: argparse.Namespace) -> dict:
            "model_seconds_each": [round(x, 2) for x in model_s],
            "explorer_states_per_second": round(states / search), "free_explorer": round(m["found"] / model),
            "complete_search_at_most": round(1 / per_state), "steps_per_state": round(m["steps"] / m["expanded"], 2),
-           "complete": searches[0]["complete"]}
+           "complete": searches[0]["complete"], "store": args.store, "bare_seconds": round(bare, 2),
+           "bare_overhead": round((bare - model) / model, 2)}
     bounded = "" if row["complete"] else ", bounded"
-    print(f"  explorer: {states:,} states ({m['expanded']:,} expanded, {m['steps']:,} steps{bounded}), "
+    print(f"  explorer ({args.store} store): {states:,} states ({m['expanded']:,} expanded, {m['steps']:,} steps"
+          f"{bounded}), "
           f"x{args.repeat}: {spread(search_s)}, {row['explorer_states_per_second']:,}/s")
     print(f"  the model's calls alone, x{args.repeat}: {spread(model_s)}, "
           f"{row['model_share']:.0%} of the explorer's time")
     print(f"  the explorer's own: {search - model:.2f} s, {overhead:.2f}x the model's (least times: "
           f"{row['overhead_least']:.2f}x; pass by pass {min(pairs):.2f}x to {max(pairs):.2f}x)")
+    print(f"  a bare breadth-first search (a dict and a queue), x{args.repeat}: "
+          f"{spread([r['seconds'] for r in bares])}: its own {row['bare_overhead']:.2f}x the model's")
     print(f"  the model alone runs {row['free_explorer']:,} of these states/s; a complete search (every state "
           f"expanded, {row['steps_per_state']} steps each) at most {row['complete_search_at_most']:,}/s", flush=True)
     return row
@@ -340,7 +404,10 @@ def one_pass(args: argparse.Namespace) -> None:
     label, model, variant, params = next(c for c in LARGEST + CONFIGS if c[0] == args.config)
     spec = RunSpec.resolve(catalog.models().model(model), variant, [f"{k}={v}" for k, v in params.items()])
     if args.ceiling_pass == "explorer":
-        out = explorer_pass(spec, ExploreOptions(max_states=args.max_states, max_seconds=args.max_seconds))
+        out = explorer_pass(spec, ExploreOptions(max_states=args.max_states, max_seconds=args.max_seconds,
+                                                 store=args.store))
+    elif args.ceiling_pass == "bare":
+        out = bare_pass(spec, args.states, args.complete)
     else:
         out = model_pass(spec, args.states, args.complete)
     print(json.dumps(out))
@@ -364,10 +431,12 @@ def main() -> None:
     ap.add_argument("--ceiling", action="store_true",
                     help="instead: the model's own calls timed against the explorer making them (every state, one "
                          "process), and the rate no explorer over the model can pass")
+    ap.add_argument("--store", choices=("full", "fingerprint"), default="full",
+                    help="with --ceiling: the explorer's store (default full, kvsim explore's default)")
     ap.add_argument("--repeat", type=int, default=3,
                     help="with --ceiling: how many times each pass runs, each in a fresh process (1 to 20, default 3)")
     ap.add_argument("--json", metavar="FILE")
-    ap.add_argument("--ceiling-pass", choices=("explorer", "model"), help=argparse.SUPPRESS)  # `fresh_pass`'s child
+    ap.add_argument("--ceiling-pass", choices=("explorer", "model", "bare"), help=argparse.SUPPRESS)  # `fresh_pass`'s child
     ap.add_argument("--config", help=argparse.SUPPRESS)
     ap.add_argument("--states", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--complete", action="store_true", help=argparse.SUPPRESS)  # the search expanded every state

@@ -223,7 +223,7 @@ def explore(system: TransitionSystem[Any, Any], options: ExploreOptions = Explor
     bad, done_flag = visited.bad, visited.done
     saved_gen: str | None = None
     # a successor's fingerprint is taken against the state it was reached from (`FieldFingerprint`): the fields
-    # it shares with that state are not looked up
+    # it shares with that state are not looked up (the full store has no key function: a state is its own key)
     expanding, successor_key = getattr(key, "expanding", None), getattr(key, "successor", key)
     intern = Interner(text=key if hasattr(key, "held") else None)  # the full store: no fingerprint
     # the invariants asked of each new state, as plain functions; how many states each was asked of is counted
@@ -291,8 +291,9 @@ def explore(system: TransitionSystem[Any, Any], options: ExploreOptions = Explor
 
     if not resume:
         for k, init in enumerate(initial):
-            if find(key(init)) is None:
-                discover(key(init), init, -1, None, k, 0)
+            first = init if key is None else key(init)
+            if find(first) is None:
+                discover(first, init, -1, None, k, 0)
 
     if checkpoint is not None:
         checkpoint.schedule(start)
@@ -321,7 +322,7 @@ def explore(system: TransitionSystem[Any, Any], options: ExploreOptions = Explor
                 tid = None if recent is None else recent_get(nxt)
                 if tid is None:
                     rep = nxt if canon is None else canon(nxt)
-                    k = successor_key(rep)
+                    k = rep if successor_key is None else successor_key(rep)
                     tid = find(k)
                     if tid is None:
                         if len(ids) >= max_states:

@@ -1,7 +1,8 @@
 """The explorer's visited-state stores: full states, or 64-bit fingerprints in flat arrays.
 
-Both give the breadth-first search of `explore` the same operations: `key` (what identifies a
-state: the state itself, or its fingerprint, computed once per reached state), `find` a key's id,
+Both give the breadth-first search of `explore` the same operations: `key` (the function that gives what
+identifies a state, its fingerprint, computed once per reached state; None where the state itself is its key),
+`find` (a key's id, or None),
 `add` a new state (with its key, its parent, the action that reached it and its index among the
 parent's enabled actions, its depth), `expand` (record a state's successor ids), the `done`/`bad` flags,
 and `path` / `state` to report a violation. The search order, and so every result, is the same
@@ -49,12 +50,12 @@ class FullStore:
     def __len__(self) -> int:
         return len(self.states)
 
-    @staticmethod
-    def key(state: Any) -> Any:
-        return state
+    key = None  # the state is its own key: no function to call
 
-    def find(self, key: Any) -> int | None:
-        return self.ids.get(key)
+    @property
+    def find(self) -> Callable[[Any], int | None]:
+        """key -> its id, or None: the dict's own `get` (a call in C, none of this store's)."""
+        return self.ids.get
 
     def add(self, key: Any, state: Any, parent: int, action: Any, index: int, depth: int) -> int:
         sid = len(self.states)
@@ -212,8 +213,10 @@ class FingerprintStore:
         saved.key, saved.replay = self.key, self.replay
         return saved
 
-    def find(self, key: int) -> int | None:
-        return self.visited.get(key)
+    @property
+    def find(self) -> Callable[[int], int | None]:
+        """key -> its id, or None."""
+        return self.visited.get
 
     def add(self, key: int, state: Any, parent: int, action: Any, index: int, depth: int) -> int:
         sid = len(self.parent)
