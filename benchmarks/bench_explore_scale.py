@@ -240,11 +240,11 @@ def explorer_pass(spec: RunSpec, bound: ExploreOptions) -> dict:
 def breadth_first(system: Any, states: int, complete: bool, found: list | None = None,
                   expanded: list | None = None) -> int:
     """The barest breadth-first search over `system`: its first `states` states, every one expanded where the
-    search was `complete` (else those before the bound); a dict of the states found and a queue, the model's calls as the explorer makes
-    them (`done`, the invariants until one fails, the reachability declarations until one says True; no state
-    that violates an invariant is expanded), nothing else: no ids, parents, successor lists, coverage, interning,
-    bounds but the state count. The states found and those expanded, in order, go into `found` and `expanded`
-    where given. Returns the count of states found."""
+    search was `complete` (else those before the bound); a dict of the states found and a queue, the model's
+    calls as the explorer makes them (`done`, the invariants until one fails, the reachability declarations until
+    one says True; no state that violates an invariant is expanded), nothing else: no ids, parents, successor
+    lists, coverage, interning, bounds but the state count. The states found and those expanded, in order, go
+    into `found` and `expanded` where given. Returns the count of states found."""
     enabled, step, done, checks = system.enabled, system.step, system.done, [inv.check for inv in system.invariants]
     pending = [g.check for g in sometimes(system) if not g.step]
     moves = [g.check for g in sometimes(system) if g.step]
@@ -436,7 +436,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3,
                     help="with --ceiling: how many times each pass runs, each in a fresh process (1 to 20, default 3)")
     ap.add_argument("--json", metavar="FILE")
-    ap.add_argument("--ceiling-pass", choices=("explorer", "model", "bare"), help=argparse.SUPPRESS)  # `fresh_pass`'s child
+    # `fresh_pass`'s child
+    ap.add_argument("--ceiling-pass", choices=("explorer", "model", "bare"), help=argparse.SUPPRESS)
     ap.add_argument("--config", help=argparse.SUPPRESS)
     ap.add_argument("--states", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--complete", action="store_true", help=argparse.SUPPRESS)  # the search expanded every state
