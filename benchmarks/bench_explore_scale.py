@@ -5,6 +5,7 @@
     python benchmarks/bench_explore_scale.py --largest --max-states 60000000 [--only NAME]
     python benchmarks/bench_explore_scale.py --checkpoint [--only NAME]
     python benchmarks/bench_explore_scale.py --ceiling [--repeat N] [--store full|fingerprint] [--largest] [--only NAME]
+    python benchmarks/bench_explore_scale.py --scaling PAIRS [--workers N] [--store full|fingerprint] [--only NAME]
 
 For each configuration (pd-staging 2 rooms x 2 writers, pd-protocol 2 rooms per backend, swa-budget
 6 requests) it runs, in one process and one after another, with the fingerprint store:
@@ -38,6 +39,13 @@ process, the two passes alternating; the figures are medians, with the least and
 keeps its states in `--store` (default full, `kvsim explore`'s own default; fingerprint: the compact store of
 the largest searches). A bare breadth-first search over the same model (a dict of the states found and a queue:
 no ids, paths, coverage or bounds) is timed too (`bare`): the least any explorer written in Python pays.
+
+`--scaling PAIRS` runs instead, for each configuration, the every-state search (hang search included, as
+`kvsim explore` runs it) in one process and over `--workers N` forked processes, PAIRS times each, alternating,
+each run in a fresh process, in the `--store` given (default fingerprint here, the faster of the two once
+partitioned): the wall seconds of each (least / median / most), and the workers' rate over the one process's,
+pair by pair and from the medians. A shared machine's speed drifts by a third from one minute to the next;
+only the alternated pairs compare.
 
 `--checkpoint` adds, after the symmetric single process, the same search cut in three by the state
 bound, each piece saved to a checkpoint and resumed by the next (`kvsim explore --checkpoint/--resume`):
@@ -336,7 +344,8 @@ def fresh_pass(kind: str, label: str, args: argparse.Namespace, states: int = 0,
     """One pass of `ceiling` in a fresh process (this script, `--ceiling-pass`): every pass starts from the same
     heap, and the one before it leaves nothing behind for it to collect."""
     command = [sys.executable, __file__, "--ceiling-pass", kind, "--config", label, "--states", str(states),
-               "--max-states", str(args.max_states), "--max-seconds", str(args.max_seconds), "--store", args.store]
+               "--max-states", str(args.max_states), "--max-seconds", str(args.max_seconds), "--store", args.store,
+               "--workers", str(args.workers)]
     command += ["--complete"] * complete
     out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
     return json.loads(out.splitlines()[-1])
@@ -399,11 +408,44 @@ def ceiling(label: str, args: argparse.Namespace) -> dict:
     return row
 
 
+def scaling(label: str, args: argparse.Namespace) -> dict:
+    """`--scaling`: one process against `--workers`, alternated pairs, each run in a fresh process (`fresh_pass`)."""
+    ones: list[dict] = []
+    manys: list[dict] = []
+    for k in range(args.scaling):
+        for kind in ("one", "workers") if k % 2 == 0 else ("workers", "one"):
+            (ones if kind == "one" else manys).append(fresh_pass(kind, label, args))
+    if len({r["states"] for r in ones + manys}) > 1:
+        print(f"  note: the searches found {sorted({r['states'] for r in ones + manys})} states")
+    one_s, many_s = [r["seconds"] for r in ones], [r["seconds"] for r in manys]
+    pairs = [a / b for a, b in zip(one_s, many_s)]
+    row = {"store": args.store, "workers": args.workers, "states": ones[0]["states"],
+           "one_seconds": [round(x, 2) for x in one_s], "workers_seconds": [round(x, 2) for x in many_s],
+           "one_cpu": [round(r["cpu"], 2) for r in ones], "workers_cpu": [round(r["cpu"], 2) for r in manys],
+           "scaling": round(statistics.median(one_s) / statistics.median(many_s), 2),
+           "scaling_pairs": [round(p, 2) for p in pairs]}
+    for name, runs in (("1 process", ones), (f"{args.workers} workers", manys)):
+        wall = [r["seconds"] for r in runs]
+        print(f"  {name:10s} ({args.store} store) {runs[0]['states']:,} states, x{len(runs)}: {min(wall):.2f} / "
+              f"{statistics.median(wall):.2f} / {max(wall):.2f} s wall (least / median / most), CPU "
+              f"{statistics.median(r['cpu'] for r in runs):.2f} s (median, the workers' and this process's)")
+    print(f"  {args.workers} workers' rate over 1 process: {row['scaling']:.2f}x from the medians; pair by pair "
+          f"{min(pairs):.2f} / {statistics.median(pairs):.2f} / {max(pairs):.2f}x", flush=True)
+    return row
+
+
 def one_pass(args: argparse.Namespace) -> None:
-    """`--ceiling-pass`: one pass of `ceiling` in this process, printed as a line of JSON."""
+    """`--ceiling-pass`: one pass of `ceiling` or `scaling` in this process, printed as a line of JSON."""
     label, model, variant, params = next(c for c in LARGEST + CONFIGS if c[0] == args.config)
     spec = RunSpec.resolve(catalog.models().model(model), variant, [f"{k}={v}" for k, v in params.items()])
-    if args.ceiling_pass == "explorer":
+    if args.ceiling_pass in ("one", "workers"):
+        bound = ExploreOptions(max_states=args.max_states, max_seconds=args.max_seconds, store=args.store,
+                               symmetry=False)
+        start, cpu = time.perf_counter(), cpu_seconds()
+        r = explore(spec.system(), bound) if args.ceiling_pass == "one" else \
+            explore_parallel(spec.system, args.workers, bound)
+        out = {"seconds": time.perf_counter() - start, "cpu": cpu_seconds() - cpu, "states": r.states}
+    elif args.ceiling_pass == "explorer":
         out = explorer_pass(spec, ExploreOptions(max_states=args.max_states, max_seconds=args.max_seconds,
                                                  store=args.store))
     elif args.ceiling_pass == "bare":
@@ -431,22 +473,30 @@ def main() -> None:
     ap.add_argument("--ceiling", action="store_true",
                     help="instead: the model's own calls timed against the explorer making them (every state, one "
                          "process), and the rate no explorer over the model can pass")
-    ap.add_argument("--store", choices=("full", "fingerprint"), default="full",
-                    help="with --ceiling: the explorer's store (default full, kvsim explore's default)")
+    ap.add_argument("--store", choices=("full", "fingerprint"),
+                    help="with --ceiling or --scaling: the explorer's store (default: full with --ceiling, kvsim "
+                         "explore's default; fingerprint with --scaling)")
+    ap.add_argument("--scaling", type=int, metavar="PAIRS",
+                    help="instead: one process against --workers N, PAIRS alternated pairs (1 to 20), each run in a "
+                         "fresh process")
     ap.add_argument("--repeat", type=int, default=3,
                     help="with --ceiling: how many times each pass runs, each in a fresh process (1 to 20, default 3)")
     ap.add_argument("--json", metavar="FILE")
     # `fresh_pass`'s child
-    ap.add_argument("--ceiling-pass", choices=("explorer", "model", "bare"), help=argparse.SUPPRESS)
+    ap.add_argument("--ceiling-pass", choices=("explorer", "model", "bare", "one", "workers"), help=argparse.SUPPRESS)
     ap.add_argument("--config", help=argparse.SUPPRESS)
     ap.add_argument("--states", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--complete", action="store_true", help=argparse.SUPPRESS)  # the search expanded every state
     args = ap.parse_args()
+    if args.store is None:
+        args.store = "fingerprint" if args.scaling else "full"
     if args.ceiling_pass:
         one_pass(args)
         return
     if not 1 <= args.repeat <= 20:  # each repeat is a whole search and a whole model pass
         ap.error(f"--repeat: expected a count from 1 to 20, got {args.repeat}")
+    if args.scaling is not None and not 1 <= args.scaling <= 20:
+        ap.error(f"--scaling: expected a count of pairs from 1 to 20, got {args.scaling}")
     print(f"python {platform.python_version()}, {os.cpu_count()} CPUs, max states {args.max_states:,}, "
           f"max seconds {args.max_seconds:,.0f}, kvsim from {Path(catalog.__file__).parents[2]}")
     reg = catalog.models()
@@ -462,6 +512,9 @@ def main() -> None:
                                store="fingerprint")
         if args.ceiling:
             report.append({"config": label, "params": params, "ceiling": ceiling(label, args)})
+            continue
+        if args.scaling:
+            report.append({"config": label, "params": params, "scaling": scaling(label, args)})
             continue
         if args.largest:  # one process against workers, both reduced as the model declares
             rows = [run("1 process", lambda: explore(spec.system(), bound), None)]
