@@ -45,7 +45,8 @@ no ids, paths, coverage or bounds) is timed too (`bare`): the least any explorer
 each run in a fresh process, in the `--store` given (default fingerprint here, the faster of the two once
 partitioned): the wall seconds of each (least / median / most), and the workers' rate over the one process's,
 pair by pair and from the medians. A shared machine's speed drifts by a third from one minute to the next;
-only the alternated pairs compare.
+only the alternated pairs compare (rates, where a partitioned search bounded by its state count
+ends at the end of a level, past the bound).
 
 `--checkpoint` adds, after the symmetric single process, the same search cut in three by the state
 bound, each piece saved to a checkpoint and resumed by the next (`kvsim explore --checkpoint/--resume`):
@@ -415,21 +416,24 @@ def scaling(label: str, args: argparse.Namespace) -> dict:
     for k in range(args.scaling):
         for kind in ("one", "workers") if k % 2 == 0 else ("workers", "one"):
             (ones if kind == "one" else manys).append(fresh_pass(kind, label, args))
-    if len({r["states"] for r in ones + manys}) > 1:
-        print(f"  note: the searches found {sorted({r['states'] for r in ones + manys})} states")
+    if len({r["states"] for r in ones + manys}) > 1:  # a partitioned search stops at the end of a level
+        print(f"  note: the searches found {sorted({r['states'] for r in ones + manys})} states: rates compare, "
+              "not seconds")
     one_s, many_s = [r["seconds"] for r in ones], [r["seconds"] for r in manys]
-    pairs = [a / b for a, b in zip(one_s, many_s)]
+    one_rate, many_rate = [r["states"] / r["seconds"] for r in ones], [r["states"] / r["seconds"] for r in manys]
+    pairs = [b / a for a, b in zip(one_rate, many_rate)]
     row = {"store": args.store, "workers": args.workers, "states": ones[0]["states"],
            "one_seconds": [round(x, 2) for x in one_s], "workers_seconds": [round(x, 2) for x in many_s],
            "one_cpu": [round(r["cpu"], 2) for r in ones], "workers_cpu": [round(r["cpu"], 2) for r in manys],
-           "scaling": round(statistics.median(one_s) / statistics.median(many_s), 2),
+           "scaling": round(statistics.median(many_rate) / statistics.median(one_rate), 2),
            "scaling_pairs": [round(p, 2) for p in pairs]}
     for name, runs in (("1 process", ones), (f"{args.workers} workers", manys)):
         wall = [r["seconds"] for r in runs]
         print(f"  {name:10s} ({args.store} store) {runs[0]['states']:,} states, x{len(runs)}: {min(wall):.2f} / "
               f"{statistics.median(wall):.2f} / {max(wall):.2f} s wall (least / median / most), CPU "
               f"{statistics.median(r['cpu'] for r in runs):.2f} s (median, the workers' and this process's)")
-    print(f"  {args.workers} workers' rate over 1 process: {row['scaling']:.2f}x from the medians; pair by pair "
+    print(f"  {args.workers} workers' rate (states/s) over 1 process's: {row['scaling']:.2f}x from the medians; "
+          f"pair by pair "
           f"{min(pairs):.2f} / {statistics.median(pairs):.2f} / {max(pairs):.2f}x", flush=True)
     return row
 
