@@ -43,7 +43,8 @@ class FullStore:
         self.parent: list[int] = []
         self.via: list[Any] = []
         self.depth: list[int] = []
-        self.succ: list[list[tuple[int, Any]] | None] = []  # None: not expanded
+        # (the successors' ids, the enabled actions that reach them: two lists, no pair per edge); None: not expanded
+        self.succ: list[tuple[list[int], Sequence[Any]] | None] = []
         self.done: list[bool] = []
         self.bad: list[bool] = []
 
@@ -70,10 +71,11 @@ class FullStore:
         return sid
 
     def expand(self, sid: int, tids: list[int], actions: Sequence[Any]) -> None:
-        self.succ[sid] = list(zip(tids, actions))
+        self.succ[sid] = (tids, actions)
 
     def successors(self, sid: int) -> Iterator[int]:
-        return (tid for tid, _ in self.succ[sid] or ())
+        succ = self.succ[sid]
+        return iter(succ[0] if succ is not None else ())
 
     def expanded(self, sid: int) -> bool:
         return self.succ[sid] is not None
@@ -103,7 +105,7 @@ class FullStore:
             g.add_node(sid, state=canonical_json(state), depth=self.depth[sid], done=self.done[sid],
                        violation=self.bad[sid], expanded=self.succ[sid] is not None)
         for sid, succ in enumerate(self.succ):
-            for tid, action in succ or ():
+            for tid, action in zip(*succ) if succ is not None else ():
                 g.add_edge(sid, tid, action=canonical_json(action))
         return g
 
