@@ -243,7 +243,8 @@ def explorer_pass(spec: RunSpec, bound: ExploreOptions) -> dict:
     process (a machine other jobs share moves wall time, not CPU time, much)."""
     start = time.process_time()
     r = explore(spec.system(), replace(bound, symmetry=False, check_liveness=False))
-    return {"seconds": time.process_time() - start, "states": r.states, "complete": r.bound_hit is None}
+    return {"seconds": time.process_time() - start, "states": r.states, "complete": r.bound_hit is None,
+            "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024}
 
 
 def breadth_first(system: Any, states: int, complete: bool, found: list | None = None,
@@ -393,10 +394,11 @@ def ceiling(label: str, args: argparse.Namespace) -> dict:
            "explorer_states_per_second": round(states / search), "free_explorer": round(m["found"] / model),
            "complete_search_at_most": round(1 / per_state), "steps_per_state": round(m["steps"] / m["expanded"], 2),
            "complete": searches[0]["complete"], "store": args.store, "bare_seconds": round(bare, 2),
+           "explorer_peak_mb": statistics.median(r["peak_mb"] for r in searches),
            "bare_overhead": round((bare - model) / model, 2)}
     bounded = "" if row["complete"] else ", bounded"
     print(f"  explorer ({args.store} store): {states:,} states ({m['expanded']:,} expanded, {m['steps']:,} steps"
-          f"{bounded}), "
+          f"{bounded}, peak {statistics.median(r['peak_mb'] for r in searches):,.0f} MB), "
           f"x{args.repeat}: {spread(search_s)}, {row['explorer_states_per_second']:,}/s")
     print(f"  the model's calls alone, x{args.repeat}: {spread(model_s)}, "
           f"{row['model_share']:.0%} of the explorer's time")
