@@ -435,8 +435,7 @@ def scaling(label: str, args: argparse.Namespace) -> dict:
               f"{statistics.median(wall):.2f} / {max(wall):.2f} s wall (least / median / most), CPU "
               f"{statistics.median(r['cpu'] for r in runs):.2f} s (median, the workers' and this process's)")
     print(f"  {args.workers} workers' rate (states/s) over 1 process's: {row['scaling']:.2f}x from the medians; "
-          f"pair by pair "
-          f"{min(pairs):.2f} / {statistics.median(pairs):.2f} / {max(pairs):.2f}x", flush=True)
+          f"pair by pair {min(pairs):.2f} / {statistics.median(pairs):.2f} / {max(pairs):.2f}x", flush=True)
     return row
 
 
