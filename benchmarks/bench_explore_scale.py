@@ -44,9 +44,11 @@ no ids, paths, coverage or bounds) is timed too (`bare`): the least any explorer
 `kvsim explore` runs it) in one process and over `--workers N` forked processes, PAIRS times each, alternating,
 each run in a fresh process, in the `--store` given (default fingerprint here, the faster of the two once
 partitioned): the wall seconds of each (least / median / most), and the workers' rate over the one process's,
-pair by pair and from the medians. A shared machine's speed drifts by a third from one minute to the next;
-only the alternated pairs compare (rates, where a partitioned search bounded by its state count
-ends at the end of a level, past the bound).
+pair by pair and from the medians. Each round also runs N copies of the one-process search at once, in N fresh
+processes: N times the one process's rate is what the partition would give if splitting the search cost nothing,
+and their rate over one copy's is how much of N cores this machine gives N such searches. A shared machine's
+speed drifts by a third from one minute to the next; only the alternated pairs compare (rates, where a
+partitioned search bounded by its state count ends at the end of a level, past the bound).
 
 `--checkpoint` adds, after the symmetric single process, the same search cut in three by the state
 bound, each piece saved to a checkpoint and resumed by the next (`kvsim explore --checkpoint/--resume`):
@@ -342,15 +344,33 @@ def model_pass(spec: RunSpec, states: int, complete: bool = False) -> dict:
             "expansions": expansions}
 
 
-def fresh_pass(kind: str, label: str, args: argparse.Namespace, states: int = 0, complete: bool = False) -> dict:
-    """One pass of `ceiling` in a fresh process (this script, `--ceiling-pass`): every pass starts from the same
-    heap, and the one before it leaves nothing behind for it to collect."""
+def pass_command(kind: str, label: str, args: argparse.Namespace, states: int = 0, complete: bool = False) -> list:
+    """The command of one pass in a fresh process (this script, `--ceiling-pass`)."""
     command = [sys.executable, __file__, "--ceiling-pass", kind, "--config", label, "--states", str(states),
                "--max-states", str(args.max_states), "--max-seconds", str(args.max_seconds), "--store", args.store,
                "--workers", str(args.workers)]
-    command += ["--complete"] * complete
-    out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+    return command + ["--complete"] * complete
+
+
+def fresh_pass(kind: str, label: str, args: argparse.Namespace, states: int = 0, complete: bool = False) -> dict:
+    """One pass of `ceiling` or `scaling` in a fresh process: every pass starts from the same heap, and the one
+    before it leaves nothing behind for it to collect."""
+    out = subprocess.run(pass_command(kind, label, args, states, complete), check=True, capture_output=True,
+                         text=True).stdout
     return json.loads(out.splitlines()[-1])
+
+
+def twin_passes(label: str, args: argparse.Namespace) -> dict:
+    """`--workers` one-process searches at once, each in its own fresh process: how much of N cores the machine
+    gives N independent copies of the search (the most any partition of it could get). Their time: the slowest
+    copy's search, as each timed it (their start-up, which overlaps, left out as it is from every pass)."""
+    procs = [subprocess.Popen(pass_command("one", label, args), stdout=subprocess.PIPE, text=True)
+             for _ in range(args.workers)]
+    outs = [json.loads(p.communicate()[0].splitlines()[-1]) for p in procs]
+    if any(p.returncode for p in procs):
+        raise RuntimeError(f"a twin pass failed: {[p.returncode for p in procs]}")
+    return {"seconds": max(o["seconds"] for o in outs), "states": outs[0]["states"],
+            "each": [round(o["seconds"], 2) for o in outs]}
 
 
 def spread(values: list[float]) -> str:
@@ -415,9 +435,13 @@ def scaling(label: str, args: argparse.Namespace) -> dict:
     """`--scaling`: one process against `--workers`, alternated pairs, each run in a fresh process (`fresh_pass`)."""
     ones: list[dict] = []
     manys: list[dict] = []
+    twins: list[dict] = []
     for k in range(args.scaling):
-        for kind in ("one", "workers") if k % 2 == 0 else ("workers", "one"):
-            (ones if kind == "one" else manys).append(fresh_pass(kind, label, args))
+        for kind in ("one", "workers", "twins") if k % 2 == 0 else ("twins", "workers", "one"):
+            if kind == "twins":
+                twins.append(twin_passes(label, args))
+            else:
+                (ones if kind == "one" else manys).append(fresh_pass(kind, label, args))
     if len({r["states"] for r in ones + manys}) > 1:  # a partitioned search stops at the end of a level
         print(f"  note: the searches found {sorted({r['states'] for r in ones + manys})} states: rates compare, "
               "not seconds")
@@ -428,14 +452,21 @@ def scaling(label: str, args: argparse.Namespace) -> dict:
            "one_seconds": [round(x, 2) for x in one_s], "workers_seconds": [round(x, 2) for x in many_s],
            "one_cpu": [round(r["cpu"], 2) for r in ones], "workers_cpu": [round(r["cpu"], 2) for r in manys],
            "scaling": round(statistics.median(many_rate) / statistics.median(one_rate), 2),
-           "scaling_pairs": [round(p, 2) for p in pairs]}
+           "scaling_pairs": [round(p, 2) for p in pairs],
+           "twins_seconds": [round(r["seconds"], 2) for r in twins]}
+    # N copies of the one-process search at once: N times its states in the slowest copy's wall time
+    twin_s = [r["seconds"] for r in twins]
+    row["machine_scaling"] = round(args.workers * statistics.median(one_s) / statistics.median(twin_s), 2)
     for name, runs in (("1 process", ones), (f"{args.workers} workers", manys)):
         wall = [r["seconds"] for r in runs]
         print(f"  {name:10s} ({args.store} store) {runs[0]['states']:,} states, x{len(runs)}: {min(wall):.2f} / "
               f"{statistics.median(wall):.2f} / {max(wall):.2f} s wall (least / median / most), CPU "
               f"{statistics.median(r['cpu'] for r in runs):.2f} s (median, the workers' and this process's)")
     print(f"  {args.workers} workers' rate (states/s) over 1 process's: {row['scaling']:.2f}x from the medians; "
-          f"pair by pair {min(pairs):.2f} / {statistics.median(pairs):.2f} / {max(pairs):.2f}x", flush=True)
+          f"pair by pair {min(pairs):.2f} / {statistics.median(pairs):.2f} / {max(pairs):.2f}x")
+    print(f"  {args.workers} one-process searches at once (the machine's own scaling of this search): "
+          f"{min(twin_s):.2f} / {statistics.median(twin_s):.2f} / {max(twin_s):.2f} s wall, "
+          f"{row['machine_scaling']:.2f}x the one process's rate", flush=True)
     return row
 
 
