@@ -88,17 +88,9 @@ def fix_run(bug: BugReport, result: ReproResult, seed: int = 0) -> tuple[str | N
     variant = baseline_variant(bug)
     if variant is None:
         return None, None
-    if result.fixed_passes is not None:  # `reproduce` already ran the same variant
-        return variant, result.fixed_passes
-    run = resolved(bug, result)
-    if run.prop is not None:
-        from ..engine.runner import run_property
-
-        found = run_property(run.prop, run.baseline, max_examples=FIXED_CHECK_EXAMPLES, seed=seed + 1,
-                             params=dict(bug.params), descriptor=run.model)
-        return variant, found.status == "passed"
-    found = explore(run.model.build_system(run.baseline, dict(bug.params)))
-    return variant, not any(v.property == bug.invariant for v in found.violations)
+    if result.fixed_passes is None:  # a result `reproduce` did not make: it runs the fix side wherever there is one
+        result = reproduce(resolved(bug, result), seed)
+    return variant, result.fixed_passes
 
 
 def checked(result: ReproResult) -> str:
