@@ -315,10 +315,17 @@ def model_pass(spec: RunSpec, states: int, complete: bool = False) -> dict:
     run inside the explorer, and the collector's passes over the states held do not add to one pass and not to
     another."""
     system = spec.system()
-    enabled, step, done, invariants = system.enabled, system.step, system.done, list(system.invariants)
     found: list = []
     expanded: list = []
     breadth_first(system, states, complete, found, expanded)
+    return {"found": len(found), "expanded": len(expanded), **model_calls(system, found, expanded)}
+
+
+def model_calls(system: Any, found: list, expanded: list) -> dict:
+    """The model's own calls over `found` and `expanded` (`model_pass`), CPU seconds: `checks` (`done`, the
+    invariants and the state declarations on each state found) and `expansions` (`enabled`, each `step` and the
+    step declarations on each state expanded), with the count of `steps`."""
+    enabled, step, done, invariants = system.enabled, system.step, system.done, list(system.invariants)
     clock = time.process_time
     pending = [g.check for g in sometimes(system) if not g.step]
     moves = [g.check for g in sometimes(system) if g.step]
@@ -340,8 +347,7 @@ def model_pass(spec: RunSpec, states: int, complete: bool = False) -> dict:
                     moves[:] = [check for check in moves if not check(state, action, nxt)]
                 steps += 1
         expansions = clock() - start
-    return {"found": len(found), "expanded": len(expanded), "steps": steps, "checks": checks,
-            "expansions": expansions}
+    return {"steps": steps, "checks": checks, "expansions": expansions}
 
 
 def pass_command(kind: str, label: str, args: argparse.Namespace, states: int = 0, complete: bool = False) -> list:

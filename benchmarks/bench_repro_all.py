@@ -13,6 +13,14 @@ the two sides are compared too: every key but the timings and the searched-state
     python benchmarks/bench_repro_all.py --a /work/wt-repro-base/.venv/bin/kvsim --b .venv/bin/kvsim --pairs 3
     python benchmarks/bench_repro_all.py --b-args "--workers 1" ...   (extra arguments for one side)
     python benchmarks/bench_repro_all.py --a ... --b ... --sides   (each report's two sides, CPU, one process)
+    python benchmarks/bench_repro_all.py --a ... --b ... --floor   (the pairs, then the least CPU B's checks allow)
+
+`--floor` measures, in one process of B's tree, what the catalog's checks cost at the least: the imports, the
+properties' own calls, the models' own calls in every search (timed again over the states each search found,
+as `bench_explore_scale.py --ceiling` times them), and Hypothesis drawing the same number of inputs from the
+same strategies with nothing checked and nothing shrunk (`shrink=False`). Their sum, over side A's median CPU,
+is the least CPU ratio any kvsim could reach with these checks (the same example counts, strategies and
+searches); over A's median wall, with the reports spread over the CPUs, the least wall ratio.
 
 Not a test: the figures depend on the machine; report them as ratios of the same run.
 """
@@ -86,6 +94,103 @@ for bug in reg.bugs.values():
 """
 
 
+# run by B's interpreter (--floor): the catalog's checks at their least (module doc), as one JSON line
+FLOOR = """
+import json, sys, time
+clock = time.process_time
+start = clock()
+from kvsim.app import catalog
+import kvsim.app.repro as R
+from kvsim.engine import property as P, runner
+reg = catalog.load()
+runs = [R.BugRun.resolve(b, reg) for b in reg.bugs.values()]
+out = {"imports": clock() - start, "reports": 0.0, "properties": 0.0, "checks": 0, "models": 0.0, "states": 0,
+       "drawing": 0.0, "drawn": 0, "searches": 0, "property_runs": 0}
+real_call, real_run, real_explore, real_pinned = P.KvProperty.__call__, R.run_property, R.explore, runner.run_pinned
+pinned = [0]
+
+def call(self, *a, **k):
+    t = clock()
+    try:
+        return real_call(self, *a, **k)
+    finally:
+        out["properties"] += clock() - t
+        out["checks"] += 1
+
+def run_pinned(check, cases):
+    pinned[0] += len(cases)
+    return real_pinned(check, cases)
+
+def run_property(prop, variant, **k):
+    pinned[0] = 0
+    result = real_run(prop, variant, **k)
+    runs_of.append((prop, variant, k, result.examples - pinned[0]))
+    return result
+
+def explore(system, options):
+    result = real_explore(system, options)
+    searches.append((system, options, result._store))
+    return result
+
+def models(system, store):
+    # the model's calls over the states the search found, in its order (bench_explore_scale's `model_calls`); not
+    # the symmetry's canonical forms (the explorer takes one a state it has not met lately): a floor
+    expanded = [state for state, succ in zip(store.states, store.succ) if succ is not None]
+    calls = model_calls(system, store.states, expanded)
+    return calls["checks"] + calls["expansions"], len(store.states)
+
+P.KvProperty.__call__, runner.run_pinned = call, run_pinned
+R.run_property, R.explore = run_property, explore
+runs_of, searches = [], []
+t = clock()
+for run in runs:
+    R.reproduce(run, seed=0)
+out["reports"] = clock() - t
+P.KvProperty.__call__, runner.run_pinned = real_call, real_pinned
+sys.path.insert(0, sys.argv[1])  # this folder, after the catalog's run: bench_explore_scale's `model_calls`
+from bench_explore_scale import model_calls
+for system, options, store in searches:
+    seconds, states = models(system, store)
+    out["models"] += seconds
+    out["states"] += states
+    out["searches"] += 1
+P.KvProperty.__call__ = lambda self, case, variant, backend=None: None
+for prop, variant, k, drawn in runs_of:
+    if drawn <= 0:
+        continue
+    k = dict(k, max_examples=drawn, shrink=False, cases=(), keep_tried=False, use_examples=False)
+    t = clock()
+    got = real_run(prop, variant, **k)
+    out["drawing"] += clock() - t
+    out["drawn"] += got.examples
+    out["property_runs"] += 1
+print(json.dumps(out))
+"""
+
+
+def floor(kvsim: str) -> dict[str, Any]:
+    """The catalog's checks at their least in the tree of the `kvsim` executable (`FLOOR`): CPU seconds."""
+    python = os.path.join(os.path.dirname(kvsim), "python")
+    here = os.path.dirname(os.path.abspath(__file__))
+    return json.loads(subprocess.run([python, "-P", "-c", FLOOR, here], capture_output=True, text=True,
+                                     check=True).stdout)
+
+
+def print_floor(b: str, runs: dict[str, list[dict[str, Any]]]) -> None:
+    f = floor(b)
+    least = f["imports"] + f["properties"] + f["models"] + f["drawing"]
+    cpu_a = statistics.median(r["cpu"] for r in runs["A"])
+    wall_a = statistics.median(r["wall"] for r in runs["A"])
+    cpus = os.cpu_count() or 1
+    print(f"B's checks at their least (one process, CPU s): imports {f['imports']:.2f}, the properties' calls "
+          f"{f['properties']:.2f} ({f['checks']} checks), the models' calls {f['models']:.2f} ({f['searches']} "
+          f"searches, {f['states']} states), Hypothesis drawing the same inputs {f['drawing']:.2f} "
+          f"({f['drawn']} inputs, {f['property_runs']} runs, nothing checked or shrunk); sum {least:.2f}, "
+          f"against the reports' {f['reports']:.2f} + imports")
+    print(f"least B/A cpu: {least / cpu_a:.3f}; least B/A wall on {cpus} CPUs: "
+          f"{(f['imports'] + (least - f['imports']) / cpus) / wall_a:.3f}")
+
+
 def sides(kvsim: str) -> dict[str, list[tuple[str, float, int]]]:
     """Each report's sides in the tree of the `kvsim` executable: [(kind, CPU seconds, examples or states)]."""
     python = os.path.join(os.path.dirname(kvsim), "python")
@@ -120,6 +225,8 @@ def main() -> None:
     p.add_argument("--b-args", default="", help="extra arguments for side B")
     p.add_argument("--pairs", type=int, default=3)
     p.add_argument("--per-report", action="store_true", help="print each report's seconds (medians)")
+    p.add_argument("--floor", action="store_true", help="after the pairs: the least CPU and wall B's checks "
+                   "allow, as ratios to A's medians (module doc)")
     p.add_argument("--sides", action="store_true", help="only: each report's variant and fixed side timed apart "
                    "in one process of each tree (CPU), with the totals per kind of side")
     args = p.parse_args()
@@ -152,6 +259,8 @@ def main() -> None:
     same_b = all(rows(r["doc"]) == b_rows for r in runs["B"])
     print(f"verdict rows (all but timings and searched states): {len(a_rows)} vs {len(b_rows)}, "
           f"{'equal' if not differ else 'DIFFER: ' + ', '.join(differ)}; B's runs alike: {same_b}")
+    if args.floor:
+        print_floor(args.b, runs)
     if args.per_report:
         print(f"{'report':<52} {'A s':>7} {'B s':>7}   (A: + where the fixed side is left out of A's JSON)")
         seconds = {n: [report_seconds(r["doc"]) for r in runs[n]] for n in ("A", "B")}
