@@ -5,7 +5,8 @@
     python benchmarks/bench_explore_scale.py --largest --max-states 60000000 [--only NAME]
     python benchmarks/bench_explore_scale.py --checkpoint [--only NAME]
     python benchmarks/bench_explore_scale.py --ceiling [--repeat N] [--store full|fingerprint] [--largest] [--only NAME]
-    python benchmarks/bench_explore_scale.py --scaling PAIRS [--workers N] [--store full|fingerprint] [--only NAME]
+    python benchmarks/bench_explore_scale.py --scaling PAIRS [--workers N] [--store full|fingerprint] [--symmetry]
+                                             [--only NAME]
 
 For each configuration (pd-staging 2 rooms x 2 writers, pd-protocol 2 rooms per backend, swa-budget
 6 requests) it runs, in one process and one after another, with the fingerprint store:
@@ -41,7 +42,8 @@ the largest searches). A bare breadth-first search over the same model (a dict o
 no ids, paths, coverage or bounds) is timed too (`bare`): the least any explorer written in Python pays.
 
 `--scaling PAIRS` runs instead, for each configuration, the every-state search (hang search included, as
-`kvsim explore` runs it) in one process and over `--workers N` forked processes, PAIRS times each, alternating,
+`kvsim explore` runs it; with `--symmetry`, one state per orbit where the model declares a symmetry, as
+`kvsim explore` runs by default) in one process and over `--workers N` forked processes, PAIRS times each, alternating,
 each run in a fresh process, in the `--store` given (default fingerprint here, the faster of the two once
 partitioned): the wall seconds of each (least / median / most), and the workers' rate over the one process's,
 pair by pair and from the medians. Each round also runs N copies of the one-process search at once, in N fresh
@@ -355,7 +357,7 @@ def pass_command(kind: str, label: str, args: argparse.Namespace, states: int = 
     command = [sys.executable, __file__, "--ceiling-pass", kind, "--config", label, "--states", str(states),
                "--max-states", str(args.max_states), "--max-seconds", str(args.max_seconds), "--store", args.store,
                "--workers", str(args.workers)]
-    return command + ["--complete"] * complete
+    return command + ["--complete"] * complete + ["--symmetry"] * args.symmetry
 
 
 def fresh_pass(kind: str, label: str, args: argparse.Namespace, states: int = 0, complete: bool = False) -> dict:
@@ -454,7 +456,7 @@ def scaling(label: str, args: argparse.Namespace) -> dict:
     one_s, many_s = [r["seconds"] for r in ones], [r["seconds"] for r in manys]
     one_rate, many_rate = [r["states"] / r["seconds"] for r in ones], [r["states"] / r["seconds"] for r in manys]
     pairs = [b / a for a, b in zip(one_rate, many_rate)]
-    row = {"store": args.store, "workers": args.workers, "states": ones[0]["states"],
+    row = {"store": args.store, "symmetry": args.symmetry, "workers": args.workers, "states": ones[0]["states"],
            "one_seconds": [round(x, 2) for x in one_s], "workers_seconds": [round(x, 2) for x in many_s],
            "one_cpu": [round(r["cpu"], 2) for r in ones], "workers_cpu": [round(r["cpu"], 2) for r in manys],
            "scaling": round(statistics.median(many_rate) / statistics.median(one_rate), 2),
@@ -465,7 +467,8 @@ def scaling(label: str, args: argparse.Namespace) -> dict:
     row["machine_scaling"] = round(args.workers * statistics.median(one_s) / statistics.median(twin_s), 2)
     for name, runs in (("1 process", ones), (f"{args.workers} workers", manys)):
         wall = [r["seconds"] for r in runs]
-        print(f"  {name:10s} ({args.store} store) {runs[0]['states']:,} states, x{len(runs)}: {min(wall):.2f} / "
+        kind = f"{args.store} store{', symmetry' if args.symmetry else ''}"
+        print(f"  {name:10s} ({kind}) {runs[0]['states']:,} states, x{len(runs)}: {min(wall):.2f} / "
               f"{statistics.median(wall):.2f} / {max(wall):.2f} s wall (least / median / most), CPU "
               f"{statistics.median(r['cpu'] for r in runs):.2f} s (median, the workers' and this process's)")
     print(f"  {args.workers} workers' rate (states/s) over 1 process's: {row['scaling']:.2f}x from the medians; "
@@ -482,7 +485,7 @@ def one_pass(args: argparse.Namespace) -> None:
     spec = RunSpec.resolve(catalog.models().model(model), variant, [f"{k}={v}" for k, v in params.items()])
     if args.ceiling_pass in ("one", "workers"):
         bound = ExploreOptions(max_states=args.max_states, max_seconds=args.max_seconds, store=args.store,
-                               symmetry=False)
+                               symmetry=args.symmetry)
         start, cpu = time.perf_counter(), cpu_seconds()
         r = explore(spec.system(), bound) if args.ceiling_pass == "one" else \
             explore_parallel(spec.system, args.workers, bound)
@@ -521,6 +524,9 @@ def main() -> None:
     ap.add_argument("--scaling", type=int, metavar="PAIRS",
                     help="instead: one process against --workers N, PAIRS alternated pairs (1 to 20), each run in a "
                          "fresh process")
+    ap.add_argument("--symmetry", action="store_true",
+                    help="with --scaling: the search with the model's symmetry, where it declares one (kvsim "
+                         "explore's default; without it: every state)")
     ap.add_argument("--repeat", type=int, default=3,
                     help="with --ceiling: how many times each pass runs, each in a fresh process (1 to 20, default 3)")
     ap.add_argument("--json", metavar="FILE")
