@@ -273,34 +273,6 @@ def test_a_fingerprint_is_taken_once_and_a_known_state_is_not_sent():
     assert 0 < sent < crossed and sent < new  # only new states travel, and not every new one came from afar
 
 
-def test_a_partition_takes_the_canonical_form_of_a_successor_met_lately_once():
-    # as `explore` does (its `recent`), a worker keeps the forms of the successors it met lately: a transition
-    # that reaches one of them again takes no canonical form (without it, one a transition)
-    run = RunSpec.resolve(catalog.models().model("pd-staging"), "fixed", {"rooms": "2"})
-    parts = [Partition(run.system, w, 2, "full", True, None) for w in range(2)]
-    forms = [0, 0]
-    for w, part in enumerate(parts):
-        assert part.canon is not None
-
-        def counted(state, canon=part.canon, w=w):
-            forms[w] += 1
-            return canon(state)
-
-        part.canon = counted
-    pool = Inline(parts)
-    try:
-        inboxes = [[box] for box in parts[0].initial()]
-        for depth in range(8):
-            absorb_level(pool, 2, inboxes, depth)
-            outboxes = [part.expand()[0] for part in parts]
-            inboxes = [[outboxes[src][dst] for src in range(2)] for dst in range(2)]
-        transitions = [sum(part.fired.values()) for part in parts]
-    finally:
-        for part in parts:
-            part.finish()
-    assert all(0 < f < t for f, t in zip(forms, transitions)), (forms, transitions)
-
-
 class Counted:
     """A partition's fingerprint, counting in `calls[w]` the fingerprints it takes (whole, or from a parent's)."""
 

@@ -3,8 +3,7 @@
 The state space is partitioned: a state belongs to worker `fingerprint % W`, its fingerprint the one a
 single process keeps (`fingerprint.fingerprint_function`: from its fields' codes, the same in any process and
 under any PYTHONHASHSEED), taken from its parent's as a single process takes it. In *expand*, a worker takes
-the successors of its frontier (a symmetric model's in their canonical form, kept for the successors met lately)
-and sorts them into one outbox per owner (each distinct successor is routed
+the successors of its frontier and sorts them into one outbox per owner (each distinct successor is routed
 once, and its fingerprint travels with it: the owner keeps it, and takes its successors' from it). Which
 worker owns a state picks which of several shortest paths is reported; as no worker routes by `hash`, that
 is the same in every run, with either store. In
@@ -67,9 +66,6 @@ class Partition(HangRounds):
         # the fingerprints of the successors met at the last levels: most successors that are not new this level
         # were reached at one of the levels before (a state found already, which its owner is sent again)
         self.prints = Recent()
-        # the canonical forms of the successors met lately, by the successor as stepped: most transitions reach
-        # a state reached a few expansions before, whose form is then not computed again (as `explore`'s `recent`)
-        self.forms = Recent()
         self.max_depth = max_depth
         self.full = store == "full"
         self.ids: dict[Any, int] | FingerprintSet = {} if self.full else FingerprintSet()
@@ -131,8 +127,8 @@ class Partition(HangRounds):
         transitions = cut = 0
         enabled, step, canon = self.system.enabled, self.system.step, self.canon
         expanding, successor, claim = self.fp.expanding, self.fp.successor, level.setdefault
-        prints, forms = self.prints, self.forms
-        printed, formed = prints.get, forms.get
+        prints = self.prints
+        printed = prints.get
         taken: dict[Any, int] = {}  # transitions taken per action (`_tally` counts them by kind)
         goals, met = sometimes(self.system), {}
         spare: list[int] = []
@@ -151,11 +147,7 @@ class Partition(HangRounds):
                         met.update((k, gid) for k in hit)
                         self.met(hit)
                 if canon is not None:
-                    rep = formed(nxt)
-                    if rep is None:
-                        rep = canon(nxt)
-                        forms.put(nxt, rep)
-                    nxt = rep
+                    nxt = canon(nxt)
                 edges = claim(nxt, spare)  # one hash of the successor, found or not
                 if edges is spare:
                     spare = []
