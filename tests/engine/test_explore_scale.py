@@ -263,7 +263,7 @@ def test_a_fingerprint_is_taken_once_and_a_known_state_is_not_sent():
     for w, part in enumerate(parts):
         part.fp = Counted(part.fp, calls, w)
     try:
-        routed, crossed, sent, new, taken = route_levels(parts, calls)
+        routed, crossed, sent, new, taken, mine = route_levels(parts, calls)
         transitions = sum(sum(part.fired.values()) for part in parts)
     finally:
         for part in parts:  # each partition paused the collector (closed by `finish`)
@@ -271,6 +271,7 @@ def test_a_fingerprint_is_taken_once_and_a_known_state_is_not_sent():
     assert routed < transitions  # a successor reached twice in a level is routed once
     assert taken < routed  # a successor met at a level before is not fingerprinted again
     assert 0 < sent < crossed and sent < new  # only new states travel, and not every new one came from afar
+    assert mine > 0  # some of them reached by both workers (the owner's own is taken, not sent for: `route_levels`)
 
 
 class Counted:
@@ -294,16 +295,24 @@ class Counted:
 def route_levels(parts, calls):
     """Six levels over in-process partitions, checking the fingerprints each takes, that each key routed is its
     state's fingerprint (taken afresh, or kept from a level before) and that only keys go out with `expand`:
-    (entries routed, of them to the other worker, states sent for, new states, fingerprints taken)."""
+    (entries routed, of them to the other worker, states sent for, new states, fingerprints taken, entries from the
+    other worker that the owner reached too)."""
     pool = Inline(parts)
     inboxes = [[box] for box in parts[0].initial()]
-    routed = crossed = sent = new = pending = taken = 0
+    routed = crossed = sent = new = pending = taken = mine = 0
     whole = FieldFingerprint()
     for depth in range(6):
         before, crossed = list(calls), crossed + pending  # entries from the other worker taken in this level
+        owns = [set(part.own[1]) if part.own is not None else set() for part in parts]  # what each reached itself
+        boxes = [[None if box is None else pickle.loads(box) for box in inbox] for inbox in inboxes]
         new += sum(r[0] for r in absorb_level(pool, 2, inboxes, depth))
         sent += sum(len(positions) for a in pool.answers["absorb"] for positions in a)
         assert calls == before  # the owner took no fingerprint
+        for dst, asked in enumerate(pool.answers["absorb"]):  # a state its owner reached too is not sent for
+            for box, positions in zip(boxes[dst], asked):
+                if box is not None:  # (its own outbox is None here)
+                    assert not owns[dst].intersection(box[1][i] for i in positions)
+                    mine += len(owns[dst].intersection(box[1]))
         outboxes = [part.expand()[0] for part in parts]
         cross = [[pickle.loads(b) for b in out if b is not None] for out in outboxes]
         assert all(box[0] is None for boxes in cross for box in boxes)  # keys and edges only
@@ -318,7 +327,7 @@ def route_levels(parts, calls):
         taken += sum(calls) - sum(before)
         pending = sum(map(len, cross))
         inboxes = [[outboxes[src][dst] for src in range(2)] for dst in range(2)]
-    return routed, crossed, sent, new, taken
+    return routed, crossed, sent, new, taken, mine
 
 
 # -- the command line --------------------------------------------------------------------------------------------

@@ -10,8 +10,8 @@ is the same in every run, with either store. In
 *absorb*, it takes its inbox (the outboxes addressed to it, in worker order), keeps the states it
 has not seen (its own visited set, full states or fingerprints as in `kvsim.engine.explore.store`), checks
 every invariant on them (and each reachability declaration not yet met) and makes them its next frontier. With the fingerprint store an outbox holds
-keys and edges only: the owner asks for the states it finds new (`absorb`), their senders send them
-(`serve`), and the owner checks them (`receive`), so a state already known never travels. The
+keys and edges only: the owner asks for the states it finds new and did not reach itself (`absorb`), their
+senders send them (`serve`), and the owner checks them (`receive`), so a state already known never travels. The
 outbox a worker addresses to itself never leaves it (neither pickled nor sent); the others go by
 its `mail` (`kvsim.engine.pools`). Automatic garbage collection is off in a worker
 (`memory.YoungCollections`, a tick a level). A global state id is `local * W + worker`.
@@ -187,6 +187,9 @@ class Partition(HangRounds):
         self.awaiting = [[] for _ in range(self.n)]
         arriving, new_keys, full, ids, n, w = self.arriving, self.keys, self.full, self.ids, self.n, self.w
         parents, indices, depths = self.parent, self.index, self.depth
+        # the fingerprint store: a new state that came as a key from a worker before this one in the inbox, and
+        # that this worker reached too, is taken from its own outbox, not asked for (it need not travel)
+        held = None if full or w == 0 or self.own is None else dict(zip(self.own[1], self.own[0]))
         for src, payload in enumerate(self.mail.fetch(inbox)):
             states, keys, counts, sources, actions = self.own if payload is None else pickle.loads(payload)
             gids = []
@@ -195,6 +198,8 @@ class Partition(HangRounds):
                 state = None if states is None else states[i]
                 lid = ids.get(state if full else key)
                 if lid is None:
+                    if state is None and held is not None:
+                        state = held.get(key)
                     lid = len(parents)
                     if state is not None:
                         state = self.intern(state)  # held until the next level: its equal parts shared
