@@ -12,7 +12,7 @@ import pytest
 from kvsim.app import catalog
 from kvsim.engine.descriptor import RunSpec
 from kvsim.engine.explore import ExploreOptions, explore
-from kvsim.engine.explore.parallel import _search
+from kvsim.engine.explore.parallel import _search, absorb_level
 from kvsim.engine.explore.partition import Partition
 from kvsim.engine.explore.store import Interner
 from test_explore_scale import Inline, run_of
@@ -114,6 +114,22 @@ def test_a_search_holds_equal_fields_of_its_states_once():
     result = _search(system(), Inline(parts), 2, time.perf_counter(),
                      ExploreOptions(max_states=10 ** 7, check_liveness=False, store="full"))
     assert result.bound_hit is None and all(shared(list(part.ids)) for part in parts)  # each its own
+    # the fingerprint store keeps no state: a worker's frontier, its own successors and those sent to it, shares them
+    parts = [Partition(system, w, 2, "fingerprint", True, None) for w in range(2)]
+    pool, inboxes, sent, widest = Inline(parts), [[box] for box in parts[0].initial()], 0, 0
+    try:
+        for depth in range(12):
+            absorb_level(pool, 2, inboxes, depth)
+            sent += sum(len(positions) for asked in pool.answers["absorb"] for positions in asked)
+            frontiers = [[state for _, state, _ in part.frontier] for part in parts]
+            assert all(shared(states) for states in frontiers if states), depth
+            widest = max([widest] + [len(states) for states in frontiers])
+            outboxes = [part.expand()[0] for part in parts]
+            inboxes = [[outboxes[src][dst] for src in range(2)] for dst in range(2)]
+    finally:
+        for part in parts:
+            part.finish()
+    assert sent > 0 and widest > 50  # states that came from the other worker, in a wide frontier
 
 
 def test_an_interned_state_keeps_its_parents_fields_and_equal_values_as_one_object():

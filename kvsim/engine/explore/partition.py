@@ -126,7 +126,10 @@ class Partition(HangRounds):
         level: dict[Any, list[int]] = {}  # this level's successors, whoever owns them -> their edges
         transitions = cut = 0
         enabled, step, canon = self.system.enabled, self.system.step, self.canon
-        expanding, successor, claim = self.fp.expanding, self.fp.successor, level.setdefault
+        expanding, successor, held, claim = self.fp.expanding, self.fp.successor, self.fp.held, level.setdefault
+        # the fingerprint store: a successor is made of the fields its fingerprint holds, as they are at hand here
+        # (the frontier then shares its equal parts; the full store interns what it keeps in `absorb`)
+        intern, share = self.intern, not self.full
         prints = self.prints
         printed = prints.get
         taken: dict[Any, int] = {}  # transitions taken per action (`_tally` counts them by kind)
@@ -154,6 +157,8 @@ class Partition(HangRounds):
                     fp = printed(nxt)
                     if fp is None:
                         fp = successor(nxt)
+                        if share:  # (one met at a level before, `printed`, is known to its owner: never new)
+                            nxt = held(nxt) or intern(nxt)
                         prints.put(nxt, fp)
                     dst = fp % n
                     states[dst].append(nxt)
@@ -189,7 +194,7 @@ class Partition(HangRounds):
         parents, indices, depths = self.parent, self.index, self.depth
         # the fingerprint store: a new state that came as a key from a worker before this one in the inbox, and
         # that this worker reached too, is taken from its own outbox, not asked for (it need not travel)
-        held = None if full or w == 0 or self.own is None else dict(zip(self.own[1], self.own[0]))
+        mine = None if full or w == 0 or self.own is None else dict(zip(self.own[1], self.own[0]))
         for src, payload in enumerate(self.mail.fetch(inbox)):
             states, keys, counts, sources, actions = self.own if payload is None else pickle.loads(payload)
             gids = []
@@ -198,14 +203,15 @@ class Partition(HangRounds):
                 state = None if states is None else states[i]
                 lid = ids.get(state if full else key)
                 if lid is None:
-                    if state is None and held is not None:
-                        state = held.get(key)
                     lid = len(parents)
-                    if state is not None:
-                        state = self.intern(state)  # held until the next level: its equal parts shared
-                    if full:
+                    if full:  # kept: its equal parts shared (the fingerprint store's successors: `expand`)
+                        state = self.intern(state)
                         ids[state] = lid
                     else:
+                        if state is None and mine is not None:
+                            state = mine.get(key)
+                        elif state is not None and payload is not None:  # an initial state, sent whole
+                            state = self.hold(state)
                         ids.put(key, lid)
                     parents.append(sources[at])
                     indices.append(actions[at])
@@ -241,7 +247,7 @@ class Partition(HangRounds):
         for src, payload in enumerate(self.mail.fetch(inbox)):
             if payload is not None:
                 for at, state in zip(self.awaiting[src], pickle.loads(payload)):
-                    self.arriving[at] = self.intern(state)
+                    self.arriving[at] = self.hold(state)
         found: list[tuple[str, str, int, int]] = []
         invariants, done = self.system.invariants, self.system.done
         checks = [inv.check for inv in invariants]
@@ -273,6 +279,12 @@ class Partition(HangRounds):
             total -= stops
         new, self.arriving, self.keys, self.awaiting = len(self.arriving), [], [], []
         return new, found, resident_bytes(), met
+
+    def hold(self, state: Any) -> Any:
+        """A new state another worker sent (the fingerprint store), made of the equal field values this worker
+        holds: its fingerprint's, as the successors `expand` makes are (`FieldFingerprint.held`), or interned."""
+        self.fp(state)
+        return self.fp.held(state) or self.intern(state)
 
     def met(self, indices: Sequence[int]) -> None:
         """Ask no more of these reachability declarations (a worker met them)."""
