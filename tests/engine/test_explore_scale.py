@@ -201,6 +201,29 @@ def test_workers_with_the_fingerprint_store_and_symmetry():
         assert_replays_to_violation(Pair(gap=3, jam=True), v)
 
 
+@pytest.mark.parametrize("store", ["full", "fingerprint"])
+def test_a_worker_takes_a_canonical_form_once_per_successor_met_lately(store):
+    # as one process, a worker puts a successor as stepped in its canonical form once, not once a transition (not
+    # again where it met that successor this level or at a level before), and routes the form: what one process
+    # finds, with fewer forms taken than transitions
+    parts = [Partition(lambda: Pair(limit=12, gap=None), w, 2, store, True, None) for w in range(2)]
+    forms = [0]
+
+    def counted(canon):
+        def form(state):
+            forms[0] += 1
+            return canon(state)
+        return form
+
+    for part in parts:
+        part.canon = counted(part.canon)
+    two = _search(Pair(limit=12, gap=None), Inline(parts), 2, time.perf_counter(), ExploreOptions(store=store))
+    for part in parts:
+        part.finish()
+    assert outcome(two, with_paths=False) == outcome(explore(Pair(limit=12, gap=None)), with_paths=False)
+    assert 0 < forms[0] < 0.9 * two.transitions  # (132 forms for 168 transitions; one a transition before)
+
+
 def test_ray_local_cluster_finds_what_one_process_finds():
     pytest.importorskip("ray", reason="ray is in the test extra; CI installs it")
     run = run_of("pd-staging", "pre_05c7ebf")

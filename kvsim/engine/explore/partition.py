@@ -3,8 +3,9 @@
 The state space is partitioned: a state belongs to worker `fingerprint % W`, its fingerprint the one a
 single process keeps (`fingerprint.fingerprint_function`: from its fields' codes, the same in any process and
 under any PYTHONHASHSEED), taken from its parent's as a single process takes it. In *expand*, a worker takes
-the successors of its frontier and sorts them into one outbox per owner (each distinct successor is routed
-once, and its fingerprint travels with it: the owner keeps it, and takes its successors' from it). Which
+the successors of its frontier (a symmetric model's in their canonical form, taken once for each successor as
+stepped that it met this level or lately, not once a transition) and sorts them into one outbox per owner
+(each distinct successor is routed once, and its fingerprint travels with it: the owner keeps it, and takes its successors' from it). Which
 worker owns a state picks which of several shortest paths is reported; as no worker routes by `hash`, that
 is the same in every run, with either store. In
 *absorb*, it takes its inbox (the outboxes addressed to it, in worker order), keeps the states it
@@ -63,8 +64,9 @@ class Partition(HangRounds):
         self.w, self.n = worker, workers
         self.canon = getattr(self.system, "canonical", None) if symmetry else None
         self.fp = fingerprint_function(self.system)  # routes a state, and keys it in the fingerprint store
-        # the fingerprints of the successors met at the last levels: most successors that are not new this level
-        # were reached at one of the levels before (a state found already, which its owner is sent again)
+        # the fingerprints of the successors met at the last levels (a symmetric model's: the successors as stepped
+        # -> their canonical form's fingerprint, and the form): most successors that are not new this level were
+        # reached at one of the levels before (a state found already, which its owner is sent again)
         self.prints = Recent()
         self.max_depth = max_depth
         self.full = store == "full"
@@ -113,7 +115,9 @@ class Partition(HangRounds):
         bound, the step `Sometimes` met: index -> the gid of the first source state here) for this level.
 
         A successor reached from several frontier states goes once, with every (parent, action index)
-        that reaches it, in the order they were found: the first is its breadth-first parent. Its
+        that reaches it, in the order they were found: the first is its breadth-first parent (a symmetric
+        model's successors as stepped go once each: two with one canonical form are two entries of that
+        form, which its owner takes as one state, the first entry's first edge its parent). Its
         fingerprint is taken once, from its first parent's (`FieldFingerprint.successor`), and travels with
         it: its owner routes nothing again and keeps it. The outbox addressed to this worker stays here as
         it is (None in its place): `absorb` takes it back.
@@ -149,17 +153,27 @@ class Partition(HangRounds):
                     if hit:
                         met.update((k, gid) for k in hit)
                         self.met(hit)
-                if canon is not None:
-                    nxt = canon(nxt)
-                edges = claim(nxt, spare)  # one hash of the successor, found or not
+                edges = claim(nxt, spare)  # one hash of the successor as stepped, found or not
                 if edges is spare:
                     spare = []
-                    fp = printed(nxt)
-                    if fp is None:
-                        fp = successor(nxt)
-                        if share:  # (one met at a level before, `printed`, is known to its owner: never new)
-                            nxt = held(nxt) or intern(nxt)
-                        prints.put(nxt, fp)
+                    if canon is None:
+                        fp = printed(nxt)
+                        if fp is None:
+                            fp = successor(nxt)
+                            if share:  # (one met at a level before, `printed`, is known to its owner: never new)
+                                nxt = held(nxt) or intern(nxt)
+                            prints.put(nxt, fp)
+                    else:  # its canonical form, and that form's fingerprint
+                        known = printed(nxt)
+                        if known is None:
+                            rep = canon(nxt)
+                            fp = successor(rep)
+                            if share:
+                                rep = held(rep) or intern(rep)
+                            prints.put(nxt, (fp, rep))
+                        else:
+                            fp, rep = known
+                        nxt = rep
                     dst = fp % n
                     states[dst].append(nxt)
                     keys[dst].append(fp)
