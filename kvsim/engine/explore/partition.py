@@ -5,9 +5,9 @@ single process keeps (`fingerprint.fingerprint_function`: from its fields' codes
 under any PYTHONHASHSEED), taken from its parent's as a single process takes it. In *expand*, a worker takes
 the successors of its frontier (a symmetric model's in their canonical form, taken once for each successor as
 stepped that it met this level or lately, not once a transition) and sorts them into one outbox per owner
-(each distinct successor is routed once, and its fingerprint travels with it: the owner keeps it, and takes its successors' from it). Which
-worker owns a state picks which of several shortest paths is reported; as no worker routes by `hash`, that
-is the same in every run, with either store. In
+(each distinct successor is routed once, and its fingerprint travels with it: the owner keeps it, and takes
+its successors' from it). Which worker owns a state picks which of several shortest paths is reported; as no
+worker routes by `hash`, that is the same in every run, with either store. In
 *absorb*, it takes its inbox (the outboxes addressed to it, in worker order), keeps the states it
 has not seen (its own visited set, full states or fingerprints as in `kvsim.engine.explore.store`), checks
 every invariant on them (and each reachability declaration not yet met) and makes them its next frontier. With the fingerprint store an outbox holds
