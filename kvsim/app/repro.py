@@ -113,6 +113,15 @@ def baseline_variant(bug: BugReport) -> str | None:
     return bug.fix_variant or (None if bug.variant == "fixed" else "fixed")
 
 
+def generated_first(run: BugRun) -> bool:
+    """The order `repro --all` hands its reports to the forked workers in (a sort key, False first): the reports
+    that generate their inputs before the searches. A generated report checks hundreds of inputs (its search,
+    then its fixed side: what the search tried and `FIXED_CHECK_EXAMPLES` more); most searches end in a few hundred
+    states. With the dearer ones handed out first, the reports the workers end on are short, and one worker
+    does not run on alone for long after the other has finished."""
+    return run.prop is None
+
+
 def reproduce(bug: BugReport | BugRun, seed: int = 0) -> ReproResult:
     """Reproduce a bug report: a `BugRun` the caller resolved, or a bare report (resolved here against the
     catalog's registry, for library callers)."""

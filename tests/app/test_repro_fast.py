@@ -167,6 +167,58 @@ def test_workers_give_the_rows_of_one_process_in_catalog_order(monkeypatch, caps
     assert one[0] == 0
 
 
+class _StopOnSecond:
+    """A progress line whose second step is a stop asked (Ctrl-C) while the workers run."""
+
+    def __init__(self) -> None:
+        self.steps: list[str] = []
+
+    def step(self, name: str) -> None:
+        from kvsim.engine.interrupt import Interrupted
+
+        self.steps.append(name)
+        if len(self.steps) == 2:
+            raise Interrupted()
+
+
+def test_the_dearer_items_are_handed_out_first_and_every_list_keeps_the_items_order(tmp_path):
+    """`each_forked(first=...)` hands the items out by that key (the generated reports before the searches in
+    `repro --all`), and hands back the results, errors and names not run in the items' order, a stop included."""
+    from kvsim.app.commands.common import each_forked
+
+    log = tmp_path / "handed"
+    items = ["search a", "generated b", "search c", "generated d", "search e"]
+
+    def run(item: str) -> str:
+        with open(log, "a") as f:  # one worker: the order it is handed the items in
+            f.write(item + "\n")
+        if item == "search e":
+            raise ValueError("bad")
+        return item.upper()
+
+    class Quiet:
+        def step(self, name: str) -> None:
+            pass
+
+    made, not_run, stop, errors = each_forked(items, str, run, Quiet(), 1, lambda item, value: (item, value),
+                                              first=lambda item: not item.startswith("generated"))
+    assert log.read_text().split("\n")[:-1] == ["generated b", "generated d", "search a", "search c", "search e"]
+    assert made == [(item, item.upper()) for item in items[:4]] and not_run == [] and stop is None
+    assert errors == [{"id": "search e", "error": "ValueError: bad"}]
+    made, not_run, stop, errors = each_forked(items, str, run, _StopOnSecond(), 1, lambda item, value: value,
+                                              first=lambda item: not item.startswith("generated"))
+    assert (made, stop, errors) == (["GENERATED B"], "interrupt", [])
+    assert not_run == ["search a", "search c", "generated d", "search e"]  # the items' order, not the handed one
+
+
+def test_repro_all_hands_the_generated_reports_out_first():
+    from kvsim.app.repro import generated_first
+
+    reg = catalog.load()
+    runs = sorted((BugRun.resolve(reg.bug(b), reg) for b in SUBSET), key=generated_first)
+    assert [r.bug.id for r in runs] == [SUBSET[1]] + SUBSET[:1] + SUBSET[2:]
+
+
 def test_a_failed_report_is_one_error_line_and_the_others_are_kept(monkeypatch, capsys, tmp_path):
     from kvsim.app import repro
 

@@ -170,29 +170,40 @@ def each(items: Sequence[Any], name: Callable[[Any], str], run: Callable[[Any], 
 
 
 def each_forked(items: Sequence[Any], name: Callable[[Any], str], run: Callable[[Any], Any], progress: Progress,
-                workers: int, rebuild: Callable[[Any, Any], Any]) -> tuple[list[Any], list[str], str | None,
-                                                                       list[dict[str, str]]]:
+                workers: int, rebuild: Callable[[Any, Any], Any],
+                first: Callable[[Any], Any] | None = None) -> tuple[list[Any], list[str], str | None,
+                                                                    list[dict[str, str]]]:
     """`each` on `workers` forked processes (`kvsim.app.forked`): `run(item)` there, `rebuild(item, value)` here
     (a result crosses as plain values), in the items' order. An item whose run raised, or whose worker died,
     is an error (`{"id": name, "error": one line}`), and the others still run; a stop keeps the results handed
-    back so far, in order, and names the rest as not run."""
+    back so far, in order, and names the rest as not run. `first`, where given, is a sort key of the order the
+    items are handed out in (the least first: the dearer ones, so that the items the workers end on are short
+    and neither waits long for the other); the results, errors and names not run keep the items' order."""
     from ..forked import ordered
 
-    results: list[Any] = []
-    errors: list[dict[str, str]] = []
+    order = sorted(range(len(items)), key=lambda i: first(items[i])) if first is not None else range(len(items))
+    results: dict[int, Any] = {}
+    errors: dict[int, dict[str, str]] = {}
     finished = 0
+
+    def in_order() -> tuple[list[Any], list[dict[str, str]]]:
+        return [results[i] for i in sorted(results)], [errors[i] for i in sorted(errors)]
+
     try:
         if SETUP["held"]:
             raise BudgetExceeded()
-        for i, ok, value in ordered(len(items), lambda i: run(items[i]), workers):
+        for j, ok, value in ordered(len(items), lambda j: run(items[order[j]]), workers):
+            i = order[j]
             progress.step(name(items[i]))
             if ok:
-                results.append(rebuild(items[i], value))
+                results[i] = rebuild(items[i], value)
             else:
-                errors.append({"id": name(items[i]), "error": value})
-            finished = i + 1
+                errors[i] = {"id": name(items[i]), "error": value}
+            finished = j + 1
     except (BudgetExceeded, Interrupted) as exc:
         disarm()
         stop = "max-seconds" if isinstance(exc, BudgetExceeded) else INTERRUPT
-        return results, [name(x) for x in items[finished:]], stop, errors
-    return results, [], None, errors
+        made, failed = in_order()
+        return made, [name(items[i]) for i in sorted(order[finished:])], stop, failed
+    made, failed = in_order()
+    return made, [], None, failed

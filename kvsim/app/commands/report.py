@@ -42,11 +42,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     def batch(bugs: list[Any]) -> tuple[list[Any], str | None]:
         """The reproductions on the forked workers, as `kvsim repro --all` makes them (each handed back as plain
         values and put back together here)."""
-        from ..repro import BugRun, ReproResult, reproduce
+        from ..repro import BugRun, ReproResult, generated_first, reproduce
 
         runs = [BugRun.resolve(b, reg) for b in bugs]
         made, _, stopped, _ = each_forked(runs, lambda r: r.bug.id, lambda r: reproduce(r, seed=args.seed).fields(),
-                                          progress, workers, ReproResult.from_fields)
+                                          progress, workers, ReproResult.from_fields, first=generated_first)
         return made, stopped
 
     # an alarm in the set-up (here, or the site's folders and inputs) is held: then no report is reproduced, each

@@ -32,7 +32,7 @@ def arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     with setup():  # the reproduction's modules are imported in it too: an alarm there is held like one in the catalog
-        from ..repro import BugRun, ReproResult, latest_verdict, release_verdicts, reproduce
+        from ..repro import BugRun, ReproResult, generated_first, latest_verdict, release_verdicts, reproduce
 
         reg = catalog.load()
         bugs = list(reg.bugs.values()) if args.all else [reg.bug(args.bug_id)]
@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if workers > 1:  # a worker hands back the result's fields, and the report is put back together here
         results, not_run, stopped, errors = each_forked(
             runs, lambda r: r.bug.id, lambda r: reproduce(r, seed=args.seed).fields(), progress, workers,
-            lambda r, fields: ReproResult.from_fields(r, fields))
+            lambda r, fields: ReproResult.from_fields(r, fields), first=generated_first)
     else:
         results, not_run, stopped = each(runs, lambda r: r.bug.id, lambda r: reproduce(r, seed=args.seed), progress)
     disarm()
