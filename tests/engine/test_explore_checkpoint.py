@@ -12,7 +12,7 @@ import pytest
 from clihelp import kvsim, kvsim_json
 from kvsim.engine.errors import ConfigError
 from kvsim.engine.explore import ExploreOptions, checkpoint, explore
-from kvsim.engine.explore.checkpoint import CURRENT, CheckpointDir, code_digest
+from kvsim.engine.explore.checkpoint import CURRENT, LOCK, CheckpointDir, code_digest
 from kvsim.engine.explore.parallel import explore_parallel
 from kvsim.engine.explore.partition import Partition
 from kvsim.engine.interrupt import INTERRUPT, stopping_on_signals
@@ -85,7 +85,7 @@ def test_a_folder_a_worker_does_not_see_is_refused_before_the_search(tmp_path, m
     run = run_of("pd-staging", "pre_05c7ebf")
     with pytest.raises(ConfigError, match=r"^checkpoint: expected a folder every worker sees .* \(worker 1 cannot"):
         explore_parallel(run.system, 2, ExploreOptions(checkpoint=CheckpointDir(tmp_path / "search", {})))
-    assert os.listdir(tmp_path / "search") == []
+    assert os.listdir(tmp_path / "search") == [LOCK]  # the search held the folder; the probe left nothing
 
 
 def test_a_save_that_fails_ends_with_one_line_and_leaves_the_last_save_in_force(tmp_path, monkeypatch):
@@ -200,6 +200,32 @@ def test_a_checkpoint_of_another_search_is_refused(tmp_path):
                          resume=True))
 
 
+def test_a_folder_another_search_is_using_is_refused_before_it_starts(tmp_path):
+    """Two searches named to one folder would write their generations over each other (the second's `begin` even
+    removes the first's half-written one): while a search holds the folder, a second one, new or resumed, in
+    one process or over workers, is refused with one line naming the process that holds it, and writes nothing."""
+    folder = tmp_path / "search"
+
+    def search(workers: int = 1, **kw):
+        options = ExploreOptions(**{"max_states": 10, **kw}, checkpoint=CheckpointDir(folder, {"model": "counter"}))
+        system = lambda: Counter(limit=30, bad=None)  # noqa: E731
+        return explore(system(), options) if workers == 1 else explore_parallel(system, workers, options)
+
+    with CheckpointDir(folder, {"model": "counter"}).held("checkpoint"):
+        for workers in (1, 2):
+            with pytest.raises(ConfigError, match=rf"^checkpoint: expected a folder no other search is saving to, "
+                                                  rf".*\(the search of process {os.getpid()} holds it"):
+                search(workers)
+        assert os.listdir(folder) == [LOCK]
+    cut = search()  # let go: the folder is the next search's
+    assert cut.bound_hit == "states" and cut.checkpoint == str(folder)
+    with CheckpointDir(folder, {"model": "counter"}).held("resume"):
+        for workers in (1, 2):
+            with pytest.raises(ConfigError, match=r"^resume: expected a folder no other search is saving to"):
+                search(workers, resume=True)
+    assert search(resume=True, max_states=1000).bound_hit is None  # saved before, goes on as ever
+
+
 def test_the_code_digest_follows_every_source_file(tmp_path):
     pkg = tmp_path / "pkg"
     pkg.mkdir()
@@ -261,6 +287,22 @@ def test_cli_refuses_a_checkpoint_it_cannot_go_on_from(case, tmp_path):
     assert "--resume" in error["message"] or "--checkpoint" in error["message"]
     if case == "other params":
         assert error["field"] == "--resume" and "full_pages" in error["message"]
+
+
+def test_cli_refuses_a_folder_another_search_holds_with_one_line(tmp_path):
+    folder = tmp_path / "search"
+    base = ("explore", "swa-budget", "--max-states", "20")
+    assert kvsim(*base, "--checkpoint", str(folder)).returncode == 3  # saved: a checkpoint to resume
+    for args, flag in (((*base, "--resume", str(folder)), "--resume"),
+                       ((*base, "--workers", "2", "--checkpoint", str(tmp_path / "new")), "--checkpoint")):
+        held = CheckpointDir(folder if flag == "--resume" else tmp_path / "new", {})
+        with held.held(flag.strip("-")):  # another search, here in the test's process
+            proc = kvsim(*args, "--json")
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, (proc.stdout, proc.stderr)
+        error = json.loads(proc.stdout)["error"]
+        assert error["field"] == flag and error["expected"] == "a folder no other search is saving to"
+        assert f"process {os.getpid()}" in error["message"]
+    assert kvsim("explore", "swa-budget", "--resume", str(folder)).returncode == 0  # let go: it goes on, to the end
 
 
 # -- Ctrl-C and SIGTERM --------------------------------------------------------------------------------------------

@@ -11,7 +11,10 @@ the coordinator's part) and, for a partitioned search, one `partition-W.pkl` per
 worker itself, at the folder's absolute path (on a Ray cluster the folder must be on storage every
 node sees, which a partitioned search checks before it starts: `unshared`). The file `CURRENT`
 names the last complete generation; it is replaced atomically once every file of a generation is
-written, so a search killed while saving leaves the previous generation in force.
+written, so a search killed while saving leaves the previous generation in force. While a search saves to the
+folder or goes on from it, it holds the folder's `LOCK` file (an exclusive `flock`, let go when the search ends
+or its process dies): a second search named to the same folder, new or resumed, is refused with one line before
+it starts, instead of the two writing generations over each other (`CheckpointDir.held`).
 
 The header says what made the checkpoint: the model, variant, parameters and search options, the
 kvsim version and a digest of the engine's and the model's source. A resume with any of them
@@ -30,6 +33,7 @@ verified is what is read.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import hmac
 import os
@@ -52,6 +56,7 @@ from ..shared import Probe
 FORMAT = 4  # 2: every file authenticated (an HMAC before the pickles); 3: fingerprints of field codes, kept in the
 # queue; 4: a partitioned search's workers route and keep states by those fingerprints, each with its frontier's
 CURRENT = "CURRENT"
+LOCK = "LOCK"  # held by the search using the folder (`CheckpointDir.held`); left in place when it ends
 KEY_FILE = "checkpoint.key"
 KEY_BYTES = 32
 MAGIC = b"kvsim checkpoint hmac-sha256\n"  # then the tag, then the pickled objects it covers
@@ -256,9 +261,10 @@ class CheckpointDir:
         if os.path.exists(os.path.join(self.root, CURRENT)):
             raise ConfigError("checkpoint", "a new or empty folder", self.path,
                               "it holds a checkpoint: go on from it with --resume, or name another folder")
-        if os.path.isdir(self.root) and os.listdir(self.root):
+        entries = [name for name in os.listdir(self.root) if name != LOCK] if os.path.isdir(self.root) else []
+        if entries:  # (a `LOCK` alone: left by a search that ended before its first save)
             raise ConfigError("checkpoint", "a new or empty folder", self.path,
-                              f"it holds {len(os.listdir(self.root))} entries and no checkpoint")
+                              f"it holds {len(entries)} entries and no checkpoint")
         if not os.path.isdir(os.path.dirname(self.root)):
             raise ConfigError("checkpoint", "a new or empty folder in a folder that exists", self.path,
                               f"{os.path.dirname(self.root)} does not exist")
@@ -304,6 +310,31 @@ class CheckpointDir:
                               f"{type(exc).__name__}: {exc}") from None
 
     # -- writing ---------------------------------------------------------------------------------------
+    @contextmanager
+    def held(self, option: str) -> Iterator[None]:
+        """The folder for this search alone while it runs: an exclusive, non-blocking `flock` on its `LOCK` file
+        (the folder made if need be), let go when the block ends or this process dies. Held by another search (in
+        any process, or this one), it is refused with one line naming `option` and the process that holds it."""
+        try:
+            os.makedirs(self.root, exist_ok=True)
+            fd = os.open(os.path.join(self.root, LOCK), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        except OSError as exc:
+            raise ConfigError(option, "a folder the search can save to", self.path,
+                              exc.strerror or type(exc).__name__) from None
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+                raise ConfigError(option, "a folder no other search is saving to", self.path,
+                                  f"the search of process {holder} holds it: name another folder, or wait for it "
+                                  "to end") from None
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            yield
+        finally:
+            os.close(fd)  # the lock goes with the last descriptor (a forked worker's copy: when it ends)
+
     @contextmanager
     def saving(self, option: str) -> Iterator[None]:
         """A save that fails (a full disk, a worker that cannot write) ends the search with one line naming

@@ -19,6 +19,7 @@ path is rebuilt in this process by replaying the enabled-action indices each wor
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from typing import Any, Callable, Sequence
 
 from ..canon import to_jsonable
@@ -50,14 +51,16 @@ def explore_parallel(factory: Callable[[], Any], workers: int, options: ExploreO
     shares = {"store": options.store, "symmetry": options.symmetry, "max_depth": options.max_depth, "lines": lines}
     if not use_ray:
         refuse_forks(workers, options.max_memory, options.memory_share)
-    pool = (RayPool(Partition, factory, workers, ray_address, **shares) if use_ray
-            else ProcessPool(Partition, factory, workers, **shares))
-    try:
-        if use_ray:
-            same_code(pool, workers)
-        return _search(system, pool, workers, start, options)
-    finally:
-        pool.close()
+    with nullcontext() if options.checkpoint is None else \
+            options.checkpoint.held("resume" if options.resume else "checkpoint"):  # the folder ours, as `explore`
+        pool = (RayPool(Partition, factory, workers, ray_address, **shares) if use_ray
+                else ProcessPool(Partition, factory, workers, **shares))
+        try:
+            if use_ray:
+                same_code(pool, workers)
+            return _search(system, pool, workers, start, options)
+        finally:
+            pool.close()  # (the forked workers' copies of the lock's descriptor end with them, before it is let go)
 
 
 def _search(system: Any, pool: Any, n: int, start: float, options: ExploreOptions) -> ExploreResult:

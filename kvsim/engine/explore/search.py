@@ -182,8 +182,17 @@ def explore(system: TransitionSystem[Any, Any], options: ExploreOptions = Explor
     per orbit unless `options.symmetry` is off; the reported paths are mapped back to paths of the real
     system. With a `checkpoint`, the search is saved there every `checkpoint.every` seconds and when a bound
     other than the depth stops it; `resume` goes on from its last save, to the result one uninterrupted
-    search would give. Every option: `ExploreOptions`.
+    search would give, and the search holds the folder while it runs (`CheckpointDir.held`: another search named
+    to it is refused). Every option: `ExploreOptions`.
     """
+    if options.checkpoint is None:
+        return _breadth_first(system, options)
+    with options.checkpoint.held("resume" if options.resume else "checkpoint"):
+        return _breadth_first(system, options)
+
+
+def _breadth_first(system: TransitionSystem[Any, Any], options: ExploreOptions) -> ExploreResult:
+    """`explore`'s search (its checkpoint folder, if any, held by the caller)."""
     max_depth, max_states, progress = options.max_depth, options.max_states, options.progress
     checkpoint, resume = options.checkpoint, options.resume
     start = time.perf_counter()
