@@ -226,6 +226,25 @@ def test_a_folder_another_search_is_using_is_refused_before_it_starts(tmp_path):
     assert search(resume=True, max_states=1000).bound_hit is None  # saved before, goes on as ever
 
 
+@pytest.mark.parametrize("error", ["ENOLCK", "EIO"])
+def test_a_folder_that_keeps_no_locks_is_searched_unguarded_and_a_failed_lock_is_one_line(error, tmp_path, monkeypatch):
+    """Some network mounts keep no locks (`flock` answers ENOLCK): the search goes on as before there was a lock.
+    Any other failure to lock is refused with one line, not a traceback."""
+    import errno
+
+    def flock(fd, op):
+        raise OSError(getattr(errno, error), os.strerror(getattr(errno, error)))
+
+    monkeypatch.setattr(checkpoint.fcntl, "flock", flock)
+    options = ExploreOptions(max_states=10, checkpoint=CheckpointDir(tmp_path / "search", {"model": "counter"}))
+    if error == "ENOLCK":
+        assert explore(Counter(limit=30, bad=None), options).checkpoint == str(tmp_path / "search")
+    else:
+        with pytest.raises(ConfigError, match=r"^checkpoint: expected a folder the search can save to, .*\(locking "
+                                              r"it failed: Input/output error\)$"):
+            explore(Counter(limit=30, bad=None), options)
+
+
 def test_the_code_digest_follows_every_source_file(tmp_path):
     pkg = tmp_path / "pkg"
     pkg.mkdir()

@@ -33,6 +33,7 @@ verified is what is read.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import hmac
@@ -314,7 +315,9 @@ class CheckpointDir:
     def held(self, option: str) -> Iterator[None]:
         """The folder for this search alone while it runs: an exclusive, non-blocking `flock` on its `LOCK` file
         (the folder made if need be), let go when the block ends or this process dies. Held by another search (in
-        any process, or this one), it is refused with one line naming `option` and the process that holds it."""
+        any process, or this one), it is refused with one line naming `option` and the process that holds it. On
+        a file system that keeps no locks (some network mounts answer `flock` with ENOLCK), the search goes on
+        unguarded, as before there was a lock."""
         try:
             os.makedirs(self.root, exist_ok=True)
             fd = os.open(os.path.join(self.root, LOCK), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
@@ -329,8 +332,13 @@ class CheckpointDir:
                 raise ConfigError(option, "a folder no other search is saving to", self.path,
                                   f"the search of process {holder} holds it: name another folder, or wait for it "
                                   "to end") from None
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            except OSError as exc:
+                if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL):
+                    raise ConfigError(option, "a folder the search can save to", self.path,
+                                      f"locking it failed: {exc.strerror or type(exc).__name__}") from None
+            else:
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
             yield
         finally:
             os.close(fd)  # the lock goes with the last descriptor (a forked worker's copy: when it ends)
