@@ -44,7 +44,7 @@ import shutil
 import stat
 import tempfile
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
@@ -63,6 +63,14 @@ KEY_BYTES = 32
 MAGIC = b"kvsim checkpoint hmac-sha256\n"  # then the tag, then the pickled objects it covers
 SEARCH = "search.pkl"
 RESUMABLE = ("states", "seconds", "memory", INTERRUPT)  # the bounds a search goes on from (not its depth bound)
+
+
+def held_by(options: Any) -> Any:
+    """What a search with these `ExploreOptions` holds while it runs: its checkpoint folder (`CheckpointDir.held`,
+    named by the option the folder came with), or nothing where it has none."""
+    if options.checkpoint is None:
+        return nullcontext()
+    return options.checkpoint.held("resume" if options.resume else "checkpoint")
 
 
 def partition_file(gen: str, worker: int) -> str:

@@ -19,7 +19,6 @@ path is rebuilt in this process by replaying the enabled-action indices each wor
 from __future__ import annotations
 
 import time
-from contextlib import nullcontext
 from typing import Any, Callable, Sequence
 
 from ..canon import to_jsonable
@@ -28,7 +27,7 @@ from ..interrupt import INTERRUPT, asked
 from ..memory import machine, over_budget, refuse_forks, resident_bytes
 from ..pools import ProcessPool, RayPool
 from ..shared import named
-from .checkpoint import Level, partition_file
+from .checkpoint import Level, held_by, partition_file
 from .hangs import spread_hangs
 from .options import ExploreOptions
 from .partition import Partition
@@ -51,8 +50,7 @@ def explore_parallel(factory: Callable[[], Any], workers: int, options: ExploreO
     shares = {"store": options.store, "symmetry": options.symmetry, "max_depth": options.max_depth, "lines": lines}
     if not use_ray:
         refuse_forks(workers, options.max_memory, options.memory_share)
-    with nullcontext() if options.checkpoint is None else \
-            options.checkpoint.held("resume" if options.resume else "checkpoint"):  # the folder ours, as `explore`
+    with held_by(options):  # the checkpoint folder ours, as in `explore`, before any worker starts
         pool = (RayPool(Partition, factory, workers, ray_address, **shares) if use_ray
                 else ProcessPool(Partition, factory, workers, **shares))
         try:

@@ -29,7 +29,7 @@ from ..canon import to_jsonable
 from ..interrupt import INTERRUPT, asked
 from ..memory import YoungCollections, machine, memory_limit, resident_bytes
 from ..system import TransitionSystem, sometimes, taking
-from .checkpoint import Snapshot
+from .checkpoint import Snapshot, held_by
 from .options import ExploreOptions
 from .fingerprint import fingerprint_function
 from .store import FingerprintStore, FullStore, Interner, Recent
@@ -185,9 +185,7 @@ def explore(system: TransitionSystem[Any, Any], options: ExploreOptions = Explor
     search would give, and the search holds the folder while it runs (`CheckpointDir.held`: another search named
     to it is refused). Every option: `ExploreOptions`.
     """
-    if options.checkpoint is None:
-        return _breadth_first(system, options)
-    with options.checkpoint.held("resume" if options.resume else "checkpoint"):
+    with held_by(options):
         return _breadth_first(system, options)
 
 
