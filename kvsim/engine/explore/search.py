@@ -204,7 +204,6 @@ def _breadth_first(system: TransitionSystem[Any, Any], options: ExploreOptions) 
     # state reach one found a few expansions before (the other side of a diamond), so the fingerprint (and
     # the canonical form) is computed about once per state, not once per transition
     recent = Recent() if visited.kind == "fingerprint" or canon is not None else None
-    recent_get = None if recent is None else recent.get  # the dict's own: one call in C a transition
     queue: deque[tuple[int, Any, Any]] = deque()  # (id, state, key): a successor's fingerprint starts from its parent's
     violations: dict[str, Violation] = {}
     invariants = list(system.invariants)
@@ -225,13 +224,16 @@ def _breadth_first(system: TransitionSystem[Any, Any], options: ExploreOptions) 
     pending = [(k, goal.check) for k, goal in enumerate(goals) if k not in met and not goal.step]
     moves = [(k, goal.check) for k, goal in enumerate(goals) if k not in met and goal.step]
     bound_hit: str | None = "depth" if depth_cut else None
-    key, find, add, depth_of = visited.key, visited.find, visited.add, visited.depth
+    key, find, add, depth_of, expand = visited.key, visited.find, visited.add, visited.depth, visited.expand
     ids = visited.parent  # one entry a state: its length is the state count (`len(visited)`, without a call)
     bad, done_flag = visited.bad, visited.done
     saved_gen: str | None = None
     # a successor's fingerprint is taken against the state it was reached from (`FieldFingerprint`): the fields
     # it shares with that state are not looked up (the full store has no key function: a state is its own key)
     expanding, successor_key = getattr(key, "expanding", None), getattr(key, "successor", key)
+    # a successor's first lookup, one call in C a transition: the recent successors' dict, or, without them (the
+    # full store, no symmetry: a state is its own key), the store's
+    lookup = find if recent is None else recent.get
     intern = Interner(text=key if hasattr(key, "held") else None)  # the full store: no fingerprint
     # the invariants asked of each new state, as plain functions; how many states each was asked of is counted
     # from the states checked and where a check stopped (`checked_now`), not with a count per check
@@ -319,24 +321,26 @@ def _breadth_first(system: TransitionSystem[Any, Any], options: ExploreOptions) 
             if expanding is not None:
                 expanding(state, fp)
             actions = enabled(state)
-            for index, action in enumerate(actions):
+            for action in actions:
                 nxt = step(state, action)
                 if moves:
                     hit = [k for k, check in moves if check(state, action, nxt)]
                     if hit:
                         met.update((k, sid) for k in hit)
                         moves[:] = [(k, check) for k, check in moves if k not in met]
-                tid = None if recent is None else recent_get(nxt)
+                tid = lookup(nxt)
                 if tid is None:
-                    rep = nxt if canon is None else canon(nxt)
-                    k = rep if successor_key is None else successor_key(rep)
-                    tid = find(k)
+                    k = rep = nxt
+                    if recent is not None:  # a miss of the recent successors: the key, from the representative
+                        rep = nxt if canon is None else canon(nxt)
+                        k = rep if successor_key is None else successor_key(rep)
+                        tid = find(k)
                     if tid is None:
                         if len(ids) >= max_states:
                             bound_hit = "states"
                             queue.appendleft((sid, state, fp))  # unexpanded: its successors are not all known
                             break
-                        tid = discover(k, rep, sid, action, index, depth + 1, state)
+                        tid = discover(k, rep, sid, action, len(tids), depth + 1, state)
                         if depth + 1 > max_depth_seen:
                             max_depth_seen = depth + 1
                         if halt[0]:
@@ -347,7 +351,7 @@ def _breadth_first(system: TransitionSystem[Any, Any], options: ExploreOptions) 
                         recent.put(nxt, tid)
                 tids.append(tid)
             else:
-                visited.expand(sid, tids, actions)
+                expand(sid, tids, actions)
                 transitions += len(tids)
                 try:
                     count(taken, actions)  # by action, in C; by kind in `tally`
