@@ -17,7 +17,6 @@ reported path is mapped back to a path of the real system (`realize`).
 from __future__ import annotations
 
 import time
-from array import array
 from collections import deque
 from collections import _count_elements as count  # the C loop of `Counter.update`
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from ..canon import to_jsonable
 from ..interrupt import INTERRUPT, asked
 from ..memory import YoungCollections, machine, memory_limit, resident_bytes
 from ..system import TransitionSystem, sometimes, taking
+from .backward import hung_states
 from .checkpoint import Snapshot, held_by
 from .options import ExploreOptions
 from .fingerprint import fingerprint_function
@@ -486,40 +486,11 @@ def real_message(system: Any, name: str, real: Any, message: str) -> str:
     return message
 
 
-def cannot_finish(n: int, edges: Callable[[], Iterable[tuple[int, int]]], alive: bytearray) -> list[int]:
-    """The states 0..n-1 from which no `alive` state (done, cut by a bound, or a violation) can be reached.
-
-    `edges()` yields every transition (source, target) afresh (it is read twice); predecessors are kept as
-    one compressed array, not a list per state (fingerprint runs hold millions). `alive` is extended in place.
-    """
-    count = array("I", bytes(4 * (n + 1)))
-    for _, tid in edges():
-        count[tid + 1] += 1
-    for i in range(n):
-        count[i + 1] += count[i]
-    fill = array("I", count)
-    preds = array("i", bytes(4 * count[n]))
-    for sid, tid in edges():
-        preds[fill[tid]] = sid
-        fill[tid] += 1
-    stack = [s for s in range(n) if alive[s]]
-    while stack:
-        s = stack.pop()
-        for k in range(count[s], count[s + 1]):
-            p = preds[k]
-            if not alive[p]:
-                alive[p] = 1
-                stack.append(p)
-    return [s for s in range(n) if not alive[s]]
-
-
 def _find_hangs(visited: Any, system: TransitionSystem[Any, Any], canon: Callable[[Any], Any] | None,
                 violations: dict[str, Violation]) -> int:
     """Reverse reachability from every state that is done, unexpanded (cut by a bound) or already a violation."""
     n = len(visited)
-    done, bad, expanded = visited.done, visited.bad, visited.expanded
-    alive = bytearray(1 if done[s] or not expanded(s) or bad[s] else 0 for s in range(n))
-    hangs = cannot_finish(n, lambda: ((sid, tid) for sid in range(n) for tid in visited.successors(sid)), alive)
+    hangs = hung_states(n, *visited.successor_arrays(), visited.ends())
     if hangs:
         first = min(hangs, key=lambda s: (visited.depth[s], s))
         name = getattr(system, "liveness", "liveness")

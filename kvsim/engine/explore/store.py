@@ -23,7 +23,7 @@ swa-budget and pd-protocol's mori backend, every one: a fingerprint is taken onc
 from __future__ import annotations
 
 from array import array
-from itertools import compress
+from itertools import accumulate, chain, compress
 from operator import is_not
 from typing import Any, Callable, Iterator, Sequence
 
@@ -76,6 +76,15 @@ class FullStore:
     def successors(self, sid: int) -> Iterator[int]:
         succ = self.succ[sid]
         return iter(succ[0] if succ is not None else ())
+
+    def successor_arrays(self) -> tuple[array, array]:
+        """(starts, targets): state i's successors' ids are `targets[starts[i]:starts[i + 1]]`."""
+        lists = [succ[0] if succ is not None else () for succ in self.succ]
+        return array("I", accumulate(map(len, lists), initial=0)), array("i", chain.from_iterable(lists))
+
+    def ends(self) -> bytearray:
+        """1 for each state where the liveness pass starts (done, a violation, or not expanded), else 0."""
+        return bytearray(done or bad or succ is None for done, bad, succ in zip(self.done, self.bad, self.succ))
 
     def expanded(self, sid: int) -> bool:
         return self.succ[sid] is not None
@@ -254,6 +263,16 @@ class FingerprintStore:
             return iter(())
         return iter(self.succ_targets[self.succ_start[sid]:self.succ_start[sid + 1]])
 
+    def successor_arrays(self) -> tuple[array, array]:
+        """(starts, targets), as `FullStore.successor_arrays`: the arrays kept, the states after the last expanded
+        one given empty lists."""
+        starts, targets = self.succ_start, self.succ_targets
+        return starts + array("I", [len(targets)]) * (len(self) + 1 - len(starts)), targets
+
+    def ends(self) -> bytearray:
+        """As `FullStore.ends`, from the flags' bits (done 1, a violation 2, expanded 4), in one pass in C."""
+        return self.flags.translate(_ENDS)
+
     def indices(self, sid: int) -> tuple[int, list[int]]:
         """(the initial state's index, the enabled-action indices from it to `sid`)."""
         steps = []
@@ -281,6 +300,9 @@ class FingerprintStore:
         """TLC's estimate: the chance that some two of the n reached states share a 64-bit fingerprint."""
         n = len(self)
         return n * (n - 1) / 2 / 2.0 ** 64
+
+
+_ENDS = bytes(1 if flags & 3 or not flags & 4 else 0 for flags in range(256))  # `FingerprintStore.ends`, by flags
 
 
 class _Flag:
