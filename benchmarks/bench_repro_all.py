@@ -135,7 +135,7 @@ def explore(system, options):
 def models(system, store):
     # the model's calls over the states the search found, in its order (bench_explore_scale's `model_calls`); not
     # the symmetry's canonical forms (the explorer takes one a state it has not met lately): a floor
-    expanded = [state for state, succ in zip(store.states, store.succ) if succ is not None]
+    expanded = [state for state, actions in zip(store.states, store.actions) if actions is not None]
     calls = model_calls(system, store.states, expanded)
     return calls["checks"] + calls["expansions"], len(store.states)
 

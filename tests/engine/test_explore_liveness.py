@@ -71,7 +71,7 @@ def test_both_stores_give_the_same_successor_arrays_and_ends():
     assert kept._store.successor_arrays() == full._store.successor_arrays()
     starts, targets = full._store.successor_arrays()
     assert len(starts) == kept.states + 1 and starts[-1] == len(targets) > 0
-    assert len(kept._store.succ_start) < len(starts)  # the padding was needed
+    assert len(kept._store.succ.succ_start) < len(starts)  # the padding was needed
     for full, kept in ((full, kept), (search("full", 100), search("fingerprint", 100))):  # bounded, complete
         ends, store = full._store.ends(), full._store
         assert kept._store.ends() == ends and 0 < sum(ends) < len(ends) == kept.states

@@ -8,7 +8,8 @@ parent's enabled actions, its depth), `expand` (record a state's successor ids),
 and `path` / `state` to report a violation. The search order, and so every result, is the same
 with either store as long as no two reached states share a fingerprint.
 
-`FullStore` keeps every state as the Python object it is (the state graph can be exported).
+`FullStore` keeps every state as the Python object it is (the state graph can be exported). Both keep the
+successor ids in one compressed array (`Successors`: states are expanded in id order).
 `FingerprintStore` is TLC's approach: the visited set holds a 64-bit fingerprint of each state's
 fields (`kvsim.engine.explore.fingerprint`: BLAKE2b of its fields' codes, or of the system's own
 `encode_state`), and parents,
@@ -23,13 +24,42 @@ swa-budget and pd-protocol's mori backend, every one: a fingerprint is taken onc
 from __future__ import annotations
 
 from array import array
-from itertools import accumulate, chain, compress
+from itertools import compress
 from operator import is_not
 from typing import Any, Callable, Iterator, Sequence
 
 from ..canon import canonical_json, to_jsonable
 from ..statetext import FieldCaches
 
+
+
+class Successors:
+    """The successor lists of a breadth-first search, as one compressed array: the states are expanded in id
+    order, so state i's successors' ids are `succ_targets[succ_start[i]:succ_start[i + 1]]` (a state skipped
+    before a later one was expanded, a violation or one cut by the depth bound, gets an empty list; the states
+    after the last expanded one have none kept). 4 bytes a transition, no object per state."""
+
+    def __init__(self) -> None:
+        self.succ_start = array("I", [0])  # 32-bit offsets: up to 2**32 transitions
+        self.succ_targets = array("i")  # 32-bit ids: 2**31 states is beyond any run of one machine
+
+    def record(self, sid: int, tids: list[int]) -> None:
+        """State `sid`'s successors' ids, in the order of its enabled actions."""
+        start, targets = self.succ_start, self.succ_targets
+        if len(start) <= sid:  # states skipped before this one (violations, cut by depth) have no list
+            start.extend([len(targets)] * (sid + 1 - len(start)))
+        targets.extend(tids)
+        start.append(len(targets))
+
+    def targets(self, sid: int) -> array:
+        """State `sid`'s successors' ids (of an expanded state: the caller asks `expanded` first)."""
+        return self.succ_targets[self.succ_start[sid]:self.succ_start[sid + 1]]
+
+    def successor_arrays(self, n: int) -> tuple[array, array]:
+        """(starts, targets) of `n` states: state i's successors' ids are `targets[starts[i]:starts[i + 1]]`, the
+        states after the last expanded one given empty lists."""
+        starts, targets = self.succ_start, self.succ_targets
+        return starts + array("I", [len(targets)]) * (n + 1 - len(starts)), targets
 
 
 class FullStore:
@@ -43,8 +73,8 @@ class FullStore:
         self.parent: list[int] = []
         self.via: list[Any] = []
         self.depth: list[int] = []
-        # (the successors' ids, the enabled actions that reach them: two lists, no pair per edge); None: not expanded
-        self.succ: list[tuple[list[int], Sequence[Any]] | None] = []
+        self.actions: list[Sequence[Any] | None] = []  # an expanded state's enabled actions; None: not expanded
+        self.succ = Successors()  # the successors' ids, in the order of `actions`
         self.done: list[bool] = []
         self.bad: list[bool] = []
 
@@ -65,29 +95,28 @@ class FullStore:
         self.parent.append(parent)
         self.via.append(action)
         self.depth.append(depth)
-        self.succ.append(None)
+        self.actions.append(None)
         self.done.append(False)
         self.bad.append(False)
         return sid
 
     def expand(self, sid: int, tids: list[int], actions: Sequence[Any]) -> None:
-        self.succ[sid] = (tids, actions)
+        self.succ.record(sid, tids)
+        self.actions[sid] = actions
 
     def successors(self, sid: int) -> Iterator[int]:
-        succ = self.succ[sid]
-        return iter(succ[0] if succ is not None else ())
+        return iter(self.succ.targets(sid) if self.actions[sid] is not None else ())
 
     def successor_arrays(self) -> tuple[array, array]:
         """(starts, targets): state i's successors' ids are `targets[starts[i]:starts[i + 1]]`."""
-        lists = [succ[0] if succ is not None else () for succ in self.succ]
-        return array("I", accumulate(map(len, lists), initial=0)), array("i", chain.from_iterable(lists))
+        return self.succ.successor_arrays(len(self))
 
     def ends(self) -> bytearray:
         """1 for each state where the liveness pass starts (done, a violation, or not expanded), else 0."""
-        return bytearray(done or bad or succ is None for done, bad, succ in zip(self.done, self.bad, self.succ))
+        return bytearray(done or bad or acts is None for done, bad, acts in zip(self.done, self.bad, self.actions))
 
     def expanded(self, sid: int) -> bool:
-        return self.succ[sid] is not None
+        return self.actions[sid] is not None
 
     def path(self, sid: int) -> list[Any]:
         actions = []
@@ -112,9 +141,9 @@ class FullStore:
         g = nx.MultiDiGraph()  # two actions may lead to the same successor
         for sid, state in enumerate(self.states):
             g.add_node(sid, state=canonical_json(state), depth=self.depth[sid], done=self.done[sid],
-                       violation=self.bad[sid], expanded=self.succ[sid] is not None)
-        for sid, succ in enumerate(self.succ):
-            for tid, action in zip(*succ) if succ is not None else ():
+                       violation=self.bad[sid], expanded=self.actions[sid] is not None)
+        for sid, actions in enumerate(self.actions):
+            for tid, action in zip(self.succ.targets(sid), actions) if actions is not None else ():
                 g.add_edge(sid, tid, action=canonical_json(action))
         return g
 
@@ -195,9 +224,8 @@ class FingerprintStore:
     """Fingerprints and flat arrays; states are rebuilt by replay when a report needs one.
 
     `replay(indices)` must return the state reached from the initial state by taking, at each step,
-    the enabled action at that index (the explorer passes the system's). Ids are given in discovery
-    order and states are expanded in id order (breadth-first), so the successor lists are one
-    compressed array: `succ_start[sid]` .. `succ_start[sid + 1]` in `succ_targets`.
+    the enabled action at that index (the explorer passes the system's). The successor lists are one
+    compressed array (`Successors`), as the full store's.
     """
 
     kind = "fingerprint"
@@ -210,8 +238,7 @@ class FingerprintStore:
         self.index = array("I")  # the action's position among the parent's enabled actions (root: initial index)
         self.depth = array("I")
         self.flags = bytearray()  # bit 0 done, bit 1 bad (a violation), bit 2 expanded
-        self.succ_start = array("I", [0])  # 32-bit offsets: up to 2**32 transitions
-        self.succ_targets = array("i")
+        self.succ = Successors()
 
     def __len__(self) -> int:
         return len(self.parent)
@@ -248,26 +275,18 @@ class FingerprintStore:
 
     def expand(self, sid: int, tids: list[int], actions: Sequence[Any]) -> None:
         """State `sid`'s successors' ids, in the order of its enabled `actions` (not kept: replay finds them)."""
-        start, targets = self.succ_start, self.succ_targets
-        if len(start) <= sid:  # states skipped before this one (violations, cut by depth) have no list
-            start.extend([len(targets)] * (sid + 1 - len(start)))
-        targets.extend(tids)
-        start.append(len(targets))
+        self.succ.record(sid, tids)
         self.flags[sid] |= 4
 
     def expanded(self, sid: int) -> bool:
         return bool(self.flags[sid] & 4)
 
     def successors(self, sid: int) -> Iterator[int]:
-        if not self.flags[sid] & 4:
-            return iter(())
-        return iter(self.succ_targets[self.succ_start[sid]:self.succ_start[sid + 1]])
+        return iter(self.succ.targets(sid) if self.flags[sid] & 4 else ())
 
     def successor_arrays(self) -> tuple[array, array]:
-        """(starts, targets), as `FullStore.successor_arrays`: the arrays kept, the states after the last expanded
-        one given empty lists."""
-        starts, targets = self.succ_start, self.succ_targets
-        return starts + array("I", [len(targets)]) * (len(self) + 1 - len(starts)), targets
+        """(starts, targets), as `FullStore.successor_arrays`."""
+        return self.succ.successor_arrays(len(self))
 
     def ends(self) -> bytearray:
         """As `FullStore.ends`, from the flags' bits (done 1, a violation 2, expanded 4), in one pass in C."""
@@ -290,7 +309,7 @@ class FingerprintStore:
         return self.replay(steps, root)[0]
 
     def nbytes(self) -> int:
-        arrays = (self.parent, self.index, self.depth, self.succ_start, self.succ_targets)
+        arrays = (self.parent, self.index, self.depth, self.succ.succ_start, self.succ.succ_targets)
         return self.visited.nbytes() + len(self.flags) + sum(a.itemsize * len(a) for a in arrays)
 
     def bytes_per_state(self) -> float:
