@@ -28,10 +28,12 @@ def graphs():
     yield n, succ, [s > 600 for s in range(n)]  # a level of 599, then of one
 
 
-@pytest.mark.parametrize("bulk, few", [(0, 1), (0, 4), (0, 64), (1 << 30, 64)])
-def test_the_levels_and_the_walk_find_the_same_hung_states(monkeypatch, bulk, few):
+@pytest.mark.parametrize("bulk, few, small", [(0, 1, 8), (0, 4, 1), (0, 64, 8), (0, 64, 1), (1 << 30, 64, 8)])
+def test_the_levels_and_the_walk_find_the_same_hung_states(monkeypatch, bulk, few, small):
+    """Levels to the end (a level is never under 1 state), the walk taking over sooner or later, the walk alone."""
     monkeypatch.setattr(backward, "BULK", bulk)
     monkeypatch.setattr(backward, "FEW", few)
+    monkeypatch.setattr(backward, "SMALL", small)
     shapes = 0
     for n, succ, alive in graphs():
         starts = array("I", [0])

@@ -4,12 +4,12 @@ violation) can be reached, found by following the transitions backwards from the
 `cannot_finish` walks the graph in Python, over one compressed array of predecessors. `hung_states` takes a
 store's successor arrays (`successor_arrays`: the targets of state i's transitions are
 `targets[starts[i]:starts[i + 1]]`) and, from `BULK` transitions up to `MOST`, marks the states with numpy a
-level at a time: the predecessors of the states marked last that are not marked yet are the next level. A level
-of fewer than `FEW` states hands the rest of the pass to the walk (a graph that is one long chain would
-otherwise take a level per state). The answer is a set, whichever way it is found. Below `BULK` the walk is
-quick (and numpy need not be imported); above `MOST` the levels' arrays (16 bytes a transition for a moment,
-where the walk holds 4) would weigh more than the speed is worth. The partitioned search has its own pass
-(`kvsim.engine.explore.hangs`).
+level at a time: the predecessors of the states marked last that are not marked yet are the next level.
+`SMALL` levels in a row of fewer than `FEW` states hand the rest of the pass to the walk (a graph that is one
+long chain would otherwise take a level per state; the levels from a few done states soon widen). The answer
+is a set, whichever way it is found. Below `BULK` the walk is quick (and numpy need not be imported); above
+`MOST` the levels' arrays (16 bytes a transition for a moment, where the walk holds 4) would weigh more than
+the speed is worth. The partitioned search has its own pass (`kvsim.engine.explore.hangs`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from typing import Any, Callable, Iterable, Sequence
 
 BULK = 1 << 16  # transitions from which the levels run in numpy
 MOST = 1 << 26  # transitions up to which they do
-FEW = 64  # a level smaller than this ends the levels: the walk finishes the pass
+FEW = 64  # SMALL levels in a row of fewer states than this end the levels: the walk finishes the pass
+SMALL = 8
 
 
 def cannot_finish(n: int, edges: Callable[[], Iterable[tuple[int, int]]], alive: bytearray) -> list[int]:
@@ -71,14 +72,14 @@ def hung_states(n: int, starts: Sequence[int], targets: array, alive: bytearray)
     first = np.zeros(n + 1, dtype=np.int64)  # state i's predecessors: preds[first[i]:first[i + 1]]
     np.cumsum(np.bincount(dst, minlength=n), out=first[1:])
     marked = np.frombuffer(alive, dtype=np.uint8)  # the caller's bytearray, marked in place
-    level = np.flatnonzero(marked)
-    while len(level) >= FEW:
+    level, small = np.flatnonzero(marked), 0
+    while len(level) and small < SMALL:
+        small = small + 1 if len(level) < FEW else 0
         lo, sizes = first[level], first[level + 1] - first[level]
-        total = int(sizes.sum())
         ends = np.cumsum(sizes)
-        found = preds[np.repeat(lo - (ends - sizes), sizes) + np.arange(total)]
+        found = preds[np.repeat(lo - (ends - sizes), sizes) + np.arange(int(ends[-1]))]
         level = np.unique(found[marked[found] == 0])
         marked[level] = 1
-    if len(level):
-        _walk(level.tolist(), array("q", first.tobytes()), array("i", preds.tobytes()), marked)
+    if len(level):  # (the walk marks through the bytearray: `marked` is a view of it)
+        _walk(level.tolist(), array("q", first.tobytes()), array("i", preds.tobytes()), alive)
     return np.flatnonzero(marked == 0).tolist()
