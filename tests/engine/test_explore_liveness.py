@@ -6,9 +6,8 @@ from array import array
 
 import pytest
 
-from kvsim.engine.explore import ExploreOptions, backward, cannot_finish, explore, hangs
-from kvsim.engine.explore.parallel import explore_parallel
-from toys import Counter, Pair
+from kvsim.engine.explore import ExploreOptions, backward, cannot_finish, explore
+from toys import Counter
 
 
 def graphs():
@@ -80,17 +79,3 @@ def test_both_stores_give_the_same_successor_arrays_and_ends():
         assert kept._store.ends() == ends and 0 < sum(ends) < len(ends) == kept.states
         assert list(ends) == [int(store.done[s] or store.bad[s] or not store.expanded(s)) for s in range(len(ends))]
     assert store.expanded(store.done.index(True))  # the done state of the complete search: expanded, an end
-
-
-@pytest.mark.parametrize("factory", [lambda: Counter(limit=10, bad=None, trap=True), lambda: Pair(gap=3, jam=True)],
-                         ids=["livelock", "deadlock"])
-@pytest.mark.parametrize("bulk", [0, 1 << 30], ids=["numpy", "python"])
-def test_workers_index_their_predecessors_either_way(monkeypatch, factory, bulk):
-    """A partitioned search's workers index their states' predecessors (`HangRounds._index_predecessors`) with
-    numpy from `BULK` reverse edges (here from none: the workers are forked after the patch), else in Python:
-    the same hang, the same count, as one process finds."""
-    monkeypatch.setattr(hangs, "BULK", bulk)
-    one, two = explore(factory()), explore_parallel(factory, 2, ExploreOptions(store="fingerprint"))
-    assert two.hang_states == one.hang_states > 0
-    assert [(v.property, v.message, len(v.trace)) for v in two.violations if v.kind == "hang"] == \
-        [(v.property, v.message, len(v.trace)) for v in one.violations if v.kind == "hang"]

@@ -66,7 +66,11 @@ def hung_states(n: int, starts: Sequence[int], targets: array, alive: bytearray)
     import numpy as np
 
     dst = np.frombuffer(targets, dtype=np.int32)
-    first, preds = predecessors(n, np.repeat(np.arange(n, dtype=np.int32), np.diff(np.asarray(starts, np.int64))), dst)
+    src = np.repeat(np.arange(n, dtype=np.int32), np.diff(np.asarray(starts, dtype=np.int64)))
+    preds = src[np.argsort(dst, kind="stable")]  # the sources by target: each state's predecessors, in a row
+    del src
+    first = np.zeros(n + 1, dtype=np.int64)  # state i's predecessors: preds[first[i]:first[i + 1]]
+    np.cumsum(np.bincount(dst, minlength=n), out=first[1:])
     marked = np.frombuffer(alive, dtype=np.uint8)  # the caller's bytearray, marked in place
     level, small = np.flatnonzero(marked), 0
     while len(level) and small < SMALL:
@@ -79,13 +83,3 @@ def hung_states(n: int, starts: Sequence[int], targets: array, alive: bytearray)
     if len(level):  # (the walk marks through the bytearray: `marked` is a view of it)
         _walk(level.tolist(), array("q", first.tobytes()), array("i", preds.tobytes()), alive)
     return np.flatnonzero(marked == 0).tolist()
-
-
-def predecessors(n: int, sources: Any, targets: Any) -> tuple[Any, Any]:
-    """(first, preds), numpy arrays: the predecessors of state i (of 0..n-1) are `preds[first[i]:first[i + 1]]`,
-    in the order of the transitions (`sources[k]` -> `targets[k]`, numpy arrays of one length)."""
-    import numpy as np
-
-    first = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(targets, minlength=n), out=first[1:])
-    return first, sources[np.argsort(targets, kind="stable")]

@@ -13,9 +13,6 @@ from __future__ import annotations
 from array import array
 from typing import Any, Sequence
 
-from .backward import BULK, MOST, predecessors
-from .store import ENDS
-
 
 class HangRounds:
     """A partition's side of the pass. Reads the partition's `n`, `w`, `flags` (bit 0 done, 1 a violation,
@@ -65,17 +62,8 @@ class HangRounds:
                 sum(len(box) for box in boxes))
 
     def _index_predecessors(self) -> None:
-        """Our states' predecessors (global ids) as one compressed array, from the reverse edges (by numpy from
-        `backward.BULK` of them up to `backward.MOST`, as `backward.hung_states`)."""
+        """Our states' predecessors (global ids) as one compressed array, from the reverse edges."""
         n, size = self.n, len(self.flags)
-        self.alive = self.flags.translate(ENDS)
-        if BULK <= len(self.rev_dst) <= MOST:
-            import numpy as np
-
-            ours = np.frombuffer(self.rev_dst, dtype=np.int64) // n  # our local ids
-            first, preds = predecessors(size, np.frombuffer(self.rev_src, dtype=np.int64), ours)
-            self.pred_count, self.preds = array("q", first.tobytes()), array("q", preds.tobytes())
-            return
         count = array("I", bytes(4 * (size + 1)))
         for d in self.rev_dst:
             count[d // n + 1] += 1
@@ -88,6 +76,7 @@ class HangRounds:
             preds[fill[lid]] = src
             fill[lid] += 1
         self.pred_count, self.preds = count, preds
+        self.alive = bytearray(1 if f & 1 or not f & 4 or f & 2 else 0 for f in self.flags)
 
     def hangs(self) -> tuple[int, tuple[int, int] | None, bool]:
         """After the liveness pass: (how many of our states cannot reach an alive one, (depth, global id) of
