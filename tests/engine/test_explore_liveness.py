@@ -1,12 +1,17 @@
 """The liveness pass of the search in one process (`kvsim.engine.explore.backward`): numpy's levels and the walk
-in Python find the same hung states, and the stores give the same successor arrays."""
+in Python find the same hung states, and the stores give the same successor arrays; a partitioned search's pass
+(`kvsim.engine.explore.hangs`) finds the states one process finds, either way."""
 
 import random
+import time
 from array import array
 
 import pytest
 
-from kvsim.engine.explore import ExploreOptions, backward, cannot_finish, explore
+from kvsim.engine.explore import ExploreOptions, backward, cannot_finish, explore, hangs
+from kvsim.engine.explore.parallel import _search
+from kvsim.engine.explore.partition import Partition
+from test_explore_scale import Inline
 from toys import Counter
 
 
@@ -79,3 +84,44 @@ def test_both_stores_give_the_same_successor_arrays_and_ends():
         assert kept._store.ends() == ends and 0 < sum(ends) < len(ends) == kept.states
         assert list(ends) == [int(store.done[s] or store.bad[s] or not store.expanded(s)) for s in range(len(ends))]
     assert store.expanded(store.done.index(True))  # the done state of the complete search: expanded, an end
+
+
+class Graph:
+    """A transition system over the states 0..n-1 of a graph from `graphs` (state 0 initial), done where `alive`."""
+
+    liveness = "finishes"
+
+    def __init__(self, succ, alive):
+        self.name, self.variant, self.invariants = "graph", "fixed", ()
+        self.succ, self.alive = succ, alive
+
+    def initial_states(self):
+        return (0,)
+
+    def enabled(self, state):
+        return [("to", t) for t in self.succ[state]]
+
+    def step(self, state, action):
+        return action[1]
+
+    def done(self, state):
+        return self.alive[state]
+
+
+@pytest.mark.parametrize("bulk, few, small", [(0, 1, 8), (0, 64, 1), (1 << 30, 64, 8)])
+def test_workers_find_the_hung_states_one_process_finds(monkeypatch, bulk, few, small):
+    """Three partitions' pass (their first rounds by numpy's levels to the end, handing over to the walk at once,
+    or walked): as many hung states as one process finds, and the same first one."""
+    for name, value in (("BULK", bulk), ("FEW", few), ("SMALL", small)):
+        monkeypatch.setattr(hangs, name, value)
+    shapes = 0
+    for n, succ, alive in graphs():
+        system = Graph(succ, alive)
+        one = explore(system, ExploreOptions(store="fingerprint", symmetry=False))
+        parts = [Partition(lambda: system, w, 3, "fingerprint", False, None) for w in range(3)]
+        three = _search(system, Inline(parts), 3, time.perf_counter(), ExploreOptions(store="fingerprint"))
+        assert (three.states, three.hang_states) == (one.states, one.hang_states)
+        assert [(v.kind, len(v.trace), v.message) for v in three.violations] == \
+            [(v.kind, len(v.trace), v.message) for v in one.violations]
+        shapes += 0 < one.hang_states < one.states
+    assert shapes > 10  # graphs where some reachable states hang and some do not

@@ -9,7 +9,8 @@ level at a time: the predecessors of the states marked last that are not marked 
 long chain would otherwise take a level per state; the levels from a few done states soon widen). The answer
 is a set, whichever way it is found. Below `BULK` the walk is quick (and numpy need not be imported); above
 `MOST` the levels' arrays (16 bytes a transition for a moment, where the walk holds 4) would weigh more than
-the speed is worth. The partitioned search has its own pass (`kvsim.engine.explore.hangs`).
+the speed is worth. The partitioned search has its own pass (`kvsim.engine.explore.hangs`); its workers' first
+rounds index and mark with `predecessors` and `gather` here.
 """
 
 from __future__ import annotations
@@ -66,20 +67,35 @@ def hung_states(n: int, starts: Sequence[int], targets: array, alive: bytearray)
     import numpy as np
 
     dst = np.frombuffer(targets, dtype=np.int32)
-    src = np.repeat(np.arange(n, dtype=np.int32), np.diff(np.asarray(starts, dtype=np.int64)))
-    preds = src[np.argsort(dst, kind="stable")]  # the sources by target: each state's predecessors, in a row
-    del src
-    first = np.zeros(n + 1, dtype=np.int64)  # state i's predecessors: preds[first[i]:first[i + 1]]
-    np.cumsum(np.bincount(dst, minlength=n), out=first[1:])
+    first, preds = predecessors(n, np.repeat(np.arange(n, dtype=np.int32), np.diff(np.asarray(starts, np.int64))), dst)
     marked = np.frombuffer(alive, dtype=np.uint8)  # the caller's bytearray, marked in place
     level, small = np.flatnonzero(marked), 0
     while len(level) and small < SMALL:
         small = small + 1 if len(level) < FEW else 0
-        lo, sizes = first[level], first[level + 1] - first[level]
-        ends = np.cumsum(sizes)
-        found = preds[np.repeat(lo - (ends - sizes), sizes) + np.arange(int(ends[-1]))]
+        found = gather(first, preds, level)
         level = np.unique(found[marked[found] == 0])
         marked[level] = 1
     if len(level):  # (the walk marks through the bytearray: `marked` is a view of it)
         _walk(level.tolist(), array("q", first.tobytes()), array("i", preds.tobytes()), alive)
     return np.flatnonzero(marked == 0).tolist()
+
+
+def predecessors(n: int, sources: Any, targets: Any) -> tuple[Any, Any]:
+    """(first, preds), numpy arrays: the predecessors of state i (of 0..n-1) are `preds[first[i]:first[i + 1]]`,
+    in the order of the transitions (`sources[k]` -> `targets[k]`, numpy arrays of one length)."""
+    import numpy as np
+
+    first = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(targets, minlength=n), out=first[1:])
+    return first, sources[np.argsort(targets, kind="stable")]
+
+
+def gather(first: Any, preds: Any, level: Any) -> Any:
+    """The predecessors (`predecessors`) of the states of `level` (a numpy array), one after another."""
+    import numpy as np
+
+    lo, sizes = first[level], first[level + 1] - first[level]
+    ends = np.cumsum(sizes)
+    if not len(ends):
+        return preds[:0]
+    return preds[np.repeat(lo - (ends - sizes), sizes) + np.arange(int(ends[-1]))]

@@ -6,12 +6,26 @@ indexes the predecessors of its own states (from the reverse edges it recorded w
 marks its own, round after round: a predecessor that another worker owns is sent to it, by the same
 mail as the search's states (`kvsim.engine.pools`). The pass is over when a round sends nothing. The
 coordinator passes on the outboxes and adds up the counts: it holds no edge.
+
+A worker's first round, where it marks from its own ends (most of the pass), runs as `backward.hung_states`
+does: from `BULK` reverse edges up to `backward.MOST`, its index and its marking are numpy's, a level at a
+time, until `backward.SMALL` small levels in a row hand the rest to the walk in Python (the only way below
+`BULK`, and in every later round: a few states each).
 """
 
 from __future__ import annotations
 
 from array import array
 from typing import Any, Sequence
+
+from .backward import FEW, MOST, SMALL, gather, predecessors
+from .store import ENDS
+
+
+# reverse edges of a worker from which its first round runs in numpy: a worker imports numpy for it (about 0.17 s
+# of CPU, where `backward.BULK` is one process's, which imports it once), and walks about 0.4 us an edge where the
+# levels take 0.1
+BULK = 1 << 20
 
 
 class HangRounds:
@@ -35,18 +49,14 @@ class HangRounds:
         empty inbox, starts from our states that are done, unexpanded or a violation. The pass is over
         when a round sends nothing."""
         n, w = self.n, self.w
-        if self.alive is None:
-            self._index_predecessors()
-            wave = [lid for lid, live in enumerate(self.alive) if live]
-        else:
-            wave = []
+        boxes = [array("q") for _ in range(n)]
+        wave = self._start(boxes) if self.alive is None else []
         alive, count, preds = self.alive, self.pred_count, self.preds
         for payload in self.mail.fetch(inbox):
             for lid in array("q", payload or b""):
                 if not alive[lid]:
                     alive[lid] = 1
                     wave.append(lid)
-        boxes = [array("q") for _ in range(n)]
         while wave:
             lid = wave.pop()
             for k in range(count[lid], count[lid + 1]):
@@ -60,6 +70,39 @@ class HangRounds:
         post = self.mail.post
         return ([None if o == w else post(box.tobytes()) for o, box in enumerate(boxes)],
                 sum(len(box) for box in boxes))
+
+    def _start(self, boxes: list[array]) -> list[int]:
+        """The first round's start: `alive` (our ends, where the pass starts), the predecessors' index, and the
+        states marked whose predecessors the walk takes next; in numpy (module doc), the states of ours marked
+        meanwhile, and the predecessors found of other workers' (their local ids, once each) put in `boxes`."""
+        n, w, size = self.n, self.w, len(self.flags)
+        self.alive = self.flags.translate(ENDS)
+        if not BULK <= len(self.rev_dst) <= MOST:
+            self._index_predecessors()
+            return [lid for lid, live in enumerate(self.alive) if live]
+        import numpy as np
+
+        first, preds = predecessors(size, np.frombuffer(self.rev_src, dtype=np.int64),
+                                    np.frombuffer(self.rev_dst, dtype=np.int64) // n)
+        marked = np.frombuffer(self.alive, dtype=np.uint8)  # marked in place
+        level, small, away = np.flatnonzero(marked), 0, []
+        while len(level) and small < SMALL:
+            small = small + 1 if len(level) < FEW else 0
+            found = gather(first, preds, level)
+            ours = found % n == w
+            away.append(found[~ours])
+            found = found[ours] // n
+            level = np.unique(found[marked[found] == 0])
+            marked[level] = 1
+        if away:
+            others = np.unique(np.concatenate(away))
+            for owner, box in enumerate(boxes):
+                if owner != w:
+                    box.frombytes((others[others % n == owner] // n).tobytes())
+        self.pred_count, self.preds = array("q"), array("q")  # (copied from the buffers: no bytes between)
+        self.pred_count.frombytes(memoryview(first).cast("B"))
+        self.preds.frombytes(memoryview(preds).cast("B"))
+        return level.tolist()
 
     def _index_predecessors(self) -> None:
         """Our states' predecessors (global ids) as one compressed array, from the reverse edges."""
@@ -76,7 +119,6 @@ class HangRounds:
             preds[fill[lid]] = src
             fill[lid] += 1
         self.pred_count, self.preds = count, preds
-        self.alive = bytearray(1 if f & 1 or not f & 4 or f & 2 else 0 for f in self.flags)
 
     def hangs(self) -> tuple[int, tuple[int, int] | None, bool]:
         """After the liveness pass: (how many of our states cannot reach an alive one, (depth, global id) of

@@ -290,7 +290,7 @@ class FingerprintStore:
 
     def ends(self) -> bytearray:
         """As `FullStore.ends`, from the flags' bits (done 1, a violation 2, expanded 4), in one pass in C."""
-        return self.flags.translate(_ENDS)
+        return self.flags.translate(ENDS)
 
     def indices(self, sid: int) -> tuple[int, list[int]]:
         """(the initial state's index, the enabled-action indices from it to `sid`)."""
@@ -321,7 +321,9 @@ class FingerprintStore:
         return n * (n - 1) / 2 / 2.0 ** 64
 
 
-_ENDS = bytes(1 if flags & 3 or not flags & 4 else 0 for flags in range(256))  # `FingerprintStore.ends`, by flags
+# where the liveness pass starts, by a state's flags (bit 0 done, 1 a violation, 2 expanded): `FingerprintStore.ends`,
+# and a partitioned search's (`HangRounds`, whose flags have these bits)
+ENDS = bytes(1 if flags & 3 or not flags & 4 else 0 for flags in range(256))
 
 
 class _Flag:
