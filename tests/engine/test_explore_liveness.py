@@ -108,11 +108,12 @@ class Graph:
         return self.alive[state]
 
 
-@pytest.mark.parametrize("bulk, few, small", [(0, 1, 8), (0, 64, 1), (1 << 30, 64, 8)])
-def test_workers_find_the_hung_states_one_process_finds(monkeypatch, bulk, few, small):
+@pytest.mark.parametrize("bulk, most, few, small", [(0, 1 << 30, 1, 8), (0, 1 << 30, 64, 1), (1 << 30, 1 << 30, 64, 8),
+                                                     (0, 0, 64, 8)])
+def test_workers_find_the_hung_states_one_process_finds(monkeypatch, bulk, most, few, small):
     """Three partitions' pass (their first rounds by numpy's levels to the end, handing over to the walk at once,
-    or walked): as many hung states as one process finds, and the same first one."""
-    for name, value in (("BULK", bulk), ("FEW", few), ("SMALL", small)):
+    or walked, below the levels' bounds and above): as many hung states as one process finds, the same first one."""
+    for name, value in (("BULK", bulk), ("MOST", most), ("FEW", few), ("SMALL", small)):
         monkeypatch.setattr(hangs, name, value)
     shapes = 0
     for n, succ, alive in graphs():

@@ -8,9 +8,9 @@ mail as the search's states (`kvsim.engine.pools`). The pass is over when a roun
 coordinator passes on the outboxes and adds up the counts: it holds no edge.
 
 A worker's first round, where it marks from its own ends (most of the pass), runs as `backward.hung_states`
-does: from `BULK` reverse edges up to `backward.MOST`, its index and its marking are numpy's, a level at a
-time, until `backward.SMALL` small levels in a row hand the rest to the walk in Python (the only way below
-`BULK`, and in every later round: a few states each).
+does: from `BULK` reverse edges up to `MOST`, its index and its marking are numpy's, a level at a
+time, until `backward.SMALL` small levels in a row hand the rest to the walk in Python (the only way outside
+those bounds, and in every later round: a few states each).
 """
 
 from __future__ import annotations
@@ -18,14 +18,16 @@ from __future__ import annotations
 from array import array
 from typing import Any, Sequence
 
-from .backward import FEW, MOST, SMALL, gather, predecessors
+from .backward import FEW, SMALL, gather, predecessors
 from .store import ENDS
 
 
-# reverse edges of a worker from which its first round runs in numpy: a worker imports numpy for it (about 0.17 s
-# of CPU, where `backward.BULK` is one process's, which imports it once), and walks about 0.4 us an edge where the
-# levels take 0.1
+# reverse edges of a worker from which its first round runs in numpy (`backward.BULK` is one process's): each worker
+# imports numpy for it, about 0.17 s of CPU, and its pass walks about 0.4 us an edge where the levels take under 0.2;
+# up to MOST, as the levels' arrays hold about 32 bytes an edge for a moment where the walk's index holds 8 (the
+# reverse edges themselves hold 16, and the memory bound is checked between levels of the search, not in this pass)
 BULK = 1 << 20
+MOST = 1 << 24
 
 
 class HangRounds:
