@@ -91,11 +91,9 @@ def predecessors(n: int, sources: Any, targets: Any) -> tuple[Any, Any]:
 
 
 def gather(first: Any, preds: Any, level: Any) -> Any:
-    """The predecessors (`predecessors`) of the states of `level` (a numpy array), one after another."""
+    """The predecessors (`predecessors`) of the states of `level` (a numpy array, not empty), one after another."""
     import numpy as np
 
     lo, sizes = first[level], first[level + 1] - first[level]
     ends = np.cumsum(sizes)
-    if not len(ends):
-        return preds[:0]
     return preds[np.repeat(lo - (ends - sizes), sizes) + np.arange(int(ends[-1]))]
