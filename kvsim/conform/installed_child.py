@@ -209,7 +209,7 @@ class Configured:
             unimported = []
             for relpath in trace:
                 path = os.path.join(self.root, relpath)
-                register_lines(path, lambda line, rel=relpath: f"{rel}:{line}")
+                register_lines(path, relpath)
                 try:  # the driver imports it sooner or later; imported now, its functions take probes
                     module = importlib.import_module(module_name(relpath))
                 except Exception:  # noqa: BLE001 - one that does not import here is traced by the hook
@@ -221,7 +221,7 @@ class Configured:
                     with open(path, encoding="utf-8") as f:
                         text = f.read()
                 loaded(path, module, text)
-            self.trace = LineTrace(hooked=unimported)
+            self.trace = LineTrace(hooked=unimported, files=trace)
         return {"mutant": None if self.mutant is None else self.mutant.label, "trace": bool(self.trace)}
 
     def new_lines(self) -> list[tuple[str, int]]:

@@ -309,7 +309,7 @@ def load_definitions(path: Path, names: Sequence[str], *, extra_globals: Mapping
         tmp = scratch(out)
         tmp.write_text(body, encoding="utf-8")
         tmp.replace(out)
-    register_lines(str(out), _line_map(where, segments))
+    register_lines(str(out), where, _line_map(where, segments))
     module_name = f"{LOADED_PREFIX}{path.stem}_{digest}"
     module = types.ModuleType(module_name)
     module.__file__ = str(out)

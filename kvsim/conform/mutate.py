@@ -99,7 +99,7 @@ def measure(target: Any, source: EngineSource, options: Options, count: int) -> 
     started = time.perf_counter()
     out = MutationResult(target.name)
     table = descriptors()
-    trace = LineTrace()
+    trace = LineTrace(files=[u.file for u in target.upstream])
     try:
         (base,) = run_targets([target], source, table, replace(options, trace=trace))
     except Interrupted:

@@ -125,7 +125,7 @@ def run_targets(targets: Sequence[ConformTarget], source: EngineSource, descript
         return _on_workers(list(targets), source, descriptors, options, measure, workers)
     results = []
     for target in targets:
-        trace = LineTrace() if measure else options.trace
+        trace = LineTrace(files=[u.file for u in target.upstream]) if measure else options.trace
         run_options = replace(options, trace=trace)
         with captured() as logged:
             result = run_target(target, environment(target, source, descriptors[target.model], run_options),

@@ -150,7 +150,7 @@ def code_under_test(obj: Any) -> None:
     except TypeError:
         return
     if path and not registered(path):
-        register_lines(path, lambda line, path=path: f"{path}:{line}")
+        register_lines(path, path)
 
 
 @dataclass(frozen=True)

@@ -310,6 +310,26 @@ def test_coverage_counts_the_checked_definitions_only(tmp_path):
     assert one.coverage["percent"] < 100 and one.coverage["files"][TOY]["missed"]["plan"]
 
 
+def test_a_measured_run_probes_only_its_targets_files(tmp_path, monkeypatch):
+    """A process that loaded other files before (another target's, another release's: the loader's modules stay)
+    measures a target by probing its own files only, with the same coverage."""
+    from kvsim.conform.loader import load_definitions
+    from kvsim.conform.run import run_targets
+    from kvsim.conform.targets import descriptors
+    from kvsim.engine.conformance import probes
+
+    other = tmp_path / "other.py"
+    other.write_text("def g(x):\n    return x + 1\n")
+    kept = load_definitions(other, ["g"], where="vllm/other.py")  # alive, as the loader's modules stay
+    probed = []
+    made = probes.Probed.__init__
+    monkeypatch.setattr(probes.Probed, "__init__", lambda self, filename, *a: (probed.append(filename),
+                                                                                made(self, filename, *a))[1])
+    (result,) = run_targets([target("DIFF")], _source(tmp_path), descriptors(), OPTIONS, measure=True)
+    assert result.coverage["percent"] == 100.0 and result.coverage["lines"] == 10
+    assert probed and kept.g.__code__.co_filename not in probed  # the toy's file only
+
+
 def test_declared_unreached_lines_are_left_out_of_the_count_and_listed(tmp_path):
     """An Unreached names a statement by its text: it and its body leave the count (an `if`'s `else` does not)."""
     from kvsim.conform.run import run_targets

@@ -144,3 +144,31 @@ def test_a_mutant_on_a_continuation_line_is_reached_when_its_statement_ran():
     assert owner[33] == 32 and owner[32] == 32  # `elif (got\n < 0)`: the test's first line
     assert owner[68] == 67 and owner[69] == 67  # `total = sum(\n inner(x)\n for x in gen)`
     assert 5 not in owner  # module level: no function runs it
+
+
+def test_a_trace_of_some_files_measures_those_only(tmp_path):
+    """`files`: the modules of other upstream files (another target's, loaded before or while it measures) keep
+    their own code and record nothing; without `files`, every registered file is measured."""
+    loaded = {}
+    for name in ("mine.py", "other.py", "late.py"):
+        (tmp_path / name).write_text("def f(x):\n    if x:\n        return 1\n    return 2\n")
+    for name in ("mine.py", "other.py"):
+        loaded[name] = load_definitions(tmp_path / name, ["f"], where=name).f
+    own = {name: f.__code__ for name, f in loaded.items()}
+    trace = LineTrace(files=["mine.py", "late.py"])
+    trace.start()
+    try:
+        loaded["late.py"] = load_definitions(tmp_path / "late.py", ["f"], where="late.py").f
+        swapped = {name: f.__code__ is not own.get(name) for name, f in loaded.items()}
+        answers = [f(0) for f in loaded.values()]
+    finally:
+        trace.stop()
+    assert answers == [2, 2, 2] and swapped == {"mine.py": True, "other.py": False, "late.py": True}
+    assert trace.executed == {("mine.py", 2), ("mine.py", 4), ("late.py", 2), ("late.py", 4)}
+    every = LineTrace()
+    every.start()
+    try:
+        assert [f(1) for f in loaded.values()] == [1, 1, 1]
+    finally:
+        every.stop()
+    assert {path for path, _ in every.executed} == {"mine.py", "other.py", "late.py"}

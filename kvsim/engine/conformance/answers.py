@@ -20,12 +20,15 @@ from typing import Any, Callable
 
 from .deadline import CallTimeout, within
 
-# executed file -> maps one of its line numbers to "upstream/path.py:line" (None: not upstream's line)
-_LINES: dict[str, Callable[[int], str | None]] = {}
+# executed file -> (the upstream file it stands for, a map of one of its line numbers to "upstream/path.py:line", None
+# where the line is not upstream's)
+_LINES: dict[str, tuple[str, Callable[[int], str | None]]] = {}
 
 
-def register_lines(filename: str, mapper: Callable[[int], str | None]) -> None:
-    _LINES[filename] = mapper
+def register_lines(filename: str, file: str, mapper: Callable[[int], str | None] | None = None) -> None:
+    """`filename` was executed from the upstream `file` (a path like "vllm/v1/core/block_pool.py"): `mapper` maps
+    its lines to that file's ("file:line"); without one, each line is the same line of `file`."""
+    _LINES[filename] = (file, mapper or (lambda line: f"{file}:{line}"))
 
 
 def registered(filename: str) -> bool:
@@ -33,9 +36,15 @@ def registered(filename: str) -> bool:
     return filename in _LINES
 
 
+def upstream_file(filename: str) -> str | None:
+    """The upstream file `filename` was executed from (None: not a file of the code under test)."""
+    entry = _LINES.get(filename)
+    return entry[0] if entry is not None else None
+
+
 def upstream_line(filename: str, line: int) -> str | None:
-    mapper = _LINES.get(filename)
-    return mapper(line) if mapper is not None else None
+    entry = _LINES.get(filename)
+    return entry[1](line) if entry is not None else None
 
 
 @dataclass(frozen=True)

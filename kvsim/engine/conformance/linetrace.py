@@ -17,28 +17,36 @@ import threading
 from typing import Any, Iterable, Iterator, Mapping
 
 from . import probes as _probes
-from .answers import registered, upstream_line
+from .answers import registered, upstream_file, upstream_line
 from .probes import statement_line, without_docstring
 
 
 class LineTrace:
     """The upstream lines a run executed: measured by probes (`probes=True`) in every module `probes.loaded`
     registers, and by the trace hook in the registered files named in `hooked` (a file a child could not import
-    before the run); with `probes=False`, by the hook in every registered file."""
+    before the run); with `probes=False`, by the hook in every registered file. With `files` (a target's upstream
+    files, the only ones its coverage counts), only the registered files executed from those are measured: a
+    process that ran other targets before holds their modules too (the loader's stay in `sys.modules`), and
+    probing them all at each start cost seconds a target once there were hundreds."""
 
-    def __init__(self, *, probes: bool = True, hooked: Iterable[str] = ()) -> None:
+    def __init__(self, *, probes: bool = True, hooked: Iterable[str] = (), files: Iterable[str] | None = None) -> None:
         self.executed: set[tuple[str, int]] = set()
         self.probes = probes
         self.hooked = frozenset(hooked)
+        self.files = None if files is None else frozenset(files)
         self._probed: dict[int, _probes.Probed] = {}  # id(module) -> its functions' probed code, for this trace
         self._seen: dict[str, bool] = {}
         self._previous: Any = None
         self._depth = 0
 
+    def _counts(self, filename: str) -> bool:
+        """Whether `filename` is one this trace measures: of the code under test, and of `files` where given."""
+        return registered(filename) and (self.files is None or upstream_file(filename) in self.files)
+
     def _wanted(self, filename: str) -> bool:
         known = self._seen.get(filename)
         if known is None:
-            known = self._seen[filename] = registered(filename) and (not self.probes or filename in self.hooked)
+            known = self._seen[filename] = self._counts(filename) and (not self.probes or filename in self.hooked)
         return known
 
     def _global(self, frame: Any, event: str, arg: Any) -> Any:
@@ -55,7 +63,10 @@ class LineTrace:
         return self._local
 
     def probe(self, filename: str, module: Any, text: str) -> None:
-        """Measure `module` (executed from `text` as `filename`) by its probes from now on (`probes.loaded`)."""
+        """Measure `module` (executed from `text` as `filename`) by its probes from now on (`probes.loaded`), if
+        it is of a file this trace measures."""
+        if not self._counts(filename):
+            return
         probed = self._probed.get(id(module))
         if probed is None or probed.module is not module:
             probed = self._probed[id(module)] = _probes.Probed(filename, module, text,
@@ -70,8 +81,7 @@ class LineTrace:
         if self._depth == 0:
             if self.probes:
                 for filename, module, text in _probes.modules():
-                    if registered(filename):
-                        self.probe(filename, module, text)
+                    self.probe(filename, module, text)
                 _probes.MEASURING.append(self)
             if self._hooked:
                 self._previous = sys.gettrace()
