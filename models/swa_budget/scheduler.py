@@ -63,9 +63,13 @@ class SchedulerConfig:
         for rid, (prompt, output) in enumerate(zip(self.prompts, self.outputs)):
             check_int(prompt, f"prompts[{rid}]", minimum=1)
             check_int(output, f"outputs[{rid}]", minimum=1)
+        # every request's peak from one table up to the longest (a simulated workload has up to 100,000 requests
+        # of up to 2 x 65,536 tokens: a request's own pass over its fills would be unbounded in all)
+        peaks = self.peak_table(max(p + o for p, o in zip(self.prompts, self.outputs)))
+        for rid, (prompt, output) in enumerate(zip(self.prompts, self.outputs)):
             # a request that cannot run alone on an empty machine is rejected upstream
             # (_check_if_req_exceed_kv_capacity); here it is a configuration error
-            need_full, need_swa = self.peak_pages(prompt + output)
+            need_full, need_swa = peaks[prompt + output]
             full_tokens = self.full_pages * self.page_size
             if need_full > self.full_pages or need_swa > self.swa_pages or \
                     prompt + output + self.reserved_decode_tokens > full_tokens:
@@ -76,11 +80,18 @@ class SchedulerConfig:
     def peak_pages(self, max_fill: int) -> tuple[int, int]:
         """Most pages one request ever holds: decoding up to `max_fill`, pre-allocated (arrival or resume)
         at a fill below it (the step that reaches `max_fill` finishes the request)."""
-        full = held_pages(max_fill, self.page_size, self.sliding_window)[0]
-        swa = max(held_pages(f, self.page_size, self.sliding_window)[1] for f in range(1, max_fill + 1))
-        prealloc = max((physical_pages(f, self.page_size, self.sliding_window)[1] for f in range(1, max_fill)),
-                       default=0)
-        return full, max(swa, prealloc)
+        return self.peak_table(max_fill)[max_fill]
+
+    def peak_table(self, longest: int) -> list[tuple[int, int]]:
+        """`peak_pages(f)` at index f, for every f from 1 to `longest` (index 0 unused), in one pass: the full
+        pages held at f, and the most SWA pages held at any fill up to f or pre-allocated at any fill below f."""
+        table, held, prealloc = [(0, 0)], 0, 0
+        for f in range(1, longest + 1):
+            full, swa = held_pages(f, self.page_size, self.sliding_window)
+            held = max(held, swa)
+            table.append((full, max(held, prealloc)))
+            prealloc = max(prealloc, physical_pages(f, self.page_size, self.sliding_window)[1])
+        return table
 
 
 class Running(NamedTuple):

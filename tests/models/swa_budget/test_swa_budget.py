@@ -203,6 +203,32 @@ def test_config_errors_name_the_field():
         RetractedReq(0, 0)
 
 
+@pytest.mark.parametrize("page_size,window", [(1, 1), (1, 4), (2, 4), (3, 5), (4, 2), (16, 64)])
+def test_the_peak_table_is_each_fills_peak_as_defined(page_size, window):
+    """Entry f: the full pages held at f, and the most SWA pages held at any fill up to f or pre-allocated at any
+    fill below it (the definition, here over each fill's own range)."""
+    config = SchedulerConfig(page_size, window, 64, 64, (1,), (1,))
+    table = config.peak_table(200)
+    for f in range(1, 201):
+        swa = max(held_pages(g, page_size, window)[1] for g in range(1, f + 1))
+        prealloc = max((physical_pages(g, page_size, window)[1] for g in range(1, f)), default=0)
+        assert table[f] == config.peak_pages(f) == (held_pages(f, page_size, window)[0], max(swa, prealloc)), f
+
+
+def test_a_large_workloads_check_passes_each_fill_once(monkeypatch):
+    """The fit check of `requests` requests takes one table up to the longest, not a pass per request (100,000
+    requests of up to 131,072 tokens took hours): counted in calls, not timed."""
+    from kvsim.models.swa_budget import scheduler
+
+    calls = []
+    monkeypatch.setattr(scheduler, "held_pages", lambda *a: (calls.append(a), held_pages(*a))[1])
+    prompts = tuple(1 + (7 * rid) % 150 for rid in range(2000))
+    outputs = tuple(1 + (3 * rid) % 90 for rid in range(2000))
+    SchedulerConfig(16, 64, 64, 40, prompts, outputs)
+    longest = max(p + o for p, o in zip(prompts, outputs))
+    assert longest > 200 and sorted(f for f, _, _ in calls) == list(range(1, longest + 1))
+
+
 def test_b3_fails_without_head_of_line_blocking(monkeypatch):
     """Planted mutation: a refused request is skipped and later ones are still tried."""
     from kvsim.properties.swa_budget import cases as props
