@@ -15,9 +15,23 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
+from kvsim.engine.errors import ConfigError
+
 ROOT: tuple = ()  # the parent of a request's first block hash (upstream: NONE_HASH)
 
 BlockHash = tuple  # (parent BlockHash or ROOT, token ids of the block)
+
+# the longest hash chain a request may make: comparing two hashes of one length descends their chains a call a
+# block (tuples compare item by item), and the interpreter stops at its recursion limit (1000 calls: a simulated
+# workload of 1,020 blocks a request raised RecursionError, 990 ran), so a workload is refused well below it
+MAX_CHAIN_BLOCKS = 512
+
+
+def check_chain(tokens: int, block_size: int, field: str) -> None:
+    """ConfigError(`field`) unless a request of `tokens` tokens makes at most `MAX_CHAIN_BLOCKS` block hashes."""
+    if -(-tokens // block_size) > MAX_CHAIN_BLOCKS:
+        raise ConfigError(field, f"at most {MAX_CHAIN_BLOCKS * block_size} tokens a request ({MAX_CHAIN_BLOCKS} "
+                          f"blocks of {block_size}: its block hashes nest a level a block)", tokens)
 
 
 def hash_block_tokens(parent: BlockHash, token_ids: Sequence[int]) -> BlockHash:

@@ -42,6 +42,7 @@ from kvsim.engine.trace import TraceRecorder
 from kvsim.engine.workload import WorkloadRun
 
 from .kv_cache_manager import cdiv
+from .kv_cache_utils import check_chain
 from .scheduler import (DONE, RUNNING, SENDING, Decode, Deferred, Deliver, Dropped, Freed, Handed, Output,
                         Preempt, ProducerSchedulerConfig, ProducerSchedulerSystem, Schedule)
 from .variants import CacheManagerVariant
@@ -68,6 +69,8 @@ class SimConfig:
                                minimum=0, maximum=16)
 
     def __post_init__(self) -> None:
+        check_chain(self.prompt_len + self.max_tokens + self.mtp_lookahead, self.block_size,
+                    "param prompt_len + max_tokens + mtp_lookahead")
         need = 1 + cdiv(self.prompt_len + self.max_tokens, self.block_size)
         if self.num_blocks < need:  # else a lone local request is deferred for ever
             raise ConfigError("param num_blocks", f"at least {need} (one request's prompt and outputs, and the null "

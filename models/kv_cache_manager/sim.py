@@ -39,6 +39,7 @@ from kvsim.engine.trace import TraceRecorder
 from kvsim.engine.workload import WorkloadRun
 
 from .actions import Allocated, Decode, Deferred, Events, Finish, Freed, Preempt, Schedule
+from .kv_cache_utils import check_chain
 from .kv_events import BlockRemoved
 from .system import GROUP_CHOICES, RUNNING, CacheManagerConfig, CacheManagerSystem
 from .variants import CacheManagerVariant
@@ -70,6 +71,7 @@ class SimConfig:
     def __post_init__(self) -> None:
         if self.shared > self.prompt_len:
             raise ConfigError("param shared", f"at most prompt_len ({self.prompt_len})", self.shared)
+        check_chain(self.prompt_len + self.max_tokens, self.block_size, "param prompt_len + max_tokens")
         need = 1 + len(self.groups.split(",")) * -(-(self.prompt_len + self.max_tokens) // self.block_size)
         if self.num_blocks < need:  # else a lone request is deferred for ever
             raise ConfigError("param num_blocks", f"at least {need} (one request's prompt and outputs in every group, "

@@ -110,6 +110,44 @@ def test_the_cli_prints_a_bad_param_on_one_line(model, param, message):
     assert out.stderr.splitlines() == [f"kvsim: error: --param {param.split('=')[0]}: {message}"]
 
 
+@pytest.mark.parametrize("spec,field", [(DESCRIPTOR, "prompt_len + max_tokens"),
+                                        (PD_DESCRIPTOR, "prompt_len + max_tokens + mtp_lookahead")],
+                         ids=["kv-cache-manager", "kv-cache-manager-pd"])
+def test_a_request_longer_than_its_hashes_compare_is_refused(spec, field):
+    """A workload of 1,020 blocks a request raised RecursionError mid-run (a traceback): one block past
+    `MAX_CHAIN_BLOCKS` is a one-line error before anything runs."""
+    from kvsim.models.kv_cache_manager.kv_cache_utils import MAX_CHAIN_BLOCKS
+
+    longest = {"block_size": 1, "prompt_len": MAX_CHAIN_BLOCKS - 16, "max_tokens": 16,
+               "num_blocks": 4 * MAX_CHAIN_BLOCKS}
+    with pytest.raises(ConfigError) as err:
+        spec.build_sim_config({**longest, "max_tokens": 17})  # (`kvsim simulate` prints it as one line)
+    assert str(err.value) == (f"param {field}: expected at most {MAX_CHAIN_BLOCKS} tokens a request "
+                              f"({MAX_CHAIN_BLOCKS} blocks of 1: its block hashes nest a level a block), "
+                              f"got {MAX_CHAIN_BLOCKS + 1}")
+    assert spec.build_sim_config(longest).prompt_len == MAX_CHAIN_BLOCKS - 16  # the longest is accepted
+
+
+def test_hashes_of_the_longest_chain_compare_under_a_deep_caller_and_twice_as_long_do_not():
+    """The bound holds with room to spare: two equal chains of `MAX_CHAIN_BLOCKS` blocks, made apart (as two
+    requests make them), compare and sort from 300 frames down; chains twice as long raise RecursionError."""
+    from kvsim.models.kv_cache_manager.kv_cache_utils import MAX_CHAIN_BLOCKS, request_block_hashes
+
+    def chains(blocks):
+        tokens = list(range(blocks))
+        return request_block_hashes(tokens, 1)[-1], request_block_hashes(list(tokens[:-1]) + [-1], 1)[-1], \
+            request_block_hashes(tokens, 1)[-1]
+
+    def down(frames, fn):
+        return fn() if frames == 0 else down(frames - 1, fn)
+
+    a, b, same = chains(MAX_CHAIN_BLOCKS)
+    assert a is not same and down(300, lambda: (a == same, sorted([a, b, same]) == [b, a, same])) == (True, True)
+    a, b, same = chains(2 * MAX_CHAIN_BLOCKS)
+    with pytest.raises(RecursionError):
+        down(300, lambda: sorted([a, b, same]))
+
+
 def test_the_explorer_keeps_its_three_requests():
     with pytest.raises(ConfigError, match="one to 3 requests"):
         CacheManagerConfig(prompts=(0, 1, 0, 1))
