@@ -257,11 +257,10 @@ def row_mismatches(rows: tuple[int, ...], cfg: StagingSystemConfig, room: int,
     if rows[:len(expected)] == expected:  # every row holds the prefill's KV (compared in one pass)
         return []
     bad = []
-    for t in range(d, cfg.prompt_len):
-        for h in range(w):
-            cell = rows[(t - d) * w + h]
-            if cell != value(room, t, h) and not (allow_unwritten and cell == UNWRITTEN):
-                bad.append((t, h, cell))
+    for i, want in enumerate(expected):  # row i is token d + i // w, head i % w (`value(room, t, h)` is `want`)
+        cell = rows[i]
+        if cell != want and not (allow_unwritten and cell == UNWRITTEN):
+            bad.append((d + i // w, i % w, cell))
     return bad
 
 
