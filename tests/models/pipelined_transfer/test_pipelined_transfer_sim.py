@@ -125,3 +125,22 @@ def test_max_plus_property_fails_on_a_planted_recursion(monkeypatch):
         timing_props.max_plus_closed_form_is_the_recursion(
             timing_props.MaxPlusCase((1.0, 1.0), (3.0, 1.0), 0.0), FIXED)
     assert FaultPlan.parse("drop=0.1").kinds == ("drop",)
+
+
+def test_the_workload_holds_its_chunk_costs_once_and_each_request_reads_them_scaled(monkeypatch):
+    """Every request reads the one list of unscaled chunk costs times its jitter factor (5,000 requests of 131,072
+    one-token chunks each held their own, 655 M floats): the same floats as a cost computed with the factor last,
+    so the same digests."""
+    made = []
+    real = pt_sim.chunk_costs
+    monkeypatch.setattr(pt_sim, "chunk_costs", lambda params: made.append(params) or real(params))
+    result = simulate_model(DESCRIPTOR, "fixed", 0, {"requests": 30, "chunk_tokens": 512})
+    assert len(made) == 1 and result.complete and result.summary["per_request"][29]["chunks"] == len(real(made[0]))
+    params = made[0]
+    for scale in (0.9, 1.0, 1.0731):
+        scaled = pt_sim.Scaled(real(params), scale)
+        chunks = pt_sim.prefill_chunks(params.prompt_len, params.prefix_hit, params.chunk_tokens)
+        expected = [(end - start) * params.compute_us_per_token * pt_sim.US
+                    * (1 + params.context_slowdown * mid / 1000) * scale
+                    for start, end, mid in ((s, e, (s + e) / 2) for s, e in chunks)]
+        assert [scaled[i] for i in range(len(scaled))] == list(scaled) == expected and len(expected) > 10
