@@ -249,9 +249,17 @@ def initial_prefix(cfg: StagingSystemConfig) -> tuple[int, ...]:
     return tuple(prefix_value(t, h) for t in range(cfg.decode_prefix_len) for h in range(w))
 
 
+@lru_cache(maxsize=16)
+def blank_rows(cells: int) -> tuple[int, ...]:
+    """A decode room's rows before any write: one tuple of each size, which every room starts with."""
+    return (UNWRITTEN,) * cells
+
+
 def row_mismatches(rows: tuple[int, ...], cfg: StagingSystemConfig, room: int,
                    allow_unwritten: bool) -> list[tuple[int, int, int]]:
     """(token, head, cell) of the rows [D, L) that do not hold the prefill's KV."""
+    if allow_unwritten and (rows is blank_rows(len(rows)) or rows.count(UNWRITTEN) == len(rows)):
+        return []  # none written yet (a room not begun): the rows every room starts with at once, others counted in C
     d, w = cfg.decode_prefix_len, cfg.writers
     expected = _expected_rows(d, cfg.prompt_len, w, room)
     if rows[:len(expected)] == expected:  # every row holds the prefill's KV (compared in one pass)

@@ -95,7 +95,7 @@ class PdStaging(PrefillSide, DecodeSide):
         accepted = staging_prefix_accepted(c.decode_prefix_len, c.page_size, self.variant)
         proom = PrefillRoom(KVPoll.WaitingForInput, 0, True, (None,) * k, None)
         droom = DecodeRoom(KVPoll.WaitingForInput, True, (NOT_ALLOCATED,) * k, ((),) * k, (), (False,) * w,
-                           False, (data.UNWRITTEN,) * (data.own_rows(c) * w))
+                           False, data.blank_rows(data.own_rows(c) * w))
         ring = StagingAllocator(c.total_units)
         memory = (data.GARBAGE,) * (ring.total * c.page_size)
         per_room = Rooms.of  # past 32 rooms (the timed simulation) a tree a step updates without copying every room
