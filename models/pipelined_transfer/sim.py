@@ -96,7 +96,7 @@ def chunk_costs(params: SimConfig) -> list[float]:
     return out
 
 
-class Scaled:
+class Scaled(Sequence[float]):
     """One request's chunk costs: the workload's (`chunk_costs`) times its jitter factor, each taken when read
     (the same float a cost computed with the factor last gives). Held per request, 5,000 requests of 131,072
     one-token chunks were 655 M floats, about 20 GB, before the first event."""
@@ -107,7 +107,7 @@ class Scaled:
     def __len__(self) -> int:
         return len(self.costs)
 
-    def __getitem__(self, i: int) -> float:
+    def __getitem__(self, i: int) -> float:  # type: ignore[override]  (an index only: no run reads a slice)
         return self.costs[i] * self.scale
 
     def __iter__(self) -> Iterator[float]:
