@@ -144,3 +144,19 @@ def test_the_workload_holds_its_chunk_costs_once_and_each_request_reads_them_sca
                     * (1 + params.context_slowdown * mid / 1000) * scale
                     for start, end, mid in ((s, e, (s + e) / 2) for s, e in chunks)]
         assert [scaled[i] for i in range(len(scaled))] == list(scaled) == expected and len(expected) > 10
+
+
+def test_the_baseline_sums_the_costs_of_the_requests_it_reaches_only(monkeypatch):
+    """The baseline's one chunk a request is the sum of its costs, taken when the baseline first reads it: a run
+    an event budget ends sums a few (every request's sum was taken before the first event)."""
+    summed = []
+    real = pt_sim.Total.__getitem__
+    monkeypatch.setattr(pt_sim.Total, "__getitem__", lambda self, i: (summed.append(self.total is None),
+                                                                        real(self, i))[1])
+    result = simulate_model(DESCRIPTOR, "fixed", 0, {"requests": 200, "chunk_tokens": 512}, max_events=60)
+    assert not result.complete and 0 < summed.count(True) < 20
+    costs = pt_sim.Scaled(pt_sim.chunk_costs(pt_sim.SimConfig()), 1.0731)
+    total = pt_sim.Total(costs)
+    assert len(total) == 1 and total[0] == total[-1] == sum(list(costs)) and total.total is not None
+    with pytest.raises(IndexError):
+        total[1]
