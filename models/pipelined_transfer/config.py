@@ -30,6 +30,10 @@ FAULT_KINDS = ("fail", "drop", "dup", "silent", "cancel", "shutdown", "gen_cance
 DEFAULT_FAULTS = "fail,silent,cancel"
 GOALS = ("settle", "release")
 MAX_CHUNKS = 4
+# the most destination cells a state holds (a request's, `ranks` x `cells_per_rank`, each with its pages): a
+# simulated workload's parameters go to 5,000 requests of 131,072 blocks on 8 ranks, 5 G cells, which built for
+# minutes and took gigabytes before its first event; 4 M cells hold about 150 MB
+MAX_CELLS = 1 << 22
 
 
 def parse_faults(text: str) -> tuple[str, ...]:
@@ -85,6 +89,11 @@ class PipelinedConfig:
         if not self.full_attention and not self.swa_window:
             raise ConfigError("param full_attention", "1 unless swa_window > 0 (a request needs a layer group)", 0)
         parse_faults(self.faults)
+        cells = self.ranks * self.cells_per_rank
+        if self.requests * cells > MAX_CELLS:
+            raise ConfigError("param requests", f"at most {MAX_CELLS // cells} requests of {cells} destination "
+                              f"cells ({self.ranks} ranks x {self.cells_per_rank}: a state holds at most "
+                              f"{MAX_CELLS} cells)", self.requests)
         if self.rx_pages and not self.cells_per_rank <= self.rx_pages:
             raise ConfigError("param rx_pages", f"0 or at least the pages of one request ({self.cells_per_rank})",
                               self.rx_pages)

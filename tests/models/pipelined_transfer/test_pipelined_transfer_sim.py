@@ -160,3 +160,17 @@ def test_the_baseline_sums_the_costs_of_the_requests_it_reaches_only(monkeypatch
     assert len(total) == 1 and total[0] == total[-1] == sum(list(costs)) and total.total is not None
     with pytest.raises(IndexError):
         total[1]
+
+
+def test_a_workload_past_the_cells_a_state_holds_is_a_one_line_error():
+    """requests x ranks x destination cells past `MAX_CELLS` is refused before anything is built (5,000 requests of
+    131,072 one-token blocks on 8 ranks built for minutes and took gigabytes); the most it holds is accepted."""
+    from kvsim.models.pipelined_transfer.config import MAX_CELLS
+
+    most = {"ranks": 8, "prompt_len": 131072, "tokens_per_block": 1, "chunk_tokens": 131072 // 4}
+    fits = MAX_CELLS // (8 * 131072)
+    with pytest.raises(ConfigError) as err:
+        pt_sim.model_config(DESCRIPTOR.build_sim_config({**most, "requests": fits + 1}), FaultPlan())
+    assert str(err.value) == (f"param requests: expected at most {fits} requests of 1048576 destination cells (8 ranks "
+                              f"x 131072: a state holds at most {MAX_CELLS} cells), got {fits + 1}")
+    assert pt_sim.model_config(DESCRIPTOR.build_sim_config({**most, "requests": fits}), FaultPlan()).requests == fits
