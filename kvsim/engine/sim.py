@@ -21,6 +21,7 @@ from typing import Any, Callable
 from .errors import ConfigError
 from .interrupt import INTERRUPT, asked
 from .memory import spaced_collections
+from .pace import Pace
 from .system import transition
 
 FAULT_KINDS = ("drop", "delay", "duplicate", "reorder", "garble", "crash")
@@ -30,7 +31,6 @@ FAULT_KINDS = ("drop", "delay", "duplicate", "reorder", "garble", "crash")
 DEFAULT_MAX_EVENTS = 10_000_000
 DEFAULT_MAX_SECONDS = 600.0
 MAX_FAULT_SECONDS = 1e9  # the longest delay or crash time of a fault spec (simulated seconds: about 32 years)
-_CLOCK_EVERY = 4096  # events between two reads of the wall clock
 _YOUNG = 20_000  # the collector's young-generation threshold while a simulation runs (`Simulator.run`)
 
 
@@ -86,9 +86,10 @@ class Simulator:
         """Run events in order until none is left, `stop()`, `until` (virtual time) or a budget.
 
         The budget (`self.max_events`, read at every event so a replay may lower it while it runs, and
-        the wall-clock deadline, read every few thousand events) sets `stopped_by` when it ends the run
-        with events still pending, and so does a stop asked by Ctrl-C or SIGTERM ("interrupt", seen where
-        the clock is read); `max_events` here is a plain bound of this call.
+        the wall-clock deadline, read every few thousand events where events are fast and every event where
+        they are slow: `kvsim.engine.pace`) sets `stopped_by` when it ends the run with events still pending,
+        and so does a stop asked by Ctrl-C or SIGTERM ("interrupt", seen where the clock is read);
+        `max_events` here is a plain bound of this call.
 
         Each event allocates short-lived records (a step's state, its effects, a trace line): while the run
         lasts the collector's young generation is collected every `_YOUNG` allocations instead of every 700
@@ -99,7 +100,8 @@ class Simulator:
 
     def _run(self, until: float | None, max_events: int | None) -> None:
         heap, pop = self._heap, heapq.heappop
-        next_clock = self.events_run + _CLOCK_EVERY
+        pace = Pace(_clock.perf_counter)
+        next_clock = self.events_run + pace.every
         bounded = until is not None or max_events is not None
         while heap and not self._stopped:
             if bounded:
@@ -112,8 +114,9 @@ class Simulator:
                 self._budget_spent("max-events")
                 return
             if self.events_run >= next_clock:
-                next_clock += _CLOCK_EVERY
-                if self.deadline is not None and _clock.perf_counter() >= self.deadline:
+                now = pace.read()
+                next_clock = self.events_run + pace.every
+                if self.deadline is not None and now >= self.deadline:
                     self._budget_spent("max-seconds")
                     return
                 if asked():

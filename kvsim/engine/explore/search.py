@@ -27,6 +27,7 @@ from ..actions import Tagged
 from ..canon import to_jsonable
 from ..interrupt import INTERRUPT, asked
 from ..memory import YoungCollections, machine, memory_limit, resident_bytes
+from ..pace import Pace
 from ..system import TransitionSystem, sometimes, taking
 from .backward import hung_states
 from .checkpoint import Snapshot, held_by
@@ -307,6 +308,7 @@ def _breadth_first(system: TransitionSystem[Any, Any], options: ExploreOptions) 
     if checkpoint is not None:
         checkpoint.schedule(start)
     collector = YoungCollections()
+    pace, look_at = Pace(time.perf_counter), 0  # when the clock, the memory and a Ctrl-C are looked at next
     try:
         while queue:
             if halt[0]:  # an initial state violates a `stop_on` invariant
@@ -361,9 +363,11 @@ def _breadth_first(system: TransitionSystem[Any, Any], options: ExploreOptions) 
                     collector.tick()
                     if len(taken) > 4096:  # (a model whose actions carry much data)
                         tally()
+                if sid >= look_at:  # every few thousand states, or every state where states are slow (`pace`)
+                    now = pace.read()
+                    look_at = sid + pace.every
                     if progress is not None:
                         progress(len(visited), depth)
-                    now = time.perf_counter()
                     if deadline is not None and now > deadline:
                         bound_hit = "seconds"
                         break  # the work budget: what was found so far is kept, the rest is unexplored
