@@ -122,7 +122,9 @@ def connect_ray(address: str | None, workers: int) -> Any:
         raise ConfigError("ray", "the ray package installed (pip install 'kvsim[ray]')", "not installed") from None
     if not ray.is_initialized():
         local = address in (None, "", "local")
-        ray.init(address=None if local else address, include_dashboard=False, log_to_driver=False,
+        # "local": a cluster of its own, as asked (Ray's None joins the cluster last started on this machine, or
+        # RAY_ADDRESS's, and then refuses the CPU count given: a ValueError)
+        ray.init(address="local" if local else address, include_dashboard=False, log_to_driver=False,
                  logging_level="ERROR", runtime_env={"env_vars": {"PYTHONHASHSEED": HASH_SEED}},
                  **({"num_cpus": max(os.cpu_count() or 1, workers)} if local else {}))
     cpus = ray.cluster_resources().get("CPU", 0)

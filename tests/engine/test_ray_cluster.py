@@ -121,3 +121,12 @@ def test_workers_that_find_no_free_cpu_are_refused_in_time(two_nodes):
         assert found and int(found[1]) <= 1, str(refused.value)
     finally:
         ray.kill(holder)
+
+
+def test_a_local_cluster_is_its_own_while_another_runs_on_this_machine(two_nodes):
+    # `--ray local` starts a cluster of its own (and needs two CPUs there) even while the two nodes run here: Ray's
+    # default address joined the cluster last started on this machine, then refused the CPU count a local one gets
+    proc = kvsim("explore", "pd-staging", "--variant", "pre_05c7ebf", "--ray", "local", "--workers", "2",
+                 "--max-states", "300", "--json")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert json.loads(proc.stdout)["bound_hit"] == "states"
