@@ -8,6 +8,8 @@ evictable, protected or held by a running request, each once.
 from __future__ import annotations
 
 from collections import Counter
+from collections import _count_elements as count  # the C loop of `Counter.update`
+from itertools import chain
 from typing import Sequence
 
 from .allocator import AllocatorState
@@ -15,6 +17,8 @@ from .radix_cache import TreeState
 
 
 def tree_pages(tree: TreeState, page_size: int) -> list[int]:
+    if page_size == 1:  # a slot is its page
+        return list(chain.from_iterable(n.value for n in tree.nodes))
     return [i // page_size for n in tree.nodes for i in n.value[::page_size]]
 
 
@@ -22,18 +26,16 @@ def pool_accounting(tree: TreeState, alloc: AllocatorState, held: Sequence[Seque
                     page_size: int) -> str | None:
     """free + evictable + protected + held by running requests (their rows past the tree's part) = the pool,
     page by page: every page 1..num_pages in exactly one of them, page 0 in none."""
-    owners: Counter = Counter()
-    for p in alloc.free_pages + alloc.staged_pages:
-        owners[p] += 1
-    for p in tree_pages(tree, page_size):
-        owners[p] += 1
-    for pages in held:
-        for p in pages:
-            owners[p] += 1
-    wrong = {p: c for p, c in owners.items() if c != 1 or not 1 <= p <= num_pages}
-    missing = [p for p in range(1, num_pages + 1) if p not in owners]
+    listed = [*alloc.free_pages, *alloc.staged_pages, *tree_pages(tree, page_size), *chain.from_iterable(held)]
     sizes = (len(alloc.free_pages) + len(alloc.staged_pages)) * page_size + tree.evictable_size + \
         tree.protected_size + sum(len(pages) for pages in held) * page_size
+    # each page 1..num_pages once, as the pages sorted show in C (the free list's runs sort at once)
+    if sizes == num_pages * page_size and sorted(listed) == list(range(1, num_pages + 1)):
+        return None
+    owners: Counter = Counter()
+    count(owners, listed)  # in the order listed (the message lists pages in it)
+    wrong = {p: c for p, c in owners.items() if c != 1 or not 1 <= p <= num_pages}
+    missing = [p for p in range(1, num_pages + 1) if p not in owners]
     if wrong or missing or sizes != num_pages * page_size:
         return f"pages owned more than once or out of range {wrong}, owned by none {missing}; free + evictable " \
                f"+ protected + held = {sizes} tokens, expected the pool's {num_pages * page_size}"
@@ -81,6 +83,8 @@ def tree_shape(tree: TreeState, page_size: int) -> str | None:
 def page_aligned_slots(row: Sequence[int], start: int, page_size: int) -> str | None:
     """Position `start + i` sits at offset `(start + i) % page_size` of its page, and a page's positions share
     one page."""
+    if page_size == 1:  # every slot sits at offset 0 of a page of its own
+        return None
     for i, slot in enumerate(row):
         offset = (start + i) % page_size
         if slot % page_size != offset or (offset and i and slot != row[i - 1] + 1):

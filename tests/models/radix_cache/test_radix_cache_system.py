@@ -12,10 +12,10 @@ import pytest
 from kvsim.app import catalog
 from kvsim.engine.explore import ExploreOptions, explore
 from kvsim.engine.runner import run_property
-from kvsim.models.radix_cache import DESCRIPTOR, common
-from kvsim.models.radix_cache.allocator import PagedTokenToKVPoolAllocator
+from kvsim.models.radix_cache import DESCRIPTOR, checks, common
+from kvsim.models.radix_cache.allocator import AllocatorState, PagedTokenToKVPoolAllocator
 from kvsim.models.radix_cache.memory_pool import ReqToTokenPool
-from kvsim.models.radix_cache.radix_cache import NodeState, RadixCache
+from kvsim.models.radix_cache.radix_cache import NodeState, RadixCache, TreeState
 from kvsim.models.radix_cache.system import RULES, RadixCacheConfig
 
 from toys import fails_alone, reachable
@@ -152,6 +152,38 @@ ORIGINAL_RELEASE = common.release_kv_cache
 ])
 def test_an_invariant_fails_on_a_planted_bug(name, plant, monkeypatch):
     fails_alone(lambda: system(TIGHT), name, plant, monkeypatch)
+
+
+@pytest.mark.parametrize("page_size", [1, 2])
+def test_pool_accounting_names_each_page_owned_twice_out_of_range_or_by_none(page_size):
+    # pages 1..4: page 1 free, page 2 in the tree (a node of one page), pages 3 and 4 held by a running request
+    node = NodeState((7,) * page_size, page_size, tuple(range(2 * page_size, 3 * page_size)), 0, 0)
+    tree, pages = TreeState((node,), page_size, 0), lambda *p: tuple(p)
+
+    def accounting(free, held, staged=()):
+        return checks.pool_accounting(tree, AllocatorState(free, staged), held, 4, page_size)
+
+    assert accounting(pages(1), [pages(3, 4)]) is None
+    assert accounting(pages(), [pages(1, 3, 4)]) is None and accounting(pages(), [pages(3, 4)], pages(1)) is None
+    sizes = lambda held: f"free + evictable + protected + held = {held * page_size} tokens, expected the pool's " \
+                         f"{4 * page_size}"  # noqa: E731
+    assert accounting(pages(1, 3), [pages(3, 4)]) == "pages owned more than once or out of range {3: 2}, owned by " \
+                                                     f"none []; {sizes(5)}"
+    assert accounting(pages(0), [pages(3, 4)]) == "pages owned more than once or out of range {0: 1}, owned by " \
+                                                  f"none [1]; {sizes(4)}"
+    assert accounting(pages(1), [pages(3, 5)]) == "pages owned more than once or out of range {5: 1}, owned by " \
+                                                  f"none [4]; {sizes(4)}"
+    assert accounting(pages(1, 3), [pages(3)]) == "pages owned more than once or out of range {3: 2}, owned by " \
+                                                  f"none [4]; {sizes(4)}"  # as many pages as the pool: not each once
+    assert accounting(pages(1), [pages(3)]) == f"pages owned more than once or out of range {{}}, owned by none [4]; " \
+                                               f"{sizes(3)}"
+    short = checks.pool_accounting(tree._replace(evictable_size=0), AllocatorState(pages(1), ()), [pages(3, 4)], 4,
+                                   page_size)
+    assert short == f"pages owned more than once or out of range {{}}, owned by none []; {sizes(3)}"
+    # every page owned, one twice, and the tree's sizes a page short: the tokens add up, the pages do not
+    twice = checks.pool_accounting(tree._replace(evictable_size=0), AllocatorState(pages(1, 3), ()), [pages(3, 4)], 4,
+                                   page_size)
+    assert twice == f"pages owned more than once or out of range {{3: 2}}, owned by none []; {sizes(4)}"
 
 
 def _states():
