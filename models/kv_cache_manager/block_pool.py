@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Iterable, NamedTuple, Sequence
 
-from .kv_cache_utils import BlockHash, FreeKVCacheBlockQueue, KVCacheBlock, block_tokens
+from .kv_cache_utils import BlockHash, FreeKVCacheBlockQueue, KVCacheBlock, block_tokens, chain_order
 from .kv_events import AllBlocksCleared, BlockRemoved, BlockStored
 
 
@@ -76,7 +76,8 @@ class BlockPool:
 
     # -- the value form --------------------------------------------------------------------------------------
     def freeze(self) -> PoolState:
-        cached = sorted((key, tuple(b.block_id for b in blocks)) for key, blocks in self.cached_block_hash_to_block.items())
+        cached = sorted(((key, tuple(b.block_id for b in blocks)) for key, blocks in
+                         self.cached_block_hash_to_block.items()), key=lambda pair: chain_order(pair[0]))
         return PoolState(tuple(b.ref_cnt for b in self.blocks), tuple(b.block_hash for b in self.blocks),
                          tuple(b.block_id for b in self.free_block_queue.get_all_free_blocks()), tuple(cached))
 

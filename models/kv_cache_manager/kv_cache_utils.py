@@ -27,6 +27,23 @@ BlockHash = tuple  # (parent BlockHash or ROOT, token ids of the block)
 MAX_CHAIN_BLOCKS = 512
 
 
+def chain_order(key: BlockHash | tuple[int, BlockHash]) -> tuple:
+    """A key that sorts block hashes (and a hybrid pool's `(group id, hash)` keys) as they sort themselves, made
+    without descending them again for every comparison: `(parent, tokens)` compares its parents first, down to
+    ROOT (`()`, before any hash), so a shorter chain comes first, and chains of one length compare a block's tokens
+    at a time from the root: `(length, tokens of block 1, ..., of the last)`. Compared as they are, two chains made
+    apart that part near the leaf descend to the root at every level they share: quadratic in the length."""
+    if type(key[0]) is int:  # a hybrid pool's key
+        return key[0], chain_order(key[1])
+    blocks = []
+    while key:
+        key, tokens = key
+        blocks.append(tokens)
+    blocks.append(len(blocks))
+    blocks.reverse()
+    return tuple(blocks)
+
+
 def check_chain(tokens: int, block_size: int, field: str) -> None:
     """ConfigError(`field`) unless a request of `tokens` tokens makes at most `MAX_CHAIN_BLOCKS` block hashes."""
     if -(-tokens // block_size) > MAX_CHAIN_BLOCKS:

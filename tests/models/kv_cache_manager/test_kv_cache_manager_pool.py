@@ -5,8 +5,10 @@ free queue's eviction order, prefix-cache hits (never the whole prompt), evictio
 import pytest
 
 from kvsim.models.kv_cache_manager.block_pool import BlockPool
+from kvsim.models.kv_cache_manager.checks import announce
 from kvsim.models.kv_cache_manager.kv_cache_manager import KVCacheManager, Request
-from kvsim.models.kv_cache_manager.kv_cache_utils import ROOT, hash_block_tokens, request_block_hashes
+from kvsim.models.kv_cache_manager.kv_cache_utils import (MAX_CHAIN_BLOCKS, ROOT, chain_order, hash_block_tokens,
+                                                         request_block_hashes)
 from kvsim.models.kv_cache_manager.kv_events import AllBlocksCleared, BlockRemoved, BlockStored
 
 
@@ -194,3 +196,37 @@ def test_get_num_common_prefix_blocks_is_zero_on_0_33_and_counted_before():
     assert m.get_num_common_prefix_blocks(1, counted=True) == [1]
     m.free(c)
     assert m.get_num_common_prefix_blocks(1, counted=True) == [3]  # alone: every block of its table
+
+
+def test_chain_order_sorts_hashes_as_they_sort_themselves():
+    # chains of several lengths that share a root part, part at some block, or are equal and made apart; and a
+    # hybrid pool's (group id, hash) keys
+    tokens = [(t, t + 1) for t in range(6)]
+    hashes = [request_block_hashes([x for block in tokens[:n] for x in block], 2)[-1] for n in range(1, 7)]
+    hashes += [request_block_hashes([x for block in tokens[:n - 1] + [(9, 9)] for x in block], 2)[-1]
+               for n in range(1, 7)]
+    hashes += [hash_block_tokens(ROOT, (0, 0)), hash_block_tokens(hash_block_tokens(ROOT, (0, 0)), (0, 1))]
+    for keys in (hashes, [(g, h) for g in (1, 0) for h in hashes]):
+        for shuffled in (keys, keys[::-1], keys[1::2] + keys[::2]):
+            assert sorted(shuffled, key=chain_order) == sorted(shuffled)
+
+
+def test_a_frozen_pool_and_the_announced_view_sort_long_chains_without_descending_them():
+    # chains of twice MAX_CHAIN_BLOCKS one-token blocks that part at their first block: compared as they are, each
+    # comparison of two of one length descends both a call a block to the root, and again from every level on the
+    # way back (quadratic in the length), here past the interpreter's recursion limit
+    def chain(first):
+        return request_block_hashes([first] + list(range(1, 2 * MAX_CHAIN_BLOCKS)), 1)
+
+    chains = chain(2)[-3:] + chain(0)[-3:] + chain(1)[-3:]
+    pool = BlockPool(len(chains) + 1)
+    for k, block_hash in enumerate(chains):
+        pool.cached_block_hash_to_block.insert(block_hash, pool.blocks[k + 1])
+    want = sorted(chains, key=chain_order)
+    assert [key for key, _ in pool.freeze().cached] == want
+    view, problem = announce((), [BlockStored(tuple(chains), None, (), 1)])
+    assert [key for key, _ in view] == want and problem is None
+    # the shorter first, then by the first block's token
+    longest = 2 * MAX_CHAIN_BLOCKS
+    assert [key[:2] for key in map(chain_order, want)] == \
+        [(blocks, (t,)) for blocks in (longest - 2, longest - 1, longest) for t in (0, 1, 2)]
