@@ -264,6 +264,8 @@ class _Run:
     # -- events ------------------------------------------------------------------------------------
     def arrive(self, r: int) -> None:
         self.arrived[r] = self.sim.now
+        if r in self.concluded:  # failed before it arrived (its decode room at registration, or every room at a peer
+            self.concluded[r] = (self.sim.now, self.concluded[r][1])  # death): it concludes as it arrives
         self.rec.record(self.sim.now, "arrive", r)
         for i in range(len(self.system.groups)):
             self.sim.schedule((i + 1) * self.p.chunk_time, self._batch, r)
@@ -339,8 +341,8 @@ class _Run:
         for r in range(self.p.requests):
             at, why = self.concluded.get(r, (None, "never concluded"))
             outcomes[why] = outcomes.get(why, 0) + 1
-            if at is not None:
-                waits.append(at - self.arrived.get(r, 0.0))
+            if at is not None and r in self.arrived:  # (a request that has not arrived waits for nothing yet)
+                waits.append(at - self.arrived[r])
         held = [] if s.dead else sorted({r for rooms in s.prefill for r, p in enumerate(rooms) if p.status is not None})
         leaked = [aid for aid, _ in s.owners]
         violations = [f"{inv.name}: {msg}" for inv in system.invariants if (msg := inv.check(s)) is not None]

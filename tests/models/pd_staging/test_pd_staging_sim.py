@@ -25,6 +25,14 @@ def test_fixed_without_faults_every_room_succeeds_and_nothing_leaks():
     assert s["leaked_slots"] == 0 and s["held_prefill_rooms"] == 0 and s["worst_time_to_conclude"] < 1.0
 
 
+def test_a_room_failed_before_its_request_arrives_concludes_as_it_arrives():
+    # a decode prefix of 8 tokens on pages of 16 fails every decode room at registration, before any request arrives:
+    # each request concludes as it arrives (it waited for nothing), not at time 0, before it came
+    s = run(page_size=16, decode_prefix_len=8).summary
+    assert s["outcomes"] == {"Failed: prefix not page-aligned": 100}
+    assert s["mean_time_to_conclude"] == s["worst_time_to_conclude"] == 0.0
+
+
 def test_pre_fix_decode_radix_hit_overwrites_the_shared_prefix():
     s = run("pre_05c7ebf").summary
     assert any(v.startswith("shared_prefix_rows_unchanged") for v in s["violations"])
