@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from collections import Counter
 from collections import _count_elements as count  # the C loop of `Counter.update`
-from itertools import chain
+from itertools import chain, repeat
+from operator import mod, sub
 from typing import Sequence
 
 from .allocator import AllocatorState
@@ -84,6 +85,15 @@ def page_aligned_slots(row: Sequence[int], start: int, page_size: int) -> str | 
     """Position `start + i` sits at offset `(start + i) % page_size` of its page, and a page's positions share
     one page."""
     if page_size == 1:  # every slot sits at offset 0 of a page of its own
+        return None
+    # the whole row at once, in C: every slot one past the slot before but at a page's first position, and the
+    # first slot and every page's first one at their offsets (the walk below names the first position that is not)
+    n, first = len(row), (-start) % page_size  # the first position on a page's first offset
+    steps = list(map(sub, row[1:], row[:-1]))  # steps[i - 1]: slot i - slot i - 1
+    starts = range((first or page_size) - 1, n - 1, page_size)  # (a page's first position may step anywhere)
+    steps[starts.start:starts.stop:page_size] = [1] * len(starts)
+    if not n or (row[0] % page_size == start % page_size and steps.count(1) == n - 1 and
+                 not any(map(mod, row[first::page_size], repeat(page_size)))):
         return None
     for i, slot in enumerate(row):
         offset = (start + i) % page_size

@@ -186,6 +186,32 @@ def test_pool_accounting_names_each_page_owned_twice_out_of_range_or_by_none(pag
     assert twice == f"pages owned more than once or out of range {{3: 2}}, owned by none []; {sizes(4)}"
 
 
+def _offset_walk(row, start, page_size):
+    """page_aligned_slots's definition, a position at a time: the first position off its page's offset or run."""
+    for i, slot in enumerate(row):
+        offset = (start + i) % page_size
+        if slot % page_size != offset or (offset and i and slot != row[i - 1] + 1):
+            return start + i
+    return None
+
+
+def test_page_aligned_slots_answers_as_its_walk_a_position_at_a_time():
+    import random
+
+    rng = random.Random(7)
+    for _ in range(3000):
+        page_size, start = rng.choice([1, 2, 3, 4, 16]), rng.randrange(0, 40)
+        pages = rng.sample(range(1, 400), 80)  # a page for each page of positions; or pages one after another
+        pages = pages if rng.random() < 0.5 else list(range(pages[0], pages[0] + 80))
+        row = [pages[(start + i) // page_size] * page_size + (start + i) % page_size for i in range(rng.randrange(30))]
+        if row and rng.random() < 0.7:  # one slot moved: off its offset, out of its page's run, or neither
+            row[rng.randrange(len(row))] += rng.choice([-page_size, -1, 1, page_size, 2 * page_size + 1])
+        problem = checks.page_aligned_slots(tuple(row), start, page_size)
+        at = _offset_walk(row, start, page_size)
+        assert (problem is None) == (at is None) and (at is None or problem.startswith(f"position {at} at slot ")), \
+            (row, start, page_size, problem)
+
+
 def _states():
     return [s for s in reachable(system(TIGHT)) if any(r.status == "running" for r in s.requests)]
 
