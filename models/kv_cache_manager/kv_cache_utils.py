@@ -31,8 +31,8 @@ def chain_order(key: BlockHash | tuple[int, BlockHash]) -> tuple:
     """A key that sorts block hashes (and a hybrid pool's `(group id, hash)` keys) as they sort themselves, made
     without descending them again for every comparison: `(parent, tokens)` compares its parents first, down to
     ROOT (`()`, before any hash), so a shorter chain comes first, and chains of one length compare a block's tokens
-    at a time from the root: `(length, tokens of block 1, ..., of the last)`. Compared as they are, two chains made
-    apart that part near the leaf descend to the root at every level they share: quadratic in the length."""
+    at a time from the root: `(length, tokens of block 1, ..., of the last)`. Compared as they are, two chains that
+    part near the root are descended to where they part once for every level above it: quadratic in the length."""
     if type(key[0]) is int:  # a hybrid pool's key
         return key[0], chain_order(key[1])
     blocks = []
