@@ -29,7 +29,7 @@ from typing import Any, Callable, Sequence
 from .. import __version__
 from ..engine.canon import to_jsonable
 from ..engine.errors import ConfigError, KvsimError, TraceError
-from ..engine.interrupt import INTERRUPT, BudgetExceeded, Interrupted, stopped_by, stopping_on_signals
+from ..engine.interrupt import INTERRUPT, BudgetExceeded, Interrupted, backstop, stopped_by, stopping_on_signals
 from ..conform.cli import add_arguments as conform_arguments
 from ..conform.cli import cmd_conform
 from . import commands, outputs
@@ -249,7 +249,7 @@ def _alarm_seconds(args: argparse.Namespace) -> float | None:
     # simulate and replay stop at --max-seconds between two events, explore between two states, fuzz workers
     # between two rounds: the alarm is only the backstop of one endless step there. The oracle takes it at
     # --max-seconds itself: a kernel run it lands in is named as not run (it came 10 s late when it waited)
-    return seconds + max(10.0, seconds / 10) if args.command in ("simulate", "replay", "explore", "conform", "fuzz") \
+    return seconds + backstop(seconds) if args.command in ("simulate", "replay", "explore", "conform", "fuzz") \
         else seconds
 
 

@@ -3,8 +3,9 @@ and, given a checkpoint, saves itself there first, so `--resume` goes on from wh
 
 `stopping_on_signals()` (the command line, around a search, a simulation or a suite of properties) turns the
 first SIGINT or SIGTERM into that request; the work sees it at its next check (a single process every few
-thousand expansions, a partitioned one between two levels, where its checkpoint is taken; a simulation every
-few thousand events; a property at its next example, `raise_if_asked`). A second signal interrupts at once,
+thousand expansions, or every one where they are slow, `kvsim.engine.pace`; a partitioned one between two levels,
+where its checkpoint is taken; a simulation as a single process does; a property at its next example,
+`raise_if_asked`). A second signal interrupts at once,
 as Ctrl-C did before. Outside that context nothing changes: Ctrl-C raises KeyboardInterrupt.
 
 The first signal only sets a flag: it raises nothing where it lands. An exception raised by a signal handler
@@ -32,6 +33,13 @@ class BudgetExceeded(KeyboardInterrupt):
 class Interrupted(KeyboardInterrupt):
     """A stop asked (Ctrl-C, SIGTERM), raised where a property runs, at its next example (`raise_if_asked`):
     a KeyboardInterrupt for the same reason as `BudgetExceeded`."""
+
+
+def backstop(seconds: float) -> float:
+    """How long past its `--max-seconds` a command that stops itself at its budget (a simulation between two events,
+    a search between two states or levels, fuzz's workers between two rounds) runs before the command line's alarm
+    ends it with nothing reported: the alarm is for one endless step only."""
+    return max(10.0, seconds / 10)
 
 
 def asked() -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pickle
 import re
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -15,9 +16,11 @@ from kvsim.engine.descriptor import RunSpec
 from kvsim.engine.errors import ConfigError
 from kvsim.engine.explore import ExploreOptions, explore, realize
 from kvsim.engine.explore.fingerprint import FieldFingerprint
-from kvsim.engine.explore.parallel import _search, absorb_level, explore_parallel, same_code
+from kvsim.engine.explore import parallel
+from kvsim.engine.explore.parallel import _search, absorb_level, explore_parallel, level_fits, same_code
 from kvsim.engine.explore.partition import Partition
 from kvsim.engine.explore.store import FingerprintSet, FingerprintStore
+from kvsim.engine.interrupt import backstop
 from kvsim.engine.memory import machine, over_budget, resident_bytes
 from kvsim.engine.pools import RayPool
 from kvsim.engine.system import first_violation, run_actions
@@ -436,6 +439,31 @@ def test_the_memory_bound_holds_on_each_machine(elsewhere):
     assert over_budget([(("a", 100), 60), (("a", 100), 30)], None, 0.8)  # 90 > 80% of a's 100 bytes
     assert not over_budget([(("a", 100), 60), (("b", 100), 30)], None, 0.8)
     assert over_budget([(("a", 100), 60), (("b", 100), 30)], 50, None)  # the bytes bound, on a alone
+
+
+def test_workers_do_not_begin_a_level_they_expect_to_end_past_the_alarm(monkeypatch):
+    # a level is expanded whole: where its states are slow (here 20 ms each, on a clock the levels move), one begun
+    # before the budget ran out ended past the command line's alarm, which reports nothing; a level expected (at
+    # the last level's pace) to end past it is not begun, and the search reports what it found
+    clock = SimpleNamespace(now=0.0)
+    monkeypatch.setattr(parallel, "time", SimpleNamespace(perf_counter=lambda: clock.now))
+
+    def system():
+        return Counter(limit=10 ** 6, bad=None)
+
+    class Slow(Inline):
+        def call(self, method, args):
+            if method == "expand":  # the two workers' halves of the level, side by side
+                clock.now += 0.02 * max(len(part.frontier) for part in self.parts)
+            return super().call(method, args)
+
+    parts = [Partition(system, w, 2, "fingerprint", False, None) for w in range(2)]
+    result = _search(system(), Slow(parts), 2, 0.0, ExploreOptions(max_seconds=50, check_liveness=False,
+                                                                    store="fingerprint", symmetry=False))
+    # stopped at 43.9 s, with 6,765 states; begun regardless, the level of 4,181 ended at 70.0 s, 10 s past the alarm
+    assert result.bound_hit == "seconds" and 25 < clock.now <= 50 + backstop(50) and result.states == 6765
+    assert level_fits(50.0, 60.0, 60, 10.0, 100, 200) and not level_fits(50.0, 60.0, 60, 10.0, 100, 201)
+    assert level_fits(0.0, 60.0, 60, 0.0, 0, 10 ** 9) and not level_fits(60.5, 60.0, 60, 0.0, 0, 1)
 
 
 def test_workers_running_other_kvsim_sources_are_refused():

@@ -23,7 +23,7 @@ from typing import Any, Callable, Sequence
 
 from ..canon import to_jsonable
 from ..errors import ConfigError
-from ..interrupt import INTERRUPT, asked
+from ..interrupt import INTERRUPT, asked, backstop
 from ..memory import machine, over_budget, refuse_forks, resident_bytes
 from ..pools import ProcessPool, RayPool
 from ..shared import named
@@ -95,7 +95,7 @@ def _search(system: Any, pool: Any, n: int, start: float, options: ExploreOption
         """The bound that stops the search before the next level, if one does."""
         if at.states >= max_states:
             return "states"
-        if deadline is not None and time.perf_counter() > deadline:
+        if deadline is not None and not level_fits(time.perf_counter(), deadline, options.max_seconds, *paced):
             return "seconds"
         if bounded and over_budget([*zip(machines, worker_bytes), (here, resident_bytes())], *memory):
             return "memory"
@@ -111,10 +111,15 @@ def _search(system: Any, pool: Any, n: int, start: float, options: ExploreOption
     machines = pool.call("machine", [()] * n) if bounded else []  # where each worker runs, and its memory
     here = machine()
     worker_bytes = pool.call("memory", [()] * n) if resume and bounded else []
+    paced = [0.0, 0, 0]  # the last level's seconds (its expansion and exchange) and frontier, and the next frontier
+    began = None
     while True:
         if boxes is not None:  # a resumed search goes on with the level it saved: expanded first
             absorbed = absorb_level(pool, n, boxes, at.level)
             new = sum(a[0] for a in absorbed)
+            if began is not None:
+                paced[:2] = [time.perf_counter() - began, paced[2]]
+            paced[2] = new
             worker_bytes = [a[2] for a in absorbed]
             at.states += new
             if new:
@@ -135,6 +140,7 @@ def _search(system: Any, pool: Any, n: int, start: float, options: ExploreOption
             break
         if checkpoint is not None and checkpoint.due(time.perf_counter(), deadline):
             saved_gen = save()
+        began = time.perf_counter()
         expanded = pool.call("expand", [()] * n)
         first_met(pool, n, at, [e[3] for e in expanded], at.level)  # step declarations: from this level's states
         outboxes = [e[0] for e in expanded]
@@ -188,6 +194,18 @@ def _search(system: Any, pool: Any, n: int, start: float, options: ExploreOption
                          checkpoint=None if saved_gen is None else checkpoint.path,
                          worker_lines={p: sorted(r) for p, r in worker_lines.items()}
                          if any(s["lines"] is not None for s in summaries) else None, reachability=reachability)
+
+
+def level_fits(now: float, deadline: float, budget: float, seconds: float, frontier: int, states: int) -> bool:
+    """Whether the search may begin a level of `states` states at `now`: the budget has time left, and the level,
+    at the last one's pace (`seconds` for `frontier` states; none yet: no estimate), is not expected to end past
+    the command line's alarm (`interrupt.backstop` after the budget). The workers expand a level whole, and where
+    states are slow (4.5 ms each on pd-staging's rows of 4,095 tokens) a level begun before the budget ran out can
+    end after that alarm, which ends the command with nothing reported: stopped before it, the search reports
+    what it found. (The estimate errs long: a level's own costs spread over more states as levels grow.)"""
+    if now > deadline:
+        return False
+    return not frontier or now + seconds * states / frontier <= deadline + backstop(budget)
 
 
 def first_met(pool: Any, n: int, at: Level, found: Sequence[dict[int, int]], depth: int) -> None:
