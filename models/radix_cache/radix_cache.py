@@ -28,6 +28,7 @@ order matters), so equal trees reached by different histories are one state.
 from __future__ import annotations
 
 import heapq
+from itertools import chain
 from typing import NamedTuple, Sequence
 
 from .allocator import PagedTokenToKVPoolAllocator
@@ -68,7 +69,7 @@ class TreeNode:
         while node.parent is not None:
             parts.append(node.key)
             node = node.parent
-        return tuple(t for part in reversed(parts) for t in part)
+        return tuple(chain.from_iterable(reversed(parts)))
 
 
 def page_aligned(tokens: Sequence[int], page_size: int) -> tuple[int, ...]:
@@ -172,7 +173,7 @@ class RadixCache:
         while node is not self.root_node:
             values.append(node.value)
             node = node.parent
-        return tuple(i for v in reversed(values) for i in v)
+        return tuple(chain.from_iterable(reversed(values)))
 
     def node_at(self, path: Sequence[int]) -> TreeNode:
         """The node whose full token path is `path` (the root for ())."""

@@ -83,7 +83,7 @@ class UnifiedTreeNode:
         while node.parent is not None:
             parts.append(node.key)
             node = node.parent
-        return tuple(t for part in reversed(parts) for t in part)
+        return tuple(itertools.chain.from_iterable(reversed(parts)))
 
 
 class NodeState(NamedTuple):
@@ -527,7 +527,7 @@ class UnifiedRadixCache:
         while node is not self.root_node:
             values.append(node.full.value)
             node = node.parent
-        return tuple(i for v in reversed(values) for i in v)
+        return tuple(itertools.chain.from_iterable(reversed(values)))
 
     def freeze(self, uuids: dict[int, int]) -> UnifiedTreeState:
         """The value form; `uuids` is filled with the renumbering of the live uuids (old -> new), for the
