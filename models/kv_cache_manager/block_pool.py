@@ -16,10 +16,14 @@ keys by the hash alone, the group id being the same everywhere, so one-group sta
 
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import Iterable, NamedTuple, Sequence
 
 from .kv_cache_utils import BlockHash, FreeKVCacheBlockQueue, KVCacheBlock, block_tokens, chain_order
 from .kv_events import AllBlocksCleared, BlockRemoved, BlockStored
+
+
+_REF_CNT, _BLOCK_HASH, _BLOCK_ID = attrgetter("ref_cnt"), attrgetter("block_hash"), attrgetter("block_id")  # (in C)
 
 
 class PoolState(NamedTuple):
@@ -78,8 +82,8 @@ class BlockPool:
     def freeze(self) -> PoolState:
         cached = sorted(((key, tuple(b.block_id for b in blocks)) for key, blocks in
                          self.cached_block_hash_to_block.items()), key=lambda pair: chain_order(pair[0]))
-        return PoolState(tuple(b.ref_cnt for b in self.blocks), tuple(b.block_hash for b in self.blocks),
-                         tuple(b.block_id for b in self.free_block_queue.get_all_free_blocks()), tuple(cached))
+        return PoolState(tuple(map(_REF_CNT, self.blocks)), tuple(map(_BLOCK_HASH, self.blocks)),
+                         tuple(map(_BLOCK_ID, self.free_block_queue.get_all_free_blocks())), tuple(cached))
 
     @classmethod
     def thaw(cls, state: PoolState, hybrid: bool = False) -> "BlockPool":

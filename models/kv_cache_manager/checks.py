@@ -80,7 +80,7 @@ def free_queue_order(pool: PoolState) -> str | None:
     of the operations this slice models; upstream's connector-facing `evict_blocks` (a hash dropped from a free
     block in place) and `unpin_blocks` (uncached blocks appended) break it, and it is to be revisited with them."""
     cached = [pool.hashes[b] is not None for b in pool.free]
-    if any(c and not later for i, c in enumerate(cached) for later in cached[i + 1:]):
+    if not all(cached[cached.index(True):] if True in cached else ()):  # a cached block before an uncached one
         return f"free queue {list(pool.free)}: expected the uncached blocks before the cached ones, got " \
                f"cached flags {cached}"
     return None

@@ -139,6 +139,21 @@ def test_each_invariant_fails_alone_on_its_planted_line(name, monkeypatch):
     fails_alone(lambda: system(values), name, (where, attribute, wrong), monkeypatch)
 
 
+def test_free_queue_order_is_every_uncached_block_before_every_cached_one():
+    # every free queue of up to 8 blocks, cached or not: the verdict is the definition's, pair by pair
+    from itertools import product
+
+    from kvsim.models.kv_cache_manager.block_pool import PoolState
+    from kvsim.models.kv_cache_manager.checks import free_queue_order
+
+    for n in range(9):
+        for cached in product((False, True), repeat=n):
+            pool = PoolState((0,) * n, tuple((("t", b),) if c else None for b, c in enumerate(cached)),
+                             tuple(range(n)), ())
+            wrong = any(a and not b for i, a in enumerate(cached) for b in cached[i + 1:])
+            assert (free_queue_order(pool) is not None) == wrong, cached
+
+
 def test_lookahead_slots_left_out_fail_the_tables(monkeypatch):
     """`allocate_slots` that drops `num_lookahead_tokens`: a running request holds fewer blocks than its computed
     tokens and lookahead slots need."""
