@@ -11,7 +11,11 @@ Several KV cache groups share one pool (`kv_cache_coordinator`): a group caches 
 with its group id (upstream's `BlockHashWithGroupId`), here the key `(group_id, hash)` (`key`); a pool of one group
 keys by the hash alone, the group id being the same everywhere, so one-group states are as before.
 
-`PoolState` is the value form (`freeze`/`thaw`), what the transition system keeps in its states.
+`PoolState` is the value form (`freeze`/`thaw`), what the transition system keeps in its states. A pool keeps the
+value it was thawed from or last froze to until a method changes it (every change to the pool, its blocks, its queue
+and its map is one of the methods below): a step that changes nothing in the pool (most decodes: a block fills
+`block_size` tokens) freezes to the same value in no time, where the columns take O(pool) to build; and the hashes and
+the cached map (sorted: the costliest part) are kept until a block is cached, evicted or the cache reset.
 """
 
 from __future__ import annotations
@@ -77,13 +81,21 @@ class BlockPool:
         self.null_block = self.free_block_queue.popleft()
         self.null_block.is_null = True
         self.kv_event_queue: list[tuple] = []
+        self.frozen: PoolState | None = None  # the value of the pool as it is, once taken (module doc)
+        self.frozen_map: tuple[tuple, tuple] | None = None  # its hashes and cached map, once taken
 
     # -- the value form --------------------------------------------------------------------------------------
     def freeze(self) -> PoolState:
-        cached = sorted(((key, tuple(b.block_id for b in blocks)) for key, blocks in
-                         self.cached_block_hash_to_block.items()), key=lambda pair: chain_order(pair[0]))
-        return PoolState(tuple(map(_REF_CNT, self.blocks)), tuple(map(_BLOCK_HASH, self.blocks)),
-                         tuple(map(_BLOCK_ID, self.free_block_queue.get_all_free_blocks())), tuple(cached))
+        if self.frozen is not None:
+            return self.frozen
+        if self.frozen_map is None:
+            cached = sorted(((key, tuple(b.block_id for b in blocks)) for key, blocks in
+                             self.cached_block_hash_to_block.items()), key=lambda pair: chain_order(pair[0]))
+            self.frozen_map = (tuple(map(_BLOCK_HASH, self.blocks)), tuple(cached))
+        hashes, cached = self.frozen_map
+        self.frozen = PoolState(tuple(map(_REF_CNT, self.blocks)), hashes,
+                                tuple(map(_BLOCK_ID, self.free_block_queue.get_all_free_blocks())), cached)
+        return self.frozen
 
     @classmethod
     def thaw(cls, state: PoolState, hybrid: bool = False) -> "BlockPool":
@@ -99,6 +111,7 @@ class BlockPool:
             for i in ids:
                 pool.cached_block_hash_to_block.insert(key, pool.blocks[i])
         pool.kv_event_queue = []
+        pool.frozen, pool.frozen_map = state, (state.hashes, state.cached)
         return pool
 
     # -- the prefix cache ------------------------------------------------------------------------------------
@@ -117,6 +130,7 @@ class BlockPool:
         null blocks skipped; one `BlockStored`."""
         if num_cached_blocks >= num_full_blocks:
             return
+        self.frozen = self.frozen_map = None
         new_hashes = []
         for i in range(num_cached_blocks, num_full_blocks):
             block = blocks[i]
@@ -135,6 +149,7 @@ class BlockPool:
         """A block leaving the free queue for reuse drops its cached hash (`BlockRemoved`)."""
         if block.block_hash is None:
             return False
+        self.frozen_map = None  # (the rest of the value: its one caller, `get_new_blocks`)
         key = block.block_hash
         removed = self.cached_block_hash_to_block.pop(key, block.block_id)
         block.reset_hash()
@@ -148,6 +163,7 @@ class BlockPool:
         """`num_blocks` blocks from the front of the free queue, each with ref_cnt 1 (a cached one is evicted)."""
         if num_blocks > self.get_num_free_blocks():
             raise ValueError(f"Cannot get {num_blocks} free blocks from the pool")
+        self.frozen = None
         taken = self.free_block_queue.popleft_n(num_blocks)
         for block in taken:
             self._maybe_evict_cached_block(block)
@@ -157,6 +173,7 @@ class BlockPool:
 
     def touch(self, blocks: Iterable[KVCacheBlock]) -> None:
         """A prefix-cache hit: one more holder each; a free block leaves the queue."""
+        self.frozen = None
         for block in blocks:
             if block.is_null:
                 continue
@@ -167,6 +184,7 @@ class BlockPool:
     def free_blocks(self, ordered_blocks: Iterable[KVCacheBlock]) -> None:
         """One holder less each, in eviction order (the caller passes a request's blocks tail first): a block no
         one holds any more goes to the front of the queue when uncached, to the back when cached."""
+        self.frozen = None
         evict_first, evict_last = [], []
         for block in ordered_blocks:
             if block.is_null:
@@ -181,6 +199,7 @@ class BlockPool:
         """Drop every cached hash; refused (False) while any request holds a block."""
         if self.num_gpu_blocks - self.get_num_free_blocks() != 1:  # the null block always counts as used
             return False
+        self.frozen = self.frozen_map = None
         self.cached_block_hash_to_block = BlockHashToBlockMap()
         for block in self.blocks:
             block.reset_hash()

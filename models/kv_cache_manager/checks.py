@@ -259,7 +259,10 @@ def hit_is_proper_prefix(hashes: Sequence[BlockHash], hit: Sequence[BlockHash | 
 def announce(announced: Iterable[tuple[BlockHash, int]], events: Iterable[tuple]) \
         -> tuple[tuple[tuple[BlockHash, int], ...], str | None]:
     """The consumer's view after `events`, and a message for the first `BlockRemoved` of a hash that no
-    `BlockStored` since the last clear named (or None)."""
+    `BlockStored` since the last clear named (or None). No events leave the view as it was (most steps: no block
+    filled, none evicted), in the order this function gives it."""
+    if not events:
+        return tuple(announced), None
     view = Counter(dict(announced))
     problem = None
     for event in events:

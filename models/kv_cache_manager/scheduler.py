@@ -56,7 +56,7 @@ from kvsim.engine.params import param
 from kvsim.engine.system import Invariant, Sometimes
 
 from . import symmetry
-from .kv_cache_manager import KVCacheManager, ManagerState, Request, cdiv
+from .kv_cache_manager import KVCacheManager, ManagerState, Request, Thawed, cdiv
 from .system import CacheManagerSystem, all_free_when_done
 from .variants import FIXED, CacheManagerVariant
 
@@ -152,6 +152,7 @@ class ProducerSchedulerSystem:
     def __init__(self, variant: CacheManagerVariant = FIXED,
                  config: ProducerSchedulerConfig = ProducerSchedulerConfig()) -> None:
         self.name, self.variant, self.cfg = "kv-cache-manager-pd", variant, config
+        self.thawed = Thawed()  # the manager the last transition left (`kv_cache_manager.Thawed`)
         # #55055 (0.31.0, NixlConnectorScheduler._prefill_backoff): the producer stops the drafter's lookahead
         # window minus one short; 0.30.0 backed off only for Mamba (not modelled: 0)
         self.backoff = max(0, config.mtp_lookahead - 1) if variant.prefill_backoff_covers_lookahead else 0
@@ -218,13 +219,15 @@ class ProducerSchedulerSystem:
         return self.transition(s, action)[0]
 
     def transition(self, s: SchedState, action: tuple) -> tuple[SchedState, tuple[tuple, ...]]:
-        m = KVCacheManager.thaw(s.manager, self.cfg.block_size)
+        m = self.thawed.take(s.manager, lambda: KVCacheManager.thaw(s.manager, self.cfg.block_size))
         effect, action = RULES.effect(action)
         requests = list(s.requests)
         fx: list[tuple] = []
         effect(self, s, action, m, requests, fx)
         m.take_events()  # the events are CacheManagerSystem's to check
-        return SchedState(m.freeze(), tuple(requests), s.flags), tuple(fx)
+        after = SchedState(m.freeze(), tuple(requests), s.flags)
+        self.thawed.keep(after.manager, m)
+        return after, tuple(fx)
 
     # -- the scheduler's reading of a request ----------------------------------------------------------------
     def request(self, s: SchedState, r: int) -> Request:

@@ -33,7 +33,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from kvsim.engine.canon import digest
 from kvsim.engine.errors import ConfigError
 from kvsim.engine.params import param
 from kvsim.engine.sim import Driver, FaultPlan, Simulator
@@ -43,6 +42,7 @@ from kvsim.engine.workload import WorkloadRun
 
 from .kv_cache_manager import cdiv
 from .kv_cache_utils import check_chain
+from .sim import PoolDigest
 from .scheduler import (DONE, RUNNING, SENDING, Decode, Deferred, Deliver, Dropped, Freed, Handed, Output,
                         Preempt, ProducerSchedulerConfig, ProducerSchedulerSystem, Schedule)
 from .variants import CacheManagerVariant
@@ -114,13 +114,14 @@ class _Run(WorkloadRun):
         self.awaiting = self.awaiting_peak = 0  # blocks held by producers awaiting delivery
         self.awaiting_samples: list[int] = []
         self.free_samples: list[int] = []
+        self.pool_digest = PoolDigest(lambda pool: (pool.refs, pool.free))
 
     def apply(self, action: tuple) -> tuple:
         effects = self.driver.apply(action)
         pool = self.driver.state.manager.pool
         self.recorder.record(self.sim.now, action[0], {
             "action": list(action), "effects": [e[0] for e in effects], "free": len(pool.free),
-            "pool": digest((pool.refs, pool.free), 16)})
+            "pool": self.pool_digest(pool)})
         return effects
 
     # -- one scheduler step ------------------------------------------------------------------------------------

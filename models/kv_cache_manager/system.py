@@ -48,7 +48,7 @@ from kvsim.engine.system import Invariant, Sometimes, flag, flagged
 
 from . import checks, symmetry
 from .actions import Allocated, Decode, Deferred, Events, Finish, Freed, Preempt, Reset, ResetDone, Schedule
-from .kv_cache_manager import KVCacheManager, ManagerState, Request, cdiv, connector_local_hit
+from .kv_cache_manager import KVCacheManager, ManagerState, Request, Thawed, cdiv, connector_local_hit
 from .single_type_kv_cache_manager import FULL, MAMBA
 from .kv_cache_utils import BlockHash
 from .variants import FIXED, CacheManagerVariant
@@ -126,6 +126,7 @@ class CacheManagerSystem:
     def __init__(self, variant: CacheManagerVariant = FIXED, config: CacheManagerConfig = CacheManagerConfig()) \
             -> None:
         self.name, self.variant, self.cfg = "kv-cache-manager", variant, config
+        self.thawed = Thawed()  # the manager the last transition left (`Thawed`)
         self.invariants = (
             Invariant("ref_count_is_holders", lambda s: checks.ref_count_is_holders(s.manager.pool, s.manager.tables),
                       "a block's ref_cnt is the number of requests holding it"),
@@ -202,8 +203,9 @@ class CacheManagerSystem:
         return self.transition(s, action)[0]
 
     def transition(self, s: CacheState, action: tuple) -> tuple[CacheState, tuple[tuple, ...]]:
-        m = KVCacheManager.thaw(s.manager, self.cfg.block_size, self.cfg.kinds, self.cfg.sliding_window,
-                                self.variant.mamba_cache_mode, self.cfg.attention_chunk_size)
+        m = self.thawed.take(s.manager, lambda: KVCacheManager.thaw(
+            s.manager, self.cfg.block_size, self.cfg.kinds, self.cfg.sliding_window, self.variant.mamba_cache_mode,
+            self.cfg.attention_chunk_size))
         effect, action = RULES.effect(action)
         requests = list(s.requests)
         fx: list[tuple] = []
@@ -214,6 +216,7 @@ class CacheManagerSystem:
         if events:
             fx.append(Events(events))
         after = CacheState(m.freeze(), tuple(requests), announced, ch.get("resets_left", s.resets_left), s.flags)
+        self.thawed.keep(after.manager, m)
         for name, message in ch.get("flags", ()):
             after = flag(after, name, message)
         if problem is not None:
