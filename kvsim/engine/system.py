@@ -23,6 +23,7 @@ from .variants import Variant
 
 S = TypeVar("S", bound=Hashable)
 A = TypeVar("A", bound=Hashable)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -112,6 +113,34 @@ def transition(system: Any, state: Any, action: Any) -> tuple[Any, tuple[Any, ..
     if fn is None:
         return system.step(state, action), ()
     return fn(state, action)
+
+
+class Thawed(Generic[T]):
+    """The mutable object a model's transition left (a manager built from a frozen value, changed by the step, frozen
+    again), and the frozen value it froze to: the next transition from that very value (a simulation steps on from
+    the successor it was just given) takes the object instead of thawing a new one (which rebuilds every block or
+    chunk of a pool: most of a step's time at realistic sizes). From any other value (a search's next action from the
+    same state, another state) it thaws. An object goes out once (`take`: the step changes it); `peek` lends it to a
+    reader that changes nothing. Exact where the object's every field is in its frozen form and the thaw of that form
+    builds an equal object: each model that keeps one tests a walk of its steps against fresh thaws."""
+
+    __slots__ = ("state", "value")
+
+    def __init__(self) -> None:
+        self.state: Any = None
+        self.value: T | None = None
+
+    def take(self, state: Any, thaw: Callable[[], T]) -> T:
+        value = self.value if state is self.state else None
+        self.state = self.value = None
+        return thaw() if value is None else value
+
+    def peek(self, state: Any) -> T | None:
+        """The object kept for `state`, left kept (its reader changes nothing), or None."""
+        return self.value if state is self.state else None
+
+    def keep(self, state: Any, value: T) -> None:
+        self.state, self.value = state, value
 
 
 def first_violation(system: TransitionSystem[Any, Any], state: Any) -> tuple[str, str] | None:

@@ -34,21 +34,20 @@ Mamba's prefix-caching mode (`mamba_cache_mode`: `align`, 0.33.0's only one, or 
 
 Not modelled: chunked prefill's partial allocations beyond one call, cross-attention groups (so encoder tokens),
 `max_model_len`'s cap on the slots (every program stays below it), external (connector) tokens, the watermark, block sizes that differ between groups, EAGLE, partial hits.
-`ManagerState` is the value form the transition system keeps; `Thawed` hands a transition the manager the last one
-left where it steps on from the state that one froze to (a simulation does, every step).
+`ManagerState` is the value form the transition system keeps.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, NamedTuple, Sequence
+from typing import NamedTuple, Sequence
 
 from .block_pool import BlockPool, PoolState
 from .kv_cache_coordinator import GroupBlocks, KVCacheCoordinator
 from .kv_cache_utils import BlockHash, KVCacheBlock, request_block_hashes
 from .single_type_kv_cache_manager import ALIGN, FULL, cdiv
 
-__all__ = ["KVCacheManager", "ManagerState", "Request", "Thawed", "cdiv", "connector_local_hit"]
+__all__ = ["KVCacheManager", "ManagerState", "Request", "cdiv", "connector_local_hit"]
 
 
 @dataclass
@@ -77,28 +76,6 @@ class ManagerState(NamedTuple):
     # per group, then per request (group-major: group g's request r at g * num_requests + r): (block ids, num
     # cached blocks) or None; one group is the request tables as they were before groups
     tables: tuple[tuple[tuple[int, ...], int] | None, ...]
-
-
-class Thawed:
-    """The manager a transition left, and the state it froze to: the next transition from that very state (a
-    simulation steps on from the successor it was just given) takes this manager instead of thawing one, which
-    builds every block of the pool anew (8,192 blocks: most of a step's time). From any other state (a search's
-    next action from the same state, another state) it thaws. A manager goes out once: the step changes it. Exact:
-    a manager's every field is in its frozen form (`freeze`), and `thaw` of that form builds an equal manager."""
-
-    __slots__ = ("state", "manager")
-
-    def __init__(self) -> None:
-        self.state: ManagerState | None = None
-        self.manager: KVCacheManager | None = None
-
-    def take(self, state: ManagerState, thaw: Callable[[], "KVCacheManager"]) -> "KVCacheManager":
-        manager = self.manager if state is self.state else None
-        self.state = self.manager = None
-        return thaw() if manager is None else manager
-
-    def keep(self, state: ManagerState, manager: "KVCacheManager") -> None:
-        self.state, self.manager = state, manager
 
 
 class KVCacheManager:

@@ -53,10 +53,10 @@ from typing import ClassVar, NamedTuple, Sequence
 from kvsim.engine.actions import Rules, tagged, type_table
 from kvsim.engine.errors import ConfigError
 from kvsim.engine.params import param
-from kvsim.engine.system import Invariant, Sometimes
+from kvsim.engine.system import Invariant, Sometimes, Thawed
 
 from . import symmetry
-from .kv_cache_manager import KVCacheManager, ManagerState, Request, Thawed, cdiv
+from .kv_cache_manager import KVCacheManager, ManagerState, Request, cdiv
 from .system import CacheManagerSystem, all_free_when_done
 from .variants import FIXED, CacheManagerVariant
 
@@ -152,7 +152,7 @@ class ProducerSchedulerSystem:
     def __init__(self, variant: CacheManagerVariant = FIXED,
                  config: ProducerSchedulerConfig = ProducerSchedulerConfig()) -> None:
         self.name, self.variant, self.cfg = "kv-cache-manager-pd", variant, config
-        self.thawed = Thawed()  # the manager the last transition left (`kv_cache_manager.Thawed`)
+        self.thawed: Thawed[KVCacheManager] = Thawed()  # the manager the last transition left
         # #55055 (0.31.0, NixlConnectorScheduler._prefill_backoff): the producer stops the drafter's lookahead
         # window minus one short; 0.30.0 backed off only for Mamba (not modelled: 0)
         self.backoff = max(0, config.mtp_lookahead - 1) if variant.prefill_backoff_covers_lookahead else 0

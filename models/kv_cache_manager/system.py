@@ -44,11 +44,11 @@ from typing import ClassVar, NamedTuple
 from kvsim.engine.actions import Rules
 from kvsim.engine.errors import ConfigError
 from kvsim.engine.params import param
-from kvsim.engine.system import Invariant, Sometimes, flag, flagged
+from kvsim.engine.system import Invariant, Sometimes, Thawed, flag, flagged
 
 from . import checks, symmetry
 from .actions import Allocated, Decode, Deferred, Events, Finish, Freed, Preempt, Reset, ResetDone, Schedule
-from .kv_cache_manager import KVCacheManager, ManagerState, Request, Thawed, cdiv, connector_local_hit
+from .kv_cache_manager import KVCacheManager, ManagerState, Request, cdiv, connector_local_hit
 from .single_type_kv_cache_manager import FULL, MAMBA
 from .kv_cache_utils import BlockHash
 from .variants import FIXED, CacheManagerVariant
@@ -126,7 +126,7 @@ class CacheManagerSystem:
     def __init__(self, variant: CacheManagerVariant = FIXED, config: CacheManagerConfig = CacheManagerConfig()) \
             -> None:
         self.name, self.variant, self.cfg = "kv-cache-manager", variant, config
-        self.thawed = Thawed()  # the manager the last transition left (`Thawed`)
+        self.thawed: Thawed[KVCacheManager] = Thawed()  # the manager the last transition left
         self.invariants = (
             Invariant("ref_count_is_holders", lambda s: checks.ref_count_is_holders(s.manager.pool, s.manager.tables),
                       "a block's ref_cnt is the number of requests holding it"),

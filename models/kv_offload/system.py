@@ -27,7 +27,7 @@ from typing import NamedTuple
 from kvsim.engine.errors import ConfigError
 from kvsim.engine.params import param
 from kvsim.engine.actions import Rules
-from kvsim.engine.system import Invariant, Sometimes
+from kvsim.engine.system import Invariant, Sometimes, Thawed
 
 from . import checks
 from .actions import (CompleteLoad, CompleteStore, Events, Finish, Load, Loaded, NothingToStore, Reset, Stats,
@@ -89,7 +89,7 @@ class OffloadSystem:
     def __init__(self, variant: OffloadVariant = FIXED, config: OffloadSystemConfig = OffloadSystemConfig()) -> None:
         self.name, self.variant, self.cfg = "kv-offload", variant, config
         self.keys = tuple(sorted({k for r in range(config.requests) for k in config.keys_of(r)}))
-        self._live: tuple[ManagerState, CPUOffloadingManager] | None = None  # the last step's manager object
+        self.thawed: Thawed[CPUOffloadingManager] = Thawed()  # the manager the last transition left
         self.invariants = (
             Invariant("capacity_and_free_list", self._capacity, "3.3 item 2: allocation high-water mark and "
                       "LIFO free list partition [0, allocated) with the live slots"),
@@ -126,19 +126,13 @@ class OffloadSystem:
         if state is None:
             return CPUOffloadingManager(cfg.num_chunks, cfg.cache_policy, True, cfg.store_threshold,
                                         cfg.max_tracker_size, self.variant)
-        live = self._live
-        if live is not None and live[0] is state:
-            self._live = None  # handed out: it will change
-            return live[1]
-        return CPUOffloadingManager.thaw(state, cfg.num_chunks, cfg.store_threshold, cfg.max_tracker_size,
-                                         self.variant)
+        return self.thawed.take(state, lambda: CPUOffloadingManager.thaw(
+            state, cfg.num_chunks, cfg.store_threshold, cfg.max_tracker_size, self.variant))
 
     def _reader(self, state: ManagerState) -> CPUOffloadingManager:
         """A manager object of `state` to read only (lookups)."""
-        live = self._live
-        if live is not None and live[0] is state:
-            return live[1]
-        return self.manager(state)
+        live = self.thawed.peek(state)
+        return self.manager(state) if live is None else live
 
     def initial_states(self) -> tuple[OffloadState, ...]:
         jobs = (Job(None, None, False),) * self.cfg.requests
@@ -226,7 +220,7 @@ class OffloadSystem:
             cap = self.cfg.store_threshold
             frozen = frozen._replace(counts=tuple((k, min(c, cap)) for k, c in frozen.counts))
         else:
-            self._live = (frozen, m)  # `m` is exactly `frozen`: the next step from this state reuses it
+            self.thawed.keep(frozen, m)  # `m` is exactly `frozen`: the next step from this state reuses it
         return OffloadState(frozen, tuple(jobs), ch.get("failures_left", s.failures_left),
                             ch.get("resets_left", s.resets_left), ch.get("fault")), tuple(effects)
 

@@ -17,6 +17,7 @@ from kvsim.engine.variants import Variant, VariantTable
 from kvsim.engine.runner import YOUNG_THRESHOLD, run_property
 from kvsim.engine.sim import Channel, FaultPlan, Simulator
 from kvsim.engine.stateful import machine_class
+from kvsim.engine.system import Thawed
 from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 from toys import Counter
@@ -276,3 +277,23 @@ def test_rules_disagreements_find_a_precondition_that_enabled_does_not_list_unde
     assert actions == {Inc(1), Inc(2)} and none == []
     _, found = wrong.disagreements(Upto(wrong))
     assert found == [(4, Inc(2))]  # allowed by the rule, not listed by `enabled`
+
+
+def test_a_thawed_object_goes_once_to_a_step_from_the_value_it_froze_to():
+    """`kvsim.engine.system.Thawed`: the value kept is handed to a transition from the very value it froze to (not to
+    an equal one), once; `peek` lends it without handing it out."""
+    thawed, thaws = Thawed(), []
+
+    def thaw():
+        thaws.append(1)
+        return ["fresh"]
+
+    value, equal, kept = (1, 2), tuple([1, 2]), ["kept"]
+    assert thawed.take(value, thaw) == ["fresh"] and len(thaws) == 1  # nothing kept yet
+    thawed.keep(value, kept)
+    assert thawed.peek(equal) is None and thawed.peek(value) is kept
+    assert thawed.take(equal, thaw) == ["fresh"] and len(thaws) == 2  # an equal value is not the one it froze to
+    assert thawed.take(value, thaw) == ["fresh"] and len(thaws) == 3  # the miss dropped it: a step changes it
+    thawed.keep(value, kept)
+    assert thawed.take(value, thaw) is kept and len(thaws) == 3
+    assert thawed.take(value, thaw) == ["fresh"] and thawed.peek(value) is None  # once

@@ -1,4 +1,4 @@
-"""A transition from the state the last one froze to takes the manager that one left (`kv_cache_manager.Thawed`), and
+"""A transition from the state the last one froze to takes the manager that one left (`kvsim.engine.system.Thawed`), and
 a pool keeps its value until a method changes it (`BlockPool.freeze`): both are exact.
 
 A random walk over each system (hybrid groups, resets, the variants, the P/D producer's scheduler) steps every state
@@ -52,7 +52,7 @@ def walk(make, steps, seed):
         kept += state.manager is system.thawed.state
         got = system.transition(state, action)
         assert got == reference.transition(state, action), (state, action)
-        manager = system.thawed.manager
+        manager = system.thawed.value
         assert system.thawed.state is got[0].manager
         manager.block_pool.frozen = manager.block_pool.frozen_map = None  # its value anew: the blocks, queue, map
         assert manager.freeze() == got[0].manager, (state, action)
