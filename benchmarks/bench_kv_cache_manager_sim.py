@@ -1,17 +1,23 @@
 """Benchmark of kv-cache-manager's two timed simulations (figures for the closing note, not a test).
 
-    python benchmarks/bench_kv_cache_manager_sim.py [--quick]
+    python benchmarks/bench_kv_cache_manager_sim.py [--quick] [--realistic]
 
 Prints, per workload size: the simulator's events/s and the model actions/s (each action one transition of the
 system) of `kvsim simulate kv-cache-manager-pd` (the P/D hand-off over `ProducerSchedulerSystem`) and, on the same
 machine for a ratio, of `kvsim simulate kv-cache-manager` (the prefix-sharing workload over `CacheManagerSystem`).
 Both systems' state holds every request of the workload, so a step's cost grows with it.
+
+`--realistic` runs instead both simulations at a serving engine's size (1,000 requests of 1,024 prompt and 256
+output tokens on 8,192 blocks of 16, the first 150 and 300 events), where what a step costs per block of the pool
+shows: CPU seconds, events and actions per second, and the trace digest (run it on two trees for a before/after:
+the digests must agree).
 """
 
 from __future__ import annotations
 
 import argparse
 import platform
+import time
 
 from kvsim.app.simulate import simulate_model
 from kvsim.models.kv_cache_manager import DESCRIPTOR, PD_DESCRIPTOR
@@ -22,11 +28,30 @@ def run(spec, variant: str, params: dict) -> tuple[float, float, dict]:
     return r.events / r.seconds, len(r.driver.actions) / r.seconds, r.summary
 
 
+REALISTIC = {"requests": 1000, "prompt_len": 1024, "max_tokens": 256, "num_blocks": 8192, "block_size": 16}
+
+
+def realistic() -> None:
+    """`--realistic`: both simulations at a serving engine's size (module doc)."""
+    for spec, params, events in ((DESCRIPTOR, {**REALISTIC, "families": 16, "shared": 512}, 150),
+                                 (PD_DESCRIPTOR, REALISTIC, 300)):
+        cpu = time.process_time()
+        r = simulate_model(spec, "fixed", 0, params, max_events=events, keep_steps=False)
+        cpu = time.process_time() - cpu
+        print(f"{spec.name:22s} {r.events} events, {len(r.driver.actions)} actions: {cpu:.2f} s CPU, "
+              f"{r.events / cpu:,.0f} events/s, {len(r.driver.actions) / cpu:,.0f} actions/s, digest {r.digest[:16]}",
+              flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="the smaller workloads only")
+    ap.add_argument("--realistic", action="store_true", help="instead: both simulations at a serving engine's size")
     args = ap.parse_args()
     print(f"python {platform.python_version()} on {platform.machine()}")
+    if args.realistic:
+        realistic()
+        return
     sizes = (100, 200) if args.quick else (100, 200, 1000)
     print(f"{'model':22s} {'requests':>8s} {'events/s':>10s} {'actions/s':>10s}  outcome")
     for n in sizes:
