@@ -1,8 +1,10 @@
 """Tiny transition systems written for the engine tests (no KV cache in sight), and the checks the model tests
 share: a pinned exploration with and without the symmetry reduction, an invariant failing alone on a planted line,
-every reachable state, a renaming checked to be a symmetry."""
+every reachable state, a renaming checked to be a symmetry, a kept object stepped as a fresh thaw (`kept_walk`)."""
 
 from __future__ import annotations
+
+import random
 
 from kvsim.engine.explore import ExploreOptions, explore
 from kvsim.engine.system import Invariant
@@ -167,3 +169,45 @@ def recorded_actions(result, actions) -> list:
     from kvsim.engine.actions import decode
     return [decode(step["data"]["action"], actions) for step in result.recorder.steps
             if isinstance(step["data"], dict) and "action" in step["data"]]
+
+
+class Afresh:
+    """A `kvsim.engine.system.Thawed` that keeps nothing: every transition thaws its state (the reference)."""
+
+    def take(self, state, thaw):
+        return thaw()
+
+    def peek(self, state):
+        return None
+
+    def keep(self, state, value):
+        pass
+
+
+def kept_walk(make, steps: int, seed: int, anew) -> int:
+    """`steps` transitions of a random walk over `make()` (a system whose `thawed` keeps its manager, with the frozen
+    manager at `state.manager`), each from the last successor (now and then from a state stepped already first, as a
+    search does): each successor and its effects against a fresh thaw's (a second system keeping nothing), and the
+    object kept, where one is, checked by `anew(object, the successor's frozen manager)`. Returns how many steps
+    took a kept object."""
+    system, reference = make(), make()
+    reference.thawed = Afresh()
+    rng = random.Random(seed)
+    kept = 0
+    state = system.initial_states()[0]
+    for _ in range(steps):
+        actions = system.enabled(state)
+        if not actions:
+            state = system.initial_states()[0]
+            continue
+        if rng.random() < 0.2 and len(actions) > 1:  # another action from this state first: it is not kept then
+            other = rng.choice(actions)
+            assert system.transition(state, other) == reference.transition(state, other)
+        action = rng.choice(actions)
+        kept += state.manager is system.thawed.state
+        got = system.transition(state, action)
+        assert got == reference.transition(state, action), (state, action)
+        if system.thawed.value is not None:
+            assert system.thawed.state is got[0].manager and anew(system.thawed.value, got[0].manager), (state, action)
+        state = got[0]
+    return kept

@@ -7,9 +7,8 @@ effects; the manager kept then freezes, with its pool's value taken anew, to tha
 the pool and left its old value would be caught here). A simulation thaws once, at its initial state.
 """
 
-import random
-
 import pytest
+from toys import kept_walk
 
 from kvsim.app.simulate import simulate_model
 from kvsim.models.kv_cache_manager import DESCRIPTOR, PD_DESCRIPTOR
@@ -21,43 +20,14 @@ from kvsim.models.kv_cache_manager.system import CacheManagerConfig, CacheManage
 from kvsim.models.kv_cache_manager.variants import PD_VARIANTS, VARIANTS
 
 
-class Afresh:
-    """A `Thawed` that keeps nothing: every transition thaws its state (the reference)."""
-
-    def take(self, state, thaw):
-        return thaw()
-
-    def keep(self, state, manager):
-        pass
+def anew(manager, frozen):
+    """The kept manager, its pool's value taken anew from the blocks, the queue and the map, is `frozen`."""
+    manager.block_pool.frozen = manager.block_pool.frozen_map = None
+    return manager.freeze() == frozen
 
 
 def walk(make, steps, seed):
-    """`steps` transitions of a random walk over `make()`, each from the last successor (now and then from a state
-    stepped already, as a search does): the kept manager's successor against a fresh thaw's. Returns how many steps
-    took a kept manager."""
-    system, reference = make(), make()
-    reference.thawed = Afresh()
-    rng = random.Random(seed)
-    kept = 0
-    state = system.initial_states()[0]
-    for _ in range(steps):
-        actions = system.enabled(state)
-        if not actions:
-            state = system.initial_states()[0]
-            continue
-        if rng.random() < 0.2 and len(actions) > 1:  # another action from this state first: it is not kept then
-            other = rng.choice(actions)
-            assert system.transition(state, other) == reference.transition(state, other)
-        action = rng.choice(actions)
-        kept += state.manager is system.thawed.state
-        got = system.transition(state, action)
-        assert got == reference.transition(state, action), (state, action)
-        manager = system.thawed.value
-        assert system.thawed.state is got[0].manager
-        manager.block_pool.frozen = manager.block_pool.frozen_map = None  # its value anew: the blocks, queue, map
-        assert manager.freeze() == got[0].manager, (state, action)
-        state = got[0]
-    return kept
+    return kept_walk(make, steps, seed, anew)
 
 
 def test_each_change_to_a_pool_drops_the_value_it_kept():

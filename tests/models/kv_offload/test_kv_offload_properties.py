@@ -2,6 +2,7 @@
 holds on both variants by construction fails on a planted mutation; explore and the bug report."""
 
 import pytest
+from toys import kept_walk
 
 from kvsim.app import catalog
 from kvsim.app.repro import reproduce
@@ -201,3 +202,17 @@ def test_repro_of_the_bug_report():
     assert result.reproduced and result.fixed_passes, result
     assert result.counterexample == {"trace": [["store", 1], ["complete_store", 1, True], ["store", 0]],
                                      "kind": "invariant"}
+
+
+@pytest.mark.parametrize("variant,params", [
+    ("fixed", {"cache_policy": "lru", "num_chunks": 3, "requests": 3, "prompt_len": 3, "resets": 2}),
+    ("fixed", {"cache_policy": "arc", "num_chunks": 3, "requests": 3, "prompt_len": 3, "store_failures": 2}),
+    ("fixed", {"cache_policy": "lru", "num_chunks": 2, "requests": 3, "store_threshold": 2}),  # counts: not kept
+    ("pre_already_stored_fix", {"cache_policy": "arc", "num_chunks": 2, "requests": 3, "prompt_len": 3}),
+])
+def test_a_kept_manager_steps_as_a_thawed_one(variant, params):
+    """`kvsim.engine.system.Thawed`: the manager a transition left, taken by the next step from the state it froze
+    to, steps as one thawed afresh (`toys.kept_walk`), and freezes to the successor's manager."""
+    config = OffloadSystemConfig(**params)
+    kept = kept_walk(lambda: OffloadSystem(VARIANTS[variant], config), 600, 3, lambda m, frozen: m.freeze() == frozen)
+    assert (kept == 0) if params.get("store_threshold", 1) > 1 else kept > 200
