@@ -9,7 +9,9 @@ turned terminal, scatters submitted, deadlines armed, rooms concluded) comes
 back as the step's effects. The simulation only decides *when*:
 
 - rooms arrive as a Poisson process; prefill batch ``i`` of a room runs
-  ``(i + 1) * chunk_time`` after its arrival;
+  ``(i + 1) * chunk_time`` after its arrival; what the initial state has in
+  flight for a room (a registration failure's ABORT to every writer) goes on
+  the wire as the room arrives;
 - each writer's transfer worker takes ``transfer_time`` per chunk and, for a
   chunk the system says it will defer, waits ``STAGING_WATERMARK_WAIT_S``
   before re-enqueueing it (a worker whose whole queue defers parks until a
@@ -146,6 +148,13 @@ class _Run:
         for r, d in enumerate(self.state.decode):  # registration failures (unaligned prefix) at time 0
             if d.status in TERMINAL:
                 self.concluded[r] = (0.0, "Failed: prefix not page-aligned")
+        # what the initial state has in flight (a registration failure's ABORT to every writer): a room's messages go
+        # on the wire as the room arrives, as upstream's decode registers a request and sends its ABORT then
+        self.unsent: dict[int, list[tuple[int, int, tuple]]] = {}
+        for side, row in zip((UP, DOWN), self.state.chans):
+            for v, messages in enumerate(row):
+                for m in messages:
+                    self.unsent.setdefault(m.room, []).append((side, v, m))
 
     @property
     def state(self) -> Any:
@@ -267,6 +276,8 @@ class _Run:
         if r in self.concluded:  # failed before it arrived (its decode room at registration, or every room at a peer
             self.concluded[r] = (self.sim.now, self.concluded[r][1])  # death): it concludes as it arrives
         self.rec.record(self.sim.now, "arrive", r)
+        for side, w, m in self.unsent.pop(r, ()):
+            self.chans[side][w].send(m)
         for i in range(len(self.system.groups)):
             self.sim.schedule((i + 1) * self.p.chunk_time, self._batch, r)
         self.sim.schedule(SGLANG_DISAGGREGATION_WAITING_TIMEOUT, self._timer, WaitingTimeout(r))

@@ -27,10 +27,22 @@ def test_fixed_without_faults_every_room_succeeds_and_nothing_leaks():
 
 def test_a_room_failed_before_its_request_arrives_concludes_as_it_arrives():
     # a decode prefix of 8 tokens on pages of 16 fails every decode room at registration, before any request arrives:
-    # each request concludes as it arrives (it waited for nothing), not at time 0, before it came
-    s = run(page_size=16, decode_prefix_len=8).summary
+    # each request concludes as it arrives (it waited for nothing), not at time 0, before it came; the ABORT the
+    # failure sends every writer goes as its room arrives, so the prefill clears the room (the ABORTs of the initial
+    # state were never put on the wire: every prefill room was held, a violation on fixed)
+    result = run(page_size=16, decode_prefix_len=8)
+    s = result.summary
     assert s["outcomes"] == {"Failed: prefix not page-aligned": 100}
     assert s["mean_time_to_conclude"] == s["worst_time_to_conclude"] == 0.0
+    assert s["violations"] == [] and s["held_prefill_rooms"] == 0
+    arrived, aborts = {}, {}
+    for step in result.recorder.steps:
+        if step["event"] == "arrive":
+            arrived[step["data"]] = step["t"]
+        elif step["event"] == "deliver" and step["data"][2][0] == "ABORT":
+            aborts.setdefault(step["data"][2][1], []).append(step["t"])
+    assert sorted(aborts) == list(range(100)) and all(len(ts) == 2 for ts in aborts.values())  # each writer's
+    assert all(min(ts) > arrived[room] for room, ts in aborts.items())
 
 
 def test_pre_fix_decode_radix_hit_overwrites_the_shared_prefix():
