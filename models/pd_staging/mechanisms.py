@@ -16,8 +16,8 @@ mechanism the run's evidence shows (`Evidence`, recorded by the simulation as it
   keeps its prefill room Transferring with its pages held (the run's end-of-run check "prefill rooms never
   cleared").
 - `duplicated_chunk_ready`: a scatter before all writers wrote (the flagged `scatter_after_all_writers`, or
-  stale ring bytes in the rows), and a CHUNK_READY of the room was duplicated: the fan-in counted one writer
-  twice.
+  stale ring bytes in the rows: never written, or another room's KV where that room did not fail, as the ring's
+  last holder left them), and a CHUNK_READY of the room was duplicated: the fan-in counted one writer twice.
 
 A violation whose evidence fits none is named `None` ("no catalogued mechanism"): a candidate new finding.
 The catalog says which report each mechanism is (`mechanism` in properties/pd_staging/bugs.toml); the
@@ -81,6 +81,8 @@ def _room(r: int, rows: tuple[int, ...], success: bool, cfg: Any, evidence: Evid
     if sources:
         mechanism, why = _stale_write(sources[0], evidence, deferred_release)
         why = f"rows hold room {sources[0]}'s KV; {why}"
+        if mechanism is None and "READY" in evidence.duplicated.get(r, ()):  # the ring's bytes as that room left them
+            mechanism, why = "duplicated_chunk_ready", f"{why}; a CHUNK_READY of the room was duplicated"
     elif any(c == data.GARBAGE for _, _, c in bad):
         dup = "READY" in evidence.duplicated.get(r, ())
         mechanism = "duplicated_chunk_ready" if dup else None

@@ -173,6 +173,9 @@ def test_each_mechanism_needs_its_evidence():
         return [e["mechanism"] for e in name_rooms(state, cfg, evidence, deferred)]
 
     assert mechanism(Evidence(), False) == [None]  # room 1 did not fail: no catalogued mechanism
+    # room 0 scattered before its writer wrote (a CHUNK_READY counted twice): the ring's bytes as room 1 left them
+    assert mechanism(Evidence(duplicated={0: {"READY"}}), False) == ["duplicated_chunk_ready"]
+    assert mechanism(Evidence(duplicated={1: {"READY"}, 0: {"RSP"}}), False) == [None]  # another room's, not one
     assert mechanism(Evidence(failed={1: "abort"}), False) == ["stale_write_after_release"]
     assert mechanism(Evidence(failed={1: "abort"}), True) == [None]  # held for its ABORT_ACKs
     assert mechanism(Evidence(failed={1: "abort"}, released_by_timeout={1}), True) == [
