@@ -16,7 +16,7 @@ mechanism the run's evidence shows (`Evidence`, recorded by the simulation as it
   keeps its prefill room Transferring with its pages held (the run's end-of-run check "prefill rooms never
   cleared").
 - `duplicated_chunk_ready`: a scatter before all writers wrote (the flagged `scatter_after_all_writers`, or
-  stale ring bytes in the rows: never written, or another room's KV where that room did not fail, as the ring's
+  stale ring bytes in the rows: never written, or another room's KV that no stale write explains, as the ring's
   last holder left them), and a CHUNK_READY of the room was duplicated: the fan-in counted one writer twice.
 
 A violation whose evidence fits none is named `None` ("no catalogued mechanism"): a candidate new finding.

@@ -19,6 +19,10 @@ changed, so the digest did, and with it the end line that holds it; every step l
 Added (2026-12-05): radix-cache's three rows, its simulation's first pins (issue 29); the speculative row's summary
 re-pinned the same day when a deferred verify stopped counting toward `accepted_per_verify` (the trace and body are
 unchanged: the draws are the same).
+Re-pinned (2026-12-07): three pd-staging summaries (fixed seeds 0 and 3, proposed_per_dst_retry seed 4) when a room
+whose rows hold another room's KV that no stale write explains, with a CHUNK_READY of its own duplicated, was named
+the duplicated CHUNK_READY where it was named no mechanism: five `named` entries changed their mechanism and
+evidence, nothing else (the traces, bodies, events and states are the same, compared).
 """
 
 import enum
@@ -44,10 +48,10 @@ PINS = [
      '4e4dc002b7a92944061453f2ecbd972e', 'a180b3efdea435504a7838a84e8603b1', '3b71d3f310719b2f9416bf6fc508df65'),
     ('pd-staging', 'fixed', 0, {'requests': 300}, 'delay=0.05:0.2,duplicate=0.01',
      '691070e0cc4ac24983c8217642ef5a0dbc8e39dd2ee9a2e87c3071eebb98bbe9', 56833, 57859,
-     '1fe63f26c077a99888ddaec3024cc681', '631c2a275e30a477d4563ab7dac0e9fd', 'd8a2315721d23364273b45a59a5d3ba9'),
+     '1fe63f26c077a99888ddaec3024cc681', 'bbbebd2bdf4a9dc8823ebe093fec15ea', 'd8a2315721d23364273b45a59a5d3ba9'),
     ('pd-staging', 'fixed', 3, {'requests': 100}, 'drop=0.02,delay=0.1:0.5,duplicate=0.02,reorder=0.05',
      '0c53dd90ce4db7587e6c83c53770a9f565bc2cec5d011f51daff5cdc23bedf61', 23101, 23708,
-     'ea1395164b5f94d28a5c975aceb6d315', '14219b0017a841f675181d7a8d2e40bf', '6c4be6de0baaa8a609b44b2cbb3fbb28'),
+     'ea1395164b5f94d28a5c975aceb6d315', 'b3341e8c7d4dd3fd1ede25aec3b7eccd', '6c4be6de0baaa8a609b44b2cbb3fbb28'),
     ('pd-staging', 'pre_05c7ebf', 1, {'requests': 100}, 'drop=0.05,reorder=0.1',
      '364bcb3455ff9c04bc4958e6c85f330e89722947a19708906948213784e85caa', 18267, 18736,
      'da1ea5b5a22f33cc083d211f2b0790be', '854b1da85eaa785ff691be2fc5e700c9', 'd499b79edd7225c1397dea894617c627'),
@@ -59,7 +63,7 @@ PINS = [
      '913f9281f10fac2d8d1c8fbb89cd1063', '92ae660e967e07661fe2af6c2afc3956', '09fea568af224305dcba2fa12fb6845a'),
     ('pd-staging', 'proposed_per_dst_retry', 4, {'requests': 60, 'writers': 4}, 'drop=0.01,duplicate=0.02',
      'ac5f384a41c5c8b1e410c24981133315edaebb66bae11f8cfcd95f02537688ca', 21848, 22083,
-     '8a59f1bd6f5e379ac7f8d76bb5766e7e', '8ad091d081030579edc8082f15309d18', '4228430b86dae47a3db3d3ddf1bb8687'),
+     '8a59f1bd6f5e379ac7f8d76bb5766e7e', '1a99b195bbf5831a4473610b0403defc', '4228430b86dae47a3db3d3ddf1bb8687'),
     ('pd-protocol', 'fixed', 0, {'requests': 100}, None,
      '4e5fa824bd69e66837e356f3eae4610cf17494a617da9dacae1677164128f249', 1311, 1304,
      '0d9a366d1980df7275f6e97a6e7a172e', 'f9bcf37a2ac997deb6f393ec7c70b9df', None),
