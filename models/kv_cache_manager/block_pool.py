@@ -23,7 +23,7 @@ from __future__ import annotations
 from operator import attrgetter
 from typing import Iterable, NamedTuple, Sequence
 
-from .kv_cache_utils import BlockHash, FreeKVCacheBlockQueue, KVCacheBlock, block_tokens, chain_order
+from .kv_cache_utils import BlockHash, FreeKVCacheBlockQueue, KVCacheBlock, block_tokens, by_chain
 from .kv_events import AllBlocksCleared, BlockRemoved, BlockStored
 
 
@@ -89,9 +89,9 @@ class BlockPool:
         if self.frozen is not None:
             return self.frozen
         if self.frozen_map is None:
-            cached = sorted(((key, tuple(b.block_id for b in blocks)) for key, blocks in
-                             self.cached_block_hash_to_block.items()), key=lambda pair: chain_order(pair[0]))
-            self.frozen_map = (tuple(map(_BLOCK_HASH, self.blocks)), tuple(cached))
+            cached = by_chain((key, tuple(map(_BLOCK_ID, blocks))) for key, blocks in
+                              self.cached_block_hash_to_block.items())
+            self.frozen_map = (tuple(map(_BLOCK_HASH, self.blocks)), cached)
         hashes, cached = self.frozen_map
         self.frozen = PoolState(tuple(map(_REF_CNT, self.blocks)), hashes,
                                 tuple(map(_BLOCK_ID, self.free_block_queue.get_all_free_blocks())), cached)

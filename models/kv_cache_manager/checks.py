@@ -11,7 +11,7 @@ from collections import Counter
 from typing import Iterable, Mapping, Sequence
 
 from .block_pool import PoolState
-from .kv_cache_utils import BlockHash, chain_order
+from .kv_cache_utils import BlockHash, by_chain
 from .kv_events import AllBlocksCleared, BlockRemoved, BlockStored
 
 Tables = Sequence["tuple[tuple[int, ...], int] | None"]
@@ -275,4 +275,4 @@ def announce(announced: Iterable[tuple[BlockHash, int]], events: Iterable[tuple]
                 view[key] -= 1
         elif type(event) is AllBlocksCleared:
             view.clear()
-    return tuple(sorted(((k, n) for k, n in view.items() if n), key=lambda pair: chain_order(pair[0]))), problem
+    return by_chain((k, n) for k, n in view.items() if n), problem

@@ -44,6 +44,11 @@ def chain_order(key: BlockHash | tuple[int, BlockHash]) -> tuple:
     return tuple(blocks)
 
 
+def by_chain(pairs: Iterable[tuple[BlockHash | tuple[int, BlockHash], object]]) -> tuple:
+    """(key, value) pairs sorted by their keys' `chain_order`: the cached map's and the announced view's order."""
+    return tuple(sorted(pairs, key=lambda pair: chain_order(pair[0])))
+
+
 def check_chain(tokens: int, block_size: int, field: str) -> None:
     """ConfigError(`field`) unless a request of `tokens` tokens makes at most `MAX_CHAIN_BLOCKS` block hashes."""
     if -(-tokens // block_size) > MAX_CHAIN_BLOCKS:

@@ -126,13 +126,18 @@ class OffloadSystem:
         if state is None:
             return CPUOffloadingManager(cfg.num_chunks, cfg.cache_policy, True, cfg.store_threshold,
                                         cfg.max_tracker_size, self.variant)
-        return self.thawed.take(state, lambda: CPUOffloadingManager.thaw(
-            state, cfg.num_chunks, cfg.store_threshold, cfg.max_tracker_size, self.variant))
+        return self.thawed.take(state, lambda: self._thaw(state))
 
     def _reader(self, state: ManagerState) -> CPUOffloadingManager:
-        """A manager object of `state` to read only (lookups)."""
+        """A manager object of `state` to read only (lookups): the one the last step left, if it is its state, left
+        kept; else a thawed one (the kept one stays for the step it is kept for)."""
         live = self.thawed.peek(state)
-        return self.manager(state) if live is None else live
+        return self._thaw(state) if live is None else live
+
+    def _thaw(self, state: ManagerState) -> CPUOffloadingManager:
+        cfg = self.cfg
+        return CPUOffloadingManager.thaw(state, cfg.num_chunks, cfg.store_threshold, cfg.max_tracker_size,
+                                         self.variant)
 
     def initial_states(self) -> tuple[OffloadState, ...]:
         jobs = (Job(None, None, False),) * self.cfg.requests
