@@ -8,7 +8,8 @@ machine for a ratio, of `kvsim simulate kv-cache-manager` (the prefix-sharing wo
 Both systems' state holds every request of the workload, so a step's cost grows with it.
 
 `--realistic` runs instead both simulations at a serving engine's size (1,000 requests of 1,024 prompt and 256
-output tokens on 8,192 blocks of 16, the first 150 and 300 events), where what a step costs per block of the pool
+output tokens on 8,192 blocks of 16, the first 150 and 300 events), and SGLang's radix cache's (`kvsim simulate
+radix-cache`, the first workload on 8,192 pages of 16, 150 events), where what a step costs per block of the pool
 shows: CPU seconds, events and actions per second, and the trace digest (run it on two trees for a before/after:
 the digests must agree).
 """
@@ -21,6 +22,7 @@ import time
 
 from kvsim.app.simulate import simulate_model
 from kvsim.models.kv_cache_manager import DESCRIPTOR, PD_DESCRIPTOR
+from kvsim.models.radix_cache import DESCRIPTOR as RADIX
 
 
 def run(spec, variant: str, params: dict) -> tuple[float, float, dict]:
@@ -32,9 +34,10 @@ REALISTIC = {"requests": 1000, "prompt_len": 1024, "max_tokens": 256, "num_block
 
 
 def realistic() -> None:
-    """`--realistic`: both simulations at a serving engine's size (module doc)."""
-    for spec, params, events in ((DESCRIPTOR, {**REALISTIC, "families": 16, "shared": 512}, 150),
-                                 (PD_DESCRIPTOR, REALISTIC, 300)):
+    """`--realistic`: the three simulations at a serving engine's size (module doc)."""
+    shared = {**REALISTIC, "families": 16, "shared": 512}
+    pages = {k.replace("blocks", "pages").replace("block", "page"): v for k, v in shared.items()}
+    for spec, params, events in ((DESCRIPTOR, shared, 150), (PD_DESCRIPTOR, REALISTIC, 300), (RADIX, pages, 150)):
         cpu = time.process_time()
         r = simulate_model(spec, "fixed", 0, params, max_events=events, keep_steps=False)
         cpu = time.process_time() - cpu
@@ -46,7 +49,7 @@ def realistic() -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="the smaller workloads only")
-    ap.add_argument("--realistic", action="store_true", help="instead: both simulations at a serving engine's size")
+    ap.add_argument("--realistic", action="store_true", help="instead: the simulations at a serving engine's size")
     args = ap.parse_args()
     print(f"python {platform.python_version()} on {platform.machine()}")
     if args.realistic:

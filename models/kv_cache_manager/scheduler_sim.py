@@ -33,16 +33,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from kvsim.engine.canon import digest
 from kvsim.engine.errors import ConfigError
 from kvsim.engine.params import param
 from kvsim.engine.sim import Driver, FaultPlan, Simulator
-from kvsim.engine.system import first_violation
+from kvsim.engine.system import SameAnswer, first_violation
 from kvsim.engine.trace import TraceRecorder
 from kvsim.engine.workload import WorkloadRun
 
 from .kv_cache_manager import cdiv
 from .kv_cache_utils import check_chain
-from .sim import PoolDigest
 from .scheduler import (DONE, RUNNING, SENDING, Decode, Deferred, Deliver, Dropped, Freed, Handed, Output,
                         Preempt, ProducerSchedulerConfig, ProducerSchedulerSystem, Schedule)
 from .variants import CacheManagerVariant
@@ -114,7 +114,7 @@ class _Run(WorkloadRun):
         self.awaiting = self.awaiting_peak = 0  # blocks held by producers awaiting delivery
         self.awaiting_samples: list[int] = []
         self.free_samples: list[int] = []
-        self.pool_digest = PoolDigest(lambda pool: (pool.refs, pool.free))
+        self.pool_digest = SameAnswer(lambda pool: digest((pool.refs, pool.free), 16))
 
     def apply(self, action: tuple) -> tuple:
         effects = self.driver.apply(action)

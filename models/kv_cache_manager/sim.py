@@ -28,18 +28,17 @@ its own workload over its own system (`scheduler_sim`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
 
 from kvsim.engine.canon import digest
 from kvsim.engine.errors import ConfigError
 from kvsim.engine.params import param
 from kvsim.engine.sim import Driver, FaultPlan, Simulator
-from kvsim.engine.system import first_violation
+from kvsim.engine.system import SameAnswer, first_violation
 from kvsim.engine.trace import TraceRecorder
 from kvsim.engine.workload import WorkloadRun
 
 from .actions import Allocated, Decode, Deferred, Events, Finish, Freed, Preempt, Schedule
-from .block_pool import PoolState
 from .kv_cache_utils import check_chain
 from .kv_events import BlockRemoved
 from .system import GROUP_CHOICES, RUNNING, CacheManagerConfig, CacheManagerSystem
@@ -98,22 +97,6 @@ def simulate(sim: Simulator, recorder: TraceRecorder, variant: CacheManagerVaria
     return run.run(params.requests, params.arrival_rate, params.step_time)
 
 
-class PoolDigest:
-    """The digest a trace records of a pool value (`of(pool)`: its fingerprint, not the whole state's: the chained
-    hashes are long), taken again only for another value: a step that left the pool as it was leaves its value, the
-    same object (`BlockPool.freeze`), and most steps do."""
-
-    __slots__ = ("of", "pool", "text")
-
-    def __init__(self, of: Callable[[PoolState], Any]) -> None:
-        self.of, self.pool, self.text = of, None, ""
-
-    def __call__(self, pool: PoolState) -> str:
-        if pool is not self.pool:
-            self.pool, self.text = pool, digest(self.of(pool), 16)
-        return self.text
-
-
 class _Run(WorkloadRun):
     def __init__(self, sim: Simulator, recorder: TraceRecorder, system: CacheManagerSystem, stop_prob: float) \
             -> None:
@@ -123,7 +106,7 @@ class _Run(WorkloadRun):
         self.counts = {"schedules": 0, "decodes": 0, "preemptions": 0, "early_stops": 0, "deferrals": 0}
         self.prompt_tokens = self.hit_tokens = self.evictions = 0
         self.free_samples: list[int] = []
-        self.pool_digest = PoolDigest(lambda pool: (pool.refs, pool.free, len(pool.cached)))
+        self.pool_digest = SameAnswer(lambda pool: digest((pool.refs, pool.free, len(pool.cached)), 16))
 
     def apply(self, action: tuple) -> str:
         """Take `action`; returns what happened to its request: "allocated", "deferred", "finished" or "freed"."""

@@ -11,10 +11,10 @@ from collections import Counter
 from collections import _count_elements as count  # the C loop of `Counter.update`
 from itertools import chain, repeat
 from operator import mod, sub
-from typing import Sequence
+from typing import Callable, Sequence
 
 from .allocator import AllocatorState
-from .radix_cache import TreeState
+from .radix_cache import NodeState, TreeState
 
 
 def tree_pages(tree: TreeState, page_size: int) -> list[int]:
@@ -44,11 +44,16 @@ def pool_accounting(tree: TreeState, alloc: AllocatorState, held: Sequence[Seque
 
 
 def lock_refs(tree: TreeState, locks: Sequence[tuple[int, ...]]) -> str | None:
-    """A node's lock count is the number of requests whose locked node is it or below it (never negative);
+    """A node's lock count is the number of requests whose locked node is it or below (never negative);
     protected_size is the tokens of the locked nodes, evictable_size those of the others."""
+    held = Counter(locks)  # equal locks (requests of one prompt at one node) compared once
     protected = evictable = 0
     for n in tree.nodes:
-        want = sum(1 for path in locks if path[:len(n.path)] == n.path)
+        path, size = n.path, len(n.path)
+        # a lock is at or below n where it starts with n's path: its token at n's last position first (one
+        # lookup, where most locks differ), the whole prefix only then
+        want = sum(c for lock, c in held.items() if len(lock) >= size and (not size or lock[size - 1] == path[-1])
+                   and lock[:size] == path)
         if n.lock_ref != want:
             return f"node {list(n.path)}: expected lock_ref {want} (requests locking it or below), got {n.lock_ref}"
         if n.lock_ref:
@@ -61,9 +66,12 @@ def lock_refs(tree: TreeState, locks: Sequence[tuple[int, ...]]) -> str | None:
     return None
 
 
-def tree_shape(tree: TreeState, page_size: int) -> str | None:
+def tree_shape(tree: TreeState, page_size: int, aligned: Callable[[Sequence[int]], str | None] | None = None) \
+        -> str | None:
     """Every node holds whole pages, one slot per token, each page's slots contiguous from its start; its
-    parent is a node; no two children of a node start with the same page."""
+    parent is a node; no two children of a node start with the same page. `aligned`: `page_aligned_slots` of a
+    node's slots from position 0 (an `AlignedRows`, which answers again for the slots it checked)."""
+    aligned = aligned or (lambda row: page_aligned_slots(row, 0, page_size))
     paths = {n.path for n in tree.nodes} | {()}
     starts: Counter = Counter()
     for n in tree.nodes:
@@ -74,7 +82,7 @@ def tree_shape(tree: TreeState, page_size: int) -> str | None:
         if parent not in paths:
             return f"node {list(n.path)}: its parent {list(parent)} is not in the tree"
         starts[parent + n.path[len(parent):len(parent) + page_size]] += 1
-        problem = page_aligned_slots(n.value, 0, page_size)
+        problem = aligned(n.value)
         if problem is not None:
             return f"node {list(n.path)}: {problem}"
     dup = [list(k) for k, c in starts.items() if c > 1]
@@ -101,6 +109,46 @@ def page_aligned_slots(row: Sequence[int], start: int, page_size: int) -> str | 
             return f"position {start + i} at slot {slot}: expected offset {offset} of a page, after the slot of " \
                    f"the position before on the same page (page_size {page_size}), row {list(row)}"
     return None
+
+
+class AlignedRows:
+    """`page_aligned_slots(row, 0, page_size)`, kept for the rows it found aligned lately, by identity: a state's
+    rows and node slots are mostly the very tuples of the state before (a step changes a request's row or a node
+    or two), so each is checked once, not once a state. It holds the rows it vouches for (an id is not reused
+    while its object lives), at most `capacity` of them; anything but a tuple is checked every time."""
+
+    __slots__ = ("page_size", "capacity", "ok")
+
+    def __init__(self, page_size: int, capacity: int = 1024) -> None:
+        self.page_size, self.capacity = page_size, capacity
+        self.ok: dict[int, tuple[int, ...]] = {}
+
+    def __call__(self, row: Sequence[int]) -> str | None:
+        if self.ok.get(id(row)) is row:
+            return None
+        problem = page_aligned_slots(row, 0, self.page_size)
+        if problem is None and type(row) is tuple:
+            if len(self.ok) >= self.capacity:
+                self.ok.clear()
+            self.ok[id(row)] = row
+        return problem
+
+    def __reduce__(self) -> tuple:  # a copy (a worker's system) starts empty: the rows it holds are this process's
+        return AlignedRows, (self.page_size, self.capacity)
+
+
+def path_slots(nodes: dict[tuple[int, ...], NodeState], path: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The slots of the nodes from the root to the node whose full token path is `path` (`nodes`: the tree's by
+    path), as `path_device_indices(node_at(path))` gives them in the live tree whose children start with distinct
+    pages (`tree_shape`); None where `path` or a node above it is not in the tree."""
+    values = []
+    while path:
+        node = nodes.get(path)
+        if node is None or node.key_len <= 0:
+            return None
+        values.append(node.value)
+        path = path[:len(path) - node.key_len]
+    return tuple(chain.from_iterable(reversed(values)))
 
 
 def free_list(alloc: AllocatorState) -> str | None:

@@ -40,7 +40,7 @@ from typing import Any, ClassVar
 from kvsim.engine.canon import digest
 from kvsim.engine.params import param
 from kvsim.engine.sim import Driver, FaultPlan, Simulator
-from kvsim.engine.system import first_violation
+from kvsim.engine.system import SameAnswer, first_violation
 from kvsim.engine.trace import TraceRecorder
 from kvsim.engine.workload import WorkloadRun
 
@@ -100,6 +100,7 @@ class _Run(WorkloadRun):
         self.input_tokens = self.hit_tokens = 0
         self.free_samples: list[int] = []
         self.cached_samples: list[int] = []
+        self.cached = SameAnswer(lambda *cached: digest(cached, 16))  # the free list: rebuilt, mostly equal
 
     def apply(self, action: tuple) -> str:
         """Take `action`; returns what happened to its request: "admitted", "decoded", "deferred", "finished" or
@@ -124,7 +125,7 @@ class _Run(WorkloadRun):
         state = self.driver.state
         self.recorder.record(self.sim.now, action[0], {
             "action": list(action), "outcome": outcome, "free_pages": len(state.allocator.free_pages),
-            "cached": digest((state.allocator, state.tree.evictable_size, state.tree.protected_size), 16)})
+            "cached": self.cached(state.allocator, state.tree.evictable_size, state.tree.protected_size)})
         bad = first_violation(self.system, state)
         if bad is not None:  # a flagged state has no successor; any violation ends the run as its crash
             self.crash = (self.sim.now, bad[0], bad[1])

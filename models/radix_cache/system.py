@@ -40,7 +40,7 @@ from typing import NamedTuple
 from kvsim.engine.actions import Rules, tagged, type_table
 from kvsim.engine.errors import ConfigError
 from kvsim.engine.params import param
-from kvsim.engine.system import Invariant, Sometimes, flag, flagged
+from kvsim.engine.system import Invariant, SameAnswer, Sometimes, flag, flagged
 
 from . import checks, common, eagle
 from .allocator import AllocatorState, PagedTokenToKVPoolAllocator
@@ -119,17 +119,21 @@ class RadixCacheSystem(RequestLoop):
     def __init__(self, variant: RadixCacheVariant = FIXED, config: RadixCacheConfig = RadixCacheConfig()) -> None:
         self.name, self.variant, self.cfg = "radix-cache", variant, config
         ps = config.page_size
+        self.aligned = checks.AlignedRows(ps)  # the rows and node slots found page-aligned (one check each)
+        # the checks of a part of the state, answered again for an equal part (a decode changes a row, mostly)
+        accounting, refs = SameAnswer(checks.pool_accounting), SameAnswer(checks.lock_refs)
+        shape, free = SameAnswer(lambda tree: checks.tree_shape(tree, ps, self.aligned)), SameAnswer(checks.free_list)
+        self.paths = SameAnswer(lambda tree: ({n.path: n for n in tree.nodes}, {}))  # `_rows`'s, by tree
         self.invariants = (
-            Invariant("pool_accounting", lambda s: checks.pool_accounting(
+            Invariant("pool_accounting", lambda s: accounting(
                 s.tree, s.allocator, self.held_pages(s), config.num_pages, ps),
                 "free + evictable + protected + held by running requests = the pool, each page once"),
-            Invariant("lock_refs", lambda s: checks.lock_refs(s.tree, [r.lock for r in s.requests
-                                                                        if r.lock is not None]),
+            Invariant("lock_refs", lambda s: refs(s.tree, [r.lock for r in s.requests if r.lock is not None]),
                       "a node's lock count is the requests locking it or below; protected exactly when it is > 0, "
                       "and the sizes agree with the tree"),
-            Invariant("tree_shape", lambda s: checks.tree_shape(s.tree, ps),
+            Invariant("tree_shape", lambda s: shape(s.tree),
                       "nodes hold whole pages, a slot a token; children start with distinct pages"),
-            Invariant("free_list", lambda s: checks.free_list(s.allocator),
+            Invariant("free_list", lambda s: free(s.allocator),
                       "no page twice in the free list, never page 0"),
             Invariant("rows_page_aligned", self._rows,
                       "a running request's row is page-aligned and its protected part is its locked path's slots"),
@@ -262,22 +266,28 @@ class RadixCacheSystem(RequestLoop):
 
     def _rows(self, s: RadixState) -> str | None:
         ps = self.cfg.page_size
-        tree = None
+        nodes: dict | None = None
+        slots: dict[tuple[int, ...], tuple[int, ...] | None] = {}
         for r, req in enumerate(s.requests):
             if req.status != RUNNING:
                 if req.row or req.lock is not None:
                     return f"request {r} ({req.status}): expected no row and no lock, got {list(req.row)}, " \
                            f"lock {req.lock}"
                 continue
-            problem = checks.page_aligned_slots(req.row, 0, ps)
+            problem = self.aligned(req.row)
             if problem is None and req.cache_protected_len % ps:
                 problem = f"cache_protected_len {req.cache_protected_len} is not page-aligned"
             if problem is not None:
                 return f"request {r}: {problem}"
             if req.lock is None:
                 return f"request {r} (running): expected a locked node, got none"
-            tree = tree or RadixCache.thaw(s.tree, None, ps)
-            locked = tree.path_device_indices(tree.node_at(req.lock))
+            if nodes is None:  # the tree's nodes by path, and the slots of each lock met in an equal tree
+                nodes, slots = self.paths(s.tree)
+            locked = slots.get(req.lock, False)
+            if locked is False:
+                locked = slots[req.lock] = checks.path_slots(nodes, req.lock)
+            if locked is None:
+                return f"request {r}: its lock {list(req.lock)} is not a node's path, or a node on it is missing"
             if tuple(req.row[:req.cache_protected_len]) != locked:
                 return f"request {r}: its protected part {list(req.row[:req.cache_protected_len])} is not its " \
                        f"locked path's slots {list(locked)}"

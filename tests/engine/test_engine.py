@@ -17,7 +17,7 @@ from kvsim.engine.variants import Variant, VariantTable
 from kvsim.engine.runner import YOUNG_THRESHOLD, run_property
 from kvsim.engine.sim import Channel, FaultPlan, Simulator
 from kvsim.engine.stateful import machine_class
-from kvsim.engine.system import Thawed
+from kvsim.engine.system import SameAnswer, Thawed
 from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 from toys import Counter
@@ -297,3 +297,23 @@ def test_a_thawed_object_goes_once_to_a_step_from_the_value_it_froze_to():
     thawed.keep(value, kept)
     assert thawed.take(value, thaw) is kept and len(thaws) == 3
     assert thawed.take(value, thaw) == ["fresh"] and thawed.peek(value) is None  # once
+
+
+def test_same_answer_calls_again_only_for_other_arguments():
+    """`kvsim.engine.system.SameAnswer`: the last answer for the same arguments or equal ones, the function called
+    for any other; a copy starts afresh."""
+    import pickle
+
+    calls = []
+
+    def count(*args):
+        calls.append(args)
+        return len(calls)
+
+    same = SameAnswer(count)
+    big = tuple(range(1000))
+    assert same(big, 1) == 1 and same(big, 1) == 1 and same(tuple(range(1000)), 1) == 1 and len(calls) == 1
+    assert same(big, 2) == 2 and same(big + (0,), 2) == 3 and same(big, 2) == 4  # another argument, then back
+    assert same(big, 2) == 4 and len(calls) == 4
+    copy = pickle.loads(pickle.dumps(SameAnswer(len)))
+    assert copy.args is None and copy("abc") == 3

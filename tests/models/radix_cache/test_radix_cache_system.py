@@ -279,3 +279,88 @@ def test_the_stateful_property_fails_on_duplicates_never_freed(monkeypatch):
     monkeypatch.setattr(PagedTokenToKVPoolAllocator, "free_segment", _no_free)
     result = run_property(PROP, "fixed", max_examples=40, derandomize=True)
     assert result.status == "failed" and result.message.startswith("pool_accounting")
+
+
+def _lock_refs_by_definition(tree, locks):
+    """`checks.lock_refs` as its doc states it: every node against every lock, the first node that disagrees."""
+    protected = evictable = 0
+    for n in tree.nodes:
+        want = sum(1 for path in locks if path[:len(n.path)] == n.path)
+        if n.lock_ref != want:
+            return f"node {list(n.path)}: expected lock_ref {want} (requests locking it or below), got {n.lock_ref}"
+        protected, evictable = (protected + n.key_len, evictable) if n.lock_ref else (protected, evictable + n.key_len)
+    if (protected, evictable) != (tree.protected_size, tree.evictable_size):
+        return f"expected protected_size {protected} and evictable_size {evictable} (the tree's nodes), got " \
+               f"{tree.protected_size} and {tree.evictable_size}"
+    return None
+
+
+def test_lock_refs_and_path_slots_answer_as_their_definitions():
+    """lock_refs counts equal locks once and looks at a lock's token at a node's last position before its prefix;
+    path_slots walks the nodes by path where the live tree walks its children: the same answers, on every state
+    with running requests and on its locks dropped, doubled, cut short and run on."""
+    import random
+
+    rng, failing = random.Random(3), 0
+    for s in _states():
+        locks = [r.lock for r in s.requests if r.lock is not None]
+        tree = RadixCache.thaw(s.tree, None, 2)
+        nodes = {n.path: n for n in s.tree.nodes}
+        for lock in locks:
+            assert checks.path_slots(nodes, lock) == tree.path_device_indices(tree.node_at(lock))
+        variants = [locks, locks[1:], locks + locks[:1], [lock[:rng.randrange(len(lock) + 1)] for lock in locks],
+                    [lock + (rng.randrange(4),) for lock in locks]]
+        for v in variants:
+            got = checks.lock_refs(s.tree, v)
+            assert got == _lock_refs_by_definition(s.tree, v), (s, v)
+            failing += got is not None
+        for lock in locks:  # a path that ends inside a node, or past a leaf: not a node's path
+            assert lock == () or checks.path_slots(nodes, lock[:-1]) is None
+            assert checks.path_slots(nodes, lock + (9,)) is None
+    assert failing > 100  # the variations reach the counts' failures, not only their passes
+
+
+def test_the_invariants_answer_along_a_walk_as_a_fresh_system():
+    """The checks answered again for an equal part of the state (`SameAnswer`), the rows and node slots found
+    aligned (`AlignedRows`) and the lock slots kept for an equal tree answer, state after state and with bad
+    states between good ones, as a system asked each state afresh."""
+    states = _states()
+    kept = system(TIGHT)
+    walk = []
+    for s in states[::3]:
+        r0, node = s.requests[0], s.tree.nodes[0] if s.tree.nodes else None
+        walk.append(s)
+        if r0.status == "running":
+            walk.append(s._replace(requests=(r0._replace(row=(r0.row[0] + 1,) + r0.row[1:]),) + s.requests[1:]))
+            walk.append(s._replace(requests=(r0._replace(lock=r0.lock + (1, 1)),) + s.requests[1:]))
+        if node is not None:
+            walk.append(s._replace(tree=s.tree._replace(nodes=(node._replace(lock_ref=node.lock_ref + 1),)
+                                                        + s.tree.nodes[1:])))
+            walk.append(s._replace(tree=s.tree._replace(nodes=(node._replace(value=node.value[::-1]),)
+                                                        + s.tree.nodes[1:])))
+        walk.append(s._replace(allocator=s.allocator._replace(free_pages=s.allocator.free_pages + (1,))))
+        walk.append(s)
+    bad = 0
+    for s in walk:
+        fresh = system(TIGHT)
+        answers = [inv.check(s) for inv in kept.invariants]
+        assert answers == [inv.check(s) for inv in fresh.invariants], s
+        bad += any(a is not None for a in answers)
+    assert bad > len(walk) // 3
+
+
+def test_aligned_rows_checks_a_tuple_once_and_anything_else_every_time(monkeypatch):
+    calls = []
+    real = checks.page_aligned_slots
+    monkeypatch.setattr(checks, "page_aligned_slots", lambda row, start, ps: calls.append(row) or real(row, start, ps))
+    aligned = checks.AlignedRows(2, capacity=2)
+    row, odd, rows = (4, 5, 8, 9), (5, 6), [4, 5]
+    assert aligned(row) is None and aligned(row) is None and len(calls) == 1
+    assert aligned(tuple(list(row))) is None and len(calls) == 2  # an equal tuple, another object: checked
+    assert aligned(odd) is not None and aligned(odd) is not None and len(calls) == 4  # a failure is not kept
+    assert aligned(rows) is None and aligned(rows) is None and len(calls) == 6
+    rows[1] = 7
+    assert aligned(rows) is not None
+    aligned((2, 3)), aligned((6, 7))  # past its capacity it starts over
+    calls.clear()
+    assert aligned(row) is None and len(calls) == 1
