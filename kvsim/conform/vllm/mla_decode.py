@@ -20,8 +20,11 @@ Inputs are rounded to the launch dtype: bf16 on a GPU (what vLLM's MLA decode ru
 interpreter (the 3.9 interpreter reads bf16 tensors as garbage: 8e8 for N(0, 1) data, so it cannot run bf16
 here); the reference is the model's `paged_mla_attention` on the same rounded inputs, itself checked against
 float64 torch SDPA by `paged_mla_matches_sdpa`. The answer is the output and LSE (the kernel's natural log, in the
-launch dtype, converted to base 2) of every row with a key, and whether both forms gave the same bytes;
-`LaunchTolerance` compares them within research note 2.6's tolerances for the launch dtype the answers name:
+launch dtype, converted to base 2) of every row with a key, whether both forms gave the same bytes, and how many
+elements past the end of its tensors the launch changed (`past_end`: each tensor is the start of a buffer one row
+longer, that row a sentinel; the model's 0): a kernel writing one row past (a head mask one past the head count)
+shows, where it wrote into the child's heap before and crashed the child, or not, by chance; `LaunchTolerance`
+compares them within research note 2.6's tolerances for the launch dtype the answers name:
 FlashInfer's `assert_mla_close` for bf16 (rtol 2e-2, atol 2e-2), `test_deepseek_mla.py`'s varlen fp16 (rtol
 1e-3, atol 2e-3).
 
@@ -63,6 +66,7 @@ TOLERANCE = {"bfloat16": (2e-2, 2e-2), "float16": (1e-3, 2e-3)}
 WIDTHS = ((512, 64), (256, 32), (128, 16))  # (latent, rope): MLA's, the kernel's other named tile, any other
 LN2 = float(np.log(2.0))
 FORMS = ("dense", "csr")  # the metadata forms of a batch, launched together
+PAST_END = -32768.0  # what the row past each tensor's end holds (`guarded`): exact in every launch dtype, not NaN
 
 
 @dataclass(frozen=True)
@@ -89,7 +93,8 @@ def run_decode(source: EngineSource, case: Mapping[str, Any], device: str) -> di
 
     ns = load_in_child(source, DECODE, ("decode_attention_fwd",), device)
     dtype = getattr(torch, case["dtype"])
-    q = torch.from_numpy(unpack(case["q"])).to(device=device, dtype=dtype)  # [rows, H, Lk]
+    q, q_past = guarded(torch, unpack(case["q"]).shape, dtype, device)  # [rows, H, Lk]
+    q.copy_(torch.from_numpy(unpack(case["q"])))
     cache = torch.from_numpy(unpack(case["cache"])).to(device=device, dtype=dtype)  # [pages, page, Lk]
     table = torch.tensor(case["table"], dtype=torch.int32, device=device)
     seq_lens = torch.tensor(case["seq_lens"], dtype=torch.int32, device=device)
@@ -97,9 +102,10 @@ def run_decode(source: EngineSource, case: Mapping[str, Any], device: str) -> di
     kv = cache.unsqueeze(2)  # the head dim of 1, as forward_mqa adds it
     if not case["paged_buffer"]:
         kv = kv.flatten(0, 1)  # a 3D buffer of tokens: pages packed along the token dim
-    o = torch.zeros(rows, heads, lv, dtype=dtype, device=device)
-    lse = torch.zeros(rows, heads, dtype=dtype, device=device)
-    logits = torch.empty(rows, heads, splits, lv + 1, dtype=torch.float32, device=device)
+    (o, o_past), (lse, lse_past) = guarded(torch, (rows, heads, lv), dtype, device), \
+        guarded(torch, (rows, heads), dtype, device)
+    o.zero_(), lse.zero_()
+    logits, logits_past = guarded(torch, (rows, heads, splits, lv + 1), torch.float32, device, empty=True)
     scales = {}
     if case["scales"]:
         scales = {"k_scale": torch.tensor(1.0, device=device), "v_scale": torch.tensor(1.0, device=device)}
@@ -108,7 +114,19 @@ def run_decode(source: EngineSource, case: Mapping[str, Any], device: str) -> di
                             **scales)
     if device == "cuda":
         torch.cuda.synchronize()
-    return {"output": pack(o.float().cpu().numpy()), "lse": pack(lse.float().cpu().numpy())}
+    past = sum(int((t != PAST_END).sum()) for t in (q_past, o_past, lse_past, logits_past))
+    return {"output": pack(o.float().cpu().numpy()), "lse": pack(lse.float().cpu().numpy()), "past_end": past}
+
+
+def guarded(torch: Any, shape: tuple[int, ...], dtype: Any, device: str, empty: bool = False) -> tuple[Any, Any]:
+    """A tensor of `shape` (zeros, or uninitialised where `empty`, as `torch.empty` gives) at the start of a buffer
+    one leading row longer, and that row, all `PAST_END`: a kernel that writes past the tensor's last row (a head
+    mask one past the head count, at the last row) writes there, where the result counts what it changed
+    (`past_end`), and not into the child's heap, where it crashed the child or not by chance."""
+    make = torch.empty if empty else torch.zeros
+    buffer = make((shape[0] + 1, *shape[1:]), dtype=dtype, device=device)
+    buffer[shape[0]:] = PAST_END
+    return buffer[:shape[0]], buffer[shape[0]:]
 
 
 # --- parent side --------------------------------------------------------------------------------------
@@ -158,12 +176,13 @@ def decode_rows(paged: Any, table: tuple[tuple[int, ...], ...]) -> tuple[list[li
     return rows, extents
 
 
-def launch(ctx: Context, case: DecodeCase,
-           forms: tuple[str, ...] = FORMS) -> list[tuple[np.ndarray, np.ndarray, list[int]]]:
+def launch(ctx: Context, case: DecodeCase, forms: tuple[str, ...] = FORMS,
+           past: list[int] | None = None) -> list[tuple[np.ndarray, np.ndarray, list[int]]]:
     """The kernel's `(output [rows, H, Lv], lse2 [rows, H], extents)` of the batch given in each of `forms`, all in
     one launch: the forms' rows one after another (each form's table rows padded with page 0 to the widest), the
     query repeated per form. The kernel's programs are per row, so a form's rows are its own launch's; the one
-    launch spares the interpreter's fixed cost per launch (about that of a row's programs)."""
+    launch spares the interpreter's fixed cost per launch (about that of a row's programs). `past`, where given,
+    gets the count of elements the launch wrote or left past the end of its tensors (`guarded`)."""
     from kvsim.gpu_oracle.runtime.asan import pack, unpack
     from kvsim.models.mla_backends.metadata import dense_from_csr
 
@@ -181,6 +200,8 @@ def launch(ctx: Context, case: DecodeCase,
         "scale": scale, "lv": case.widths[0], "page_size": paged.page_size, "dtype": dtype,
         "paged_buffer": case.paged_buffer, "logit_cap": case.logit_cap, "scales": case.scales, "is_mla": case.is_mla})
     out, lse, rows = unpack(result["output"]), unpack(result["lse"]) / LN2, len(q)
+    if past is not None:
+        past.append(result["past_end"])
     return [(out[k * rows:(k + 1) * rows], lse[k * rows:(k + 1) * rows], extents)
             for k, (_, extents) in enumerate(per_form)]
 
@@ -193,8 +214,11 @@ def live_rows(case: DecodeCase) -> np.ndarray:
     return np.array(extents, dtype=np.int64) > 0
 
 
-def answer(dtype: str, out: np.ndarray, lse: np.ndarray, live: np.ndarray, forms_agree: bool) -> dict[str, Any]:
-    return {"dtype": dtype, "forms_agree": forms_agree, "output": out[live].astype(np.float32),
+def answer(dtype: str, out: np.ndarray, lse: np.ndarray, live: np.ndarray, forms_agree: bool,
+           past_end: int = 0) -> dict[str, Any]:
+    """What the model and the kernel are compared on; `past_end`: elements past the end of the kernel's tensors
+    that it wrote (the model: none)."""
+    return {"dtype": dtype, "forms_agree": forms_agree, "past_end": past_end, "output": out[live].astype(np.float32),
             "lse": lse[live].astype(np.float32)}
 
 
@@ -210,9 +234,10 @@ def decode_model(ctx: Context, case: DecodeCase) -> dict[str, Any]:
 
 
 def decode_upstream(ctx: Context, case: DecodeCase) -> dict[str, Any]:
-    by_dense, (out, lse, extents) = launch(ctx, case)
+    past: list[int] = []
+    by_dense, (out, lse, extents) = launch(ctx, case, past=past)
     agree = all(np.array_equal(x, y, equal_nan=True) for x, y in zip(by_dense[:2], (out, lse)))
-    return answer(launch_dtype(ctx.options.device), out, lse, np.array(extents, dtype=np.int64) > 0, agree)
+    return answer(launch_dtype(ctx.options.device), out, lse, np.array(extents, dtype=np.int64) > 0, agree, past[0])
 
 
 @dataclass(frozen=True)
