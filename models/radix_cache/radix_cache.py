@@ -72,6 +72,10 @@ class TreeNode:
         return tuple(chain.from_iterable(reversed(parts)))
 
 
+def _key(node: TreeNode) -> tuple[int, ...]:
+    return node.key
+
+
 def page_aligned(tokens: Sequence[int], page_size: int) -> tuple[int, ...]:
     return tuple(tokens[:len(tokens) // page_size * page_size])
 
@@ -259,11 +263,21 @@ class RadixCache:
 
     # -- value form ---------------------------------------------------------------------------------------------
     def freeze(self) -> TreeState:
-        nodes = self.all_nodes()
-        order = {t: i for i, t in enumerate(sorted({n.last_access_time for n in nodes}))}
-        return TreeState(tuple(sorted(NodeState(n.path(), len(n.key), n.value, n.lock_ref,
-                                                order[n.last_access_time]) for n in nodes)),
-                         self.evictable_size_, self.protected_size_)
+        """The value form: its nodes in the order of their paths, as a walk from the root gives them with each node's
+        children in the order of their keys (siblings' keys differ in their first page, so a subtree's paths all
+        sort between its siblings'), each path its parent's and its own key, not a walk up per node and a sort of
+        paths that share their first hundreds of tokens."""
+        walked: list[tuple[tuple[int, ...], TreeNode]] = []
+        stack = [((), self.root_node)]
+        while stack:
+            path, node = stack.pop()
+            if node is not self.root_node:
+                walked.append((path, node))
+            if node.children:  # the least key on top, taken first
+                stack.extend((path + c.key, c) for c in sorted(node.children.values(), key=_key, reverse=True))
+        order = {t: i for i, t in enumerate(sorted({n.last_access_time for _, n in walked}))}
+        return TreeState(tuple(NodeState(path, len(n.key), n.value, n.lock_ref, order[n.last_access_time])
+                               for path, n in walked), self.evictable_size_, self.protected_size_)
 
     @classmethod
     def thaw(cls, s: TreeState, allocator: PagedTokenToKVPoolAllocator | None, page_size: int) -> "RadixCache":

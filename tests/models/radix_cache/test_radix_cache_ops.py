@@ -106,6 +106,36 @@ def test_locks_move_sizes_along_the_path():
     assert tree.dec_lock_ref(leaf) == 2 and (tree.evictable_size(), tree.protected_size()) == (2, 4)
 
 
+def test_freeze_lists_the_nodes_in_path_order_with_each_path_its_walk_up():
+    """freeze walks from the root, children by key, each path built on its parent's: the nodes as sorting them by
+    path gives (the value form's order), each path as the node's walk up gives it, on trees of random inserts,
+    matches (splits), locks and evictions at page sizes 1 and 2."""
+    import random
+
+    from kvsim.models.radix_cache.radix_cache import NodeState
+
+    rng = random.Random(5)
+    for trial in range(200):
+        page_size = 1 + trial % 2
+        _, tree = pool(num_pages=64, page_size=page_size)
+        for _ in range(rng.randrange(1, 12)):
+            tokens = tuple(rng.randrange(3) for _ in range(rng.randrange(1, 9)))
+            op = rng.random()
+            if op < 0.5:
+                tree.insert(tokens, tuple(range(100, 100 + len(tokens))))
+            elif op < 0.8:
+                _, _, node = tree.match_prefix(tokens)
+                if rng.random() < 0.5:
+                    tree.inc_lock_ref(node)
+            else:
+                tree.evict(rng.randrange(1, 6))
+        frozen = tree.freeze().nodes
+        rank = {t: i for i, t in enumerate(sorted({n.last_access_time for n in tree.all_nodes()}))}
+        walked = sorted(NodeState(n.path(), len(n.key), n.value, n.lock_ref, rank[n.last_access_time])
+                        for n in tree.all_nodes())
+        assert frozen == tuple(walked), (trial, frozen, walked)
+
+
 def test_evict_takes_the_least_recently_used_leaf_then_its_parent():
     alloc, tree = pool(num_pages=6, page_size=1)
     slots = alloc.alloc(6)
