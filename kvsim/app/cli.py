@@ -167,6 +167,10 @@ def _paths(args: argparse.Namespace) -> None:
 
 # the exit code of the last command that finished in this process (`entry` reads it); None: none has yet
 FINISHED: list[int | None] = [None]
+# numpy's BLAS on the calling thread unless the user says otherwise (`entry`): kvsim's numeric models multiply
+# matrices of a few to a few hundred rows, where a pool of BLAS threads adds CPU (threads spinning between calls: 0.2 s
+# of a 0.9 s MLA report) and no wall time, and the commands that fan out run a worker per CPU, each with its own pool
+BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "1")
 
 
 def entry() -> None:
@@ -188,6 +192,7 @@ def entry() -> None:
 
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, late)
+    os.environ.setdefault(*BLAS_THREADS)  # read when numpy is first imported, which no command has done yet
     code = main()
     FINISHED[0] = code  # an error's exit code too
     sys.exit(code)

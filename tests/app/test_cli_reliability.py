@@ -570,3 +570,25 @@ def test_save_to_a_full_device_is_refused_before_a_passing_run(capsys, monkeypat
     monkeypatch.setitem(cli.COMMANDS, argv[0], lambda args: pytest.fail(f"{argv[0]} ran"))
     one_line_error(*run(capsys, *argv, "--save", "/dev/full"), "--save", "/dev/full")
 
+
+
+BLAS = """
+import os, sys
+from kvsim.app import cli
+
+def main():  # what a command would see first: the variable numpy reads at its import, numpy not imported yet
+    print(os.environ.get("OPENBLAS_NUM_THREADS"), "numpy" in sys.modules)
+    return 0
+
+cli.main = main
+cli.entry()
+"""
+
+
+@pytest.mark.parametrize("given, seen", [(None, "1"), ("2", "2")])
+def test_numpy_blas_runs_on_one_thread_unless_the_user_says(given, seen):
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if given is not None:
+        env["OPENBLAS_NUM_THREADS"] = given
+    proc = subprocess.run([sys.executable, "-c", BLAS], capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.split() == [seen, "False"], (proc.stdout, proc.stderr)
