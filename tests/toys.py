@@ -184,12 +184,12 @@ class Afresh:
         pass
 
 
-def kept_walk(make, steps: int, seed: int, anew) -> int:
+def kept_walk(make, steps: int, seed: int, anew, key=lambda state: state.manager) -> int:
     """`steps` transitions of a random walk over `make()` (a system whose `thawed` keeps its manager, with the frozen
-    manager at `state.manager`), each from the last successor (now and then from a state stepped already first, as a
-    search does): each successor and its effects against a fresh thaw's (a second system keeping nothing), and the
-    object kept, where one is, checked by `anew(object, the successor's frozen manager)`. Returns how many steps
-    took a kept object."""
+    manager `key(state)`: its field `manager` unless given), each from the last successor (now and then from a state
+    stepped already first, as a search does): each successor and its effects against a fresh thaw's (a second system
+    keeping nothing), and the object kept, where one is, checked by `anew(object, the successor's frozen manager)`.
+    Returns how many steps took a kept object."""
     system, reference = make(), make()
     reference.thawed = Afresh()
     rng = random.Random(seed)
@@ -204,10 +204,10 @@ def kept_walk(make, steps: int, seed: int, anew) -> int:
             other = rng.choice(actions)
             assert system.transition(state, other) == reference.transition(state, other)
         action = rng.choice(actions)
-        kept += state.manager is system.thawed.state
+        kept += key(state) is system.thawed.state
         got = system.transition(state, action)
         assert got == reference.transition(state, action), (state, action)
         if system.thawed.value is not None:
-            assert system.thawed.state is got[0].manager and anew(system.thawed.value, got[0].manager), (state, action)
+            assert system.thawed.state is key(got[0]) and anew(system.thawed.value, key(got[0])), (state, action)
         state = got[0]
     return kept

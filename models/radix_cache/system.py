@@ -40,7 +40,7 @@ from typing import NamedTuple
 from kvsim.engine.actions import Rules, tagged, type_table
 from kvsim.engine.errors import ConfigError
 from kvsim.engine.params import param
-from kvsim.engine.system import Invariant, SameAnswer, Sometimes, flag, flagged
+from kvsim.engine.system import Invariant, SameAnswer, Sometimes, Thawed, flag, flagged
 
 from . import checks, common, eagle
 from .allocator import AllocatorState, PagedTokenToKVPoolAllocator
@@ -119,6 +119,8 @@ class RadixCacheSystem(RequestLoop):
     def __init__(self, variant: RadixCacheVariant = FIXED, config: RadixCacheConfig = RadixCacheConfig()) -> None:
         self.name, self.variant, self.cfg = "radix-cache", variant, config
         ps = config.page_size
+        # the allocator and tree the last transition left, for a transition from the very state it froze them to
+        self.thawed: Thawed[tuple[PagedTokenToKVPoolAllocator, RadixCache]] = Thawed()
         self.aligned = checks.AlignedRows(ps)  # the rows and node slots found page-aligned (one check each)
         # the checks of a part of the state, answered again for an equal part (a decode changes a row, mostly)
         accounting, refs = SameAnswer(checks.pool_accounting), SameAnswer(checks.lock_refs)
@@ -178,10 +180,14 @@ class RadixCacheSystem(RequestLoop):
     def allows(self, s: RadixState, a: tuple) -> bool:
         return RULES.allows(self, s, a)
 
-    def transition(self, s: RadixState, action: tuple) -> tuple[RadixState, tuple[tuple, ...]]:
+    def thaw(self, s: RadixState) -> tuple[PagedTokenToKVPoolAllocator, RadixCache]:
         cfg = self.cfg
         alloc = PagedTokenToKVPoolAllocator.thaw(s.allocator, cfg.num_pages, cfg.page_size, cfg.need_sort)
-        tree = RadixCache.thaw(s.tree, alloc, cfg.page_size)
+        return alloc, RadixCache.thaw(s.tree, alloc, cfg.page_size)
+
+    def transition(self, s: RadixState, action: tuple) -> tuple[RadixState, tuple[tuple, ...]]:
+        cfg = self.cfg
+        alloc, tree = self.thawed.take(s, lambda: self.thaw(s))
         tree.req_to_token_pool = pool = ReqToTokenPool(len(cfg.prompts), s.req_slots)
         effect, action = RULES.effect(action)
         requests = list(s.requests)
@@ -189,14 +195,17 @@ class RadixCacheSystem(RequestLoop):
         found: list[tuple[str, str]] = []
         self._watch_matches(tree, found)
         effect(self, s, action, tree, alloc, requests, fx, found)
+        del tree.match_prefix  # the step's watch
         after = RadixState(tree.freeze(), alloc.freeze(), tuple(requests), pool.free_slots, s.flags)
         for problem in tree.problems:
             found.append(("lock_ref_never_negative" if "lock_ref" in problem and "went to" in problem
                           else "evict_unlocked_leaves", problem))
         found += [("no_double_free", p) for p in alloc.problems]
         found += [("req_slots", p) for p in pool.problems]
+        tree.problems.clear(), alloc.problems.clear()  # read: the next step's start empty, as a thaw's do
         for name, message in found:
             after = flag(after, name, message)
+        self.thawed.keep(after, (alloc, tree))
         return after, tuple(fx)
 
     def _hits(self, s: RadixState, a: tuple, t: RadixState) -> bool:

@@ -18,7 +18,7 @@ from kvsim.models.radix_cache.memory_pool import ReqToTokenPool
 from kvsim.models.radix_cache.radix_cache import NodeState, RadixCache, TreeState
 from kvsim.models.radix_cache.system import RULES, RadixCacheConfig
 
-from toys import fails_alone, reachable
+from toys import fails_alone, kept_walk, reachable
 
 # page size 1 and 2, shared prefixes, retraction under pressure, need_sort
 CONFIGS = [
@@ -364,3 +364,22 @@ def test_aligned_rows_checks_a_tuple_once_and_anything_else_every_time(monkeypat
     aligned((2, 3)), aligned((6, 7))  # past its capacity it starts over
     calls.clear()
     assert aligned(row) is None and len(calls) == 1
+
+
+@pytest.mark.parametrize("variant, values", [
+    ("fixed", {}), ("fixed", TIGHT), ("fixed", {"page_size": 2, "num_pages": 4, "need_sort": 1}),
+    ("fixed", {"max_tokens": 3, "num_pages": 6}), ("fixed", {"num_draft_tokens": 2, "page_size": 2, "num_pages": 8}),
+    ("pre_31616", {"num_draft_tokens": 3, "page_size": 2, "num_pages": 8}),
+])
+def test_a_transition_from_the_state_the_last_one_froze_to_takes_its_tree_as_a_fresh_thaw(variant, values):
+    """The allocator and tree the last transition left (`Thawed`, keyed by the state it froze them to) step as ones
+    thawed afresh: the same successors and effects on a random walk (hits, evictions, retractions, a pool's
+    staged pages, drafts, the variant's flagged states), and they freeze to the successor with nothing of the step
+    left on them."""
+    def anew(kept, state):
+        alloc, tree = kept
+        return (alloc.freeze(), tree.freeze()) == (state.allocator, state.tree) and not tree.problems \
+            and "match_prefix" not in vars(tree)  # the step's watch of its matches, taken off
+
+    kept = kept_walk(lambda: DESCRIPTOR.build_system(variant, dict(values)), 400, 11, anew, key=lambda s: s)
+    assert kept > 200
