@@ -50,7 +50,7 @@ class TreeState(NamedTuple):
 
 
 class TreeNode:
-    __slots__ = ("children", "parent", "key", "value", "lock_ref", "last_access_time")
+    __slots__ = ("children", "parent", "key", "value", "lock_ref", "last_access_time", "full_path")
 
     def __init__(self, time: int) -> None:
         self.children: dict = {}
@@ -59,6 +59,9 @@ class TreeNode:
         self.value: tuple[int, ...] = ()
         self.lock_ref = 0
         self.last_access_time = time
+        # the tokens from the root to its end, once `freeze` or `thaw` has them: they never change (a split moves
+        # the first part of a node's key into a new parent), so every frozen tree holds this one tuple for them
+        self.full_path: tuple[int, ...] | None = None
 
     def __lt__(self, other: "TreeNode") -> bool:
         return self.last_access_time < other.last_access_time
@@ -74,6 +77,11 @@ class TreeNode:
 
 def _key(node: TreeNode) -> tuple[int, ...]:
     return node.key
+
+
+def _full_path(node: TreeNode, parent_path: tuple[int, ...]) -> tuple[int, ...]:
+    node.full_path = path = parent_path + node.key
+    return path
 
 
 def page_aligned(tokens: Sequence[int], page_size: int) -> tuple[int, ...]:
@@ -274,7 +282,8 @@ class RadixCache:
             if node is not self.root_node:
                 walked.append((path, node))
             if node.children:  # the least key on top, taken first
-                stack.extend((path + c.key, c) for c in sorted(node.children.values(), key=_key, reverse=True))
+                stack.extend((c.full_path or _full_path(c, path), c)
+                             for c in sorted(node.children.values(), key=_key, reverse=True))
         order = {t: i for i, t in enumerate(sorted({n.last_access_time for _, n in walked}))}
         return TreeState(tuple(NodeState(path, len(n.key), n.value, n.lock_ref, order[n.last_access_time])
                                for path, n in walked), self.evictable_size_, self.protected_size_)
@@ -287,6 +296,7 @@ class RadixCache:
         for ns in s.nodes:  # sorted by path: a parent before its children
             node = TreeNode(ns.last_access)
             node.key, node.value, node.lock_ref = ns.path[len(ns.path) - ns.key_len:], ns.value, ns.lock_ref
+            node.full_path = ns.path
             node.parent = by_path[ns.path[:len(ns.path) - ns.key_len]]
             node.parent.children[tree.child_key(node.key)] = node
             by_path[ns.path] = node

@@ -107,12 +107,17 @@ def test_locks_move_sizes_along_the_path():
 
 
 def test_freeze_lists_the_nodes_in_path_order_with_each_path_its_walk_up():
-    """freeze walks from the root, children by key, each path built on its parent's: the nodes as sorting them by
-    path gives (the value form's order), each path as the node's walk up gives it, on trees of random inserts,
-    matches (splits), locks and evictions at page sizes 1 and 2."""
+    """freeze walks from the root, children by key, each path built on its parent's once and kept on the node: the
+    nodes as sorting them by path gives (the value form's order), each path as the node's walk up gives it, after
+    every op of random inserts, matches (splits), locks and evictions at page sizes 1 and 2, and on a thaw."""
     import random
 
     from kvsim.models.radix_cache.radix_cache import NodeState
+
+    def by_definition(tree):
+        rank = {t: i for i, t in enumerate(sorted({n.last_access_time for n in tree.all_nodes()}))}
+        return tuple(sorted(NodeState(n.path(), len(n.key), n.value, n.lock_ref, rank[n.last_access_time])
+                            for n in tree.all_nodes()))
 
     rng = random.Random(5)
     for trial in range(200):
@@ -129,11 +134,9 @@ def test_freeze_lists_the_nodes_in_path_order_with_each_path_its_walk_up():
                     tree.inc_lock_ref(node)
             else:
                 tree.evict(rng.randrange(1, 6))
-        frozen = tree.freeze().nodes
-        rank = {t: i for i, t in enumerate(sorted({n.last_access_time for n in tree.all_nodes()}))}
-        walked = sorted(NodeState(n.path(), len(n.key), n.value, n.lock_ref, rank[n.last_access_time])
-                        for n in tree.all_nodes())
-        assert frozen == tuple(walked), (trial, frozen, walked)
+            frozen = tree.freeze()
+            assert frozen.nodes == by_definition(tree), (trial, frozen.nodes)
+        assert RadixCache.thaw(frozen, None, page_size).freeze() == frozen
 
 
 def test_evict_takes_the_least_recently_used_leaf_then_its_parent():
