@@ -44,9 +44,28 @@ def chain_order(key: BlockHash | tuple[int, BlockHash]) -> tuple:
     return tuple(blocks)
 
 
+# id(key) -> (key, chain_order(key)) of the keys `by_chain` met lately, at most ORDERS_KEPT of them (then emptied)
+_ORDERS: dict[int, tuple[object, tuple]] = {}
+ORDERS_KEPT = 1 << 14
+
+
 def by_chain(pairs: Iterable[tuple[BlockHash | tuple[int, BlockHash], object]]) -> tuple:
-    """(key, value) pairs sorted by their keys' `chain_order`: the cached map's and the announced view's order."""
-    return tuple(sorted(pairs, key=lambda pair: chain_order(pair[0])))
+    """(key, value) pairs sorted by their keys' `chain_order`: the cached map's and the announced view's order.
+    A key's order is made once while it is among the keys met lately (`_ORDERS`, by identity): the cached map is
+    sorted again whenever a block is cached or evicted, its keys the last sort's but one or two, and an order walks
+    the key's whole chain."""
+    known = _ORDERS
+
+    def order(pair: tuple) -> tuple:
+        key = pair[0]
+        got = known.get(id(key))  # the entry holds its key: while it is there, no other object has that id
+        if got is None:
+            if len(known) >= ORDERS_KEPT:
+                known.clear()
+            got = known[id(key)] = (key, chain_order(key))
+        return got[1]
+
+    return tuple(sorted(pairs, key=order))
 
 
 def check_chain(tokens: int, block_size: int, field: str) -> None:

@@ -211,6 +211,35 @@ def test_chain_order_sorts_hashes_as_they_sort_themselves():
             assert sorted(shuffled, key=chain_order) == sorted(shuffled)
 
 
+def test_by_chain_makes_a_key_order_once_while_it_is_met_and_sorts_as_chain_order(monkeypatch):
+    """`by_chain` keeps each key's `chain_order` by identity: sorting the same keys again (a map that changed by a
+    block) makes no order again; an equal key that is another object, and any key once the memo was emptied at its
+    bound, gets its own; the order is `chain_order`'s every time."""
+    import random
+
+    from kvsim.models.kv_cache_manager import kv_cache_utils as utils
+
+    made = []
+    monkeypatch.setattr(utils, "chain_order", lambda key: made.append(key) or chain_order(key))
+    monkeypatch.setattr(utils, "_ORDERS", {})
+    monkeypatch.setattr(utils, "ORDERS_KEPT", 40)
+    rng = random.Random(2)
+    keys = [request_block_hashes([rng.randrange(3) for _ in range(rng.randrange(2, 12))], 2)[-1] for _ in range(30)]
+    pairs = [(k, n) for n, k in enumerate(keys)]
+    want = tuple(sorted(pairs, key=lambda pair: chain_order(pair[0])))
+    assert utils.by_chain(pairs) == want and len(made) == len(keys)
+    assert utils.by_chain(pairs[::-1]) == tuple(sorted(pairs[::-1], key=lambda pair: chain_order(pair[0])))
+    assert len(made) == len(keys)  # the same keys: no order made again
+    copy = ((keys[4][0], tuple(keys[4][1])), 99)  # equal, another object
+    assert utils.by_chain(pairs + [copy]) == tuple(sorted(pairs + [copy], key=lambda pair: chain_order(pair[0])))
+    assert len(made) == len(keys) + 1
+    more = [(request_block_hashes([7, rng.randrange(3)] * 3, 2)[-1], 0) for _ in range(12)]
+    assert utils.by_chain(more + pairs) == tuple(sorted(more + pairs, key=lambda pair: chain_order(pair[0])))
+    assert len(utils._ORDERS) <= 40  # emptied at its bound, and every order still chain_order's
+    hybrid = [((g, k), n) for n, (g, k) in enumerate(zip((1, 0, 1, 0), keys))]  # a hybrid pool's (group, hash) keys
+    assert utils.by_chain(hybrid) == tuple(sorted(hybrid, key=lambda pair: chain_order(pair[0])))
+
+
 def test_a_frozen_pool_and_the_announced_view_sort_long_chains_without_descending_them():
     # chains of twice MAX_CHAIN_BLOCKS one-token blocks that part at their first block: compared as they are, each
     # comparison of two of one length descends both a call a block to the root, and again from every level on the
