@@ -93,8 +93,9 @@ def run_decode(source: EngineSource, case: Mapping[str, Any], device: str) -> di
 
     ns = load_in_child(source, DECODE, ("decode_attention_fwd",), device)
     dtype = getattr(torch, case["dtype"])
-    q, q_past = guarded(torch, unpack(case["q"]).shape, dtype, device)  # [rows, H, Lk]
-    q.copy_(torch.from_numpy(unpack(case["q"])))
+    q_host = unpack(case["q"])
+    q, q_past = guarded(torch, q_host.shape, dtype, device)  # [rows, H, Lk]
+    q.copy_(torch.from_numpy(q_host))
     cache = torch.from_numpy(unpack(case["cache"])).to(device=device, dtype=dtype)  # [pages, page, Lk]
     table = torch.tensor(case["table"], dtype=torch.int32, device=device)
     seq_lens = torch.tensor(case["seq_lens"], dtype=torch.int32, device=device)
