@@ -202,7 +202,8 @@ class RadixCacheSystem(RequestLoop):
                           else "evict_unlocked_leaves", problem))
         found += [("no_double_free", p) for p in alloc.problems]
         found += [("req_slots", p) for p in pool.problems]
-        tree.problems.clear(), alloc.problems.clear()  # read: the next step's start empty, as a thaw's do
+        tree.problems.clear()  # read: the next step's start empty, as a thaw's do
+        alloc.problems.clear()
         for name, message in found:
             after = flag(after, name, message)
         self.thawed.keep(after, (alloc, tree))

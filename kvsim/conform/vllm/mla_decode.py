@@ -105,7 +105,6 @@ def run_decode(source: EngineSource, case: Mapping[str, Any], device: str) -> di
         kv = kv.flatten(0, 1)  # a 3D buffer of tokens: pages packed along the token dim
     (o, o_past), (lse, lse_past) = guarded(torch, (rows, heads, lv), dtype, device), \
         guarded(torch, (rows, heads), dtype, device)
-    o.zero_(), lse.zero_()
     logits, logits_past = guarded(torch, (rows, heads, splits, lv + 1), torch.float32, device, empty=True)
     scales = {}
     if case["scales"]:
