@@ -56,7 +56,7 @@ def listing() -> dict[str, Any]:
                    "params": [_param_json(s) for s in m.params],
                    "sim_params": [_param_json(s) for s in m.sim_params],
                    "explore": m.system is not None, "simulate": m.simulate is not None,
-                   "sometimes": _sometimes(m)}
+                   "sometimes": _sometimes(m) + _drawn_sometimes(reg.properties_of(m.name))}
                   for m in reg.models.values()]
     bugs = [{"id": b.id, "model": b.model, "variant": b.variant, "property": b.property, "invariant": b.invariant,
              "check": b.check, "source": b.source, "summary": b.summary, "status": b.status, "note": b.note,
@@ -75,6 +75,17 @@ def _sometimes(model: Any) -> list[dict[str, Any]]:
 
     system = RunSpec.resolve(model, "fixed" if "fixed" in model.variants.names else model.variants.names[0]).system()
     return [{"name": s.name, "of": "step" if s.step else "state", "doc": s.doc} for s in sometimes(system)]
+
+
+def _drawn_sometimes(properties: list[Any]) -> list[dict[str, Any]]:
+    """The data properties' reachability declarations (`kvsim check` reports each met by a drawn case or not):
+    one row a name, with the properties that declare it, in the order first declared."""
+    rows: dict[str, dict[str, Any]] = {}
+    for prop in properties:
+        for goal in prop.sometimes:
+            row = rows.setdefault(goal.name, {"name": goal.name, "of": "case", "doc": goal.doc, "properties": []})
+            row["properties"].append(prop.name)
+    return list(rows.values())
 
 
 def _param_json(spec: Any) -> dict[str, Any]:

@@ -76,6 +76,17 @@ def check(doc: Mapping[str, Any]) -> ET.Element:
     for r in doc["results"]:
         replay = r.get("replay") or check_command(doc, r["property"])
         cases.append(_property_case(r, r["property"], classname, replay))
+        for g in r.get("reachability", ()):  # a failure where the whole default budget drew no case meeting it
+            case = Case(f"{r['property']} sometimes {g['name']}", classname)
+            if g["status"] == "unreached":
+                case.outcome, case.kind = "failure", "unreached"
+                case.message = (f"sometimes {g['name']}: no case of {g['drawn']} drawn satisfies it ({g['doc']}): "
+                                f"{r['property']} may hold vacuously")
+                case.text = f"{case.message}\nreplay: {check_command(doc, r['property'])}"
+            elif not g["reached"]:
+                case.outcome = "skipped"
+                case.message = f"sometimes {g['name']}: not met in {g['drawn']} drawn cases (a bound, not a proof)"
+            cases.append(case)
     cases += [Case(name, classname, outcome="skipped", message=not_run_message(doc.get("stopped_by")))
               for name in doc["not_run"]]
     return suite(f"kvsim check {doc['model']}", cases,

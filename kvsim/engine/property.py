@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from .errors import ConfigError
+from .system import Sometimes
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,9 @@ class KvProperty:
     asan_in_child: bool = True  # False: the property starts its own ASan children
     # stateful: a state machine of its own, machine(record) -> RuleBasedStateMachine class (a conform lockstep)
     machine: Callable[[dict[str, Any]], Any] | None = None
+    # a data property: what some case its strategy draws must be (`Sometimes`, `check(case)`), each reported
+    # reached or not (`kvsim check`): a strategy that never draws the corner a property is about makes it vacuous
+    sometimes: tuple[Sometimes[Any], ...] = ()
 
     @builtins.property
     def is_kernel(self) -> bool:
@@ -87,21 +91,24 @@ def _doc(fn: Callable[..., Any]) -> str:
 
 
 def kv_property(*, model: str, strategy: str | Any, examples: tuple[Any, ...] | list[Any] = (),
-                name: str | None = None) -> Callable[[Callable[[Any, Any], None]], KvProperty]:
-    """Declare `fn(case, variant)` as a property of `model` over cases drawn from `strategy`."""
+                name: str | None = None, sometimes: tuple[Sometimes[Any], ...] = ()
+                ) -> Callable[[Callable[[Any, Any], None]], KvProperty]:
+    """Declare `fn(case, variant)` as a property of `model` over cases drawn from `strategy`, some of which must
+    satisfy each of `sometimes`."""
 
     def wrap(fn: Callable[[Any, Any], None]) -> KvProperty:
         if not fn.__doc__:
             raise TypeError(f"property {fn.__name__} needs a docstring: it is the property's documentation")
         return KvProperty(name=name or fn.__name__, model=model, doc=_doc(fn), kind="data", home=fn.__module__,
-                          fn=fn, strategy=strategy, examples=tuple(examples))
+                          fn=fn, strategy=strategy, examples=tuple(examples), sometimes=tuple(sometimes))
 
     return wrap
 
 
 def kernel_property(*, model: str, strategy: str | Any, backends: tuple[str, ...],
                     examples: tuple[Any, ...] | list[Any] = (), name: str | None = None,
-                    asan_in_child: bool = True) -> Callable[[Callable[[Any, Any, str], None]], KvProperty]:
+                    asan_in_child: bool = True, sometimes: tuple[Sometimes[Any], ...] = ()
+                    ) -> Callable[[Callable[[Any, Any, str], None]], KvProperty]:
     """Declare `fn(case, variant, backend)`: the kernel on `backend` agrees with the model on `case`."""
 
     def wrap(fn: Callable[[Any, Any, str], None]) -> KvProperty:
@@ -109,7 +116,7 @@ def kernel_property(*, model: str, strategy: str | Any, backends: tuple[str, ...
             raise TypeError(f"property {fn.__name__} needs a docstring: it is the property's documentation")
         return KvProperty(name=name or fn.__name__, model=model, doc=_doc(fn), kind="data", home=fn.__module__,
                           fn=fn, strategy=strategy, examples=tuple(examples), backends=tuple(backends),
-                          asan_in_child=asan_in_child)
+                          asan_in_child=asan_in_child, sometimes=tuple(sometimes))
 
     return wrap
 

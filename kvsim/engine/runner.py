@@ -29,6 +29,7 @@ from .params import resolve
 from .property import KvProperty
 from .registry import REGISTRY
 from .stateful import machine_class
+from .system import NOT_WITHIN_BOUND, REACH_EXAMPLES, REACHED, UNREACHED, Sometimes
 
 
 @dataclass
@@ -45,11 +46,14 @@ class PropertyResult:
     # with `keep_tried`, every case a data property's run checked, in order (the shrunk counterexample last among
     # the failing ones), for a caller that checks them again in this process (the fixed side of a bug report)
     tried: tuple[Any, ...] = field(default=(), repr=False, compare=False)
+    # a data property's `sometimes`, in declaration order, each as `reached` says
+    reachability: tuple[dict[str, Any], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {"property": self.property, "model": self.model, "variant": self.variant,
                 "status": self.status, "examples": self.examples, "seconds": round(self.seconds, 4),
-                "counterexample": self.counterexample, "message": self.message, "replay": self.replay}
+                "counterexample": self.counterexample, "message": self.message, "replay": self.replay,
+                "reachability": list(self.reachability)}
 
 
 def _settings(max_examples: int, derandomize: bool, database: Any, phases: tuple[Phase, ...],
@@ -100,7 +104,8 @@ def run_property(prop: KvProperty, variant: Any = "fixed", *, max_examples: int 
     phases = tuple(p for p in Phase if p is not Phase.explain and (use_examples or p is not Phase.explicit)
                    and (shrink or p is not Phase.shrink))
     config = _settings(max_examples, derandomize and seed is None, database, phases, stateful_steps)
-    record: dict[str, Any] = {"count": 0, "failure": None, "tried": [] if keep_tried else None}
+    record: dict[str, Any] = {"count": 0, "failure": None, "tried": [] if keep_tried else None,
+                              "drawing": False, "drawn": 0, "met": {}}
 
     stop = raise_if_asked if interruptible else (lambda: None)
     pinned: Callable[[], None] = lambda: None
@@ -125,6 +130,7 @@ def run_property(prop: KvProperty, variant: Any = "fixed", *, max_examples: int 
     try:
         with own_draws(), spaced_collections(YOUNG_THRESHOLD):  # the seed alone names the inputs, whatever this process imported
             pinned()
+            record["drawing"] = True  # the cases from here on are drawn: the ones `sometimes` is asked of
             test()
     except PropertyViolation as exc:
         status, message = "failed", str(exc)
@@ -138,7 +144,22 @@ def run_property(prop: KvProperty, variant: Any = "fixed", *, max_examples: int 
                           examples=record["count"], seconds=seconds,
                           counterexample=failure if status != "passed" else None, message=message,
                           replay=_replay_command(prop, variant.name, seed, max_examples, params, backend)
-                          if status != "passed" else "", tried=tuple(record["tried"] or ()))
+                          if status != "passed" else "", tried=tuple(record["tried"] or ()),
+                          reachability=reached(prop.sometimes, record,
+                                               status == "passed" and max_examples >= REACH_EXAMPLES))
+
+
+def reached(goals: Sequence[Sometimes[Any]], record: dict[str, Any], whole: bool) -> tuple[dict[str, Any], ...]:
+    """Each of a data property's `sometimes`: the first drawn case that met it and its number among the drawn
+    ones, or none; unreached where the run drew its `whole` budget (it passed, with at least `REACH_EXAMPLES`
+    examples), else not reached within the bound (fewer examples, or a failure ended the run first)."""
+    out = []
+    for k, goal in enumerate(goals):
+        example, case = record["met"].get(k, (None, None))
+        status = REACHED if example is not None else UNREACHED if whole else NOT_WITHIN_BOUND
+        out.append({"name": goal.name, "doc": goal.doc, "status": status, "reached": example is not None,
+                    "example": example, "case": case, "drawn": record["drawn"]})
+    return tuple(out)
 
 
 def run_pinned(check: Callable[[Any], None], cases: Sequence[Any]) -> None:
@@ -193,12 +214,33 @@ def _keeping(prop: KvProperty, tried: list[Any]) -> Any:
     return call
 
 
+def _asking(prop: Any, goals: Sequence[Sometimes[Any]], record: dict[str, Any]) -> Any:
+    """`prop`'s call, each drawn case (`record["drawing"]`: not the pinned ones) counted and asked the `sometimes`
+    not met yet first; the first that meets one is kept in `record["met"]` with its number, and it is not asked
+    again."""
+    pending = list(enumerate(goals))
+
+    def call(case: Any, variant: Any, backend: str | None) -> None:
+        if record["drawing"]:
+            record["drawn"] += 1
+            if pending:
+                hit = [k for k, goal in pending if goal.check(case)]
+                if hit:
+                    record["met"].update((k, (record["drawn"], to_jsonable(case))) for k in hit)
+                    pending[:] = [(k, goal) for k, goal in pending if k not in record["met"]]
+        prop(case, variant, backend)
+
+    return call
+
+
 def _data_test(prop: KvProperty, model: ModelDescriptor, variant: Any, config: settings, record: dict[str, Any],
                params: dict[str, Any] | None, backend: str | None,
                stop: Callable[[], None]) -> tuple[Callable[[], None], Callable[[Any], None]]:
     """The property under `@given` (the pinned cases are `run_pinned`'s), and the check of one case."""
     assert prop.fn is not None and prop.strategy is not None
     strategy = prop.build_strategy(resolve(model.params, {**prop.params, **(params or {})}))
+    if prop.sometimes:  # asked in a wrapper, as `tried` is kept, so `check`'s text (below) stays as it is
+        prop = _asking(prop, prop.sometimes, record)
     if record["tried"] is not None:  # `keep_tried`: the property's calls are kept by a wrapper, not in `check`,
         prop = _keeping(prop, record["tried"])  # whose text seeds a derandomized run (Hypothesis hashes it)
 

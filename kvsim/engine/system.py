@@ -33,6 +33,14 @@ class Invariant(Generic[S]):
     doc: str = ""
 
 
+# what a run found of one `Sometimes`: met; shown never met by a complete search (or a data property's whole
+# default budget); or not met before a bound (states, depth, time, fewer examples) stopped the run
+REACHED, UNREACHED, NOT_WITHIN_BOUND = "reached", "unreached", "not reached within the bound"
+# a data property's `sometimes` must each be met by a case drawn within this many examples (`kvsim check`'s default
+# budget): a run that passed with at least this budget and met one by no drawn case reports it unreached
+REACH_EXAMPLES = 200
+
+
 @dataclass(frozen=True)
 class Sometimes(Generic[S]):
     """A reachability declaration (stateright's "sometimes" property): some reachable state satisfies `check`.
@@ -41,7 +49,9 @@ class Sometimes(Generic[S]):
     that met none reports it unreached. With `step`, `check(state, action, successor)` is asked of every
     transition instead: an event a state does not record (a cached block evicted, a request resumed) is a
     step that some path must take. Like an invariant it is asked of a symmetry's representative, so it must
-    not tell interchangeable rooms, requests or blocks apart."""
+    not tell interchangeable rooms, requests or blocks apart. A data property declares them over the cases its
+    strategy draws (`kv_property(sometimes=...)`, `check(case)`): some drawn case must satisfy each, or the
+    property may hold only because its inputs never reach the corner it is about."""
 
     name: str
     check: Callable[..., bool]

@@ -101,6 +101,10 @@ def run(check: Check, settings: Settings = Settings()) -> Verdict:
                               database_key=None if database is None else
                               f"kvsim:{check.model}:{check.name}:{check.variant}")
     if result.status == "passed":
+        never = [g for g in result.reachability if g["status"] == "unreached"]  # `kvsim check` fails these too
+        if never:
+            return Verdict("failed", f"{check.name} holds, but no case of the {never[0]['drawn']} drawn met "
+                                     f"{', '.join(g['name'] for g in never)}: it may hold vacuously")
         return Verdict("passed")
     if result.status == "skipped":
         return Verdict("skipped", result.message)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 from kvsim.engine.errors import ConfigError, check_int
+from kvsim.engine.system import Sometimes
 from kvsim.models.mla_chunks.dcp import DcpConfig
 from kvsim.models.mla_chunks.metadata import ContextMetadata, build_context_metadata, query_start_loc_of
 from kvsim.models.mla_chunks.planner import FIXED, MlaVariant, chunked_context_workspace_size, mla_chunk_alignment
@@ -111,3 +112,39 @@ NUMERIC_EXAMPLES = (SKIPPED_CASE, CONTINUATION_CASE, TAIL_SPLIT_CASE, CONTEXT_OR
                     replace(BACKEND_CASE, seed=42), replace(KIMI_K3_CASE, shape=KIMI_K3_SHAPE),
                     replace(DCP_BUDGET_CASE, context_lens=(1000, 200, 200), query_lens=(2, 3, 1)),
                     DCP_UNALIGNED_PREFIX_CASE)
+
+
+# -- what some drawn batch must be (`sometimes`: a strategy that never draws these corners checks nothing there) -----
+
+def _chunks(case: MlaChunkCase) -> tuple[Any, ...]:
+    metadata = case.metadata(FIXED)
+    return () if metadata is None else metadata.chunks
+
+
+def _without_context(case: MlaChunkCase) -> bool:
+    return 0 in case.context_lens
+
+
+def _split_over_chunks(case: MlaChunkCase) -> bool:
+    return any(chunk.is_continuation for chunk in _chunks(case))
+
+
+def _requests_sharing_a_chunk(case: MlaChunkCase) -> bool:
+    return any(chunk.request_slice.stop - chunk.request_slice.start > 1 for chunk in _chunks(case))
+
+
+def _under_dcp(case: MlaChunkCase) -> bool:
+    return case.dcp_world_size > 1
+
+
+WITHOUT_CONTEXT = Sometimes("a_prefill_without_context", _without_context,
+                            "a request with no context rows in the batch (#49294's empty spans)")
+SPLIT_OVER_CHUNKS = Sometimes("a_context_split_over_chunks", _split_over_chunks,
+                              "the fixed plan continues a request's context in a later chunk")
+SHARED_CHUNK = Sometimes("requests_sharing_a_chunk", _requests_sharing_a_chunk,
+                         "the fixed plan puts two or more requests' contexts in one chunk")
+UNDER_DCP = Sometimes("a_batch_under_dcp", _under_dcp, "decode context parallelism (world size 2 or more)")
+# the strategies that draw any batch (`PLAN_CASES`, `NUMERIC_CASES`), DCP batches only, context-ful prefills first
+BATCH_SOMETIMES = (WITHOUT_CONTEXT, SPLIT_OVER_CHUNKS, SHARED_CHUNK, UNDER_DCP)
+DCP_SOMETIMES = (SPLIT_OVER_CHUNKS, SHARED_CHUNK)
+CONTEXT_FIRST_SOMETIMES = (WITHOUT_CONTEXT, SPLIT_OVER_CHUNKS, SHARED_CHUNK)

@@ -19,8 +19,8 @@ from kvsim.models.mla_chunks.variants import VARIANTS
 from kvsim.models.mla_chunks.prefill import (MlaPrefillResult, chunked_prefill_attention, context_attention_reference,
                                              full_attention_reference, make_mla_prefill_inputs)
 
-from .cases import (CONTINUATION_CASE, KIMI_K3_CASE, NUMERIC_EXAMPLES, TAIL_SPLIT_CASE, MlaChunkCase,
-                    MlaChunkCasePair)
+from .cases import (BATCH_SOMETIMES, CONTEXT_FIRST_SOMETIMES, CONTINUATION_CASE, KIMI_K3_CASE, NUMERIC_EXAMPLES,
+                    TAIL_SPLIT_CASE, MlaChunkCase, MlaChunkCasePair)
 
 MODEL = "mla-chunks"
 RTOL, ATOL = 1e-9, 1e-11  # float64 with a different summation order
@@ -54,7 +54,8 @@ def assert_states_close(case: MlaChunkCase, what: str, out: np.ndarray, lse: np.
             f"got output {np.round(out[t, 0, :3], 6).tolist()}... lse {np.round(lse[:, t], 6).tolist()}")
 
 
-@kv_property(model=MODEL, strategy="NUMERIC_CASES", examples=NUMERIC_EXAMPLES)
+@kv_property(model=MODEL, strategy="NUMERIC_CASES", examples=NUMERIC_EXAMPLES,
+             sometimes=BATCH_SOMETIMES)
 def chunked_prefill_matches_full_attention(case: MlaChunkCase, variant: MlaVariant) -> None:
     """Context chunks merged with the causal suffix equal full attention over context + causal new tokens."""
     inputs = make_mla_prefill_inputs(case.context_lens, case.query_lens, case.shape, case.seed)
@@ -63,7 +64,8 @@ def chunked_prefill_matches_full_attention(case: MlaChunkCase, variant: MlaVaria
     assert_states_close(case, "attention output", got.output, got.lse, want_out, want_lse)
 
 
-@kv_property(model=MODEL, strategy="NUMERIC_CASES", examples=NUMERIC_EXAMPLES)
+@kv_property(model=MODEL, strategy="NUMERIC_CASES", examples=NUMERIC_EXAMPLES,
+             sometimes=BATCH_SOMETIMES)
 def context_partial_matches_context_attention(case: MlaChunkCase, variant: MlaVariant) -> None:
     """After all chunks, each token's context partial is attention over its request's whole context.
 
@@ -80,7 +82,7 @@ def context_partial_matches_context_attention(case: MlaChunkCase, variant: MlaVa
 
 
 @kv_property(model=MODEL, strategy="CONTEXT_FIRST_CASES",
-             examples=[CONTINUATION_CASE, TAIL_SPLIT_CASE, KIMI_K3_CASE])
+             examples=[CONTINUATION_CASE, TAIL_SPLIT_CASE, KIMI_K3_CASE], sometimes=CONTEXT_FIRST_SOMETIMES)
 def uniform_and_per_request_plans_agree(case: MlaChunkCase, variant: MlaVariant) -> None:
     """Where the uniform plan is sound (one rank, context-ful prefills first) both plans give the same output,
     and the per-request plan needs no more chunks than the uniform plan on the uniform plan's workspace.

@@ -22,7 +22,7 @@ from kvsim.models.mla_chunks.metadata import (ChunkedContextMetadata, UniformChu
                                              mla_accumulation_schedule)
 from kvsim.models.mla_chunks.planner import MlaVariant, mla_chunk_alignment, round_down
 
-from .cases import PLAN_EXAMPLES, MlaChunkCase
+from .cases import BATCH_SOMETIMES, PLAN_EXAMPLES, MlaChunkCase
 
 MODEL = "mla-chunks"
 
@@ -234,21 +234,21 @@ def _chunks(case: MlaChunkCase, variant: MlaVariant):
     return md, (() if md is None else md.chunks)
 
 
-@kv_property(model=MODEL, strategy="PLAN_CASES", examples=PLAN_EXAMPLES)
+@kv_property(model=MODEL, strategy="PLAN_CASES", examples=PLAN_EXAMPLES, sometimes=BATCH_SOMETIMES)
 def chunks_tile_every_context_row_once(case: MlaChunkCase, variant: MlaVariant) -> None:
     """Each request's pieces start at 0, abut and sum to its context; context-free requests gather nothing."""
     _, chunks = _chunks(case, variant)
     check_exact_tiling(case.context_lens, chunks)
 
 
-@kv_property(model=MODEL, strategy="PLAN_CASES", examples=PLAN_EXAMPLES)
+@kv_property(model=MODEL, strategy="PLAN_CASES", examples=PLAN_EXAMPLES, sometimes=BATCH_SOMETIMES)
 def chunks_have_no_empty_spans(case: MlaChunkCase, variant: MlaVariant) -> None:
     """No chunk holds a request with an empty span (the uniform plan does, whenever contexts differ)."""
     _, chunks = _chunks(case, variant)
     check_no_empty_spans(chunks)
 
 
-@kv_property(model=MODEL, strategy="PLAN_CASES", examples=PLAN_EXAMPLES)
+@kv_property(model=MODEL, strategy="PLAN_CASES", examples=PLAN_EXAMPLES, sometimes=BATCH_SOMETIMES)
 def chunks_fit_the_row_budget(case: MlaChunkCase, variant: MlaVariant) -> None:
     """Rows per chunk <= W (and == cu_seq_lens[-1] == len(token_to_seq)); under DCP local rows <= W // world;
     split pieces <= round_down(W, A)."""
@@ -256,35 +256,35 @@ def chunks_fit_the_row_budget(case: MlaChunkCase, variant: MlaVariant) -> None:
     check_row_budget(case.context_lens, chunks, case.workspace(variant), case.split_alignment, case.dcp)
 
 
-@kv_property(model=MODEL, strategy="PLAN_CASES", examples=PLAN_EXAMPLES)
+@kv_property(model=MODEL, strategy="PLAN_CASES", examples=PLAN_EXAMPLES, sometimes=BATCH_SOMETIMES)
 def chunks_follow_request_order(case: MlaChunkCase, variant: MlaVariant) -> None:
     """request_slice.start never decreases and each chunk's requests are a run of context-ful requests."""
     _, chunks = _chunks(case, variant)
     check_request_order(case.context_lens, chunks)
 
 
-@kv_property(model=MODEL, strategy="PLAN_CASES", examples=PLAN_EXAMPLES)
+@kv_property(model=MODEL, strategy="PLAN_CASES", examples=PLAN_EXAMPLES, sometimes=BATCH_SOMETIMES)
 def continuation_only_at_first_request(case: MlaChunkCase, variant: MlaVariant) -> None:
     """Only a chunk's first request may start past 0; it is then the previous chunk's last request."""
     _, chunks = _chunks(case, variant)
     check_continuation(chunks)
 
 
-@kv_property(model=MODEL, strategy="PLAN_CASES", examples=PLAN_EXAMPLES)
+@kv_property(model=MODEL, strategy="PLAN_CASES", examples=PLAN_EXAMPLES, sometimes=BATCH_SOMETIMES)
 def chunk_starts_are_aligned(case: MlaChunkCase, variant: MlaVariant) -> None:
     """Every start is a multiple of the split alignment (block, or lcm(block, world*interleave) under DCP)."""
     _, chunks = _chunks(case, variant)
     check_alignment(chunks, case.split_alignment)
 
 
-@kv_property(model=MODEL, strategy="PLAN_CASES", examples=PLAN_EXAMPLES)
+@kv_property(model=MODEL, strategy="PLAN_CASES", examples=PLAN_EXAMPLES, sometimes=BATCH_SOMETIMES)
 def token_bookkeeping_matches_query_start_loc(case: MlaChunkCase, variant: MlaVariant) -> None:
     """token_slice, continuation_token_end, rebased query_start_loc, max_query_len and token_to_seq follow qsl."""
     _, chunks = _chunks(case, variant)
     check_token_bookkeeping(case.query_start_loc, chunks)
 
 
-@kv_property(model=MODEL, strategy="PLAN_CASES", examples=PLAN_EXAMPLES)
+@kv_property(model=MODEL, strategy="PLAN_CASES", examples=PLAN_EXAMPLES, sometimes=BATCH_SOMETIMES)
 def context_free_prefills_are_neutralised(case: MlaChunkCase, variant: MlaVariant) -> None:
     """Metadata is None iff no prefill has context; otherwise context-free prefills get a neutral partial.
 
@@ -306,7 +306,7 @@ def context_free_prefills_are_neutralised(case: MlaChunkCase, variant: MlaVarian
                                         f"masked to (0, -inf), got the backend's unmasked scratch")
 
 
-@kv_property(model=MODEL, strategy="PLAN_CASES", examples=PLAN_EXAMPLES)
+@kv_property(model=MODEL, strategy="PLAN_CASES", examples=PLAN_EXAMPLES, sometimes=BATCH_SOMETIMES)
 def accumulation_copies_once_then_merges(case: MlaChunkCase, variant: MlaVariant) -> None:
     """Each token of a context-ful request is copied once, first, then merged once per further covering chunk."""
     md = case.metadata(variant)
@@ -314,7 +314,7 @@ def accumulation_copies_once_then_merges(case: MlaChunkCase, variant: MlaVariant
         check_accumulation_schedule(case.context_lens, case.query_start_loc, md.chunks, mla_accumulation_schedule(md))
 
 
-@kv_property(model=MODEL, strategy="PLAN_CASES", examples=PLAN_EXAMPLES)
+@kv_property(model=MODEL, strategy="PLAN_CASES", examples=PLAN_EXAMPLES, sometimes=BATCH_SOMETIMES)
 def chunk_count_meets_lower_bound(case: MlaChunkCase, variant: MlaVariant) -> None:
     """Chunks >= sum over runs of context-ful requests of cdiv(run rows, W); equal when A == 1 without DCP.
 
@@ -334,7 +334,7 @@ def chunk_count_meets_lower_bound(case: MlaChunkCase, variant: MlaVariant) -> No
                                 f"{bound}, got {count}")
 
 
-@kv_property(model=MODEL, strategy="PLAN_CASES", examples=PLAN_EXAMPLES)
+@kv_property(model=MODEL, strategy="PLAN_CASES", examples=PLAN_EXAMPLES, sometimes=BATCH_SOMETIMES)
 def chunk_count_within_alignment_slack(case: MlaChunkCase, variant: MlaVariant) -> None:
     """Cost: chunks <= the per-run bound that lets each chunk leave < (virtual + A - 2) / world rows unused.
 

@@ -157,7 +157,14 @@ def test_list_one_model_shows_what_explore_must_reach():
     assert ("a_retracted_request_resumes", "step") in [(r["name"], r["of"]) for r in model["sometimes"]]
     text = kvsim("list", "swa-budget").stdout
     assert "  a_retracted_request_resumes*: " in text and "  a_request_is_retracted: " in text
-    assert kvsim_json("list", "kv-zeroing")["models"][0]["sometimes"] == []  # no transition system
+    # no transition system: what the cases its properties draw must sometimes be (kvsim check reports each)
+    zeroing = kvsim_json("list", "kv-zeroing")["models"][0]["sometimes"]
+    assert [(r["name"], r["of"]) for r in zeroing] == [
+        ("a_block_of_several_kernel_blocks", "case"), ("groups_sharing_an_allocation", "case"),
+        ("a_mamba_state", "case"), ("several_blocks_a_call", "case")]
+    assert "zeroed_blocks_are_cleared" in zeroing[0]["properties"] and len(zeroing[0]["properties"]) == 5
+    text = kvsim("list", "kv-zeroing").stdout
+    assert "  a_mamba_state~: a state tensor the zeroer must leave alone (5 properties)" in text
 
 
 def test_check_counterexample_saves_and_replays(tmp_path):

@@ -123,6 +123,22 @@ def test_a_property_failing_as_a_catalogued_finding_is_xfailed_naming_it():
     assert verdict.status == "xfailed" and "sglang-af7c62e-swa-resume-budget" in verdict.text
 
 
+def test_a_property_that_holds_but_never_draws_what_it_declares_fails(monkeypatch):
+    from dataclasses import replace
+
+    from kvsim.app import catalog
+    from kvsim.engine.system import REACH_EXAMPLES, Sometimes
+
+    reg, key = catalog.load(), ("kv-zeroing", "segments_stay_inside_allocations")
+    never = Sometimes("a_thousand_blocks", lambda case: len(case.block_ids) >= 1000, "a call of 1,000 blocks")
+    monkeypatch.setitem(reg.properties, key, replace(reg.properties[key], sometimes=(never,)))
+    check = verdicts.Check("property", *key, "fixed")
+    assert verdicts.run(check) == verdicts.Verdict("passed")  # the CI profile's 60 examples: a bound, not a failure
+    verdict = verdicts.run(check, verdicts.Settings(max_examples=REACH_EXAMPLES))
+    assert verdict == verdicts.Verdict("failed", "segments_stay_inside_allocations holds, but no case of the 200 "
+                                                 "drawn met a_thousand_blocks: it may hold vacuously")
+
+
 def test_a_property_failure_that_is_no_catalogued_finding_fails_with_its_counterexample_and_replay():
     # a second property broken by the af7c62e variant: no bug report names it, so it is a plain failure
     check = verdicts.Check("property", "swa-budget", "alloc_calls_match_resumed", "pre_af7c62e")

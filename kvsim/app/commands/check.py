@@ -8,6 +8,7 @@ from typing import Any
 from ...engine.descriptor import ModelDescriptor, RunSpec
 from ...engine.errors import ConfigError
 from ...engine.progress import Progress
+from ...engine.system import REACH_EXAMPLES, UNREACHED
 from .. import catalog, counterexample, junit
 from ..argtypes import integer, positive_int
 from .common import (EXIT_INCOMPLETE, VIEW, disarm, each, model_option, model_params_option, param_values, setup, short,
@@ -20,8 +21,9 @@ HELP = "run a model's properties on one variant"
 def arguments(p: argparse.ArgumentParser) -> None:
     model_option(p, "a model name (kvsim list)")
     p.add_argument("--property", action="append", help="only this property (repeatable)")
-    p.add_argument("--max-examples", type=positive_int("--max-examples"), default=200,
-                   help="Hypothesis examples per property (default: 200)")
+    p.add_argument("--max-examples", type=positive_int("--max-examples"), default=REACH_EXAMPLES,
+                   help=f"Hypothesis examples per property (default: {REACH_EXAMPLES}; with fewer, a `sometimes` no "
+                        "drawn case met is not a failure)")
     p.add_argument("--seed", type=integer("--seed"), default=0,
                    help="Hypothesis seed: same seed, same counterexample (default: 0)")
     model_params_option(p)
@@ -73,16 +75,50 @@ def render(doc: dict[str, Any]) -> str:
         tail += f"\n  replay: {r['replay']}"
     if text["save"] and failed:
         tail += f"\ncounterexample saved to {text['save']} (kvsim replay {text['save']})"
+    tail += reach_lines(doc["results"])
     if doc["stopped_by"]:
         tail += (f"\nINCOMPLETE: {stopped_early(doc['stopped_by'], text['max_seconds'])}; not run: "
                  f"{', '.join(doc['not_run'])}" + ("" if failed else "; nothing was found, and nothing is proved "
                                                                      "(exit 3)"))
+    elif not failed and _unreached(doc):
+        tail += (f"\nevery property holds, but {'; '.join(_unreached(doc))}: a property whose inputs never reach "
+                 "the corner it is about may hold vacuously (exit 1)")
     return f"{doc['model']} [{doc['variant']}]\n" + table(["property", "status", "examples", "seconds",
                                                            "counterexample"], rows) + tail
 
 
+def reach_lines(results: list[dict[str, Any]]) -> str:
+    """The `sometimes` of the data properties that held: how many a drawn case met (the first case of each: --json),
+    a line for each that the property's whole default budget never drew, and one line naming those a smaller
+    budget did not meet (a bound, not a failure). A property that failed says enough already (--json has them)."""
+    goals = [(r["property"], g) for r in results if r["status"] == "passed" for g in r.get("reachability", ())]
+    if not goals:
+        return ""
+    text = f"\nsometimes: {sum(g['reached'] for _, g in goals)} of {len(goals)} met by a drawn case (the first " \
+           "of each: --json)"
+    for name, g in goals:
+        if g["status"] == UNREACHED:
+            text += (f"\nUNREACHED sometimes {g['name']} ({name}): no case of {g['drawn']} drawn satisfies it "
+                     f"({g['doc']})")
+    bounded = [f"{g['name']} ({name})" for name, g in goals if not g["reached"] and g["status"] != UNREACHED]
+    if bounded:
+        text += (f"\nnot met within fewer than {REACH_EXAMPLES} examples (a bound, not a failure): "
+                 f"{', '.join(bounded)}")
+    return text
+
+
+def _unreached(doc: dict[str, Any]) -> list[str]:
+    """'PROPERTY never draws NAME, ...' for each property with a `sometimes` its whole budget never met."""
+    out = []
+    for r in doc["results"]:
+        names = [g["name"] for g in r.get("reachability", ()) if g["status"] == UNREACHED]
+        if names:
+            out.append(f"{r['property']} never draws {', '.join(names)}")
+    return out
+
+
 def exit_code(doc: dict[str, Any]) -> int:
-    return 1 if _failed(doc) else EXIT_INCOMPLETE if doc["stopped_by"] else 0
+    return 1 if _failed(doc) or _unreached(doc) else EXIT_INCOMPLETE if doc["stopped_by"] else 0
 
 
 def kernel_backend(args: argparse.Namespace, model: ModelDescriptor, registry: Any) -> str | None:

@@ -51,7 +51,8 @@ def model_text(m: dict[str, Any], bugs: list[dict[str, Any]]) -> str:
              "", "explore / stateful parameters (--param NAME=VALUE):", params(m["params"]),
              "", "simulate parameters (--param NAME=VALUE):", params(m["sim_params"]),
              "", "properties: " + ", ".join(m["properties"]),
-             "", "reachability (kvsim explore reports each reached or not; * asked of steps):",
+             "", "reachability (kvsim explore reports each reached or not; * asked of steps; ~ asked of the cases "
+                 "properties draw, by kvsim check):",
              _reach(m["sometimes"]),
              "", "bug reports:", table(["bug", "variant", "must fail", "status", "upstream releases"],
                                        [[b["id"], b["variant"], b["check"], b["status"], _verdicts(b)] for b in bugs])]
@@ -61,7 +62,9 @@ def model_text(m: dict[str, Any], bugs: list[dict[str, Any]]) -> str:
 def _reach(rows: list[dict[str, Any]]) -> str:
     if not rows:
         return "  (none)"
-    return "\n".join(f"  {r['name']}{'*' if r['of'] == 'step' else ''}: {r['doc']}" for r in rows)
+    mark = {"state": "", "step": "*", "case": "~"}
+    return "\n".join(f"  {r['name']}{mark[r['of']]}: {r['doc']}"
+                     + (f" ({len(r['properties'])} properties)" if r["of"] == "case" else "") for r in rows)
 
 
 def _verdicts(bug: dict[str, Any]) -> str:

@@ -28,7 +28,7 @@ from ..canon import to_jsonable
 from ..interrupt import INTERRUPT, asked
 from ..memory import YoungCollections, machine, memory_limit, resident_bytes
 from ..pace import Pace
-from ..system import TransitionSystem, sometimes, taking
+from ..system import NOT_WITHIN_BOUND, REACHED, UNREACHED, TransitionSystem, sometimes, taking
 from .backward import hung_states
 from .checkpoint import Snapshot, held_by
 from .options import ExploreOptions
@@ -47,9 +47,6 @@ class Violation:
     def to_json(self) -> dict[str, Any]:
         return {"property": self.property, "kind": self.kind, "trace": self.trace, "message": self.message,
                 "state": to_jsonable(self.state)}
-
-
-REACHED, UNREACHED, NOT_WITHIN_BOUND = "reached", "unreached", "not reached within the bound"
 
 
 @dataclass
