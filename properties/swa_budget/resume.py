@@ -11,12 +11,12 @@ from kvsim.engine.property import kv_property, stateful_property
 from kvsim.models.swa_budget.resume import SwaVariant, physical_pages, prealloc_required_tokens
 from kvsim.models.swa_budget.variants import VARIANTS
 
-from .cases import PINNED, ResumeCase
+from .cases import PINNED, RESUME_SOMETIMES, ResumeCase
 
 MODEL = "swa-budget"
 
 
-@kv_property(model=MODEL, strategy="RETRACTED_QUEUES", examples=PINNED)
+@kv_property(model=MODEL, strategy="RETRACTED_QUEUES", examples=PINNED, sometimes=RESUME_SOMETIMES)
 def resumed_requests_fit_physical_pages(case: ResumeCase, variant: SwaVariant) -> None:
     """B2: every `_pre_alloc` succeeds once admission said yes; the pages taken fit the free pages."""
     result = case.run(variant)
@@ -34,7 +34,7 @@ def resumed_requests_fit_physical_pages(case: ResumeCase, variant: SwaVariant) -
                                 f"{case.swa_free_pages}), got ({full}, {swa})")
 
 
-@kv_property(model=MODEL, strategy="RETRACTED_QUEUES", examples=PINNED)
+@kv_property(model=MODEL, strategy="RETRACTED_QUEUES", examples=PINNED, sometimes=RESUME_SOMETIMES)
 def budgets_stay_nonnegative(case: ResumeCase, variant: SwaVariant) -> None:
     """B1: after each admission both budgets are >= 0."""
     for n, (full, swa) in enumerate(case.run(variant).budget_trail):
@@ -42,7 +42,7 @@ def budgets_stay_nonnegative(case: ResumeCase, variant: SwaVariant) -> None:
             raise PropertyViolation(f"budgets after admission {n}: expected >= 0, got full {full}, SWA {swa}")
 
 
-@kv_property(model=MODEL, strategy="RETRACTED_QUEUES", examples=PINNED)
+@kv_property(model=MODEL, strategy="RETRACTED_QUEUES", examples=PINNED, sometimes=RESUME_SOMETIMES)
 def resume_is_fifo_prefix(case: ResumeCase, variant: SwaVariant) -> None:
     """B3: resumed requests are a prefix of the retracted queue; the rest keep their order."""
     result = case.run(variant)
@@ -54,7 +54,7 @@ def resume_is_fifo_prefix(case: ResumeCase, variant: SwaVariant) -> None:
         raise PropertyViolation(f"remaining queue: expected {tuple(range(k, len(case.fills)))}, got {rest}")
 
 
-@kv_property(model=MODEL, strategy="RETRACTED_QUEUES", examples=PINNED)
+@kv_property(model=MODEL, strategy="RETRACTED_QUEUES", examples=PINNED, sometimes=RESUME_SOMETIMES)
 def no_over_conservative_refusal(case: ResumeCase, variant: SwaVariant) -> None:
     """B4: the request that stops the loop really does not fit: its whole pages plus reserve exceed a budget.
 
@@ -89,7 +89,7 @@ def page_size_one_unchanged(case: ResumeCase, variant: SwaVariant) -> None:
         raise PropertyViolation(f"resume result at page size 1: expected {theirs}, got {ours}")
 
 
-@kv_property(model=MODEL, strategy="RETRACTED_QUEUES", examples=PINNED)
+@kv_property(model=MODEL, strategy="RETRACTED_QUEUES", examples=PINNED, sometimes=RESUME_SOMETIMES)
 def alloc_calls_match_resumed(case: ResumeCase, variant: SwaVariant) -> None:
     """B6: `_pre_alloc` is called once per resumed request; no request is both resumed and queued."""
     result = case.run(variant)

@@ -152,8 +152,9 @@ def test_list_one_model_shows_what_explore_must_reach():
     doc = kvsim_json("list", "swa-budget")
     (model,) = doc["models"]
     declared = sometimes(RunSpec.resolve(models().model("swa-budget"), "fixed").system())
-    assert [(r["name"], r["of"]) for r in model["sometimes"]] == [
+    assert [(r["name"], r["of"]) for r in model["sometimes"] if r["of"] != "case"] == [
         (s.name, "step" if s.step else "state") for s in declared]
+    assert ("a_fill_ends_mid_page", "case") in [(r["name"], r["of"]) for r in model["sometimes"]]  # kvsim check's
     assert ("a_retracted_request_resumes", "step") in [(r["name"], r["of"]) for r in model["sometimes"]]
     text = kvsim("list", "swa-budget").stdout
     assert "  a_retracted_request_resumes*: " in text and "  a_request_is_retracted: " in text
