@@ -31,6 +31,7 @@ from ..engine.pools import WORKER, connect_ray
 from ..engine.progress import Progress
 from ..engine.registry import Registry
 from ..engine.shared import Probe, named, sees
+from ..engine.system import NOT_WITHIN_BOUND, REACH_EXAMPLES, REACHED, UNREACHED
 
 ROUND = 50  # examples of one property per round (a round is the unit between two looks at the clock)
 SEED_STRIDE = 1_000_003
@@ -140,7 +141,9 @@ def work(model: str, variant: str, properties: Sequence[str], params: dict[str, 
     start = time.perf_counter()
     until = seconds if max_seconds is None else min(seconds, max_seconds)
     examples = 0
-    results: dict[str, dict[str, Any]] = {p.name: {"examples": 0, "failure": None, "found_at": None} for p in props}
+    # per property: its examples, its first failure, and each `sometimes` a round met: (round, example, case)
+    results: dict[str, dict[str, Any]] = {p.name: {"examples": 0, "failure": None, "found_at": None, "met": {}}
+                                          for p in props}
 
     def left(name: str) -> int:  # examples this property may still run (a round's worth without --max-examples)
         ran = results[name]["examples"]
@@ -162,6 +165,9 @@ def work(model: str, variant: str, properties: Sequence[str], params: dict[str, 
                 _SHARED.examples[worker] = examples
             row = results[prop.name]
             row["examples"] += result.examples
+            for goal in result.reachability:
+                if goal["reached"] and goal["name"] not in row["met"]:
+                    row["met"][goal["name"]] = (rnd, goal["example"], goal["case"])
             if result.status != "passed" and row["failure"] is None:
                 row["failure"] = result.to_json()
                 row["found_at"] = round(time.perf_counter() - start, 3)
@@ -216,7 +222,9 @@ def fuzz(model: str, variant: str, properties: Sequence[str], params: dict[str, 
     if unseen:
         raise ConfigError("--database", "a directory every worker sees (on a cluster: shared storage, or a redis:// "
                                         "URL)", database, f"{named(unseen)} cannot read or write it where it runs")
-    merged = []
+    from . import catalog
+
+    merged, registry = [], catalog.load()
     for name in properties:
         rows = [r["results"][name] for r in reports]
         found = [(row["found_at"], r["worker"], row["failure"]) for r, row in zip(reports, rows) if row["failure"]]
@@ -226,6 +234,8 @@ def fuzz(model: str, variant: str, properties: Sequence[str], params: dict[str, 
                                                      "replay": ""}),
                        "examples": sum(row["examples"] for row in rows),
                        "found_by": sorted(f[1] for f in found)})
+        merged[-1]["reachability"] = met_anywhere(registry.property(model, name).sometimes, reports, name,
+                                                  merged[-1]["examples"], whole=not found)
         if first:  # the saved example replays first from the database: this command shows it again at once
             merged[-1]["replay"] = (f"kvsim fuzz {model} --variant {variant} --property {name} --workers 1 "
                                     f"--minutes 0.01 --database {database}")
@@ -235,6 +245,22 @@ def fuzz(model: str, variant: str, properties: Sequence[str], params: dict[str, 
     return {"model": model, "variant": variant, "seed": seed, "params": params, "database": database,
             "results": merged, "interrupted": interrupted, "complete": stopped is None, "stopped_by": stopped,
             "workers": rates}
+
+
+def met_anywhere(goals: Sequence[Any], reports: list[dict[str, Any]], name: str, examples: int,
+                 whole: bool) -> list[dict[str, Any]]:
+    """A property's `sometimes` over every worker's rounds (`check`'s shape): met where any round met it (the
+    first worker's, its round and the example's number in it, and the case), unreached where the property held
+    over at least `REACH_EXAMPLES` examples in all, else not reached within the bound."""
+    out = []
+    for goal in goals:
+        first = next(((r["worker"], *r["results"][name]["met"][goal.name]) for r in reports
+                      if goal.name in r["results"][name]["met"]), None)
+        status = REACHED if first else UNREACHED if whole and examples >= REACH_EXAMPLES else NOT_WITHIN_BOUND
+        out.append({"name": goal.name, "doc": goal.doc, "status": status, "reached": first is not None,
+                    "worker": first and first[0], "round": first and first[1], "example": first and first[2],
+                    "case": first and first[3], "drawn": examples})
+    return out
 
 
 def _forked(jobs: list[tuple[Any, ...]], shared: Shared) -> list[dict[str, Any]]:

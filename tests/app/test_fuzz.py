@@ -141,3 +141,39 @@ def test_cli_fuzz_stopped_early_says_so_and_exits_3(tmp_path, capsys, monkeypatc
             "--database", str(tmp_path / "db")]
     assert cli.main(argv) == 3
     assert "stopped early: an interrupt (Ctrl-C or SIGTERM) ended the workers" in capsys.readouterr().out
+
+
+def test_each_sometimes_is_met_by_any_round_of_any_worker(tmp_path):
+    # three examples a round: the budget first cuts the queue in the second round, which the record says
+    doc = fuzz.fuzz("swa-budget", "fixed", ["budgets_stay_nonnegative"], {}, str(tmp_path / "db"), 1, 0, 120.0,
+                    round_examples=3, max_examples=30)
+    (result,) = doc["results"]
+    met = {g["name"]: (g["status"], g["worker"], g["round"], g["drawn"]) for g in result["reachability"]}
+    assert met == {"a_request_resumes": ("reached", 0, 0, 30), "the_budget_stops_the_queue": ("reached", 0, 1, 30),
+                   "a_fill_ends_mid_page": ("reached", 0, 0, 30)}
+    first = next(g for g in result["reachability"] if g["name"] == "the_budget_stops_the_queue")
+    assert first["case"]["fills"] and 1 <= first["example"] <= 3
+
+
+def test_fuzz_fails_a_property_that_holds_but_never_draws_what_it_declares(tmp_path, capsys, monkeypatch):
+    from dataclasses import replace
+
+    from kvsim.app import catalog, cli
+    from kvsim.engine.system import Sometimes
+
+    reg, key = catalog.load(), ("swa-budget", "budgets_stay_nonnegative")
+    never = Sometimes("a_thousand_requests", lambda case: len(case.fills) >= 1000, "1,000 retracted requests")
+    monkeypatch.setitem(reg.properties, key, replace(reg.properties[key], sometimes=(never,)))
+    argv = ["fuzz", key[0], "--property", key[1], "--workers", "1", "--minutes", "30", "--database",
+            str(tmp_path / "db")]
+    assert cli.main([*argv, "--max-examples", "250", "--json"]) == 1
+    (result,) = json.loads(capsys.readouterr().out)["results"]
+    assert result["status"] == "passed" and result["examples"] == 250
+    assert [(g["name"], g["status"], g["drawn"]) for g in result["reachability"]] == [
+        ("a_thousand_requests", "unreached", 250)]
+    assert cli.main([*argv, "--max-examples", "250"]) == 1
+    text = capsys.readouterr().out
+    assert "UNREACHED sometimes a_thousand_requests (budgets_stay_nonnegative): no case of 250 drawn" in text
+    assert "every property holds, but budgets_stay_nonnegative never draws a_thousand_requests" in text
+    assert cli.main([*argv, "--max-examples", "100"]) == 0  # fewer than 200 examples: a bound, named, not failed
+    assert "(a bound, not a failure): a_thousand_requests (budgets_stay_nonnegative)" in capsys.readouterr().out

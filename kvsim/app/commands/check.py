@@ -78,11 +78,9 @@ def render(doc: dict[str, Any]) -> str:
     tail += reach_lines(doc["results"])
     if doc["stopped_by"]:
         tail += (f"\nINCOMPLETE: {stopped_early(doc['stopped_by'], text['max_seconds'])}; not run: "
-                 f"{', '.join(doc['not_run'])}" + ("" if failed else "; nothing was found, and nothing is proved "
-                                                                     "(exit 3)"))
-    elif not failed and _unreached(doc):
-        tail += (f"\nevery property holds, but {'; '.join(_unreached(doc))}: a property whose inputs never reach "
-                 "the corner it is about may hold vacuously (exit 1)")
+                 f"{', '.join(doc['not_run'])}" + ("" if failed or unreached(doc) else
+                                                   "; nothing was found, and nothing is proved (exit 3)"))
+    tail += vacuity(doc, bool(failed))
     return f"{doc['model']} [{doc['variant']}]\n" + table(["property", "status", "examples", "seconds",
                                                            "counterexample"], rows) + tail
 
@@ -107,8 +105,9 @@ def reach_lines(results: list[dict[str, Any]]) -> str:
     return text
 
 
-def _unreached(doc: dict[str, Any]) -> list[str]:
-    """'PROPERTY never draws NAME, ...' for each property with a `sometimes` its whole budget never met."""
+def unreached(doc: dict[str, Any]) -> list[str]:
+    """'PROPERTY never draws NAME, ...' for each property with a `sometimes` its whole budget never met (`check`'s
+    and `fuzz`'s documents: exit 1)."""
     out = []
     for r in doc["results"]:
         names = [g["name"] for g in r.get("reachability", ()) if g["status"] == UNREACHED]
@@ -117,8 +116,17 @@ def _unreached(doc: dict[str, Any]) -> list[str]:
     return out
 
 
+def vacuity(doc: dict[str, Any], failed: bool) -> str:
+    """The closing line where every property held but one never drew what it declares (a failure says more)."""
+    never = unreached(doc)
+    if failed or not never:
+        return ""
+    return (f"\nevery property holds, but {'; '.join(never)}: a property whose inputs never reach the corner it is "
+            "about may hold vacuously (exit 1)")
+
+
 def exit_code(doc: dict[str, Any]) -> int:
-    return 1 if _failed(doc) or _unreached(doc) else EXIT_INCOMPLETE if doc["stopped_by"] else 0
+    return 1 if _failed(doc) or unreached(doc) else EXIT_INCOMPLETE if doc["stopped_by"] else 0
 
 
 def kernel_backend(args: argparse.Namespace, model: ModelDescriptor, registry: Any) -> str | None:

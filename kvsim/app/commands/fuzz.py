@@ -11,6 +11,7 @@ from ...engine.interrupt import INTERRUPT, stopped_by, stopping_on_signals
 from ...engine.progress import Progress
 from .. import catalog
 from ..argtypes import integer, positive_float, positive_int
+from .check import reach_lines, unreached, vacuity
 from .common import (EXIT_INCOMPLETE, FUZZ_MAX_MINUTES, VIEW, disarm, max_seconds_option, model_option,
                      model_params_option, param_values, short, table, view)
 
@@ -74,13 +75,15 @@ def render(doc: dict[str, Any]) -> str:
     workers = "".join(f"\nworker {w['worker']}: {w['examples']} examples in {w['rounds']} rounds, "
                       f"{w['seconds']:.1f} s ({w['examples_per_second']:,.0f} examples/s)" for w in doc["workers"])
     tail = "".join(f"\n{r['property']}: {r['message']}\n  replay: {r['replay']}" for r in failed)
+    tail += reach_lines(doc["results"]) + vacuity(doc, bool(failed))
     if doc["stopped_by"]:
         cause = stopped_by(INTERRUPT) if doc["interrupted"] else f"--max-seconds {text['max_seconds']:g}"
         tail += (f"\nstopped early: {cause} ended the workers before their --minutes; the "
-                 "examples above are what they ran" + ("" if failed else ", and nothing is proved (exit 3)"))
+                 "examples above are what they ran" + ("" if failed or unreached(doc) else
+                                                        ", and nothing is proved (exit 3)"))
     return (f"{text['model']} [{text['variant']}] database {text['database']}\n"
             + table(["property", "status", "examples", "found by", "counterexample"], rows) + workers + tail)
 
 
 def exit_code(doc: dict[str, Any]) -> int:
-    return 1 if _failed(doc) else EXIT_INCOMPLETE if doc["stopped_by"] else 0
+    return 1 if _failed(doc) or unreached(doc) else EXIT_INCOMPLETE if doc["stopped_by"] else 0
