@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kvsim.engine.system import Sometimes
 from kvsim.models.mla_backends.capabilities import PlanContract
 from kvsim.models.mla_backends.metadata import CsrMetadata, DenseMetadata, PlanMetadata, pages_for
 from kvsim.models.mla_backends.selection import PlanRequest
@@ -170,3 +171,28 @@ class PagedCase:
 PAGED_DECODE = PagedCase(q_lens=(1, 1, 1), kv_lens=(0, 1, 70), page_size=16, seed=20260727, chunk_pages=2,
                          alignment=8)
 PAGED_PREFILL = PagedCase(q_lens=(3, 5), kv_lens=(65, 3), page_size=64, seed=11, causal=True, chunk_pages=1)
+
+
+# -- what some drawn merge must be (`sometimes`: a strategy that never draws these corners checks nothing there) ------
+
+def _empty_in_both(case: MergeCase) -> bool:
+    first, second = case.empty[0], case.empty[1]
+    return any(a and b for a, b in zip(first, second))
+
+
+def _empty_against_full(case: MergeCase) -> bool:
+    first, second = case.empty[0], case.empty[1]
+    return any(a != b for a, b in zip(first, second))
+
+
+def _large_lse(case: MergeCase) -> bool:
+    return case.lse_scale >= 60.0
+
+
+# the strategy of the merge properties with empty rows (`MERGE_CASES`): #4051 is a row empty on both sides
+MERGE_SOMETIMES = (
+    Sometimes("a_row_empty_on_both_sides", _empty_in_both, "both states empty at one (token, head): #4051's NaN"),
+    Sometimes("an_empty_row_against_a_full_one", _empty_against_full,
+              "one state empty where the other is not (the merge takes the full one whole)"),
+    Sometimes("large_lses", _large_lse, "LSEs scaled by 60 (base-2 exponents far from 0)"),
+)
