@@ -10,8 +10,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from kvsim.engine.errors import check_int, require
+from kvsim.engine.system import Sometimes
 from kvsim.models.pd_common.status import KVPoll
 from kvsim.models.pd_staging import plan
+from kvsim.models.pd_staging import ring as ring_model
 from kvsim.models.pd_staging.layout import HeadReshard
 from kvsim.models.pd_staging.plan import RoomPlan, StagingPlanConfig, cdiv
 from kvsim.models.pd_staging.variants import StagingVariant
@@ -144,3 +146,57 @@ LLAMA_COLD = llama_case(0, 0)
 LLAMA_PREFILL_HIT = llama_case(0, 896)  # the prefix crosses three grid lines: 0, 256, 512, 768 | 896
 LLAMA_DECODE_HIT = llama_case(896, 896)  # both sides cached the shared prefix
 LLAMA_CASES = (LLAMA_COLD, LLAMA_PREFILL_HIT, LLAMA_DECODE_HIT)
+
+
+# -- what some drawn room or ring must be (`sometimes`: a strategy that never draws these corners checks nothing there)
+
+def _decode_prefix(case: PlanCase) -> bool:
+    return case.decode_prefix_len > 0
+
+
+def _prefill_hit(case: PlanCase) -> bool:
+    return case.prefill_hit > 0
+
+
+def _unchunked(case: PlanCase) -> bool:
+    return case.chunked_prefill_size is None or case.chunked_prefill_size < 0
+
+
+def _early_send(case: PlanCase) -> bool:
+    return case.early_send
+
+
+# the strategy of the send-plan properties (`PLAN_CASES`): section 2.9's scenarios A (a prefill radix hit) and B (a
+# decode prefix), chunking off, the early send
+PLAN_SOMETIMES = (
+    Sometimes("a_decode_prefix", _decode_prefix, "the decode holds a page-aligned prefix (scenario B)"),
+    Sometimes("a_prefill_radix_hit", _prefill_hit, "the prefill's radix cache hits whole pages (scenario A)"),
+    Sometimes("chunking_off", _unchunked, "chunked prefill disabled: one page a slot"),
+    Sometimes("an_early_send", _early_send, "the early send runs before the prefill ends"),
+)
+
+
+def _ring_steps(case: RingCase) -> list[ring_model.RingStep]:
+    return ring_model.apply_ring_ops(ring_model.StagingAllocator(case.total), case.ops)
+
+
+def _wraps(case: RingCase) -> bool:
+    return any(step.ring.round > 0 for step in _ring_steps(case))
+
+
+def _oversized(case: RingCase) -> bool:
+    return any(step.op == "assign" and step.alloc is None for step in _ring_steps(case))
+
+
+def _rounds_overlap(case: RingCase) -> bool:
+    return any(a.round != b.round and a.offset < b.end and b.offset < a.end
+               for step in _ring_steps(case) for a in step.ring.allocations for b in step.ring.allocations)
+
+
+# the strategy of the ring properties (`RING_CASES`): the overcommit the watermark must guard
+RING_SOMETIMES = (
+    Sometimes("the_ring_wraps", _wraps, "an allocation goes to round 1 or later"),
+    Sometimes("an_oversized_assign", _oversized, "an assign larger than the ring (ALLOC_OVERSIZED)"),
+    Sometimes("live_rounds_overlap", _rounds_overlap,
+              "a live allocation overlaps a live one of another round (the overcommit the watermark guards)"),
+)

@@ -118,7 +118,8 @@ def test_every_model_declares_what_some_path_or_some_drawn_case_must_reach():
 DRAWN = [("mla-chunks", "chunks_tile_every_context_row_once"), ("mla-chunks", "dcp_reorg_matches_chunk_spans"),
          ("mla-chunks", "context_partial_matches_context_attention"),
          ("mla-chunks", "uniform_and_per_request_plans_agree"), ("kv-zeroing", "zeroed_blocks_are_cleared"),
-         ("swa-budget", "resumed_requests_fit_physical_pages"), ("mla-backends", "empty_states_merge_to_empty")]
+         ("swa-budget", "resumed_requests_fit_physical_pages"), ("mla-backends", "empty_states_merge_to_empty"),
+         ("pd-staging", "grid_is_whole_pages"), ("pd-staging", "ring_assign_in_bounds")]
 
 
 def test_the_sample_covers_every_declaring_strategy():
