@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from kvsim.engine.system import Sometimes
 from kvsim.models.kv_offload.manager import CPUOffloadingManager, ManagerState
 from kvsim.models.kv_offload.status import LookupResult, OffloadingEvent, PrepareStoreOutput
 from kvsim.models.kv_offload.variants import FIXED, OffloadVariant
@@ -204,3 +205,32 @@ def pinned_case(steps: tuple, capacity: int = 4, policy: str = "lru") -> OpsCase
 
 PINNED = (pinned_case(TEST_CPU_MANAGER), pinned_case(ALREADY_STORED), pinned_case(ALREADY_STORED, policy="arc"),
           pinned_case(PREPARE_LOAD_ORDER))
+
+
+# -- what some drawn run must do (`sometimes`: a strategy that never draws these corners checks nothing there) --------
+
+def _stores_evicting(case: OpsCase) -> bool:
+    return any(step.op[0] == "store" and step.result is not None and step.result.evicted_keys
+               for step in run_ops(case))
+
+
+def _store_refused(case: OpsCase) -> bool:
+    return any(step.op[0] == "store" and step.result is None for step in run_ops(case))
+
+
+def _store_fails(case: OpsCase) -> bool:
+    return any(step.op[0] == "complete_store" and step.op[-1] is False for step in run_ops(case))
+
+
+def _load_runs(case: OpsCase) -> bool:
+    return any(step.op[0] == "load" and step.result for step in run_ops(case))
+
+
+# the strategy of the manager properties (`OPS_CASES`): a full cache evicts or refuses, a store fails, a load runs
+OPS_SOMETIMES = (
+    Sometimes("a_store_evicts", _stores_evicting, "prepare_store evicts an idle chunk to make room"),
+    Sometimes("a_store_is_refused", _store_refused,
+              "prepare_store finds no room (every chunk held) and stores nothing"),
+    Sometimes("a_store_fails", _store_fails, "complete_store reports a failed transfer"),
+    Sometimes("a_load_runs", _load_runs, "prepare_load hands out chunks to load"),
+)

@@ -13,7 +13,7 @@ from kvsim.engine.property import kv_property
 from kvsim.models.kv_offload import checks
 from kvsim.models.kv_offload.variants import OffloadVariant
 
-from .cases import PINNED, OpsCase, iter_ops
+from .cases import OPS_SOMETIMES, PINNED, OpsCase, iter_ops
 
 MODEL = "kv-offload"
 
@@ -22,7 +22,7 @@ def _fail(case: OpsCase, index: int, op: tuple, message: str) -> None:
     raise PropertyViolation(f"step {index} {op!r} ({case.policy}, capacity {case.capacity}): {message}")
 
 
-@kv_property(model=MODEL, strategy="OPS_CASES", examples=PINNED)
+@kv_property(model=MODEL, strategy="OPS_CASES", examples=PINNED, sometimes=OPS_SOMETIMES)
 def capacity_and_free_list_hold(case: OpsCase, variant: OffloadVariant) -> None:
     """Item 2: 0 <= allocated <= capacity; the free list has no duplicates, lies in [0, allocated), and with
     the live slots makes exactly [0, allocated); free slots = len(free) + capacity - allocated."""
@@ -32,7 +32,7 @@ def capacity_and_free_list_hold(case: OpsCase, variant: OffloadVariant) -> None:
             _fail(case, i, step.op, message)
 
 
-@kv_property(model=MODEL, strategy="OPS_CASES", examples=PINNED)
+@kv_property(model=MODEL, strategy="OPS_CASES", examples=PINNED, sometimes=OPS_SOMETIMES)
 def counters_match_ref_counts(case: OpsCase, variant: OffloadVariant) -> None:
     """Item 3: the evictable count is #{ref_cnt == 0}, the write-pending count #{ref_cnt == -1}; neither is
     negative, and no ref_cnt is below -1."""
@@ -42,7 +42,7 @@ def counters_match_ref_counts(case: OpsCase, variant: OffloadVariant) -> None:
             _fail(case, i, step.op, message)
 
 
-@kv_property(model=MODEL, strategy="OPS_CASES", examples=PINNED)
+@kv_property(model=MODEL, strategy="OPS_CASES", examples=PINNED, sometimes=OPS_SOMETIMES)
 def prepare_store_never_evicts_an_input_key(case: OpsCase, variant: OffloadVariant) -> None:
     """Item 4 (#35846): a key offered to `prepare_store` is never among the keys it evicts; an already-stored
     input key stays."""
@@ -53,7 +53,7 @@ def prepare_store_never_evicts_an_input_key(case: OpsCase, variant: OffloadVaria
                 _fail(case, i, step.op, message)
 
 
-@kv_property(model=MODEL, strategy="OPS_CASES", examples=PINNED)
+@kv_property(model=MODEL, strategy="OPS_CASES", examples=PINNED, sometimes=OPS_SOMETIMES)
 def prepare_store_semantics(case: OpsCase, variant: OffloadVariant) -> None:
     """Item 4: slots returned are distinct, not live before the call, co-indexed with the keys to store
     (each write-pending in its slot); only idle chunks (ref_cnt 0, never a loading one) are evicted; a None
@@ -65,7 +65,7 @@ def prepare_store_semantics(case: OpsCase, variant: OffloadVariant) -> None:
                 _fail(case, i, step.op, message)
 
 
-@kv_property(model=MODEL, strategy="OPS_CASES", examples=PINNED)
+@kv_property(model=MODEL, strategy="OPS_CASES", examples=PINNED, sometimes=OPS_SOMETIMES)
 def prepare_load_in_key_order(case: OpsCase, variant: OffloadVariant) -> None:
     """Item 5: `prepare_load(keys)` returns the keys' slots in key order, for any order of the keys, and pins
     each (ref_cnt + 1)."""
@@ -82,7 +82,7 @@ def prepare_load_in_key_order(case: OpsCase, variant: OffloadVariant) -> None:
             _fail(case, i, step.op, message)
 
 
-@kv_property(model=MODEL, strategy="OPS_CASES", examples=PINNED)
+@kv_property(model=MODEL, strategy="OPS_CASES", examples=PINNED, sometimes=OPS_SOMETIMES)
 def failed_store_recovers(case: OpsCase, variant: OffloadVariant) -> None:
     """Item 6: after `complete_store(keys, success=False)` the pending keys look up as MISS and their slots
     are free for reuse; ready keys in the same call and every other chunk are unaffected."""

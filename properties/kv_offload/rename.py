@@ -15,7 +15,7 @@ from kvsim.models.kv_offload import names
 from kvsim.models.kv_offload.status import OLD_METRIC_STRINGS, CPUOffloadingMetrics, TieringOffloadingMetrics
 from kvsim.models.kv_offload.variants import OffloadVariant
 
-from .cases import PINNED, OpsCase, call, new_manager, resolve, run_ops
+from .cases import OPS_SOMETIMES, PINNED, OpsCase, call, new_manager, resolve, run_ops
 
 MODEL = "kv-offload"
 KEYS = tuple(range(10))
@@ -48,7 +48,7 @@ def named_ops(case: OpsCase, variant: OffloadVariant) -> list[tuple]:
     return out
 
 
-@kv_property(model=MODEL, strategy="OPS_CASES", examples=PINNED)
+@kv_property(model=MODEL, strategy="OPS_CASES", examples=PINNED, sometimes=OPS_SOMETIMES)
 def old_and_new_names_trace_equal(case: OpsCase, variant: OffloadVariant) -> None:
     """Item 1: the manager under the old names (block) and the new names (chunk) returns the same results,
     slot ids, evictions, None failures, lookups, events and stats, and the same counters read by each name."""
