@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvsim.engine.system import Sometimes
 from kvsim.models.pipelined_transfer.chunks import Group, Slice, cdiv, chunk_slices
 
 
@@ -79,3 +80,31 @@ SHORT_AND_SWA = ChunkCase(10, 2, ((0, 3), (3, 7), (7, 10)), rx_cached_blocks=1,
 ALL_SWA = ChunkCase(6, 2, ((0, 3), (3, 6)), groups=(GroupSpec(3, 3, window=2),))
 
 PINNED = (B_BOUNDARY, A_WORKED, B_PREFIX_SENT, MONOLITHIC, SHORT_AND_SWA, ALL_SWA)
+
+
+# -- what some drawn request must be (`sometimes`: a strategy that never draws these corners checks nothing there) ----
+
+def _cut_inside_a_block(case: ChunkCase) -> bool:
+    return any(end % case.tokens_per_block for _, end in case.chunks[:-1])
+
+
+def _reuse_hit(case: ChunkCase) -> bool:
+    return case.prefix_hit > 0
+
+
+def _windowed(case: ChunkCase) -> bool:
+    return not all(case.pipelined())
+
+
+def _several_slices(case: ChunkCase) -> bool:
+    return len(case.slices()) > 1
+
+
+# the strategy of the chunk properties (`CHUNK_CASES`): revision B's boundary, revision A's reuse hit, a window
+CHUNK_SOMETIMES = (
+    Sometimes("a_chunk_ends_inside_a_block", _cut_inside_a_block,
+              "a prefill chunk ends mid-block (the boundary block the two revisions send differently)"),
+    Sometimes("a_reuse_hit", _reuse_hit, "the request reuses a cached prefix (revision A's worked example)"),
+    Sometimes("a_window_shorter_than_the_prompt", _windowed, "a layer group sent whole at the end, not pipelined"),
+    Sometimes("several_slices", _several_slices, "the request is sent in two or more slices"),
+)

@@ -9,12 +9,12 @@ from kvsim.models.pipelined_transfer.chunks import (MASKED, cdiv, positional_blo
                                                     swa_window_blocks)
 from kvsim.models.pipelined_transfer.variants import PipelinedVariant
 
-from .cases import PINNED, ChunkCase
+from .cases import CHUNK_SOMETIMES, PINNED, ChunkCase
 
 MODEL = "pipelined-transfer"
 
 
-@kv_property(model=MODEL, strategy="CHUNK_CASES", examples=PINNED)
+@kv_property(model=MODEL, strategy="CHUNK_CASES", examples=PINNED, sometimes=CHUNK_SOMETIMES)
 def slices_cover_every_block(case: ChunkCase, variant: PipelinedVariant) -> None:
     """S4: the emitted spans cover every prompt block (less the prefix under `prefix_sent`); in revision A each
     block exactly once, in B adjacent spans overlap in at most one block; ids 0..n-1, one final slice, last. With
@@ -50,7 +50,7 @@ def slices_cover_every_block(case: ChunkCase, variant: PipelinedVariant) -> None
                                     f"expected contiguous with at most {limit} shared block, got overlap {overlap}")
 
 
-@kv_property(model=MODEL, strategy="CHUNK_CASES", examples=PINNED)
+@kv_property(model=MODEL, strategy="CHUNK_CASES", examples=PINNED, sometimes=CHUNK_SOMETIMES)
 def token_ranges_follow_blocks(case: ChunkCase, variant: PipelinedVariant) -> None:
     """The token range reported is the block span in tokens (clipped at the prompt for the final slice); a
     non-final slice is never empty, and the final one is always emitted."""
@@ -68,7 +68,7 @@ def token_ranges_follow_blocks(case: ChunkCase, variant: PipelinedVariant) -> No
             raise PropertyViolation(f"slice {s.slice_id}: a non-final slice with no block was emitted")
 
 
-@kv_property(model=MODEL, strategy="CHUNK_CASES", examples=PINNED)
+@kv_property(model=MODEL, strategy="CHUNK_CASES", examples=PINNED, sometimes=CHUNK_SOMETIMES)
 def receiver_blocks_projected(case: ChunkCase, variant: PipelinedVariant) -> None:
     """Per group, every slice carries at its global positions exactly the receiver's ids for the blocks it covers
     and holds; the receiver-cached prefix is -1; a window group shorter than the prompt is not pipelined: -1 in
@@ -93,7 +93,7 @@ def receiver_blocks_projected(case: ChunkCase, variant: PipelinedVariant) -> Non
                                         f"expected {list(want)}, got {list(got)}")
 
 
-@kv_property(model=MODEL, strategy="CHUNK_CASES", examples=PINNED)
+@kv_property(model=MODEL, strategy="CHUNK_CASES", examples=PINNED, sometimes=CHUNK_SOMETIMES)
 def deferred_chunks_emit_no_slice(case: ChunkCase, variant: PipelinedVariant) -> None:
     """A non-final chunk emits a slice only when the sender holds an id for it: it covers a block and some layer
     group is pipelined (upstream `_build_prefill_extent` returns None when every group's ids are -1, so no slice
