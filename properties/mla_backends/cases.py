@@ -196,3 +196,49 @@ MERGE_SOMETIMES = (
               "one state empty where the other is not (the merge takes the full one whole)"),
     Sometimes("large_lses", _large_lse, "LSEs scaled by 60 (base-2 exponents far from 0)"),
 )
+
+
+def _empty_batch(case: MetadataCase) -> bool:
+    return not case.q_lens
+
+
+def _no_kv(case: MetadataCase) -> bool:
+    return 0 in case.kv_lens
+
+
+def _partial_last_page(case: MetadataCase) -> bool:
+    return any(kv % case.page_size for kv in case.kv_lens)
+
+
+def _padded_table(case: MetadataCase) -> bool:
+    return case.extra_width > 0 or case.alignment is not None
+
+
+# the strategy of the metadata conversions (`METADATA_CASES`): the batches a conversion gets wrong first
+METADATA_SOMETIMES = (
+    Sometimes("an_empty_batch", _empty_batch, "no requests at all"),
+    Sometimes("a_request_without_kv", _no_kv, "a request with no KV pages"),
+    Sometimes("a_partial_last_page", _partial_last_page, "a request's KV ends inside its last page"),
+    Sometimes("a_padded_table", _padded_table, "a dense table wider than the batch needs (extra width or alignment)"),
+)
+
+
+def _auto(case: SelectionCase) -> bool:
+    return case.backend == "auto"
+
+
+def _plan_fault(case: SelectionCase) -> bool:
+    return any(outcome.startswith("error:") for _, outcome in case.outcomes)
+
+
+def _unsupported(case: SelectionCase) -> bool:
+    return any(outcome == "unsupported" for _, outcome in case.outcomes)
+
+
+# the strategy of the selection properties (`SELECTION_CASES`): auto selection, and backends that fail or refuse
+SELECTION_SOMETIMES = (
+    Sometimes("auto_selection", _auto, "the request names no backend: the auto order picks one"),
+    Sometimes("a_backend_fails_at_plan", _plan_fault,
+              "a backend raises at plan time (JIT, allocation, runtime, input)"),
+    Sometimes("a_backend_refuses", _unsupported, "a backend answers unsupported beyond its capability matrix"),
+)

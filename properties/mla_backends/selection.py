@@ -17,7 +17,7 @@ from kvsim.models.mla_backends.metadata import MetadataError, resolve_csr
 from kvsim.models.mla_backends.selection import COMPUTE_CAPABILITIES, auto_order, select_backend
 from kvsim.models.mla_backends.variants import MlaBackendsVariant
 
-from .cases import JIT_FAILURE_ON_SM90, SPLIT_ON_SM100, SelectionCase
+from .cases import JIT_FAILURE_ON_SM90, SELECTION_SOMETIMES, SPLIT_ON_SM100, SelectionCase
 
 MODEL = "mla-backends"
 
@@ -35,7 +35,7 @@ def _metadata_ok(case: SelectionCase) -> bool:
     return True
 
 
-@kv_property(model=MODEL, strategy="SELECTION_CASES", examples=[SPLIT_ON_SM100])
+@kv_property(model=MODEL, strategy="SELECTION_CASES", examples=[SPLIT_ON_SM100], sometimes=SELECTION_SOMETIMES)
 def auto_order_is_complete(case: SelectionCase, variant: MlaBackendsVariant) -> None:
     """On every compute capability the auto order lists each of the nine backends exactly once."""
     if not _metadata_ok(case):
@@ -47,7 +47,8 @@ def auto_order_is_complete(case: SelectionCase, variant: MlaBackendsVariant) -> 
                                     f"got {list(order)}")
 
 
-@kv_property(model=MODEL, strategy="SELECTION_CASES", examples=[SPLIT_ON_SM100, JIT_FAILURE_ON_SM90])
+@kv_property(model=MODEL, strategy="SELECTION_CASES", examples=[SPLIT_ON_SM100, JIT_FAILURE_ON_SM90],
+             sometimes=SELECTION_SOMETIMES)
 def selected_backend_supports_the_contract(case: SelectionCase, variant: MlaBackendsVariant) -> None:
     """Whatever plans, supports the declared contract: no capability rejection, and the structural pre-filter
     keeps packed-only backends away from independent splits."""
@@ -60,7 +61,7 @@ def selected_backend_supports_the_contract(case: SelectionCase, variant: MlaBack
                                 f"{reason.kind}: {reason.message}")
 
 
-@kv_property(model=MODEL, strategy="SELECTION_CASES", examples=[JIT_FAILURE_ON_SM90])
+@kv_property(model=MODEL, strategy="SELECTION_CASES", examples=[JIT_FAILURE_ON_SM90], sometimes=SELECTION_SOMETIMES)
 def explicit_backend_never_falls_back(case: SelectionCase, variant: MlaBackendsVariant) -> None:
     """An explicit backend plans as itself or fails: it probes nothing else and resolves to nothing else."""
     if case.backend in ("auto", "cute-dsl"):
@@ -92,7 +93,7 @@ def auto_falls_back_only_on_unsupported(case: SelectionCase, variant: MlaBackend
         return
 
 
-@kv_property(model=MODEL, strategy="SELECTION_CASES", examples=[SPLIT_ON_SM100])
+@kv_property(model=MODEL, strategy="SELECTION_CASES", examples=[SPLIT_ON_SM100], sometimes=SELECTION_SOMETIMES)
 def all_rejected_names_every_candidate(case: SelectionCase, variant: MlaBackendsVariant) -> None:
     """When every auto candidate is refused, the error lists each candidate with its reason, in order; a failure
     is never reported as a refusal, and a metadata error is never a candidate's refusal."""

@@ -120,7 +120,8 @@ DRAWN = [("mla-chunks", "chunks_tile_every_context_row_once"), ("mla-chunks", "d
          ("mla-chunks", "uniform_and_per_request_plans_agree"), ("kv-zeroing", "zeroed_blocks_are_cleared"),
          ("swa-budget", "resumed_requests_fit_physical_pages"), ("mla-backends", "empty_states_merge_to_empty"),
          ("pd-staging", "grid_is_whole_pages"), ("pd-staging", "ring_assign_in_bounds"),
-         ("kv-offload", "capacity_and_free_list_hold"), ("pipelined-transfer", "slices_cover_every_block")]
+         ("kv-offload", "capacity_and_free_list_hold"), ("pipelined-transfer", "slices_cover_every_block"),
+         ("mla-backends", "dense_csr_dense_round_trip"), ("mla-backends", "auto_order_is_complete")]
 
 
 def test_the_sample_covers_every_declaring_strategy():
