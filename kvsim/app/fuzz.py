@@ -31,7 +31,7 @@ from ..engine.pools import WORKER, connect_ray
 from ..engine.progress import Progress
 from ..engine.registry import Registry
 from ..engine.shared import Probe, named, sees
-from ..engine.system import NOT_WITHIN_BOUND, REACH_EXAMPLES, REACHED, UNREACHED
+from ..engine.system import REACH_EXAMPLES, drawn_reach
 
 ROUND = 50  # examples of one property per round (a round is the unit between two looks at the clock)
 SEED_STRIDE = 1_000_003
@@ -254,12 +254,10 @@ def met_anywhere(goals: Sequence[Any], reports: list[dict[str, Any]], name: str,
     over at least `REACH_EXAMPLES` examples in all, else not reached within the bound."""
     out = []
     for goal in goals:
-        first = next(((r["worker"], *r["results"][name]["met"][goal.name]) for r in reports
-                      if goal.name in r["results"][name]["met"]), None)
-        status = REACHED if first else UNREACHED if whole and examples >= REACH_EXAMPLES else NOT_WITHIN_BOUND
-        out.append({"name": goal.name, "doc": goal.doc, "status": status, "reached": first is not None,
-                    "worker": first and first[0], "round": first and first[1], "example": first and first[2],
-                    "case": first and first[3], "drawn": examples})
+        worker, rnd, example, case = next(((r["worker"], *r["results"][name]["met"][goal.name]) for r in reports
+                                           if goal.name in r["results"][name]["met"]), (None,) * 4)
+        out.append(drawn_reach(goal, examples, whole and examples >= REACH_EXAMPLES, example, case, worker=worker,
+                               round=rnd))
     return out
 
 

@@ -27,6 +27,7 @@ from ..engine.errors import ConfigError
 from ..engine.explore import DEFAULT_MAX_STATES
 from ..engine.interrupt import stopped_by
 from ..engine.params import param_args
+from ..engine.system import UNREACHED
 
 MAX_SECONDS_NOT_RUN = "not run: --max-seconds ran out before it started"
 
@@ -76,17 +77,10 @@ def check(doc: Mapping[str, Any]) -> ET.Element:
     for r in doc["results"]:
         replay = r.get("replay") or check_command(doc, r["property"])
         cases.append(_property_case(r, r["property"], classname, replay))
-        for g in r.get("reachability", ()):  # a failure where the whole default budget drew no case meeting it
-            case = Case(f"{r['property']} sometimes {g['name']}", classname)
-            if g["status"] == "unreached":
-                case.outcome, case.kind = "failure", "unreached"
-                case.message = (f"sometimes {g['name']}: no case of {g['drawn']} drawn satisfies it ({g['doc']}): "
-                                f"{r['property']} may hold vacuously")
-                case.text = f"{case.message}\nreplay: {check_command(doc, r['property'])}"
-            elif not g["reached"]:
-                case.outcome = "skipped"
-                case.message = f"sometimes {g['name']}: not met in {g['drawn']} drawn cases (a bound, not a proof)"
-            cases.append(case)
+        cases += [_reach_case(g, f"{r['property']} sometimes {g['name']}", classname, 0.0,
+                              f"no case of {g['drawn']} drawn satisfies it ({g['doc']}): {r['property']} may hold "
+                              "vacuously", f"not met in {g['drawn']} drawn cases (a bound, not a proof)",
+                              check_command(doc, r["property"])) for g in r.get("reachability", ())]
     cases += [Case(name, classname, outcome="skipped", message=not_run_message(doc.get("stopped_by")))
               for name in doc["not_run"]]
     return suite(f"kvsim check {doc['model']}", cases,
@@ -145,20 +139,27 @@ def explore(doc: Mapping[str, Any], args: Any, given: Mapping[str, Any], livenes
             case.message = (f"INCOMPLETE: {stopped_by(doc['bound_hit'])} stopped the search before every reachable "
                             "state was seen; nothing was found, and nothing is proved")
         cases.append(case)
-    for r in reach:
-        case = Case(f"sometimes {r['name']}", classname, share)
-        if r["status"] == "unreached":
-            case.outcome, case.kind = "failure", "unreached"
-            case.message = f"sometimes {r['name']}: no reachable state satisfies it ({r['doc']})"
-            case.text = f"{case.message}\nreplay: {command}"
-        elif not r["reached"]:
-            case.outcome = "skipped"
-            case.message = f"sometimes {r['name']}: not reached within the bound ({stopped_by(doc['bound_hit'])})"
-        cases.append(case)
+    cases += [_reach_case(r, f"sometimes {r['name']}", classname, share,
+                          f"no reachable state satisfies it ({r['doc']})",
+                          f"not reached within the bound ({stopped_by(doc['bound_hit'])})", command) for r in reach]
     return suite(f"kvsim explore {doc['model']}", cases,
                  {"variant": doc["variant"], "params": doc["params"], "states": doc["states"],
                   "transitions": doc["transitions"], "depth": doc["depth"], "bound_hit": doc["bound_hit"],
                   "store": doc["store"], "symmetry": doc["symmetry"]}, seconds=doc["seconds"])
+
+
+def _reach_case(reach: Mapping[str, Any], name: str, classname: str, seconds: float, unreached: str, bounded: str,
+                replay: str) -> Case:
+    """One reachability declaration's testcase (explore's over states, check's over drawn cases): a failure where
+    it is unreached (`unreached`: why, then the `replay` line), skipped where a bound stopped short of it."""
+    case = Case(name, classname, seconds)
+    if reach["status"] == UNREACHED:
+        case.outcome, case.kind = "failure", "unreached"
+        case.message = f"sometimes {reach['name']}: {unreached}"
+        case.text = f"{case.message}\nreplay: {replay}"
+    elif not reach["reached"]:
+        case.outcome, case.message = "skipped", f"sometimes {reach['name']}: {bounded}"
+    return case
 
 
 def oracle(doc: Mapping[str, Any], max_examples: int, seed: int | None) -> ET.Element:

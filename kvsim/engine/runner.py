@@ -29,7 +29,7 @@ from .params import resolve
 from .property import KvProperty
 from .registry import REGISTRY
 from .stateful import machine_class
-from .system import NOT_WITHIN_BOUND, REACH_EXAMPLES, REACHED, UNREACHED, Sometimes
+from .system import REACH_EXAMPLES, Sometimes, drawn_reach
 
 
 @dataclass
@@ -153,13 +153,7 @@ def reached(goals: Sequence[Sometimes[Any]], record: dict[str, Any], whole: bool
     """Each of a data property's `sometimes`: the first drawn case that met it and its number among the drawn
     ones, or none; unreached where the run drew its `whole` budget (it passed, with at least `REACH_EXAMPLES`
     examples), else not reached within the bound (fewer examples, or a failure ended the run first)."""
-    out = []
-    for k, goal in enumerate(goals):
-        example, case = record["met"].get(k, (None, None))
-        status = REACHED if example is not None else UNREACHED if whole else NOT_WITHIN_BOUND
-        out.append({"name": goal.name, "doc": goal.doc, "status": status, "reached": example is not None,
-                    "example": example, "case": case, "drawn": record["drawn"]})
-    return tuple(out)
+    return tuple(drawn_reach(goal, record["drawn"], whole, *record["met"].get(k, ())) for k, goal in enumerate(goals))
 
 
 def run_pinned(check: Callable[[Any], None], cases: Sequence[Any]) -> None:

@@ -83,6 +83,16 @@ class TransitionSystem(Protocol[S, A]):
     def done(self, state: S) -> bool: ...
 
 
+def drawn_reach(goal: Sometimes[Any], drawn: int, whole: bool, example: int | None = None, case: Any = None,
+                **where: Any) -> dict[str, Any]:
+    """A data property's `sometimes` as `kvsim check` and `kvsim fuzz` report it: met by the drawn case `case` (the
+    `example`th drawn; `where` says more, as which worker and round), else unreached where the run drew its
+    `whole` budget (it held, over at least `REACH_EXAMPLES` examples), else not reached within the bound."""
+    status = REACHED if example is not None else UNREACHED if whole else NOT_WITHIN_BOUND
+    return {"name": goal.name, "doc": goal.doc, "status": status, "reached": example is not None, **where,
+            "example": example, "case": case, "drawn": drawn}
+
+
 def sometimes(system: Any) -> tuple[Sometimes[Any], ...]:
     """The system's reachability declarations (none where it declares no `sometimes`)."""
     return tuple(getattr(system, "sometimes", ()))
